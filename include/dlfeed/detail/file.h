@@ -1,0 +1,45 @@
+// A read-only file with exact positional reads whose errors name the file
+// and offset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dlfeed::detail {
+
+/// An open read-only file descriptor (RAII).
+class File {
+ public:
+  static absl::StatusOr<File> open(const std::string& path);
+  File() = default;
+  File(File&& o) noexcept;
+  File& operator=(File&& o) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }
+
+  /// Reads exactly out.size() bytes at `offset`; a short file is an error
+  /// naming `what` ("NPY header", "zip local header", ...).
+  absl::Status read_exact(uint64_t offset, std::span<std::byte> out, absl::string_view what) const;
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string path_;
+};
+
+/// pread until `out` is full; retries EINTR and short reads. Returns bytes
+/// read (fewer only at end of file).
+absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset,
+                                  const std::string& path);
+
+}  // namespace dlfeed::detail

@@ -1,0 +1,65 @@
+// Errors: absl::Status inside the library, dlfeed::Error at the public
+// iteration boundary. Every message names the file, the byte offset and what
+// was expected versus what was found, so a user can open the file in a hex
+// editor and see the problem.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dlfeed {
+
+/// The exception thrown where a Status leaves the library (tools, bindings).
+class Error : public std::runtime_error {
+ public:
+  explicit Error(absl::Status status)
+      : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
+  const absl::Status& status() const { return status_; }
+  absl::StatusCode code() const { return status_.code(); }
+
+ private:
+  absl::Status status_;
+};
+
+/// "path: at offset N: expected X, found Y" as an InvalidArgument/DataLoss status.
+absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
+                          absl::string_view found);
+
+/// The same shape for a structural problem with no single found value.
+absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what);
+
+/// A failed system call on `path` at `offset`, with errno's text.
+absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err);
+
+/// Throws dlfeed::Error if `status` is not OK.
+void throw_if_error(const absl::Status& status);
+
+/// Unwraps a StatusOr or throws dlfeed::Error.
+template <typename T>
+T value_or_throw(absl::StatusOr<T> v) {
+  if (!v.ok()) throw Error(v.status());
+  return *std::move(v);
+}
+
+}  // namespace dlfeed
+
+#define DLFEED_RETURN_IF_ERROR(expr)            \
+  do {                                          \
+    ::absl::Status dlfeed_status_ = (expr);     \
+    if (!dlfeed_status_.ok()) return dlfeed_status_; \
+  } while (0)
+
+#define DLFEED_CONCAT_INNER_(a, b) a##b
+#define DLFEED_CONCAT_(a, b) DLFEED_CONCAT_INNER_(a, b)
+#define DLFEED_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.ok()) return tmp.status();                 \
+  lhs = *std::move(tmp)
+/// lhs = value of a StatusOr expression, or return its error.
+#define DLFEED_ASSIGN_OR_RETURN(lhs, expr) \
+  DLFEED_ASSIGN_OR_RETURN_IMPL_(DLFEED_CONCAT_(dlfeed_statusor_, __LINE__), lhs, expr)

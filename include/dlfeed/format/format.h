@@ -1,0 +1,63 @@
+// Opening files and folders as a sample index, whatever their format.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dlfeed/dtype.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed {
+
+/// The on-disk formats dlfeed indexes.
+enum class FileFormat { kAuto, kNpy, kNpz, kHdf5, kTfRecord };
+
+/// Which axis of an array enumerates samples.
+enum class SampleAxis {
+  kFirst,  // arr[k, ...]: each sample contiguous (dlfeed's default, HDF5)
+  kLast,   // arr[..., k]: the DLIO benchmark's NPY/NPZ layout (strided)
+  kAuto,   // kLast for NPY/NPZ under a DLIO layout (names img_*_of_*), else kFirst
+};
+
+/// How files are turned into samples. Defaults read DLIO datasets as written.
+struct FormatOptions {
+  FileFormat format = FileFormat::kAuto;  // kAuto: by file extension
+  SampleAxis axis = SampleAxis::kAuto;    // NPY and NPZ arrays
+  /// NPZ member ("x"); HDF5 dataset ("records"; if absent, "records_0").
+  std::string name;
+  /// TFRecord: the tf.train.Example feature that is the sample.
+  std::string feature = "image";
+  /// TFRecord: element type of the feature's bytes (bytes_list features) and
+  /// optional fixed shape; without a shape a sample is 1-D.
+  DType feature_dtype = DType::u8();
+  std::optional<Shape> feature_shape;
+  bool verify_crc = true;  // TFRecord: check both CRC32C of every record
+  bool use_index_files = true;   // TFRecord: read a DALI/DLIO .idx sidecar when present
+  bool write_index_files = false;  // TFRecord: write the sidecar after a scan
+  /// TFRecord: where sidecars live; empty: next to the file as NAME.idx, or
+  /// the DLIO place {data}/index/{train|valid}/NAME.idx when that exists.
+  std::string index_dir;
+};
+
+/// Format of a path by its extension (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords).
+absl::StatusOr<FileFormat> detect_format(const std::string& path);
+std::string format_name(FileFormat f);
+absl::StatusOr<FileFormat> parse_format(absl::string_view name);
+
+/// Indexes one file.
+absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options);
+
+/// Indexes a file, a folder (recursively, data files sorted by path; a DLIO
+/// folder's index/ subfolder is skipped), or a list of those.
+absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
+                                         const FormatOptions& options);
+
+// One per format, each indexing a single file.
+absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOptions& options);
+absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options);
+absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptions& options);
+absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions& options);
+
+}  // namespace dlfeed

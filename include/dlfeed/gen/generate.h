@@ -1,0 +1,81 @@
+// Writing synthetic datasets in every format, deterministic from a seed, with
+// the DLIO benchmark's on-disk layout available exactly.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dlfeed/dtype.h"
+#include "dlfeed/format/format.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed::gen {
+
+/// Compression of generated data, where the format allows it.
+enum class Compression { kNone, kDeflate };
+
+/// What one generated file holds.
+struct FileSpec {
+  std::string path;
+  Shape sample_shape;            // shape of one sample (without the sample axis)
+  DType dtype = DType::u8();
+  uint64_t num_samples = 1;
+  uint64_t first_global_id = 0;  // content of sample k is a function of (seed, first_global_id + k)
+  uint64_t seed = 0;
+  SampleAxis axis = SampleAxis::kFirst;  // NPY/NPZ: where the sample axis goes
+  Compression compression = Compression::kNone;
+  int level = 4;                          // deflate level
+  /// HDF5: samples per chunk along axis 0 (0: contiguous layout).
+  uint64_t chunk_samples = 0;
+  bool hdf5_shuffle = false;  // HDF5: add the shuffle filter before deflate
+  /// NPZ member / HDF5 dataset holding the samples, and the labels' name.
+  /// DLIO: NPZ "x"/"y"; HDF5 "records_0".."records_{k-1}" and "labels".
+  std::vector<std::string> data_names{"x"};
+  std::string label_name = "y";
+  bool zero_labels = false;  // DLIO writes all-zero labels
+  /// TFRecord: where to write the DALI/DLIO .idx sidecar ("" for none).
+  std::string index_path;
+};
+
+/// Fills `out` with the deterministic content of global sample `global_id`
+/// (valid values for every dtype: floats in [0, 1), bools 0/1).
+void fill_sample(uint64_t seed, uint64_t global_id, DType dtype, std::span<std::byte> out);
+
+/// The label of global sample `global_id` (DLIO writes zeros; we write g % 10
+/// so a model can learn something, unless spec says DLIO).
+int64_t sample_label(uint64_t global_id);
+
+absl::Status write_npy_file(const FileSpec& spec);
+absl::Status write_npz_file(const FileSpec& spec);
+absl::Status write_hdf5_file(const FileSpec& spec);
+absl::Status write_tfrecord_file(const FileSpec& spec);
+
+/// A whole dataset, as `dlfeed generate` writes it.
+struct DatasetSpec {
+  std::string dir;
+  FileFormat format = FileFormat::kNpz;
+  uint64_t files = 4;
+  uint64_t valid_files = 0;  // extra files under valid/ (DLIO layout)
+  uint64_t samples_per_file = 16;
+  Shape sample_shape{64, 64};
+  DType dtype = DType::u8();
+  Compression compression = Compression::kNone;
+  int level = 4;
+  uint64_t chunk_samples = 0;
+  bool hdf5_shuffle = false;
+  bool dlio_layout = false;  // DLIO names, folders, members, index files
+  uint64_t seed = 42;
+  std::string prefix = "img";
+  uint64_t hdf5_datasets = 1;  // DLIO's num_dset_per_record
+};
+
+/// Writes every file of `spec`; returns the data files written, in order.
+absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec);
+
+/// The file name DLIO gives file i of n: "{prefix}_{i:0W}_of_{n}.{ext}".
+std::string dlio_file_name(const std::string& prefix, uint64_t i, uint64_t n, const std::string& ext);
+
+}  // namespace dlfeed::gen

@@ -1,0 +1,100 @@
+// The sample index: for every sample, the file, the byte extents to read and
+// what the decoded sample is (shape, dtype). Built once at open by a format;
+// after that the bytes are read with plain reads and decoded from memory,
+// with no format library on the hot path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dlfeed/dtype.h"
+
+namespace dlfeed {
+
+/// A run of bytes in one file: what a read request fetches.
+struct Extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const Extent&) const = default;
+};
+
+/// A tensor shape; -1 in a dimension means "known only after decode".
+using Shape = absl::InlinedVector<int64_t, 4>;
+
+/// Number of elements of a shape (0 if any dimension is unknown).
+int64_t num_elements(const Shape& shape);
+/// "(2, 3, 4)" as numpy prints shapes.
+std::string shape_str(const Shape& shape);
+
+/// One sample as the index knows it, before any byte is read.
+struct SampleRef {
+  uint32_t file = 0;    // into SampleIndex::files
+  uint32_t source = 0;  // into SampleIndex::sources: the decoder of this sample
+  uint64_t item = 0;    // the sample's position within its source
+  absl::InlinedVector<Extent, 1> extents;  // bytes to read, in this order
+  Shape shape;                             // decoded shape (may hold -1)
+  DType dtype;                             // decoded element type
+
+  /// Decoded byte count, or 0 when the shape is not known before decode.
+  uint64_t nbytes() const { return static_cast<uint64_t>(num_elements(shape)) * dtype.size; }
+  /// Total bytes the extents cover on disk.
+  uint64_t read_bytes() const;
+};
+
+/// A decoded sample: a view of its bytes (into the raw buffer or scratch).
+struct DecodedSample {
+  std::span<const std::byte> bytes;
+  Shape shape;
+  DType dtype;
+};
+
+/// One dataset / member / record stream inside one file. It knows the
+/// geometry its samples share and turns a sample's raw bytes into the sample.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  /// Short layout tag shown by `dlfeed inspect`, e.g. "npy", "npz:deflated",
+  /// "hdf5:chunked+deflate", "tfrecord".
+  virtual std::string layout() const = 0;
+  /// One line describing the source (name, shape, dtype, sample axis).
+  virtual std::string describe() const = 0;
+  /// Decodes `ref` from `raw`, the bytes of its extents concatenated in
+  /// order. The result views `raw` where it can (zero copy) or `scratch`.
+  /// `raw` is mutable so decoders may transform in place.
+  virtual absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
+                                               std::vector<std::byte>& scratch) const = 0;
+  /// True when samples cannot be resolved to extents and decode() reads
+  /// through the format library itself (raw is then empty).
+  virtual bool reads_through_library() const { return false; }
+};
+
+/// All samples of a set of files, with file boundaries (for the order stage).
+struct SampleIndex {
+  std::vector<std::string> files;
+  std::vector<std::unique_ptr<SampleSource>> sources;
+  std::vector<SampleRef> samples;
+  /// file_begin[f] is the first sample id of file f; file_begin.back() ==
+  /// samples.size(). Samples of a file are contiguous in `samples`.
+  std::vector<uint64_t> file_begin{0};
+
+  uint64_t size() const { return samples.size(); }
+  uint64_t num_files() const { return files.size(); }
+  /// Appends another index (renumbering its files and sources).
+  void append(SampleIndex&& other);
+};
+
+/// Reads and decodes sample `id` with plain pread (no prefetch): the simple
+/// path used by tools and tests. `out` receives the decoded bytes.
+absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
+                                          std::vector<std::byte>& raw,
+                                          std::vector<std::byte>& scratch);
+
+}  // namespace dlfeed

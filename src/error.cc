@@ -1,0 +1,30 @@
+#include "dlfeed/error.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace dlfeed {
+
+absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
+                          absl::string_view found) {
+  return absl::DataLossError(
+      absl::StrCat(path, ": at offset ", offset, ": expected ", expected, ", found ", found));
+}
+
+absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": at offset ", offset, ": ", what));
+}
+
+absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err) {
+  std::string msg = absl::StrCat(path, ": at offset ", offset, ": ", op, " failed: ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+void throw_if_error(const absl::Status& status) {
+  if (!status.ok()) throw Error(status);
+}
+
+}  // namespace dlfeed

@@ -1,0 +1,74 @@
+#include "dlfeed/detail/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+
+namespace dlfeed::detail {
+
+absl::StatusOr<File> File::open(const std::string& path) {
+  File f;
+  f.path_ = path;
+  f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd_ < 0) return io_error(path, 0, "open", errno);
+  struct stat st {};
+  if (::fstat(f.fd_, &st) != 0) return io_error(path, 0, "fstat", errno);
+  if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
+  f.size_ = static_cast<uint64_t>(st.st_size);
+  return f;
+}
+
+File::File(File&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)) {}
+
+File& File::operator=(File&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+    size_ = o.size_;
+    path_ = std::move(o.path_);
+  }
+  return *this;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status File::read_exact(uint64_t offset, std::span<std::byte> out, absl::string_view what) const {
+  if (offset > size_ || out.size() > size_ - offset) {
+    return format_error(path_, offset,
+                        absl::StrCat(out.size(), " bytes of ", what),
+                        absl::StrCat(offset > size_ ? 0 : size_ - offset,
+                                     " bytes before the end of the file (file is ", size_, " bytes)"));
+  }
+  DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(fd_, out, offset, path_));
+  if (got != out.size()) {
+    return format_error(path_, offset + got, absl::StrCat(out.size(), " bytes of ", what),
+                        absl::StrCat("end of file after ", got, " bytes (file shrank while reading?)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset,
+                                  const std::string& path) {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return io_error(path, offset + done, "pread", errno);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+}  // namespace dlfeed::detail

@@ -1,0 +1,105 @@
+#include "dlfeed/format/format.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+
+namespace dlfeed {
+namespace fs = std::filesystem;
+
+absl::StatusOr<FileFormat> detect_format(const std::string& path) {
+  std::string ext = absl::AsciiStrToLower(fs::path(path).extension().string());
+  if (ext == ".npy") return FileFormat::kNpy;
+  if (ext == ".npz") return FileFormat::kNpz;
+  if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf" || ext == ".he5") return FileFormat::kHdf5;
+  if (ext == ".tfrecord" || ext == ".tfrecords" || ext == ".tfr") return FileFormat::kTfRecord;
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": cannot tell the format from the extension '", ext,
+      "' (expected .npy, .npz, .h5/.hdf5 or .tfrecord); pass the format explicitly"));
+}
+
+std::string format_name(FileFormat f) {
+  switch (f) {
+    case FileFormat::kAuto: return "auto";
+    case FileFormat::kNpy: return "npy";
+    case FileFormat::kNpz: return "npz";
+    case FileFormat::kHdf5: return "hdf5";
+    case FileFormat::kTfRecord: return "tfrecord";
+  }
+  return "?";
+}
+
+absl::StatusOr<FileFormat> parse_format(absl::string_view name) {
+  std::string n = absl::AsciiStrToLower(name);
+  if (n == "auto") return FileFormat::kAuto;
+  if (n == "npy") return FileFormat::kNpy;
+  if (n == "npz") return FileFormat::kNpz;
+  if (n == "hdf5" || n == "h5") return FileFormat::kHdf5;
+  if (n == "tfrecord" || n == "tfrecords") return FileFormat::kTfRecord;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5 or tfrecord)"));
+}
+
+absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options) {
+  FileFormat f = options.format;
+  if (f == FileFormat::kAuto) {
+    DLFEED_ASSIGN_OR_RETURN(f, detect_format(path));
+  }
+  switch (f) {
+    case FileFormat::kNpy: return open_npy(path, options);
+    case FileFormat::kNpz: return open_npz(path, options);
+    case FileFormat::kHdf5: return open_hdf5(path, options);
+    case FileFormat::kTfRecord: return open_tfrecord(path, options);
+    case FileFormat::kAuto: break;
+  }
+  return absl::InternalError("unreachable format");
+}
+
+absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
+                                         const FormatOptions& options) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      std::vector<std::string> found;
+      auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
+      if (ec) return io_error(p, 0, "opendir", ec.value());
+      for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (ec) return io_error(p, 0, "readdir", ec.value());
+        if (it->is_directory() && it->path().filename() == "index") {
+          it.disable_recursion_pending();  // DLIO's TFRecord sidecars
+          continue;
+        }
+        if (!it->is_regular_file()) continue;
+        const std::string s = it->path().string();
+        FileFormat want = options.format;
+        auto got = detect_format(s);
+        if (!got.ok()) continue;  // not a data file (.idx, logs, ...)
+        if (want != FileFormat::kAuto && *got != want) continue;
+        found.push_back(s);
+      }
+      std::sort(found.begin(), found.end());
+      if (found.empty()) {
+        return absl::NotFoundError(absl::StrCat(p, ": no data files (.npy, .npz, .h5, .tfrecord) in this folder"));
+      }
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::exists(p, ec)) {
+      files.push_back(p);
+    } else {
+      return absl::NotFoundError(absl::StrCat(p, ": no such file or folder"));
+    }
+  }
+  SampleIndex all;
+  for (const std::string& f : files) {
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(f, options));
+    all.append(std::move(one));
+  }
+  return all;
+}
+
+}  // namespace dlfeed

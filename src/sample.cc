@@ -1,0 +1,70 @@
+#include "dlfeed/sample.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
+
+namespace dlfeed {
+
+int64_t num_elements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return 0;
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+uint64_t SampleRef::read_bytes() const {
+  uint64_t n = 0;
+  for (const Extent& e : extents) n += e.length;
+  return n;
+}
+
+void SampleIndex::append(SampleIndex&& other) {
+  const uint32_t file_base = static_cast<uint32_t>(files.size());
+  const uint32_t source_base = static_cast<uint32_t>(sources.size());
+  for (auto& f : other.files) files.push_back(std::move(f));
+  for (auto& s : other.sources) sources.push_back(std::move(s));
+  samples.reserve(samples.size() + other.samples.size());
+  const uint64_t sample_base = samples.size();
+  for (auto& r : other.samples) {
+    r.file += file_base;
+    r.source += source_base;
+    samples.push_back(std::move(r));
+  }
+  for (size_t i = 1; i < other.file_begin.size(); ++i) {
+    file_begin.push_back(sample_base + other.file_begin[i]);
+  }
+  other = SampleIndex{};
+}
+
+absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
+                                          std::vector<std::byte>& raw,
+                                          std::vector<std::byte>& scratch) {
+  if (id >= index.samples.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("sample ", id, " out of range: the dataset has ", index.samples.size(), " samples"));
+  }
+  const SampleRef& ref = index.samples[id];
+  const SampleSource& source = *index.sources[ref.source];
+  raw.resize(ref.read_bytes());
+  if (!ref.extents.empty()) {
+    DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(index.files[ref.file]));
+    size_t pos = 0;
+    for (const Extent& e : ref.extents) {
+      DLFEED_RETURN_IF_ERROR(f.read_exact(
+          e.offset, std::span<std::byte>(raw.data() + pos, e.length), absl::StrCat("sample ", ref.item)));
+      pos += e.length;
+    }
+  }
+  return source.decode(ref, std::span<std::byte>(raw.data(), raw.size()), scratch);
+}
+
+}  // namespace dlfeed
