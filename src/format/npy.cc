@@ -1,14 +1,468 @@
-// Placeholder: being written.
-#include "dlfeed/format/format.h"
+#include "dlfeed/format/npy.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "array_source.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"
 
 namespace dlfeed {
-absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOptions&) {
-  return absl::UnimplementedError(path + ": npy reader not built yet");
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr uint64_t kMaxHeader = 1 << 20;  // numpy itself refuses headers over 10 KB by default
+
+uint32_t le32(const std::byte* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
+
+// A tiny reader for the Python dict literal in an NPY header, e.g.
+// {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+class DictParser {
+ public:
+  DictParser(absl::string_view s, absl::string_view path, uint64_t offset) : s_(s), path_(path), base_(offset) {}
+
+  absl::Status parse(NpyHeader& h) {
+    bool have_descr = false, have_order = false, have_shape = false;
+    skip_ws();
+    if (!eat('{')) return error("'{' opening the header dictionary");
+    while (true) {
+      skip_ws();
+      if (eat('}')) break;
+      std::string key;
+      DLFEED_RETURN_IF_ERROR(parse_string(key));
+      skip_ws();
+      if (!eat(':')) return error("':' after a dictionary key");
+      skip_ws();
+      if (key == "descr") {
+        if (peek() == '[') {
+          return error("a dtype descriptor string", "a list: structured dtypes are not supported");
+        }
+        std::string descr;
+        DLFEED_RETURN_IF_ERROR(parse_string(descr));
+        auto t = DType::parse(descr);
+        if (!t.ok()) return error("a supported dtype", std::string(t.status().message()));
+        h.dtype = *t;
+        have_descr = true;
+      } else if (key == "fortran_order") {
+        if (consume("True")) h.fortran_order = true;
+        else if (consume("False")) h.fortran_order = false;
+        else return error("True or False for fortran_order");
+        have_order = true;
+      } else if (key == "shape") {
+        DLFEED_RETURN_IF_ERROR(parse_shape(h.shape));
+        have_shape = true;
+      } else {
+        return error("only the keys 'descr', 'fortran_order' and 'shape'", absl::StrCat("key '", key, "'"));
+      }
+      skip_ws();
+      if (eat(',')) continue;
+      skip_ws();
+      if (eat('}')) break;
+      return error("',' or '}' in the header dictionary");
+    }
+    if (!have_descr || !have_order || !have_shape) {
+      return error("all of 'descr', 'fortran_order' and 'shape' in the header", "some missing");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+  bool eat(char c) {
+    if (peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  bool consume(absl::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  }
+  absl::Status error(absl::string_view expected, absl::string_view found = "") {
+    std::string f(found);
+    if (f.empty()) {
+      f = pos_ < s_.size() ? absl::StrCat("'", s_.substr(pos_, 16), "'") : "the end of the header";
+    }
+    return format_error(path_, base_ + pos_, expected, f);
+  }
+  absl::Status parse_string(std::string& out) {
+    const char q = peek();
+    if (q != '\'' && q != '"') return error("a quoted string");
+    ++pos_;
+    const size_t end = s_.find(q, pos_);
+    if (end == absl::string_view::npos) return error("a closing quote");
+    out = std::string(s_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return absl::OkStatus();
+  }
+  absl::Status parse_shape(Shape& shape) {
+    if (!eat('(')) return error("'(' opening the shape tuple");
+    shape.clear();
+    while (true) {
+      skip_ws();
+      if (eat(')')) return absl::OkStatus();
+      const size_t start = pos_;
+      while (pos_ < s_.size() && absl::ascii_isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+      if (pos_ == start) return error("a non-negative integer dimension");
+      // numpy may print 3L on Python 2 files.
+      int64_t d = 0;
+      if (!absl::SimpleAtoi(s_.substr(start, pos_ - start), &d)) {
+        return error("a dimension that fits 63 bits", absl::StrCat("'", s_.substr(start, pos_ - start), "'"));
+      }
+      eat('L');
+      shape.push_back(d);
+      if (shape.size() > 32) return error("at most 32 dimensions");
+      skip_ws();
+      if (eat(',')) continue;
+      skip_ws();
+      if (eat(')')) return absl::OkStatus();
+      return error("',' or ')' in the shape tuple");
+    }
+  }
+
+  absl::string_view s_;
+  absl::string_view path_;
+  uint64_t base_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+uint64_t NpyHeader::num_elements() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> pre, absl::string_view path,
+                                         uint64_t base) {
+  if (pre.size() < 10) {
+    return format_error(path, base, "an NPY preamble of at least 10 bytes",
+                        absl::StrCat(pre.size(), " bytes (file truncated)"));
+  }
+  if (std::memcmp(pre.data(), kMagic, 6) != 0) {
+    return format_error(path, base, "the NPY magic \\x93NUMPY", "other bytes (not an .npy file)");
+  }
+  const int major = static_cast<int>(pre[6]);
+  if (major == 1) return 10 + (uint64_t(pre[8]) | uint64_t(pre[9]) << 8);
+  if (major == 2 || major == 3) {
+    if (pre.size() < 12) {
+      return format_error(path, base + pre.size(), "a 4-byte header length (NPY 2.0/3.0)", "end of data");
+    }
+    const uint64_t len = le32(pre.data() + 8);
+    if (len > kMaxHeader) {
+      return format_error(path, base + 8, absl::StrCat("a header length of at most ", kMaxHeader),
+                          absl::StrCat(len));
+    }
+    return 12 + len;
+  }
+  return format_error(path, base + 6, "NPY format version 1, 2 or 3", absl::StrCat("version ", major, ".",
+                                                                                     static_cast<int>(pre[7])));
+}
+
+absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path,
+                                           uint64_t base) {
+  DLFEED_ASSIGN_OR_RETURN(uint64_t size, npy_header_size(header, path, base));
+  if (header.size() < size) {
+    return format_error(path, base + header.size(), absl::StrCat("an NPY header of ", size, " bytes"),
+                        absl::StrCat("only ", header.size(), " bytes (file truncated)"));
+  }
+  NpyHeader h;
+  h.major = static_cast<int>(header[6]);
+  h.minor = static_cast<int>(header[7]);
+  h.data_offset = size;
+  const size_t dict_start = h.major == 1 ? 10 : 12;
+  absl::string_view dict(reinterpret_cast<const char*>(header.data()) + dict_start, size - dict_start);
+  DLFEED_RETURN_IF_ERROR(DictParser(dict, path, base + dict_start).parse(h));
+  uint64_t n = 1;
+  for (int64_t d : h.shape) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) {
+      return format_error(path, base + dict_start, "a shape whose size fits 64 bits",
+                          absl::StrCat("shape ", shape_str(h.shape)));
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(n, static_cast<uint64_t>(h.dtype.size), &bytes) || bytes > (uint64_t(1) << 62)) {
+    return format_error(path, base + dict_start, "a shape whose byte size fits 62 bits",
+                        absl::StrCat("shape ", shape_str(h.shape)));
+  }
+  return h;
+}
+
+std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order) {
+  std::string shape_text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    absl::StrAppend(&shape_text, shape[i], shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+  }
+  shape_text += ")";
+  std::string dict = absl::StrCat("{'descr': '", dtype.str(), "', 'fortran_order': ",
+                                  fortran_order ? "True" : "False", ", 'shape': ", shape_text, ", }");
+  const bool v2 = dict.size() + 11 > 65535;
+  const size_t pre = v2 ? 12 : 10;
+  size_t total = pre + dict.size() + 1;
+  const size_t padded = (total + 63) / 64 * 64;
+  dict.append(padded - total, ' ');
+  dict.push_back('\n');
+  std::string out(kMagic, 6);
+  out.push_back(static_cast<char>(v2 ? 2 : 1));
+  out.push_back(0);
+  const uint32_t len = static_cast<uint32_t>(dict.size());
+  out.push_back(static_cast<char>(len & 0xff));
+  out.push_back(static_cast<char>((len >> 8) & 0xff));
+  if (v2) {
+    out.push_back(static_cast<char>((len >> 16) & 0xff));
+    out.push_back(static_cast<char>((len >> 24) & 0xff));
+  }
+  return out + dict;
+}
+
+namespace detail {
+
+SampleAxis resolve_axis(const FormatOptions& options, const std::string& path) {
+  if (options.axis != SampleAxis::kAuto) return options.axis;
+  // DLIO names its files {prefix}_{i}_of_{n}.{ext} and stacks samples on the last axis.
+  const std::string name = std::filesystem::path(path).stem().string();
+  const size_t of = name.rfind("_of_");
+  if (of == std::string::npos || of + 4 >= name.size()) return SampleAxis::kFirst;
+  for (size_t i = of + 4; i < name.size(); ++i) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(name[i]))) return SampleAxis::kFirst;
+  }
+  return SampleAxis::kLast;
+}
+
+absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis axis, absl::string_view path) {
+  if (h.shape.empty()) {
+    return format_error(path, 0, "an array with at least one dimension (the sample axis)", "a 0-d scalar array");
+  }
+  const size_t nd = h.shape.size();
+  std::vector<int64_t> strides(nd);
+  int64_t s = 1;
+  if (h.fortran_order) {
+    for (size_t i = 0; i < nd; ++i) { strides[i] = s; s *= std::max<int64_t>(h.shape[i], 1); }
+  } else {
+    for (size_t i = nd; i-- > 0;) { strides[i] = s; s *= std::max<int64_t>(h.shape[i], 1); }
+  }
+  const size_t a = axis == SampleAxis::kLast ? nd - 1 : 0;
+  SampleGeometry g;
+  g.axis_stride = strides[a];
+  for (size_t i = 0; i < nd; ++i) {
+    if (i == a) continue;
+    g.dims.push_back(h.shape[i]);
+    g.strides.push_back(strides[i]);
+  }
+  int64_t span = 1;
+  bool empty = false;
+  for (size_t i = 0; i < g.dims.size(); ++i) {
+    if (g.dims[i] == 0) empty = true;
+    span += (g.dims[i] - 1) * g.strides[i];
+  }
+  g.span = empty ? 0 : span;
+  // Contiguous when the sample's strides are exactly its own C-order strides.
+  g.contiguous = true;
+  int64_t expect = 1;
+  for (size_t i = g.dims.size(); i-- > 0;) {
+    if (g.dims[i] != 1 && g.strides[i] != expect) g.contiguous = false;
+    expect *= g.dims[i];
+  }
+  return g;
+}
+
+void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, const std::vector<int64_t>& strides,
+                    size_t itemsize) {
+  const size_t nd = dims.size();
+  if (nd == 0) {
+    std::memcpy(dst, src, itemsize);
+    return;
+  }
+  for (int64_t d : dims) {
+    if (d == 0) return;
+  }
+  std::vector<int64_t> idx(nd, 0);
+  const int64_t inner = dims[nd - 1];
+  const int64_t inner_stride = strides[nd - 1] * static_cast<int64_t>(itemsize);
+  const std::byte* base = src;
+  while (true) {
+    const std::byte* p = base;
+    if (strides[nd - 1] == 1) {
+      std::memcpy(dst, p, inner * itemsize);
+      dst += inner * itemsize;
+    } else {
+      switch (itemsize) {
+        case 1: for (int64_t i = 0; i < inner; ++i, p += inner_stride) *dst++ = *p; break;
+        case 2: for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 2) std::memcpy(dst, p, 2); break;
+        case 4: for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 4) std::memcpy(dst, p, 4); break;
+        default: for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 8) std::memcpy(dst, p, 8); break;
+      }
+    }
+    // Advance the outer indices (odometer).
+    size_t k = nd - 1;
+    while (k-- > 0) {
+      base += strides[k] * static_cast<int64_t>(itemsize);
+      if (++idx[k] < dims[k]) break;
+      base -= strides[k] * dims[k] * static_cast<int64_t>(itemsize);
+      idx[k] = 0;
+    }
+    if (k == static_cast<size_t>(-1)) return;
+  }
+}
+
+uint64_t ArraySource::num_samples() const {
+  const size_t a = axis_ == SampleAxis::kLast ? header_.shape.size() - 1 : 0;
+  return static_cast<uint64_t>(header_.shape[a]);
+}
+
+std::string ArraySource::describe() const {
+  return absl::StrCat(name_.empty() ? "" : absl::StrCat("member '", name_, "' "), "array ", shape_str(header_.shape),
+                      " ", header_.dtype.str(), header_.fortran_order ? " fortran-order" : "", ", samples on the ",
+                      axis_ == SampleAxis::kLast ? "last" : "first", " axis (",
+                      geometry_.contiguous ? "contiguous" : "strided", "), NPY ", header_.major, ".", header_.minor);
+}
+
+void ArraySource::add_samples(SampleIndex& index, uint64_t array_offset) const {
+  const uint64_t n = num_samples();
+  const uint64_t isz = header_.dtype.size;
+  index.samples.reserve(index.samples.size() + n);
+  for (uint64_t k = 0; k < n; ++k) {
+    SampleRef r;
+    r.file = 0;
+    r.source = static_cast<uint32_t>(index.sources.size());
+    r.item = k;
+    r.shape = geometry_.dims;
+    r.dtype = header_.dtype;
+    if (deflated_) {
+      r.extents.push_back({member_.data_offset, member_.compressed_size});
+    } else if (geometry_.span > 0) {
+      r.extents.push_back({array_offset + header_.data_offset + k * geometry_.axis_stride * isz,
+                           static_cast<uint64_t>(geometry_.span) * isz});
+    }
+    index.samples.push_back(std::move(r));
+  }
+}
+
+absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::span<std::byte> raw,
+                                                  std::vector<std::byte>& scratch) const {
+  const uint64_t isz = header_.dtype.size;
+  const uint64_t out_bytes = ref.nbytes();
+  DecodedSample out{{}, ref.shape, ref.dtype};
+  if (geometry_.span == 0) return out;
+  const std::byte* first = raw.data();
+  std::vector<std::byte> inflated;
+  if (deflated_) {
+    // Inflate the whole member; check its CRC-32 and size against the directory.
+    inflated.resize(member_.uncompressed_size);
+    DLFEED_RETURN_IF_ERROR(inflate_raw(raw, inflated, path_, member_.data_offset,
+                                       absl::StrCat("member '", member_.name, "'")));
+    const uint32_t crc = zip_crc32(inflated);
+    if (crc != member_.crc32) {
+      return format_error(path_, member_.data_offset,
+                          absl::StrFormat("CRC-32 %08x of member '%s'", member_.crc32, member_.name),
+                          absl::StrFormat("%08x", crc));
+    }
+    const uint64_t start = header_.data_offset + ref.item * geometry_.axis_stride * isz;
+    if (start + geometry_.span * isz > inflated.size()) {
+      return format_error(path_, member_.data_offset, "sample data inside the inflated member",
+                          "a member shorter than its header says");
+    }
+    first = inflated.data() + start;
+  } else if (raw.size() < static_cast<uint64_t>(geometry_.span) * isz) {
+    return format_error(path_, ref.extents.empty() ? 0 : ref.extents[0].offset,
+                        absl::StrCat(geometry_.span * isz, " bytes of sample ", ref.item),
+                        absl::StrCat(raw.size(), " bytes"));
+  }
+  if (geometry_.contiguous && !deflated_) {
+    out.bytes = std::span<const std::byte>(first, out_bytes);
+    return out;
+  }
+  scratch.resize(out_bytes);
+  gather_strided(first, scratch.data(), geometry_.dims, geometry_.strides, isz);
+  out.bytes = std::span<const std::byte>(scratch.data(), out_bytes);
+  return out;
+}
+
+}  // namespace detail
+
+absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOptions& options) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
+  std::vector<std::byte> pre(std::min<uint64_t>(kNpyPreamble, f.size()));
+  DLFEED_RETURN_IF_ERROR(f.read_exact(0, pre, "NPY preamble"));
+  DLFEED_ASSIGN_OR_RETURN(uint64_t hsize, npy_header_size(pre, path, 0));
+  std::vector<std::byte> hbytes(hsize);
+  DLFEED_RETURN_IF_ERROR(f.read_exact(0, hbytes, "NPY header"));
+  DLFEED_ASSIGN_OR_RETURN(NpyHeader h, parse_npy_header(hbytes, path, 0));
+  if (h.data_bytes() > f.size() - h.data_offset) {
+    return format_error(path, h.data_offset,
+                        absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " ",
+                                     h.dtype.str()),
+                        absl::StrCat(f.size() - h.data_offset, " bytes before the end of the file"));
+  }
+  const SampleAxis axis = detail::resolve_axis(options, path);
+  DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
+  auto src = std::make_unique<detail::ArraySource>(path, "", h, g, axis, "npy");
+  SampleIndex index;
+  index.files.push_back(path);
+  src->add_samples(index, 0);
+  index.sources.push_back(std::move(src));
+  index.file_begin.push_back(index.samples.size());
+  return index;
+}
+
 namespace gen {
-absl::Status write_npy_file(const FileSpec& spec) {
-  return absl::UnimplementedError(spec.path + ": npy writer not built yet");
+
+namespace {
+// The whole array of a file: samples stacked on the first or last axis.
+std::vector<std::byte> make_array(const FileSpec& spec, Shape& shape) {
+  const uint64_t per = static_cast<uint64_t>(num_elements(spec.sample_shape)) * spec.dtype.size;
+  const uint64_t n = spec.num_samples;
+  std::vector<std::byte> sample(per), out(per * n);
+  const size_t isz = spec.dtype.size;
+  const uint64_t elems = per / isz;
+  for (uint64_t k = 0; k < n; ++k) {
+    fill_sample(spec.seed, spec.first_global_id + k, spec.dtype, sample);
+    if (spec.axis == SampleAxis::kLast) {
+      for (uint64_t e = 0; e < elems; ++e) std::memcpy(&out[(e * n + k) * isz], &sample[e * isz], isz);
+    } else {
+      std::memcpy(&out[k * per], sample.data(), per);
+    }
+  }
+  shape.clear();
+  if (spec.axis != SampleAxis::kLast) shape.push_back(static_cast<int64_t>(n));
+  for (int64_t d : spec.sample_shape) shape.push_back(d);
+  if (spec.axis == SampleAxis::kLast) shape.push_back(static_cast<int64_t>(n));
+  return out;
 }
+}  // namespace
+
+std::string npy_bytes(const FileSpec& spec) {
+  Shape shape;
+  std::vector<std::byte> data = make_array(spec, shape);
+  std::string out = make_npy_header(spec.dtype, shape);
+  out.append(reinterpret_cast<const char*>(data.data()), data.size());
+  return out;
 }
+
+std::string labels_npy_bytes(const FileSpec& spec) {
+  std::string out = make_npy_header(DType::i64(), Shape{static_cast<int64_t>(spec.num_samples)});
+  for (uint64_t k = 0; k < spec.num_samples; ++k) {
+    int64_t v = spec.zero_labels ? 0 : sample_label(spec.first_global_id + k);
+    out.append(reinterpret_cast<const char*>(&v), 8);
+  }
+  return out;
+}
+
+
+absl::Status write_npy_file(const FileSpec& spec) { return write_file(spec.path, npy_bytes(spec)); }
+
+}  // namespace gen
 }  // namespace dlfeed

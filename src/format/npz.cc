@@ -1,14 +1,172 @@
-// Placeholder: being written.
+// NPZ: a zip archive of NPY members. Stored members are indexed by direct
+// offset into the archive; deflated ones are inflated with zlib at decode.
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "array_source.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
+#include "dlfeed/format/npy.h"
+#include "dlfeed/format/zip.h"
 #include "dlfeed/gen/generate.h"
 
 namespace dlfeed {
-absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions&) {
-  return absl::UnimplementedError(path + ": npz reader not built yet");
+namespace {
+
+constexpr uint64_t kMaxHeaderProbe = (1 << 20) + kNpyPreamble;
+
+// Inflates the first bytes of a raw deflate stream (for the NPY header of a
+// deflated member); returns how many bytes came out.
+absl::StatusOr<size_t> inflate_prefix(std::span<const std::byte> in, std::span<std::byte> out,
+                                      absl::string_view path, uint64_t offset) {
+  z_stream zs{};
+  if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) return absl::InternalError("zlib inflateInit2 failed");
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  const int rc = inflate(&zs, Z_SYNC_FLUSH);
+  const size_t produced = zs.total_out;
+  const uint64_t consumed = zs.total_in;
+  inflateEnd(&zs);
+  if (rc == Z_DATA_ERROR || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR) {
+    return format_error(path, offset + consumed, "valid deflate data", "corrupt data");
+  }
+  return produced;
 }
+
+std::string member_list(const std::vector<ZipMember>& members) {
+  std::vector<std::string> names;
+  for (const auto& m : members) names.push_back(absl::StrCat("'", m.name, "'"));
+  return names.empty() ? "no members" : absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
+  const uint64_t size = f.size();
+  std::vector<std::byte> tail(std::min<uint64_t>(size, 22 + 65535 + 20));
+  DLFEED_RETURN_IF_ERROR(f.read_exact(size - tail.size(), tail, "zip end record"));
+  DLFEED_ASSIGN_OR_RETURN(ZipDirectory dir, parse_zip_end(tail, size, path));
+  if (dir.entries == UINT64_MAX) {
+    const uint64_t z64_at = dir.offset;
+    if (z64_at > size || size - z64_at < 56) {
+      return format_error(path, z64_at, "a Zip64 end-of-central-directory record (56 bytes)",
+                          "an offset past the end of the file");
+    }
+    std::vector<std::byte> z64(56);
+    DLFEED_RETURN_IF_ERROR(f.read_exact(z64_at, z64, "Zip64 end record"));
+    DLFEED_ASSIGN_OR_RETURN(dir, parse_zip64_end(z64, z64_at, path));
+  }
+  std::vector<std::byte> cd(dir.size);
+  DLFEED_RETURN_IF_ERROR(f.read_exact(dir.offset, cd, "zip central directory"));
+  DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members,
+                          parse_zip_directory(cd, dir.offset, dir.entries, size, path));
+
+  // Pick the member: the option's name (with or without .npy), else x, else the only one.
+  const ZipMember* chosen = nullptr;
+  std::string wanted = options.name;
+  for (const auto& m : members) {
+    if (!wanted.empty() ? (m.name == wanted || m.name == wanted + ".npy") : m.name == "x.npy") chosen = &m;
+  }
+  if (chosen == nullptr && wanted.empty() && members.size() == 1) chosen = &members[0];
+  if (chosen == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": at offset ", dir.offset, ": expected member '", wanted.empty() ? "x" : wanted,
+        ".npy' in the central directory, found ", member_list(members),
+        wanted.empty() ? " (choose one with the member name option)" : ""));
+  }
+  ZipMember m = *chosen;
+  if (m.flags & 1) {
+    return format_error(path, m.local_header_offset, absl::StrCat("an unencrypted member '", m.name, "'"),
+                        "an encrypted one");
+  }
+  if (m.method != 0 && m.method != 8) {
+    return format_error(path, m.local_header_offset,
+                        absl::StrCat("member '", m.name, "' stored (0) or deflated (8)"),
+                        absl::StrCat("compression method ", m.method));
+  }
+  std::vector<std::byte> lh(30);
+  if (m.local_header_offset + 30 > size) {
+    return format_error(path, m.local_header_offset, "a 30-byte zip local header", "end of file");
+  }
+  DLFEED_RETURN_IF_ERROR(f.read_exact(m.local_header_offset, lh, "zip local header"));
+  DLFEED_ASSIGN_OR_RETURN(m.data_offset, zip_data_offset(lh, m, size, path));
+
+  const std::string label = absl::StrCat("member '", m.name, "'");
+  NpyHeader h;
+  if (m.method == 0) {
+    if (m.compressed_size != m.uncompressed_size) {
+      return format_error(path, m.local_header_offset,
+                          absl::StrCat("equal sizes for stored ", label),
+                          absl::StrCat(m.compressed_size, " vs ", m.uncompressed_size));
+    }
+    std::vector<std::byte> pre(std::min<uint64_t>(kNpyPreamble, m.compressed_size));
+    DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, pre, "NPY preamble"));
+    DLFEED_ASSIGN_OR_RETURN(uint64_t hsize, npy_header_size(pre, path, m.data_offset));
+    if (hsize > m.compressed_size) {
+      return format_error(path, m.data_offset, absl::StrCat("an NPY header inside ", label),
+                          absl::StrCat("a header of ", hsize, " bytes in a member of ", m.compressed_size));
+    }
+    std::vector<std::byte> hb(hsize);
+    DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, hb, "NPY header"));
+    DLFEED_ASSIGN_OR_RETURN(h, parse_npy_header(hb, path, m.data_offset));
+  } else {
+    std::vector<std::byte> comp(std::min<uint64_t>(m.compressed_size, kMaxHeaderProbe));
+    DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, comp, "deflated NPY header"));
+    std::vector<std::byte> head(std::min<uint64_t>(m.uncompressed_size, kMaxHeaderProbe));
+    DLFEED_ASSIGN_OR_RETURN(size_t got, inflate_prefix(comp, head, path, m.data_offset));
+    head.resize(got);
+    // Offsets inside a deflated member are reported at the member's start.
+    DLFEED_ASSIGN_OR_RETURN(h, parse_npy_header(head, path, m.data_offset));
+  }
+  if (h.data_offset > m.uncompressed_size || h.data_bytes() > m.uncompressed_size - h.data_offset) {
+    return format_error(path, m.data_offset,
+                        absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " in ",
+                                     label),
+                        absl::StrCat("a member of ", m.uncompressed_size, " bytes"));
+  }
+  const SampleAxis axis = detail::resolve_axis(options, path);
+  DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
+  std::string name = m.name;
+  if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") name.resize(name.size() - 4);
+  auto src = std::make_unique<detail::ArraySource>(path, name, h, g, axis,
+                                                   m.method == 8 ? "npz:deflated" : "npz:stored");
+  if (m.method == 8) src->set_deflated(m);
+  SampleIndex index;
+  index.files.push_back(path);
+  src->add_samples(index, m.data_offset);
+  index.sources.push_back(std::move(src));
+  index.file_begin.push_back(index.samples.size());
+  return index;
+}
+
 namespace gen {
+
+std::string npy_bytes(const FileSpec& spec);
+std::string labels_npy_bytes(const FileSpec& spec);
+
 absl::Status write_npz_file(const FileSpec& spec) {
-  return absl::UnimplementedError(spec.path + ": npz writer not built yet");
+  ZipWriter zip(spec.path);
+  const bool deflate = spec.compression == Compression::kDeflate;
+  const std::string x = npy_bytes(spec);
+  const std::string data_name = spec.data_names.empty() ? "x" : spec.data_names[0];
+  auto as_bytes = [](const std::string& s) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
+  };
+  DLFEED_RETURN_IF_ERROR(zip.add(data_name + ".npy", as_bytes(x), deflate, spec.level));
+  if (!spec.label_name.empty()) {
+    const std::string y = labels_npy_bytes(spec);
+    DLFEED_RETURN_IF_ERROR(zip.add(spec.label_name + ".npy", as_bytes(y), deflate, spec.level));
+  }
+  return zip.finish();
 }
-}
+
+}  // namespace gen
 }  // namespace dlfeed

@@ -1,6 +1,8 @@
 #include "dlfeed/gen/generate.h"
 
 #include <bit>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -159,6 +161,25 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
     }
   }
   return written;
+}
+
+}  // namespace dlfeed::gen
+
+namespace dlfeed::gen {
+
+absl::Status write_file(const std::string& path, absl::string_view bytes) {
+  // Write to a temporary name and rename, so a reader never sees half a file.
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return io_error(tmp, 0, "open for writing", errno);
+  const size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
+  const int err = errno;
+  if (std::fclose(f) != 0 || n != bytes.size()) {
+    std::remove(tmp.c_str());
+    return io_error(tmp, n, "write", err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return io_error(path, 0, "rename", errno);
+  return absl::OkStatus();
 }
 
 }  // namespace dlfeed::gen

@@ -1,5 +1,6 @@
 // The dlfeed command line: `dlfeed <command> [flags] [args]`.
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -59,7 +60,21 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(absl::StrCat("dlfeed ", name, ": ", it->second.summary,
                                             "\n\nUsage: dlfeed ", name, " [flags] [args]"));
   // Parse the command's flags with the command name standing in as argv[0].
-  std::vector<char*> args(argv + 1, argv + argc);
+  // Flags may be spelled with dashes (--dump-sample) or underscores (--dump_sample).
+  std::vector<std::string> spelled;
+  spelled.reserve(argc);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+      const size_t end = std::min(a.find('='), a.size());
+      for (size_t j = 2; j < end; ++j) {
+        if (a[j] == '-') a[j] = '_';
+      }
+    }
+    spelled.push_back(std::move(a));
+  }
+  std::vector<char*> args;
+  for (auto& a : spelled) args.push_back(a.data());
   std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   std::vector<std::string> rest(positional.begin() + 1, positional.end());
   try {

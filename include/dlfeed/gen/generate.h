@@ -48,6 +48,9 @@ void fill_sample(uint64_t seed, uint64_t global_id, DType dtype, std::span<std::
 /// so a model can learn something, unless spec says DLIO).
 int64_t sample_label(uint64_t global_id);
 
+/// Writes `bytes` to `path` through a temporary name and a rename.
+absl::Status write_file(const std::string& path, absl::string_view bytes);
+
 absl::Status write_npy_file(const FileSpec& spec);
 absl::Status write_npz_file(const FileSpec& spec);
 absl::Status write_hdf5_file(const FileSpec& spec);

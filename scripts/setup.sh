@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what dlfeed needs on a fresh Debian machine (idempotently) and builds it.
+#   scripts/setup.sh            system packages, .venv with the Python test deps, build/
+# Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
+              libhdf5-dev libtbb-dev liburing-dev libabsl-dev zlib1g-dev libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+# A newer cmake/ninja from pip is fine too: only install Debian's when none is on PATH.
+if command -v cmake >/dev/null; then missing=("${missing[@]/cmake}"); fi
+if command -v ninja >/dev/null; then missing=("${missing[@]/ninja-build}"); fi
+if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  missing=("${missing[@]/python3-venv}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow' 2>/dev/null; then
+  echo "setup: installing Python test dependencies into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
+fi
+
+BUILD_DIR=${BUILD_DIR:-build}
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
+fi
+cmake --build "$BUILD_DIR" -j"$(nproc)"

@@ -1,0 +1,69 @@
+// Private: samples cut from one dense array (an .npy file or an .npz member)
+// along its first or last axis, stored raw or inside a deflated zip member.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dlfeed/format/format.h"
+#include "dlfeed/format/npy.h"
+#include "dlfeed/format/zip.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed::detail {
+
+/// How one sample sits in the array: element strides of its dimensions and
+/// the element span it touches.
+struct SampleGeometry {
+  Shape dims;                    // the sample's shape (C order)
+  std::vector<int64_t> strides;  // element strides in the array, per sample dim
+  int64_t axis_stride = 0;       // element stride between consecutive samples
+  int64_t span = 0;              // elements from the sample's first to last element, inclusive
+  bool contiguous = false;       // C-ordered and dense: zero-copy
+};
+
+/// Geometry of samples of `h` along `axis` (kFirst or kLast).
+absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis axis, absl::string_view path);
+
+/// Copies a strided sample into C order: `src` points at the sample's first element.
+void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, const std::vector<int64_t>& strides,
+                    size_t itemsize);
+
+/// The resolved sample axis for a file under `options` (kAuto: DLIO names get kLast).
+SampleAxis resolve_axis(const FormatOptions& options, const std::string& path);
+
+/// A dense array's samples; raw bytes or a deflated zip member.
+class ArraySource : public SampleSource {
+ public:
+  ArraySource(std::string path, std::string name, NpyHeader header, SampleGeometry geometry, SampleAxis axis,
+              std::string layout)
+      : path_(std::move(path)), name_(std::move(name)), header_(std::move(header)),
+        geometry_(std::move(geometry)), axis_(axis), layout_(std::move(layout)) {}
+
+  /// Samples live inside a deflated zip member: every sample's extent is the
+  /// whole compressed member, inflated (and CRC-checked) at decode.
+  void set_deflated(const ZipMember& m) { deflated_ = true; member_ = m; }
+
+  std::string layout() const override { return layout_; }
+  std::string describe() const override;
+  absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
+                                       std::vector<std::byte>& scratch) const override;
+
+  /// Appends one SampleRef per sample to `index` (file 0, source 0);
+  /// `array_offset` is where the NPY stream starts in the file.
+  void add_samples(SampleIndex& index, uint64_t array_offset) const;
+  uint64_t num_samples() const;
+
+ private:
+  std::string path_;
+  std::string name_;
+  NpyHeader header_;
+  SampleGeometry geometry_;
+  SampleAxis axis_;
+  std::string layout_;
+  bool deflated_ = false;
+  ZipMember member_;
+};
+
+}  // namespace dlfeed::detail

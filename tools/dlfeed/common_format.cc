@@ -1,0 +1,63 @@
+#include "common_format.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+ABSL_FLAG(std::string, format, "auto", "File format: auto (by extension), npy, npz, hdf5, tfrecord");
+ABSL_FLAG(std::string, name, "",
+          "NPZ member (default x) or HDF5 dataset (default records, else records_0) holding the samples");
+ABSL_FLAG(std::string, axis, "auto",
+          "Sample axis of NPY/NPZ arrays: first, last (the DLIO benchmark's layout), or auto (last for "
+          "DLIO-named files img_*_of_*, else first)");
+ABSL_FLAG(std::string, feature, "image", "TFRecord: the tf.train.Example feature that is the sample");
+ABSL_FLAG(std::string, feature_dtype, "uint8", "TFRecord: element type of a bytes_list feature");
+ABSL_FLAG(std::string, feature_shape, "", "TFRecord: shape of the feature, e.g. 64,64 (default: 1-D)");
+ABSL_FLAG(bool, no_verify_crc, false, "TFRecord: skip the CRC32C checks of records");
+ABSL_FLAG(std::string, index_dir, "", "TFRecord: folder of .idx sidecars (default: next to the file or DLIO's index/)");
+ABSL_FLAG(bool, no_index_files, false, "TFRecord: ignore .idx sidecars and scan the files");
+ABSL_FLAG(bool, write_index, false, "TFRecord: write .idx sidecars after scanning");
+
+namespace dlfeed::cli {
+
+absl::StatusOr<Shape> parse_shape(absl::string_view text) {
+  Shape s;
+  for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(",x"), absl::SkipEmpty())) {
+    int64_t d = 0;
+    if (!absl::SimpleAtoi(part, &d) || d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("bad shape '", text, "': expected dimensions like 64,64"));
+    }
+    s.push_back(d);
+  }
+  return s;
+}
+
+absl::StatusOr<FormatOptions> format_options_from_flags() {
+  FormatOptions o;
+  auto f = parse_format(absl::GetFlag(FLAGS_format));
+  if (!f.ok()) return f.status();
+  o.format = *f;
+  o.name = absl::GetFlag(FLAGS_name);
+  const std::string axis = absl::GetFlag(FLAGS_axis);
+  if (axis == "first") o.axis = SampleAxis::kFirst;
+  else if (axis == "last") o.axis = SampleAxis::kLast;
+  else if (axis == "auto") o.axis = SampleAxis::kAuto;
+  else return absl::InvalidArgumentError(absl::StrCat("bad --axis '", axis, "': expected first, last or auto"));
+  o.feature = absl::GetFlag(FLAGS_feature);
+  auto dt = DType::parse(absl::GetFlag(FLAGS_feature_dtype));
+  if (!dt.ok()) return dt.status();
+  o.feature_dtype = *dt;
+  if (!absl::GetFlag(FLAGS_feature_shape).empty()) {
+    auto s = parse_shape(absl::GetFlag(FLAGS_feature_shape));
+    if (!s.ok()) return s.status();
+    o.feature_shape = *s;
+  }
+  o.verify_crc = !absl::GetFlag(FLAGS_no_verify_crc);
+  o.index_dir = absl::GetFlag(FLAGS_index_dir);
+  o.use_index_files = !absl::GetFlag(FLAGS_no_index_files);
+  o.write_index_files = absl::GetFlag(FLAGS_write_index);
+  return o;
+}
+
+}  // namespace dlfeed::cli

@@ -1,0 +1,147 @@
+// dlfeed inspect: what dlfeed finds in a file or folder, and the raw bytes of
+// one sample, so any tool can check dlfeed's reading from outside.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "command.h"
+#include "common_format.h"
+#include "dlfeed/error.h"
+#include "dlfeed/format/format.h"
+
+ABSL_FLAG(bool, json, false, "Print JSON: files, sources and every sample's shape, dtype and extents");
+ABSL_FLAG(int64_t, limit, -1, "List at most this many samples (-1: 10 per file in text, all in JSON)");
+ABSL_FLAG(int64_t, dump_sample, -1, "Write the decoded bytes of this sample (global id) to --out");
+ABSL_FLAG(std::string, out, "", "Where --dump-sample writes (- for stdout)");
+
+namespace dlfeed::cli {
+namespace {
+
+std::string json_escape(absl::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) o += absl::StrFormat("\\u%04x", c);
+        else o.push_back(c);
+    }
+  }
+  return o;
+}
+
+std::string json_shape(const Shape& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&o, i ? ", " : "", s[i]);
+  return o + "]";
+}
+
+void print_json(const SampleIndex& index, int64_t limit) {
+  std::string o = "{\n  \"num_files\": " + std::to_string(index.num_files()) +
+                  ",\n  \"num_samples\": " + std::to_string(index.size()) + ",\n  \"files\": [";
+  for (size_t i = 0; i < index.files.size(); ++i) {
+    absl::StrAppend(&o, i ? ", " : "", "\"", json_escape(index.files[i]), "\"");
+  }
+  o += "],\n  \"file_begin\": [";
+  for (size_t i = 0; i < index.file_begin.size(); ++i) absl::StrAppend(&o, i ? ", " : "", index.file_begin[i]);
+  o += "],\n  \"sources\": [";
+  // Sources are per file in every format today; find each one's file from its first sample.
+  std::vector<int64_t> source_file(index.sources.size(), -1);
+  for (const auto& r : index.samples) {
+    if (source_file[r.source] < 0) source_file[r.source] = r.file;
+  }
+  for (size_t i = 0; i < index.sources.size(); ++i) {
+    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", source_file[i], ", \"layout\": \"",
+                    json_escape(index.sources[i]->layout()), "\", \"describe\": \"",
+                    json_escape(index.sources[i]->describe()), "\"}");
+  }
+  o += "\n  ],\n  \"samples\": [";
+  const uint64_t n = limit < 0 ? index.size() : std::min<uint64_t>(index.size(), limit);
+  for (uint64_t id = 0; id < n; ++id) {
+    const SampleRef& r = index.samples[id];
+    absl::StrAppend(&o, id ? "," : "", "\n    {\"id\": ", id, ", \"file\": ", r.file, ", \"item\": ", r.item,
+                    ", \"shape\": ", json_shape(r.shape), ", \"dtype\": \"", r.dtype.str(), "\", \"extents\": [");
+    for (size_t e = 0; e < r.extents.size(); ++e) {
+      absl::StrAppend(&o, e ? ", " : "", "[", r.extents[e].offset, ", ", r.extents[e].length, "]");
+    }
+    o += "]}";
+  }
+  o += "\n  ]\n}\n";
+  std::fputs(o.c_str(), stdout);
+}
+
+void print_text(const SampleIndex& index, int64_t limit) {
+  std::printf("%llu files, %llu samples\n", static_cast<unsigned long long>(index.num_files()),
+              static_cast<unsigned long long>(index.size()));
+  const uint64_t per_file = limit < 0 ? 10 : static_cast<uint64_t>(limit);
+  std::vector<bool> shown(index.sources.size(), false);
+  for (uint64_t f = 0; f < index.num_files(); ++f) {
+    const uint64_t b = index.file_begin[f], e = index.file_begin[f + 1];
+    std::printf("\nfile %llu: %s\n  %llu samples\n", static_cast<unsigned long long>(f), index.files[f].c_str(),
+                static_cast<unsigned long long>(e - b));
+    for (uint64_t id = b; id < e; ++id) {
+      const SampleRef& r = index.samples[id];
+      if (!shown[r.source]) {
+        shown[r.source] = true;
+        std::printf("  [%s] %s\n", index.sources[r.source]->layout().c_str(),
+                    index.sources[r.source]->describe().c_str());
+      }
+      if (id - b >= per_file) continue;
+      std::string ext;
+      for (const Extent& x : r.extents) absl::StrAppend(&ext, " [", x.offset, ", +", x.length, ")");
+      if (r.extents.empty()) ext = " (read through the format library)";
+      std::printf("  sample %llu: shape %s %s, %s bytes; reads%s\n", static_cast<unsigned long long>(id),
+                  shape_str(r.shape).c_str(), r.dtype.name().c_str(),
+                  r.nbytes() ? std::to_string(r.nbytes()).c_str() : "?", ext.c_str());
+    }
+    if (e - b > per_file) {
+      std::printf("  ... %llu more\n", static_cast<unsigned long long>(e - b - per_file));
+    }
+  }
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    std::fprintf(stderr, "dlfeed inspect: give a file or folder (see --help)\n");
+    return 2;
+  }
+  FormatOptions options = value_or_throw(format_options_from_flags());
+  SampleIndex index = value_or_throw(open_dataset(args, options));
+  const int64_t dump = absl::GetFlag(FLAGS_dump_sample);
+  if (dump >= 0) {
+    const std::string out = absl::GetFlag(FLAGS_out);
+    if (out.empty()) {
+      std::fprintf(stderr, "dlfeed inspect: --dump-sample needs --out PATH (or --out -)\n");
+      return 2;
+    }
+    std::vector<std::byte> raw, scratch;
+    DecodedSample s = value_or_throw(read_sample(index, static_cast<uint64_t>(dump), raw, scratch));
+    if (out == "-") {
+      std::fwrite(s.bytes.data(), 1, s.bytes.size(), stdout);
+    } else {
+      std::ofstream f(out, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
+      if (!f) throw Error(absl::UnavailableError(absl::StrCat(out, ": cannot write the sample")));
+      std::fprintf(stderr, "sample %lld: shape %s %s, %zu bytes written to %s\n", static_cast<long long>(dump),
+                   shape_str(s.shape).c_str(), s.dtype.str().c_str(), s.bytes.size(), out.c_str());
+    }
+    return 0;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    print_json(index, absl::GetFlag(FLAGS_limit));
+  } else {
+    print_text(index, absl::GetFlag(FLAGS_limit));
+  }
+  return 0;
+}
+
+}  // namespace
+
+DLFEED_COMMAND(inspect, "list a file's or folder's samples (shapes, dtypes, extents); dump one sample's bytes",
+               run_inspect);
+
+}  // namespace dlfeed::cli
