@@ -105,7 +105,12 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
     fs::create_directories(folder, ec);
     if (ec) return io_error(folder.string(), 0, "mkdir", ec.value());
     for (uint64_t i = 0; i < split.count; ++i) {
-      const std::string name = dlio_file_name(spec.prefix, i, split.count, ext);
+      // Flat datasets keep samples on the first axis, so their names must not
+      // look like DLIO's ({prefix}_{i}_of_{n}), which readers take as last-axis.
+      const std::string name = spec.dlio_layout
+                                   ? dlio_file_name(spec.prefix, i, split.count, ext)
+                                   : absl::StrFormat("%s_%0*d.%s", spec.prefix,
+                                                     static_cast<int>(absl::StrCat(split.count).size()), i, ext);
       FileSpec f;
       f.path = (folder / name).string();
       f.sample_shape = spec.sample_shape;

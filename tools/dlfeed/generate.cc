@@ -11,7 +11,7 @@
 
 ABSL_FLAG(std::string, dir, "", "Output folder (created if missing)");
 ABSL_FLAG(std::string, layout, "flat",
-          "flat: DIR/{prefix}_{i}_of_{N}.{ext}, samples on the first axis; dlio: the DLIO benchmark's layout "
+          "flat: DIR/{prefix}_{i}.{ext}, samples on the first axis; dlio: the DLIO benchmark's layout "
           "(train/ and valid/, NPY/NPZ samples on the last axis, NPZ members x and y, HDF5 records_0.. and "
           "labels, TFRecord image/size features with index/{train,valid}/NAME.idx)");
 ABSL_FLAG(uint64_t, files, 4, "Number of (training) files");
