@@ -162,7 +162,16 @@ TEST_P(NpyFiles, GeneratedFilesReadBackEverySample) {
 INSTANTIATE_TEST_SUITE_P(AllDTypesBothAxes, NpyFiles,
                          ::testing::Combine(::testing::Values("|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4",
                                                               "<u8", "<f2", "<f4", "<f8", ">f4", ">i8", ">u2"),
-                                            ::testing::Values(SampleAxis::kFirst, SampleAxis::kLast)));
+                                            ::testing::Values(SampleAxis::kFirst, SampleAxis::kLast)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& c : name) {
+                             if (c == '<') c = 'L';
+                             else if (c == '>') c = 'B';
+                             else if (c == '|') c = 'N';
+                           }
+                           return name + (std::get<1>(info.param) == SampleAxis::kLast ? "_last" : "_first");
+                         });
 
 TEST(NpyFile, FortranOrderIsGatheredIntoCOrderOnBothAxes) {
   const std::string dir = scratch_dir();

@@ -77,7 +77,11 @@ TEST_P(NpzFiles, StoredAndDeflatedReadBackEverySample) {
 
 INSTANTIATE_TEST_SUITE_P(StoredDeflatedBothAxes, NpzFiles,
                          ::testing::Combine(::testing::Bool(),
-                                            ::testing::Values(SampleAxis::kFirst, SampleAxis::kLast)));
+                                            ::testing::Values(SampleAxis::kFirst, SampleAxis::kLast)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "deflated" : "stored") +
+                                  (std::get<1>(info.param) == SampleAxis::kLast ? "_last" : "_first");
+                         });
 
 TEST(NpzFile, StoredMembersAreIndexedByDirectOffset) {
   const std::string dir = scratch_dir();
