@@ -1,8 +1,579 @@
-// Placeholder: being written (see docs/formats.md).
-#include "dlfeed/format/format.h"
+// TFRecord: framing, sidecars, scanning, and the tf.train.Example source.
+#include "dlfeed/format/tfrecord.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "dlfeed/detail/crc32c.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
+#include "dlfeed/format/example.h"
 
 namespace dlfeed {
-absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions&) {
-  return absl::UnimplementedError(path + ": tfrecord reader not built yet");
+namespace tfrecord {
+namespace fs = std::filesystem;
+namespace {
+
+uint64_t load_le64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
 }
+uint32_t load_le32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+void store_le(std::byte* p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+std::string hex32(uint32_t v) { return absl::StrFormat("0x%08x", v); }
+
+// Names a compressed stream by its first bytes ("" when it does not look like one).
+std::string compression_magic(std::span<const std::byte> head) {
+  if (head.size() < 2) return "";
+  const uint8_t b0 = static_cast<uint8_t>(head[0]), b1 = static_cast<uint8_t>(head[1]);
+  if (b0 == 0x1f && b1 == 0x8b) return "GZIP (magic 1f 8b)";
+  if (b0 == 0x78 && ((b0 << 8) | b1) % 31 == 0) return absl::StrFormat("ZLIB (header 78 %02x)", b1);
+  return "";
+}
+
+// A file starting with GZIP/ZLIB magic whose first record header does not hold
+// up (bad length CRC, or a length past the end) is a compressed TFRecord.
+absl::Status refuse_compressed(const detail::File& file) {
+  std::byte head[kHeaderSize];
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(file.size(), kHeaderSize));
+  DLFEED_RETURN_IF_ERROR(file.read_exact(0, std::span<std::byte>(head, n), "TFRecord header"));
+  const std::string magic = compression_magic(std::span<const std::byte>(head, n));
+  if (magic.empty()) return absl::OkStatus();
+  if (n == kHeaderSize) {
+    const uint64_t length = load_le64(head);
+    const bool crc_ok = load_le32(head + 8) == masked_crc32c(std::span<const std::byte>(head, 8));
+    if (crc_ok && length <= file.size() - kOverhead) return absl::OkStatus();  // a real record
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      file.path(), ": at offset 0: expected an uncompressed TFRecord, found ", magic,
+      ": this is a compressed TFRecord file (TFRecordWriter with GZIP/ZLIB options), "
+      "which dlfeed does not support yet; decompress it first"));
+}
+
+absl::Status idx_error(const std::string& idx_path, size_t line, absl::string_view expected,
+                       absl::string_view found, const std::string& data_path) {
+  return absl::DataLossError(absl::StrCat(idx_path, ":", line, ": expected ", expected, ", found ", found,
+                                          " (index sidecar of ", data_path, ")"));
+}
+
+}  // namespace
+
+uint32_t masked_crc32c(std::span<const std::byte> data) { return mask_crc(detail::crc32c(data)); }
+
+void append_record(std::vector<std::byte>& out, std::span<const std::byte> payload) {
+  const size_t at = out.size();
+  out.resize(at + kHeaderSize + payload.size() + kFooterSize);
+  std::byte* p = out.data() + at;
+  store_le(p, payload.size(), 8);
+  store_le(p + 8, masked_crc32c(std::span<const std::byte>(p, 8)), 4);
+  if (!payload.empty()) std::memcpy(p + kHeaderSize, payload.data(), payload.size());
+  store_le(p + kHeaderSize + payload.size(), masked_crc32c(payload), 4);
+}
+
+absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify, absl::string_view path,
+                                      uint64_t offset) {
+  if (header.size() < kHeaderSize) {
+    return format_error(path, offset, "a 12-byte TFRecord header", absl::StrCat(header.size(), " bytes"));
+  }
+  const uint64_t length = load_le64(header.data());
+  if (verify) {
+    const uint32_t stored = load_le32(header.data() + 8);
+    const uint32_t computed = masked_crc32c(header.first(8));
+    if (stored != computed) {
+      return format_error(path, offset + 8,
+                          absl::StrCat("length CRC ", hex32(computed), " (masked CRC32C of the length field ",
+                                       length, " at offset ", offset, ")"),
+                          absl::StrCat(hex32(stored), ": the record header is corrupt"));
+    }
+  }
+  return length;
+}
+
+absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
+                                                          absl::string_view path, uint64_t offset) {
+  if (framed.size() < kOverhead) {
+    return format_error(path, offset, "a framed TFRecord of at least 16 bytes",
+                        absl::StrCat(framed.size(), " bytes"));
+  }
+  DLFEED_ASSIGN_OR_RETURN(const uint64_t length, parse_header(framed, verify, path, offset));
+  if (length != framed.size() - kOverhead) {
+    return format_error(path, offset,
+                        absl::StrCat("a record length of ", framed.size() - kOverhead,
+                                     " bytes (the record's extent is ", framed.size(), " bytes)"),
+                        absl::StrCat("length ", length, " in the record header"));
+  }
+  std::span<const std::byte> payload = framed.subspan(kHeaderSize, length);
+  if (verify) {
+    const uint32_t stored = load_le32(framed.data() + kHeaderSize + length);
+    const uint32_t computed = masked_crc32c(payload);
+    if (stored != computed) {
+      return format_error(path, offset + kHeaderSize + length,
+                          absl::StrCat("payload CRC ", hex32(computed), " (masked CRC32C of the ", length,
+                                       "-byte payload of the record at offset ", offset, ")"),
+                          absl::StrCat(hex32(stored), ": the record is corrupt"));
+    }
+  }
+  return payload;
+}
+
+// ---- writing ----
+
+absl::StatusOr<RecordWriter> RecordWriter::create(const std::string& path) {
+  RecordWriter w;
+  w.path_ = path;
+  w.file_ = std::fopen(path.c_str(), "wb");
+  if (w.file_ == nullptr) return io_error(path, 0, "open for writing", errno);
+  return w;
+}
+
+RecordWriter::RecordWriter(RecordWriter&& o) noexcept
+    : path_(std::move(o.path_)),
+      file_(std::exchange(o.file_, nullptr)),
+      offset_(o.offset_),
+      records_(std::move(o.records_)),
+      buffer_(std::move(o.buffer_)) {}
+
+RecordWriter::~RecordWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+absl::Status RecordWriter::write(std::span<const std::byte> payload) {
+  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
+  buffer_.clear();
+  append_record(buffer_, payload);
+  if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) {
+    return io_error(path_, offset_, "write", errno);
+  }
+  records_.push_back({offset_, buffer_.size()});
+  offset_ += buffer_.size();
+  return absl::OkStatus();
+}
+
+absl::Status RecordWriter::close() {
+  if (file_ == nullptr) return absl::OkStatus();
+  std::FILE* f = std::exchange(file_, nullptr);
+  const bool flushed = std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !flushed) return io_error(path_, offset_, "close", flushed ? errno : err);
+  return absl::OkStatus();
+}
+
+// ---- sidecars ----
+
+std::string format_idx(const std::vector<Extent>& records) {
+  std::string s;
+  for (const Extent& e : records) absl::StrAppend(&s, e.offset, " ", e.length, "\n");
+  return s;
+}
+
+absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& records) {
+  const std::string tmp = absl::StrCat(idx_path, ".tmp", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return io_error(tmp, 0, "open for writing", errno);
+    const std::string text = format_idx(records);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) return io_error(tmp, 0, "write", errno);
+  }
+  std::error_code ec;
+  fs::rename(tmp, idx_path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return io_error(idx_path, 0, "rename", ec.value());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
+  std::ifstream in(idx_path, std::ios::binary);
+  if (!in) return io_error(idx_path, 0, "open", errno);
+  std::vector<Extent> records;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    absl::string_view l = absl::StripAsciiWhitespace(line);
+    if (l.empty()) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(l, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    Extent e;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &e.offset) || !absl::SimpleAtoi(parts[1], &e.length) ||
+        parts[0][0] == '-' || parts[0][0] == '+' || parts[1][0] == '-' || parts[1][0] == '+') {
+      std::string shown(l.substr(0, 60));
+      return absl::DataLossError(absl::StrCat(idx_path, ":", lineno,
+                                              ": expected \"offset length\" (two unsigned integers), found \"",
+                                              absl::CHexEscape(shown), l.size() > 60 ? "...\"" : "\""));
+    }
+    records.push_back(e);
+  }
+  if (in.bad()) return io_error(idx_path, 0, "read", errno);
+  return records;
+}
+
+absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
+                          const detail::File& file, bool verify_crc) {
+  const uint64_t size = file.size();
+  const std::string& data = file.path();
+  if (records.empty()) {
+    if (size == 0) return absl::OkStatus();
+    return idx_error(idx_path, 1, absl::StrCat("records covering the ", size, "-byte data file"),
+                     "an empty sidecar (stale or wrong sidecar?)", data);
+  }
+  DLFEED_RETURN_IF_ERROR(refuse_compressed(file));
+  uint64_t expected_offset = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Extent& e = records[i];
+    if (e.length < kOverhead) {
+      return idx_error(idx_path, i + 1, "a record length of at least 16 bytes", absl::StrCat(e.length), data);
+    }
+    if (e.offset != expected_offset) {
+      return idx_error(idx_path, i + 1,
+                       absl::StrCat("offset ", expected_offset,
+                                    i == 0 ? " (the first record starts the file)" : " (where the previous record ends)"),
+                       absl::StrCat("offset ", e.offset), data);
+    }
+    if (e.offset > size || e.length > size - e.offset) {
+      return idx_error(idx_path, i + 1, absl::StrCat("a record within the ", size, "-byte data file"),
+                       absl::StrCat("offset ", e.offset, " length ", e.length, " (ends past the end of the file)"),
+                       data);
+    }
+    expected_offset = e.offset + e.length;
+  }
+  if (expected_offset != size) {
+    return idx_error(idx_path, records.size(),
+                     absl::StrCat("records up to the end of the ", size, "-byte data file"),
+                     absl::StrCat("the last record ending at ", expected_offset, " (stale sidecar?)"), data);
+  }
+  // The first and last records' headers must announce the idx lengths.
+  for (size_t i : {size_t{0}, records.size() - 1}) {
+    std::byte header[kHeaderSize];
+    DLFEED_RETURN_IF_ERROR(file.read_exact(records[i].offset, header, "TFRecord header"));
+    DLFEED_ASSIGN_OR_RETURN(const uint64_t length, parse_header(header, verify_crc, data, records[i].offset));
+    if (length != records[i].length - kOverhead) {
+      return idx_error(idx_path, i + 1,
+                       absl::StrCat("a record of ", records[i].length, " bytes (payload ",
+                                    records[i].length - kOverhead, ")"),
+                       absl::StrCat("a record header at offset ", records[i].offset, " announcing a ", length,
+                                    "-byte payload"),
+                       data);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc) {
+  const uint64_t size = file.size();
+  std::vector<Extent> records;
+  if (size == 0) return records;
+  DLFEED_RETURN_IF_ERROR(refuse_compressed(file));
+  constexpr size_t kWindow = 1 << 16;
+  std::vector<std::byte> buf(kWindow);
+  uint64_t buf_off = 0, buf_len = 0;
+  uint64_t off = 0;
+  while (off < size) {
+    const uint64_t left = size - off;
+    const uint64_t n = records.size();
+    if (left < kHeaderSize) {
+      return format_error(file.path(), off, absl::StrCat("a 12-byte header for record ", n),
+                          absl::StrCat(left, " bytes before the end of the ", size,
+                                       "-byte file (truncated inside the record header)"));
+    }
+    if (off < buf_off || off + kHeaderSize > buf_off + buf_len) {
+      buf_off = off;
+      buf_len = std::min<uint64_t>(kWindow, left);
+      DLFEED_ASSIGN_OR_RETURN(size_t got, detail::pread_full(file.fd(), std::span<std::byte>(buf.data(), buf_len),
+                                                             off, file.path()));
+      if (got < kHeaderSize) {
+        return format_error(file.path(), off, absl::StrCat("a 12-byte header for record ", n),
+                            absl::StrCat(got, " bytes (the file shrank while reading?)"));
+      }
+      buf_len = got;
+    }
+    std::span<const std::byte> header(buf.data() + (off - buf_off), kHeaderSize);
+    DLFEED_ASSIGN_OR_RETURN(const uint64_t length, parse_header(header, verify_crc, file.path(), off));
+    const uint64_t payload_left = left - kHeaderSize;
+    if (length > payload_left) {
+      return format_error(file.path(), off,
+                          absl::StrCat("record ", n, " with a ", length, "-byte payload (", length,
+                                       " + 16 bytes of framing) within the file"),
+                          absl::StrCat(left, " bytes before the end of the ", size,
+                                       "-byte file: the record is truncated inside its payload, or its "
+                                       "length points past the end of the file"));
+    }
+    if (payload_left - length < kFooterSize) {
+      return format_error(file.path(), off + kHeaderSize + length,
+                          absl::StrCat("the 4-byte payload CRC of record ", n, " (record at offset ", off, ")"),
+                          absl::StrCat(payload_left - length, " bytes before the end of the ", size,
+                                       "-byte file (truncated inside the record footer)"));
+    }
+    records.push_back({off, length + kOverhead});
+    off += length + kOverhead;
+  }
+  return records;
+}
+
+std::string find_idx(const std::string& data_path, const FormatOptions& options) {
+  std::error_code ec;
+  const fs::path data(data_path);
+  const std::string name = data.filename().string() + ".idx";
+  if (!options.index_dir.empty()) {
+    const fs::path p = fs::path(options.index_dir) / name;
+    return fs::is_regular_file(p, ec) ? p.string() : "";
+  }
+  const std::string next_to = data_path + ".idx";
+  if (fs::is_regular_file(next_to, ec)) return next_to;
+  fs::path folder = data.parent_path();
+  if (folder.empty()) folder = fs::current_path(ec);
+  const std::string split = folder.filename().string();
+  if (split == "train" || split == "valid") {
+    const fs::path p = folder.parent_path() / "index" / split / name;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
+std::string idx_path_for_write(const std::string& data_path, const FormatOptions& options) {
+  if (!options.index_dir.empty()) {
+    return (fs::path(options.index_dir) / (fs::path(data_path).filename().string() + ".idx")).string();
+  }
+  return data_path + ".idx";
+}
+
+}  // namespace tfrecord
+
+// ---- the sample source ----
+
+namespace {
+
+using example::FeatureKind;
+
+class TfRecordSource final : public SampleSource {
+ public:
+  TfRecordSource(std::string path, const FormatOptions& options, FeatureKind kind, DType dtype,
+                 uint64_t records, std::string idx)
+      : path_(std::move(path)),
+        feature_(options.feature),
+        feature_shape_(options.feature_shape),
+        verify_(options.verify_crc),
+        kind_(kind),
+        dtype_(dtype),
+        records_(records),
+        idx_(std::move(idx)) {}
+
+  std::string layout() const override { return "tfrecord"; }
+
+  std::string describe() const override {
+    std::string s = absl::StrCat("feature '", feature_, "' (", example::kind_name(kind_), " as ", dtype_.name());
+    if (feature_shape_) absl::StrAppend(&s, ", shape ", shape_str(*feature_shape_));
+    absl::StrAppend(&s, "), ", records_, " records, offsets from ",
+                    idx_.empty() ? "a scan of the record headers" : absl::StrCat("the idx sidecar ", idx_));
+    if (!verify_) absl::StrAppend(&s, ", CRC checks off");
+    return s;
+  }
+
+  absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
+                                       std::vector<std::byte>& scratch) const override {
+    const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
+    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload,
+                            tfrecord::unframe_record(raw, verify_, path_, rec_off));
+    const example::Context ctx{path_, rec_off + tfrecord::kHeaderSize};
+    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, example::find_feature(payload, feature_, ctx));
+    if (slice.kind == FeatureKind::kNone) return missing_feature(payload, ref.item, rec_off, ctx);
+    if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
+      return format_error(path_, ctx.base + slice.offset,
+                          absl::StrCat("feature '", feature_, "' of record ", ref.item, " as a ",
+                                       example::kind_name(kind_), " (as in the first record)"),
+                          example::kind_name(slice.kind));
+    }
+    DecodedSample out;
+    uint64_t count = 0;
+    switch (slice.kind) {
+      case FeatureKind::kBytes: {
+        std::vector<std::span<const std::byte>> values;
+        DLFEED_RETURN_IF_ERROR(example::decode_bytes_list(slice, values, ctx));
+        if (values.empty()) {
+          return format_error(path_, ctx.base + slice.offset,
+                              absl::StrCat("one value in bytes_list feature '", feature_, "' of record ", ref.item),
+                              "an empty list");
+        }
+        const std::span<const std::byte> v = values[0];
+        if (v.size() % dtype_.size != 0) {
+          return format_error(path_, ctx.base + slice.offset,
+                              absl::StrCat("a multiple of ", static_cast<int>(dtype_.size), " bytes (",
+                                           dtype_.name(), ") in feature '", feature_, "' of record ", ref.item),
+                              absl::StrCat(v.size(), " bytes"));
+        }
+        out.bytes = v;
+        out.dtype = dtype_;
+        count = v.size() / dtype_.size;
+        break;
+      }
+      case FeatureKind::kFloat: {
+        std::vector<float> values;
+        DLFEED_RETURN_IF_ERROR(example::decode_float_list(slice, values, ctx));
+        scratch.resize(values.size() * sizeof(float));
+        if (!values.empty()) std::memcpy(scratch.data(), values.data(), scratch.size());
+        out.bytes = std::span<const std::byte>(scratch.data(), scratch.size());
+        out.dtype = DType::f32();
+        count = values.size();
+        break;
+      }
+      case FeatureKind::kInt64: {
+        std::vector<int64_t> values;
+        DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
+        scratch.resize(values.size() * sizeof(int64_t));
+        if (!values.empty()) std::memcpy(scratch.data(), values.data(), scratch.size());
+        out.bytes = std::span<const std::byte>(scratch.data(), scratch.size());
+        out.dtype = DType::i64();
+        count = values.size();
+        break;
+      }
+      case FeatureKind::kNone:
+        break;
+    }
+    if (feature_shape_) {
+      const uint64_t want = static_cast<uint64_t>(num_elements(*feature_shape_));
+      if (want != count) {
+        return format_error(path_, ctx.base + slice.offset,
+                            absl::StrCat("feature '", feature_, "' of record ", ref.item, " with shape ",
+                                         shape_str(*feature_shape_), " = ", want, " elements of ",
+                                         out.dtype.name()),
+                            absl::StrCat(count, " elements"));
+      }
+      out.shape = *feature_shape_;
+    } else {
+      out.shape = {static_cast<int64_t>(count)};
+    }
+    return out;
+  }
+
+  absl::Status missing_feature(std::span<const std::byte> payload, uint64_t item, uint64_t rec_off,
+                               const example::Context& ctx) const {
+    auto names = example::feature_names(payload, ctx);
+    std::string present;
+    if (!names.ok()) {
+      present = "an unreadable feature list";
+    } else if (names->empty()) {
+      present = "an Example with no features";
+    } else {
+      present = absl::StrCat("only features '", absl::StrJoin(*names, "', '"), "'");
+    }
+    return format_error(path_, rec_off,
+                        absl::StrCat("feature '", feature_, "' in the tf.train.Example of record ", item,
+                                     " (choose one with --feature)"),
+                        present);
+  }
+
+ private:
+  std::string path_;
+  std::string feature_;
+  std::optional<Shape> feature_shape_;
+  bool verify_;
+  FeatureKind kind_;
+  DType dtype_;
+  uint64_t records_;
+  std::string idx_;
+};
+
+}  // namespace
+
+absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions& options) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File file, detail::File::open(path));
+  if (options.feature.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a TFRecord needs the name of the feature to read"));
+  }
+  if (options.feature_shape) {
+    for (int64_t d : *options.feature_shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": feature shape ", shape_str(*options.feature_shape),
+                                                       " must have no unknown (-1) dimension"));
+      }
+    }
+  }
+  std::vector<Extent> records;
+  std::string idx;
+  if (options.use_index_files) {
+    idx = tfrecord::find_idx(path, options);
+    if (!idx.empty()) {
+      DLFEED_ASSIGN_OR_RETURN(records, tfrecord::read_idx(idx));
+      DLFEED_RETURN_IF_ERROR(tfrecord::validate_idx(records, idx, file, options.verify_crc));
+    }
+  }
+  if (idx.empty()) {
+    DLFEED_ASSIGN_OR_RETURN(records, tfrecord::scan_records(file, options.verify_crc));
+    if (options.write_index_files) {
+      if (!options.index_dir.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(options.index_dir, ec);
+        if (ec) return io_error(options.index_dir, 0, "mkdir", ec.value());
+      }
+      DLFEED_RETURN_IF_ERROR(tfrecord::write_idx(tfrecord::idx_path_for_write(path, options), records));
+    }
+  }
+
+  // The first record tells the feature's kind (and so the dtype).
+  FeatureKind kind = FeatureKind::kNone;
+  DType dtype = options.feature_dtype;
+  auto source_for = [&](FeatureKind k, DType d) {
+    return std::make_unique<TfRecordSource>(path, options, k, d, records.size(), idx);
+  };
+  if (!records.empty()) {
+    std::vector<std::byte> raw(records[0].length);
+    DLFEED_RETURN_IF_ERROR(file.read_exact(records[0].offset, raw, "TFRecord record 0"));
+    SampleRef first;
+    first.extents = {records[0]};
+    std::vector<std::byte> scratch;
+    // Decoding the first record with an unknown kind checks it fully (CRCs,
+    // Example, feature presence, shape) and tells the kind.
+    auto probe = source_for(FeatureKind::kNone, options.feature_dtype);
+    DLFEED_ASSIGN_OR_RETURN(DecodedSample s, probe->decode(first, raw, scratch));
+    (void)s;
+    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload,
+                            tfrecord::unframe_record(raw, false, path, records[0].offset));
+    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice,
+                            example::find_feature(payload, options.feature,
+                                                  {path, records[0].offset + tfrecord::kHeaderSize}));
+    kind = slice.kind;
+    if (kind == FeatureKind::kFloat) dtype = DType::f32();
+    if (kind == FeatureKind::kInt64) dtype = DType::i64();
+  }
+
+  SampleIndex index;
+  index.files = {path};
+  index.sources.push_back(source_for(kind, dtype));
+  index.samples.reserve(records.size());
+  for (size_t k = 0; k < records.size(); ++k) {
+    SampleRef ref;
+    ref.file = 0;
+    ref.source = 0;
+    ref.item = k;
+    ref.extents = {records[k]};
+    ref.shape = options.feature_shape ? *options.feature_shape : Shape{-1};
+    ref.dtype = dtype;
+    index.samples.push_back(std::move(ref));
+  }
+  index.file_begin = {0, records.size()};
+  return index;
+}
+
 }  // namespace dlfeed
