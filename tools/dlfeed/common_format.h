@@ -1,6 +1,7 @@
 // Flags every command that opens a dataset shares (format, names, axis, ...).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -8,6 +9,11 @@
 #include "dlfeed/format/format.h"
 
 ABSL_DECLARE_FLAG(std::string, format);
+// Defined in common_flags.cc.
+ABSL_DECLARE_FLAG(uint64_t, files);
+ABSL_DECLARE_FLAG(uint64_t, samples_per_file);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(int64_t, limit);
 
 namespace dlfeed::cli {
 

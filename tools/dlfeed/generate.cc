@@ -14,9 +14,7 @@ ABSL_FLAG(std::string, layout, "flat",
           "flat: DIR/{prefix}_{i}.{ext}, samples on the first axis; dlio: the DLIO benchmark's layout "
           "(train/ and valid/, NPY/NPZ samples on the last axis, NPZ members x and y, HDF5 records_0.. and "
           "labels, TFRecord image/size features with index/{train,valid}/NAME.idx)");
-ABSL_FLAG(uint64_t, files, 4, "Number of (training) files");
 ABSL_FLAG(uint64_t, valid_files, 0, "Number of files under valid/ (dlio layout)");
-ABSL_FLAG(uint64_t, samples_per_file, 16, "Samples in each file");
 ABSL_FLAG(std::string, shape, "64,64", "Shape of one sample, e.g. 64,64 or 768x1152x16");
 ABSL_FLAG(std::string, dtype, "uint8", "Element type: bool, int8..int64, uint8..uint64, float16/32/64, or <f4-style");
 ABSL_FLAG(std::string, compression, "none", "none, or deflate (alias gzip): NPZ savez_compressed, HDF5 gzip filter");
@@ -24,7 +22,6 @@ ABSL_FLAG(int32_t, level, 4, "Deflate level 1-9");
 ABSL_FLAG(uint64_t, chunk_samples, 0, "HDF5: samples per chunk (0: contiguous; compression needs chunks)");
 ABSL_FLAG(bool, hdf5_shuffle, false, "HDF5: shuffle filter before deflate");
 ABSL_FLAG(uint64_t, hdf5_datasets, 1, "HDF5, dlio layout: datasets records_0..records_{k-1} per file");
-ABSL_FLAG(uint64_t, seed, 42, "Content seed: same seed, same bytes");
 ABSL_FLAG(std::string, prefix, "img", "File name prefix");
 
 namespace dlfeed::cli {

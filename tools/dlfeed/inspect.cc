@@ -12,7 +12,6 @@
 #include "dlfeed/format/format.h"
 
 ABSL_FLAG(bool, json, false, "Print JSON: files, sources and every sample's shape, dtype and extents");
-ABSL_FLAG(int64_t, limit, -1, "List at most this many samples (-1: 10 per file in text, all in JSON)");
 ABSL_FLAG(int64_t, dump_sample, -1, "Write the decoded bytes of this sample (global id) to --out");
 ABSL_FLAG(std::string, out, "", "Where --dump-sample writes (- for stdout)");
 
