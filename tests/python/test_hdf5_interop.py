@@ -1,0 +1,212 @@
+"""HDF5 interop: files written by h5py read by dlfeed, and files written by
+`dlfeed generate` read by h5py, byte for byte."""
+import pathlib
+
+import numpy as np
+import pytest
+
+h5py = pytest.importorskip("h5py")
+
+
+def _data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.kind == "f":
+        return rng.random(size=shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype.newbyteorder("="))\
+        .astype(dtype)
+
+
+def _check_all(dlfeed, path, arr, tmp_path, name, layout=None):
+    info = dlfeed.inspect(path, "--name", name)
+    assert info["num_samples"] == arr.shape[0]
+    if layout is not None:
+        assert info["sources"][0]["layout"] == layout, info["sources"][0]
+    assert name in info["sources"][0]["describe"]
+    for k in range(arr.shape[0]):
+        s = info["samples"][k]
+        assert s["item"] == k
+        assert s["shape"] == list(arr.shape[1:])
+        assert np.dtype(s["dtype"]) == arr.dtype, (s["dtype"], arr.dtype)
+        got = dlfeed.dump_sample(path, k, tmp_path, "--name", name)
+        assert got == arr[k].tobytes(), f"sample {k} of {name} in {path}"
+    return info
+
+
+LAYOUTS = [
+    # (create_dataset kwargs, expected layout)
+    (dict(), "hdf5:contiguous"),
+    (dict(chunks=(3, 2, 4)), "hdf5:chunked"),
+    (dict(chunks=(1, 5, 7)), "hdf5:chunked"),
+    (dict(chunks=(4, 5, 7), compression="gzip", compression_opts=6), "hdf5:chunked+deflate"),
+    (dict(chunks=(3, 2, 4), compression="gzip", shuffle=True), "hdf5:chunked+shuffle+deflate"),
+    (dict(chunks=(3, 2, 4), compression="gzip", fletcher32=True), "hdf5:library-read"),
+    (dict(chunks=(3, 2, 4), fletcher32=True), "hdf5:library-read"),
+]
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+@pytest.mark.parametrize("kwargs,layout", LAYOUTS)
+def test_h5py_layouts(dlfeed, tmp_path, kwargs, layout, libver):
+    arr = _data((10, 5, 7), "<f4")
+    path = tmp_path / "layouts.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        f.create_dataset("records", data=arr, **kwargs)
+    _check_all(dlfeed, path, arr, tmp_path, "records", layout)
+
+
+@pytest.mark.parametrize("dtype", ["<f2", "bool", ">f4", ">f8", "<f8", "int8", "uint8", "<i2", ">u2",
+                                   "<i4", ">i4", "<u4", "<i8", ">u8"])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_h5py_dtypes(dlfeed, tmp_path, dtype, chunked):
+    arr = _data((6, 3, 4), dtype, seed=1)
+    path = tmp_path / "dtypes.h5"
+    kwargs = dict(chunks=(4, 3, 2), compression="gzip", shuffle=True) if chunked else {}
+    with h5py.File(path, "w") as f:
+        f.create_dataset("records", data=arr, **kwargs)
+    _check_all(dlfeed, path, arr, tmp_path, "records")
+
+
+def test_h5py_filter_libhdf5_lacks(dlfeed, tmp_path):
+    """LZF (h5py's own filter) is read through libhdf5, which needs its plugin:
+    without one the error says so and names the file."""
+    arr = _data((4, 3), "<f4")
+    path = tmp_path / "lzf.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("records", data=arr, chunks=(2, 3), compression="lzf")
+    info = dlfeed.inspect(path)
+    assert info["sources"][0]["layout"] == "hdf5:library-read"
+    assert all(s["extents"] == [] for s in info["samples"])
+    proc = dlfeed.run("inspect", "--dump-sample", 0, "--out", tmp_path / "s.bin", path, check=False)
+    if proc.returncode == 0:  # an LZF plugin is installed
+        assert (tmp_path / "s.bin").read_bytes() == arr[0].tobytes()
+    else:
+        assert str(path) in proc.stderr and "H5Dread" in proc.stderr
+
+
+def test_h5py_default_name_and_dlio_names(dlfeed, tmp_path):
+    a0 = _data((5, 8, 8), "uint8", seed=2)
+    a1 = _data((5, 8, 8), "uint8", seed=3)
+    path = tmp_path / "img_0_of_1.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("records_0", data=a0)
+        f.create_dataset("records_1", data=a1)
+        f.create_dataset("labels", data=np.zeros(5, dtype=np.int64))
+    info = dlfeed.inspect(path)  # no --name: records_0
+    assert "records_0" in info["sources"][0]["describe"]
+    assert dlfeed.dump_sample(path, 4, tmp_path) == a0[4].tobytes()
+    _check_all(dlfeed, path, a1, tmp_path, "records_1")
+    labels = _check_all(dlfeed, path, np.zeros(5, dtype=np.int64), tmp_path, "labels")
+    assert labels["samples"][0]["shape"] == []
+
+
+def test_h5py_records_default(dlfeed, tmp_path):
+    arr = _data((4, 3), "<f4")
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("other", data=arr + 1)
+        f.create_dataset("records", data=arr)
+    assert dlfeed.dump_sample(path, 2, tmp_path) == arr[2].tobytes()
+
+
+def test_h5py_user_block(dlfeed, tmp_path):
+    arr = _data((9, 4, 4), "<i4", seed=4)
+    path = tmp_path / "userblock.h5"
+    with h5py.File(path, "w", userblock_size=1024) as f:
+        f.create_dataset("c", data=arr)
+        f.create_dataset("k", data=arr, chunks=(2, 4, 4))
+        f.create_dataset("z", data=arr, chunks=(2, 3, 3), compression="gzip")
+    for name in ("c", "k", "z"):
+        _check_all(dlfeed, path, arr, tmp_path, name)
+
+
+def test_h5py_partially_written_chunks_are_fill(dlfeed, tmp_path):
+    path = tmp_path / "fill.h5"
+    arr = np.full((10, 4, 4), 3, dtype="<i2")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("records", shape=(10, 4, 4), dtype="<i2", chunks=(3, 2, 2), fillvalue=3)
+        d[2:5] = _data((3, 4, 4), "<i2", seed=5)
+        arr[2:5] = d[2:5]
+    info = _check_all(dlfeed, path, arr, tmp_path, "records", "hdf5:chunked")
+    assert info["samples"][9]["extents"] == []
+
+
+def test_h5py_errors(dlfeed, tmp_path):
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=np.zeros((2, 2), dtype="u1"))
+        f.create_dataset("names", data=np.array([b"ab", b"cd"]))
+        f.create_dataset("scalar", data=np.float32(1))
+    err = dlfeed.error("inspect", "--json", path)
+    assert str(path) in err and "images" in err and "names" in err
+    err = dlfeed.error("inspect", "--json", "--name", "missing", path)
+    assert str(path) in err and "'missing'" in err and "images" in err
+    err = dlfeed.error("inspect", "--json", "--name", "names", path)
+    assert str(path) in err and "string" in err
+    err = dlfeed.error("inspect", "--json", "--name", "scalar", path)
+    assert str(path) in err and "0-dimensional" in err
+
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5 at all\n")
+    assert str(text) in dlfeed.error("inspect", "--json", text)
+    empty = tmp_path / "empty.h5"
+    empty.write_bytes(b"")
+    assert str(empty) in dlfeed.error("inspect", "--json", empty)
+    whole = tmp_path / "whole.h5"
+    with h5py.File(whole, "w") as f:
+        f.create_dataset("records", data=np.zeros((100, 32), dtype="<f4"))
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert str(cut) in dlfeed.error("inspect", "--json", cut)
+
+
+GENERATE = [
+    [],
+    ["--chunk-samples", "3"],
+    ["--compression", "deflate", "--chunk-samples", "3"],
+    ["--compression", "deflate", "--chunk-samples", "3", "--hdf5-shuffle"],
+]
+
+
+@pytest.mark.parametrize("extra", GENERATE)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bool", "int64"])
+def test_generate_read_by_h5py(dlfeed, tmp_path, extra, dtype):
+    d = tmp_path / "gen"
+    dlfeed.run("generate", "--format", "hdf5", "--dir", d, "--files", 2, "--samples-per-file", 8,
+               "--shape", "4,5", "--dtype", dtype, *extra)
+    files = sorted(pathlib.Path(d).glob("*.hdf5"))
+    assert len(files) == 2
+    info = dlfeed.inspect(d)
+    assert info["num_samples"] == 16
+    for i, p in enumerate(files):
+        with h5py.File(p, "r") as f:
+            ds = f["records"]
+            assert ds.shape == (8, 4, 5)
+            assert ds.dtype == np.dtype(dtype)
+            if "--chunk-samples" in extra:
+                assert ds.chunks == (3, 4, 5)
+            assert ds.compression == ("gzip" if "deflate" in extra else None)
+            assert ds.shuffle == ("--hdf5-shuffle" in extra)
+            arr = ds[()]
+            assert f["labels"].dtype == np.int64 and f["labels"].shape == (8,)
+        for k in range(8):
+            assert dlfeed.dump_sample(d, i * 8 + k, tmp_path) == arr[k].tobytes()
+
+
+def test_generate_dlio_layout(dlfeed, tmp_path):
+    d = tmp_path / "dlio"
+    dlfeed.run("generate", "--format", "hdf5", "--dir", d, "--files", 2, "--samples-per-file", 8,
+               "--shape", "4,5", "--dtype", "float32", "--layout", "dlio")
+    names = sorted(p.name for p in (d / "train").iterdir())
+    assert names == ["img_0_of_2.hdf5", "img_1_of_2.hdf5"]
+    for i, name in enumerate(names):
+        with h5py.File(d / "train" / name, "r") as f:
+            assert sorted(f.keys()) == ["labels", "records_0"]
+            arr = f["records_0"][()]
+            assert arr.shape == (8, 4, 5) and arr.dtype == np.float32
+            assert (f["labels"][()] == 0).all()
+        for k in range(8):
+            assert dlfeed.dump_sample(d / "train", i * 8 + k, tmp_path) == arr[k].tobytes()
