@@ -1,6 +1,8 @@
 // Flags shared by several commands (one Abseil flag per name per binary).
 #include <cstdint>
 
+#include <string>
+
 #include "absl/flags/flag.h"
 
 ABSL_FLAG(uint64_t, files, 4, "Number of files (generate: training files to write; order: synthetic layout)");
@@ -9,3 +11,15 @@ ABSL_FLAG(uint64_t, seed, 42, "Seed: generate's content, order's shuffles. Same 
 ABSL_FLAG(int64_t, limit, -1,
           "Print at most this many samples/ids (inspect: -1 means 10 per file in text, all in JSON; "
           "order: -1 means all)");
+
+// The order (order, run).
+ABSL_FLAG(std::string, strategy, "sequential",
+          "Order strategy: sequential, file_shuffle, local_shuffle, buffered_shuffle, block_shuffle, global_shuffle, "
+          "global_feistel");
+ABSL_FLAG(uint32_t, rank, 0, "This rank, below --world-size");
+ABSL_FLAG(uint32_t, world_size, 1, "Number of ranks");
+ABSL_FLAG(bool, drop_last, false, "Equal shards by dropping the order's tail (default: pad with its head)");
+ABSL_FLAG(uint64_t, buffer_size, 1024, "buffered_shuffle: shuffle buffer in samples");
+ABSL_FLAG(uint64_t, block_size, 64, "block_shuffle: samples per block");
+ABSL_FLAG(uint64_t, window, 16, "block_shuffle: blocks per shuffling window");
+ABSL_FLAG(uint64_t, batch_size, 32, "Samples per batch (run: the loader's batch; order --stats: for distinct files per batch)");

@@ -61,3 +61,24 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
 }
 
 }  // namespace dlfeed::cli
+
+namespace dlfeed::cli {
+
+absl::StatusOr<OrderSpec> order_spec_from_flags() {
+  OrderSpec spec;
+  spec.strategy = absl::GetFlag(FLAGS_strategy);
+  spec.seed = absl::GetFlag(FLAGS_seed);
+  spec.rank = absl::GetFlag(FLAGS_rank);
+  spec.world_size = absl::GetFlag(FLAGS_world_size);
+  spec.drop_last = absl::GetFlag(FLAGS_drop_last);
+  spec.params.buffer_size = absl::GetFlag(FLAGS_buffer_size);
+  spec.params.block_size = absl::GetFlag(FLAGS_block_size);
+  spec.params.window = absl::GetFlag(FLAGS_window);
+  if (spec.world_size == 0 || spec.rank >= spec.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--rank ", spec.rank, " must be below --world-size ",
+                                                   spec.world_size));
+  }
+  return spec;
+}
+
+}  // namespace dlfeed::cli

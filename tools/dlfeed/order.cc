@@ -22,17 +22,7 @@ ABSL_FLAG(std::string, dataset, "",
           "take the file boundaries of this file or folder; without it the layout is --files x "
           "--samples-per-file (--files, --samples-per-file, --seed and --limit are "
           "listed under the shared flags)");
-ABSL_FLAG(std::string, strategy, "sequential",
-          "sequential, file_shuffle, local_shuffle, buffered_shuffle, block_shuffle, global_shuffle, "
-          "global_feistel");
 ABSL_FLAG(uint64_t, epoch, 0, "epoch");
-ABSL_FLAG(uint32_t, rank, 0, "this rank, below --world-size");
-ABSL_FLAG(uint32_t, world_size, 1, "number of ranks");
-ABSL_FLAG(bool, drop_last, false, "equal shards by dropping the order's tail (default: pad with its head)");
-ABSL_FLAG(uint64_t, buffer_size, 1024, "buffered_shuffle: shuffle buffer in samples");
-ABSL_FLAG(uint64_t, block_size, 64, "block_shuffle: samples per block");
-ABSL_FLAG(uint64_t, window, 16, "block_shuffle: blocks per shuffling window");
-ABSL_FLAG(uint64_t, batch_size, 32, "--stats: batch size for distinct files per batch");
 ABSL_FLAG(bool, stats, false, "print quality figures of the rank's order instead of the ids");
 
 namespace {

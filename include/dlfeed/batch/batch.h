@@ -1,0 +1,107 @@
+// A batch as the consumer sees it: sample ids and, per field, the decoded
+// samples. Equal-shape samples are one contiguous [B, ...] buffer; ragged
+// samples are the same buffer with per-sample offsets and shapes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dlfeed/dtype.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed {
+
+/// An allocator whose resize() leaves new bytes uninitialised: buffers that
+/// are about to be overwritten by reads or decode need no zero fill.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+/// A byte buffer that grows without zero-filling.
+using ByteBuffer = std::vector<std::byte, DefaultInitAllocator<std::byte>>;
+
+/// One field of a batch (e.g. "x" or "labels"): the samples' bytes, in order.
+struct BatchField {
+  std::string name;
+  DType dtype;
+  /// [B, ...] when every sample has the same shape; empty when ragged.
+  Shape shape;
+  /// All samples' bytes back to back, in batch order.
+  std::span<const std::byte> bytes;
+  /// Ragged batches: sample i is bytes[offsets[i], offsets[i+1]) with
+  /// sample_shapes[i]. Uniform batches have these too (offsets regular).
+  std::vector<uint64_t> offsets;
+  std::vector<Shape> sample_shapes;
+
+  bool ragged() const { return shape.empty(); }
+  size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
+  /// Sample i's bytes.
+  std::span<const std::byte> sample(size_t i) const {
+    return bytes.subspan(offsets[i], offsets[i + 1] - offsets[i]);
+  }
+  /// Typed view of all elements (T must match dtype's size).
+  template <typename T>
+  std::span<const T> as() const {
+    return {reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
+  }
+};
+
+/// One batch: its place in the epoch, its sample ids and its fields. Batches
+/// are handed out as shared_ptr<const Batch>; the memory returns to the
+/// loader's pool (and its memory budget) when the last reference goes.
+struct Batch {
+  uint64_t epoch = 0;
+  uint64_t index = 0;     // batch number within the epoch (for this rank)
+  uint64_t position = 0;  // rank order position of the first sample
+  std::vector<uint64_t> sample_ids;
+  std::vector<BatchField> fields;
+
+  size_t size() const { return sample_ids.size(); }
+  /// The field called `name`, or nullptr.
+  const BatchField* field(const std::string& name) const;
+  /// Bytes of all fields.
+  uint64_t nbytes() const;
+
+  // Owned storage behind the fields' spans (from the pool).
+  std::vector<ByteBuffer> storage;
+};
+
+/// Recycles byte buffers so the hot path does not allocate per batch or per
+/// sample once warm. Thread-safe.
+class BufferPool {
+ public:
+  explicit BufferPool(size_t max_cached = 64) : max_cached_(max_cached) {}
+  /// A buffer of exactly `size` bytes (contents unspecified), reusing a
+  /// cached one with enough capacity when there is one.
+  ByteBuffer take(size_t size);
+  /// Gives a buffer back for reuse.
+  void give(ByteBuffer&& buffer);
+  uint64_t allocations() const;  // buffers that had to be allocated or grown
+  uint64_t reuses() const;
+
+ private:
+  struct State;
+  size_t max_cached_;
+  std::shared_ptr<State> state_ = make_state();
+  static std::shared_ptr<State> make_state();
+};
+
+}  // namespace dlfeed

@@ -1,0 +1,109 @@
+// A bounded cache of open file descriptors for the I/O backends.
+//
+// Paths are registered once and get a dense id (uint32_t, what
+// ReadRequest::file names). Files are opened lazily on first use and closed
+// least-recently-used when more than max_open() are open, so a dataset with
+// far more files than RLIMIT_NOFILE can be read. A read holds a Pin on the
+// file while it is in flight; a pinned fd is never closed.
+//
+//   auto table = std::make_shared<dlfeed::FileTable>();
+//   uint32_t f = table->add("/data/shard-00017.tfrecord");
+//   auto pin = table->pin(f);          // opens if needed
+//   ::pread(pin->fd(), ...);           // fd stays open while `pin` lives
+//
+// Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dlfeed {
+
+struct FileTableOptions {
+  /// Most descriptors kept open at once; 0 picks min(RLIMIT_NOFILE / 2, 1024).
+  size_t max_open = 0;
+  /// Open files with O_DIRECT (for IoOptions::direct backends).
+  bool direct = false;
+};
+
+/// Counters of a FileTable (a snapshot).
+struct FileTableStats {
+  uint64_t opens = 0;      // successful open() calls
+  uint64_t evictions = 0;  // descriptors closed to stay under the cap
+  uint64_t open_now = 0;   // descriptors open right now
+  uint64_t peak_open = 0;  // most descriptors open at once
+};
+
+class FileTable {
+ public:
+  /// Keeps file `id` open while it lives. Move-only; an empty Pin has fd() -1.
+  class Pin {
+   public:
+    Pin() = default;
+    Pin(Pin&& o) noexcept;
+    Pin& operator=(Pin&& o) noexcept;
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+    ~Pin() { reset(); }
+
+    int fd() const { return fd_; }
+    uint32_t id() const { return id_; }
+    explicit operator bool() const { return fd_ >= 0; }
+    /// Unpins now (the fd may be closed by the table afterwards).
+    void reset();
+
+   private:
+    friend class FileTable;
+    Pin(FileTable* table, uint32_t id, int fd) : table_(table), id_(id), fd_(fd) {}
+    FileTable* table_ = nullptr;
+    uint32_t id_ = 0;
+    int fd_ = -1;
+  };
+
+  explicit FileTable(FileTableOptions options = {});
+  ~FileTable();  // closes every descriptor; all Pins must be gone by then
+  FileTable(const FileTable&) = delete;
+  FileTable& operator=(const FileTable&) = delete;
+
+  /// Registers `path` (not opened yet) and returns its id. The same path
+  /// registered twice gets the same id.
+  uint32_t add(absl::string_view path);
+  /// Number of registered paths; ids are [0, size()).
+  size_t size() const;
+  /// The path of `id` ("<invalid file id N>" for an unknown id).
+  std::string path(uint32_t id) const;
+
+  /// Opens `id` if needed (evicting the least recently used unpinned fd when
+  /// max_open() are open) and pins it. When every open fd is pinned the cap
+  /// is exceeded for as long as the pins live (it never blocks). Errors:
+  /// InvalidArgument for an unknown id, the open() failure naming the path.
+  absl::StatusOr<Pin> pin(uint32_t id);
+  /// Like pin(), but returns an empty Pin instead of going over the cap: for
+  /// callers (the io_uring backend) that can wait for one of their own pins
+  /// to be released.
+  absl::StatusOr<Pin> try_pin(uint32_t id);
+
+  size_t max_open() const { return max_open_; }
+  bool direct() const { return direct_; }
+  FileTableStats stats() const;
+
+  /// min(RLIMIT_NOFILE soft limit / 2, 1024), at least 1.
+  static size_t default_max_open();
+
+ private:
+  struct Impl;
+  absl::StatusOr<Pin> pin_impl(uint32_t id, bool may_exceed);
+  void unpin(uint32_t id);
+
+  size_t max_open_;
+  bool direct_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlfeed

@@ -1,0 +1,156 @@
+// Batched positional reads: the layer under the prefetch planner.
+//
+// A backend takes batches of read requests (file id, offset, length,
+// destination) and hands back one completion per request, in any order:
+//
+//   auto files = std::make_shared<dlfeed::FileTable>();
+//   auto io = dlfeed::make_io_backend(files, {});   // io_uring if it works
+//   std::vector<dlfeed::ReadRequest> reqs = ...;    // dest buffers owned by caller
+//   DLFEED_RETURN_IF_ERROR((*io)->submit(reqs));
+//   std::vector<dlfeed::ReadCompletion> done;
+//   while ((*io)->in_flight() > 0) (*io)->reap(done, 1, std::chrono::seconds(1));
+//
+// Why this shape: the planner knows many reads ahead, so submission is a
+// batch (one io_uring_enter for the batch) and reaping is a batch with a
+// minimum count and a timeout, so the caller can block for "at least one" or
+// poll with a zero timeout. user_data is returned untouched to match
+// completions to requests.
+//
+// Contract:
+// - A completion is delivered once the whole request is read (short reads are
+//   resubmitted for the remainder, EINTR/EAGAIN retried) or it has failed.
+//   Reading past the end of the file fails, naming the file, the offset, the
+//   length expected and the bytes available.
+// - Every accepted request yields exactly one completion, errors included (a
+//   file that cannot be opened is an error completion, not a submit error).
+// - `dest` must stay valid until the request's completion is reaped or the
+//   backend is destroyed. Destroying a backend with reads in flight drops
+//   them (waiting for those already handed to the kernel / a thread) and
+//   joins its threads.
+// - One thread drives a backend: submit() and reap() must not be called
+//   concurrently with each other.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace dlfeed {
+
+class FileTable;
+
+/// Read `length` bytes at `offset` of file `file` (an id in the backend's
+/// FileTable) into `dest`.
+struct ReadRequest {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::byte* dest = nullptr;
+  uint64_t user_data = 0;
+};
+
+/// The outcome of one ReadRequest.
+struct ReadCompletion {
+  uint64_t user_data = 0;
+  absl::Status status;  // OK, or an error naming file, offset, expected vs got
+  uint64_t bytes = 0;   // bytes placed in dest (== length when OK)
+};
+
+/// Counters of a backend (a snapshot; monotonic since creation).
+struct IoStats {
+  uint64_t requests = 0;     // requests accepted by submit()
+  uint64_t completions = 0;  // completions delivered by reap()
+  uint64_t errors = 0;       // ... of which failed
+  uint64_t bytes = 0;        // bytes delivered to dest by successful requests
+  uint64_t device_bytes = 0; // bytes read from files (> bytes with O_DIRECT alignment)
+  uint64_t reads = 0;        // read operations issued (SQEs / pread calls)
+  uint64_t retries = 0;      // short_reads + eagain + eintr
+  uint64_t short_reads = 0;  // reads resubmitted for the remainder
+  uint64_t eagain = 0;
+  uint64_t eintr = 0;
+  uint64_t submit_calls = 0; // io_uring_submit calls (io_uring only)
+};
+
+enum class IoKind {
+  kAuto,        // io_uring when it works here, else the thread pool
+  kIoUring,     // io_uring or an error
+  kThreadPool,  // N threads doing pread
+  kSync,        // pread inside submit(): the baseline
+};
+
+/// "auto", "io_uring", "thread_pool", "sync".
+absl::string_view io_kind_name(IoKind kind);
+/// Parses io_kind_name()'s strings.
+absl::StatusOr<IoKind> parse_io_kind(absl::string_view name);
+
+struct IoOptions {
+  IoKind kind = IoKind::kAuto;
+  /// io_uring: ring entries and most reads in the kernel at once.
+  uint32_t queue_depth = 64;
+  /// thread_pool: number of reader threads.
+  uint32_t threads = 4;
+  /// Read with O_DIRECT: the FileTable must be opened with direct = true.
+  /// Each request reads the 4096-aligned superset of its extent into an
+  /// aligned bounce buffer and copies the exact bytes out (a copy, unless
+  /// offset, length and dest are all aligned, which reads straight to dest).
+  bool direct = false;
+};
+
+class IoBackend {
+ public:
+  virtual ~IoBackend() = default;
+
+  /// Accepts a batch. Returns InvalidArgument (accepting none of the batch)
+  /// for an unknown file id or a null dest with a nonzero length; every
+  /// other problem becomes an error completion.
+  virtual absl::Status submit(std::span<const ReadRequest> requests) = 0;
+
+  /// Appends completions to `out`. Returns when at least `min_completions`
+  /// were appended, when `timeout` has passed (std::chrono::nanoseconds::max()
+  /// waits without limit, zero only drains what is ready), or when nothing is
+  /// in flight any more. Returns the number appended.
+  virtual size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
+                      std::chrono::nanoseconds timeout) = 0;
+
+  /// Requests submitted whose completion has not been reaped yet.
+  virtual size_t in_flight() const = 0;
+
+  /// "io_uring", "thread_pool", "sync" (with "+direct" in O_DIRECT mode).
+  virtual std::string name() const = 0;
+  virtual IoStats stats() const = 0;
+
+  /// Why kAuto did not pick io_uring ("" when it did, or for explicit kinds).
+  const std::string& fallback_reason() const { return fallback_reason_; }
+
+ protected:
+  std::string fallback_reason_;
+  friend absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable>,
+                                                                    IoOptions);
+};
+
+/// Makes a backend reading the files of `files` (shared: the table outlives
+/// the backend). kAuto probes io_uring (ring set-up and one tiny read); when
+/// the kernel or a sandbox refuses it (ENOSYS, EPERM, ENOMEM, ...) it falls
+/// back to the thread pool, records fallback_reason() and logs it once per
+/// process to stderr. kIoUring returns Unavailable with the reason instead.
+absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
+                                                           IoOptions options = {});
+
+/// Whether io_uring works in this process (OK) or why not. Cached after the
+/// first call.
+absl::Status io_uring_available();
+
+/// posix_fadvise(WILLNEED) for each request's extent: a hint so buffered
+/// reads (thread_pool, sync, io_uring without O_DIRECT) find the pages
+/// cached. Errors (unknown id, open failure) are ignored: it is only a hint.
+void advise_willneed(FileTable& files, std::span<const ReadRequest> requests);
+
+}  // namespace dlfeed

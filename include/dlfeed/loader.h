@@ -1,0 +1,162 @@
+// The loader: options in, batches out. It indexes the files once, then per
+// epoch runs the pipeline
+//
+//   plan (serial: next ids from the order, coalesced reads, memory admission)
+//     -> read (the I/O backend, driven by one engine thread, ahead of use)
+//     -> decode (parallel: CRC, inflate, gathers, straight into the batch)
+//     -> collate (serial, in order: hand the batch to the consumer)
+//
+// as oneTBB pipeline stages. A batch's memory counts against the budget from
+// the moment its reads are planned until the consumer drops it.
+//
+//   dlfeed::LoaderOptions o;
+//   o.paths = {"data/train"};
+//   o.fields = {"x", "y"};
+//   o.batch_size = 64;
+//   o.order.strategy = "global_shuffle";
+//   auto loader = dlfeed::Loader::create(o).value();
+//   for (uint64_t e = 0; e < 3; ++e)
+//     for (const auto& batch : loader->epoch(e)) train(batch->fields[0], batch->fields[1]);
+#pragma once
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dlfeed/batch/batch.h"
+#include "dlfeed/error.h"
+#include "dlfeed/format/format.h"
+#include "dlfeed/io/io_backend.h"
+#include "dlfeed/order/order.h"
+#include "dlfeed/prefetch/plan.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed {
+
+/// Everything a Loader is built from.
+struct LoaderOptions {
+  /// Files and folders (folders are walked recursively, sorted).
+  std::vector<std::string> paths;
+  /// How files are indexed (format, sample axis, TFRecord feature dtype...).
+  FormatOptions format;
+  /// The fields of a sample, each the name of an NPZ member, an HDF5 dataset
+  /// or a TFRecord feature (e.g. {"x", "y"} or {"records_0", "labels"} or
+  /// {"image", "label"}). Empty: one field, format.name / format.feature.
+  /// Every field must have the same number of samples per file.
+  std::vector<std::string> fields;
+
+  uint32_t batch_size = 32;
+  /// Drop this rank's last batch when it has fewer than batch_size samples.
+  bool drop_last_batch = false;
+  /// Strategy, seed, rank, world size and shard padding (order.epoch is set
+  /// per epoch by the loader).
+  OrderSpec order;
+
+  IoOptions io;
+  /// Files kept open at once (0: the FileTable default).
+  size_t max_open_files = 0;
+  /// "off", "depth:N" or "budget:BYTES" (see prefetch/policy.h).
+  std::string prefetch = "depth:8";
+  prefetch::CoalesceOptions coalesce;
+  /// posix_fadvise(WILLNEED) each batch's reads when it is planned.
+  bool fadvise_willneed = false;
+  /// Bytes of batches in flight (read buffers and decoded batches, the
+  /// consumer's included) never exceed this, except that one batch is always
+  /// admitted.
+  uint64_t memory_budget = 1ull << 30;
+  /// oneTBB threads for decode (0: the machine's cores, at least 2).
+  uint32_t threads = 0;
+};
+
+/// Totals since the loader was created (a snapshot).
+struct LoaderStats {
+  uint64_t batches = 0;          // delivered to the consumer
+  uint64_t samples = 0;
+  uint64_t bytes_delivered = 0;  // decoded bytes handed out
+  uint64_t bytes_read = 0;       // bytes read from files
+  uint64_t read_requests = 0;    // reads issued after coalescing
+  uint64_t extents = 0;          // extents asked for before coalescing
+  uint64_t peak_in_flight_bytes = 0;
+  uint64_t pool_allocations = 0;
+  uint64_t pool_reuses = 0;
+  std::string io_backend;        // e.g. "io_uring"
+  std::string io_fallback_reason;
+};
+
+class Loader;
+
+/// One epoch's batches as a range for `for (auto& b : loader->epoch(e))`.
+/// Iteration throws dlfeed::Error on a read or decode failure.
+class EpochRange {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = std::shared_ptr<const Batch>;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const value_type*;
+    using reference = const value_type&;
+    iterator() = default;
+    reference operator*() const { return current_; }
+    iterator& operator++();
+    bool operator==(const iterator& o) const { return current_ == o.current_; }
+
+   private:
+    friend class EpochRange;
+    explicit iterator(Loader* loader);
+    Loader* loader_ = nullptr;
+    std::shared_ptr<const Batch> current_;
+  };
+  iterator begin() { return iterator(loader_); }
+  iterator end() { return iterator(); }
+
+ private:
+  friend class Loader;
+  explicit EpochRange(Loader* loader) : loader_(loader) {}
+  Loader* loader_;
+};
+
+/// The facade a trainer uses. Not thread-safe: one consumer thread calls
+/// start_epoch/next/state; batches may be used and dropped on any thread.
+class Loader {
+ public:
+  static absl::StatusOr<std::unique_ptr<Loader>> create(LoaderOptions options);
+  ~Loader();  // cancels in-flight reads and joins every thread
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// Starts `epoch` from its beginning (or from the restore()d position when
+  /// the pending state is for this epoch). A running epoch is cancelled.
+  absl::Status start_epoch(uint64_t epoch);
+  /// The next batch, nullptr at the end of the epoch, or the first error of
+  /// any stage (naming file, offset and cause); after an error the epoch is over.
+  absl::StatusOr<std::shared_ptr<const Batch>> next();
+  /// start_epoch(e) and a range over its batches (throws dlfeed::Error).
+  EpochRange epoch(uint64_t e);
+
+  /// A resume point after the batches delivered so far (small bytes). A new
+  /// Loader with the same options, restore(state) and start_epoch(epoch of
+  /// the state) yields exactly the remaining batches.
+  std::string state() const;
+  absl::Status restore(absl::string_view state);
+
+  uint64_t num_samples() const;              // in the dataset
+  uint64_t samples_per_epoch() const;        // this rank's
+  uint64_t batches_per_epoch() const;        // this rank's
+  const SampleIndex& index(size_t field = 0) const;
+  const std::vector<std::string>& field_names() const;
+  LoaderStats stats() const;
+  const LoaderOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlfeed

@@ -1,0 +1,57 @@
+// Read planning: the extents of a window of samples become few, large,
+// offset-sorted reads (nearby extents of a file coalesced), and every extent
+// becomes a view into the window's read buffer.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dlfeed::prefetch {
+
+/// One extent to fetch: a file (an id of the loader's file table) and bytes.
+struct ExtentRef {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+/// One read to issue: bytes of a file landing at buffer_offset of the window's buffer.
+struct PlannedRead {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t buffer_offset = 0;
+};
+
+/// Where one requested extent lies in the window's buffer after the reads.
+struct PieceView {
+  uint64_t buffer_offset = 0;
+  uint64_t length = 0;
+};
+
+/// How aggressively extents are merged.
+struct CoalesceOptions {
+  /// Extents of one file at most this many bytes apart are read as one
+  /// (the gap is read and thrown away). 0: only touching or overlapping ones.
+  uint64_t max_gap = 64 * 1024;
+  /// A merged read never grows past this (unless one extent alone is bigger).
+  uint64_t max_read = 16 * 1024 * 1024;
+  /// false: one read per extent, as requested (for measuring the difference).
+  bool enabled = true;
+};
+
+/// The reads for a window and the view of each requested extent.
+struct ReadPlan {
+  std::vector<PlannedRead> reads;  // sorted by (file, offset)
+  std::vector<PieceView> pieces;   // pieces[i] is extents[i]'s bytes
+  uint64_t buffer_bytes = 0;       // sum of read lengths
+  uint64_t requested_bytes = 0;    // sum of extent lengths (overlaps counted twice)
+};
+
+/// Plans the reads for `extents`: sorted per file by offset; neighbours
+/// within max_gap merged; overlapping extents (e.g. the strided samples of
+/// one DLIO array) share bytes of one read.
+ReadPlan plan_reads(std::span<const ExtentRef> extents, const CoalesceOptions& options);
+
+}  // namespace dlfeed::prefetch

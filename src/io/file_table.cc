@@ -1,0 +1,226 @@
+#include "dlfeed/io/file_table.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+
+namespace dlfeed {
+
+// Invariants (under mu): an entry is in `lru` iff fd >= 0 and pins == 0;
+// open == number of entries with fd >= 0; opening == opens in progress
+// outside the lock (they hold a reserved slot).
+struct FileTable::Impl {
+  struct Entry {
+    std::string path;
+    int fd = -1;
+    uint32_t pins = 0;
+    bool in_lru = false;
+    std::list<uint32_t>::iterator lru_it;
+  };
+
+  mutable std::mutex mu;
+  std::deque<Entry> entries;
+  absl::flat_hash_map<std::string, uint32_t> ids;
+  std::list<uint32_t> lru;  // front: least recently used
+  size_t open = 0;
+  size_t opening = 0;
+  FileTableStats stats;
+
+  void lru_remove(Entry& e) {
+    if (e.in_lru) {
+      lru.erase(e.lru_it);
+      e.in_lru = false;
+    }
+  }
+  // Closes (later, outside the lock: appended to `to_close`) the least
+  // recently used unpinned fd. False when every open fd is pinned.
+  bool evict_one(std::vector<int>& to_close) {
+    if (lru.empty()) return false;
+    Entry& e = entries[lru.front()];
+    lru.pop_front();
+    e.in_lru = false;
+    to_close.push_back(std::exchange(e.fd, -1));
+    --open;
+    ++stats.evictions;
+    return true;
+  }
+  void note_open() {
+    ++open;
+    ++stats.opens;
+    stats.peak_open = std::max<uint64_t>(stats.peak_open, open);
+  }
+};
+
+namespace {
+void close_all(const std::vector<int>& fds) {
+  for (int fd : fds) ::close(fd);
+}
+}  // namespace
+
+FileTable::Pin::Pin(Pin&& o) noexcept
+    : table_(std::exchange(o.table_, nullptr)), id_(o.id_), fd_(std::exchange(o.fd_, -1)) {}
+
+FileTable::Pin& FileTable::Pin::operator=(Pin&& o) noexcept {
+  if (this != &o) {
+    reset();
+    table_ = std::exchange(o.table_, nullptr);
+    id_ = o.id_;
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+void FileTable::Pin::reset() {
+  if (table_ != nullptr) table_->unpin(id_);
+  table_ = nullptr;
+  fd_ = -1;
+}
+
+size_t FileTable::default_max_open() {
+  struct rlimit rl {};
+  size_t cap = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    cap = std::min<size_t>(cap, static_cast<size_t>(rl.rlim_cur / 2));
+  }
+  return std::max<size_t>(cap, 1);
+}
+
+FileTable::FileTable(FileTableOptions options)
+    : max_open_(options.max_open == 0 ? default_max_open() : options.max_open),
+      direct_(options.direct),
+      impl_(std::make_unique<Impl>()) {}
+
+FileTable::~FileTable() {
+  for (auto& e : impl_->entries) {
+    if (e.fd >= 0) ::close(e.fd);
+  }
+}
+
+uint32_t FileTable::add(absl::string_view path) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto [it, inserted] = impl_->ids.try_emplace(std::string(path), 0);
+  if (inserted) {
+    it->second = static_cast<uint32_t>(impl_->entries.size());
+    impl_->entries.emplace_back().path = std::string(path);
+  }
+  return it->second;
+}
+
+size_t FileTable::size() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->entries.size();
+}
+
+std::string FileTable::path(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (id >= impl_->entries.size()) return absl::StrCat("<invalid file id ", id, ">");
+  return impl_->entries[id].path;
+}
+
+FileTableStats FileTable::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  FileTableStats s = impl_->stats;
+  s.open_now = impl_->open;
+  return s;
+}
+
+absl::StatusOr<FileTable::Pin> FileTable::pin(uint32_t id) { return pin_impl(id, true); }
+absl::StatusOr<FileTable::Pin> FileTable::try_pin(uint32_t id) { return pin_impl(id, false); }
+
+absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed) {
+  Impl& im = *impl_;
+  std::vector<int> to_close;
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    if (id >= im.entries.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown file id ", id, ", the table has ", im.entries.size(), " files"));
+    }
+    Impl::Entry& e = im.entries[id];
+    if (e.fd >= 0) {  // hit
+      im.lru_remove(e);
+      ++e.pins;
+      return Pin(this, id, e.fd);
+    }
+    // Make room: one slot for this open.
+    while (im.open + im.opening >= max_open_ && im.evict_one(to_close)) {
+    }
+    if (im.open + im.opening >= max_open_ && !may_exceed) {
+      close_all(to_close);  // (empty: evict_one failed on the first try)
+      return Pin();
+    }
+    ++im.opening;
+    path = e.path;
+  }
+  close_all(to_close);
+  to_close.clear();
+
+  int flags = O_RDONLY | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
+  int fd = ::open(path.c_str(), flags);
+  int err = fd < 0 ? errno : 0;
+  if (fd < 0 && (err == EMFILE || err == ENFILE)) {
+    // The process is out of descriptors (others use them too): give back
+    // every unpinned one and try once more.
+    {
+      std::lock_guard<std::mutex> lock(im.mu);
+      while (im.evict_one(to_close)) {
+      }
+    }
+    close_all(to_close);
+    to_close.clear();
+    fd = ::open(path.c_str(), flags);
+    err = fd < 0 ? errno : 0;
+  }
+
+  std::lock_guard<std::mutex> lock(im.mu);
+  --im.opening;
+  if (fd < 0) {
+    return io_error(path, 0, direct_ ? "open (O_DIRECT)" : "open", err);
+  }
+  Impl::Entry& e = im.entries[id];
+  if (e.fd >= 0) {
+    // Another thread opened it meanwhile: use theirs.
+    to_close.push_back(fd);
+    im.lru_remove(e);
+  } else {
+    e.fd = fd;
+    im.note_open();
+  }
+  ++e.pins;
+  Pin pin(this, id, e.fd);
+  // Closing outside the lock would be nicer, but this is the rare race path.
+  close_all(to_close);
+  return pin;
+}
+
+void FileTable::unpin(uint32_t id) {
+  Impl& im = *impl_;
+  std::vector<int> to_close;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    Impl::Entry& e = im.entries[id];
+    if (--e.pins == 0) {
+      e.lru_it = im.lru.insert(im.lru.end(), id);
+      e.in_lru = true;
+      // Over the cap (pin() exceeded it while everything was pinned): shrink.
+      while (im.open > max_open_ && im.evict_one(to_close)) {
+      }
+    }
+  }
+  close_all(to_close);
+}
+
+}  // namespace dlfeed

@@ -1,0 +1,192 @@
+#include "read_op.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+
+namespace dlfeed::detail {
+
+namespace {
+
+uint64_t align_down(uint64_t v) { return v & ~(kDirectAlign - 1); }
+uint64_t align_up(uint64_t v) { return (v + kDirectAlign - 1) & ~(kDirectAlign - 1); }
+
+size_t round_capacity(size_t size) {
+  size_t cap = kDirectAlign;
+  while (cap < size) cap <<= 1;
+  return cap;
+}
+
+}  // namespace
+
+AlignedBuffer::AlignedBuffer(size_t capacity) : capacity_(capacity) {
+  data_ = static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, capacity));
+  if (data_ == nullptr) throw std::bad_alloc();
+}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    capacity_ = std::exchange(o.capacity_, 0);
+  }
+  return *this;
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+
+AlignedBuffer BouncePool::take(size_t size) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Smallest kept buffer that fits.
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].capacity() >= size &&
+          (best == free_.size() || free_[i].capacity() < free_[best].capacity())) {
+        best = i;
+      }
+    }
+    if (best != free_.size()) {
+      AlignedBuffer buf = std::move(free_[best]);
+      free_[best] = std::move(free_.back());
+      free_.pop_back();
+      return buf;
+    }
+  }
+  return AlignedBuffer(round_capacity(size));
+}
+
+void BouncePool::give(AlignedBuffer buf) {
+  if (buf.data() == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.size() < kMaxKept) free_.push_back(std::move(buf));
+}
+
+IoStats StatsCounters::snapshot() const {
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  IoStats s;
+  s.requests = ld(requests);
+  s.completions = ld(completions);
+  s.errors = ld(errors);
+  s.bytes = ld(bytes);
+  s.device_bytes = ld(device_bytes);
+  s.reads = ld(reads);
+  s.short_reads = ld(short_reads);
+  s.eagain = ld(eagain);
+  s.eintr = ld(eintr);
+  s.retries = s.short_reads + s.eagain + s.eintr;
+  s.submit_calls = ld(submit_calls);
+  return s;
+}
+
+void ReadOp::prepare(bool direct_mode, BouncePool* pool) {
+  direct = direct_mode;
+  done = 0;
+  if (!direct) {
+    target = req.dest;
+    target_offset = req.offset;
+    target_length = req.length;
+    need = req.length;
+    return;
+  }
+  target_offset = align_down(req.offset);
+  uint64_t end = align_up(req.offset + req.length);
+  target_length = end - target_offset;
+  need = req.offset + req.length - target_offset;
+  bool aligned = target_offset == req.offset && target_length == req.length &&
+                 reinterpret_cast<uintptr_t>(req.dest) % kDirectAlign == 0;
+  if (aligned) {
+    target = req.dest;
+  } else {
+    bounce = pool->take(target_length);
+    target = bounce.data();
+  }
+}
+
+uint64_t ReadOp::next_length() const {
+  uint64_t left = target_length - done;
+  return left < kMaxChunk ? left : kMaxChunk;
+}
+
+ReadOp::Step ReadOp::on_result(int64_t res, const FileTable& files, StatsCounters& stats) {
+  if (res < 0) {
+    int err = static_cast<int>(-res);
+    if (err == EINTR || err == EAGAIN) {
+      StatsCounters::add(err == EINTR ? stats.eintr : stats.eagain);
+      if (++retries <= kMaxRetries) return Step::kAgain;
+    }
+    status = io_error(files.path(req.file), next_offset(), direct ? "read (O_DIRECT)" : "read", err);
+    return Step::kFailed;
+  }
+  done += static_cast<uint64_t>(res);
+  StatsCounters::add(stats.device_bytes, static_cast<uint64_t>(res));
+  if (done >= need) return Step::kDone;
+  // With O_DIRECT a read ending off a block boundary means end of file: asking
+  // again at an unaligned offset would only fail with EINVAL.
+  bool eof = res == 0 || (direct && done % kDirectAlign != 0);
+  if (!eof) {
+    StatsCounters::add(stats.short_reads);
+    return Step::kAgain;
+  }
+  uint64_t skip = req.offset - target_offset;
+  uint64_t available = done > skip ? done - skip : 0;
+  status = format_error(
+      files.path(req.file), req.offset, absl::StrCat(req.length, " bytes"),
+      absl::StrCat("only ", available, " bytes before the end of the file (file shrank?)"));
+  return Step::kFailed;
+}
+
+ReadCompletion ReadOp::finish(BouncePool* pool, StatsCounters& stats) {
+  ReadCompletion c;
+  c.user_data = req.user_data;
+  if (status.ok()) {
+    if (target != req.dest && req.length > 0) {
+      std::memcpy(req.dest, target + (req.offset - target_offset), req.length);
+    }
+    c.bytes = req.length;
+    StatsCounters::add(stats.bytes, req.length);
+  } else {
+    c.status = std::move(status);
+    StatsCounters::add(stats.errors);
+  }
+  if (pool != nullptr) pool->give(std::move(bounce));
+  pin.reset();
+  StatsCounters::add(stats.completions);
+  return c;
+}
+
+absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests) {
+  size_t n = files.size();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ReadRequest& r = requests[i];
+    if (r.file >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("read request ", i, " (user_data ", r.user_data,
+                                                     "): unknown file id ", r.file, ", the table has ",
+                                                     n, " files"));
+    }
+    if (r.dest == nullptr && r.length > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset,
+                                                     ": read request of ", r.length,
+                                                     " bytes has no destination"));
+    }
+    if (r.offset + r.length < r.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset,
+                                                     ": read of ", r.length,
+                                                     " bytes overflows the offset range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ReadCompletion failed_completion(const ReadRequest& req, absl::Status status, StatsCounters& stats) {
+  StatsCounters::add(stats.errors);
+  StatsCounters::add(stats.completions);
+  return ReadCompletion{req.user_data, std::move(status), 0};
+}
+
+}  // namespace dlfeed::detail

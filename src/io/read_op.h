@@ -1,0 +1,118 @@
+// Internal: what every backend shares. One ReadOp per request in flight: where
+// it reads (dest, or an aligned bounce buffer in O_DIRECT mode), how much is
+// done, and the step that turns one read()'s result into "done / again /
+// failed", so io_uring and pread behave identically on short reads, EINTR,
+// EAGAIN and end of file.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/io/io_backend.h"
+
+namespace dlfeed::detail {
+
+/// O_DIRECT alignment of offsets, lengths and buffers. 4096 covers devices
+/// with 512 and 4096 byte logical blocks.
+inline constexpr uint64_t kDirectAlign = 4096;
+/// Largest single read issued (io_uring's length is 32-bit; pread caps near
+/// 2 GiB); bigger requests continue like short reads.
+inline constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
+/// EAGAIN/EINTR retries of one request before it fails.
+inline constexpr uint32_t kMaxRetries = 1000;
+
+/// A 4096-aligned heap buffer.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t capacity);
+  AlignedBuffer(AlignedBuffer&& o) noexcept : data_(o.data_), capacity_(o.capacity_) {
+    o.data_ = nullptr;
+    o.capacity_ = 0;
+  }
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  ~AlignedBuffer();
+  std::byte* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+/// Reuses bounce buffers (power-of-two capacities); thread-safe.
+class BouncePool {
+ public:
+  AlignedBuffer take(size_t size);
+  void give(AlignedBuffer buf);
+
+ private:
+  static constexpr size_t kMaxKept = 64;
+  std::mutex mu_;
+  std::vector<AlignedBuffer> free_;
+};
+
+/// Atomic counters behind IoStats.
+struct StatsCounters {
+  std::atomic<uint64_t> requests{0}, completions{0}, errors{0}, bytes{0}, device_bytes{0},
+      reads{0}, short_reads{0}, eagain{0}, eintr{0}, submit_calls{0};
+  IoStats snapshot() const;
+  static void add(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
+};
+
+/// One request in flight.
+struct ReadOp {
+  ReadRequest req;
+  FileTable::Pin pin;
+  AlignedBuffer bounce;  // O_DIRECT with an unaligned extent or dest
+  std::byte* target = nullptr;  // where the reads land
+  uint64_t target_offset = 0;   // file offset of target[0]
+  uint64_t target_length = 0;   // bytes to ask for
+  uint64_t need = 0;            // bytes of target that must be read (covers the extent)
+  uint64_t done = 0;            // bytes of target read so far
+  uint32_t retries = 0;
+  bool direct = false;
+  absl::Status status;          // set when the op fails
+
+  /// Sets target/need for buffered or O_DIRECT reading (taking a bounce
+  /// buffer from `pool` when needed).
+  void prepare(bool direct_mode, BouncePool* pool);
+  /// The next read: file offset, destination and length.
+  uint64_t next_offset() const { return target_offset + done; }
+  std::byte* next_dest() const { return target + done; }
+  uint64_t next_length() const;
+
+  enum class Step { kDone, kAgain, kFailed };
+  /// Applies one read's result (bytes, or -errno). kDone: the extent is in
+  /// dest (bounce copied out). kFailed: `status` says why. kAgain: issue
+  /// next_*() again. Counts retries in `stats`.
+  Step on_result(int64_t res, const FileTable& files, StatsCounters& stats);
+
+  /// The completion for this op (and gives the bounce buffer back).
+  ReadCompletion finish(BouncePool* pool, StatsCounters& stats);
+};
+
+/// Checks a batch before accepting it (ids known, dest set).
+absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests);
+
+/// An error completion for a request that never started.
+ReadCompletion failed_completion(const ReadRequest& req, absl::Status status,
+                                 StatsCounters& stats);
+
+/// Backend factories (defined in uring_backend.cc / pread_backend.cc).
+absl::StatusOr<std::unique_ptr<IoBackend>> make_uring_backend(std::shared_ptr<FileTable> files,
+                                                              const IoOptions& options);
+std::unique_ptr<IoBackend> make_pread_backend(std::shared_ptr<FileTable> files,
+                                              const IoOptions& options, uint32_t threads);
+/// Sets up a small ring and reads one byte through it; the error says why not.
+absl::Status probe_io_uring();
+
+}  // namespace dlfeed::detail

@@ -1,0 +1,304 @@
+// The io_uring backend: one ring per backend, driven by the thread that calls
+// submit()/reap(). Requests wait in `pending_` until the ring has room (at
+// most queue_depth reads are in the kernel, so the completion queue, twice
+// that size, never overflows); a batch is handed over with one
+// io_uring_submit. Completions are turned into done / again / failed by the
+// shared ReadOp step, so a short read goes back to the front of `pending_`
+// for its remainder.
+//
+// Files are pinned when a read is put in the ring (not at submit), with
+// FileTable::try_pin, so a ring with many requests for many files keeps no
+// more descriptors open than the table's cap: when the cap is reached the
+// next request waits for one of ours to complete.
+
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+#include "read_op.h"
+
+namespace dlfeed::detail {
+namespace {
+
+constexpr uint32_t kMaxQueueDepth = 4096;
+
+std::string errno_text(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
+
+class UringBackend final : public IoBackend {
+ public:
+  UringBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t depth)
+      : files_(std::move(files)), direct_(options.direct), depth_(depth) {}
+
+  absl::Status init() {
+    int ret = io_uring_queue_init(depth_, &ring_, 0);
+    if (ret < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("io_uring_queue_init(", depth_, ") failed: ", errno_text(-ret)));
+    }
+    ring_ok_ = true;
+    return absl::OkStatus();
+  }
+
+  ~UringBackend() override {
+    if (!ring_ok_) return;
+    pending_.clear();
+    // Reads the kernel owns write into caller buffers and our bounce
+    // buffers: wait for them before anything is freed.
+    flush();
+    while (in_ring_ > unsubmitted_) {
+      struct io_uring_cqe* cqe = nullptr;
+      int ret = io_uring_wait_cqe(&ring_, &cqe);
+      if (ret == -EINTR) continue;
+      if (ret < 0) break;  // ring broken: nothing more will arrive
+      unsigned head;
+      unsigned seen = 0;
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        ++seen;
+        if (cqe->user_data != LIBURING_UDATA_TIMEOUT) --in_ring_;
+      }
+      io_uring_cq_advance(&ring_, seen);
+    }
+    io_uring_queue_exit(&ring_);
+  }
+
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    DLFEED_RETURN_IF_ERROR(validate_requests(*files_, requests));
+    StatsCounters::add(stats_.requests, requests.size());
+    in_flight_ += requests.size();
+    for (const ReadRequest& r : requests) {
+      uint32_t slot = alloc_slot();
+      ops_[slot]->req = r;
+      pending_.push_back(slot);
+    }
+    fill();
+    flush();
+    return absl::OkStatus();
+  }
+
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
+              std::chrono::nanoseconds timeout) override {
+    using Clock = std::chrono::steady_clock;
+    bool forever = timeout >= std::chrono::hours(24 * 365);
+    Clock::time_point deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
+    size_t got = 0;
+    for (;;) {
+      process_completions();
+      fill();
+      flush();
+      while (!ready_.empty()) {
+        out.push_back(std::move(ready_.front()));
+        ready_.pop_front();
+        --in_flight_;
+        ++got;
+      }
+      if (got >= min_completions || in_flight_ == 0) return got;
+      Clock::time_point now = Clock::now();
+      if (now >= deadline) return got;
+      if (in_ring_ == unsubmitted_) {
+        // Nothing the kernel can complete (submission refused for now): back off.
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      struct io_uring_cqe* cqe = nullptr;
+      int ret;
+      if (forever) {
+        ret = io_uring_wait_cqe(&ring_, &cqe);
+      } else {
+        auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+        struct __kernel_timespec ts {};
+        ts.tv_sec = left / 1000000000;
+        ts.tv_nsec = left % 1000000000;
+        ret = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+      }
+      (void)ret;  // -ETIME, -EINTR or a CQE: the loop looks again either way
+    }
+  }
+
+  size_t in_flight() const override { return in_flight_; }
+  std::string name() const override { return direct_ ? "io_uring+direct" : "io_uring"; }
+  IoStats stats() const override { return stats_.snapshot(); }
+
+ private:
+  uint32_t alloc_slot() {
+    if (free_slots_.empty()) {
+      ops_.push_back(std::make_unique<ReadOp>());
+      return static_cast<uint32_t>(ops_.size() - 1);
+    }
+    uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+
+  void release_slot(uint32_t slot) {
+    *ops_[slot] = ReadOp();
+    free_slots_.push_back(slot);
+  }
+
+  void complete(uint32_t slot, ReadCompletion c) {
+    ready_.push_back(std::move(c));
+    release_slot(slot);
+  }
+
+  // Moves pending reads into SQEs while the ring has room.
+  void fill() {
+    while (!pending_.empty() && in_ring_ < depth_) {
+      uint32_t slot = pending_.front();
+      ReadOp& op = *ops_[slot];
+      if (!op.pin) {
+        if (op.req.length == 0) {
+          pending_.pop_front();
+          complete(slot, op.finish(nullptr, stats_));
+          continue;
+        }
+        // With reads of ours in the ring we can wait for their fds; with
+        // none, go over the cap rather than stall.
+        auto pin = in_ring_ > 0 ? files_->try_pin(op.req.file) : files_->pin(op.req.file);
+        if (!pin.ok()) {
+          pending_.pop_front();
+          complete(slot, failed_completion(op.req, std::move(pin).status(), stats_));
+          continue;
+        }
+        if (!*pin) break;  // fd cap reached: wait for a completion
+        op.pin = *std::move(pin);
+        op.prepare(direct_, &pool_);
+      }
+      struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) {
+        flush();
+        sqe = io_uring_get_sqe(&ring_);
+        if (sqe == nullptr) break;
+      }
+      io_uring_prep_read(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
+                         op.next_offset());
+      io_uring_sqe_set_data64(sqe, slot);
+      pending_.pop_front();
+      ++in_ring_;
+      ++unsubmitted_;
+      StatsCounters::add(stats_.reads);
+    }
+  }
+
+  // Hands prepared SQEs to the kernel (one syscall for the batch).
+  void flush() {
+    if (unsubmitted_ == 0) return;
+    int ret = io_uring_submit(&ring_);
+    StatsCounters::add(stats_.submit_calls);
+    if (ret > 0) {
+      unsubmitted_ -= std::min<size_t>(unsubmitted_, static_cast<size_t>(ret));
+    }
+    // ret < 0 (EAGAIN, EBUSY, EINTR): the SQEs stay queued; the next flush
+    // hands them over.
+  }
+
+  void process_completions() {
+    unsigned head;
+    unsigned seen = 0;
+    struct io_uring_cqe* cqe;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++seen;
+      if (cqe->user_data == LIBURING_UDATA_TIMEOUT) continue;
+      auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+      --in_ring_;
+      ReadOp& op = *ops_[slot];
+      switch (op.on_result(cqe->res, *files_, stats_)) {
+        case ReadOp::Step::kAgain:
+          pending_.push_front(slot);  // the remainder, ahead of new work
+          break;
+        case ReadOp::Step::kDone:
+        case ReadOp::Step::kFailed:
+          complete(slot, op.finish(&pool_, stats_));
+          break;
+      }
+    }
+    io_uring_cq_advance(&ring_, seen);
+  }
+
+  std::shared_ptr<FileTable> files_;
+  bool direct_;
+  uint32_t depth_;
+  struct io_uring ring_ {};
+  bool ring_ok_ = false;
+
+  BouncePool pool_;
+  StatsCounters stats_;
+  std::vector<std::unique_ptr<ReadOp>> ops_;  // slot -> op (user_data is the slot)
+  std::vector<uint32_t> free_slots_;
+  std::deque<uint32_t> pending_;        // accepted, not in the ring
+  std::deque<ReadCompletion> ready_;    // done, not reaped
+  size_t in_ring_ = 0;                  // SQEs prepared or in the kernel
+  size_t unsubmitted_ = 0;              // ... of which not yet submitted
+  size_t in_flight_ = 0;                // accepted, not reaped
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IoBackend>> make_uring_backend(std::shared_ptr<FileTable> files,
+                                                              const IoOptions& options) {
+  uint32_t depth = std::clamp<uint32_t>(options.queue_depth, 1, kMaxQueueDepth);
+  auto backend = std::make_unique<UringBackend>(std::move(files), options, depth);
+  DLFEED_RETURN_IF_ERROR(backend->init());
+  return std::unique_ptr<IoBackend>(std::move(backend));
+}
+
+absl::Status probe_io_uring() {
+  struct io_uring ring {};
+  int ret = io_uring_queue_init(4, &ring, 0);
+  if (ret < 0) {
+    std::string hint;
+    if (ret == -ENOSYS) hint = " (kernel without io_uring)";
+    if (ret == -EPERM) hint = " (refused: seccomp sandbox or kernel.io_uring_disabled)";
+    if (ret == -ENOMEM) hint = " (RLIMIT_MEMLOCK too small for the ring?)";
+    return absl::UnavailableError(
+        absl::StrCat("io_uring_queue_init failed: ", errno_text(-ret), hint));
+  }
+  absl::Status status;
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    status = absl::UnavailableError(absl::StrCat("pipe for the io_uring probe: ", errno_text(errno)));
+  } else {
+    char out = 'x';
+    static char in;  // static: stays valid even if the kernel were late
+    in = 0;
+    if (::write(fds[1], &out, 1) != 1) {
+      status = absl::UnavailableError("write to the io_uring probe pipe failed");
+    } else {
+      struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      io_uring_prep_read(sqe, fds[0], &in, 1, 0);
+      ret = io_uring_submit(&ring);
+      struct io_uring_cqe* cqe = nullptr;
+      struct __kernel_timespec ts {};
+      ts.tv_sec = 1;
+      if (ret != 1) {
+        status = absl::UnavailableError(
+            absl::StrCat("io_uring_submit of a probe read failed: ",
+                         ret < 0 ? errno_text(-ret) : absl::StrCat("returned ", ret)));
+      } else if ((ret = io_uring_wait_cqe_timeout(&ring, &cqe, &ts)) < 0) {
+        status = absl::UnavailableError(
+            absl::StrCat("no completion for an io_uring probe read: ", errno_text(-ret)));
+      } else if (cqe->res != 1 || in != 'x') {
+        status = absl::UnavailableError(absl::StrCat(
+            "io_uring probe read returned ",
+            cqe->res < 0 ? errno_text(-cqe->res) : absl::StrCat(cqe->res, " bytes"),
+            " (IORING_OP_READ unsupported?)"));
+        io_uring_cqe_seen(&ring, cqe);
+      } else {
+        io_uring_cqe_seen(&ring, cqe);
+      }
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  io_uring_queue_exit(&ring);
+  return status;
+}
+
+}  // namespace dlfeed::detail

@@ -1,0 +1,758 @@
+#include "dlfeed/loader.h"
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/parallel_pipeline.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/prefetch/policy.h"
+
+namespace dlfeed {
+namespace {
+
+// oneTBB's own synchronization is inside libtbb, which ThreadSanitizer does
+// not see; in TSan builds every task body passes through this mutex at its
+// start and end (and the threads that spawn and join the tasks do too), so the
+// happens-before edges TBB provides are visible to the checker. Elsewhere it
+// compiles to nothing.
+#if defined(__SANITIZE_THREAD__)
+std::mutex& tsan_handshake_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+inline void tsan_handshake() { std::lock_guard<std::mutex> lock(tsan_handshake_mutex()); }
+#else
+inline void tsan_handshake() {}
+#endif
+
+constexpr char kStateMagic[] = "dlfL";
+constexpr uint8_t kStateVersion = 1;
+
+// Memory admission shared by the planner and every batch handed out (a batch
+// may outlive its loader, so this lives in a shared_ptr).
+struct Budget {
+  std::mutex mu;
+  std::condition_variable cv;
+  prefetch::InFlight now;
+  uint64_t peak_bytes = 0;
+
+  void release(uint64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      now.batches -= 1;
+      now.bytes -= bytes;
+    }
+    cv.notify_all();
+  }
+};
+
+// One batch's admission: released when the last holder (the work in the
+// pipeline, then the Batch handed to the consumer) lets go.
+struct Ticket {
+  std::shared_ptr<Budget> budget;
+  uint64_t bytes = 0;
+  ~Ticket() {
+    if (budget) budget->release(bytes);
+  }
+};
+
+// One batch in flight through the pipeline.
+struct Work {
+  uint64_t epoch = 0;
+  uint64_t index = 0;
+  uint64_t position = 0;
+  std::vector<uint64_t> ids;
+  prefetch::ReadPlan plan;
+  // piece_begin[i * fields + f] is the first plan piece of sample i, field f.
+  std::vector<uint32_t> piece_begin;
+  ByteBuffer raw;
+  std::shared_ptr<Ticket> ticket;
+
+  // Read completion (set by the I/O engine).
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t reads_left = 0;
+  bool reads_done = false;
+  absl::Status read_status;
+
+  // Output.
+  std::shared_ptr<Batch> batch;
+  absl::Status error;
+
+  // The pipeline passes plain Work* tokens (stored in place by oneTBB); this
+  // keeps the work alive from planning until the sink lets go.
+  std::shared_ptr<Work> self;
+
+  void finish_read(const absl::Status& s) {
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!s.ok() && read_status.ok()) read_status = s;
+      if (reads_left > 0) --reads_left;
+      if (reads_left == 0 && !reads_done) reads_done = done = true;
+    }
+    if (done) cv.notify_all();
+  }
+  void fail_all(const absl::Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (read_status.ok()) read_status = s;
+      reads_left = 0;
+      reads_done = true;
+    }
+    cv.notify_all();
+  }
+  absl::Status wait_reads() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reads_done; });
+    return read_status;
+  }
+};
+
+// Owns the I/O backend; one thread submits planned reads and reaps
+// completions, so the ring is long-lived and submission is batched.
+class IoEngine {
+ public:
+  explicit IoEngine(std::unique_ptr<IoBackend> backend) : backend_(std::move(backend)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~IoEngine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void submit(std::shared_ptr<Work> w) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back(std::move(w));
+    }
+    cv_.notify_all();
+  }
+  // Works not yet handed to the backend complete at once as cancelled;
+  // reads already in the backend finish normally.
+  void cancel_pending() {
+    std::deque<std::shared_ptr<Work>> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drop.swap(pending_);
+    }
+    for (auto& w : drop) w->fail_all(absl::CancelledError("epoch cancelled"));
+  }
+  const IoBackend& backend() const { return *backend_; }
+  IoStats stats() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+  }
+
+ private:
+  void loop() {
+    std::vector<ReadRequest> reqs;
+    std::vector<ReadCompletion> done;
+    while (true) {
+      std::deque<std::shared_ptr<Work>> take;
+      bool stopping = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (active_.empty()) {
+          cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+        }
+        stopping = stop_;
+        take.swap(pending_);
+      }
+      if (stopping && active_.empty()) {
+        for (auto& w : take) w->fail_all(absl::CancelledError("loader destroyed"));
+        break;
+      }
+      if (stopping) {
+        for (auto& w : take) w->fail_all(absl::CancelledError("loader destroyed"));
+        take.clear();
+      }
+      for (auto& w : take) {
+        if (w->plan.reads.empty()) {
+          w->fail_all(absl::OkStatus());
+          continue;
+        }
+        reqs.clear();
+        for (const prefetch::PlannedRead& r : w->plan.reads) {
+          reqs.push_back({r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
+                          reinterpret_cast<uint64_t>(w.get())});
+        }
+        {
+          std::lock_guard<std::mutex> lock(w->mu);
+          w->reads_left = reqs.size();
+        }
+        absl::Status st = backend_->submit(reqs);
+        if (!st.ok()) {
+          w->fail_all(st);
+          continue;
+        }
+        active_[w.get()] = {w, reqs.size()};
+      }
+      if (backend_->in_flight() > 0) {
+        done.clear();
+        backend_->reap(done, 1, std::chrono::milliseconds(1));
+        for (const ReadCompletion& c : done) {
+          Work* w = reinterpret_cast<Work*>(c.user_data);
+          auto it = active_.find(w);
+          if (it == active_.end()) continue;
+          w->finish_read(c.status);
+          if (--it->second.left == 0) active_.erase(it);
+        }
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        stats_ = backend_->stats();
+      }
+    }
+    // Stopping: every read handed to the backend has completed (active_ is empty).
+  }
+
+  struct Active {
+    std::shared_ptr<Work> work;
+    size_t left = 0;
+  };
+  std::unique_ptr<IoBackend> backend_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Work>> pending_;
+  bool stop_ = false;
+  std::unordered_map<Work*, Active> active_;  // engine thread only
+  mutable std::mutex stats_mu_;
+  IoStats stats_;
+  std::thread thread_;
+};
+
+// What the pipeline hands the consumer, in order.
+struct Delivery {
+  std::shared_ptr<const Batch> batch;
+  absl::Status error;
+  bool end = false;
+};
+
+}  // namespace
+
+struct Loader::Impl {
+  LoaderOptions options;
+  std::vector<std::string> field_names;
+  std::vector<SampleIndex> indices;              // one per field
+  std::vector<std::vector<uint32_t>> file_ids;   // [field][file] -> FileTable id
+  FileLayout layout;
+  std::shared_ptr<FileTable> files;
+  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<prefetch::PrefetchPolicy> policy;
+  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
+  std::shared_ptr<Budget> budget = std::make_shared<Budget>();
+  uint32_t threads = 2;
+  std::unique_ptr<tbb::task_arena> arena;
+
+  // Per-epoch state.
+  std::optional<OrderCursor> base_cursor;  // at the epoch's start
+  uint64_t epoch = 0;
+  uint64_t start_position = 0;
+  uint64_t delivered_samples = 0;
+  bool running = false;
+  bool finished = false;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};
+  std::thread pipeline_thread;
+  std::mutex q_mu;
+  std::condition_variable q_cv;
+  std::deque<Delivery> ready;
+
+  // Pending restore().
+  std::optional<std::pair<uint64_t, std::string>> resume;  // epoch, order state
+
+  // Totals.
+  std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0}, extents{0}, planned_reads{0};
+
+  ~Impl() {
+    cancel_epoch();
+    engine.reset();  // drains reads in flight, joins the engine thread
+  }
+
+  void cancel_epoch() {
+    if (!running) return;
+    stop = true;
+    budget->cv.notify_all();
+    q_cv.notify_all();
+    if (engine) engine->cancel_pending();
+    if (pipeline_thread.joinable()) pipeline_thread.join();
+    std::lock_guard<std::mutex> lock(q_mu);
+    ready.clear();
+    running = false;
+  }
+
+  void push(Delivery d) {
+    {
+      std::lock_guard<std::mutex> lock(q_mu);
+      ready.push_back(std::move(d));
+    }
+    q_cv.notify_all();
+  }
+
+  // Plan the next batch: ids, coalesced reads, admission, reads submitted.
+  std::shared_ptr<Work> plan_next(OrderCursor& cursor, uint64_t& batch_index) {
+    if (stop || failed || cursor.done()) return nullptr;
+    const uint32_t B = options.batch_size;
+    auto w = std::make_shared<Work>();
+    w->epoch = epoch;
+    w->index = batch_index;
+    w->position = cursor.position();
+    w->ids.resize(B);
+    const size_t n = cursor.next(std::span<uint64_t>(w->ids));
+    w->ids.resize(n);
+    if (n == 0 || (n < B && options.drop_last_batch)) return nullptr;
+    ++batch_index;
+    const size_t F = indices.size();
+    std::vector<prefetch::ExtentRef> ext;
+    w->piece_begin.resize(n * F + 1);
+    uint64_t out_bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t f = 0; f < F; ++f) {
+        w->piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
+        const SampleRef& ref = indices[f].samples[w->ids[i]];
+        for (const Extent& e : ref.extents) ext.push_back({file_ids[f][ref.file], e.offset, e.length});
+        const uint64_t nb = ref.nbytes();
+        out_bytes += nb > 0 ? nb : ref.read_bytes();
+      }
+    }
+    w->piece_begin[n * F] = static_cast<uint32_t>(ext.size());
+    w->plan = prefetch::plan_reads(ext, options.coalesce);
+    extents += ext.size();
+    planned_reads += w->plan.reads.size();
+    const uint64_t bytes = w->plan.buffer_bytes + out_bytes;
+    {
+      std::unique_lock<std::mutex> lock(budget->mu);
+      budget->cv.wait(lock, [&] {
+        if (stop) return true;
+        const auto& now = budget->now;
+        return policy->admit(now, bytes) && (now.batches == 0 || now.bytes + bytes <= options.memory_budget);
+      });
+      if (stop) return nullptr;
+      budget->now.batches += 1;
+      budget->now.bytes += bytes;
+      budget->peak_bytes = std::max(budget->peak_bytes, budget->now.bytes);
+    }
+    w->ticket = std::make_shared<Ticket>();
+    w->ticket->budget = budget;
+    w->ticket->bytes = bytes;
+    w->raw = pool->take(w->plan.buffer_bytes);
+    if (options.fadvise_willneed) {
+      std::vector<ReadRequest> hint;
+      for (const auto& r : w->plan.reads) hint.push_back({r.file, r.offset, r.length, nullptr, 0});
+      advise_willneed(*files, hint);
+    }
+    engine->submit(w);
+    return w;
+  }
+
+  // The bytes of sample i, field f: a view into the read buffer (one extent)
+  // or gathered into `tmp` (several extents).
+  std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) {
+    const size_t F = indices.size();
+    const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
+    if (e == b) return {};
+    if (e == b + 1) {
+      const auto& p = w.plan.pieces[b];
+      return {w.raw.data() + p.buffer_offset, p.length};
+    }
+    uint64_t total = 0;
+    for (uint32_t k = b; k < e; ++k) total += w.plan.pieces[k].length;
+    tmp.resize(total);
+    uint64_t pos = 0;
+    for (uint32_t k = b; k < e; ++k) {
+      const auto& p = w.plan.pieces[k];
+      std::memcpy(tmp.data() + pos, w.raw.data() + p.buffer_offset, p.length);
+      pos += p.length;
+    }
+    return {tmp.data(), tmp.size()};
+  }
+
+  // Decode every sample of every field straight into the batch's buffers.
+  void decode(Work& w) {
+    absl::Status st = w.wait_reads();
+    if (!st.ok()) {
+      w.error = st;
+      return;
+    }
+    const size_t n = w.ids.size(), F = indices.size();
+    auto batch = std::make_shared<Batch>();
+    batch->epoch = w.epoch;
+    batch->index = w.index;
+    batch->position = w.position;
+    batch->sample_ids = w.ids;
+    batch->fields.resize(F);
+    batch->storage.resize(F);
+    for (size_t f = 0; f < F && w.error.ok(); ++f) {
+      BatchField& out = batch->fields[f];
+      out.name = field_names[f];
+      const SampleIndex& idx = indices[f];
+      // Sizes known before decode (every dimension of every sample): decode
+      // in parallel straight into place. Otherwise in order, appending.
+      bool known = true;
+      for (size_t i = 0; i < n && known; ++i) {
+        for (int64_t d : idx.samples[w.ids[i]].shape) known = known && d >= 0;
+      }
+      out.offsets.resize(n + 1);
+      out.sample_shapes.resize(n);
+      ByteBuffer& store = batch->storage[f];
+      if (known) {
+        out.offsets[0] = 0;
+        for (size_t i = 0; i < n; ++i) out.offsets[i + 1] = out.offsets[i] + idx.samples[w.ids[i]].nbytes();
+        store = pool->take(out.offsets[n]);
+        std::vector<absl::Status> errs(n);
+        auto one = [&](size_t i) {
+          tsan_handshake();
+          struct End {
+            ~End() { tsan_handshake(); }
+          } end;
+          thread_local ByteBuffer tmp;
+          thread_local std::vector<std::byte> scratch;
+          const SampleRef& ref = idx.samples[w.ids[i]];
+          auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+          if (!d.ok()) {
+            errs[i] = d.status();
+            return;
+          }
+          const uint64_t want = out.offsets[i + 1] - out.offsets[i];
+          if (d->bytes.size() != want) {
+            errs[i] = format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
+                                   absl::StrCat(want, " decoded bytes for sample ", ref.item),
+                                   absl::StrCat(d->bytes.size()));
+            return;
+          }
+          if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
+          out.sample_shapes[i] = d->shape;
+        };
+        if (n >= 8) {
+          tsan_handshake();
+          tbb::parallel_for(size_t(0), n, one);
+          tsan_handshake();
+        } else {
+          for (size_t i = 0; i < n; ++i) one(i);
+        }
+        for (size_t i = 0; i < n; ++i) {
+          if (!errs[i].ok()) {
+            w.error = errs[i];
+            break;
+          }
+        }
+        out.dtype = n ? idx.samples[w.ids[0]].dtype : DType{};
+      } else {
+        // Sizes known only after decode (e.g. TFRecord features): in order.
+        ByteBuffer tmp;
+        std::vector<std::byte> scratch;
+        store = pool->take(0);
+        out.offsets[0] = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const SampleRef& ref = idx.samples[w.ids[i]];
+          auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+          if (!d.ok()) {
+            w.error = d.status();
+            break;
+          }
+          const uint64_t at = store.size();
+          store.resize(at + d->bytes.size());
+          if (!d->bytes.empty()) std::memcpy(store.data() + at, d->bytes.data(), d->bytes.size());
+          out.offsets[i + 1] = store.size();
+          out.sample_shapes[i] = d->shape;
+          if (i == 0) out.dtype = d->dtype;
+        }
+      }
+      if (!w.error.ok()) break;
+      out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+      bool uniform = n > 0;
+      for (size_t i = 1; i < n && uniform; ++i) uniform = out.sample_shapes[i] == out.sample_shapes[0];
+      if (uniform) {
+        out.shape.push_back(static_cast<int64_t>(n));
+        for (int64_t d : out.sample_shapes[0]) out.shape.push_back(d);
+      }
+    }
+    pool->give(std::move(w.raw));
+    if (!w.error.ok()) {
+      for (auto& s : batch->storage) pool->give(std::move(s));
+      return;
+    }
+    w.batch = std::move(batch);
+  }
+
+  void deliver(Work& w) {
+    if (!w.error.ok()) {
+      failed = true;
+      push({nullptr, w.error, false});
+      return;
+    }
+    // The consumer's handle returns the buffers and the admission when dropped.
+    Batch* raw = w.batch.get();
+    auto holder = std::make_shared<std::shared_ptr<Batch>>(std::move(w.batch));
+    std::shared_ptr<BufferPool> p = pool;
+    std::shared_ptr<Ticket> t = std::move(w.ticket);
+    std::shared_ptr<const Batch> handed(raw, [holder, p, t](const Batch*) mutable {
+      for (auto& s : (*holder)->storage) p->give(std::move(s));
+      holder.reset();
+      t.reset();
+    });
+    push({std::move(handed), absl::OkStatus(), false});
+  }
+
+  void run_pipeline(OrderCursor cursor, uint64_t first_batch) {
+    uint64_t batch_index = first_batch;
+    const size_t tokens = std::clamp<size_t>(threads * 2 + 8, 4, 64);
+    try {
+      tsan_handshake();
+      arena->execute([&] {
+        tbb::parallel_pipeline(
+            tokens,
+            tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order,
+                                          [&](tbb::flow_control& fc) -> Work* {
+                                            tsan_handshake();
+                                            std::shared_ptr<Work> w = plan_next(cursor, batch_index);
+                                            Work* token = w.get();
+                                            if (token) token->self = std::move(w);
+                                            else fc.stop();
+                                            tsan_handshake();
+                                            return token;
+                                          }) &
+                tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel,
+                                               [&](Work* w) {
+                                                 tsan_handshake();
+                                                 if (w) decode(*w);
+                                                 tsan_handshake();
+                                                 return w;
+                                               }) &
+                tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {
+                  tsan_handshake();
+                  if (w) {
+                    std::shared_ptr<Work> keep = std::move(w->self);
+                    if (!stop) deliver(*w);
+                  }
+                  tsan_handshake();
+                }));
+      });
+      tsan_handshake();
+    } catch (const std::exception& e) {
+      push({nullptr, absl::InternalError(absl::StrCat("loader pipeline: ", e.what())), false});
+    }
+    push({nullptr, absl::OkStatus(), true});
+  }
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() = default;
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
+  if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
+  if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
+  auto impl = std::make_unique<Impl>();
+  DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
+  std::vector<std::string> names = options.fields;
+  if (names.empty()) {
+    const FileFormat f = options.format.format;
+    names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
+  }
+  for (const std::string& name : names) {
+    FormatOptions fo = options.format;
+    fo.name = name;
+    if (!name.empty()) fo.feature = name;
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, open_dataset(options.paths, fo));
+    if (!impl->indices.empty()) {
+      const SampleIndex& first = impl->indices[0];
+      if (idx.file_begin != first.file_begin) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
+            impl->field_names[0], "' has ", first.size(), " in ", first.num_files(),
+            "; every field needs the same samples per file"));
+      }
+    }
+    impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
+    impl->indices.push_back(std::move(idx));
+  }
+  impl->layout = FileLayout::of(impl->indices[0]);
+  FileTableOptions fto;
+  fto.max_open = options.max_open_files;
+  fto.direct = options.io.direct;
+  impl->files = std::make_shared<FileTable>(fto);
+  for (const SampleIndex& idx : impl->indices) {
+    std::vector<uint32_t> ids;
+    for (const std::string& path : idx.files) ids.push_back(impl->files->add(path));
+    impl->file_ids.push_back(std::move(ids));
+  }
+  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
+  impl->engine = std::make_unique<IoEngine>(std::move(backend));
+  impl->threads = options.threads ? options.threads
+                                  : std::max(2u, std::thread::hardware_concurrency());
+  impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too
+  impl->arena = std::make_unique<tbb::task_arena>(static_cast<int>(impl->threads));
+  // Validate the order options now rather than at the first epoch.
+  OrderSpec spec = options.order;
+  DLFEED_RETURN_IF_ERROR(OrderCursor::create(impl->layout, spec).status());
+  impl->options = std::move(options);
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+absl::Status Loader::start_epoch(uint64_t epoch) {
+  Impl& m = *impl_;
+  m.cancel_epoch();
+  OrderSpec spec = m.options.order;
+  spec.epoch = epoch;
+  DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, OrderCursor::create(m.layout, spec));
+  m.base_cursor = cursor;
+  uint64_t start = 0;
+  if (m.resume && m.resume->first == epoch) {
+    DLFEED_ASSIGN_OR_RETURN(OrderCursor resumed,
+                            OrderCursor::from_state(m.layout, m.resume->second, spec.params.indices));
+    start = resumed.position();
+    DLFEED_RETURN_IF_ERROR(cursor.seek(start));
+    m.resume.reset();
+  }
+  m.epoch = epoch;
+  m.start_position = start;
+  m.delivered_samples = 0;
+  m.stop = false;
+  m.failed = false;
+  m.finished = false;
+  m.running = true;
+  const uint64_t first_batch = start / m.options.batch_size;
+  m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable { m.run_pipeline(cursor, first_batch); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
+  Impl& m = *impl_;
+  if (!m.running) {
+    if (m.finished) return std::shared_ptr<const Batch>();
+    return absl::FailedPreconditionError("loader: call start_epoch() before next()");
+  }
+  Delivery d;
+  {
+    std::unique_lock<std::mutex> lock(m.q_mu);
+    m.q_cv.wait(lock, [&] { return !m.ready.empty(); });
+    d = std::move(m.ready.front());
+    m.ready.pop_front();
+  }
+  if (d.end) {
+    if (m.pipeline_thread.joinable()) m.pipeline_thread.join();
+    m.running = false;
+    m.finished = true;
+    return std::shared_ptr<const Batch>();
+  }
+  if (!d.error.ok()) {
+    m.cancel_epoch();
+    m.finished = true;
+    return d.error;
+  }
+  m.delivered_samples += d.batch->size();
+  m.batches += 1;
+  m.samples += d.batch->size();
+  m.bytes_delivered += d.batch->nbytes();
+  return d.batch;
+}
+
+EpochRange Loader::epoch(uint64_t e) {
+  throw_if_error(start_epoch(e));
+  return EpochRange(this);
+}
+
+EpochRange::iterator::iterator(Loader* loader) : loader_(loader) { ++*this; }
+
+EpochRange::iterator& EpochRange::iterator::operator++() {
+  current_ = value_or_throw(loader_->next());
+  return *this;
+}
+
+std::string Loader::state() const {
+  const Impl& m = *impl_;
+  std::string out(kStateMagic, 4);
+  out.push_back(static_cast<char>(kStateVersion));
+  if (!m.base_cursor) {
+    // Nothing started: resume at the beginning of epoch 0.
+    OrderSpec spec = m.options.order;
+    spec.epoch = 0;
+    auto c = OrderCursor::create(m.layout, spec);
+    return out + (c.ok() ? c->state() : "");
+  }
+  OrderCursor c = *m.base_cursor;
+  const uint64_t pos = std::min(m.start_position + m.delivered_samples, c.size());
+  (void)c.seek(pos);
+  return out + c.state();
+}
+
+absl::Status Loader::restore(absl::string_view state) {
+  Impl& m = *impl_;
+  if (state.size() < 5 || state.substr(0, 4) != absl::string_view(kStateMagic, 4)) {
+    return absl::InvalidArgumentError("loader state: not a dlfeed loader state (bad magic)");
+  }
+  if (static_cast<uint8_t>(state[4]) != kStateVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader state: version ", static_cast<int>(state[4]), ", expected ", int(kStateVersion)));
+  }
+  const std::string order_state(state.substr(5));
+  DLFEED_ASSIGN_OR_RETURN(OrderState os, decode_state(order_state));
+  const OrderSpec& want = m.options.order;
+  if (os.spec.strategy != want.strategy || os.spec.seed != want.seed || os.spec.rank != want.rank ||
+      os.spec.world_size != want.world_size || os.spec.drop_last != want.drop_last) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " rank ", os.spec.rank, "/",
+        os.spec.world_size, ", but this loader has ", want.strategy, " seed ", want.seed, " rank ", want.rank, "/",
+        want.world_size));
+  }
+  // Checks the dataset's file layout against the state's fingerprint.
+  DLFEED_RETURN_IF_ERROR(OrderCursor::from_state(m.layout, order_state, want.params.indices).status());
+  m.cancel_epoch();
+  m.resume = std::make_pair(os.spec.epoch, order_state);
+  return absl::OkStatus();
+}
+
+uint64_t Loader::num_samples() const { return impl_->indices[0].size(); }
+
+uint64_t Loader::samples_per_epoch() const {
+  OrderSpec spec = impl_->options.order;
+  auto c = OrderCursor::create(impl_->layout, spec);
+  return c.ok() ? c->size() : 0;
+}
+
+uint64_t Loader::batches_per_epoch() const {
+  const uint64_t n = samples_per_epoch(), b = impl_->options.batch_size;
+  return impl_->options.drop_last_batch ? n / b : (n + b - 1) / b;
+}
+
+const SampleIndex& Loader::index(size_t field) const { return impl_->indices.at(field); }
+const std::vector<std::string>& Loader::field_names() const { return impl_->field_names; }
+const LoaderOptions& Loader::options() const { return impl_->options; }
+
+LoaderStats Loader::stats() const {
+  const Impl& m = *impl_;
+  LoaderStats s;
+  s.batches = m.batches;
+  s.samples = m.samples;
+  s.bytes_delivered = m.bytes_delivered;
+  const IoStats io = m.engine->stats();
+  s.bytes_read = io.device_bytes ? io.device_bytes : io.bytes;
+  s.read_requests = m.planned_reads;
+  s.extents = m.extents;
+  {
+    std::lock_guard<std::mutex> lock(m.budget->mu);
+    s.peak_in_flight_bytes = m.budget->peak_bytes;
+  }
+  s.pool_allocations = m.pool->allocations();
+  s.pool_reuses = m.pool->reuses();
+  s.io_backend = m.engine->backend().name();
+  s.io_fallback_reason = m.engine->backend().fallback_reason();
+  return s;
+}
+
+}  // namespace dlfeed

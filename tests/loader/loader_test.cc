@@ -1,0 +1,361 @@
+#include "dlfeed/loader.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/gen/generate.h"
+#include "format/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dlfeed {
+namespace {
+
+using testing::scratch_dir;
+
+struct DatasetCase {
+  const char* name;
+  FileFormat format;
+  bool dlio;
+  std::vector<std::string> fields;
+};
+
+const DatasetCase kDatasets[] = {
+    {"npz", FileFormat::kNpz, false, {"x", "y"}},
+    {"npz_dlio", FileFormat::kNpz, true, {"x", "y"}},
+    {"npy_dlio", FileFormat::kNpy, true, {}},
+    {"hdf5", FileFormat::kHdf5, false, {"records", "labels"}},
+    {"tfrecord", FileFormat::kTfRecord, false, {"image", "label"}},
+};
+
+constexpr uint64_t kSeed = 5;
+const Shape kShape{6, 5};
+
+std::string make_dataset(const DatasetCase& c, const std::string& root, uint64_t files = 5,
+                         uint64_t per_file = 7) {
+  gen::DatasetSpec spec;
+  spec.dir = root + "/" + c.name;
+  spec.format = c.format;
+  spec.files = files;
+  spec.samples_per_file = per_file;
+  spec.sample_shape = kShape;
+  spec.dtype = DType::parse("<f4").value();
+  spec.dlio_layout = c.dlio;
+  spec.seed = kSeed;
+  auto written = gen::write_dataset(spec);
+  EXPECT_TRUE(written.ok()) << written.status();
+  return c.dlio ? spec.dir + "/train" : spec.dir;
+}
+
+std::string expected_bytes(uint64_t id) {
+  std::string s(30 * 4, '\0');
+  gen::fill_sample(kSeed, id, DType::parse("<f4").value(), {reinterpret_cast<std::byte*>(s.data()), s.size()});
+  return s;
+}
+
+LoaderOptions options_for(const DatasetCase& c, const std::string& path) {
+  LoaderOptions o;
+  o.paths = {path};
+  o.fields = c.fields;
+  if (c.format == FileFormat::kTfRecord) o.format.feature_dtype = DType::parse("<f4").value();
+  o.batch_size = 4;
+  o.threads = 2;
+  return o;
+}
+
+// Reads a whole epoch; checks every sample's bytes; returns the ids in order.
+std::vector<uint64_t> read_epoch(Loader& loader, const DatasetCase& c, uint64_t epoch) {
+  std::vector<uint64_t> ids;
+  EXPECT_TRUE(loader.start_epoch(epoch).ok());
+  while (true) {
+    auto b = loader.next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok() || !*b) break;
+    const Batch& batch = **b;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const uint64_t id = batch.sample_ids[i];
+      ids.push_back(id);
+      const auto data = batch.fields[0].sample(i);
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(data.data()), data.size()), expected_bytes(id))
+          << c.name << " sample " << id;
+      if (batch.fields.size() > 1) {
+        int64_t label = -1;
+        EXPECT_EQ(batch.fields[1].sample(i).size(), 8u);
+        if (batch.fields[1].sample(i).size() != 8) continue;
+        std::memcpy(&label, batch.fields[1].sample(i).data(), 8);
+        EXPECT_EQ(label, c.dlio ? 0 : gen::sample_label(id)) << c.name << " sample " << id;
+      }
+    }
+    if (!batch.fields[0].ragged()) {
+      EXPECT_EQ(batch.fields[0].shape[0], static_cast<int64_t>(batch.size()));
+    }
+  }
+  return ids;
+}
+
+std::vector<IoKind> backends() {
+  std::vector<IoKind> k{IoKind::kSync, IoKind::kThreadPool};
+  if (io_uring_available().ok()) k.push_back(IoKind::kIoUring);
+  return k;
+}
+
+TEST(Loader, ExactlyOnceByteExactForEveryFormatBackendStrategyAndWorld) {
+  const std::string root = scratch_dir();
+  for (const DatasetCase& c : kDatasets) {
+    const std::string path = make_dataset(c, root);
+    for (IoKind io : backends()) {
+      for (const char* strategy : {"sequential", "file_shuffle", "block_shuffle", "global_shuffle", "global_feistel"}) {
+        for (uint32_t world : {1u, 3u}) {
+          std::multiset<uint64_t> seen;
+          std::vector<std::vector<uint64_t>> per_rank;
+          for (uint32_t rank = 0; rank < world; ++rank) {
+            LoaderOptions o = options_for(c, path);
+            o.io.kind = io;
+            o.order.strategy = strategy;
+            o.order.seed = 11;
+            o.order.rank = rank;
+            o.order.world_size = world;
+            o.order.drop_last = true;
+            auto loader = Loader::create(o);
+            ASSERT_TRUE(loader.ok()) << loader.status();
+            std::vector<uint64_t> ids = read_epoch(**loader, c, 2);
+            EXPECT_EQ(ids.size(), (**loader).samples_per_epoch());
+            seen.insert(ids.begin(), ids.end());
+            per_rank.push_back(ids);
+          }
+          const uint64_t n = 35, kept = n - n % world;
+          EXPECT_EQ(seen.size(), kept) << c.name << " " << strategy << " world " << world;
+          EXPECT_EQ(std::set<uint64_t>(seen.begin(), seen.end()).size(), kept) << "a sample read twice";
+          // The same order as the order stage gives, on every backend.
+          for (uint32_t rank = 0; rank < world; ++rank) {
+            OrderSpec spec;
+            spec.strategy = strategy;
+            spec.seed = 11;
+            spec.epoch = 2;
+            spec.rank = rank;
+            spec.world_size = world;
+            spec.drop_last = true;
+            EXPECT_EQ(per_rank[rank], rank_order(FileLayout::uniform(5, 7), spec).value());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Loader, ResumeMidEpochGivesExactlyTheRemainingBatches) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[0];
+  const std::string path = make_dataset(c, root);
+  LoaderOptions o = options_for(c, path);
+  o.order.strategy = "global_shuffle";
+  o.order.seed = 3;
+  auto full = Loader::create(o).value();
+  const std::vector<uint64_t> all = read_epoch(*full, c, 1);
+  for (uint64_t stop_after : {0u, 1u, 4u, 8u}) {
+    auto first = Loader::create(o).value();
+    ASSERT_TRUE(first->start_epoch(1).ok());
+    std::vector<uint64_t> got;
+    for (uint64_t b = 0; b < stop_after; ++b) {
+      auto batch = first->next().value();
+      ASSERT_NE(batch, nullptr);
+      got.insert(got.end(), batch->sample_ids.begin(), batch->sample_ids.end());
+    }
+    const std::string state = first->state();
+    first.reset();  // destroyed mid-epoch
+    auto second = Loader::create(o).value();
+    ASSERT_TRUE(second->restore(state).ok());
+    const std::vector<uint64_t> rest = read_epoch(*second, c, 1);
+    got.insert(got.end(), rest.begin(), rest.end());
+    EXPECT_EQ(got, all) << "stopped after " << stop_after << " batches";
+  }
+  // A state from another seed is refused.
+  LoaderOptions other = o;
+  other.order.seed = 4;
+  auto wrong = Loader::create(other).value();
+  EXPECT_FALSE(wrong->restore(full->state()).ok());
+  EXPECT_FALSE(wrong->restore("garbage").ok());
+}
+
+TEST(Loader, PrefetchPoliciesAndCoalescingDeliverTheSameData) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[3];  // hdf5
+  const std::string path = make_dataset(c, root);
+  std::vector<uint64_t> reference;
+  for (const char* policy : {"off", "depth:1", "depth:16", "budget:4K", "budget:64M"}) {
+    for (bool coalesce : {false, true}) {
+      LoaderOptions o = options_for(c, path);
+      o.prefetch = policy;
+      o.coalesce.enabled = coalesce;
+      o.order.strategy = "block_shuffle";
+      o.order.params.block_size = 3;
+      auto loader = Loader::create(o).value();
+      std::vector<uint64_t> ids = read_epoch(*loader, c, 0);
+      if (reference.empty()) reference = ids;
+      EXPECT_EQ(ids, reference) << policy;
+      const LoaderStats s = loader->stats();
+      if (!coalesce) {
+        EXPECT_EQ(s.read_requests, s.extents) << policy;
+      } else {
+        EXPECT_LT(s.read_requests, s.extents) << policy;  // neighbours merged
+      }
+    }
+  }
+  auto bad = LoaderOptions(options_for(c, path));
+  bad.prefetch = "sometimes";
+  EXPECT_FALSE(Loader::create(bad).ok());
+}
+
+TEST(Loader, MemoryBudgetBoundsBatchesInFlight) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[0];
+  const std::string path = make_dataset(c, root, 4, 64);
+  LoaderOptions o = options_for(c, path);
+  o.prefetch = "depth:64";
+  o.coalesce.enabled = false;
+  // One batch: 4 samples x (120 + 8 bytes) read + the same decoded.
+  o.memory_budget = 3 * 4 * 128 * 2;
+  auto loader = Loader::create(o).value();
+  ASSERT_TRUE(loader->start_epoch(0).ok());
+  std::vector<std::shared_ptr<const Batch>> held;
+  while (true) {
+    auto b = loader->next().value();
+    if (!b) break;
+    held.push_back(b);  // a slow consumer holding on to batches
+    if (held.size() > 2) held.erase(held.begin());
+  }
+  EXPECT_LE(loader->stats().peak_in_flight_bytes, o.memory_budget);
+  EXPECT_GT(loader->stats().pool_reuses, 0u);
+}
+
+TEST(Loader, RaggedSamplesGiveOffsetsAndShapes) {
+  const std::string root = scratch_dir();
+  // Two NPZ files whose samples have different shapes.
+  for (int f = 0; f < 2; ++f) {
+    gen::FileSpec spec;
+    spec.path = absl::StrCat(root, "/part", f, ".npz");
+    spec.sample_shape = f == 0 ? Shape{2, 3} : Shape{4, 1};
+    spec.num_samples = 3;
+    spec.first_global_id = f * 3;
+    ASSERT_TRUE(gen::write_npz_file(spec).ok());
+  }
+  LoaderOptions o;
+  o.paths = {root};
+  o.batch_size = 6;
+  auto loader = Loader::create(o).value();
+  ASSERT_TRUE(loader->start_epoch(0).ok());
+  auto b = loader->next().value();
+  ASSERT_NE(b, nullptr);
+  const BatchField& x = b->fields[0];
+  EXPECT_TRUE(x.ragged());
+  ASSERT_EQ(x.size(), 6u);
+  EXPECT_EQ(x.sample_shapes[0], (Shape{2, 3}));
+  EXPECT_EQ(x.sample_shapes[5], (Shape{4, 1}));
+  EXPECT_EQ(x.sample(5).size(), 4u);
+  EXPECT_EQ(loader->next().value(), nullptr);
+}
+
+TEST(Loader, ReadFailuresReachTheConsumerWithFileAndOffset) {
+  const std::string root = scratch_dir();
+  for (IoKind io : backends()) {
+    for (bool remove : {false, true}) {
+      const DatasetCase& c = kDatasets[0];
+      const std::string path = make_dataset(c, root + (remove ? "/rm" : "/cut") + std::to_string(int(io)));
+      LoaderOptions o = options_for(c, path);
+      o.io.kind = io;
+      auto loader = Loader::create(o).value();
+      const std::string victim = loader->index().files[3];
+      if (remove) {
+        std::filesystem::remove(victim);
+      } else {
+        ASSERT_EQ(::truncate(victim.c_str(), 100), 0);
+      }
+      ASSERT_TRUE(loader->start_epoch(0).ok());
+      absl::Status error;
+      int batches = 0;
+      while (true) {
+        auto b = loader->next();
+        if (!b.ok()) {
+          error = b.status();
+          break;
+        }
+        if (!*b) break;
+        ++batches;
+      }
+      ASSERT_FALSE(error.ok()) << "no error after " << batches << " batches";
+      EXPECT_NE(std::string(error.message()).find(victim), std::string::npos) << error;
+      if (!remove) EXPECT_NE(std::string(error.message()).find("offset"), std::string::npos) << error;
+      // After an error the epoch is over; a new one can start (and fails again).
+      EXPECT_EQ(loader->next().value(), nullptr);
+    }
+  }
+}
+
+int count_threads() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+int count_fds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[3];
+  const std::string path = make_dataset(c, root, 6, 50);
+  {  // warm up oneTBB's global worker pool, which outlives loaders by design
+    auto warm = Loader::create(options_for(c, path)).value();
+    read_epoch(*warm, c, 0);
+  }
+  const int threads = count_threads(), fds = count_fds();
+  for (IoKind io : backends()) {
+    for (int taken : {0, 1, 5}) {
+      LoaderOptions o = options_for(c, path);
+      o.io.kind = io;
+      auto loader = Loader::create(o).value();
+      ASSERT_TRUE(loader->start_epoch(0).ok());
+      std::shared_ptr<const Batch> kept;
+      for (int i = 0; i < taken; ++i) kept = loader->next().value();
+      loader.reset();
+      // A batch kept past its loader stays valid.
+      if (kept) EXPECT_EQ(kept->fields[0].sample(0).size(), 120u);
+    }
+  }
+  EXPECT_EQ(count_threads(), threads);
+  EXPECT_EQ(count_fds(), fds);
+}
+
+TEST(Loader, RangeForOverEpochs) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[4];
+  const std::string path = make_dataset(c, root);
+  LoaderOptions o = options_for(c, path);
+  o.order.strategy = "file_shuffle";
+  auto loader = Loader::create(o).value();
+  for (uint64_t e = 0; e < 2; ++e) {
+    uint64_t n = 0;
+    for (const auto& batch : loader->epoch(e)) n += batch->size();
+    EXPECT_EQ(n, 35u);
+  }
+  EXPECT_EQ(loader->batches_per_epoch(), 9u);
+  EXPECT_EQ(loader->field_names(), (std::vector<std::string>{"image", "label"}));
+}
+
+}  // namespace
+}  // namespace dlfeed

@@ -1,0 +1,128 @@
+"""`dlfeed run`: the loader end to end from the command line. Its --checksum
+is recomputed here from the files with numpy/h5py, independently of dlfeed."""
+import re
+
+import h5py
+import numpy as np
+import pytest
+
+M64 = (1 << 64) - 1
+
+
+def hash_bytes(b: bytes, seed: int) -> int:
+    """The 64-bit hash `dlfeed run --checksum` uses (tools/dlfeed/run.cc)."""
+    h = (seed ^ (len(b) * 0x9E3779B97F4A7C15)) & M64
+    n = len(b) // 8 * 8
+    for (v,) in np.frombuffer(b[:n], dtype="<u8").reshape(-1, 1):
+        h = ((h ^ int(v)) * 0xBF58476D1CE4E5B9) & M64
+        h ^= h >> 29
+    tail = int.from_bytes(b[n:], "little") if n < len(b) else 0
+    h = ((h ^ tail) * 0x94D049BB133111EB) & M64
+    return h ^ (h >> 31)
+
+
+def checksum(samples) -> int:
+    """samples: iterable of (id, [field bytes...]); order-independent sum."""
+    total = 0
+    for sid, fields in samples:
+        h = (sid * 0x9E3779B97F4A7C15) & M64
+        for f, data in enumerate(fields):
+            h ^= hash_bytes(data, f + 1)
+        total = (total + h) & M64
+    return total
+
+
+def run_checksum(dlfeed, *args):
+    out = dlfeed.run("run", "--checksum", *args).stdout
+    m = re.search(r"checksum: ([0-9a-f]{16}) over (\d+) samples", out)
+    assert m, out
+    return int(m.group(1), 16), int(m.group(2)), out
+
+
+@pytest.fixture(scope="module")
+def hdf5_dataset(tmp_path_factory, dlfeed):
+    d = tmp_path_factory.mktemp("run") / "h5"
+    dlfeed.run("generate", "--format", "hdf5", "--dir", d, "--files", 4, "--samples-per-file", 25,
+               "--shape", "8,8", "--dtype", "float32", "--chunk-samples", 5, "--compression", "deflate",
+               "--hdf5-shuffle")
+    return d
+
+
+def expected_hdf5(folder):
+    samples = []
+    sid = 0
+    for f in sorted(folder.glob("*.hdf5")):
+        with h5py.File(f) as h:
+            x, y = h["records"][...], h["labels"][...]
+        for k in range(len(x)):
+            samples.append((sid, [x[k].tobytes(), y[k].tobytes()]))
+            sid += 1
+    return samples
+
+
+@pytest.mark.parametrize("io", ["sync", "thread_pool", "io_uring"])
+@pytest.mark.parametrize("strategy", ["sequential", "block_shuffle", "global_shuffle", "global_feistel"])
+def test_checksum_matches_h5py_for_every_backend_and_strategy(dlfeed, hdf5_dataset, io, strategy):
+    want = checksum(expected_hdf5(hdf5_dataset))
+    got, n, out = run_checksum(dlfeed, "--io", io, "--strategy", strategy, "--fields", "records,labels",
+                               "--batch-size", 7, hdf5_dataset)
+    assert n == 100
+    assert got == want, out
+
+
+def test_ranks_together_cover_the_dataset(dlfeed, hdf5_dataset):
+    want = checksum(expected_hdf5(hdf5_dataset))
+    total, count = 0, 0
+    for rank in range(4):
+        got, n, _ = run_checksum(dlfeed, "--strategy", "global_shuffle", "--rank", rank, "--world-size", 4,
+                                 "--fields", "records,labels", hdf5_dataset)
+        total = (total + got) & M64
+        count += n
+    assert count == 100 and total == want
+
+
+def test_npz_dlio_layout_and_tfrecord(dlfeed, tmp_path):
+    d = tmp_path / "dlio"
+    dlfeed.run("generate", "--format", "npz", "--layout", "dlio", "--dir", d, "--files", 3,
+               "--samples-per-file", 5, "--shape", "6,7")
+    samples, sid = [], 0
+    for f in sorted((d / "train").glob("*.npz")):
+        with np.load(f) as z:
+            x, y = z["x"], z["y"]
+        for k in range(x.shape[-1]):
+            samples.append((sid, [x[..., k].tobytes(), y[k].tobytes()]))
+            sid += 1
+    got, n, _ = run_checksum(dlfeed, "--fields", "x,y", "--strategy", "file_shuffle", d / "train")
+    assert (got, n) == (checksum(samples), 15)
+
+    t = tmp_path / "tfr"
+    dlfeed.run("generate", "--format", "tfrecord", "--dir", t, "--files", 2, "--samples-per-file", 6,
+               "--shape", "10")
+    import tensorflow as tf  # noqa: PLC0415
+    samples, sid = [], 0
+    for f in sorted(t.glob("*.tfrecord")):
+        for rec in tf.data.TFRecordDataset(str(f)):
+            ex = tf.train.Example.FromString(rec.numpy())
+            image = ex.features.feature["image"].bytes_list.value[0]
+            label = np.array(ex.features.feature["label"].int64_list.value, dtype="<i8").tobytes()
+            samples.append((sid, [image, label]))
+            sid += 1
+    got, n, _ = run_checksum(dlfeed, "--fields", "image,label", "--strategy", "global_shuffle", t)
+    assert (got, n) == (checksum(samples), 12)
+
+
+def test_multiple_epochs_and_emulated_compute(dlfeed, hdf5_dataset):
+    out = dlfeed.run("run", "--epochs", 3, "--compute-ms", 1, "--batch-size", 10, "--strategy", "global_shuffle",
+                     hdf5_dataset).stdout
+    assert len(re.findall(r"^epoch \d: 10 batches, 100 samples", out, re.M)) == 3
+    assert "total: 300 samples" in out
+
+
+def test_errors_name_the_file(dlfeed, tmp_path):
+    d = tmp_path / "bad"
+    dlfeed.run("generate", "--format", "npz", "--dir", d, "--files", 2, "--samples-per-file", 4)
+    (d / "img_1.npz").write_bytes(b"not a zip")
+    err = dlfeed.error("run", d)
+    assert "img_1.npz" in err and "offset" in err
+    err = dlfeed.error("run", "--prefetch", "sometimes", d / "img_0.npz")
+    assert "prefetch" in err
