@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs every test: ctest (C++), pytest
-# (interop with numpy, h5py, TensorFlow), and the format tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# (interop with numpy, h5py, TensorFlow, and the command line), the C++ suite
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded
+# parts (loader, I/O backends, order) under ThreadSanitizer.
+# DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,4 +21,11 @@ if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
     scripts/setup.sh
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE package
+
+  echo "== ctest under TSan (build-tsan/: loader, I/O, order)"
+  BUILD_DIR=build-tsan BUILD_TARGETS="loader_test io_test order_test" \
+    CMAKE_ARGS="-DDLFEED_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_EXAMPLES=OFF" \
+    scripts/setup.sh
+  TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+    ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -E find_package_consumer
 fi
