@@ -1,6 +1,8 @@
 #include "dlfeed/format/format.h"
 
 #include <algorithm>
+#include <glob.h>
+
 #include <filesystem>
 #include <system_error>
 
@@ -62,8 +64,28 @@ absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptio
 
 absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
                                          const FormatOptions& options) {
-  std::vector<std::string> files;
+  // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
+  std::vector<std::string> expanded;
   for (const std::string& p : paths) {
+    if (p.find_first_of("*?[") == std::string::npos) {
+      expanded.push_back(p);
+      continue;
+    }
+    glob_t g{};
+    const int rc = ::glob(p.c_str(), 0, nullptr, &g);
+    if (rc == GLOB_NOMATCH) {
+      globfree(&g);
+      return absl::NotFoundError(absl::StrCat(p, ": the pattern matches no file or folder"));
+    }
+    if (rc != 0) {
+      globfree(&g);
+      return absl::InvalidArgumentError(absl::StrCat(p, ": cannot expand the pattern"));
+    }
+    for (size_t i = 0; i < g.gl_pathc; ++i) expanded.push_back(g.gl_pathv[i]);
+    globfree(&g);
+  }
+  std::vector<std::string> files;
+  for (const std::string& p : expanded) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
       std::vector<std::string> found;

@@ -282,6 +282,11 @@ TEST(Dataset, FolderOpensEveryDataFileInOrder) {
   }
   auto missing = open_dataset({dir + "/nope"}, {});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  auto globbed = open_dataset({dir + "/train/img_[12]_of_3.npy", dir + "/valid/*.npy"}, {});
+  ASSERT_TRUE(globbed.ok()) << globbed.status();
+  EXPECT_EQ(globbed->files, (std::vector<std::string>{dir + "/train/img_1_of_3.npy", dir + "/train/img_2_of_3.npy",
+                                                      dir + "/valid/img_0_of_1.npy"}));
+  EXPECT_EQ(open_dataset({dir + "/train/*.h5"}, {}).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(Generator, DlioFileNamesArePaddedToTheDigitsOfN) {

@@ -50,7 +50,8 @@ absl::StatusOr<FileFormat> parse_format(absl::string_view name);
 absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options);
 
 /// Indexes a file, a folder (recursively, data files sorted by path; a DLIO
-/// folder's index/ subfolder is skipped), or a list of those.
+/// folder's index/ subfolder is skipped), a glob pattern ("data/train/*.npz",
+/// matches sorted), or a list of those, in the order given.
 absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
                                          const FormatOptions& options);
 
