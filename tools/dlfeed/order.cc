@@ -50,16 +50,8 @@ int run_order(const std::vector<std::string>& args) {
         absl::StrCat("unexpected arguments: ", absl::StrJoin(args, " "), " (use --dataset PATH)")));
   }
   const dlfeed::FileLayout layout = layout_from_flags();
-  dlfeed::OrderSpec spec;
-  spec.strategy = absl::GetFlag(FLAGS_strategy);
-  spec.seed = absl::GetFlag(FLAGS_seed);
+  dlfeed::OrderSpec spec = dlfeed::value_or_throw(dlfeed::cli::order_spec_from_flags());
   spec.epoch = absl::GetFlag(FLAGS_epoch);
-  spec.rank = absl::GetFlag(FLAGS_rank);
-  spec.world_size = absl::GetFlag(FLAGS_world_size);
-  spec.drop_last = absl::GetFlag(FLAGS_drop_last);
-  spec.params.buffer_size = absl::GetFlag(FLAGS_buffer_size);
-  spec.params.block_size = absl::GetFlag(FLAGS_block_size);
-  spec.params.window = absl::GetFlag(FLAGS_window);
   auto cursor = dlfeed::value_or_throw(dlfeed::OrderCursor::create(layout, spec));
 
   uint64_t n = cursor.size();
