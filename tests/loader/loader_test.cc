@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/gen/generate.h"
@@ -319,6 +320,7 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
   const std::string root = scratch_dir();
   const DatasetCase& c = kDatasets[3];
   const std::string path = make_dataset(c, root, 6, 50);
+  std::thread([] {}).join();  // a sanitizer runtime's helper thread starts at the first thread
   {  // warm up oneTBB's global worker pool, which outlives loaders by design
     auto warm = Loader::create(options_for(c, path)).value();
     read_epoch(*warm, c, 0);
