@@ -17,6 +17,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
+#include "hdf5_util.h"
 
 namespace dlfeed {
 namespace detail {
@@ -29,85 +30,16 @@ std::mutex& hdf5_mutex() {
 
 namespace {
 
+using detail::h5::H5Lock;
+using detail::h5::Hid;
+using detail::h5::h5_errors;
+
 // Limits that keep a corrupt or hostile header from causing unbounded work.
 constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 32;   // 4 GiB per decoded sample
 constexpr uint64_t kMaxSamples = uint64_t{1} << 31;       // samples per dataset
 constexpr uint64_t kMaxChunkCells = uint64_t{1} << 22;    // chunk grid cells indexed
 constexpr uint64_t kMaxChunkBytes = uint64_t{1} << 32;    // HDF5's own chunk limit
 constexpr int kMaxListed = 64;                            // datasets listed in errors
-
-// Holds the dlfeed HDF5 lock and keeps libhdf5 from printing its error stack
-// while we hold it (restoring the caller's setting afterwards).
-class H5Lock {
- public:
-  H5Lock() : lock_(detail::hdf5_mutex()) {
-    if (H5Eget_auto2(H5E_DEFAULT, &old_func_, &old_data_) < 0) {
-      old_func_ = nullptr;
-      old_data_ = nullptr;
-      restore_ = false;
-    }
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~H5Lock() {
-    if (restore_) H5Eset_auto2(H5E_DEFAULT, old_func_, old_data_);
-  }
-  H5Lock(const H5Lock&) = delete;
-  H5Lock& operator=(const H5Lock&) = delete;
-
- private:
-  std::lock_guard<std::mutex> lock_;
-  H5E_auto2_t old_func_ = nullptr;
-  void* old_data_ = nullptr;
-  bool restore_ = true;
-};
-
-// An owned hid_t, closed with the matching H5*close.
-class Hid {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Hid() = default;
-  Hid(hid_t id, Closer close) : id_(id), close_(close) {}
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = o.id_;
-      close_ = o.close_;
-      o.id_ = H5I_INVALID_HID;
-    }
-    return *this;
-  }
-  ~Hid() { reset(); }
-  void reset() {
-    if (id_ >= 0 && close_ != nullptr) close_(id_);
-    id_ = H5I_INVALID_HID;
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  Closer close_ = nullptr;
-};
-
-herr_t collect_error(unsigned, const H5E_error2_t* e, void* data) {
-  auto* out = static_cast<std::vector<std::string>*>(data);
-  if (e->desc != nullptr && e->desc[0] != '\0') {
-    std::string d = e->desc;
-    if (std::find(out->begin(), out->end(), d) == out->end()) out->push_back(std::move(d));
-  }
-  return 0;
-}
-
-// The current thread's libhdf5 error stack, most specific first, in one line.
-std::string h5_errors() {
-  std::vector<std::string> msgs;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &msgs);
-  H5Eclear2(H5E_DEFAULT);
-  if (msgs.empty()) return "no detail from libhdf5";
-  if (msgs.size() > 3) msgs.resize(3);
-  return absl::StrJoin(msgs, "; ");
-}
 
 absl::Status h5_fail(const std::string& path, uint64_t offset, absl::string_view expected) {
   return format_error(path, offset, expected, absl::StrCat("libhdf5 error: ", h5_errors()));

@@ -13,7 +13,7 @@
 #include "dlfeed/gen/generate.h"
 
 namespace dlfeed::gen::internal {
-// Test-only writer in src/gen/hdf5_writer.cc: one dataset with exactly the
+// The fixture writer in tests/format/hdf5_fixture.cc: one dataset with exactly the
 // storage `options` asks for (see there).
 absl::Status write_hdf5_custom(const std::string& path, const std::string& name, DType dtype,
                                const std::vector<uint64_t>& dims, std::span<const std::byte> data,
