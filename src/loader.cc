@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/prefetch/policy.h"
@@ -36,6 +37,35 @@ inline void tsan_handshake() { std::lock_guard<std::mutex> lock(tsan_handshake_m
 #else
 inline void tsan_handshake() {}
 #endif
+
+// Counters (docs/counters.md): with -DDLFEED_COUNTERS=OFF every recording
+// statement, clock reads included, compiles to nothing.
+using counters::Component;
+using counters::Counters;
+using CId = counters::Id;
+#if DLFEED_COUNTERS_ENABLED
+#define DLFEED_REC(...) \
+  do {                  \
+    __VA_ARGS__;        \
+  } while (0)
+inline uint64_t now_of(const Counters& c) { return c.now(); }
+#else
+#define DLFEED_REC(...) \
+  do {                  \
+  } while (0)
+inline uint64_t now_of(const Counters&) { return 0; }
+#endif
+
+// Names the calling thread in traces, once per thread.
+inline void name_thread_once(const Counters& c, const char* name) {
+  if constexpr (counters::kEnabled) {
+    thread_local bool named = false;
+    if (!named && c.tracing()) {
+      named = true;
+      Counters::set_thread_name(name);
+    }
+  }
+}
 
 constexpr char kStateMagic[] = "dlfL";
 constexpr uint8_t kStateVersion = 1;
@@ -79,6 +109,7 @@ struct Work {
   std::vector<uint32_t> piece_begin;
   ByteBuffer raw;
   std::shared_ptr<Ticket> ticket;
+  uint64_t submit_ns = 0;  // when the engine handed the reads to the backend
 
   // Read completion (set by the I/O engine).
   std::mutex mu;
@@ -125,7 +156,8 @@ struct Work {
 // completions, so the ring is long-lived and submission is batched.
 class IoEngine {
  public:
-  explicit IoEngine(std::unique_ptr<IoBackend> backend) : backend_(std::move(backend)) {
+  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters)
+      : backend_(std::move(backend)), counters_(counters) {
     thread_ = std::thread([this] { loop(); });
   }
   ~IoEngine() {
@@ -161,9 +193,18 @@ class IoEngine {
   }
 
  private:
+  // user_data: the Work pointer, with the request's index in the top 16 bits
+  // (x86-64 and AArch64 user pointers fit in 48 bits) so a completion names
+  // its read for the counters; index 0xFFFF means "not recorded".
+  static constexpr unsigned kIndexShift = 48;
+  static constexpr uint64_t kPtrMask = (uint64_t{1} << kIndexShift) - 1;
+  static Work* work_of(uint64_t user_data) { return reinterpret_cast<Work*>(user_data & kPtrMask); }
+
   void loop() {
+    name_thread_once(*counters_, "dlfeed io engine");
     std::vector<ReadRequest> reqs;
     std::vector<ReadCompletion> done;
+    [[maybe_unused]] uint64_t sampled = 0;
     while (true) {
       std::deque<std::shared_ptr<Work>> take;
       bool stopping = false;
@@ -189,30 +230,55 @@ class IoEngine {
           continue;
         }
         reqs.clear();
+        uint64_t k = 0;
         for (const prefetch::PlannedRead& r : w->plan.reads) {
+          const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
           reqs.push_back({r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
-                          reinterpret_cast<uint64_t>(w.get())});
+                          reinterpret_cast<uint64_t>(w.get()) | tag});
         }
         {
           std::lock_guard<std::mutex> lock(w->mu);
           w->reads_left = reqs.size();
         }
+        DLFEED_REC(w->submit_ns = now_of(*counters_));
         absl::Status st = backend_->submit(reqs);
         if (!st.ok()) {
           w->fail_all(st);
           continue;
         }
+        DLFEED_REC(counters_->interval_begin(Component::kIo, w->submit_ns));
         active_[w.get()] = {w, reqs.size()};
       }
       if (backend_->in_flight() > 0) {
         done.clear();
         backend_->reap(done, 1, std::chrono::milliseconds(1));
+        [[maybe_unused]] const uint64_t t_reap = now_of(*counters_);
+        [[maybe_unused]] const bool tracing = counters_->tracing();
         for (const ReadCompletion& c : done) {
-          Work* w = reinterpret_cast<Work*>(c.user_data);
+          Work* w = work_of(c.user_data);
           auto it = active_.find(w);
           if (it == active_.end()) continue;
+          DLFEED_REC({
+            const uint64_t lat = t_reap > w->submit_ns ? t_reap - w->submit_ns : 0;
+            counters_->sample(CId::kIoLatency, lat);
+            counters_->add(CId::kReadRequests, 1);
+            if (c.status.ok()) {
+              counters_->add(CId::kBytesRead, c.bytes);
+            } else {
+              counters_->add(CId::kReadErrors, 1);
+            }
+            const uint64_t k = c.user_data >> kIndexShift;
+            if (tracing && k < 0xFFFF && k < w->plan.reads.size() &&
+                sampled++ % counters_->io_sample_every() == 0) {
+              const prefetch::PlannedRead& r = w->plan.reads[k];
+              counters_->trace("read", "io", w->submit_ns, lat, r.file, r.offset, r.length);
+            }
+          });
           w->finish_read(c.status);
-          if (--it->second.left == 0) active_.erase(it);
+          if (--it->second.left == 0) {
+            active_.erase(it);
+            DLFEED_REC(counters_->interval_end(Component::kIo, t_reap));
+          }
         }
         std::lock_guard<std::mutex> lock(stats_mu_);
         stats_ = backend_->stats();
@@ -226,6 +292,7 @@ class IoEngine {
     size_t left = 0;
   };
   std::unique_ptr<IoBackend> backend_;
+  Counters* counters_;  // outlives the engine (Loader::Impl)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Work>> pending_;
@@ -246,6 +313,8 @@ struct Delivery {
 }  // namespace
 
 struct Loader::Impl {
+  // First member: outlives the engine and every pipeline thread.
+  std::shared_ptr<Counters> counters;
   LoaderOptions options;
   std::vector<std::string> field_names;
   std::vector<SampleIndex> indices;              // one per field
@@ -286,6 +355,7 @@ struct Loader::Impl {
 
   void cancel_epoch() {
     if (!running) return;
+    DLFEED_REC(counters->end_epoch(counters->now(), /*complete=*/false));
     stop = true;
     budget->cv.notify_all();
     q_cv.notify_all();
@@ -304,9 +374,10 @@ struct Loader::Impl {
     q_cv.notify_all();
   }
 
-  // Plan the next batch: ids, coalesced reads, admission, reads submitted.
-  std::shared_ptr<Work> plan_next(OrderCursor& cursor, uint64_t& batch_index) {
+  // Plan the next batch: its ids and coalesced reads (nothing read yet).
+  std::shared_ptr<Work> plan_batch(OrderCursor& cursor, uint64_t& batch_index) {
     if (stop || failed || cursor.done()) return nullptr;
+    [[maybe_unused]] const uint64_t t0 = now_of(*counters);
     const uint32_t B = options.batch_size;
     auto w = std::make_shared<Work>();
     w->epoch = epoch;
@@ -334,30 +405,92 @@ struct Loader::Impl {
     w->plan = prefetch::plan_reads(ext, options.coalesce);
     extents += ext.size();
     planned_reads += w->plan.reads.size();
-    const uint64_t bytes = w->plan.buffer_bytes + out_bytes;
+    DLFEED_REC({
+      const uint64_t t1 = counters->now();
+      counters->add(CId::kExtents, ext.size());
+      counters->sample(CId::kPlan, t1 - t0);
+      counters->interval_begin(Component::kPlan, t0);
+      counters->interval_end(Component::kPlan, t1);
+      if (counters->tracing()) counters->trace("plan", "plan", t0, t1 - t0, epoch, w->index, w->plan.reads.size());
+    });
+    w->ticket = std::make_shared<Ticket>();
+    w->ticket->bytes = w->plan.buffer_bytes + out_bytes;
+    return w;
+  }
+
+  // Admits a planned batch under the prefetch policy and the memory budget
+  // (waiting when `wait`, else returning false at once), then issues its reads.
+  bool admit_and_read(Work& w, bool wait) {
+    const uint64_t bytes = w.ticket->bytes;
     {
       std::unique_lock<std::mutex> lock(budget->mu);
-      budget->cv.wait(lock, [&] {
-        if (stop) return true;
+      auto fits = [&] {
         const auto& now = budget->now;
         return policy->admit(now, bytes) && (now.batches == 0 || now.bytes + bytes <= options.memory_budget);
-      });
-      if (stop) return nullptr;
+      };
+      if (wait) {
+        [[maybe_unused]] const uint64_t tw = now_of(*counters);
+        budget->cv.wait(lock, [&] { return stop || fits(); });
+        DLFEED_REC({
+          const uint64_t t1 = counters->now();
+          counters->sample(CId::kAdmitWait, t1 - tw);
+          if (counters->tracing() && t1 - tw >= 1000) {
+            counters->trace("admit_wait", "plan", tw, t1 - tw, w.epoch, w.index);
+          }
+        });
+      }
+      if (stop || !fits()) return false;
       budget->now.batches += 1;
       budget->now.bytes += bytes;
       budget->peak_bytes = std::max(budget->peak_bytes, budget->now.bytes);
     }
-    w->ticket = std::make_shared<Ticket>();
-    w->ticket->budget = budget;
-    w->ticket->bytes = bytes;
-    w->raw = pool->take(w->plan.buffer_bytes);
+    w.ticket->budget = budget;  // from now on the ticket releases the bytes
+    w.raw = pool->take(w.plan.buffer_bytes);
     if (options.fadvise_willneed) {
       std::vector<ReadRequest> hint;
-      for (const auto& r : w->plan.reads) hint.push_back({r.file, r.offset, r.length, nullptr, 0});
+      for (const auto& r : w.plan.reads) hint.push_back({r.file, r.offset, r.length, nullptr, 0});
       advise_willneed(*files, hint);
     }
-    engine->submit(w);
+    engine->submit(w.self);
+    return true;
+  }
+
+  // The pipeline's source: keeps the reads of every batch the policy and the
+  // budget admit in flight (the look-ahead), and hands out the oldest. It
+  // waits only when nothing at all is in flight for the pipeline.
+  struct Lookahead {
+    std::deque<Work*> ahead;  // admitted, reads issued, in order
+    Work* staged = nullptr;   // planned, waiting for admission
+    bool exhausted = false;
+  };
+  Work* next_for_pipeline(OrderCursor& cursor, uint64_t& batch_index, Lookahead& la) {
+    while (!stop) {
+      if (la.staged == nullptr && !la.exhausted) {
+        std::shared_ptr<Work> w = plan_batch(cursor, batch_index);
+        if (!w) {
+          la.exhausted = true;
+        } else {
+          la.staged = w.get();
+          la.staged->self = std::move(w);  // the pipeline's reference, dropped at the sink
+        }
+      }
+      if (la.staged == nullptr) break;
+      if (!admit_and_read(*la.staged, /*wait=*/la.ahead.empty())) break;
+      la.ahead.push_back(la.staged);
+      la.staged = nullptr;
+    }
+    if (la.ahead.empty() || stop) return nullptr;
+    Work* w = la.ahead.front();
+    la.ahead.pop_front();
     return w;
+  }
+
+  // Drops batches planned but never handed to the pipeline (on stop).
+  static void drop_lookahead(Lookahead& la) {
+    for (Work* w : la.ahead) w->self.reset();
+    la.ahead.clear();
+    if (la.staged) la.staged->self.reset();
+    la.staged = nullptr;
   }
 
   // The bytes of sample i, field f: a view into the read buffer (one extent)
@@ -389,6 +522,19 @@ struct Loader::Impl {
       w.error = st;
       return;
     }
+    name_thread_once(*counters, "dlfeed worker");
+    [[maybe_unused]] const uint64_t t0 = now_of(*counters);
+    DLFEED_REC(counters->interval_begin(Component::kDecode, t0));
+    decode_reads(w);
+    DLFEED_REC({
+      const uint64_t t1 = counters->now();
+      counters->interval_end(Component::kDecode, t1);
+      counters->sample(CId::kDecode, t1 - t0);
+      if (counters->tracing()) counters->trace("decode", "decode", t0, t1 - t0, w.epoch, w.index, w.ids.size());
+    });
+  }
+
+  void decode_reads(Work& w) {
     const size_t n = w.ids.size(), F = indices.size();
     auto batch = std::make_shared<Batch>();
     batch->epoch = w.epoch;
@@ -491,6 +637,18 @@ struct Loader::Impl {
   }
 
   void deliver(Work& w) {
+    [[maybe_unused]] const uint64_t t0 = now_of(*counters);
+    DLFEED_REC(counters->interval_begin(Component::kCollate, t0));
+    deliver_batch(w);
+    DLFEED_REC({
+      const uint64_t t1 = counters->now();
+      counters->interval_end(Component::kCollate, t1);
+      counters->sample(CId::kCollate, t1 - t0);
+      if (counters->tracing()) counters->trace("collate", "collate", t0, t1 - t0, w.epoch, w.index);
+    });
+  }
+
+  void deliver_batch(Work& w) {
     if (!w.error.ok()) {
       failed = true;
       push({nullptr, w.error, false});
@@ -510,7 +668,9 @@ struct Loader::Impl {
   }
 
   void run_pipeline(OrderCursor cursor, uint64_t first_batch) {
+    name_thread_once(*counters, "dlfeed pipeline");
     uint64_t batch_index = first_batch;
+    Lookahead lookahead;
     const size_t tokens = std::clamp<size_t>(threads * 2 + 8, 4, 64);
     try {
       tsan_handshake();
@@ -520,10 +680,8 @@ struct Loader::Impl {
             tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order,
                                           [&](tbb::flow_control& fc) -> Work* {
                                             tsan_handshake();
-                                            std::shared_ptr<Work> w = plan_next(cursor, batch_index);
-                                            Work* token = w.get();
-                                            if (token) token->self = std::move(w);
-                                            else fc.stop();
+                                            Work* token = next_for_pipeline(cursor, batch_index, lookahead);
+                                            if (token == nullptr) fc.stop();
                                             tsan_handshake();
                                             return token;
                                           }) &
@@ -545,8 +703,10 @@ struct Loader::Impl {
       });
       tsan_handshake();
     } catch (const std::exception& e) {
+      drop_lookahead(lookahead);
       push({nullptr, absl::InternalError(absl::StrCat("loader pipeline: ", e.what())), false});
     }
+    drop_lookahead(lookahead);
     push({nullptr, absl::OkStatus(), true});
   }
 };
@@ -558,6 +718,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
   auto impl = std::make_unique<Impl>();
+  impl->counters = std::make_shared<Counters>(options.trace);
+  Counters& cnt = *impl->counters;
   DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
   std::vector<std::string> names = options.fields;
   if (names.empty()) {
@@ -568,7 +730,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     FormatOptions fo = options.format;
     fo.name = name;
     if (!name.empty()) fo.feature = name;
+    [[maybe_unused]] const uint64_t t_open = now_of(cnt);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, open_dataset(options.paths, fo));
+    DLFEED_REC({
+      const uint64_t t1 = cnt.now();
+      cnt.sample(CId::kOpen, t1 - t_open);
+      if (cnt.tracing()) cnt.trace("open", "index", t_open, t1 - t_open, impl->indices.size(), idx.num_files());
+    });
     if (!impl->indices.empty()) {
       const SampleIndex& first = impl->indices[0];
       if (idx.file_begin != first.file_begin) {
@@ -586,13 +754,19 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   fto.max_open = options.max_open_files;
   fto.direct = options.io.direct;
   impl->files = std::make_shared<FileTable>(fto);
+  std::vector<std::string> file_names;
   for (const SampleIndex& idx : impl->indices) {
     std::vector<uint32_t> ids;
-    for (const std::string& path : idx.files) ids.push_back(impl->files->add(path));
+    for (const std::string& path : idx.files) {
+      ids.push_back(impl->files->add(path));
+      if (file_names.size() <= ids.back()) file_names.resize(ids.back() + 1);
+      file_names[ids.back()] = path;
+    }
     impl->file_ids.push_back(std::move(ids));
   }
+  cnt.set_file_names(std::move(file_names));
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
-  impl->engine = std::make_unique<IoEngine>(std::move(backend));
+  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get());
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
   impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too
@@ -626,6 +800,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.failed = false;
   m.finished = false;
   m.running = true;
+  DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
   const uint64_t first_batch = start / m.options.batch_size;
   m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable { m.run_pipeline(cursor, first_batch); });
   return absl::OkStatus();
@@ -637,6 +812,15 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
     if (m.finished) return std::shared_ptr<const Batch>();
     return absl::FailedPreconditionError("loader: call start_epoch() before next()");
   }
+  Counters& c = *m.counters;
+  [[maybe_unused]] const uint64_t t0 = now_of(c);
+  [[maybe_unused]] uint64_t io0 = 0;
+  DLFEED_REC({
+    name_thread_once(c, "consumer");
+    c.step_boundary(t0);
+    io0 = c.busy_until(Component::kIo, t0);
+    c.interval_begin(Component::kStall, t0);
+  });
   Delivery d;
   {
     std::unique_lock<std::mutex> lock(m.q_mu);
@@ -644,10 +828,19 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
     d = std::move(m.ready.front());
     m.ready.pop_front();
   }
+  [[maybe_unused]] const uint64_t t1 = now_of(c);
+  DLFEED_REC({
+    c.interval_end(Component::kStall, t1);
+    c.sample(CId::kStall, t1 - t0);
+    const uint64_t io1 = c.busy_until(Component::kIo, t1);
+    c.add(CId::kIoExposed, std::min(io1 > io0 ? io1 - io0 : 0, t1 - t0));
+    if (c.tracing()) c.trace("stall", "consumer", t0, t1 - t0, m.epoch, m.batches.load());
+  });
   if (d.end) {
     if (m.pipeline_thread.joinable()) m.pipeline_thread.join();
     m.running = false;
     m.finished = true;
+    DLFEED_REC(c.end_epoch(t1, /*complete=*/true));
     return std::shared_ptr<const Batch>();
   }
   if (!d.error.ok()) {
@@ -659,6 +852,12 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   m.batches += 1;
   m.samples += d.batch->size();
   m.bytes_delivered += d.batch->nbytes();
+  DLFEED_REC({
+    c.add(CId::kBatches, 1);
+    c.add(CId::kSamples, d.batch->size());
+    c.add(CId::kBytesDelivered, d.batch->nbytes());
+    c.on_batch_delivered();
+  });
   return d.batch;
 }
 
@@ -733,6 +932,14 @@ uint64_t Loader::batches_per_epoch() const {
 const SampleIndex& Loader::index(size_t field) const { return impl_->indices.at(field); }
 const std::vector<std::string>& Loader::field_names() const { return impl_->field_names; }
 const LoaderOptions& Loader::options() const { return impl_->options; }
+
+counters::Counters& Loader::counters() const { return *impl_->counters; }
+std::shared_ptr<counters::Counters> Loader::counters_ptr() const { return impl_->counters; }
+counters::Snapshot Loader::counters_snapshot() const { return impl_->counters->snapshot(); }
+std::string Loader::counters_json() const { return impl_->counters->snapshot().to_json(); }
+absl::Status Loader::write_trace(const std::string& path, counters::TraceFormat format) const {
+  return impl_->counters->write_trace(path, format);
+}
 
 LoaderStats Loader::stats() const {
   const Impl& m = *impl_;

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dlfeed/batch/batch.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/io_backend.h"
@@ -71,6 +72,8 @@ struct LoaderOptions {
   uint64_t memory_budget = 1ull << 30;
   /// oneTBB threads for decode (0: the machine's cores, at least 2).
   uint32_t threads = 0;
+  /// Trace events (off by default; the counters themselves are always on).
+  counters::TraceOptions trace;
 };
 
 /// Totals since the loader was created (a snapshot).
@@ -152,6 +155,19 @@ class Loader {
   const std::vector<std::string>& field_names() const;
   LoaderStats stats() const;
   const LoaderOptions& options() const;
+
+  /// The built-in timing counters, AU and traces (docs/counters.md). Any
+  /// thread may snapshot() or reset() them at any time; the trainer marks its
+  /// compute with counters::ScopedTimer(loader->counters()).
+  counters::Counters& counters() const;
+  /// The same, shared: stays valid after the loader is destroyed.
+  std::shared_ptr<counters::Counters> counters_ptr() const;
+  /// counters().snapshot(), as a struct and as JSON.
+  counters::Snapshot counters_snapshot() const;
+  std::string counters_json() const;
+  /// Writes the recorded trace events (LoaderOptions::trace) to `path`.
+  absl::Status write_trace(const std::string& path,
+                           counters::TraceFormat format = counters::TraceFormat::kChrome) const;
 
  private:
   struct Impl;

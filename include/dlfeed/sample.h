@@ -74,6 +74,13 @@ class SampleSource {
   /// True when samples cannot be resolved to extents and decode() reads
   /// through the format library itself (raw is then empty).
   virtual bool reads_through_library() const { return false; }
+  /// True when decode(ref) would return exactly the bytes of ref's single
+  /// extent (raw, contiguous, unchecked): the loader then reads such samples
+  /// straight into the batch and skips decode.
+  virtual bool is_identity(const SampleRef& ref) const {
+    (void)ref;
+    return false;
+  }
 };
 
 /// All samples of a set of files, with file boundaries (for the order stage).

@@ -46,6 +46,9 @@ class ArraySource : public SampleSource {
   void set_deflated(const ZipMember& m) { deflated_ = true; member_ = m; }
 
   std::string layout() const override { return layout_; }
+  bool is_identity(const SampleRef& ref) const override {
+    return !deflated_ && geometry_.contiguous && ref.extents.size() == 1;
+  }
   std::string describe() const override;
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override;

@@ -157,6 +157,7 @@ class ContiguousSource final : public Hdf5Source {
  public:
   ContiguousSource(DatasetGeometry g, bool allocated) : Hdf5Source(std::move(g)), allocated_(allocated) {}
   std::string layout() const override { return "hdf5:contiguous"; }
+  bool is_identity(const SampleRef& ref) const override { return allocated_ && ref.extents.size() == 1; }
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
     if (!allocated_) {

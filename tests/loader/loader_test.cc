@@ -339,7 +339,8 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
       if (kept) EXPECT_EQ(kept->fields[0].sample(0).size(), 120u);
     }
   }
-  EXPECT_EQ(count_threads(), threads);
+  // No thread left behind (a runtime helper thread may even have exited meanwhile).
+  EXPECT_LE(count_threads(), threads);
   EXPECT_EQ(count_fds(), fds);
 }
 

@@ -1,7 +1,10 @@
 // dlfeed run: iterate a dataset for N epochs through the loader, with an
 // optional emulated compute time per step, and report throughput; with
 // --checksum, an order-independent checksum of every byte delivered, so two
-// backends or strategies can be compared from outside.
+// backends or strategies can be compared from outside. Prints the built-in
+// counters' summary table (docs/counters.md); --summary-json and --trace
+// write the machine-readable summary and the trace events.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "command.h"
 #include "common_format.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
 #include "dlfeed/loader.h"
 
@@ -36,6 +40,12 @@ ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at leas
 ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
 ABSL_FLAG(bool, checksum, false, "Print an order-independent checksum of every sample delivered");
 ABSL_FLAG(bool, quiet, false, "Print only the summary lines");
+ABSL_FLAG(std::string, summary_json, "", "Write the counters' summary (JSON, docs/counters.md) to this file");
+ABSL_FLAG(std::string, trace, "", "Record trace events and write them to this file");
+ABSL_FLAG(std::string, trace_format, "chrome",
+          "Trace format: chrome (Chrome trace JSON, opens in Perfetto) or dftracer (one event per line)");
+ABSL_FLAG(uint64_t, trace_max_events, 500000, "Most trace events kept (later ones are dropped and counted)");
+ABSL_FLAG(uint32_t, trace_io_sample, 1, "Trace one of every N read requests");
 
 namespace dlfeed::cli {
 namespace {
@@ -80,6 +90,16 @@ int run_run(const std::vector<std::string>& args) {
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
   o.threads = absl::GetFlag(FLAGS_threads);
+  const std::string trace_path = absl::GetFlag(FLAGS_trace);
+  counters::TraceFormat trace_format = counters::TraceFormat::kChrome;
+  if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &trace_format)) {
+    std::fprintf(stderr, "dlfeed run: --trace-format must be chrome or dftracer, not '%s'\n",
+                 absl::GetFlag(FLAGS_trace_format).c_str());
+    return 2;
+  }
+  o.trace.enabled = !trace_path.empty();
+  o.trace.max_events = std::max<uint64_t>(1, absl::GetFlag(FLAGS_trace_max_events));
+  o.trace.io_sample_every = std::max<uint32_t>(1, absl::GetFlag(FLAGS_trace_io_sample));
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   const bool checksum = absl::GetFlag(FLAGS_checksum);
   const auto compute = std::chrono::duration<double, std::milli>(absl::GetFlag(FLAGS_compute_ms));
@@ -123,23 +143,25 @@ int run_run(const std::vector<std::string>& args) {
           sum += h;  // a sum: independent of the order samples arrive in
         }
       }
-      if (compute.count() > 0) std::this_thread::sleep_for(compute);
+      if (compute.count() > 0) {
+        counters::ScopedTimer region(loader->counters(), counters::Region::kCompute);
+        std::this_thread::sleep_for(compute);
+      }
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const LoaderStats after = loader->stats();
     total_samples += samples;
     total_s += secs;
     if (!quiet) {
-      const double au = secs > 0 ? 100.0 * (secs - stall_s) / secs : 0;
       std::printf(
           "epoch %llu: %llu batches, %llu samples in %.3f s: %.0f samples/s, %.1f MiB/s delivered, "
-          "%.1f MiB/s read (%llu reads for %llu extents), waited %.3f s for data (%.1f%% of the time busy)\n",
+          "%.1f MiB/s read (%llu reads for %llu extents), waited %.3f s for data\n",
           static_cast<unsigned long long>(e), static_cast<unsigned long long>(batches),
           static_cast<unsigned long long>(samples), secs, secs > 0 ? samples / secs : 0,
           secs > 0 ? bytes / secs / 1048576.0 : 0,
           secs > 0 ? (after.bytes_read - before.bytes_read) / secs / 1048576.0 : 0,
           static_cast<unsigned long long>(after.read_requests - before.read_requests),
-          static_cast<unsigned long long>(after.extents - before.extents), stall_s, au);
+          static_cast<unsigned long long>(after.extents - before.extents), stall_s);
     }
   }
   const LoaderStats st = loader->stats();
@@ -150,6 +172,24 @@ int run_run(const std::vector<std::string>& args) {
               static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses));
   if (checksum) std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(sum),
                             static_cast<unsigned long long>(total_samples));
+  const counters::Snapshot snap = loader->counters_snapshot();
+  std::printf("\n%s", snap.summary_table().c_str());
+  const std::string json_path = absl::GetFlag(FLAGS_summary_json);
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "wb");
+    if (!f) throw_if_error(absl::NotFoundError(absl::StrCat(json_path, ": cannot open for writing")));
+    const std::string js = snap.to_json() + "\n";
+    const bool ok = std::fwrite(js.data(), 1, js.size(), f) == js.size();
+    if (std::fclose(f) != 0 || !ok) throw_if_error(absl::DataLossError(absl::StrCat(json_path, ": write failed")));
+    std::printf("summary: %s\n", json_path.c_str());
+  }
+  if (!trace_path.empty()) {
+    throw_if_error(loader->write_trace(trace_path, trace_format));
+    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", trace_path.c_str(),
+                std::string(counters::trace_format_name(trace_format)).c_str(),
+                static_cast<unsigned long long>(snap.trace.recorded),
+                static_cast<unsigned long long>(snap.trace.dropped));
+  }
   return 0;
 }
 

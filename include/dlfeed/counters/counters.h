@@ -1,0 +1,327 @@
+// Built-in timing counters, interval accounting, accelerator utilisation
+// (AU) and trace events of the loader. Always on unless the library is built
+// with -DDLFEED_COUNTERS=OFF (then recording compiles to nothing and
+// snapshots are all zeros).
+//
+//   auto& c = loader->counters();
+//   for (auto& batch : loader->epoch(e)) {
+//     dlfeed::counters::ScopedTimer t(c, dlfeed::counters::Region::kCompute);
+//     train(batch);
+//   }
+//   dlfeed::counters::Snapshot s = c.snapshot();   // any thread, any time
+//   std::puts(s.summary_table().c_str());
+//   std::string json = s.to_json();                // docs/counters.md
+//   c.write_trace("run.json", TraceFormat::kChrome);  // when tracing was enabled
+//
+// Recording: each thread writes its own slab of relaxed atomics (one writer
+// per slab: a load and a store, no read-modify-write, no lock, no allocation
+// after the thread's first event); snapshot() sums the slabs. Interval unions
+// (the time at least one thread was in a component) use one compare-and-swap
+// per interval on a word shared by that component; they are per batch or per
+// read, never per sample. Trace events (off unless enabled) go to a bounded,
+// preallocated array claimed with one fetch_add per event.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+#ifndef DLFEED_COUNTERS_ENABLED
+#define DLFEED_COUNTERS_ENABLED 1
+#endif
+
+namespace dlfeed::counters {
+
+/// Whether recording is compiled in (CMake option DLFEED_COUNTERS).
+inline constexpr bool kEnabled = DLFEED_COUNTERS_ENABLED != 0;
+
+enum class Unit : uint8_t { kNanoseconds, kBytes, kCount, kPercent, kPerSecond, kBytesPerSecond };
+/// kSum: a total (and count of events); kDistribution: one value per event,
+/// with a log-scale histogram (p50/p95/p99/max); kRate: derived per epoch.
+enum class Kind : uint8_t { kSum, kDistribution, kRate };
+
+/// The recorded counters. Distributions are also summable (sum, count).
+enum class Id : uint8_t {
+  kOpen,            // ns  dist  index one field's files (Loader::create), per field
+  kPlan,            // ns  dist  plan a batch: ids, extents, coalescing (per batch)
+  kAdmitWait,       // ns  dist  planner blocked by prefetch policy / memory budget (per batch)
+  kIoLatency,       // ns  dist  one read: submitted -> completion reaped (per read request)
+  kDecode,          // ns  dist  decode a batch: CRC, inflate, parse, copy into place (per batch)
+  kCollate,         // ns  dist  hand a decoded batch to the consumer queue (per batch)
+  kStall,           // ns  dist  consumer blocked in next() (per call)
+  kCompute,         // ns  dist  user compute regions (per region)
+  kStep,            // ns  dist  step to step (per step)
+  kBytesRead,       // bytes sum  bytes read from files
+  kReadRequests,    // count sum  read requests issued (after coalescing)
+  kExtents,         // count sum  extents asked for (before coalescing)
+  kReadErrors,      // count sum  reads that failed
+  kBatches,         // count sum  batches delivered
+  kSamples,         // count sum  samples delivered
+  kBytesDelivered,  // bytes sum  decoded bytes delivered
+  kIoHidden,        // ns  sum   I/O busy while a compute region ran (read time hidden)
+  kIoExposed,       // ns  sum   I/O busy while the consumer stalled (read time exposed)
+  kCount
+};
+inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
+
+/// Components whose time is accounted as the union of their intervals
+/// (merged across threads).
+enum class Component : uint8_t { kPlan, kIo, kDecode, kCollate, kStall, kCompute, kCount };
+inline constexpr size_t kNumComponents = static_cast<size_t>(Component::kCount);
+
+struct CounterInfo {
+  const char* name;  // stable JSON field name
+  Unit unit;
+  Kind kind;
+  const char* help;
+};
+const CounterInfo& info(Id id);
+const char* component_name(Component c);
+const char* unit_name(Unit u);
+const char* kind_name(Kind k);
+
+/// Log-scale histogram: exact below 8, then 8 buckets per power of two
+/// (relative bucket width <= 12.5%, quantiles reported at bucket midpoints).
+inline constexpr size_t kHistBuckets = 496;
+size_t bucket_of(uint64_t v);
+uint64_t bucket_low(size_t b);
+uint64_t bucket_high(size_t b);  // exclusive
+
+/// A distribution's summary.
+struct Distribution {
+  uint64_t count = 0;
+  uint64_t sum = 0;
+  uint64_t max = 0;
+  double mean = 0, p50 = 0, p95 = 0, p99 = 0;
+};
+
+struct CounterValue {
+  Id id{};
+  const char* name = "";
+  Unit unit{};
+  Kind kind{};
+  uint64_t value = 0;  // sum (for distributions: the sum of the values)
+  uint64_t count = 0;  // events
+  Distribution dist;   // kDistribution only
+};
+
+/// One epoch (or the total over all epochs), from Loader::start_epoch to the
+/// end of the epoch (next() returning nullptr) or, while running, to now.
+struct EpochReport {
+  int64_t epoch = -1;  // -1: the total
+  bool complete = false;
+  double wall_s = 0;
+  uint64_t steps = 0, batches = 0, samples = 0;
+  uint64_t bytes_read = 0, bytes_delivered = 0, read_requests = 0, extents = 0;
+  // Interval unions (seconds), merged across threads.
+  double plan_s = 0, io_busy_s = 0, decode_s = 0, collate_s = 0, stall_s = 0, compute_s = 0;
+  double io_hidden_s = 0;   // I/O busy during compute
+  double io_exposed_s = 0;  // I/O busy during stalls
+  // DLIO's AU: compute over the steps after the first / (wall - first step), percent.
+  double first_step_s = 0;
+  double au_percent = 0;
+  // compute / (compute + stall), first step included, percent.
+  double compute_share_percent = 0;
+  double samples_per_s = 0;
+  double read_mib_per_s = 0;       // bytes read / wall / 2^20
+  double delivered_mib_per_s = 0;  // bytes delivered / wall / 2^20
+  std::array<Distribution, kNumIds> dist{};  // per-epoch distributions (max from the histogram)
+};
+
+struct TraceInfo {
+  bool enabled = false;
+  uint64_t max_events = 0;
+  uint64_t recorded = 0;
+  uint64_t dropped = 0;
+  uint32_t io_sample_every = 1;
+};
+
+/// Everything at one moment. Values since creation or the last reset().
+struct Snapshot {
+  bool enabled = kEnabled;
+  double uptime_s = 0;
+  std::vector<CounterValue> counters;  // indexed by Id
+  std::vector<EpochReport> epochs;     // in start order
+  EpochReport total;                   // over the epochs
+  TraceInfo trace;
+
+  const CounterValue& operator[](Id id) const { return counters[static_cast<size_t>(id)]; }
+  /// Stable, documented JSON (docs/counters.md), schema "dlfeed.counters/1".
+  std::string to_json() const;
+  /// A human table: per epoch and total, then latency distributions.
+  std::string summary_table() const;
+};
+
+enum class TraceFormat { kChrome, kDfTracer };
+absl::string_view trace_format_name(TraceFormat f);
+bool parse_trace_format(absl::string_view s, TraceFormat* out);
+
+struct TraceOptions {
+  bool enabled = false;
+  /// Events kept; later ones are dropped (and counted). 64 bytes each,
+  /// allocated when tracing is first enabled.
+  uint64_t max_events = 500'000;
+  /// Record one of every N read requests (the most numerous events).
+  uint32_t io_sample_every = 1;
+};
+
+/// A decoded trace event (times in ns since the Counters were created).
+struct TraceEvent {
+  const char* name = "";
+  const char* cat = "";
+  uint32_t tid = 0;
+  uint64_t ts_ns = 0, dur_ns = 0;
+  uint64_t a0 = 0, a1 = 0, a2 = 0;  // meaning per name (docs/counters.md)
+};
+
+/// Where a region's time goes.
+enum class Region : uint8_t { kCompute };
+
+class Counters;
+
+/// Times a region on this thread from construction to destruction (or stop()).
+class ScopedTimer {
+ public:
+  ScopedTimer(Counters& c, Region r = Region::kCompute);
+  ~ScopedTimer() { stop(); }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+  void stop();
+
+ private:
+#if DLFEED_COUNTERS_ENABLED
+  Counters* c_;
+  Region r_;
+  uint64_t t0_ = 0, io0_ = 0;
+  bool running_ = true;
+#endif
+};
+
+namespace detail {
+struct Slab;
+struct TraceSlot;
+/// The union of intervals of one component, merged across threads.
+class Union {
+ public:
+  void begin(uint64_t t);
+  void end(uint64_t t);
+  /// Busy time (ns) in [0, t].
+  uint64_t busy_until(uint64_t t) const;
+
+ private:
+  // low 12 bits: intervals open; high 52 bits: when the current busy period began.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<uint64_t> closed_{0};
+};
+}  // namespace detail
+
+class Counters {
+ public:
+  explicit Counters(TraceOptions trace = {});
+  ~Counters();
+  Counters(const Counters&) = delete;
+  Counters& operator=(const Counters&) = delete;
+
+  /// Nanoseconds since this object was created (steady clock).
+  uint64_t now() const {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - base_).count());
+  }
+
+  // ---- user API (trainer) ----
+  /// Ends the current step. Until the first call, every Loader::next() after
+  /// an epoch's first batch ends a step; after it, only mark_step() does.
+  void mark_step() { step_boundary(now(), /*explicit_call=*/true); }
+  /// A region in now() time, as ScopedTimer records it: region_begin(r, t0)
+  /// returns the I/O busy time at t0, which region_end takes back.
+  uint64_t region_begin(Region r, uint64_t t0);
+  void region_end(Region r, uint64_t t0, uint64_t t1, uint64_t io_busy_at_t0);
+
+  // ---- what the loader records ----
+  void add(Id id, uint64_t v);                   // a sum
+  void sample(Id id, uint64_t v);                // a distribution value
+  void interval_begin(Component c, uint64_t t) { unions_[static_cast<size_t>(c)].begin(t); }
+  void interval_end(Component c, uint64_t t) { unions_[static_cast<size_t>(c)].end(t); }
+  uint64_t busy_until(Component c, uint64_t t) const { return unions_[static_cast<size_t>(c)].busy_until(t); }
+  /// Epoch bounds (the consumer's thread).
+  void begin_epoch(uint64_t epoch, uint64_t t);
+  void end_epoch(uint64_t t, bool complete);
+  /// A step boundary at t (the loader calls it from next(); explicit marks
+  /// come from mark_step()).
+  void step_boundary(uint64_t t, bool explicit_call = false);
+  /// The loader tells when the consumer received a batch (for step logic).
+  void on_batch_delivered();
+
+  // ---- traces ----
+  bool tracing() const { return kEnabled && trace_on_.load(std::memory_order_acquire); }
+  uint32_t io_sample_every() const { return trace_opts_.io_sample_every; }
+  /// name/cat must be string literals (stored as pointers).
+  void trace(const char* name, const char* cat, uint64_t ts, uint64_t dur, uint64_t a0 = 0, uint64_t a1 = 0,
+             uint64_t a2 = 0);
+  /// Pauses or resumes recording (the buffer is allocated on first enable).
+  void set_tracing(bool on);
+  std::vector<TraceEvent> trace_events() const;
+  /// Paths by file id, for "fname" in read events (set by the loader).
+  void set_file_names(std::vector<std::string> names);
+  absl::Status write_trace(const std::string& path, TraceFormat format = TraceFormat::kChrome) const;
+  std::string trace_string(TraceFormat format = TraceFormat::kChrome) const;
+
+  // ---- reading ----
+  Snapshot snapshot() const;
+  std::string snapshot_json() const { return snapshot().to_json(); }
+  std::string summary_table() const { return snapshot().summary_table(); }
+  /// Zeroes every counter and forgets the epochs (the trace is kept).
+  void reset();
+
+  /// Small per-thread id used as the trace "tid".
+  static uint32_t thread_index();
+  /// Names the calling thread in traces (e.g. "dlfeed io").
+  static void set_thread_name(const std::string& name);
+
+ private:
+  struct Raw;
+  struct EpochState;
+  detail::Slab& slab();
+  Raw read_raw() const;
+  EpochReport make_report(const EpochState& e, const Raw& now_raw, uint64_t t_now) const;
+
+  const std::chrono::steady_clock::time_point base_;
+  const int64_t wall_base_us_;  // system clock at base_, microseconds since 1970
+  const uint64_t id_;
+  mutable std::mutex mu_;  // slab list, epochs, baseline: never taken per event
+  std::vector<std::unique_ptr<detail::Slab>> slabs_;
+  std::unique_ptr<Raw> baseline_;
+  std::vector<EpochState> epochs_;
+  std::atomic<bool> epoch_open_{false};
+  std::atomic<bool> explicit_steps_{false};
+  std::atomic<uint64_t> epoch_batches_{0};
+  std::atomic<uint64_t> first_step_end_{0};  // 0: not yet
+  uint64_t last_boundary_ = 0;               // consumer thread
+  uint64_t step_no_ = 0;                     // consumer thread
+  std::array<detail::Union, kNumComponents> unions_;
+
+  TraceOptions trace_opts_;
+  std::atomic<bool> trace_on_{false};
+  std::unique_ptr<detail::TraceSlot[]> trace_slots_;
+  std::atomic<uint64_t> trace_next_{0};
+  std::atomic<uint64_t> trace_dropped_{0};
+  std::atomic<uint64_t> io_sample_counter_{0};
+  std::vector<std::string> file_names_;
+
+  friend class ScopedTimer;
+};
+
+#if !DLFEED_COUNTERS_ENABLED
+inline ScopedTimer::ScopedTimer(Counters&, Region) {}
+inline void ScopedTimer::stop() {}
+#endif
+
+}  // namespace dlfeed::counters

@@ -1,0 +1,112 @@
+// dlfeed report [--out-dir DIR] FILE...: turns a counters summary (dlfeed run
+// --summary-json) and/or a trace (dlfeed run --trace, Chrome or DFTracer
+// format; told apart by content) into PNG pictures:
+// breakdown.png (per epoch: I/O exposed, I/O hidden, decode, compute) and
+// timeline.png (reads in flight, stalls, compute).
+//
+// Drawing is done by tools/dlfeed_report.py with matplotlib (axes, labels and
+// legends for free, and the report is an offline step, far from the loader's
+// hot path); this command finds that script and a Python to run it.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "command.h"
+
+ABSL_FLAG(std::string, out_dir, ".", "Folder for the PNG files");
+ABSL_FLAG(std::string, python, "",
+          "Python with matplotlib (default: $DLFEED_PYTHON, else the source tree's .venv, else python3)");
+ABSL_FLAG(std::string, script, "", "The drawing script (default: $DLFEED_REPORT_SCRIPT, else tools/dlfeed_report.py)");
+
+namespace dlfeed::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The source tree this binary was built from (report.cc is tools/dlfeed/report.cc).
+fs::path source_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+
+std::string find_script() {
+  std::string s = absl::GetFlag(FLAGS_script);
+  if (!s.empty()) return s;
+  if (const char* e = std::getenv("DLFEED_REPORT_SCRIPT"); e && *e) return e;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates = {source_root() / "tools" / "dlfeed_report.py"};
+  if (!ec) candidates.push_back(self.parent_path().parent_path() / "share" / "dlfeed" / "dlfeed_report.py");
+  for (const fs::path& p : candidates) {
+    if (fs::exists(p, ec)) return p.string();
+  }
+  return candidates[0].string();
+}
+
+std::string find_python() {
+  std::string s = absl::GetFlag(FLAGS_python);
+  if (!s.empty()) return s;
+  if (const char* e = std::getenv("DLFEED_PYTHON"); e && *e) return e;
+  std::error_code ec;
+  const fs::path venv = source_root() / ".venv" / "bin" / "python";
+  if (fs::exists(venv, ec)) return venv.string();
+  return "python3";
+}
+
+int run_report(const std::vector<std::string>& args) {
+  std::string summary, trace;
+  for (const std::string& a : args) {
+    std::ifstream f(a, std::ios::binary);
+    if (!f) {
+      std::fprintf(stderr, "dlfeed report: error: %s: cannot open\n", a.c_str());
+      return 1;
+    }
+    std::string head(64, '\0');
+    f.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(f.gcount()));
+    (head.rfind("{\"schema\":\"dlfeed.counters/", 0) == 0 ? summary : trace) = a;
+  }
+  if (summary.empty() && trace.empty()) {
+    std::fprintf(stderr, "dlfeed report: give a summary (dlfeed run --summary-json) and/or a trace "
+                         "(dlfeed run --trace) file, and --out-dir DIR\n");
+    return 2;
+  }
+  const std::string python = find_python();
+  const std::string script = find_script();
+  std::vector<std::string> argv = {python, script, "--out", absl::GetFlag(FLAGS_out_dir)};
+  if (!summary.empty()) argv.insert(argv.end(), {"--summary", summary});
+  if (!trace.empty()) argv.insert(argv.end(), {"--trace", trace});
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("dlfeed report: fork");
+    return 1;
+  }
+  if (pid == 0) {
+    execvp(cargv[0], cargv.data());
+    std::fprintf(stderr, "dlfeed report: cannot run %s (set --python or DLFEED_PYTHON to a Python with matplotlib)\n",
+                 cargv[0]);
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) {
+    std::perror("dlfeed report: waitpid");
+    return 1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  std::fprintf(stderr, "dlfeed report: %s %s was killed\n", python.c_str(), script.c_str());
+  return 1;
+}
+
+}  // namespace
+
+DLFEED_COMMAND(report, "draw a counters summary / trace as PNG (breakdown per epoch, timeline)", run_report);
+
+}  // namespace dlfeed::cli
