@@ -28,7 +28,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow, matplotlib' 2>/dev/null; then
+if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow, matplotlib, torch, pybind11, scikit_build_core' 2>/dev/null; then
   echo "setup: installing Python test dependencies into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
 fi
@@ -38,6 +38,11 @@ GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
+elif grep -q '^DLFEED_BUILD_PYTHON:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
+     ! grep -q '^pybind11_DIR:PATH=/' "$BUILD_DIR/CMakeCache.txt"; then
+  # Configured before pybind11 was in .venv: configure again so the _dlfeed
+  # Python extension (bindings/python -> $BUILD_DIR/python/dlfeed) is built.
+  cmake -S . -B "$BUILD_DIR" -DPython_EXECUTABLE="$PWD/.venv/bin/python"
 fi
 # BUILD_TARGETS: build only these (space-separated) instead of everything.
 cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}

@@ -2,7 +2,7 @@
 # Sets up (scripts/setup.sh), then runs every test: ctest (C++), pytest
 # (interop with numpy, h5py, TensorFlow, and the command line), the C++ suite
 # again under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded
-# parts (loader, I/O backends, order) under ThreadSanitizer.
+# parts (loader, I/O backends, order, counters) under ThreadSanitizer.
 # DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,14 @@ ctest --test-dir build --output-on-failure -j"$(nproc)"
 
 echo "== pytest"
 export TF_CPP_MIN_LOG_LEVEL=2
-DLFEED_BIN="$PWD/build/tools/dlfeed" .venv/bin/python -m pytest -q tests/python
+# The Python package in-tree: pure Python from python/, the _dlfeed extension
+# that CMake built into build/python/dlfeed/ (no pip install needed).
+if ! ls build/python/dlfeed/_dlfeed*.so >/dev/null 2>&1; then
+  echo "test: build/python/dlfeed/_dlfeed*.so is missing (pybind11 not found by CMake?)" >&2
+  exit 1
+fi
+DLFEED_BIN="$PWD/build/tools/dlfeed" PYTHONPATH="$PWD/python:$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}" \
+  .venv/bin/python -m pytest -q tests/python
 
 if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ctest under ASan+UBSan (build-asan/)"
@@ -22,8 +29,8 @@ if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE package
 
-  echo "== ctest under TSan (build-tsan/: loader, I/O, order)"
-  BUILD_DIR=build-tsan BUILD_TARGETS="loader_test io_test order_test" \
+  echo "== ctest under TSan (build-tsan/: loader, I/O, order, counters)"
+  BUILD_DIR=build-tsan BUILD_TARGETS="loader_test io_test order_test counters_test" \
     CMAKE_ARGS="-DDLFEED_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_EXAMPLES=OFF" \
     scripts/setup.sh
   TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \

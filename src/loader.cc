@@ -68,6 +68,8 @@ inline void name_thread_once(const Counters& c, const char* name) {
 }
 
 constexpr char kStateMagic[] = "dlfL";
+// Raw samples at least this big are read straight into the batch buffer.
+constexpr uint64_t kDirectMinBytes = 64 * 1024;
 constexpr uint8_t kStateVersion = 1;
 
 // Memory admission shared by the planner and every batch handed out (a batch
@@ -75,16 +77,27 @@ constexpr uint8_t kStateVersion = 1;
 struct Budget {
   std::mutex mu;
   std::condition_variable cv;
-  prefetch::InFlight now;
+  uint64_t batches = 0;   // admitted and not yet dropped by the consumer
+  uint64_t bytes = 0;     // ... and their bytes: what the memory budget bounds
+  uint64_t pipeline = 0;  // admitted and not yet handed to the consumer: the look-ahead
+  bool consumer_waiting = false;
   uint64_t peak_bytes = 0;
 
-  void release(uint64_t bytes) {
+  void release(uint64_t n, bool in_pipeline) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      now.batches -= 1;
-      now.bytes -= bytes;
+      batches -= 1;
+      bytes -= n;
+      if (in_pipeline) pipeline -= 1;
     }
     cv.notify_all();
+  }
+  void set_consumer_waiting(bool waiting) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      consumer_waiting = waiting;
+    }
+    if (waiting) cv.notify_all();
   }
 };
 
@@ -93,8 +106,20 @@ struct Budget {
 struct Ticket {
   std::shared_ptr<Budget> budget;
   uint64_t bytes = 0;
+  bool in_pipeline = false;  // admitted and not yet handed to the consumer
+  // The consumer took the batch: it no longer counts as look-ahead (its bytes
+  // still count against the memory budget until it is dropped).
+  void handed_over() {
+    if (!budget || !in_pipeline) return;
+    {
+      std::lock_guard<std::mutex> lock(budget->mu);
+      budget->pipeline -= 1;
+      in_pipeline = false;
+    }
+    budget->cv.notify_all();
+  }
   ~Ticket() {
-    if (budget) budget->release(bytes);
+    if (budget) budget->release(bytes, in_pipeline);
   }
 };
 
@@ -108,6 +133,20 @@ struct Work {
   // piece_begin[i * fields + f] is the first plan piece of sample i, field f.
   std::vector<uint32_t> piece_begin;
   ByteBuffer raw;
+  // Fields whose sample sizes are known before decode get their batch buffer
+  // at admission; samples whose decode is the identity (raw contiguous bytes)
+  // are read straight into it (direct[i * fields + f]) and skip decode.
+  struct DirectRead {
+    uint32_t file;
+    uint64_t offset, length;
+    uint32_t field;
+    uint64_t dest;  // offset in out[field]
+  };
+  std::vector<uint8_t> known;                    // per field
+  std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
+  std::vector<uint8_t> direct;                   // per (sample, field)
+  std::vector<DirectRead> direct_reads;
+  std::vector<ByteBuffer> out;                   // per field (known ones allocated)
   std::shared_ptr<Ticket> ticket;
   uint64_t submit_ns = 0;  // when the engine handed the reads to the backend
 
@@ -225,7 +264,7 @@ class IoEngine {
         take.clear();
       }
       for (auto& w : take) {
-        if (w->plan.reads.empty()) {
+        if (w->plan.reads.empty() && w->direct_reads.empty()) {
           w->fail_all(absl::OkStatus());
           continue;
         }
@@ -235,6 +274,10 @@ class IoEngine {
           const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
           reqs.push_back({r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
                           reinterpret_cast<uint64_t>(w.get()) | tag});
+        }
+        for (const Work::DirectRead& d : w->direct_reads) {
+          reqs.push_back({d.file, d.offset, d.length, w->out[d.field].data() + d.dest,
+                          reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift)});
         }
         {
           std::lock_guard<std::mutex> lock(w->mu);
@@ -308,6 +351,7 @@ struct Delivery {
   std::shared_ptr<const Batch> batch;
   absl::Status error;
   bool end = false;
+  std::shared_ptr<Ticket> ticket;  // the batch's admission (to mark it handed over)
 };
 
 }  // namespace
@@ -390,24 +434,62 @@ struct Loader::Impl {
     ++batch_index;
     const size_t F = indices.size();
     std::vector<prefetch::ExtentRef> ext;
+    uint64_t direct_extents = 0;
     w->piece_begin.resize(n * F + 1);
+    w->known.assign(F, 1);
+    w->out_offsets.assign(F, {});
+    w->direct.assign(n * F, 0);
+    w->out.resize(F);
     uint64_t out_bytes = 0;
+    for (size_t f = 0; f < F; ++f) {
+      for (size_t i = 0; i < n && w->known[f]; ++i) {
+        for (int64_t d : indices[f].samples[w->ids[i]].shape) w->known[f] = w->known[f] && d >= 0;
+      }
+      if (!w->known[f]) continue;
+      auto& off = w->out_offsets[f];
+      off.resize(n + 1);
+      off[0] = 0;
+      for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + indices[f].samples[w->ids[i]].nbytes();
+    }
     for (size_t i = 0; i < n; ++i) {
       for (size_t f = 0; f < F; ++f) {
         w->piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
         const SampleRef& ref = indices[f].samples[w->ids[i]];
-        for (const Extent& e : ref.extents) ext.push_back({file_ids[f][ref.file], e.offset, e.length});
-        const uint64_t nb = ref.nbytes();
-        out_bytes += nb > 0 ? nb : ref.read_bytes();
+        const uint32_t file = file_ids[f][ref.file];
+        // Large raw samples skip the read buffer and the copy; small ones go
+        // through the planner, whose gap coalescing saves more than a copy.
+        if (w->known[f] && ref.extents.size() == 1 && ref.extents[0].length >= kDirectMinBytes &&
+            indices[f].sources[ref.source]->is_identity(ref)) {
+          w->direct[i * F + f] = 1;
+          const Extent& e = ref.extents[0];
+          const uint64_t dest = w->out_offsets[f][i];
+          auto& dr = w->direct_reads;
+          // Neighbours in the file that are neighbours in the batch (sequential
+          // orders) become one read, within the coalescing limits.
+          if (options.coalesce.enabled && !dr.empty() && dr.back().field == f && dr.back().file == file &&
+              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest &&
+              dr.back().length + e.length <= options.coalesce.max_read) {
+            dr.back().length += e.length;
+          } else {
+            dr.push_back({file, e.offset, e.length, static_cast<uint32_t>(f), dest});
+          }
+          ++direct_extents;
+          continue;
+        }
+        for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
+        if (!w->known[f]) out_bytes += ref.read_bytes();
       }
+    }
+    for (size_t f = 0; f < F; ++f) {
+      if (w->known[f]) out_bytes += w->out_offsets[f][n];
     }
     w->piece_begin[n * F] = static_cast<uint32_t>(ext.size());
     w->plan = prefetch::plan_reads(ext, options.coalesce);
-    extents += ext.size();
-    planned_reads += w->plan.reads.size();
+    extents += ext.size() + direct_extents;
+    planned_reads += w->plan.reads.size() + w->direct_reads.size();
     DLFEED_REC({
       const uint64_t t1 = counters->now();
-      counters->add(CId::kExtents, ext.size());
+      counters->add(CId::kExtents, ext.size() + direct_extents);
       counters->sample(CId::kPlan, t1 - t0);
       counters->interval_begin(Component::kPlan, t0);
       counters->interval_end(Component::kPlan, t1);
@@ -425,8 +507,12 @@ struct Loader::Impl {
     {
       std::unique_lock<std::mutex> lock(budget->mu);
       auto fits = [&] {
-        const auto& now = budget->now;
-        return policy->admit(now, bytes) && (now.batches == 0 || now.bytes + bytes <= options.memory_budget);
+        const Budget& b = *budget;
+        // A consumer waiting with nothing on the way always gets a batch, even
+        // over the budget (it may be holding earlier batches): never a hang.
+        if (b.pipeline == 0 && b.consumer_waiting) return true;
+        return policy->admit({b.pipeline, b.bytes, b.consumer_waiting}, bytes) &&
+               (b.batches == 0 || b.bytes + bytes <= options.memory_budget);
       };
       if (wait) {
         [[maybe_unused]] const uint64_t tw = now_of(*counters);
@@ -440,15 +526,21 @@ struct Loader::Impl {
         });
       }
       if (stop || !fits()) return false;
-      budget->now.batches += 1;
-      budget->now.bytes += bytes;
-      budget->peak_bytes = std::max(budget->peak_bytes, budget->now.bytes);
+      budget->batches += 1;
+      budget->bytes += bytes;
+      budget->pipeline += 1;
+      budget->peak_bytes = std::max(budget->peak_bytes, budget->bytes);
     }
     w.ticket->budget = budget;  // from now on the ticket releases the bytes
+    w.ticket->in_pipeline = true;
     w.raw = pool->take(w.plan.buffer_bytes);
+    for (size_t f = 0; f < w.known.size(); ++f) {
+      if (w.known[f]) w.out[f] = pool->take(w.out_offsets[f].back());
+    }
     if (options.fadvise_willneed) {
       std::vector<ReadRequest> hint;
       for (const auto& r : w.plan.reads) hint.push_back({r.file, r.offset, r.length, nullptr, 0});
+      for (const auto& d : w.direct_reads) hint.push_back({d.file, d.offset, d.length, nullptr, 0});
       advise_willneed(*files, hint);
     }
     engine->submit(w.self);
@@ -548,27 +640,28 @@ struct Loader::Impl {
       out.name = field_names[f];
       const SampleIndex& idx = indices[f];
       // Sizes known before decode (every dimension of every sample): decode
-      // in parallel straight into place. Otherwise in order, appending.
-      bool known = true;
-      for (size_t i = 0; i < n && known; ++i) {
-        for (int64_t d : idx.samples[w.ids[i]].shape) known = known && d >= 0;
-      }
+      // in parallel straight into place (samples read there directly need
+      // nothing). Otherwise in order, appending.
+      const bool known = w.known[f];
       out.offsets.resize(n + 1);
       out.sample_shapes.resize(n);
       ByteBuffer& store = batch->storage[f];
       if (known) {
-        out.offsets[0] = 0;
-        for (size_t i = 0; i < n; ++i) out.offsets[i + 1] = out.offsets[i] + idx.samples[w.ids[i]].nbytes();
-        store = pool->take(out.offsets[n]);
+        out.offsets = std::move(w.out_offsets[f]);
+        store = std::move(w.out[f]);
         std::vector<absl::Status> errs(n);
         auto one = [&](size_t i) {
           tsan_handshake();
           struct End {
             ~End() { tsan_handshake(); }
           } end;
+          const SampleRef& ref = idx.samples[w.ids[i]];
+          if (w.direct[i * F + f]) {
+            out.sample_shapes[i] = ref.shape;
+            return;
+          }
           thread_local ByteBuffer tmp;
           thread_local std::vector<std::byte> scratch;
-          const SampleRef& ref = idx.samples[w.ids[i]];
           auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
           if (!d.ok()) {
             errs[i] = d.status();
@@ -651,20 +744,21 @@ struct Loader::Impl {
   void deliver_batch(Work& w) {
     if (!w.error.ok()) {
       failed = true;
-      push({nullptr, w.error, false});
+      push({nullptr, w.error, false, nullptr});
       return;
     }
     // The consumer's handle returns the buffers and the admission when dropped.
     Batch* raw = w.batch.get();
     auto holder = std::make_shared<std::shared_ptr<Batch>>(std::move(w.batch));
     std::shared_ptr<BufferPool> p = pool;
+    std::shared_ptr<Ticket> ticket = w.ticket;
     std::shared_ptr<Ticket> t = std::move(w.ticket);
     std::shared_ptr<const Batch> handed(raw, [holder, p, t](const Batch*) mutable {
       for (auto& s : (*holder)->storage) p->give(std::move(s));
       holder.reset();
       t.reset();
     });
-    push({std::move(handed), absl::OkStatus(), false});
+    push({std::move(handed), absl::OkStatus(), false, std::move(ticket)});
   }
 
   void run_pipeline(OrderCursor cursor, uint64_t first_batch) {
@@ -704,10 +798,10 @@ struct Loader::Impl {
       tsan_handshake();
     } catch (const std::exception& e) {
       drop_lookahead(lookahead);
-      push({nullptr, absl::InternalError(absl::StrCat("loader pipeline: ", e.what())), false});
+      push({nullptr, absl::InternalError(absl::StrCat("loader pipeline: ", e.what())), false, nullptr});
     }
     drop_lookahead(lookahead);
-    push({nullptr, absl::OkStatus(), true});
+    push({nullptr, absl::OkStatus(), true, nullptr});
   }
 };
 
@@ -824,9 +918,22 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   Delivery d;
   {
     std::unique_lock<std::mutex> lock(m.q_mu);
-    m.q_cv.wait(lock, [&] { return !m.ready.empty(); });
+    if (m.ready.empty()) {
+      // Let the planner know: with nothing on the way it must admit a batch.
+      lock.unlock();
+      m.budget->set_consumer_waiting(true);
+      lock.lock();
+      m.q_cv.wait(lock, [&] { return !m.ready.empty(); });
+      lock.unlock();
+      m.budget->set_consumer_waiting(false);
+      lock.lock();
+    }
     d = std::move(m.ready.front());
     m.ready.pop_front();
+  }
+  if (d.ticket) {
+    d.ticket->handed_over();
+    d.ticket.reset();
   }
   [[maybe_unused]] const uint64_t t1 = now_of(c);
   DLFEED_REC({

@@ -61,14 +61,18 @@ struct LoaderOptions {
   IoOptions io;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
-  /// "off", "depth:N" or "budget:BYTES" (see prefetch/policy.h).
+  /// How far to read ahead of the consumer: "off", "depth:N" (batches) or
+  /// "budget:BYTES" (see prefetch/policy.h). Batches the consumer holds do
+  /// not count against depth:N.
   std::string prefetch = "depth:8";
   prefetch::CoalesceOptions coalesce;
   /// posix_fadvise(WILLNEED) each batch's reads when it is planned.
   bool fadvise_willneed = false;
-  /// Bytes of batches in flight (read buffers and decoded batches, the
-  /// consumer's included) never exceed this, except that one batch is always
-  /// admitted.
+  /// Bytes of batches in flight (read buffers and decoded batches, those the
+  /// consumer still holds included) stay within this: read-ahead stops when
+  /// the next batch would not fit. Never a hang: when the consumer waits and
+  /// nothing is on the way, one batch is read even over the budget (so a
+  /// consumer that keeps many batches gets them one at a time).
   uint64_t memory_budget = 1ull << 30;
   /// oneTBB threads for decode (0: the machine's cores, at least 2).
   uint32_t threads = 0;

@@ -9,7 +9,7 @@ namespace {
 class OffPolicy : public PrefetchPolicy {
  public:
   std::string name() const override { return "off"; }
-  bool admit(const InFlight& now, uint64_t) const override { return now.batches == 0; }
+  bool admit(const InFlight& now, uint64_t) const override { return now.batches == 0 && now.consumer_waiting; }
 };
 
 class FixedDepthPolicy : public PrefetchPolicy {

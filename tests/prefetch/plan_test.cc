@@ -88,8 +88,9 @@ TEST(PlanReads, EveryPieceMapsToItsFileBytes) {
 
 TEST(Policy, OffDepthAndBudgetAdmitAsDocumented) {
   auto off = make_off_policy();
-  EXPECT_TRUE(off->admit({0, 0}, 100));
-  EXPECT_FALSE(off->admit({1, 10}, 100));
+  EXPECT_TRUE(off->admit({0, 0, true}, 100));
+  EXPECT_FALSE(off->admit({0, 0, false}, 100));  // nobody asked yet: no read-ahead
+  EXPECT_FALSE(off->admit({1, 10, true}, 100));
   auto depth = parse_policy("depth:3").value();
   EXPECT_TRUE(depth->admit({2, 0}, 1));
   EXPECT_FALSE(depth->admit({3, 0}, 1));

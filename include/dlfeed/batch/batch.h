@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -16,15 +17,18 @@
 
 namespace dlfeed {
 
-/// An allocator whose resize() leaves new bytes uninitialised: buffers that
-/// are about to be overwritten by reads or decode need no zero fill.
+/// An allocator for batch buffers: 64-byte aligned (what TensorFlow and
+/// SIMD code want from a zero-copy tensor), and resize() leaves new bytes
+/// uninitialised, since reads or decode overwrite them anyway.
 template <typename T>
-struct DefaultInitAllocator : std::allocator<T> {
+struct DefaultInitAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlignment{64};
+  DefaultInitAllocator() noexcept = default;
   template <typename U>
-  struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
-  using std::allocator<T>::allocator;
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p, kAlignment); }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -32,6 +36,10 @@ struct DefaultInitAllocator : std::allocator<T> {
   template <typename U, typename... Args>
   void construct(U* p, Args&&... args) {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <typename U>
+  bool operator==(const DefaultInitAllocator<U>&) const noexcept {
+    return true;
   }
 };
 

@@ -11,11 +11,13 @@
 
 namespace dlfeed::prefetch {
 
-/// What is in flight now: batches planned (reads issued or done) and not yet
-/// released by the consumer, and the bytes they hold.
+/// The look-ahead now: batches admitted (reads issued or done) and not yet
+/// handed to the consumer; the bytes of every batch not yet dropped (the
+/// consumer's included); and whether the consumer is waiting for a batch.
 struct InFlight {
   uint64_t batches = 0;
   uint64_t bytes = 0;
+  bool consumer_waiting = false;
 };
 
 /// Decides whether the next batch may start reading.
@@ -23,16 +25,17 @@ class PrefetchPolicy {
  public:
   virtual ~PrefetchPolicy() = default;
   virtual std::string name() const = 0;
-  /// May a batch needing `next_bytes` start now? A policy must admit when
-  /// nothing is in flight, or the loader would stall forever.
+  /// May a batch needing `next_bytes` start now? (The loader itself always
+  /// admits one when the consumer waits and nothing is on the way, and it
+  /// also enforces LoaderOptions::memory_budget.)
   virtual bool admit(const InFlight& now, uint64_t next_bytes) const = 0;
 };
 
-/// No look-ahead: a batch is read only after the previous one was released.
+/// No look-ahead: a batch is read only when the consumer asks for it.
 std::unique_ptr<PrefetchPolicy> make_off_policy();
-/// At most `depth` batches in flight (the consumer's one included).
+/// At most `depth` batches read ahead of the consumer.
 std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth);
-/// As many batches as fit in `budget_bytes` (always at least one).
+/// Read ahead while all batches' bytes (the consumer's included) fit in `budget_bytes`.
 std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes);
 
 /// "off", "depth:N", "budget:BYTES" (suffixes K, M, G allowed), as the

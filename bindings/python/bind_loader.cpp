@@ -1,0 +1,214 @@
+// The loader: LoaderOptions in, Batches out. Every call that waits or works
+// in C++ (create, start_epoch, next, restore, close) releases the GIL, so
+// other Python threads run meanwhile.
+#include <pybind11/stl.h>
+
+#include <unistd.h>
+
+#include "absl/strings/numbers.h"
+#include "batch_py.h"
+#include "dlfeed/loader.h"
+#include "dlfeed/order/order.h"
+
+namespace dlfeed::python {
+namespace {
+
+struct PyLoader {
+  std::unique_ptr<Loader> loader;
+  std::shared_ptr<const Reshape> reshape;
+  uint64_t remaining = 0;  // batches left in the running epoch
+  pid_t pid = getpid();
+
+  PyLoader() = default;
+  PyLoader(const PyLoader&) = delete;
+  ~PyLoader() {
+    if (loader && pid != getpid()) (void)loader.release();  // a forked child: the threads are the parent's
+  }
+
+  Loader& get() {
+    if (!loader) throw py::value_error("the loader is closed");
+    if (pid != getpid()) {
+      throw py::value_error("this dlfeed loader was created before fork(); create a new one in this process");
+    }
+    return *loader;
+  }
+};
+
+py::dict stats_dict(const LoaderStats& s) {
+  py::dict d;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["bytes_delivered"] = s.bytes_delivered;
+  d["bytes_read"] = s.bytes_read;
+  d["read_requests"] = s.read_requests;
+  d["extents"] = s.extents;
+  d["peak_in_flight_bytes"] = s.peak_in_flight_bytes;
+  d["pool_allocations"] = s.pool_allocations;
+  d["pool_reuses"] = s.pool_reuses;
+  d["io_backend"] = s.io_backend;
+  d["io_fallback_reason"] = s.io_fallback_reason;
+  return d;
+}
+
+}  // namespace
+
+void bind_loader(py::module_& m) {
+  py::class_<prefetch::CoalesceOptions>(m, "CoalesceOptions")
+      .def(py::init<>())
+      .def_readwrite("max_gap", &prefetch::CoalesceOptions::max_gap)
+      .def_readwrite("max_read", &prefetch::CoalesceOptions::max_read)
+      .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled);
+
+  py::class_<LoaderOptions>(m, "LoaderOptions", "Everything a Loader is built from (C++ LoaderOptions).")
+      .def(py::init<>())
+      .def_readwrite("paths", &LoaderOptions::paths)
+      .def_readwrite("format", &LoaderOptions::format)
+      .def_readwrite("fields", &LoaderOptions::fields)
+      .def_readwrite("batch_size", &LoaderOptions::batch_size)
+      .def_readwrite("drop_last_batch", &LoaderOptions::drop_last_batch)
+      .def_readwrite("order", &LoaderOptions::order)
+      .def_readwrite("io", &LoaderOptions::io)
+      .def_readwrite("max_open_files", &LoaderOptions::max_open_files)
+      .def_readwrite("prefetch", &LoaderOptions::prefetch)
+      .def_readwrite("coalesce", &LoaderOptions::coalesce)
+      .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed)
+      .def_readwrite("memory_budget", &LoaderOptions::memory_budget)
+      .def_readwrite("threads", &LoaderOptions::threads);
+
+  py::class_<PyLoader>(m, "Loader", "The C++ loader (private: use dlfeed.Loader).")
+      .def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
+             auto self = std::make_unique<PyLoader>();
+             auto reshape = std::make_shared<Reshape>();
+             for (const auto& s : shapes) {
+               if (s) reshape->push_back(Shape(s->begin(), s->end()));
+               else reshape->push_back(std::nullopt);
+             }
+             self->reshape = std::move(reshape);
+             absl::StatusOr<std::unique_ptr<Loader>> made;
+             {
+               py::gil_scoped_release nogil;
+               made = Loader::create(options);
+             }
+             self->loader = unwrap(std::move(made));
+             return self;
+           }),
+           py::arg("options"), py::arg("shapes") = std::vector<std::optional<std::vector<int64_t>>>{})
+      .def(
+          "start_epoch",
+          [](PyLoader& self, uint64_t epoch) {
+            Loader& l = self.get();
+            absl::Status st;
+            std::string state;
+            {
+              py::gil_scoped_release nogil;
+              st = l.start_epoch(epoch);
+              state = l.state();
+            }
+            check(st);
+            // Batches left: all of them, or those after a restored position.
+            uint64_t done = 0;
+            auto decoded = decode_loader_state(state);
+            if (decoded.ok() && decoded->spec.epoch == epoch) {
+              uint64_t bs = l.options().batch_size;
+              done = (decoded->position + bs - 1) / bs;
+            }
+            uint64_t total = l.batches_per_epoch();
+            self.remaining = total > done ? total - done : 0;
+          },
+          py::arg("epoch"))
+      .def("next",
+           [](PyLoader& self) -> py::object {
+             Loader& l = self.get();
+             absl::StatusOr<std::shared_ptr<const Batch>> got;
+             {
+               py::gil_scoped_release nogil;
+               got = l.next();
+             }
+             std::shared_ptr<const Batch> b = unwrap(std::move(got));
+             if (!b) {
+               self.remaining = 0;
+               return py::none();
+             }
+             if (self.remaining > 0) --self.remaining;
+             return py::cast(PyBatch{std::move(b), self.reshape});
+           },
+           "The next batch of the running epoch, or None at its end.")
+      .def("state", [](PyLoader& self) { return py::bytes(self.get().state()); })
+      .def(
+          "restore",
+          [](PyLoader& self, const py::bytes& state) {
+            Loader& l = self.get();
+            std::string s(state);
+            absl::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = l.restore(s);
+            }
+            check(st);
+          },
+          py::arg("state"))
+      .def_property_readonly("num_samples", [](PyLoader& self) { return self.get().num_samples(); })
+      .def_property_readonly("samples_per_epoch", [](PyLoader& self) { return self.get().samples_per_epoch(); })
+      .def_property_readonly("batches_per_epoch", [](PyLoader& self) { return self.get().batches_per_epoch(); })
+      .def_property_readonly("field_names", [](PyLoader& self) { return self.get().field_names(); })
+      .def_property_readonly("options", [](PyLoader& self) { return self.get().options(); })
+      .def("stats", [](PyLoader& self) { return stats_dict(self.get().stats()); })
+      .def(
+          "field_specs",
+          [](PyLoader& self) {
+            // Per field: (name, numpy descr, sample shape with None where samples differ or
+            // are known only after decode), from the index.
+            Loader& l = self.get();
+            py::list out;
+            const auto& names = l.field_names();
+            for (size_t f = 0; f < names.size(); ++f) {
+              const SampleIndex& idx = l.index(f);
+              std::optional<Shape> shape;
+              std::optional<DType> dtype;
+              bool mixed_rank = false;
+              for (const auto& s : idx.samples) {
+                if (!dtype) dtype = s.dtype;
+                if (!shape) {
+                  shape = s.shape;
+                  continue;
+                }
+                if (shape->size() != s.shape.size()) {
+                  mixed_rank = true;
+                  break;
+                }
+                for (size_t d = 0; d < s.shape.size(); ++d)
+                  if ((*shape)[d] != s.shape[d]) (*shape)[d] = -1;
+              }
+              if (f < self.reshape->size() && (*self.reshape)[f]) {
+                shape = (*self.reshape)[f];
+                mixed_rank = false;
+              }
+              py::object shp = py::none();
+              if (shape && !mixed_rank) {
+                py::list dims;
+                for (int64_t d : *shape) dims.append(d < 0 ? py::object(py::none()) : py::object(py::int_(d)));
+                shp = py::tuple(dims);
+              }
+              out.append(py::make_tuple(names[f], dtype ? dtype->str() : std::string("|u1"), shp));
+            }
+            return out;
+          },
+          "[(name, numpy descr, sample shape with None for unknown dims, or None)] per field")
+      .def(
+          "close",
+          [](PyLoader& self) {
+            if (self.pid != getpid()) {
+              (void)self.loader.release();  // its threads are the parent's: never join them
+              return;
+            }
+            std::unique_ptr<Loader> l = std::move(self.loader);
+            py::gil_scoped_release nogil;
+            l.reset();
+          },
+          "Stops the pipeline and joins its threads (batches already handed out stay valid).")
+      .def("_abandon",
+           [](PyLoader& self) { (void)self.loader.release(); },
+           "After fork(): forget the parent's loader without joining threads that do not exist here.");
+}
+
+}  // namespace dlfeed::python

@@ -1,0 +1,41 @@
+// Shared by the bind_<stage>.cpp files of the _dlfeed extension module.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dlfeed/error.h"
+#include "dlfeed/order/order.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed::python {
+
+namespace py = pybind11;
+
+// One per stage; module.cpp calls them in this order.
+void bind_error(py::module_& m);
+void bind_format(py::module_& m);
+void bind_order(py::module_& m);
+void bind_io(py::module_& m);
+void bind_batch(py::module_& m);
+void bind_loader(py::module_& m);
+
+/// Throws dlfeed::Error (translated to a dlfeed Python exception) if not OK.
+inline void check(const absl::Status& s) { throw_if_error(s); }
+template <typename T>
+T unwrap(absl::StatusOr<T> v) {
+  return value_or_throw(std::move(v));
+}
+
+/// The order state inside a Loader::state() (or a bare order state).
+absl::StatusOr<OrderState> decode_loader_state(const std::string& state);
+
+/// A Python sequence of ints as a Shape, and back.
+Shape shape_from_py(const py::handle& seq);
+py::tuple shape_to_py(const Shape& shape);
+
+}  // namespace dlfeed::python

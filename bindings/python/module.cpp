@@ -1,0 +1,31 @@
+// The private extension module behind the `dlfeed` Python package. Each
+// stage of the library is bound in its own bind_<stage>.cpp; the public,
+// Pythonic API (dlfeed.Loader, dlfeed.torch, dlfeed.tf) is pure Python on top.
+#include "common.h"
+
+namespace dlfeed::python {
+
+Shape shape_from_py(const py::handle& seq) {
+  Shape s;
+  for (py::handle d : seq) s.push_back(d.cast<int64_t>());
+  return s;
+}
+
+py::tuple shape_to_py(const Shape& shape) {
+  py::tuple t(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t[i] = py::int_(shape[i]);
+  return t;
+}
+
+}  // namespace dlfeed::python
+
+PYBIND11_MODULE(_dlfeed, m) {
+  using namespace dlfeed::python;
+  m.doc() = "dlfeed's C++ core (private: use the dlfeed package)";
+  bind_error(m);
+  bind_format(m);
+  bind_order(m);
+  bind_io(m);
+  bind_batch(m);
+  bind_loader(m);
+}

@@ -1,0 +1,63 @@
+"""dlfeed: a C++ data loader for deep-learning training (HDF5, NPZ/NPY, TFRecord).
+
+    import dlfeed
+    loader = dlfeed.Loader("data/train", fields=["x", "y"], batch_size=64,
+                           strategy="global_shuffle", seed=1)
+    for epoch in range(3):
+        for batch in loader:              # one epoch per `for`
+            x, y = batch["x"], batch["y"]  # numpy arrays in dlfeed's own memory (zero copy)
+
+PyTorch: dlfeed.torch.Dataset; TensorFlow/Keras: dlfeed.tf.dataset (imported on
+demand, so `import dlfeed` needs neither framework).
+"""
+import pkgutil as _pkgutil
+
+# In-tree builds put the compiled _dlfeed in BUILD/python/dlfeed/: with
+# PYTHONPATH=python:BUILD/python both halves form one package.
+__path__ = _pkgutil.extend_path(__path__, __name__)
+
+try:
+    from . import _dlfeed
+except ImportError as _e:  # pragma: no cover - a message for a broken set-up
+    raise ImportError(
+        "dlfeed's compiled module _dlfeed was not found: `pip install .` in the dlfeed checkout, "
+        "or build it with CMake (build/python) and put python/ and build/python on PYTHONPATH"
+    ) from _e
+
+from ._dlfeed import (  # noqa: E402
+    Batch,
+    DataError,
+    Error,
+    InvalidArgumentError,
+    NotFoundError,
+    Tensor,
+    decode_state,
+    io_uring_available,
+    strategy_names,
+)
+from ._loader import EpochIterator, Loader  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch",
+    "DataError",
+    "EpochIterator",
+    "Error",
+    "InvalidArgumentError",
+    "Loader",
+    "NotFoundError",
+    "Tensor",
+    "decode_state",
+    "io_uring_available",
+    "strategy_names",
+]
+
+
+def __getattr__(name):
+    # dlfeed.torch and dlfeed.tf on first use: importing a framework is slow.
+    if name in ("torch", "tf"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'dlfeed' has no attribute {name!r}")
