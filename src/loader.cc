@@ -19,6 +19,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/prefetch/policy.h"
+#include "thread_name.h"
 
 namespace dlfeed {
 namespace {
@@ -197,7 +198,10 @@ class IoEngine {
  public:
   IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters)
       : backend_(std::move(backend)), counters_(counters) {
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      detail::name_this_thread("dlfeed-io");
+      loop();
+    });
   }
   ~IoEngine() {
     {
@@ -896,7 +900,10 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.running = true;
   DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
   const uint64_t first_batch = start / m.options.batch_size;
-  m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable { m.run_pipeline(cursor, first_batch); });
+  m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable {
+    detail::name_this_thread("dlfeed-pipeline");
+    m.run_pipeline(cursor, first_batch);
+  });
   return absl::OkStatus();
 }
 

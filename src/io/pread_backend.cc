@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
 #include "read_op.h"
+#include "../thread_name.h"
 
 namespace dlfeed::detail {
 namespace {
@@ -23,7 +24,12 @@ class PreadBackend final : public IoBackend {
  public:
   PreadBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t threads)
       : files_(std::move(files)), direct_(options.direct) {
-    for (uint32_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    for (uint32_t i = 0; i < threads; ++i) {
+      workers_.emplace_back([this] {
+        detail::name_this_thread("dlfeed-pread");
+        work();
+      });
+    }
   }
 
   ~PreadBackend() override {
