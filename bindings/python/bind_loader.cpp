@@ -73,7 +73,16 @@ void bind_loader(py::module_& m) {
       .def_readwrite("coalesce", &LoaderOptions::coalesce)
       .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed)
       .def_readwrite("memory_budget", &LoaderOptions::memory_budget)
-      .def_readwrite("threads", &LoaderOptions::threads);
+      .def_readwrite("threads", &LoaderOptions::threads)
+      .def_property(
+          "trace", [](const LoaderOptions& o) { return o.trace.enabled; },
+          [](LoaderOptions& o, bool v) { o.trace.enabled = v; })
+      .def_property(
+          "trace_max_events", [](const LoaderOptions& o) { return o.trace.max_events; },
+          [](LoaderOptions& o, uint64_t v) { o.trace.max_events = v; })
+      .def_property(
+          "trace_io_sample", [](const LoaderOptions& o) { return o.trace.io_sample_every; },
+          [](LoaderOptions& o, uint32_t v) { o.trace.io_sample_every = v; });
 
   py::class_<PyLoader>(m, "Loader", "The C++ loader (private: use dlfeed.Loader).")
       .def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
@@ -153,6 +162,42 @@ void bind_loader(py::module_& m) {
       .def_property_readonly("field_names", [](PyLoader& self) { return self.get().field_names(); })
       .def_property_readonly("options", [](PyLoader& self) { return self.get().options(); })
       .def("stats", [](PyLoader& self) { return stats_dict(self.get().stats()); })
+      // Counters (docs/counters.md): JSON snapshot, summary table, compute
+      // regions and steps for AU, traces.
+      .def("counters_json", [](PyLoader& self) { return self.get().counters_json(); })
+      .def("summary_table", [](PyLoader& self) { return self.get().counters_snapshot().summary_table(); })
+      .def("reset_counters", [](PyLoader& self) { self.get().counters().reset(); })
+      .def("mark_step", [](PyLoader& self) { self.get().counters().mark_step(); })
+      .def(
+          "compute_begin",
+          [](PyLoader& self) {
+            counters::Counters& c = self.get().counters();
+            const uint64_t t0 = c.now();
+            return py::make_tuple(t0, c.region_begin(counters::Region::kCompute, t0));
+          },
+          "Starts a compute region on this thread; returns a token for compute_end.")
+      .def(
+          "compute_end",
+          [](PyLoader& self, uint64_t t0, uint64_t io0) {
+            counters::Counters& c = self.get().counters();
+            c.region_end(counters::Region::kCompute, t0, c.now(), io0);
+          },
+          py::arg("t0"), py::arg("io_busy_at_t0"))
+      .def(
+          "write_trace",
+          [](PyLoader& self, const std::string& path, const std::string& format) {
+            counters::TraceFormat f;
+            if (format == "chrome") f = counters::TraceFormat::kChrome;
+            else if (format == "dftracer") f = counters::TraceFormat::kDfTracer;
+            else throw py::value_error("trace format must be 'chrome' or 'dftracer', not '" + format + "'");
+            absl::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = self.get().write_trace(path, f);
+            }
+            check(st);
+          },
+          py::arg("path"), py::arg("format") = "chrome")
       .def(
           "field_specs",
           [](PyLoader& self) {

@@ -1,8 +1,10 @@
 """dlfeed.Loader: the C++ loader's options as keyword arguments, iterable per epoch."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -85,6 +87,9 @@ class Loader:
         fadvise_willneed: Optional[bool] = None,
         memory_budget: Optional[int] = None,
         threads: Optional[int] = None,
+        trace: Optional[bool] = None,
+        trace_max_events: Optional[int] = None,
+        trace_io_sample: Optional[int] = None,
         # Python only
         shapes: Optional[Mapping[str, Sequence[int]]] = None,
     ) -> None:
@@ -101,6 +106,9 @@ class Loader:
         _set(o, "fadvise_willneed", fadvise_willneed)
         _set(o, "memory_budget", memory_budget)
         _set(o, "threads", threads)
+        _set(o, "trace", trace)
+        _set(o, "trace_max_events", trace_max_events)
+        _set(o, "trace_io_sample", trace_io_sample)
 
         order = o.order
         if strategy is not None and strategy not in _dlfeed.strategy_names():
@@ -218,6 +226,41 @@ class Loader:
 
     def stats(self) -> Dict[str, Any]:
         return self._core.stats()
+
+    # -- counters (docs/counters.md) ---------------------------------------
+    def counters(self) -> Dict[str, Any]:
+        """A snapshot of the built-in counters: per-stage latencies, bytes,
+        per-epoch AU, samples/s and MB/s (the JSON of docs/counters.md)."""
+        return json.loads(self._core.counters_json())
+
+    def summary(self) -> str:
+        """The human summary table `dlfeed run` prints."""
+        return self._core.summary_table()
+
+    def reset_counters(self) -> None:
+        self._core.reset_counters()
+
+    @contextlib.contextmanager
+    def compute(self) -> Iterator[None]:
+        """Marks a training step's compute, for AU = compute / (compute + stall)::
+
+            for batch in loader:
+                with loader.compute():
+                    loss = step(batch)
+        """
+        t0, io0 = self._core.compute_begin()
+        try:
+            yield
+        finally:
+            self._core.compute_end(t0, io0)
+
+    def mark_step(self) -> None:
+        """Ends a training step explicitly (by default every next() does)."""
+        self._core.mark_step()
+
+    def write_trace(self, path: PathLike, format: str = "chrome") -> None:
+        """Writes the trace (needs ``trace=True``): "chrome" (Perfetto) or "dftracer" lines."""
+        self._core.write_trace(os.fspath(path), format)
 
     def close(self) -> None:
         """Stops the pipeline now (batches already handed out stay valid)."""

@@ -265,3 +265,31 @@ def test_ten_epochs_do_not_grow_rss(tmp_path):
     gc.collect()
     grown = rss_bytes() - before
     assert grown < 4 << 20, f"RSS grew {grown / 1e6:.1f} MB over 10 epochs"
+
+
+def test_counters_compute_regions_and_trace(learnable, tmp_path):
+    import json
+    import time
+
+    root, _, _ = learnable["npz"]
+    loader = dlfeed.Loader(root, fields=["x", "y"], batch_size=8, trace=True)
+    n = 0
+    for batch in loader:
+        with loader.compute():
+            time.sleep(0.003)  # a "training step" longer than reading a small batch
+        n += len(batch.sample_ids)
+    c = loader.counters()
+    epoch = c["epochs"][0]
+    assert epoch["samples"] == n
+    assert epoch["steps"] == len(loader)
+    assert epoch["au_percent"] > 50  # compute dominates: the trainer rarely waited
+    assert "epoch" in loader.summary()
+    loader.write_trace(tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert any(e.get("name") == "compute" for e in events)
+    loader.write_trace(tmp_path / "t.pfw", format="dftracer")
+    lines = [ln for ln in (tmp_path / "t.pfw").read_text().splitlines() if ln.strip() not in ("[", "]", "")]
+    phases = [json.loads(ln.rstrip(","))["ph"] for ln in lines]  # one JSON object per line
+    assert set(phases) <= {"X", "M"} and phases.count("X") > 0
+    with pytest.raises(ValueError):
+        loader.write_trace(tmp_path / "x", format="nope")
