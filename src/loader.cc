@@ -198,10 +198,8 @@ class IoEngine {
  public:
   IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters)
       : backend_(std::move(backend)), counters_(counters) {
-    thread_ = std::thread([this] {
-      detail::name_this_thread("dlfeed-io");
-      loop();
-    });
+    thread_ = std::thread([this] { loop(); });
+    detail::name_thread(thread_, "dlfeed-io");
   }
   ~IoEngine() {
     {
@@ -900,10 +898,8 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.running = true;
   DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
   const uint64_t first_batch = start / m.options.batch_size;
-  m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable {
-    detail::name_this_thread("dlfeed-pipeline");
-    m.run_pipeline(cursor, first_batch);
-  });
+  m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable { m.run_pipeline(cursor, first_batch); });
+  detail::name_thread(m.pipeline_thread, "dlfeed-pipeline");
   return absl::OkStatus();
 }
 

@@ -4,9 +4,12 @@
 
 #include <pthread.h>
 
+#include <thread>
+
 namespace dlfeed::detail {
 
-/// Names the calling thread; `name` is at most 15 characters.
-inline void name_this_thread(const char* name) { pthread_setname_np(pthread_self(), name); }
+/// Names `t` (from the thread that started it, so the name is set before
+/// anyone can look); `name` is at most 15 characters.
+inline void name_thread(std::thread& t, const char* name) { pthread_setname_np(t.native_handle(), name); }
 
 }  // namespace dlfeed::detail

@@ -25,10 +25,8 @@ class PreadBackend final : public IoBackend {
   PreadBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t threads)
       : files_(std::move(files)), direct_(options.direct) {
     for (uint32_t i = 0; i < threads; ++i) {
-      workers_.emplace_back([this] {
-        detail::name_this_thread("dlfeed-pread");
-        work();
-      });
+      workers_.emplace_back([this] { work(); });
+      detail::name_thread(workers_.back(), "dlfeed-pread");
     }
   }
 
