@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "dlfeed/dtype.h"
 
 namespace dlfeed::detail {
@@ -164,6 +167,11 @@ inline herr_t write_rows(hid_t dset, hid_t type, const std::vector<hsize_t>& dim
   if (!fspace.ok() || !mspace.ok()) return -1;
   if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0) return -1;
   return H5Dwrite(dset, type, mspace.get(), fspace.get(), H5P_DEFAULT, buf);
+}
+
+/// A failed libhdf5 call while writing `path`, with libhdf5's own messages.
+inline absl::Status write_failed(const std::string& path, absl::string_view what) {
+  return absl::InternalError(absl::StrCat(path, ": writing HDF5: ", what, " failed: ", h5_errors()));
 }
 
 }  // namespace h5

@@ -23,13 +23,10 @@ using detail::h5::create_dataset;
 using detail::h5::create_file;
 using detail::h5::H5Lock;
 using detail::h5::Hid;
-using detail::h5::h5_errors;
 using detail::h5::make_type;
+using detail::h5::write_failed;
 using detail::h5::write_rows;
 
-absl::Status h5_fail(const std::string& path, absl::string_view what) {
-  return absl::InternalError(absl::StrCat(path, ": writing HDF5: ", what, " failed: ", h5_errors()));
-}
 
 }  // namespace
 
@@ -55,21 +52,21 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
 
   H5Lock lock;
   Hid file(create_file(spec.path, /*latest=*/true, 0), H5Fclose);
-  if (!file.ok()) return h5_fail(spec.path, "creating the file");
+  if (!file.ok()) return write_failed(spec.path, "creating the file");
   Hid type(make_type(spec.dtype), H5Tclose);
-  if (!type.ok()) return h5_fail(spec.path, absl::StrCat("making the type ", spec.dtype.name()));
+  if (!type.ok()) return write_failed(spec.path, absl::StrCat("making the type ", spec.dtype.name()));
   Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (!space.ok() || !dcpl.ok()) return h5_fail(spec.path, "making the dataspace");
+  if (!space.ok() || !dcpl.ok()) return write_failed(spec.path, "making the dataspace");
   if (chunk_samples > 0) {
     std::vector<hsize_t> chunk(dims);
     chunk[0] = chunk_samples;
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0) {
-      return h5_fail(spec.path, absl::StrCat("setting chunks of ", chunk_samples, " samples"));
+      return write_failed(spec.path, absl::StrCat("setting chunks of ", chunk_samples, " samples"));
     }
-    if (spec.hdf5_shuffle && H5Pset_shuffle(dcpl.get()) < 0) return h5_fail(spec.path, "adding the shuffle filter");
+    if (spec.hdf5_shuffle && H5Pset_shuffle(dcpl.get()) < 0) return write_failed(spec.path, "adding the shuffle filter");
     if (deflate && H5Pset_deflate(dcpl.get(), static_cast<unsigned>(std::clamp(spec.level, 0, 9))) < 0) {
-      return h5_fail(spec.path, "adding the deflate filter");
+      return write_failed(spec.path, "adding the deflate filter");
     }
   }
 
@@ -81,7 +78,7 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
 
   for (const std::string& name : spec.data_names) {
     Hid dset(create_dataset(file.get(), name, type.get(), space.get(), dcpl.get()), H5Dclose);
-    if (!dset.ok()) return h5_fail(spec.path, absl::StrCat("creating dataset '", name, "'"));
+    if (!dset.ok()) return write_failed(spec.path, absl::StrCat("creating dataset '", name, "'"));
     for (uint64_t row = 0; row < n && sample_bytes > 0; row += batch) {
       const uint64_t rows = std::min(batch, n - row);
       for (uint64_t k = 0; k < rows; ++k) {
@@ -89,7 +86,7 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
                     std::span<std::byte>(buf.data() + k * sample_bytes, sample_bytes));
       }
       if (write_rows(dset.get(), type.get(), dims, row, rows, buf.data()) < 0) {
-        return h5_fail(spec.path, absl::StrCat("writing samples ", row, "..", row + rows - 1, " of '", name, "'"));
+        return write_failed(spec.path, absl::StrCat("writing samples ", row, "..", row + rows - 1, " of '", name, "'"));
       }
     }
   }
@@ -103,12 +100,12 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
     Hid lspace(H5Screate_simple(1, &ldim, nullptr), H5Sclose);
     Hid ltype(H5Tcopy(H5T_STD_I64LE), H5Tclose);
     Hid ldset(create_dataset(file.get(), spec.label_name, ltype.get(), lspace.get(), H5P_DEFAULT), H5Dclose);
-    if (!ldset.ok()) return h5_fail(spec.path, absl::StrCat("creating dataset '", spec.label_name, "'"));
+    if (!ldset.ok()) return write_failed(spec.path, absl::StrCat("creating dataset '", spec.label_name, "'"));
     if (n > 0 && H5Dwrite(ldset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) < 0) {
-      return h5_fail(spec.path, absl::StrCat("writing '", spec.label_name, "'"));
+      return write_failed(spec.path, absl::StrCat("writing '", spec.label_name, "'"));
     }
   }
-  if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) return h5_fail(spec.path, "flushing the file");
+  if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) return write_failed(spec.path, "flushing the file");
   return absl::OkStatus();
 }
 

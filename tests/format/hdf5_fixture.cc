@@ -22,13 +22,10 @@ using detail::h5::create_dataset;
 using detail::h5::create_file;
 using detail::h5::H5Lock;
 using detail::h5::Hid;
-using detail::h5::h5_errors;
 using detail::h5::make_type;
+using detail::h5::write_failed;
 using detail::h5::write_rows;
 
-absl::Status h5_fail(const std::string& path, absl::string_view what) {
-  return absl::InternalError(absl::StrCat(path, ": writing HDF5: ", what, " failed: ", h5_errors()));
-}
 }  // namespace
 
 namespace internal {
@@ -90,17 +87,17 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
   H5Lock lock;
   hid_t fid = append ? H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT) : create_file(path, latest, userblock);
   Hid file(fid, H5Fclose);
-  if (!file.ok()) return h5_fail(path, "opening the file");
+  if (!file.ok()) return write_failed(path, "opening the file");
   Hid type(string_type ? H5Tcopy(H5T_C_S1) : make_type(dtype), H5Tclose);
   if (string_type) H5Tset_size(type.get(), 8);
   std::vector<hsize_t> hdims(dims.begin(), dims.end());
   Hid space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(hdims.size()), hdims.data(), nullptr),
             H5Sclose);
   Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (!type.ok() || !space.ok() || !dcpl.ok()) return h5_fail(path, "making type and dataspace");
+  if (!type.ok() || !space.ok() || !dcpl.ok()) return write_failed(path, "making type and dataspace");
   if (compact) H5Pset_layout(dcpl.get(), H5D_COMPACT);
   if (!chunk.empty()) {
-    if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0) return h5_fail(path, "H5Pset_chunk");
+    if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0) return write_failed(path, "H5Pset_chunk");
     if (shuffle) H5Pset_shuffle(dcpl.get());
     if (deflate >= 0) H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate));
     if (fletcher) H5Pset_fletcher32(dcpl.get());
@@ -110,10 +107,10 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
     H5Pset_fill_value(dcpl.get(), type.get(), fv.data());
   }
   Hid dset(create_dataset(file.get(), name, type.get(), space.get(), dcpl.get()), H5Dclose);
-  if (!dset.ok()) return h5_fail(path, absl::StrCat("creating dataset '", name, "'"));
+  if (!dset.ok()) return write_failed(path, absl::StrCat("creating dataset '", name, "'"));
   if (string_type) return absl::OkStatus();
   if (scalar) {
-    if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0) return h5_fail(path, "write");
+    if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0) return write_failed(path, "write");
     return absl::OkStatus();
   }
 
@@ -127,7 +124,7 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
   if (!direct) {
     if (row_end > row_begin &&
         write_rows(dset.get(), type.get(), hdims, row_begin, row_end - row_begin, data.data() + row_begin * row_elems * es) < 0) {
-      return h5_fail(path, "H5Dwrite");
+      return write_failed(path, "H5Dwrite");
     }
     return absl::OkStatus();
   }
@@ -190,7 +187,7 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
       }
     }
     if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, mask, origin.data(), out.size(), out.data()) < 0) {
-      return h5_fail(path, "H5Dwrite_chunk");
+      return write_failed(path, "H5Dwrite_chunk");
     }
   }
   return absl::OkStatus();
