@@ -513,8 +513,12 @@ struct Loader::Impl {
         // A consumer waiting with nothing on the way always gets a batch, even
         // over the budget (it may be holding earlier batches): never a hang.
         if (b.pipeline == 0 && b.consumer_waiting) return true;
-        return policy->admit({b.pipeline, b.bytes, b.consumer_waiting}, bytes) &&
-               (b.batches == 0 || b.bytes + bytes <= options.memory_budget);
+        if (!policy->admit({b.pipeline, b.bytes, b.consumer_waiting}, bytes)) return false;
+        if (b.batches == 0) return true;
+        if (b.bytes + bytes > options.memory_budget) return false;
+        // Free buffers cached for reuse count too: drop what no longer fits.
+        pool->trim_to(options.memory_budget - b.bytes - bytes);
+        return true;
       };
       if (wait) {
         [[maybe_unused]] const uint64_t tw = now_of(*counters);

@@ -17,18 +17,23 @@
 
 namespace dlfeed {
 
+/// Memory for batch buffers: 64-byte aligned; from 256 KiB up, whole pages
+/// mapped for the buffer and unmapped when it is freed, so the resident
+/// memory follows the loader's memory budget instead of malloc's caches.
+void* allocate_buffer(size_t bytes);
+void free_buffer(void* p, size_t bytes) noexcept;
+
 /// An allocator for batch buffers: 64-byte aligned (what TensorFlow and
 /// SIMD code want from a zero-copy tensor), and resize() leaves new bytes
 /// uninitialised, since reads or decode overwrite them anyway.
 template <typename T>
 struct DefaultInitAllocator {
   using value_type = T;
-  static constexpr std::align_val_t kAlignment{64};
   DefaultInitAllocator() noexcept = default;
   template <typename U>
   DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
-  void deallocate(T* p, size_t) noexcept { ::operator delete(p, kAlignment); }
+  T* allocate(size_t n) { return static_cast<T*>(allocate_buffer(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { free_buffer(p, n * sizeof(T)); }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -102,6 +107,10 @@ class BufferPool {
   ByteBuffer take(size_t size);
   /// Gives a buffer back for reuse.
   void give(ByteBuffer&& buffer);
+  /// Bytes held by cached (free) buffers.
+  uint64_t cached_bytes() const;
+  /// Frees cached buffers, largest first, until at most `max_bytes` stay.
+  void trim_to(uint64_t max_bytes);
   uint64_t allocations() const;  // buffers that had to be allocated or grown
   uint64_t reuses() const;
 
