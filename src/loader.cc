@@ -662,6 +662,7 @@ struct Loader::Impl {
             ~End() { tsan_handshake(); }
           } end;
           const SampleRef& ref = idx.samples[w.ids[i]];
+          counters::CurrentScope timed(counters.get());  // format code times CRC/inflate/parse
           if (w.direct[i * F + f]) {
             out.sample_shapes[i] = ref.shape;
             return;
@@ -699,6 +700,7 @@ struct Loader::Impl {
         out.dtype = n ? idx.samples[w.ids[0]].dtype : DType{};
       } else {
         // Sizes known only after decode (e.g. TFRecord features): in order.
+        counters::CurrentScope timed(counters.get());
         ByteBuffer tmp;
         std::vector<std::byte> scratch;
         store = pool->take(0);

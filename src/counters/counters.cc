@@ -37,6 +37,11 @@ const CounterInfo kInfo[kNumIds] = {
     {"bytes_delivered", Unit::kBytes, Kind::kSum, "decoded bytes delivered to the consumer"},
     {"io_hidden_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while a compute region ran"},
     {"io_exposed_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while the consumer stalled"},
+    {"decode_crc_ns", Unit::kNanoseconds, Kind::kDistribution, "verify a TFRecord record's CRC32C (per sample)"},
+    {"decode_inflate_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "inflate a deflated NPZ member or HDF5 chunk (per call)"},
+    {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "parse a tf.train.Example for the sample's feature (per sample)"},
 };
 
 const char* const kComponentNames[kNumComponents] = {"plan", "io", "decode", "collate", "stall", "compute"};
@@ -149,6 +154,27 @@ uint64_t Union::busy_until(uint64_t t) const {
 }  // namespace detail
 
 const CounterInfo& info(Id id) { return kInfo[static_cast<size_t>(id)]; }
+
+#if DLFEED_COUNTERS_ENABLED
+namespace {
+thread_local Counters* t_current = nullptr;
+}  // namespace
+Counters* current() { return t_current; }
+CurrentScope::CurrentScope(Counters* c) : prev_(t_current) { t_current = c; }
+CurrentScope::~CurrentScope() { t_current = prev_; }
+StepTimer::StepTimer(Id id) : c_(t_current), id_(id) {
+  if (c_) t0_ = c_->now();
+}
+StepTimer::~StepTimer() {
+  if (c_) c_->sample(id_, c_->now() - t0_);
+}
+#else
+Counters* current() { return nullptr; }
+CurrentScope::CurrentScope(Counters*) {}
+CurrentScope::~CurrentScope() {}
+StepTimer::StepTimer(Id) {}
+StepTimer::~StepTimer() {}
+#endif
 const char* component_name(Component c) { return kComponentNames[static_cast<size_t>(c)]; }
 const char* unit_name(Unit u) {
   switch (u) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
@@ -318,7 +319,12 @@ class ChunkedSource final : public Hdf5Source {
       if (c.mask & (1u << i)) continue;  // this filter was skipped for this chunk
       std::byte* dst = cur == buf_a ? buf_b : buf_a;
       if (pipeline_[i] == Filter::kDeflate) {
-        DLFEED_ASSIGN_OR_RETURN(cur_len, inflate_chunk(c, cur, cur_len, dst));
+        absl::StatusOr<uint64_t> inflated;
+        {
+          counters::StepTimer inflate(counters::Id::kDecodeInflate);
+          inflated = inflate_chunk(c, cur, cur_len, dst);
+        }
+        DLFEED_ASSIGN_OR_RETURN(cur_len, std::move(inflated));
       } else {
         unshuffle(cur, cur_len, dst);
       }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "array_source.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"
@@ -362,9 +363,16 @@ absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::spa
   if (deflated_) {
     // Inflate the whole member; check its CRC-32 and size against the directory.
     inflated.resize(member_.uncompressed_size);
-    DLFEED_RETURN_IF_ERROR(inflate_raw(raw, inflated, path_, member_.data_offset,
-                                       absl::StrCat("member '", member_.name, "'")));
-    const uint32_t crc = zip_crc32(inflated);
+    uint32_t crc = 0;
+    {
+      counters::StepTimer inflate(counters::Id::kDecodeInflate);
+      DLFEED_RETURN_IF_ERROR(inflate_raw(raw, inflated, path_, member_.data_offset,
+                                         absl::StrCat("member '", member_.name, "'")));
+    }
+    {
+      counters::StepTimer check(counters::Id::kDecodeCrc);
+      crc = zip_crc32(inflated);
+    }
     if (crc != member_.crc32) {
       return format_error(path_, member_.data_offset,
                           absl::StrFormat("CRC-32 %08x of member '%s'", member_.crc32, member_.name),

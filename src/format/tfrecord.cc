@@ -21,6 +21,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
+#include "dlfeed/counters/counters.h"
 
 namespace dlfeed {
 namespace tfrecord {
@@ -394,10 +395,19 @@ class TfRecordSource final : public SampleSource {
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
     const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
-    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload,
-                            tfrecord::unframe_record(raw, verify_, path_, rec_off));
+    absl::StatusOr<std::span<const std::byte>> framed;
+    {
+      counters::StepTimer crc(counters::Id::kDecodeCrc);  // the framing check is the CRCs
+      framed = tfrecord::unframe_record(raw, verify_, path_, rec_off);
+    }
+    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(framed));
     const example::Context ctx{path_, rec_off + tfrecord::kHeaderSize};
-    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, example::find_feature(payload, feature_, ctx));
+    absl::StatusOr<example::FeatureSlice> found;
+    {
+      counters::StepTimer parse(counters::Id::kDecodeParse);
+      found = example::find_feature(payload, feature_, ctx);
+    }
+    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, std::move(found));
     if (slice.kind == FeatureKind::kNone) return missing_feature(payload, ref.item, rec_off, ctx);
     if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
       return format_error(path_, ctx.base + slice.offset,

@@ -68,6 +68,9 @@ enum class Id : uint8_t {
   kBytesDelivered,  // bytes sum  decoded bytes delivered
   kIoHidden,        // ns  sum   I/O busy while a compute region ran (read time hidden)
   kIoExposed,       // ns  sum   I/O busy while the consumer stalled (read time exposed)
+  kDecodeCrc,       // ns  dist  verify a record's CRC32C (per TFRecord sample)
+  kDecodeInflate,   // ns  dist  inflate a deflated NPZ member or HDF5 chunk (per call)
+  kDecodeParse,     // ns  dist  parse a tf.train.Example for the feature (per sample)
   kCount
 };
 inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
@@ -186,6 +189,42 @@ struct TraceEvent {
 enum class Region : uint8_t { kCompute };
 
 class Counters;
+
+/// The counters of the loader whose decode runs on this thread (nullptr
+/// elsewhere): format code times its steps (CRC, inflate, parse) with
+/// StepTimer without being handed a Counters.
+Counters* current();
+
+/// Makes `c` current on this thread while it lives (the loader's decode stage).
+class CurrentScope {
+ public:
+  explicit CurrentScope(Counters* c);
+  ~CurrentScope();
+  CurrentScope(const CurrentScope&) = delete;
+  CurrentScope& operator=(const CurrentScope&) = delete;
+
+ private:
+#if DLFEED_COUNTERS_ENABLED
+  Counters* prev_;
+#endif
+};
+
+/// Records the time from construction to destruction into distribution `id`
+/// of the current counters (nothing when none are current).
+class StepTimer {
+ public:
+  explicit StepTimer(Id id);
+  ~StepTimer();
+  StepTimer(const StepTimer&) = delete;
+  StepTimer& operator=(const StepTimer&) = delete;
+
+ private:
+#if DLFEED_COUNTERS_ENABLED
+  Counters* c_;
+  Id id_;
+  uint64_t t0_ = 0;
+#endif
+};
 
 /// Times a region on this thread from construction to destruction (or stop()).
 class ScopedTimer {
