@@ -14,7 +14,7 @@ constexpr std::align_val_t kAlignment{64};
 
 void* allocate_buffer(size_t bytes) {
   if (bytes >= kMapAtLeast) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     return p;
   }
