@@ -84,7 +84,7 @@ IoStats StatsCounters::snapshot() const {
   return s;
 }
 
-void ReadOp::prepare(bool direct_mode, BouncePool* pool) {
+bool ReadOp::prepare(bool direct_mode, BouncePool* pool, std::byte* fixed_buf, uint64_t fixed_capacity) {
   direct = direct_mode;
   done = 0;
   if (!direct) {
@@ -92,7 +92,7 @@ void ReadOp::prepare(bool direct_mode, BouncePool* pool) {
     target_offset = req.offset;
     target_length = req.length;
     need = req.length;
-    return;
+    return false;
   }
   target_offset = align_down(req.offset);
   uint64_t end = align_up(req.offset + req.length);
@@ -102,10 +102,15 @@ void ReadOp::prepare(bool direct_mode, BouncePool* pool) {
                  reinterpret_cast<uintptr_t>(req.dest) % kDirectAlign == 0;
   if (aligned) {
     target = req.dest;
-  } else {
-    bounce = pool->take(target_length);
-    target = bounce.data();
+    return false;
   }
+  if (fixed_buf != nullptr && target_length <= fixed_capacity) {
+    target = fixed_buf;
+    return true;
+  }
+  bounce = pool->take(target_length);
+  target = bounce.data();
+  return false;
 }
 
 uint64_t ReadOp::next_length() const {

@@ -80,11 +80,14 @@ struct ReadOp {
   uint64_t done = 0;            // bytes of target read so far
   uint32_t retries = 0;
   bool direct = false;
+  int fixed = -1;               // io_uring: index of the registered buffer used as bounce
   absl::Status status;          // set when the op fails
 
-  /// Sets target/need for buffered or O_DIRECT reading (taking a bounce
-  /// buffer from `pool` when needed).
-  void prepare(bool direct_mode, BouncePool* pool);
+  /// Sets target/need for buffered or O_DIRECT reading. When O_DIRECT needs
+  /// a bounce buffer it uses `fixed_buf` (a registered buffer of
+  /// `fixed_capacity` bytes) if the read fits, else one from `pool`. Returns
+  /// whether `fixed_buf` was used.
+  bool prepare(bool direct_mode, BouncePool* pool, std::byte* fixed_buf = nullptr, uint64_t fixed_capacity = 0);
   /// The next read: file offset, destination and length.
   uint64_t next_offset() const { return target_offset + done; }
   std::byte* next_dest() const { return target + done; }

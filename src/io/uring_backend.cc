@@ -45,6 +45,7 @@ class UringBackend final : public IoBackend {
           absl::StrCat("io_uring_queue_init(", depth_, ") failed: ", errno_text(-ret)));
     }
     ring_ok_ = true;
+    if (direct_) register_bounce_buffers();
     return absl::OkStatus();
   }
 
@@ -124,10 +125,29 @@ class UringBackend final : public IoBackend {
   }
 
   size_t in_flight() const override { return in_flight_; }
-  std::string name() const override { return direct_ ? "io_uring+direct" : "io_uring"; }
+  std::string name() const override {
+    return direct_ ? (fixed_.empty() ? "io_uring+direct" : "io_uring+direct+fixed") : "io_uring";
+  }
   IoStats stats() const override { return stats_.snapshot(); }
 
  private:
+  // O_DIRECT reads at unaligned offsets or into unaligned destinations go
+  // through a bounce buffer. One registered buffer per ring slot serves the
+  // common sizes with read_fixed (the kernel maps it once, not per read);
+  // larger reads, or a kernel/memlock limit that refuses registration, use
+  // the plain pool.
+  void register_bounce_buffers() {
+    std::vector<AlignedBuffer> bufs;
+    std::vector<struct iovec> iov;
+    for (uint32_t i = 0; i < depth_; ++i) {
+      bufs.emplace_back(kFixedBytes);
+      iov.push_back({bufs.back().data(), kFixedBytes});
+    }
+    if (io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size())) < 0) return;
+    fixed_ = std::move(bufs);
+    for (uint32_t i = 0; i < depth_; ++i) free_fixed_.push_back(static_cast<int>(depth_ - 1 - i));
+  }
+
   uint32_t alloc_slot() {
     if (free_slots_.empty()) {
       ops_.push_back(std::make_unique<ReadOp>());
@@ -145,6 +165,7 @@ class UringBackend final : public IoBackend {
 
   void complete(uint32_t slot, ReadCompletion c) {
     ready_.push_back(std::move(c));
+    if (ops_[slot]->fixed >= 0) free_fixed_.push_back(ops_[slot]->fixed);
     release_slot(slot);
   }
 
@@ -169,7 +190,15 @@ class UringBackend final : public IoBackend {
         }
         if (!*pin) break;  // fd cap reached: wait for a completion
         op.pin = *std::move(pin);
-        op.prepare(direct_, &pool_);
+        if (!free_fixed_.empty()) {
+          const int f = free_fixed_.back();
+          if (op.prepare(direct_, &pool_, fixed_[f].data(), kFixedBytes)) {
+            op.fixed = f;
+            free_fixed_.pop_back();
+          }
+        } else {
+          op.prepare(direct_, &pool_);
+        }
       }
       struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
@@ -177,8 +206,13 @@ class UringBackend final : public IoBackend {
         sqe = io_uring_get_sqe(&ring_);
         if (sqe == nullptr) break;
       }
-      io_uring_prep_read(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
-                         op.next_offset());
+      if (op.fixed >= 0) {
+        io_uring_prep_read_fixed(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
+                                 op.next_offset(), op.fixed);
+      } else {
+        io_uring_prep_read(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
+                           op.next_offset());
+      }
       io_uring_sqe_set_data64(sqe, slot);
       pending_.pop_front();
       ++in_ring_;
@@ -229,6 +263,9 @@ class UringBackend final : public IoBackend {
   bool ring_ok_ = false;
 
   BouncePool pool_;
+  static constexpr uint64_t kFixedBytes = 256 * 1024;
+  std::vector<AlignedBuffer> fixed_;  // registered with the ring (O_DIRECT bounce)
+  std::vector<int> free_fixed_;
   StatsCounters stats_;
   std::vector<std::unique_ptr<ReadOp>> ops_;  // slot -> op (user_data is the slot)
   std::vector<uint32_t> free_slots_;
