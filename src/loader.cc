@@ -366,6 +366,7 @@ struct Loader::Impl {
   std::vector<SampleIndex> indices;              // one per field
   std::vector<std::vector<uint32_t>> file_ids;   // [field][file] -> FileTable id
   FileLayout layout;
+  uint64_t samples_per_epoch = 0;  // this rank's, from the order checked at create
   std::shared_ptr<FileTable> files;
   std::unique_ptr<IoEngine> engine;
   std::unique_ptr<prefetch::PrefetchPolicy> policy;
@@ -873,9 +874,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                   : std::max(2u, std::thread::hardware_concurrency());
   impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too
   impl->arena = std::make_unique<tbb::task_arena>(static_cast<int>(impl->threads));
-  // Validate the order options now rather than at the first epoch.
-  OrderSpec spec = options.order;
-  DLFEED_RETURN_IF_ERROR(OrderCursor::create(impl->layout, spec).status());
+  // Validate the order options now rather than at the first epoch; the
+  // cursor's length is the rank's samples per epoch (a global shuffle builds
+  // its whole permutation here, so it is kept rather than rebuilt on demand).
+  DLFEED_ASSIGN_OR_RETURN(OrderCursor checked, OrderCursor::create(impl->layout, options.order));
+  impl->samples_per_epoch = checked.size();
   impl->options = std::move(options);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
@@ -1034,11 +1037,7 @@ absl::Status Loader::restore(absl::string_view state) {
 
 uint64_t Loader::num_samples() const { return impl_->indices[0].size(); }
 
-uint64_t Loader::samples_per_epoch() const {
-  OrderSpec spec = impl_->options.order;
-  auto c = OrderCursor::create(impl_->layout, spec);
-  return c.ok() ? c->size() : 0;
-}
+uint64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch; }
 
 uint64_t Loader::batches_per_epoch() const {
   const uint64_t n = samples_per_epoch(), b = impl_->options.batch_size;
