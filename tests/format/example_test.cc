@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "test_util.h"
 
 namespace dlfeed::example {
 namespace {
@@ -18,15 +19,8 @@ namespace {
   EXPECT_NE(std::string(text).find(std::string(part)), std::string::npos) << "\"" << (text) << "\" lacks \"" << (part) << "\""
 namespace w = wire;
 
-std::vector<std::byte> from_hex(absl::string_view hex) {
-  std::string s = absl::HexStringToBytes(hex);
-  std::vector<std::byte> out(s.size());
-  std::memcpy(out.data(), s.data(), s.size());
-  return out;
-}
-std::span<const std::byte> as_bytes(absl::string_view s) {
-  return std::as_bytes(std::span<const char>(s.data(), s.size()));
-}
+using testing::as_bytes;
+using testing::from_hex;
 std::string str(std::span<const std::byte> b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 // Wraps Feature bodies into Example { Features { entry{key, Feature} } }.

@@ -13,24 +13,15 @@ namespace {
 
 using testing::read_all;
 using testing::scratch_dir;
-using testing::to_string;
 using testing::write_all;
 
-std::span<const std::byte> bytes_of(const std::string& s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
-
-std::string expected_sample(uint64_t seed, uint64_t g, DType dt, const Shape& shape) {
-  std::string s(num_elements(shape) * dt.size, '\0');
-  gen::fill_sample(seed, g, dt, {reinterpret_cast<std::byte*>(s.data()), s.size()});
-  return s;
-}
+using testing::as_bytes;
+using testing::expected_sample;
 
 std::string read_one(const SampleIndex& index, uint64_t id) {
-  std::vector<std::byte> raw, scratch;
-  auto s = read_sample(index, id, raw, scratch);
+  auto s = testing::read_bytes(index, id);
   EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? to_string(s->bytes) : "";
+  return s.ok() ? *s : "";
 }
 
 TEST(DType, ParsesNumpyDescriptorsAndNames) {
@@ -66,14 +57,14 @@ TEST(DType, RefusesObjectStringStructuredAndOddSizes) {
 TEST(NpyHeader, RoundTripsThroughMakeAndParse) {
   const std::string h = make_npy_header(DType::parse("<f4").value(), Shape{3, 4, 5}, false);
   EXPECT_EQ(h.size() % 64, 0u);
-  auto parsed = parse_npy_header(bytes_of(h), "mem", 0);
+  auto parsed = parse_npy_header(as_bytes(h), "mem", 0);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->major, 1);
   EXPECT_EQ(parsed->shape, (Shape{3, 4, 5}));
   EXPECT_EQ(parsed->dtype.str(), "<f4");
   EXPECT_FALSE(parsed->fortran_order);
   EXPECT_EQ(parsed->data_offset, h.size());
-  auto one = parse_npy_header(bytes_of(make_npy_header(DType::u8(), Shape{7}, true)), "mem", 0);
+  auto one = parse_npy_header(as_bytes(make_npy_header(DType::u8(), Shape{7}, true)), "mem", 0);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->shape, (Shape{7}));
   EXPECT_TRUE(one->fortran_order);
@@ -90,7 +81,7 @@ TEST(NpyHeader, ReadsVersions2And3) {
     const uint32_t len = static_cast<uint32_t>(dict.size());
     h.append(reinterpret_cast<const char*>(&len), 4);
     h += dict;
-    auto parsed = parse_npy_header(bytes_of(h), "mem", 0);
+    auto parsed = parse_npy_header(as_bytes(h), "mem", 0);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(parsed->major, major);
     EXPECT_EQ(parsed->data_offset, h.size());
@@ -102,13 +93,13 @@ TEST(NpyHeader, ErrorsNameTheOffsetAndWhatWasExpected) {
   std::string good = make_npy_header(DType::u8(), Shape{2, 2});
   std::string bad_magic = good;
   bad_magic[1] = 'X';
-  auto r = parse_npy_header(bytes_of(bad_magic), "f.npy", 0);
+  auto r = parse_npy_header(as_bytes(bad_magic), "f.npy", 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("f.npy: at offset 0: expected the NPY magic"), std::string::npos)
       << r.status();
   std::string bad_version = good;
   bad_version[6] = 9;
-  r = parse_npy_header(bytes_of(bad_version), "f.npy", 0);
+  r = parse_npy_header(as_bytes(bad_version), "f.npy", 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("version"), std::string::npos);
   for (const char* dict : {"{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }",
@@ -125,7 +116,7 @@ TEST(NpyHeader, ErrorsNameTheOffsetAndWhatWasExpected) {
     h.push_back(static_cast<char>(d.size() & 0xff));
     h.push_back(static_cast<char>(d.size() >> 8));
     h += d;
-    auto p = parse_npy_header(bytes_of(h), "f.npy", 100);
+    auto p = parse_npy_header(as_bytes(h), "f.npy", 100);
     EXPECT_FALSE(p.ok()) << dict;
     EXPECT_NE(std::string(p.status().message()).find("f.npy: at offset 1"), std::string::npos) << p.status();
   }

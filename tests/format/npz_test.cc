@@ -13,21 +13,10 @@ namespace {
 
 using testing::read_all;
 using testing::scratch_dir;
-using testing::to_string;
 using testing::write_all;
 
-std::string expected_sample(uint64_t seed, uint64_t g, DType dt, const Shape& shape) {
-  std::string s(num_elements(shape) * dt.size, '\0');
-  gen::fill_sample(seed, g, dt, {reinterpret_cast<std::byte*>(s.data()), s.size()});
-  return s;
-}
-
-absl::StatusOr<std::string> read_one(const SampleIndex& index, uint64_t id) {
-  std::vector<std::byte> raw, scratch;
-  auto s = read_sample(index, id, raw, scratch);
-  if (!s.ok()) return s.status();
-  return to_string(s->bytes);
-}
+using testing::expected_sample;
+using testing::read_bytes;
 
 gen::FileSpec spec_for(const std::string& path, bool deflate, SampleAxis axis) {
   gen::FileSpec spec;
@@ -56,7 +45,7 @@ TEST_P(NpzFiles, StoredAndDeflatedReadBackEverySample) {
   ASSERT_EQ(index->size(), 9u);
   EXPECT_EQ(index->sources[0]->layout(), deflate ? "npz:deflated" : "npz:stored");
   for (uint64_t k = 0; k < 9; ++k) {
-    auto got = read_one(*index, k);
+    auto got = read_bytes(*index, k);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, expected_sample(3, 18 + k, spec.dtype, {6, 5})) << "sample " << k;
   }
@@ -67,7 +56,7 @@ TEST_P(NpzFiles, StoredAndDeflatedReadBackEverySample) {
   ASSERT_EQ(labels->size(), 9u);
   EXPECT_EQ(labels->samples[0].dtype, DType::i64());
   for (uint64_t k = 0; k < 9; ++k) {
-    auto got = read_one(*labels, k);
+    auto got = read_bytes(*labels, k);
     ASSERT_TRUE(got.ok());
     int64_t v = 0;
     std::memcpy(&v, got->data(), 8);
@@ -143,7 +132,7 @@ TEST(NpzFile, CorruptDeflateDataAndWrongCrcAreCaught) {
   write_all(dir + "/b.npz", corrupt);
   auto b = open_file(dir + "/b.npz", {});
   if (b.ok()) {
-    auto s = read_one(*b, 8);
+    auto s = read_bytes(*b, 8);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(std::string(s.status().message()).find(dir + "/b.npz: at offset"), std::string::npos) << s.status();
   }
@@ -155,7 +144,7 @@ TEST(NpzFile, CorruptDeflateDataAndWrongCrcAreCaught) {
   write_all(dir + "/c.npz", bad_crc);
   auto c = open_file(dir + "/c.npz", {});
   ASSERT_TRUE(c.ok()) << c.status();
-  auto s = read_one(*c, 0);
+  auto s = read_bytes(*c, 0);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(std::string(s.status().message()).find("CRC-32"), std::string::npos) << s.status();
 }

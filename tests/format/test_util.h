@@ -1,11 +1,18 @@
 // Helpers shared by the format tests: scratch paths and whole-file I/O.
 #pragma once
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/string_view.h"
+#include "dlfeed/gen/generate.h"
+#include "dlfeed/sample.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed::testing {
@@ -31,6 +38,34 @@ inline void write_all(const std::string& path, const std::string& bytes) {
 
 inline std::string to_string(std::span<const std::byte> b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+/// The bytes of a string, as the parsers take them.
+inline std::span<const std::byte> as_bytes(absl::string_view s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+/// Bytes from hex text ("0a1b...").
+inline std::vector<std::byte> from_hex(absl::string_view hex) {
+  const std::string s = absl::HexStringToBytes(hex);
+  std::vector<std::byte> out(s.size());
+  std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+/// What the generator writes for global sample `g` of `shape` and `dt`.
+inline std::string expected_sample(uint64_t seed, uint64_t g, DType dt, const Shape& shape) {
+  std::string s(num_elements(shape) * dt.size, '\0');
+  gen::fill_sample(seed, g, dt, {reinterpret_cast<std::byte*>(s.data()), s.size()});
+  return s;
+}
+
+/// Sample `id` read and decoded by read_sample(), as bytes.
+inline absl::StatusOr<std::string> read_bytes(const SampleIndex& index, uint64_t id) {
+  std::vector<std::byte> raw, scratch;
+  auto s = read_sample(index, id, raw, scratch);
+  if (!s.ok()) return s.status();
+  return to_string(s->bytes);
 }
 
 }  // namespace dlfeed::testing

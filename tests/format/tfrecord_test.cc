@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "test_util.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/file.h"
@@ -27,15 +28,8 @@ namespace {
 namespace fs = std::filesystem;
 using tfrecord::kHeaderSize;
 
-std::vector<std::byte> from_hex(absl::string_view hex) {
-  std::string s = absl::HexStringToBytes(hex);
-  std::vector<std::byte> out(s.size());
-  std::memcpy(out.data(), s.data(), s.size());
-  return out;
-}
-std::span<const std::byte> as_bytes(absl::string_view s) {
-  return std::as_bytes(std::span<const char>(s.data(), s.size()));
-}
+using testing::as_bytes;
+using testing::from_hex;
 
 class TfRecordTest : public ::testing::Test {
  protected:
