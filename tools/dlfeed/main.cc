@@ -50,9 +50,15 @@ int main(int argc, char** argv) {
   dlfeed::cli::g_flag_file = it->second.flag_file;
   absl::FlagsUsageConfig config;
   // --help lists the flags of this command's file only.
+  // A command's flags may also live in helper files named after it
+  // (tools/dlfeed/run_scale.cc for run).
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(dlfeed::cli::g_flag_file, file) || absl::EndsWith(file, dlfeed::cli::g_flag_file) ||
-           absl::StrContains(file, "tools/dlfeed/common");
+    const absl::string_view own = dlfeed::cli::g_flag_file;
+    const absl::string_view stem = own.substr(0, own.size() - (absl::EndsWith(own, ".cc") ? 3 : 0));
+    return absl::EndsWith(own, file) || absl::EndsWith(file, own) ||
+           absl::StrContains(file, "tools/dlfeed/common") ||
+           (!stem.empty() && absl::StrContains(file, absl::StrCat(stem.substr(stem.rfind('/') + 1), "_")) &&
+            absl::StrContains(file, "tools/dlfeed/"));
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.normalize_filename = [](absl::string_view f) { return std::string(f); };

@@ -20,6 +20,7 @@
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
 #include "dlfeed/loader.h"
+#include "run_scale.h"
 
 ABSL_FLAG(uint64_t, epochs, 1, "Epochs to run");
 ABSL_FLAG(double, compute_ms, 0.0, "Emulated compute per step (batch), in milliseconds");
@@ -72,6 +73,7 @@ int run_run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dlfeed run: give a dataset file or folder (see --help)\n");
     return 2;
   }
+  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();  // MPI, staging (run_scale.h)
   LoaderOptions o;
   o.paths = args;
   o.format = value_or_throw(format_options_from_flags());
@@ -104,6 +106,7 @@ int run_run(const std::vector<std::string>& args) {
   const bool checksum = absl::GetFlag(FLAGS_checksum);
   const auto compute = std::chrono::duration<double, std::milli>(absl::GetFlag(FLAGS_compute_ms));
 
+  scale->configure(o);
   const auto t_open = std::chrono::steady_clock::now();
   std::unique_ptr<Loader> loader = value_or_throw(Loader::create(o));
   const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open).count();
@@ -127,6 +130,7 @@ int run_run(const std::vector<std::string>& args) {
     const auto t0 = std::chrono::steady_clock::now();
     uint64_t batches = 0, samples = 0, bytes = 0;
     double stall_s = 0;
+    scale->begin_epoch();
     throw_if_error(loader->start_epoch(e));
     while (true) {
       const auto w0 = std::chrono::steady_clock::now();
@@ -147,6 +151,7 @@ int run_run(const std::vector<std::string>& args) {
         counters::ScopedTimer region(loader->counters(), counters::Region::kCompute);
         std::this_thread::sleep_for(compute);
       }
+      scale->end_step(loader->counters());
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const LoaderStats after = loader->stats();
@@ -170,12 +175,13 @@ int run_run(const std::vector<std::string>& args) {
               static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
               st.peak_in_flight_bytes / 1048576.0, o.memory_budget / 1048576.0,
               static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses));
+  if (checksum) scale->reduce_checksum(sum, total_samples);
   if (checksum) std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(sum),
                             static_cast<unsigned long long>(total_samples));
-  const counters::Snapshot snap = loader->counters_snapshot();
-  std::printf("\n%s", snap.summary_table().c_str());
   const std::string json_path = absl::GetFlag(FLAGS_summary_json);
-  if (!json_path.empty()) {
+  const counters::Snapshot snap = scale->summary(*loader, json_path);
+  std::printf("\n%s", snap.summary_table().c_str());
+  if (!json_path.empty() && scale->is_root()) {
     FILE* f = std::fopen(json_path.c_str(), "wb");
     if (!f) throw_if_error(absl::NotFoundError(absl::StrCat(json_path, ": cannot open for writing")));
     const std::string js = snap.to_json() + "\n";
@@ -184,8 +190,8 @@ int run_run(const std::vector<std::string>& args) {
     std::printf("summary: %s\n", json_path.c_str());
   }
   if (!trace_path.empty()) {
-    throw_if_error(loader->write_trace(trace_path, trace_format));
-    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", trace_path.c_str(),
+    throw_if_error(loader->write_trace(scale->rank_path(trace_path), trace_format));
+    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", scale->rank_path(trace_path).c_str(),
                 std::string(counters::trace_format_name(trace_format)).c_str(),
                 static_cast<unsigned long long>(snap.trace.recorded),
                 static_cast<unsigned long long>(snap.trace.dropped));
