@@ -481,7 +481,6 @@ struct Loader::Impl {
   // is read from the copy from now on.
   void apply_staging() {
     if (!stager) return;
-    stager->start();
     for (uint32_t id = 0; id < sources.size(); ++id) {
       if (staged[id].load(std::memory_order_relaxed)) continue;
       std::string path;
@@ -495,6 +494,7 @@ struct Loader::Impl {
       staged[id].store(1, std::memory_order_relaxed);
       ++files_staged_now;
     }
+    stager->start();  // the first epoch starts the copying (after the look, so it reads no copy of its own)
   }
 
   void cancel_epoch() {
