@@ -168,6 +168,7 @@ int run_run(const std::vector<std::string>& args) {
           static_cast<unsigned long long>(after.read_requests - before.read_requests),
           static_cast<unsigned long long>(after.extents - before.extents), stall_s);
     }
+    scale->end_epoch(*loader, e);
   }
   const LoaderStats st = loader->stats();
   std::printf("total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "

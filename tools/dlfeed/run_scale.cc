@@ -4,7 +4,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
@@ -28,6 +30,9 @@ ABSL_FLAG(std::string, stage_to, "",
 ABSL_FLAG(std::string, stage_limit, "",
           "Most bytes of copies per rank, e.g. 512M, 4G (default: no limit); files that do not fit are skipped");
 ABSL_FLAG(bool, stage_sync, true, "fsync each staged copy before renaming it into place");
+ABSL_FLAG(bool, stage_wait, false,
+          "After the first epoch, wait until every rank's copies are done (staging first, then training); the wait "
+          "is outside the epochs' times and printed");
 
 namespace dlfeed::cli {
 namespace {
@@ -115,6 +120,17 @@ void ScaleOut::end_step([[maybe_unused]] counters::Counters& c) const {
 #if DLFEED_WITH_MPI
   if (job_ && absl::GetFlag(FLAGS_barrier_per_step)) throw_if_error(job_->job->step_barrier(c));
 #endif
+}
+
+void ScaleOut::end_epoch(const Loader& loader, uint64_t epoch) {
+  if (epoch != 0 || !absl::GetFlag(FLAGS_stage_wait) || loader.options().stage.dir.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!loader.stats().stage.done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+#if DLFEED_WITH_MPI
+  if (job_) throw_if_error(job_->job->barrier());
+#endif
+  stage_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("stage: waited %.3f s for the copies after epoch 0\n", stage_wait_s_);
 }
 
 std::string ScaleOut::rank_path(const std::string& path) const {

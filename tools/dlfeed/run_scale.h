@@ -33,6 +33,10 @@ class ScaleOut {
   void begin_epoch() const;
   /// The barrier at the end of a step (--barrier-per-step, on by default).
   void end_step(counters::Counters& c) const;
+  /// After an epoch: with --stage-wait, after the first one, waits until this
+  /// rank's copies are done and (under MPI) every rank's, so the next epoch
+  /// reads every copy.
+  void end_epoch(const Loader& loader, uint64_t epoch);
   /// PATH for one process; under MPI "stem.rankR.ext" (rank R's own file).
   std::string rank_path(const std::string& path) const;
   /// The job's checksum and sample count (sums over the ranks).
@@ -46,6 +50,7 @@ class ScaleOut {
   ScaleOut() = default;
   struct MpiState;
   std::unique_ptr<MpiState> job_;
+  double stage_wait_s_ = 0;
   int rank_ = 0;
   int size_ = 1;
 };
