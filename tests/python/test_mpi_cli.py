@@ -8,11 +8,15 @@ import filecmp
 import json
 import math
 import os
+import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 NP = 4
 
@@ -156,6 +160,20 @@ def test_job_summary_is_the_reduction_of_the_rank_summaries(mpirun, dlfeed, data
         assert names and names[0]["args"]["name"] == f"dlfeed rank {r}"
         assert any(ev["name"] == "barrier" for ev in events)
     assert not (tmp_path / "t.json").exists()
+    # Merged into one view: every rank's events, shifted onto the earliest time base.
+    merged_path = tmp_path / "job.json"
+    traces = [tmp_path / f"t.rank{r}.json" for r in range(NP)]
+    subprocess.run([sys.executable, str(ROOT / "tools" / "dlfeed_trace_merge.py"), "--out", str(merged_path),
+                    *map(str, traces)], check=True, capture_output=True)
+    merged = json.loads(merged_path.read_text())["traceEvents"]
+    assert {ev["pid"] for ev in merged} == set(range(NP))
+    bases = [json.loads(p.read_text())["otherData"]["dlfeed_trace"]["time_base_unix_us"] for p in traces]
+    for r, p in enumerate(traces):
+        mine = [ev for ev in json.loads(p.read_text())["traceEvents"] if ev["ph"] == "X"]
+        theirs = [ev for ev in merged if ev["pid"] == r and ev["ph"] == "X"]
+        assert len(mine) == len(theirs) > 0
+        for a, b in zip(mine, theirs):
+            assert b["ts"] == pytest.approx(a["ts"] + bases[r] - min(bases), abs=1e-3)
 
 
 def test_plain_run_is_one_process_with_one_summary(dlfeed, data, tmp_path):
