@@ -783,9 +783,6 @@ std::string Counters::trace_string(TraceFormat format) const {
     uint64_t id = 0;
     absl::StrAppend(&out, "{\"id\":", id++, ",\"name\":\"dlfeed_trace\",\"cat\":\"dlfeed\",\"pid\":", pid,
                     ",\"tid\":0,\"ts\":", wall_base_us_, ",\"dur\":0,\"ph\":\"M\",\"args\":", meta, "}\n");
-    absl::StrAppend(&out, "{\"id\":", id++, ",\"name\":\"process_name\",\"cat\":\"dlfeed\",\"pid\":", pid,
-                    ",\"tid\":0,\"ts\":", wall_base_us_, ",\"dur\":0,\"ph\":\"M\",\"args\":{\"name\":\"",
-                    json_escape(trace_opts_.process_name), "\"}}\n");
     for (const auto& [tid, name] : used) {
       absl::StrAppend(&out, "{\"id\":", id++, ",\"name\":\"thread_name\",\"cat\":\"dlfeed\",\"pid\":", pid,
                       ",\"tid\":", tid, ",\"ts\":", wall_base_us_, ",\"dur\":0,\"ph\":\"M\",\"args\":{\"name\":\"",

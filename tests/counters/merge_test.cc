@@ -237,7 +237,6 @@ TEST(Trace, PidAndProcessNameFromOptions) {
   EXPECT_NE(chrome.find("\"name\":\"step\",\"cat\":\"consumer\",\"ph\":\"X\",\"pid\":3,"), std::string::npos) << chrome;
   const std::string dft = c.trace_string(TraceFormat::kDfTracer);
   EXPECT_NE(dft.find("\"name\":\"step\",\"cat\":\"consumer\",\"pid\":3,"), std::string::npos) << dft;
-  EXPECT_NE(dft.find("\"args\":{\"name\":\"dlfeed rank 3\"}"), std::string::npos) << dft;
 }
 
 }  // namespace

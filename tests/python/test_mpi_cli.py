@@ -173,7 +173,7 @@ def test_job_summary_is_the_reduction_of_the_rank_summaries(mpirun, dlfeed, data
         theirs = [ev for ev in merged if ev["pid"] == r and ev["ph"] == "X"]
         assert len(mine) == len(theirs) > 0
         for a, b in zip(mine, theirs):
-            assert b["ts"] == pytest.approx(a["ts"] + bases[r] - min(bases), abs=1e-3)
+            assert b["ts"] == pytest.approx(a["ts"] + (bases[r] - min(bases)), abs=1e-3)
 
 
 def test_plain_run_is_one_process_with_one_summary(dlfeed, data, tmp_path):
