@@ -422,7 +422,7 @@ struct Loader::Impl {
   std::unique_ptr<std::atomic<uint8_t>[]> staged;  // per FileTable id: redirected to a copy
   bool stage_partitioned = false;  // the rank reads only its own files
   bool stage_direct = true;        // copies in stage.dir open with O_DIRECT
-  uint64_t files_staged_now = 0;  // redirected to a copy so far
+  std::atomic<uint64_t> files_staged_now{0};  // redirected to a copy so far (stats() may read it anywhere)
 
   // Totals.
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0}, extents{0}, planned_reads{0};
