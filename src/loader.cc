@@ -145,6 +145,7 @@ struct Work {
   };
   std::vector<uint8_t> known;                    // per field
   std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
+  std::vector<uint64_t> unknown_bytes;             // per other field: the bytes read for it (a size hint)
   std::vector<uint8_t> direct;                   // per (sample, field)
   std::vector<DirectRead> direct_reads;
   std::vector<ByteBuffer> out;                   // per field (known ones allocated)
@@ -441,6 +442,7 @@ struct Loader::Impl {
     w->piece_begin.resize(n * F + 1);
     w->known.assign(F, 1);
     w->out_offsets.assign(F, {});
+    w->unknown_bytes.assign(F, 0);
     w->direct.assign(n * F, 0);
     w->out.resize(F);
     uint64_t out_bytes = 0;
@@ -480,12 +482,10 @@ struct Loader::Impl {
           continue;
         }
         for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
-        if (!w->known[f]) out_bytes += ref.read_bytes();
+        if (!w->known[f]) w->unknown_bytes[f] += ref.read_bytes();
       }
     }
-    for (size_t f = 0; f < F; ++f) {
-      if (w->known[f]) out_bytes += w->out_offsets[f][n];
-    }
+    for (size_t f = 0; f < F; ++f) out_bytes += w->known[f] ? w->out_offsets[f][n] : w->unknown_bytes[f];
     w->piece_begin[n * F] = static_cast<uint32_t>(ext.size());
     w->plan = prefetch::plan_reads(ext, options.coalesce);
     extents += ext.size() + direct_extents;
@@ -704,7 +704,10 @@ struct Loader::Impl {
         counters::CurrentScope timed(counters.get());
         ByteBuffer tmp;
         std::vector<std::byte> scratch;
-        store = pool->take(0);
+        // Decoded sizes are close to the bytes read (TFRecord features): a
+        // buffer of that capacity usually takes every sample without growing.
+        store = pool->take(w.unknown_bytes[f]);
+        store.clear();
         out.offsets[0] = 0;
         for (size_t i = 0; i < n; ++i) {
           const SampleRef& ref = idx.samples[w.ids[i]];
