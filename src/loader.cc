@@ -197,8 +197,10 @@ struct Work {
 // completions, so the ring is long-lived and submission is batched.
 class IoEngine {
  public:
-  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters)
-      : backend_(std::move(backend)), counters_(counters) {
+  // Reads longer than `max_piece` are issued as pieces of that size (in file
+  // order), so the backend can keep several in flight (0: never split).
+  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters, uint64_t max_piece)
+      : backend_(std::move(backend)), counters_(counters), max_piece_(max_piece) {
     thread_ = std::thread([this] { loop(); });
     detail::name_thread(thread_, "dlfeed-io");
   }
@@ -242,6 +244,19 @@ class IoEngine {
   static constexpr uint64_t kPtrMask = (uint64_t{1} << kIndexShift) - 1;
   static Work* work_of(uint64_t user_data) { return reinterpret_cast<Work*>(user_data & kPtrMask); }
 
+  // One read as requests of at most max_piece_ bytes; the first carries
+  // `user_data` (it stands for the read in the counters' trace), the rest `rest`.
+  void add_pieces(std::vector<ReadRequest>& reqs, uint32_t file, uint64_t offset, uint64_t length, std::byte* dest,
+                  uint64_t user_data, uint64_t rest) const {
+    const uint64_t piece = max_piece_ ? max_piece_ : length;
+    uint64_t at = 0;
+    do {
+      const uint64_t n = std::min(piece, length - at);
+      reqs.push_back({file, offset + at, n, dest + at, at == 0 ? user_data : rest});
+      at += n;
+    } while (at < length);
+  }
+
   void loop() {
     name_thread_once(*counters_, "dlfeed io engine");
     std::vector<ReadRequest> reqs;
@@ -273,14 +288,14 @@ class IoEngine {
         }
         reqs.clear();
         uint64_t k = 0;
+        const uint64_t untagged = reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift);
         for (const prefetch::PlannedRead& r : w->plan.reads) {
           const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
-          reqs.push_back({r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
-                          reinterpret_cast<uint64_t>(w.get()) | tag});
+          add_pieces(reqs, r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
+                     reinterpret_cast<uint64_t>(w.get()) | tag, untagged);
         }
         for (const Work::DirectRead& d : w->direct_reads) {
-          reqs.push_back({d.file, d.offset, d.length, w->out[d.field].data() + d.dest,
-                          reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift)});
+          add_pieces(reqs, d.file, d.offset, d.length, w->out[d.field].data() + d.dest, untagged, untagged);
         }
         {
           std::lock_guard<std::mutex> lock(w->mu);
@@ -339,6 +354,7 @@ class IoEngine {
   };
   std::unique_ptr<IoBackend> backend_;
   Counters* counters_;  // outlives the engine (Loader::Impl)
+  uint64_t max_piece_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Work>> pending_;
@@ -872,7 +888,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(std::move(file_names));
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
-  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get());
+  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get(),
+                                            options.coalesce.enabled ? options.coalesce.max_read : 0);
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
   impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too

@@ -81,6 +81,7 @@ struct ReadOp {
   uint32_t retries = 0;
   bool direct = false;
   int fixed = -1;               // io_uring: index of the registered buffer used as bounce
+  uint64_t in_kernel = 0;       // io_uring: length of the read in the ring
   absl::Status status;          // set when the op fails
 
   /// Sets target/need for buffered or O_DIRECT reading. When O_DIRECT needs

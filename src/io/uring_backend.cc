@@ -2,7 +2,8 @@
 // submit()/reap(). Requests wait in `pending_` until the ring has room (at
 // most queue_depth reads are in the kernel, so the completion queue, twice
 // that size, never overflows); a batch is handed over with one
-// io_uring_submit. Completions are turned into done / again / failed by the
+// io_uring_submit. Reads also wait while `max_bytes_in_flight` bytes are in
+// the kernel, so large reads go in file order a few at a time. Completions are turned into done / again / failed by the
 // shared ReadOp step, so a short read goes back to the front of `pending_`
 // for its remainder.
 //
@@ -36,7 +37,8 @@ std::string errno_text(int err) { return absl::StrCat(std::strerror(err), " (err
 class UringBackend final : public IoBackend {
  public:
   UringBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t depth)
-      : files_(std::move(files)), direct_(options.direct), depth_(depth) {}
+      : files_(std::move(files)), direct_(options.direct), depth_(depth),
+        max_bytes_(options.max_bytes_in_flight) {}
 
   absl::Status init() {
     int ret = io_uring_queue_init(depth_, &ring_, 0);
@@ -200,6 +202,8 @@ class UringBackend final : public IoBackend {
           op.prepare(direct_, &pool_);
         }
       }
+      const uint64_t len = op.next_length();
+      if (max_bytes_ > 0 && in_ring_ > 0 && bytes_in_ring_ + len > max_bytes_) break;  // in order: wait
       struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
         flush();
@@ -207,12 +211,13 @@ class UringBackend final : public IoBackend {
         if (sqe == nullptr) break;
       }
       if (op.fixed >= 0) {
-        io_uring_prep_read_fixed(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
+        io_uring_prep_read_fixed(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(len),
                                  op.next_offset(), op.fixed);
       } else {
-        io_uring_prep_read(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
-                           op.next_offset());
+        io_uring_prep_read(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(len), op.next_offset());
       }
+      op.in_kernel = len;
+      bytes_in_ring_ += len;
       io_uring_sqe_set_data64(sqe, slot);
       pending_.pop_front();
       ++in_ring_;
@@ -243,6 +248,8 @@ class UringBackend final : public IoBackend {
       auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
       --in_ring_;
       ReadOp& op = *ops_[slot];
+      bytes_in_ring_ -= op.in_kernel;
+      op.in_kernel = 0;
       switch (op.on_result(cqe->res, *files_, stats_)) {
         case ReadOp::Step::kAgain:
           pending_.push_front(slot);  // the remainder, ahead of new work
@@ -259,6 +266,8 @@ class UringBackend final : public IoBackend {
   std::shared_ptr<FileTable> files_;
   bool direct_;
   uint32_t depth_;
+  uint64_t max_bytes_;          // bytes in the kernel at once (0: no limit)
+  uint64_t bytes_in_ring_ = 0;  // ... now
   struct io_uring ring_ {};
   bool ring_ok_ = false;
 

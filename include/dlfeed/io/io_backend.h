@@ -95,6 +95,12 @@ struct IoOptions {
   IoKind kind = IoKind::kAuto;
   /// io_uring: ring entries and most reads in the kernel at once.
   uint32_t queue_depth = 64;
+  /// io_uring: most bytes of reads in the kernel at once (0: no limit; one
+  /// read is always let in, whatever its size). Small random reads are
+  /// bounded by queue_depth; this bounds large ones, so a sequential stream
+  /// is a few large reads in file order (which the kernel's read-ahead
+  /// follows) rather than dozens scattered over the file.
+  uint64_t max_bytes_in_flight = 16ull << 20;
   /// thread_pool: number of reader threads.
   uint32_t threads = 4;
   /// Read with O_DIRECT: the FileTable must be opened with direct = true.
