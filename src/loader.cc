@@ -486,10 +486,9 @@ struct Loader::Impl {
           const uint64_t dest = w->out_offsets[f][i];
           auto& dr = w->direct_reads;
           // Neighbours in the file that are neighbours in the batch (sequential
-          // orders) become one read, within the coalescing limits.
+          // orders) become one run (the engine issues it in max_read pieces).
           if (options.coalesce.enabled && !dr.empty() && dr.back().field == f && dr.back().file == file &&
-              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest &&
-              dr.back().length + e.length <= options.coalesce.max_read) {
+              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest) {
             dr.back().length += e.length;
           } else {
             dr.push_back({file, e.offset, e.length, static_cast<uint32_t>(f), dest});

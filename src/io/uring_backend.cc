@@ -218,6 +218,9 @@ class UringBackend final : public IoBackend {
       }
       op.in_kernel = len;
       bytes_in_ring_ += len;
+      if (bytes_in_ring_ > stats_.peak_bytes_in_kernel.load(std::memory_order_relaxed)) {
+        stats_.peak_bytes_in_kernel.store(bytes_in_ring_, std::memory_order_relaxed);  // one writer: this thread
+      }
       io_uring_sqe_set_data64(sqe, slot);
       pending_.pop_front();
       ++in_ring_;

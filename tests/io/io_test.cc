@@ -216,6 +216,35 @@ TEST_P(IoTest, ManyInFlight) {
   }
 }
 
+// Large reads: at most max_bytes_in_flight of them in the kernel at once
+// (always at least one), and every byte still lands where it should.
+TEST_P(IoTest, BytesInFlightAreCapped) {
+  if (GetParam().kind != IoKind::kIoUring) GTEST_SKIP() << "the cap is io_uring's";
+  auto table = std::make_shared<FileTable>();
+  const uint64_t size = 4 << 20;
+  table->add(write_file(dir_, 0, size));
+  const uint64_t len = 64 << 10;
+  std::vector<std::byte> buf(size);
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < size / len; ++i) reqs.push_back({0, i * len, len, buf.data() + i * len, i});
+  for (uint64_t cap : {uint64_t{100} << 10, uint64_t{1}, uint64_t{0}}) {
+    IoOptions opts{.queue_depth = 64, .max_bytes_in_flight = cap};
+    auto io = make(table, opts);
+    ASSERT_TRUE(io);
+    ASSERT_TRUE(io->submit(reqs).ok());
+    auto done = reap_all(*io);
+    ASSERT_EQ(done.size(), reqs.size());
+    for (const auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
+    ASSERT_TRUE(matches(0, 0, buf.data(), size));
+    const uint64_t peak = io->stats().peak_bytes_in_kernel;
+    if (cap == 0) {
+      EXPECT_GT(peak, len) << "no cap: many reads in the ring at once";
+    } else {
+      EXPECT_EQ(peak, std::max(cap / len, uint64_t{1}) * len) << "cap " << cap;
+    }
+  }
+}
+
 TEST_P(IoTest, ReapReturnsWhenNothingIsInFlight) {
   auto table = std::make_shared<FileTable>();
   table->add(write_file(dir_, 0, 100));

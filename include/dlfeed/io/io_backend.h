@@ -77,6 +77,7 @@ struct IoStats {
   uint64_t eagain = 0;
   uint64_t eintr = 0;
   uint64_t submit_calls = 0; // io_uring_submit calls (io_uring only)
+  uint64_t peak_bytes_in_kernel = 0;  // most bytes of reads in the ring at once (io_uring only)
 };
 
 enum class IoKind {
