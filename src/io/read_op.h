@@ -82,6 +82,8 @@ struct ReadOp {
   bool direct = false;
   int fixed = -1;               // io_uring: index of the registered buffer used as bounce
   uint64_t in_kernel = 0;       // io_uring: length of the read in the ring
+  int fixed_file = -1;          // io_uring: the file's index in the ring's registered files
+  bool prepared = false;        // io_uring: file and target set up (pinned or registered)
   absl::Status status;          // set when the op fails
 
   /// Sets target/need for buffered or O_DIRECT reading. When O_DIRECT needs

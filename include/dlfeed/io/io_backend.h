@@ -102,6 +102,12 @@ struct IoOptions {
   /// is a few large reads in file order (which the kernel's read-ahead
   /// follows) rather than dozens scattered over the file.
   uint64_t max_bytes_in_flight = 16ull << 20;
+  /// io_uring: register the files with the ring (reads then skip the
+  /// kernel's per-read file lookup and reference count) when the table has
+  /// at most 1024 files and at most half its fd cap: each file stays open
+  /// from its first read until the backend is destroyed. Larger datasets
+  /// keep the plain path, where the fd cache may close files.
+  bool register_files = true;
   /// thread_pool: number of reader threads.
   uint32_t threads = 4;
   /// Read with O_DIRECT: the FileTable must be opened with direct = true.
