@@ -757,7 +757,9 @@ struct Loader::Impl {
           if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
           out.sample_shapes[i] = d->shape;
         };
-        if (n >= 8) {
+        size_t to_decode = 0;
+        for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
+        if (to_decode >= 8) {
           tsan_handshake();
           tbb::parallel_for(size_t(0), n, one);
           tsan_handshake();
