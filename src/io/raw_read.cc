@@ -27,6 +27,8 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 /// One extent to read; `last` marks the last extent of its sample, the only
 /// place a bounded measurement may stop.
 struct Piece {
+  uint64_t id;
+  uint32_t extent;
   uint32_t file;
   uint64_t offset;
   uint64_t length;
@@ -39,7 +41,8 @@ std::vector<Piece> pieces_of(const SampleIndex& index, std::span<const uint64_t>
   for (uint64_t id : ids) {
     const SampleRef& r = index.samples[id];
     for (size_t k = 0; k < r.extents.size(); ++k) {
-      out.push_back({r.file, r.extents[k].offset, r.extents[k].length, k + 1 == r.extents.size()});
+      out.push_back({id, static_cast<uint32_t>(k), r.file, r.extents[k].offset, r.extents[k].length,
+                     k + 1 == r.extents.size()});
       *max_len = std::max(*max_len, r.extents[k].length);
     }
   }
@@ -89,6 +92,7 @@ absl::StatusOr<RawReadResult> read_pread(const SampleIndex& index, const std::ve
       }
       done += static_cast<uint64_t>(n);
     }
+    if (o.on_extent) o.on_extent(p.id, p.extent, std::span<const std::byte>(buf.data(), p.length));
     r.bytes += p.length;
     ++r.requests;
     if (p.last) ++r.samples;
@@ -111,6 +115,7 @@ absl::StatusOr<RawReadResult> read_uring(const SampleIndex& index, const std::ve
   std::vector<ByteBuffer> bufs(qd, ByteBuffer(std::max<uint64_t>(1, max_len)));
   std::vector<uint32_t> free_slots;
   for (uint32_t s = qd; s-- > 0;) free_slots.push_back(s);
+  std::vector<size_t> piece_in_slot(qd, 0);
   std::vector<ReadCompletion> done;
   std::vector<ReadRequest> batch;
   RawReadResult r;
@@ -128,7 +133,8 @@ absl::StatusOr<RawReadResult> read_uring(const SampleIndex& index, const std::ve
       const Piece& p = pieces[next];
       const uint32_t slot = free_slots.back();
       free_slots.pop_back();
-      batch.push_back({p.file, p.offset, p.length, bufs[slot].data(), (uint64_t{slot} << 32) | (p.last ? 1u : 0u)});
+      piece_in_slot[slot] = next;
+      batch.push_back({p.file, p.offset, p.length, bufs[slot].data(), slot});
       submitted_bytes += p.length;
       ++next;
     }
@@ -137,10 +143,13 @@ absl::StatusOr<RawReadResult> read_uring(const SampleIndex& index, const std::ve
     backend->reap(done, 1, std::chrono::seconds(10));
     for (const ReadCompletion& c : done) {
       if (!c.status.ok()) return c.status;
-      free_slots.push_back(static_cast<uint32_t>(c.user_data >> 32));
+      const auto slot = static_cast<uint32_t>(c.user_data);
+      const Piece& p = pieces[piece_in_slot[slot]];
+      if (o.on_extent) o.on_extent(p.id, p.extent, std::span<const std::byte>(bufs[slot].data(), c.bytes));
+      free_slots.push_back(slot);
       r.bytes += c.bytes;
       ++r.requests;
-      if (c.user_data & 1) ++r.samples;
+      if (p.last) ++r.samples;
     }
   }
   r.seconds = since(t0);

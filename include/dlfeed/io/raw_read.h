@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ struct RawReadOptions {
   uint64_t max_bytes = 0;
   /// Stop submitting once this much time has passed (0: no limit).
   double max_seconds = 0;
+  /// Called with each extent's bytes as it completes (in completion order;
+  /// for checking what was read, never set when timing).
+  std::function<void(uint64_t sample_id, size_t extent, std::span<const std::byte> bytes)> on_extent;
 };
 
 /// What one raw_read() measured.
