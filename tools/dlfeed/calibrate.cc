@@ -80,7 +80,9 @@ int run_calibrate(const std::vector<std::string>& args) {
 
   Calibration c;
   c.paths = paths;
+  // Named as the loader names its fields ("data": the default --name/--feature).
   c.field = fields.empty() ? (fo.format == FileFormat::kTfRecord ? fo.feature : fo.name) : fields.front();
+  if (c.field.empty()) c.field = "data";
   c.dataset = identify(index);
   for (const SampleRef& r : index.samples) c.dataset_bytes += r.read_bytes();
   c.queue_depth = absl::GetFlag(FLAGS_qd);

@@ -269,9 +269,10 @@ std::optional<Efficiency> find_calibration(const RunConfig& c, const Loader& loa
     std::printf("note: %s\n", what.c_str());  // stale default file: no efficiency, not an error
     return std::nullopt;
   }
-  if (!e.calibration.field.empty() && e.calibration.field != loader.field_names().front()) {
+  const std::string& first = loader.field_names().front();  // "data": the default field, name unknown
+  if (e.calibration.field != first && e.calibration.field != "data" && first != "data") {
     std::printf("note: %s measured field '%s', this run's first field is '%s': efficiency compares their rates\n",
-                path.c_str(), e.calibration.field.c_str(), loader.field_names().front().c_str());
+                path.c_str(), e.calibration.field.c_str(), first.c_str());
   }
   e.limit = limit_for(e.calibration, c.loader.order.strategy);
   if (e.limit == nullptr) {
