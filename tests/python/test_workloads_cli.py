@@ -152,6 +152,11 @@ def test_rerun_reuses_a_complete_dataset_and_regenerates_a_changed_one(dlfeed, t
     (d / "train" / dlio_name(3, 8, "hdf5")).unlink()
     _, out, _ = run_workload(dlfeed, tmp_path, "hep", "--compute-ms", 0, scale=2e-5, data_dir=d)
     assert "regenerated" in out and (d / "train" / dlio_name(3, 8, "hdf5")).exists()
+    # An interrupted generation leaves its marker, not a manifest: still ours, regenerated.
+    (d / "dlfeed-workload.json").rename(d / "dlfeed-workload.json.partial")
+    _, out, _ = run_workload(dlfeed, tmp_path, "hep", "--compute-ms", 0, scale=2e-5, data_dir=d)
+    assert "regenerated" in out and (d / "dlfeed-workload.json").exists()
+    assert not (d / "dlfeed-workload.json.partial").exists()
 
 
 def test_a_folder_that_is_not_a_workload_dataset_is_left_alone(dlfeed, tmp_path):

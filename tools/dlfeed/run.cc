@@ -174,7 +174,7 @@ struct RunConfig {
 /// The calibration a run compares against, resolved for its strategy.
 struct Efficiency {
   Calibration calibration;
-  const PatternLimit* limit = nullptr;  // into calibration
+  PatternLimit limit;  // the calibration's pattern for the run's strategy
   bool auto_detected = false;
 };
 
@@ -188,6 +188,11 @@ struct EpochResult {
 RunConfig configure(const std::vector<std::string>& args) {
   RunConfig c;
   LoaderOptions& o = c.loader;
+  c.compute_mean_s = absl::GetFlag(FLAGS_compute_ms) * 1e-3;
+  c.compute_stdev_s = absl::GetFlag(FLAGS_compute_stdev_ms) * 1e-3;
+  if (!(c.compute_mean_s >= 0) || !(c.compute_stdev_s >= 0)) {
+    throw Error(absl::InvalidArgumentError("--compute-ms and --compute-stdev-ms must be at least 0"));
+  }
   std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
   if (workload_given()) {
     if (!args.empty()) {
@@ -205,8 +210,6 @@ RunConfig configure(const std::vector<std::string>& args) {
   }
   // A preset supplies the batch, compute and strategy a flag does not.
   o.batch_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_batch_size));
-  c.compute_mean_s = absl::GetFlag(FLAGS_compute_ms) * 1e-3;
-  c.compute_stdev_s = absl::GetFlag(FLAGS_compute_stdev_ms) * 1e-3;
   o.order = value_or_throw(order_spec_from_flags());
   c.evict = absl::GetFlag(FLAGS_evict);
   if (c.workload) {
@@ -214,9 +217,6 @@ RunConfig configure(const std::vector<std::string>& args) {
     if (!given("compute_ms")) c.compute_mean_s = c.workload->compute_s;
     if (!given("strategy")) o.order.strategy = "global_shuffle";
     if (!given("evict")) c.evict = true;
-  }
-  if (!(c.compute_mean_s >= 0) || !(c.compute_stdev_s >= 0)) {
-    throw Error(absl::InvalidArgumentError("--compute-ms and --compute-stdev-ms must be at least 0"));
   }
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.io.kind = value_or_throw(parse_io_kind(absl::GetFlag(FLAGS_io)));
@@ -274,12 +274,13 @@ std::optional<Efficiency> find_calibration(const RunConfig& c, const Loader& loa
     std::printf("note: %s measured field '%s', this run's first field is '%s': efficiency compares their rates\n",
                 path.c_str(), e.calibration.field.c_str(), first.c_str());
   }
-  e.limit = limit_for(e.calibration, c.loader.order.strategy);
-  if (e.limit == nullptr) {
+  const PatternLimit* limit = limit_for(e.calibration, c.loader.order.strategy);
+  if (limit == nullptr) {
     std::printf("note: %s has no pattern for strategy %s (nor its class, %s); no efficiency reported\n", path.c_str(),
                 c.loader.order.strategy.c_str(), pattern_class(c.loader.order.strategy).c_str());
     return std::nullopt;
   }
+  e.limit = *limit;
   return e;
 }
 
@@ -352,7 +353,7 @@ double io_mib_per_s(const counters::EpochReport& e, double record_bytes) {
 std::optional<double> efficiency_of(const counters::EpochReport& e, double record_bytes,
                                     const std::optional<Efficiency>& eff) {
   if (!eff) return std::nullopt;
-  return io_mib_per_s(e, record_bytes) / eff->limit->limit_mib_per_s;
+  return io_mib_per_s(e, record_bytes) / eff->limit.limit_mib_per_s;
 }
 
 /// The mean bytes of a sample's extents in the loader's first field.
@@ -381,7 +382,7 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
       e.samples_per_s, io_mib_per_s(e, record_bytes), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
   if (auto x = efficiency_of(e, record_bytes, eff)) {
     absl::StrAppend(&line, absl::StrFormat("; efficiency %.1f%% of the %s limit %.1f MiB/s (%s)", *x * 100,
-                                           eff->limit->pattern, eff->limit->limit_mib_per_s, eff->limit->limit_reader));
+                                           eff->limit.pattern, eff->limit.limit_mib_per_s, eff->limit.limit_reader));
   }
   std::printf("%s\n", line.c_str());
 }
@@ -424,7 +425,7 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
       ",\"measured_total_s\":", json_number(t.measured().sum), "}");
   std::string calibration = "null";
   if (eff) {
-    const PatternLimit& p = *eff->limit;
+    const PatternLimit& p = eff->limit;
     calibration = absl::StrCat("{\"file\":", json_quote(eff->calibration.file), ",\"pattern\":", json_quote(p.pattern),
                                ",\"strategy\":", json_quote(p.strategy), ",\"limit_mib_per_s\":",
                                json_number(p.limit_mib_per_s), ",\"limit_reader\":", json_quote(p.limit_reader),
@@ -439,7 +440,7 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
         out->append(json_quote(f));
       }),
       "],\"strategy\":", json_quote(c.loader.order.strategy), ",\"pattern\":",
-      json_quote(eff ? eff->limit->pattern : pattern_class(c.loader.order.strategy)), ",\"batch_size\":",
+      json_quote(eff ? eff->limit.pattern : pattern_class(c.loader.order.strategy)), ",\"batch_size\":",
       c.loader.batch_size, ",\"epochs_run\":", snap.epochs.size(), ",\"evict\":", c.evict ? "true" : "false",
       ",\"io_backend\":", json_quote(loader.stats().io_backend), ",\"record_bytes\":", json_number(record_bytes),
       ",\"compute\":", compute,
@@ -460,12 +461,12 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
                 static_cast<unsigned long long>(total_samples));
   }
   const counters::Snapshot snap = loader.counters_snapshot();
-  if (eff && !c.quiet) {
+  if (eff) {
     std::printf("efficiency: %.1f%% of the %s limit %.1f MiB/s (%s, from %s)%s\n",
-                efficiency_of(snap.total, record_bytes_of(loader), eff).value_or(0) * 100, eff->limit->pattern.c_str(),
-                eff->limit->limit_mib_per_s, eff->limit->limit_reader.c_str(), eff->calibration.file.c_str(),
+                efficiency_of(snap.total, record_bytes_of(loader), eff).value_or(0) * 100, eff->limit.pattern.c_str(),
+                eff->limit.limit_mib_per_s, eff->limit.limit_reader.c_str(), eff->calibration.file.c_str(),
                 c.evict ? "" : "; warm page cache (no --evict), so it may exceed 100%");
-    if (snap.total.au_percent > 90) {
+    if (snap.total.au_percent > 90 && !c.quiet) {
       std::printf("note: AU is %.1f%%: compute, not the loader, sets the pace; efficiency measures the loader "
                   "when the run is I/O-bound (less compute)\n",
                   snap.total.au_percent);
@@ -517,7 +518,7 @@ int run_run(const std::vector<std::string>& args) {
                 c.evict ? "cold (pages dropped before each epoch)" : "as it is (no --evict)");
     if (eff) {
       std::printf("calibration: %s (%s pattern: limit %.1f MiB/s, %s)\n", eff->calibration.file.c_str(),
-                  eff->limit->pattern.c_str(), eff->limit->limit_mib_per_s, eff->limit->limit_reader.c_str());
+                  eff->limit.pattern.c_str(), eff->limit.limit_mib_per_s, eff->limit.limit_reader.c_str());
     }
   }
 

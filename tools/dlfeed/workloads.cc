@@ -36,6 +36,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifestName = "dlfeed-workload.json";
+constexpr const char* kPartialName = "dlfeed-workload.json.partial";
 /// Bumped when the generator's output for the same parameters changes.
 constexpr int kGeneratorVersion = 1;
 /// Floors that keep a scaled workload a training run: at least 8 steps per
@@ -195,6 +196,13 @@ absl::Status generate(const ScaledWorkload& w, const std::string& dir) {
         dir, ": workload ", w.base->name, " at scale ", scale_str(w.scale), " needs about ", bytes_str(need),
         " but the file system has ", bytes_str(have), " free; choose a smaller --scale or another --data-dir"));
   }
+  // Marks the folder as ours while generation runs: if it is interrupted,
+  // the next run knows it may remove the half-written files.
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error(dir, 0, "mkdir", ec.value());
+  const std::string partial = (fs::path(dir) / kPartialName).string();
+  DLFEED_RETURN_IF_ERROR(write_text_file(partial, w.manifest()));
   gen::DatasetSpec spec;
   spec.dir = dir;
   spec.format = w.base->format;
@@ -209,7 +217,9 @@ absl::Status generate(const ScaledWorkload& w, const std::string& dir) {
     return absl::InternalError(absl::StrCat(dir, ": the generator wrote other files than the workload expects"));
   }
   // Written last: a manifest means every file before it is complete.
-  return write_text_file((fs::path(dir) / kManifestName).string(), w.manifest());
+  DLFEED_RETURN_IF_ERROR(write_text_file((fs::path(dir) / kManifestName).string(), w.manifest()));
+  fs::remove(partial, ec);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -217,9 +227,11 @@ absl::Status generate(const ScaledWorkload& w, const std::string& dir) {
 absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std::string& dir) {
   const fs::path manifest = fs::path(dir) / kManifestName;
   std::error_code ec;
-  if (fs::exists(manifest, ec)) {
-    DLFEED_ASSIGN_OR_RETURN(std::string have, read_text_file(manifest.string()));
-    if (have == w.manifest() && complete(w, dir)) return DatasetAction::kReused;
+  if (fs::exists(manifest, ec) || fs::exists(fs::path(dir) / kPartialName, ec)) {
+    if (fs::exists(manifest, ec)) {
+      DLFEED_ASSIGN_OR_RETURN(std::string have, read_text_file(manifest.string()));
+      if (have == w.manifest() && complete(w, dir)) return DatasetAction::kReused;
+    }
     // Ours (it has our manifest) but of other parameters or incomplete:
     // remove what generation writes, then write it again.
     for (const char* sub : {"train", "valid", "index"}) {
