@@ -39,7 +39,7 @@ WORKLOAD=${DEMO_WORKLOAD:-resnet50}
 SCALE=${DEMO_SCALE:-0.0025}
 echo
 echo "== dlfeed workloads --scale $SCALE (the presets, published and scaled)"
-$DLFEED workloads --scale "$SCALE" | grep -E "^(workload|$WORKLOAD) " -A1 | head -n 3
+$DLFEED workloads --scale "$SCALE" | awk -v w="$WORKLOAD" 'NR == 1 || (/^[a-z]/ && $1 == w) { print; if ($1 == w) { getline; print } }'
 echo
 echo "== dlfeed calibrate --workload $WORKLOAD --scale $SCALE (the storage's limits, cold cache)"
 $DLFEED calibrate --workload "$WORKLOAD" --scale "$SCALE"
