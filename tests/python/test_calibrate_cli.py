@@ -209,6 +209,7 @@ def test_a_bad_limit_names_its_offset(dlfeed, dataset, tmp_path):
     text = json.dumps(c)
     cal.write_text(text)
     err = dlfeed.error("run", "--calibration", cal, dataset)
-    assert f"offset {text.index('-3')}" in err and "limit_mib_per_s to be a positive number" in err
+    key = '"limit_mib_per_s": -3'
+    assert f"offset {text.index(key) + len(key) - 2}" in err and "limit_mib_per_s to be a positive number" in err
     err = dlfeed.error("run", "--calibration", tmp_path / "missing.json", dataset)
     assert "missing.json" in err
