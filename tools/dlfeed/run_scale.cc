@@ -13,10 +13,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "command.h"
 #include "dlfeed/error.h"
 #if DLFEED_WITH_MPI
 #include "dlfeed/mpi/mpi.h"
 #endif
+
+DLFEED_COMMAND_USES_FLAGS_OF_THIS_FILE(run);  // listed in `dlfeed run --help`
 
 ABSL_FLAG(std::string, mpi, "auto",
           "auto: take rank and world size from MPI when an MPI launcher (mpirun, srun) started this process; "
@@ -110,7 +113,7 @@ void ScaleOut::configure(LoaderOptions& o) const {
   o.stage.sync = absl::GetFlag(FLAGS_stage_sync);
 }
 
-void ScaleOut::begin_epoch() const {
+void ScaleOut::barrier() const {
 #if DLFEED_WITH_MPI
   if (job_) throw_if_error(job_->job->barrier());
 #endif
