@@ -36,6 +36,7 @@
 #include "dlfeed/loader.h"
 #include "dlfeed/order/random.h"
 #include "json.h"
+#include "run_scale.h"
 #include "workloads.h"
 
 ABSL_FLAG(uint64_t, epochs, 1, "Epochs to run");
@@ -292,14 +293,16 @@ std::optional<Efficiency> find_calibration(const RunConfig& c, const Loader& loa
 /// The epoch loop: start the epoch, take batches until the end, one step each.
 class Trainer {
  public:
-  Trainer(Loader& loader, const RunConfig& c)
-      : loader_(loader), config_(c), compute_(c.compute_mean_s, c.compute_stdev_s, c.loader.order.seed) {}
+  Trainer(Loader& loader, const RunConfig& c, const ScaleOut& scale)
+      : loader_(loader), config_(c), scale_(scale),
+        compute_(c.compute_mean_s, c.compute_stdev_s, c.loader.order.seed) {}
 
   EpochResult run_epoch(uint64_t e) {
     if (config_.evict) throw_if_error(evict_pages(loader_.index().files));  // before the epoch's clock starts
     EpochResult r;
     r.epoch = e;
     r.before = loader_.stats();
+    scale_.begin_epoch();  // under MPI: the ranks start the epoch together
     const auto t0 = Clock::now();
     throw_if_error(loader_.start_epoch(e));
     while (true) {
@@ -334,6 +337,7 @@ class Trainer {
                                                 std::chrono::duration<double>(t)));
       measured_.add(std::chrono::duration<double>(Clock::now() - start).count());
     }
+    scale_.end_step(loader_.counters());  // under MPI: DLIO's barrier per step
   }
 
   uint64_t checksum() const { return checksum_; }
@@ -343,6 +347,7 @@ class Trainer {
  private:
   Loader& loader_;
   const RunConfig& config_;
+  const ScaleOut& scale_;
   ComputeModel compute_;
   Moments measured_;
   uint64_t checksum_ = 0;
@@ -454,7 +459,7 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
 }
 
 void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, uint64_t total_samples, double total_s,
-                  const std::optional<Efficiency>& eff) {
+                  const std::optional<Efficiency>& eff, const ScaleOut& scale) {
   const LoaderStats st = loader.stats();
   std::printf("total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
               "buffers %llu allocated, %llu reused\n",
@@ -462,10 +467,13 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
               st.peak_in_flight_bytes / 1048576.0, c.loader.memory_budget / 1048576.0,
               static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses));
   if (c.checksum) {
-    std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(t.checksum()),
-                static_cast<unsigned long long>(total_samples));
+    uint64_t sum = t.checksum(), samples = total_samples;
+    scale.reduce_checksum(sum, samples);  // under MPI: the job's
+    std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(sum),
+                static_cast<unsigned long long>(samples));
   }
-  const counters::Snapshot snap = loader.counters_snapshot();
+  // Under MPI the job's (rank 0), each rank's own JSON written beside it.
+  const counters::Snapshot snap = scale.summary(loader, c.json_path);
   if (eff) {
     std::printf("efficiency: %.1f%% of the %s limit %.1f MiB/s (%s, from %s)%s\n",
                 efficiency_of(snap.total, record_bytes_of(loader), eff).value_or(0) * 100, eff->limit.pattern.c_str(),
@@ -478,7 +486,7 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
     }
   }
   std::printf("\n%s", snap.summary_table().c_str());
-  if (!c.json_path.empty()) {
+  if (!c.json_path.empty() && scale.is_root()) {
     std::string js = snap.to_json();
     // The counters' object with a "run" member added last: its keys stay as they are.
     if (js.empty() || js.back() != '}') throw Error(absl::InternalError("counters JSON does not end with '}'"));
@@ -488,8 +496,8 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
     std::printf("summary: %s\n", c.json_path.c_str());
   }
   if (!c.trace_path.empty()) {
-    throw_if_error(loader.write_trace(c.trace_path, c.trace_format));
-    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", c.trace_path.c_str(),
+    throw_if_error(loader.write_trace(scale.rank_path(c.trace_path), c.trace_format));
+    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", scale.rank_path(c.trace_path).c_str(),
                 std::string(counters::trace_format_name(c.trace_format)).c_str(),
                 static_cast<unsigned long long>(snap.trace.recorded),
                 static_cast<unsigned long long>(snap.trace.dropped));
@@ -497,7 +505,10 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
 }
 
 int run_run(const std::vector<std::string>& args) {
-  const RunConfig c = configure(args);
+  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();  // MPI, staging (run_scale.h)
+  RunConfig config = scale->root_first([&] { return configure(args); });  // a preset's dataset: made once
+  scale->configure(config.loader);
+  const RunConfig& c = config;
   const auto t_open = Clock::now();
   std::unique_ptr<Loader> loader = value_or_throw(Loader::create(c.loader));
   const double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
@@ -527,7 +538,7 @@ int run_run(const std::vector<std::string>& args) {
     }
   }
 
-  Trainer trainer(*loader, c);
+  Trainer trainer(*loader, c, *scale);
   const double record_bytes = record_bytes_of(*loader);
   uint64_t total_samples = 0;
   double total_s = 0;
@@ -537,8 +548,9 @@ int run_run(const std::vector<std::string>& args) {
     total_s += r.secs;
     const counters::Snapshot snap = loader->counters_snapshot();
     report_epoch(c, r, snap.epochs.back(), record_bytes, eff);
+    scale->end_epoch(*loader, e);
   }
-  final_report(c, *loader, trainer, total_samples, total_s, eff);
+  final_report(c, *loader, trainer, total_samples, total_s, eff, *scale);
   return 0;
 }
 

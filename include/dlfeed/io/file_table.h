@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -78,6 +79,13 @@ class FileTable {
   size_t size() const;
   /// The path of `id` ("<invalid file id N>" for an unknown id).
   std::string path(uint32_t id) const;
+  /// From now on `id` opens `path` instead (a copy of the same bytes, e.g. a
+  /// staged copy on node-local storage). An open descriptor of the old path is
+  /// closed at once, or when the last read holding it lets go; until then new
+  /// pins of `id` share it. add() of the old path still returns `id`.
+  /// `direct` overrides the table's O_DIRECT for this file (false for a copy
+  /// on tmpfs, which refuses O_DIRECT; the aligned reads work either way).
+  absl::Status redirect(uint32_t id, absl::string_view path, std::optional<bool> direct = std::nullopt);
 
   /// Opens `id` if needed (evicting the least recently used unpinned fd when
   /// max_open() are open) and pins it. When every open fd is pinned the cap
