@@ -1043,10 +1043,6 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(file_names);
   impl->file_names = std::move(file_names);
-  // A ring's registered files keep the fd they were registered with, so a
-  // file redirected to its staged copy would still be read from the source:
-  // staging reads through the FileTable's pins instead.
-  if (!options.stage.dir.empty()) options.io.register_files = false;
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
   impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get(),
                                             options.coalesce.enabled ? options.coalesce.max_read : 0);

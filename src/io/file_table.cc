@@ -141,6 +141,7 @@ absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optio
       }
     }
   }
+  redirections_.fetch_add(1, std::memory_order_acq_rel);
   if (to_close >= 0) ::close(to_close);
   return absl::OkStatus();
 }
