@@ -6,6 +6,10 @@
 //   raw_read --mode io_uring --qd 32 --strategy global_shuffle DATA   # deep queue
 //   raw_read --mode pread DATA                                       # one thread
 //   raw_read --mode evict DATA      # only drop the files' cached pages
+//   raw_read --strategy block_shuffle --block-size 64 --window 16 DATA
+//
+// Order flags as `dlfeed order`: --strategy, --seed (42), --epoch (0),
+// --buffer-size, --block-size, --window.
 //
 // --evict (default on) drops the files' pages first (fdatasync, then
 // posix_fadvise(DONTNEED): no root needed), so the read is cold. Prints one
@@ -32,6 +36,8 @@ struct Args {
   uint32_t qd = 32;
   std::string strategy = "global_shuffle";
   uint64_t seed = 42;
+  uint64_t epoch = 0;
+  dlfeed::OrderParams params;
   std::string name;
   bool evict = true;
   std::vector<std::string> paths;
@@ -62,6 +68,10 @@ int main(int argc, char** argv) {
     else if (s == "--qd") a.qd = static_cast<uint32_t>(std::stoul(value()));
     else if (s == "--strategy") a.strategy = value();
     else if (s == "--seed") a.seed = std::stoull(value());
+    else if (s == "--epoch") a.epoch = std::stoull(value());
+    else if (s == "--buffer-size") a.params.buffer_size = std::stoull(value());
+    else if (s == "--block-size") a.params.block_size = std::stoull(value());
+    else if (s == "--window") a.params.window = std::stoull(value());
     else if (s == "--name") a.name = value();
     else if (s == "--no-evict") a.evict = false;
     else if (s.rfind("--", 0) == 0) return fail("unknown flag " + s);
@@ -84,6 +94,8 @@ int main(int argc, char** argv) {
   dlfeed::OrderSpec spec;
   spec.strategy = a.strategy;
   spec.seed = a.seed;
+  spec.epoch = a.epoch;
+  spec.params = a.params;
   auto ids = dlfeed::rank_order(dlfeed::FileLayout::of(*index), spec);
   if (!ids.ok()) return fail(std::string(ids.status().message()));
 
