@@ -437,6 +437,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="tiny datasets, one round, short settle; prints, writes no docs")
     ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--from-json", help="measure nothing: redraw the tables and charts from a results.json")
     ap.add_argument("--doc", default=str(bl.ROOT / "docs" / "performance.md"))
     ap.add_argument("--img-dir", default=str(bl.ROOT / "docs" / "img"))
     a = ap.parse_args(argv)
@@ -449,7 +450,11 @@ def main(argv=None) -> int:
         sys.exit("missing build/python/dlfeed/_dlfeed*.so: build the _dlfeed target")
 
     t0 = time.time()
-    results = measure(a)
+    if a.from_json:
+        results = json.loads(pathlib.Path(a.from_json).read_text())
+        a.quick = results["quick"]
+    else:
+        results = measure(a)
     summary = summarize(results)
     goal_rows = goals(results, summary)
     problems = check_same_samples(results, summary)
@@ -463,18 +468,22 @@ def main(argv=None) -> int:
     print(f"took {time.time() - t0:.0f} s")
     results["summary"] = summary
     results["goals"] = goal_rows
-    raw = pathlib.Path(a.json) if a.json else pathlib.Path(a.data) / ("quick" if a.quick else "full") / "results.json"
-    bl.dump_json(raw, results)
-    if not a.quick and not problems:
+    out_dir = pathlib.Path(a.data) / ("quick" if a.quick else "full")
+    if not a.from_json:
+        bl.dump_json(pathlib.Path(a.json) if a.json else out_dir / "results.json", results)
+    if problems:
+        pass
+    elif a.quick:  # charts next to the data, the section on stdout; docs untouched
+        for p in charts(results, summary, out_dir):
+            print(f"wrote {p}")
+        print(markdown(results, summary, goal_rows, "img"))
+    else:
         doc = pathlib.Path(a.doc)
         img = pathlib.Path(a.img_dir)
         for p in charts(results, summary, img):
             print(f"wrote {p}")
-        rel = os.path.relpath(img, doc.parent)
-        bl.replace_section(doc, SECTION, markdown(results, summary, goal_rows, rel))
+        bl.replace_section(doc, SECTION, markdown(results, summary, goal_rows, os.path.relpath(img, doc.parent)))
         print(f"wrote {doc}")
-    elif a.quick:
-        print(markdown(results, summary, goal_rows, "img"))
     return 1 if problems else 0
 
 

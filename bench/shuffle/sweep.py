@@ -125,7 +125,7 @@ def sweep(a) -> Dict:
     layout = {"samples": sum(sizes), "sizes": sizes}
     configs = CONFIGS if not a.configs else [c for c in CONFIGS if c[0] in set(a.configs.split(","))]
     caches = [c for c in a.caches.split(",") if c]
-    res = {"machine": bl.machine(), "commit": bl.git_commit(), "rounds": a.rounds, "batch_size": a.batch_size,
+    res = {"machine": bl.machine(), "commit": bl.git_commit(), "quick": a.quick, "rounds": a.rounds, "batch_size": a.batch_size,
            "path": str(path.relative_to(bl.ROOT) if path.is_relative_to(bl.ROOT) else path),
            "gen": " ".join(map(str, QUICK_GEN if a.quick else GEN)), "layout": layout,
            "device_source": bl.DEVICE_LIMIT_SOURCE, "configs": []}
@@ -201,26 +201,30 @@ def frontier_chart(res: Dict, out: pathlib.Path) -> pathlib.Path:
             on = i in front
             ax.scatter([x], [y], s=110 if on else 45, color=colors.get(e["strategy"], "k"),
                        edgecolor="black" if on else "none", linewidth=1.2, zorder=3)
-            ax.annotate(e["label"], (x, y), xytext=(6, 4 if i % 2 else -11), textcoords="offset points",
+            ax.annotate(e["label"], (x, y), xytext=(6, [4, -11, 12, -19][i % 4]), textcoords="offset points",
                         fontsize=8, fontweight="bold" if on else "normal")
         p = pick(res, cache)
         px, py = p["median"][cache]["mib_s"], p["quality"]["score"]
         ax.scatter([px], [py], s=420, facecolor="none", edgecolor="#d62728", linewidth=2.2, zorder=4)
         seq = next((e for e in es if e["strategy"] == "sequential"), None)
-        rel = f" = {p['median'][cache]['samples_s'] / seq['median'][cache]['samples_s']:.0%} of sequential" if seq else ""
-        ax.text(0.02, 0.03, f"PICK: {p['label']}\nfull randomness at {px:,.0f} MiB/s{rel}",
-                transform=ax.transAxes, fontsize=11, fontweight="bold", color="#d62728",
-                bbox=dict(boxstyle="round", facecolor="white", edgecolor="#d62728"))
+        rel = (f", {p['median'][cache]['samples_s'] / seq['median'][cache]['samples_s']:.0%} of sequential's speed"
+               if seq else "")
+        ax.set_title(f"{cache} cache: PICK {p['label']}\n(randomness {py:.2f} at {px:,.0f} MiB/s{rel})",
+                     fontsize=11, fontweight="bold", color="#d62728")
         ax.set_xlabel("dlfeed throughput, MiB/s (higher is better)")
         ax.set_ylabel("randomness score (0 = file order, 1 = uniform shuffle)")
         ax.set_ylim(-0.08, 1.12)
         ax.set_xlim(0, max(x for x, _ in pts) * 1.25)
         ax.grid(alpha=0.3)
-        ax.set_title(f"{cache} cache", fontsize=11, fontweight="bold")
         if cache == caches[0]:
-            ax.legend(loc="center left", fontsize=8)
+            from matplotlib.lines import Line2D
+
+            used = [k for k in colors if any(e["strategy"] == k for e in es)]
+            handles = [Line2D([], [], color="#333333", lw=2, alpha=0.5, label="Pareto frontier (bold labels)")]
+            handles += [Line2D([], [], marker="o", ls="", color=colors[k], label=k) for k in used]
+            ax.legend(handles=handles, loc="center left", fontsize=8, title="strategy", title_fontsize=8)
     m = res["machine"]
-    fig.suptitle("Which shuffle to pick: randomness vs throughput (upper right is best; circled = pick)",
+    fig.suptitle("Which shuffle to pick: randomness vs throughput (upper right is best; circled = the pick)",
                  fontsize=12, fontweight="bold")
     fig.text(0.01, 0.005, f"{res['path']}: {res['gen']}; batch {res['batch_size']}; medians of {res['rounds']} "
              f"rounds; {m['date']}, {m['node']} ({m['cores']} cores); bench/shuffle/sweep.py", fontsize=7,
@@ -351,6 +355,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-micro", dest="micro", action="store_false", help="skip the Google Benchmark cases")
     ap.add_argument("--no-sweep", dest="sweep", action="store_false", help="only the Google Benchmark cases")
     ap.add_argument("--quick", action="store_true", help="tiny dataset, one round; prints, writes no docs")
+    ap.add_argument("--from-json", help="measure nothing: redraw the sweep's table and chart from a results.json")
     ap.add_argument("--doc", default=str(bl.ROOT / "docs" / "performance.md"))
     ap.add_argument("--img-dir", default=str(bl.ROOT / "docs" / "img"))
     a = ap.parse_args(argv)
@@ -360,14 +365,22 @@ def main(argv=None) -> int:
     t0 = time.time()
     doc, img = pathlib.Path(a.doc), pathlib.Path(a.img_dir)
     out_dir = pathlib.Path(a.data) / ("quick" if a.quick else "full")
+    if a.from_json:
+        a.micro = False
     if a.sweep:
-        res = sweep(a)
-        bl.dump_json(out_dir / "results.json", res)
-        for cache in [c for c in ("cold", "warm") if c in a.caches]:
+        if a.from_json:
+            res = json.loads(pathlib.Path(a.from_json).read_text())
+            a.quick = res.get("quick", a.quick)
+            out_dir = pathlib.Path(a.data) / ("quick" if a.quick else "full")
+        else:
+            res = sweep(a)
+            bl.dump_json(out_dir / "results.json", res)
+        for cache in [c for c in ("cold", "warm") if all(c in e["median"] for e in res["configs"])]:
             p = pick(res, cache)
             print(f"pick ({cache}): {p['label']} at {p['median'][cache]['mib_s']:,.0f} MiB/s, "
                   f"randomness {p['quality']['score']:.2f}")
         if a.quick:
+            print(f"wrote {frontier_chart(res, out_dir / 'shuffle_frontier.png')}")
             print(sweep_markdown(res, "img"))
         else:
             print(f"wrote {frontier_chart(res, img / 'shuffle_frontier.png')}")
