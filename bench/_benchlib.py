@@ -258,8 +258,9 @@ def machine() -> Dict[str, str]:
 
 
 def machine_line(m: Dict[str, str]) -> str:
+    load = f"1-minute load {m['load']} at the start" + (f", {m['load_end']} at the end" if m.get("load_end") else "")
     return (f"Measured {m['date']} on {m['node']} ({m['cores']} cores{', ' + m['cpu'] if m['cpu'] else ''}, "
-            f"{m['mem']}, Linux {m['kernel']}; 1-minute load {m['load']} at the start)")
+            f"{m['mem']}, Linux {m['kernel']}; {load})")
 
 
 def git_commit() -> str:

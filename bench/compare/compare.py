@@ -77,7 +77,7 @@ PY = System("dlfeed_py", "dlfeed, Python (dlfeed.Loader)", "py", "dlfeed_py")
 SCENARIOS = [
     Scenario(
         key="hdf5", title="HDF5, 128 KiB samples, global shuffle",
-        gen=["--format", "hdf5", "--layout", "dlio", "--files", 8, "--samples-per-file", 1024, "--shape", "128,1024"],
+        gen=["--format", "hdf5", "--layout", "dlio", "--files", 8, "--samples-per-file", 512, "--shape", "128,1024"],
         quick_gen=["--format", "hdf5", "--layout", "dlio", "--files", 2, "--samples-per-file", 64,
                    "--shape", "128,1024"],
         sub="train", fields=["records_0", "labels"], sample_bytes=128 << 10, strategy="global_shuffle",
@@ -90,7 +90,7 @@ SCENARIOS = [
              "(a uniform permutation, as global_shuffle)"),
     Scenario(
         key="npy", title="NPY, 128 KiB samples, global shuffle",
-        gen=["--format", "npy", "--files", 8, "--samples-per-file", 512, "--shape", "128,1024"],
+        gen=["--format", "npy", "--files", 8, "--samples-per-file", 256, "--shape", "128,1024"],
         quick_gen=["--format", "npy", "--files", 2, "--samples-per-file", 64, "--shape", "128,1024"],
         sub="", fields=[], sample_bytes=128 << 10, strategy="global_shuffle",
         systems=[DEVICE, CPP, PY, *torch_systems("torch_npy", "numpy mmap")],
@@ -98,7 +98,7 @@ SCENARIOS = [
              "each sample copied out"),
     Scenario(
         key="tfrecord", title="TFRecord, 32 KiB samples, 10,000-sample shuffle buffer",
-        gen=["--format", "tfrecord", "--layout", "dlio", "--files", 32, "--samples-per-file", 1024,
+        gen=["--format", "tfrecord", "--layout", "dlio", "--files", 16, "--samples-per-file", 1024,
              "--shape", "32768"],
         quick_gen=["--format", "tfrecord", "--layout", "dlio", "--files", 4, "--samples-per-file", 64,
                    "--shape", "32768"],
@@ -107,7 +107,7 @@ SCENARIOS = [
         systems=[DEVICE, CPP, PY,
                  System("dlfeed_tf", "dlfeed, TensorFlow (dlfeed.tf.dataset)", "py", "dlfeed_tf",
                         needs=("tensorflow",)),
-                 System("tf_data", "tf.data (interleave, shuffle(10000), batch, parse, prefetch)", "py",
+                 System("tf_data", "tf.data (interleave, shuffle 10k, prefetch)", "py",
                         "tf_data", needs=("tensorflow",))],
         note="DLIO layout (Examples with image: 32 KiB bytes and size: int64); dlfeed: buffered_shuffle with "
              "a 10,000-sample buffer over a file shuffle; tf.data: the files shuffled, interleaved "
@@ -165,7 +165,8 @@ def measure(a) -> Dict:
     data_root = pathlib.Path(a.data) / ("quick" if a.quick else "full")
     caches = [c for c in a.caches.split(",") if c]
     results: Dict = {"machine": bl.machine(), "commit": bl.git_commit(), "quick": a.quick,
-                     "rounds": a.rounds, "settle_s": a.settle_s, "warmup_batches": a.warmup_batches, "batch_size": a.batch_size, "device_source": bl.DEVICE_LIMIT_SOURCE,
+                     "rounds": a.rounds, "settle_s": a.settle_s, "warmup_batches": a.warmup_batches,
+                     "batch_size": a.batch_size, "device_source": bl.DEVICE_LIMIT_SOURCE,
                      "scenarios": {}, "skipped": []}
     wanted = set(a.scenarios.split(",")) if a.scenarios else None
     for sc in SCENARIOS:
@@ -202,6 +203,7 @@ def measure(a) -> Dict:
             "strategy": sc.strategy, "params": sc.params, "note": sc.note,
             "systems": [{"key": s.key, "label": s.label, "kind": s.kind} for s in systems],
             "runs": runs}
+    results["machine"]["load_end"] = f"{os.getloadavg()[0]:.1f}"
     return results
 
 
@@ -273,7 +275,7 @@ def goals(results: Dict, summary: Dict) -> List[Dict]:
                 d = t[k][cache]
                 ratio = d["samples_s"] / tf_["samples_s"]
                 less = d["peak_rss_mib"] < tf_["peak_rss_mib"]
-                rows.append({"goal": f"TFRecord, 10k shuffle buffer, {cache}: {results['scenarios']['tfrecord']['systems'] and label_of(results, 'tfrecord', k)} "
+                rows.append({"goal": f"TFRecord, 10k shuffle buffer, {cache}: {label_of(results, 'tfrecord', k)} "
                                      "at least 1.5x tf.data's samples/s, with less memory",
                              "measured": f"{ratio:.2f}x; peak RSS {d['peak_rss_mib']:,.0f} MiB vs "
                                          f"{tf_['peak_rss_mib']:,.0f} MiB",
@@ -299,10 +301,12 @@ def markdown(results: Dict, summary: Dict, goal_rows: List[Dict], img_rel: str) 
         "",
         f"    {COMMAND}",
         "",
-        f"Medians of {results['rounds']} round{'s' if results['rounds'] != 1 else ''}; in each round every system runs once per cache state, the "
-        "running order rotated from round to round. Every system reads the same files and delivers the same "
-        f"samples and fields in batches of {results['batch_size']}; each run is a fresh process that builds its "
-        f"loader, reads {results['warmup_batches']} warm-up batches, waits {results['settle_s']:g} s, drops the files' cached pages (cold) or not (warm, after "
+        f"Medians of {results['rounds']} round{'s' if results['rounds'] != 1 else ''}; in each round every "
+        "system runs once per cache state, the running order rotated from round to round. Every system reads "
+        "the same files and delivers the same samples and fields in batches of "
+        f"{results['batch_size']}; each run is a fresh process that builds its "
+        f"loader, reads {results.get('warmup_batches', 4)} warm-up batches, waits "
+        f"{results.get('settle_s', 1.0):g} s, drops the files' cached pages (cold) or not (warm, after "
         "reading every file once), and times one whole epoch from the creation of its iterator to the last "
         "batch, touching one byte per 4 KiB of every sample of every field (the sums agree across systems, so "
         "all delivered the same bytes). *Efficiency* is samples/s over the device limit's: "
@@ -320,8 +324,8 @@ def markdown(results: Dict, summary: Dict, goal_rows: List[Dict], img_rel: str) 
         lines += [f"### {sc['title']}", "",
                   f"`{sc['path']}`, generated by `dlfeed generate {sc['gen']}`. {sc['note']}.", "",
                   "| system | cold samples/s | cold MiB/s | cold efficiency | warm samples/s | warm MiB/s | "
-                  "warm efficiency | peak RSS MiB |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "warm efficiency | peak RSS MiB | rounds, samples/s (cold; warm) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for s in sc["systems"]:
             row = table.get(s["key"], {})
             cells = []
@@ -333,7 +337,8 @@ def markdown(results: Dict, summary: Dict, goal_rows: List[Dict], img_rel: str) 
                     eff = "–" if s["kind"] == "device" else f"{c['eff']:.0%}"
                     cells += [f"{c['samples_s']:,.0f}", f"{c['mib_s']:,.0f}", eff]
             rss = max((c["peak_rss_mib"] for c in row.values()), default=float("nan"))
-            lines.append(f"| {s['label']} | " + " | ".join(cells) + f" | {rss:,.0f} |")
+            spread = "; ".join(" ".join(f"{x:,}" for x in row[c]["rounds"]) for c in ("cold", "warm") if c in row)
+            lines.append(f"| {s['label']} | " + " | ".join(cells) + f" | {rss:,.0f} | {spread} |")
         lines.append("")
     if goal_rows:
         lines += ["### Goals (issue 7)", "", "| goal | measured | met |", "|---|---|---|"]
@@ -342,8 +347,39 @@ def markdown(results: Dict, summary: Dict, goal_rows: List[Dict], img_rel: str) 
         lines.append("")
     if results["skipped"]:
         lines += ["Not run: " + "; ".join(results["skipped"]) + ".", ""]
-    lines += ["Per-round numbers: `data/compare/full/results.json` after a run (not committed).", ""]
+    if results.get("note"):
+        lines += [f"Note: {results['note']}", ""]
+    lines += ["All numbers of a run: `data/compare/full/results.json` (not committed); "
+              f"`{COMMAND} --from-json data/compare/full/results.json` redraws this section and the charts.", ""]
     return "\n".join(lines)
+
+
+def short_label(key: str) -> str:
+    fixed = {"device": "device limit", "dlfeed_cpp": "dlfeed C++", "dlfeed_py": "dlfeed Python",
+             "dlfeed_torch": "dlfeed.torch", "dlfeed_tf": "dlfeed.tf", "tf_data": "tf.data"}
+    if key in fixed:
+        return fixed[key]
+    reader, w = key.rsplit("_w", 1)
+    return f"PyTorch + {'h5py' if reader == 'torch_h5py' else 'numpy'} ({w} workers)"
+
+
+def headline(results: Dict, summary: Dict, key: str, cache: str = "cold") -> str:
+    """One line a reader takes away: the best dlfeed against the best other loader, and against the device."""
+    table = summary[key]
+    ours = {k: v[cache]["samples_s"] for k, v in table.items() if k.startswith("dlfeed") and cache in v}
+    others = {k: v[cache]["samples_s"] for k, v in table.items()
+              if not k.startswith("dlfeed") and k != "device" and cache in v}
+    if not ours:
+        return ""
+    best = max(ours, key=ours.get)
+    text = f"{cache} cache: {short_label(best)}"
+    dev = table.get("device", {}).get(cache, {}).get("samples_s")
+    if dev:
+        text += f" at {ours[best] / dev:.0%} of the device"
+    if others:
+        rival = max(others, key=others.get)
+        text += f", {ours[best] / others[rival]:.1f}x the best other loader, {short_label(rival)}"
+    return text
 
 
 def charts(results: Dict, summary: Dict, out_dir: pathlib.Path) -> List[pathlib.Path]:
@@ -357,11 +393,12 @@ def charts(results: Dict, summary: Dict, out_dir: pathlib.Path) -> List[pathlib.
     colors = {"cold": "#1f5fa8", "warm": "#f0a030"}
     paths = []
     m = results["machine"]
-    foot = (f"{m['date']}, {m['node']} ({m['cores']} cores), medians of {results['rounds']} rounds, batch "
-            f"{results['batch_size']}; bench/compare/compare.py")
+    foot = (f"{m['date']}, {m['node']} ({m['cores']} cores, 1-min load {m['load']}"
+            f"{' to ' + m['load_end'] if m.get('load_end') else ''}), medians of {results['rounds']} rounds, batch "
+            f"{results['batch_size']}; bench/compare/compare.py{' (shared machine: see the note)' if results.get('note') else ''}")
     for metric, fname in (("mib_s", "compare_throughput.png"), ("eff", "compare_efficiency.png")):
         heights = [len(results["scenarios"][k]["systems"]) for k in keys]
-        fig, axes = plt.subplots(len(keys), 1, figsize=(11, 1.0 + 0.62 * sum(heights) + 0.9 * len(keys)),
+        fig, axes = plt.subplots(len(keys), 1, figsize=(11, 1.0 + 0.62 * sum(heights) + 1.2 * len(keys)),
                                  gridspec_kw={"height_ratios": heights}, squeeze=False)
         for ax, key in zip(axes[:, 0], keys):
             sc = results["scenarios"][key]
@@ -389,12 +426,16 @@ def charts(results: Dict, summary: Dict, out_dir: pathlib.Path) -> List[pathlib.
             for t, s in zip(ax.get_yticklabels(), systems):
                 if s["key"].startswith("dlfeed"):
                     t.set_fontweight("bold")
-            ax.set_title(sc["title"], loc="left", fontsize=11, fontweight="bold")
+            left = matplotlib.transforms.blended_transform_factory(fig.transFigure, ax.transAxes)
+            ax.annotate(sc["title"], xy=(0.01, 1), xycoords=left, xytext=(0, 20), textcoords="offset points",
+                        fontsize=11, fontweight="bold", va="bottom")
+            ax.annotate(headline(results, summary, key), xy=(0.01, 1), xycoords=left, xytext=(0, 5),
+                        textcoords="offset points", fontsize=10, color="#b03030", va="bottom", fontweight="bold")
             ax.set_xlim(0, vmax * 1.18 if vmax > 0 else 1)
             ax.grid(axis="x", alpha=0.3)
             if metric == "eff":
                 ax.axvline(90, color="#b03030", ls="--", lw=1)
-                ax.text(90, ys[0] + 0.55, " 90% goal", color="#b03030", fontsize=8, va="bottom")
+                ax.text(90, ys[0] + 0.55, " 90%", color="#b03030", fontsize=8, va="bottom")
                 ax.set_xlabel("efficiency: samples/s as % of the device limit (same files, same order)")
             else:
                 ax.set_xlabel("throughput, MiB/s of samples delivered (higher is better)")
@@ -438,6 +479,7 @@ def main(argv=None) -> int:
                     help="tiny datasets, one round, short settle; prints, writes no docs")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--from-json", help="measure nothing: redraw the tables and charts from a results.json")
+    ap.add_argument("--note", help="a remark printed with the results (e.g. what else ran on the machine)")
     ap.add_argument("--doc", default=str(bl.ROOT / "docs" / "performance.md"))
     ap.add_argument("--img-dir", default=str(bl.ROOT / "docs" / "img"))
     a = ap.parse_args(argv)
@@ -455,6 +497,8 @@ def main(argv=None) -> int:
         a.quick = results["quick"]
     else:
         results = measure(a)
+    if a.note:
+        results["note"] = a.note
     summary = summarize(results)
     goal_rows = goals(results, summary)
     problems = check_same_samples(results, summary)

@@ -45,7 +45,7 @@ CONFIGS = [
     ("file_shuffle", "file_shuffle", {}),
     ("buffered 1k", "buffered_shuffle", {"buffer_size": 1024}),
     ("buffered 8k", "buffered_shuffle", {"buffer_size": 8192}),
-    ("buffered 32k", "buffered_shuffle", {"buffer_size": 32768}),
+    ("buffered 16k", "buffered_shuffle", {"buffer_size": 16384}),
     ("block B16 W4", "block_shuffle", {"block_size": 16, "window": 4}),
     ("block B64 W16", "block_shuffle", {"block_size": 64, "window": 16}),
     ("block B256 W16", "block_shuffle", {"block_size": 256, "window": 16}),
@@ -56,7 +56,7 @@ CONFIGS = [
     ("global_feistel", "global_feistel", {}),
 ]
 
-GEN = ["--format", "hdf5", "--files", 16, "--samples-per-file", 4096, "--shape", "128,128"]
+GEN = ["--format", "hdf5", "--files", 16, "--samples-per-file", 1024, "--shape", "128,128"]
 QUICK_GEN = ["--format", "hdf5", "--files", 4, "--samples-per-file", 256, "--shape", "128,128"]
 SAMPLE_BYTES = 128 * 128
 FIELD = "records"
@@ -117,15 +117,13 @@ def sweep(a) -> Dict:
     if bl.generate(path, QUICK_GEN if a.quick else GEN):
         print(f"generated {path}", flush=True)
     info = json.loads(bl.sh([bl.DLFEED, "inspect", "--json", "--name", FIELD, "--limit", 0, path]))
-    sizes = [f["samples"] for f in info["files"]] if "files" in info and info["files"] and "samples" in info["files"][0] \
-        else None
-    if sizes is None:  # fall back on the generator's uniform layout
-        g = QUICK_GEN if a.quick else GEN
-        sizes = [int(g[g.index("--samples-per-file") + 1])] * int(g[g.index("--files") + 1])
+    fb = info["file_begin"]
+    sizes = [fb[i + 1] - fb[i] for i in range(len(fb) - 1)]
     layout = {"samples": sum(sizes), "sizes": sizes}
     configs = CONFIGS if not a.configs else [c for c in CONFIGS if c[0] in set(a.configs.split(","))]
     caches = [c for c in a.caches.split(",") if c]
-    res = {"machine": bl.machine(), "commit": bl.git_commit(), "quick": a.quick, "rounds": a.rounds, "batch_size": a.batch_size,
+    res = {"machine": bl.machine(), "commit": bl.git_commit(), "quick": a.quick, "rounds": a.rounds,
+           "batch_size": a.batch_size,
            "path": str(path.relative_to(bl.ROOT) if path.is_relative_to(bl.ROOT) else path),
            "gen": " ".join(map(str, QUICK_GEN if a.quick else GEN)), "layout": layout,
            "device_source": bl.DEVICE_LIMIT_SOURCE, "configs": []}
@@ -159,6 +157,7 @@ def sweep(a) -> Dict:
                                   "device_samples_s": dev, "eff": sps / dev if dev == dev and dev else float("nan"),
                                   "rounds": [round(r["samples_s"]) for r in runs["loader"]]}
     res["configs"] = entries
+    res["machine"]["load_end"] = f"{os.getloadavg()[0]:.1f}"
     return res
 
 
@@ -179,6 +178,42 @@ def pick(res: Dict, cache: str) -> Dict:
     return max(good, key=lambda e: e["median"][cache]["samples_s"])
 
 
+def ties(res: Dict, cache: str) -> List[str]:
+    """Other near-best-randomness configurations whose rounds overlap the pick's: equal within noise."""
+    p = pick(res, cache)
+    lo = min(r["samples_s"] for r in p["runs"][cache]["loader"])
+    best = max(e["quality"]["score"] for e in res["configs"])
+    return [e["label"] for e in res["configs"] if e is not p and e["quality"]["score"] >= best - 0.05
+            and max(r["samples_s"] for r in e["runs"][cache]["loader"]) >= lo]
+
+
+def place_labels(ax, xy, labels, bold):
+    """Greedy label placement: for each point the first candidate offset whose
+    box (estimated in display points) overlaps no label placed so far."""
+    fig = ax.figure
+    fig.canvas.draw()
+    to_pts = 72.0 / fig.dpi
+    placed = []
+    cands = [(6, 3), (6, -11), (-6, 3), (-6, -11), (6, 12), (6, -20), (-6, 12), (-6, -20), (0, 16), (0, -25)]
+    order = sorted(range(len(xy)), key=lambda i: (-xy[i][1], xy[i][0]))
+    for i in order:
+        px, py = ax.transData.transform(xy[i])
+        px, py = px * to_pts, py * to_pts
+        w, h = 4.6 * len(labels[i]) + 2, 9
+        choice = cands[0]
+        for dx, dy in cands:
+            x0 = px + dx if dx >= 0 else px + dx - w
+            box = (x0, py + dy, x0 + w, py + dy + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                choice = (dx, dy)
+                placed.append(box)
+                break
+        else:
+            placed.append((px, py, px + w, py + h))
+        ax.annotate(labels[i], xy[i], xytext=choice, textcoords="offset points", fontsize=8,
+                    ha="left" if choice[0] >= 0 else "right", fontweight="bold" if bold[i] else "normal")
+
+
 def frontier_chart(res: Dict, out: pathlib.Path) -> pathlib.Path:
     import matplotlib
 
@@ -186,7 +221,7 @@ def frontier_chart(res: Dict, out: pathlib.Path) -> pathlib.Path:
     import matplotlib.pyplot as plt
 
     caches = [c for c in ("cold", "warm") if all(c in e["median"] for e in res["configs"])]
-    fig, axes = plt.subplots(1, len(caches), figsize=(7.2 * len(caches), 6.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(caches), figsize=(7.2 * len(caches), 6.6), squeeze=False)
     colors = {"sequential": "#7f7f7f", "file_shuffle": "#8c564b", "buffered_shuffle": "#2ca02c",
               "block_shuffle": "#1f77b4", "local_shuffle": "#9467bd", "global_shuffle": "#d62728",
               "global_feistel": "#ff7f0e"}
@@ -199,36 +234,44 @@ def frontier_chart(res: Dict, out: pathlib.Path) -> pathlib.Path:
         ax.plot(fx, fy, "-", color="#333333", lw=2, alpha=0.5, zorder=1, label="Pareto frontier")
         for i, (e, (x, y)) in enumerate(zip(es, pts)):
             on = i in front
+            rounds = [r["samples_s"] * SAMPLE_BYTES / 2**20 for r in e["runs"][cache]["loader"]]
+            if len(rounds) > 1:  # the spread of the rounds: what the medians can and cannot tell apart
+                ax.plot([min(rounds), max(rounds)], [y, y], "-", color=colors.get(e["strategy"], "k"), lw=1.2,
+                        alpha=0.45, zorder=2)
             ax.scatter([x], [y], s=110 if on else 45, color=colors.get(e["strategy"], "k"),
                        edgecolor="black" if on else "none", linewidth=1.2, zorder=3)
-            ax.annotate(e["label"], (x, y), xytext=(6, [4, -11, 12, -19][i % 4]), textcoords="offset points",
-                        fontsize=8, fontweight="bold" if on else "normal")
+        ax.set_ylim(-0.08, 1.12)
+        ax.set_xlim(0, max(max(r["samples_s"] for r in e["runs"][cache]["loader"]) for e in es)
+                    * SAMPLE_BYTES / 2**20 * 1.2)
+        place_labels(ax, pts, [e["label"] for e in es], [i in front for i in range(len(es))])
         p = pick(res, cache)
         px, py = p["median"][cache]["mib_s"], p["quality"]["score"]
         ax.scatter([px], [py], s=420, facecolor="none", edgecolor="#d62728", linewidth=2.2, zorder=4)
         seq = next((e for e in es if e["strategy"] == "sequential"), None)
         rel = (f", {p['median'][cache]['samples_s'] / seq['median'][cache]['samples_s']:.0%} of sequential's speed"
                if seq else "")
-        ax.set_title(f"{cache} cache: PICK {p['label']}\n(randomness {py:.2f} at {px:,.0f} MiB/s{rel})",
+        tie = ties(res, cache)
+        ax.set_title(f"{cache} cache: PICK {p['label']}\n(randomness {py:.2f} at {px:,.0f} MiB/s{rel})"
+                     + (f"\nequal within the rounds' spread: {', '.join(tie)}" if tie else ""),
                      fontsize=11, fontweight="bold", color="#d62728")
         ax.set_xlabel("dlfeed throughput, MiB/s (higher is better)")
         ax.set_ylabel("randomness score (0 = file order, 1 = uniform shuffle)")
-        ax.set_ylim(-0.08, 1.12)
-        ax.set_xlim(0, max(x for x, _ in pts) * 1.25)
         ax.grid(alpha=0.3)
         if cache == caches[0]:
             from matplotlib.lines import Line2D
 
             used = [k for k in colors if any(e["strategy"] == k for e in es)]
-            handles = [Line2D([], [], color="#333333", lw=2, alpha=0.5, label="Pareto frontier (bold labels)")]
+            handles = [Line2D([], [], color="#333333", lw=2, alpha=0.5, label="Pareto frontier (bold labels)"),
+                       Line2D([], [], color="#999999", lw=1.2, label="spread of the rounds (min-max)")]
             handles += [Line2D([], [], marker="o", ls="", color=colors[k], label=k) for k in used]
-            ax.legend(handles=handles, loc="center left", fontsize=8, title="strategy", title_fontsize=8)
+            ax.legend(handles=handles, loc="lower left", fontsize=8, title="strategy", title_fontsize=8)
     m = res["machine"]
     fig.suptitle("Which shuffle to pick: randomness vs throughput (upper right is best; circled = the pick)",
                  fontsize=12, fontweight="bold")
     fig.text(0.01, 0.005, f"{res['path']}: {res['gen']}; batch {res['batch_size']}; medians of {res['rounds']} "
-             f"rounds; {m['date']}, {m['node']} ({m['cores']} cores); bench/shuffle/sweep.py", fontsize=7,
-             color="#555555")
+             f"rounds; {m['date']}, {m['node']} ({m['cores']} cores, 1-min load {m['load']}"
+             f"{' to ' + m['load_end'] if m.get('load_end') else ''}); bench/shuffle/sweep.py"
+             f"{' (shared machine: see the note)' if res.get('note') else ''}", fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.02, 1, 0.95))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -260,21 +303,31 @@ def sweep_markdown(res: Dict, img_rel: str) -> str:
     ]
     for cache in caches:
         p = pick(res, cache)
+        tie = ties(res, cache)
         lines.append(f"Pick ({cache} cache): **{p['label']}**, the fastest configuration within 0.05 of the best "
-                     f"randomness score ({p['median'][cache]['mib_s']:,.0f} MiB/s).")
+                     f"randomness score ({p['median'][cache]['mib_s']:,.0f} MiB/s)"
+                     + (f"; equal to it within the rounds' spread: {', '.join(tie)}." if tie else "."))
     lines += ["", "| configuration | score | files/batch | rank corr | " +
-              " | ".join(f"{c} MiB/s | {c} % of device" for c in caches) + " |",
-              "|---|---|---|---|" + "---|---|" * len(caches)]
+              " | ".join(f"{c} MiB/s | {c} % of device" for c in caches) + " | rounds, MiB/s (" +
+              "; ".join(caches) + ") |",
+              "|---|---|---|---|" + "---|---|" * len(caches) + "---|"]
     for e in sorted(res["configs"], key=lambda e: -e["quality"]["score"]):
         q = e["quality"]
         cells = []
         for c in caches:
             m = e["median"][c]
             cells += [f"{m['mib_s']:,.0f}", "–" if m["eff"] != m["eff"] else f"{m['eff']:.0%}"]
+        spread = "; ".join(" ".join(f"{x * SAMPLE_BYTES / 2**20:,.0f}" for x in e["median"][c]["rounds"])
+                           for c in caches)
         lines.append(f"| {e['label']} | {q['score']:.2f} | {q['distinct_files_per_batch']:.1f} | "
-                     f"{q['rank_correlation']:.3f} | " + " | ".join(cells) + " |")
+                     f"{q['rank_correlation']:.3f} | " + " | ".join(cells) + f" | {spread} |")
     lines += ["", f"A uniform shuffle gives {res['configs'][0]['quality']['uniform_files_per_batch']:.1f} distinct "
-              "files per batch here. Per-round numbers: `data/shuffle/full/results.json` after a run.", ""]
+              "files per batch here. *% of device* above 100% means dlfeed's deeper queue and coalescing beat "
+              "the raw reader's one read per sample at depth 32 (see the notes above)."]
+    if res.get("note"):
+        lines += ["", f"Note: {res['note']}"]
+    lines += ["", f"All numbers of a run: `data/shuffle/full/results.json` (not committed); `{COMMAND} --from-json "
+              "data/shuffle/full/results.json` redraws this section and the chart.", ""]
     return "\n".join(lines)
 
 
@@ -330,7 +383,8 @@ def micro_markdown(rows: List[Dict], m: Dict, commit: str) -> str:
     ]
     for binary, flt, what in MICRO:
         lines.append(f"    build/bench/{binary} --benchmark_filter='{flt}'   # {what}")
-    lines += ["", "One run each, unpinned; times and rates are CPU time per iteration (Google Benchmark's default for rates).", "",
+    lines += ["", "One run each, unpinned; times and rates are CPU time per iteration (Google Benchmark's "
+              "default for rates).", "",
               "| benchmark | time per iteration | items/s | bytes/s | note |", "|---|---|---|---|---|"]
     for r in rows:
         items = f"{r['items_s'] / 1e6:,.2f} M" if r["items_s"] else "–"
@@ -356,6 +410,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-sweep", dest="sweep", action="store_false", help="only the Google Benchmark cases")
     ap.add_argument("--quick", action="store_true", help="tiny dataset, one round; prints, writes no docs")
     ap.add_argument("--from-json", help="measure nothing: redraw the sweep's table and chart from a results.json")
+    ap.add_argument("--note", help="a remark printed with the results (e.g. what else ran on the machine)")
     ap.add_argument("--doc", default=str(bl.ROOT / "docs" / "performance.md"))
     ap.add_argument("--img-dir", default=str(bl.ROOT / "docs" / "img"))
     a = ap.parse_args(argv)
@@ -375,6 +430,8 @@ def main(argv=None) -> int:
         else:
             res = sweep(a)
             bl.dump_json(out_dir / "results.json", res)
+        if a.note:
+            res["note"] = a.note
         for cache in [c for c in ("cold", "warm") if all(c in e["median"] for e in res["configs"])]:
             p = pick(res, cache)
             print(f"pick ({cache}): {p['label']} at {p['median'][cache]['mib_s']:,.0f} MiB/s, "
