@@ -264,8 +264,11 @@ def machine_line(m: Dict[str, str]) -> str:
 
 
 def git_commit() -> str:
+    """The checkout's commit, marked when tracked files differ from it."""
     try:
-        return sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
+        head = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
+        dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]).strip()
+        return head + (" plus uncommitted changes" if dirty else "")
     except Exception:  # noqa: BLE001 - outside a checkout
         return "unknown"
 
