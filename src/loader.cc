@@ -145,6 +145,7 @@ struct Work {
   };
   std::vector<uint8_t> known;                    // per field
   std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
+  std::vector<uint64_t> unknown_bytes;             // per other field: the bytes read for it (a size hint)
   std::vector<uint8_t> direct;                   // per (sample, field)
   std::vector<DirectRead> direct_reads;
   std::vector<ByteBuffer> out;                   // per field (known ones allocated)
@@ -196,8 +197,10 @@ struct Work {
 // completions, so the ring is long-lived and submission is batched.
 class IoEngine {
  public:
-  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters)
-      : backend_(std::move(backend)), counters_(counters) {
+  // Reads longer than `max_piece` are issued as pieces of that size (in file
+  // order), so the backend can keep several in flight (0: never split).
+  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters, uint64_t max_piece)
+      : backend_(std::move(backend)), counters_(counters), max_piece_(max_piece) {
     thread_ = std::thread([this] { loop(); });
     detail::name_thread(thread_, "dlfeed-io");
   }
@@ -241,6 +244,19 @@ class IoEngine {
   static constexpr uint64_t kPtrMask = (uint64_t{1} << kIndexShift) - 1;
   static Work* work_of(uint64_t user_data) { return reinterpret_cast<Work*>(user_data & kPtrMask); }
 
+  // One read as requests of at most max_piece_ bytes; the first carries
+  // `user_data` (it stands for the read in the counters' trace), the rest `rest`.
+  void add_pieces(std::vector<ReadRequest>& reqs, uint32_t file, uint64_t offset, uint64_t length, std::byte* dest,
+                  uint64_t user_data, uint64_t rest) const {
+    const uint64_t piece = max_piece_ ? max_piece_ : length;
+    uint64_t at = 0;
+    do {
+      const uint64_t n = std::min(piece, length - at);
+      reqs.push_back({file, offset + at, n, dest + at, at == 0 ? user_data : rest});
+      at += n;
+    } while (at < length);
+  }
+
   void loop() {
     name_thread_once(*counters_, "dlfeed io engine");
     std::vector<ReadRequest> reqs;
@@ -272,14 +288,14 @@ class IoEngine {
         }
         reqs.clear();
         uint64_t k = 0;
+        const uint64_t untagged = reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift);
         for (const prefetch::PlannedRead& r : w->plan.reads) {
           const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
-          reqs.push_back({r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
-                          reinterpret_cast<uint64_t>(w.get()) | tag});
+          add_pieces(reqs, r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
+                     reinterpret_cast<uint64_t>(w.get()) | tag, untagged);
         }
         for (const Work::DirectRead& d : w->direct_reads) {
-          reqs.push_back({d.file, d.offset, d.length, w->out[d.field].data() + d.dest,
-                          reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift)});
+          add_pieces(reqs, d.file, d.offset, d.length, w->out[d.field].data() + d.dest, untagged, untagged);
         }
         {
           std::lock_guard<std::mutex> lock(w->mu);
@@ -338,6 +354,7 @@ class IoEngine {
   };
   std::unique_ptr<IoBackend> backend_;
   Counters* counters_;  // outlives the engine (Loader::Impl)
+  uint64_t max_piece_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Work>> pending_;
@@ -441,6 +458,7 @@ struct Loader::Impl {
     w->piece_begin.resize(n * F + 1);
     w->known.assign(F, 1);
     w->out_offsets.assign(F, {});
+    w->unknown_bytes.assign(F, 0);
     w->direct.assign(n * F, 0);
     w->out.resize(F);
     uint64_t out_bytes = 0;
@@ -468,10 +486,9 @@ struct Loader::Impl {
           const uint64_t dest = w->out_offsets[f][i];
           auto& dr = w->direct_reads;
           // Neighbours in the file that are neighbours in the batch (sequential
-          // orders) become one read, within the coalescing limits.
+          // orders) become one run (the engine issues it in max_read pieces).
           if (options.coalesce.enabled && !dr.empty() && dr.back().field == f && dr.back().file == file &&
-              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest &&
-              dr.back().length + e.length <= options.coalesce.max_read) {
+              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest) {
             dr.back().length += e.length;
           } else {
             dr.push_back({file, e.offset, e.length, static_cast<uint32_t>(f), dest});
@@ -480,12 +497,10 @@ struct Loader::Impl {
           continue;
         }
         for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
-        if (!w->known[f]) out_bytes += ref.read_bytes();
+        if (!w->known[f]) w->unknown_bytes[f] += ref.read_bytes();
       }
     }
-    for (size_t f = 0; f < F; ++f) {
-      if (w->known[f]) out_bytes += w->out_offsets[f][n];
-    }
+    for (size_t f = 0; f < F; ++f) out_bytes += w->known[f] ? w->out_offsets[f][n] : w->unknown_bytes[f];
     w->piece_begin[n * F] = static_cast<uint32_t>(ext.size());
     w->plan = prefetch::plan_reads(ext, options.coalesce);
     extents += ext.size() + direct_extents;
@@ -704,7 +719,10 @@ struct Loader::Impl {
         counters::CurrentScope timed(counters.get());
         ByteBuffer tmp;
         std::vector<std::byte> scratch;
-        store = pool->take(0);
+        // Decoded sizes are close to the bytes read (TFRecord features): a
+        // buffer of that capacity usually takes every sample without growing.
+        store = pool->take(w.unknown_bytes[f]);
+        store.clear();
         out.offsets[0] = 0;
         for (size_t i = 0; i < n; ++i) {
           const SampleRef& ref = idx.samples[w.ids[i]];
@@ -869,7 +887,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(std::move(file_names));
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
-  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get());
+  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get(),
+                                            options.coalesce.enabled ? options.coalesce.max_read : 0);
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
   impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too
