@@ -74,13 +74,12 @@ def make_dlfeed_py(a):
     import dlfeed
 
     loader = dlfeed.Loader(a.data, **dlfeed_kwargs(a))
-    it = iter(loader)  # epoch 0: warm-up
 
     def epoch():
-        for batch in loader:  # epoch 1
+        for batch in loader.iter_epoch(1):  # epoch 1, as compare_cpp and raw_read --epoch 1
             yield [batch[k] for k in batch.keys()]
 
-    return it, epoch, lambda b: [b[k] for k in b.keys()]
+    return loader.iter_epoch(0), epoch, None
 
 
 def make_dlfeed_torch(a):
@@ -88,25 +87,30 @@ def make_dlfeed_torch(a):
 
     ds = dlfeed.torch.Dataset(a.data, **dlfeed_kwargs(a))
     as_list = lambda b: list(b) if isinstance(b, (tuple, list)) else [b]  # noqa: E731
+    warm = iter(ds)  # epoch 0
 
     def epoch():
+        ds.set_epoch(1)
         for b in ds:
             yield as_list(b)
 
-    return iter(ds), epoch, as_list
+    return warm, epoch, None
 
 
 def make_dlfeed_tf(a):
+    import dlfeed
     import dlfeed.tf
 
-    ds = dlfeed.tf.dataset(a.data, **dlfeed_kwargs(a))
+    loader = dlfeed.Loader(a.data, **dlfeed_kwargs(a))
+    ds = dlfeed.tf.dataset(a.data, loader=loader)
     as_list = lambda b: list(b) if isinstance(b, (tuple, list)) else [b]  # noqa: E731
 
     def epoch():
+        loader.epoch = 1  # the abandoned warm-up pass left the loader at epoch 0
         for b in ds:
             yield as_list(b)
 
-    return iter(ds), epoch, as_list
+    return iter(ds), epoch, None
 
 
 # ---------------------------------------------------------------- PyTorch
