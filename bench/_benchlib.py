@@ -110,14 +110,23 @@ def raw_read(path, mode: str = "io_uring", strategy: str = "global_shuffle", col
 DEVICE_LIMIT_SOURCE = "bench/raw_read --mode io_uring --qd 32 (same extents, same order)"
 
 
-def device_limit(path, strategy: str, cold: bool, name: str = "", params: Optional[Dict[str, int]] = None
-                 ) -> Dict[str, float]:
-    """The storage's own limit for reading `path`'s samples in `strategy`'s order:
-    {'samples_s', 'mib_s', 'seconds', 'samples', 'bytes'}."""
-    extra: List = []
+def device_limit(path, strategy: str, cold: bool, name: str = "", params: Optional[Dict[str, int]] = None,
+                 epoch: int = 0) -> Dict[str, float]:
+    """The storage's own limit for reading `path`'s samples in `strategy`'s
+    order (seed 42, `epoch`), cold (pages dropped first) or warm:
+    {'samples', 'seconds', 'samples_s', 'mib_s', 'peak_rss_kib'}."""
+    cmd: List = [RAW, "--mode", "io_uring", "--qd", 32, "--strategy", strategy, "--epoch", epoch]
     for k, v in (params or {}).items():
-        extra += [f"--{k.replace('_', '-')}", v]
-    return raw_read(path, "io_uring", strategy, cold, name=name, qd=32, extra=extra)
+        cmd += [f"--{k.replace('_', '-')}", v]
+    if name:
+        cmd += ["--name", name]
+    if not cold:
+        cmd.append("--no-evict")
+    out, peak = run_measured([*cmd, path])
+    kv = dict(p.split("=", 1) for p in out.split())
+    samples, secs = int(kv["samples"]), float(kv["seconds"])
+    return {"samples": samples, "seconds": secs, "samples_s": samples / secs, "mib_s": float(kv["mib_s"]),
+            "peak_rss_kib": peak}
 
 
 # ---------------------------------------------------------------- memory

@@ -121,17 +121,8 @@ def available(mod: str) -> bool:
 
 def run_system(sc: Scenario, sys_: System, path: pathlib.Path, cold: bool, a) -> Dict:
     if sys_.kind == "device":
-        cmd = [bl.RAW, "--mode", "io_uring", "--qd", 32, "--strategy", sc.strategy, "--epoch", 1]
-        for k, v in sc.params.items():
-            cmd += [f"--{k.replace('_', '-')}", v]
-        if sc.device_name:
-            cmd += ["--name", sc.device_name]
-        if not cold:
-            cmd.append("--no-evict")
-        cmd.append(path)
-        out, peak = bl.run_measured(cmd)
-        kv = dict(p.split("=", 1) for p in out.split())
-        r = {"samples": int(kv["samples"]), "seconds": float(kv["seconds"])}
+        d = bl.device_limit(path, sc.strategy, cold, name=sc.device_name, params=sc.params, epoch=1)
+        r, peak = {"samples": d["samples"], "seconds": d["seconds"]}, d["peak_rss_kib"]
     elif sys_.kind == "cpp":
         cmd = [COMPARE_CPP, "--batch-size", a.batch_size, "--strategy", sc.strategy,
                "--warmup-batches", a.warmup_batches, "--settle-s", a.settle_s]
@@ -394,7 +385,7 @@ def charts(results: Dict, summary: Dict, out_dir: pathlib.Path) -> List[pathlib.
     paths = []
     m = results["machine"]
     foot = (f"{m['date']}, {m['node']} ({m['cores']} cores, 1-min load {m['load']}"
-            f"{' to ' + m['load_end'] if m.get('load_end') else ''}), medians of {results['rounds']} rounds, batch "
+            f"{' to ' + m['load_end'] if m.get('load_end') else ''}), medians of {results['rounds']} round{'s' if results['rounds'] != 1 else ''}, batch "
             f"{results['batch_size']}; bench/compare/compare.py{' (shared machine: see the note)' if results.get('note') else ''}")
     for metric, fname in (("mib_s", "compare_throughput.png"), ("eff", "compare_efficiency.png")):
         heights = [len(results["scenarios"][k]["systems"]) for k in keys]

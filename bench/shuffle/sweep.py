@@ -103,13 +103,7 @@ def loader_run(path, strategy, params, cold, a) -> Dict:
 
 
 def device_run(path, strategy, params, cold) -> Dict:
-    cmd = [bl.RAW, "--mode", "io_uring", "--qd", 32, "--strategy", strategy, "--epoch", 1, "--name", FIELD,
-           *flags(params)]
-    if not cold:
-        cmd.append("--no-evict")
-    kv = dict(p.split("=", 1) for p in bl.sh([*cmd, path]).split())
-    return {"samples": int(kv["samples"]), "seconds": float(kv["seconds"]),
-            "samples_s": int(kv["samples"]) / float(kv["seconds"])}
+    return bl.device_limit(path, strategy, cold, name=FIELD, params=params, epoch=1)
 
 
 def sweep(a) -> Dict:
@@ -292,8 +286,8 @@ def sweep_markdown(res: Dict, img_rel: str) -> str:
         f"{res['layout']['samples']:,} samples of {SAMPLE_BYTES // 1024} KiB in {len(res['layout']['sizes'])} "
         f"files), every strategy at several parameters. *dlfeed* is the C++ loader "
         f"(bench/compare/compare_cpp: batch {res['batch_size']}, default options, one timed epoch after warm-up "
-        f"batches, every sample touched); *device* is {res['device_source']}, same order. Medians of "
-        f"{res['rounds']} rounds, the configurations' running order rotated each round; cold runs drop the "
+        f"batches, every sample touched); *device* is {res['device_source']}. Medians of "
+        f"{res['rounds']} round{'s' if res['rounds'] != 1 else ''}, the configurations' running order rotated each round; cold runs drop the "
         "files' pages first. Randomness is `dlfeed order --stats` of the same order (epoch 1, seed 42): "
         "*score* = mixing x (1 - |rank correlation|), mixing = (distinct files per batch - 1) / (a uniform "
         "shuffle's expectation - 1); 0 is the file order, 1 a uniform shuffle.",
