@@ -237,9 +237,9 @@ class IoEngine {
   }
 
  private:
-  // user_data: the Work pointer, with the request's index in the top 16 bits
+  // user_data: the Work pointer, with the read's index in the top 16 bits
   // (x86-64 and AArch64 user pointers fit in 48 bits) so a completion names
-  // its read for the counters; index 0xFFFF means "not recorded".
+  // its read for the trace (planned reads, then direct reads); 0xFFFF: not traced.
   static constexpr unsigned kIndexShift = 48;
   static constexpr uint64_t kPtrMask = (uint64_t{1} << kIndexShift) - 1;
   static Work* work_of(uint64_t user_data) { return reinterpret_cast<Work*>(user_data & kPtrMask); }
@@ -295,7 +295,9 @@ class IoEngine {
                      reinterpret_cast<uint64_t>(w.get()) | tag, untagged);
         }
         for (const Work::DirectRead& d : w->direct_reads) {
-          add_pieces(reqs, d.file, d.offset, d.length, w->out[d.field].data() + d.dest, untagged, untagged);
+          const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
+          add_pieces(reqs, d.file, d.offset, d.length, w->out[d.field].data() + d.dest,
+                     reinterpret_cast<uint64_t>(w.get()) | tag, untagged);
         }
         {
           std::lock_guard<std::mutex> lock(w->mu);
@@ -329,10 +331,16 @@ class IoEngine {
               counters_->add(CId::kReadErrors, 1);
             }
             const uint64_t k = c.user_data >> kIndexShift;
-            if (tracing && k < 0xFFFF && k < w->plan.reads.size() &&
+            const size_t planned = w->plan.reads.size();
+            if (tracing && k < 0xFFFF && k < planned + w->direct_reads.size() &&
                 sampled++ % counters_->io_sample_every() == 0) {
-              const prefetch::PlannedRead& r = w->plan.reads[k];
-              counters_->trace("read", "io", w->submit_ns, lat, r.file, r.offset, r.length);
+              if (k < planned) {
+                const prefetch::PlannedRead& r = w->plan.reads[k];
+                counters_->trace("read", "io", w->submit_ns, lat, r.file, r.offset, r.length);
+              } else {
+                const Work::DirectRead& d = w->direct_reads[k - planned];
+                counters_->trace("read", "io", w->submit_ns, lat, d.file, d.offset, d.length);
+              }
             }
           });
           w->finish_read(c.status);
@@ -409,6 +417,10 @@ struct Loader::Impl {
   // Pending restore().
   std::optional<std::pair<uint64_t, std::string>> resume;  // epoch, order state
 
+  // plan_batch's scratch (the planner is one thread).
+  std::vector<uint8_t> direct_scratch_;
+  std::vector<std::pair<uint64_t, uint64_t>> small_scratch_;
+
   // Totals.
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0}, extents{0}, planned_reads{0};
 
@@ -472,15 +484,60 @@ struct Loader::Impl {
       off[0] = 0;
       for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + indices[f].samples[w->ids[i]].nbytes();
     }
+    // Raw samples (one extent, decode is the identity) can be read straight
+    // into the batch buffer, skipping the read buffer, decode and a copy.
+    // Large ones always are; small ones only when no other extent of the
+    // batch lies within max_gap of them in their file (coalescing would read
+    // them together, which saves more than a copy), or coalescing is off.
+    std::vector<uint8_t>& raw_ok = direct_scratch_;
+    raw_ok.assign(n * F, 0);
+    std::vector<std::pair<uint64_t, uint64_t>>& small = small_scratch_;  // (file << 32 | slot, offset)
+    small.clear();
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t f = 0; f < F; ++f) {
+        const SampleRef& ref = indices[f].samples[w->ids[i]];
+        if (!w->known[f] || ref.extents.size() != 1 || !indices[f].sources[ref.source]->is_identity(ref)) continue;
+        raw_ok[i * F + f] = 1;
+      }
+    }
+    if (options.coalesce.enabled) {
+      // Every extent of the batch, sorted per file: a small raw sample with a
+      // neighbour within max_gap stays with the planner.
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t f = 0; f < F; ++f) {
+          const SampleRef& ref = indices[f].samples[w->ids[i]];
+          const uint64_t key = (uint64_t{file_ids[f][ref.file]} << 32) | (i * F + f);
+          for (const Extent& e : ref.extents) small.push_back({key, e.offset});
+        }
+      }
+      std::sort(small.begin(), small.end(), [](const auto& a, const auto& b) {
+        return (a.first >> 32) != (b.first >> 32) ? a.first < b.first : a.second < b.second;
+      });
+      auto end_of = [&](size_t k) {
+        const uint64_t slot = small[k].first & 0xFFFFFFFFu;
+        const SampleRef& ref = indices[slot % F].samples[w->ids[slot / F]];
+        for (const Extent& e : ref.extents) {
+          if (e.offset == small[k].second) return e.offset + e.length;
+        }
+        return small[k].second;
+      };
+      for (size_t k = 0; k + 1 < small.size(); ++k) {
+        if ((small[k].first >> 32) != (small[k + 1].first >> 32)) continue;
+        if (small[k + 1].second > end_of(k) + options.coalesce.max_gap) continue;
+        // Neighbours: neither goes direct unless it is large.
+        for (size_t j : {k, k + 1}) {
+          const uint64_t slot = small[j].first & 0xFFFFFFFFu;
+          const SampleRef& ref = indices[slot % F].samples[w->ids[slot / F]];
+          if (ref.extents[0].length < kDirectMinBytes) raw_ok[slot] = 0;
+        }
+      }
+    }
     for (size_t i = 0; i < n; ++i) {
       for (size_t f = 0; f < F; ++f) {
         w->piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
         const SampleRef& ref = indices[f].samples[w->ids[i]];
         const uint32_t file = file_ids[f][ref.file];
-        // Large raw samples skip the read buffer and the copy; small ones go
-        // through the planner, whose gap coalescing saves more than a copy.
-        if (w->known[f] && ref.extents.size() == 1 && ref.extents[0].length >= kDirectMinBytes &&
-            indices[f].sources[ref.source]->is_identity(ref)) {
+        if (raw_ok[i * F + f]) {
           w->direct[i * F + f] = 1;
           const Extent& e = ref.extents[0];
           const uint64_t dest = w->out_offsets[f][i];
@@ -700,7 +757,9 @@ struct Loader::Impl {
           if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
           out.sample_shapes[i] = d->shape;
         };
-        if (n >= 8) {
+        size_t to_decode = 0;
+        for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
+        if (to_decode >= 8) {
           tsan_handshake();
           tbb::parallel_for(size_t(0), n, one);
           tsan_handshake();
