@@ -103,30 +103,49 @@ def raw_read(path, mode: str = "io_uring", strategy: str = "global_shuffle", col
     return {k: (v if k == "mode" else float(v)) for k, v in kv.items()}
 
 
-# The one place that says where a device limit comes from. Today: bench/raw_read
-# (io_uring at queue depth 32 over the same sample extents, in the same order).
-# When `dlfeed calibrate` (branch wt/run) is on main, switch this function to it;
-# the scripts only see the returned dict.
-DEVICE_LIMIT_SOURCE = "bench/raw_read --mode io_uring --qd 32 (same extents, same order)"
+# The one place that says where a device limit comes from. Cold: `dlfeed
+# calibrate` for the strategy's order (it drops the pages, reads the same
+# sample extents in the same order with io_uring at queue depth 32 and with one
+# pread thread, and keeps the faster). Warm: calibrate always drops the pages,
+# so bench/raw_read's io_uring reader without eviction (the page cache's limit).
+DEVICE_LIMIT_SOURCE = ("cold: `dlfeed calibrate --patterns STRATEGY` (the faster of io_uring QD32 and one pread "
+                       "thread over the same extents in the same order, at most {max_seconds:g} s of it); warm: "
+                       "bench/raw_read --mode io_uring --qd 32 --no-evict (the same reads from the page cache)")
+DEVICE_LABEL = "device limit (calibrate cold, raw_read warm)"
 
 
 def device_limit(path, strategy: str, cold: bool, name: str = "", params: Optional[Dict[str, int]] = None,
-                 epoch: int = 0) -> Dict[str, float]:
+                 epoch: int = 0, max_seconds: float = 5) -> Dict[str, float]:
     """The storage's own limit for reading `path`'s samples in `strategy`'s
-    order (seed 42, `epoch`), cold (pages dropped first) or warm:
-    {'samples', 'seconds', 'samples_s', 'mib_s', 'peak_rss_kib'}."""
-    cmd: List = [RAW, "--mode", "io_uring", "--qd", 32, "--strategy", strategy, "--epoch", epoch]
+    order (seed 42), cold (pages dropped first) or warm:
+    {'samples', 'seconds', 'samples_s', 'mib_s', 'reader', 'peak_rss_kib'}.
+    `epoch` applies to the warm reader (calibrate reads epoch 0's order)."""
+    flags: List = []
     for k, v in (params or {}).items():
-        cmd += [f"--{k.replace('_', '-')}", v]
+        flags += [f"--{k.replace('_', '-')}", v]
+    if cold:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out_json = pathlib.Path(tmp) / "calibration.json"
+            cmd: List = [DLFEED, "calibrate", "--patterns", strategy, "--seed", 42, "--qd", 32, "--max-mb", 0,
+                         "--max-seconds", max_seconds, "--out", out_json, *flags]
+            if name:
+                cmd += ["--fields", name]
+            _, peak = run_measured([*cmd, path])
+            cal = json.loads(out_json.read_text())
+        pat = cal["patterns"][strategy]
+        best = max(pat["readers"].values(), key=lambda r: r["mib_per_s"])
+        return {"samples": best["samples"], "seconds": best["seconds"], "samples_s": best["samples_per_s"],
+                "mib_s": best["mib_per_s"], "reader": pat["limit_reader"], "peak_rss_kib": peak}
+    cmd = [RAW, "--mode", "io_uring", "--qd", 32, "--strategy", strategy, "--epoch", epoch, "--no-evict", *flags]
     if name:
         cmd += ["--name", name]
-    if not cold:
-        cmd.append("--no-evict")
     out, peak = run_measured([*cmd, path])
     kv = dict(p.split("=", 1) for p in out.split())
     samples, secs = int(kv["samples"]), float(kv["seconds"])
     return {"samples": samples, "seconds": secs, "samples_s": samples / secs, "mib_s": float(kv["mib_s"]),
-            "peak_rss_kib": peak}
+            "reader": "io_uring QD32 (page cache)", "peak_rss_kib": peak}
 
 
 # ---------------------------------------------------------------- memory

@@ -70,7 +70,7 @@ def torch_systems(runner: str, reader: str) -> List[System]:
             for w in (0, 2, 4)]
 
 
-DEVICE = System("device", "device limit (io_uring QD32, raw reads)", "device")
+DEVICE = System("device", bl.DEVICE_LABEL, "device")
 CPP = System("dlfeed_cpp", "dlfeed, C++", "cpp")
 PY = System("dlfeed_py", "dlfeed, Python (dlfeed.Loader)", "py", "dlfeed_py")
 
@@ -121,8 +121,9 @@ def available(mod: str) -> bool:
 
 def run_system(sc: Scenario, sys_: System, path: pathlib.Path, cold: bool, a) -> Dict:
     if sys_.kind == "device":
-        d = bl.device_limit(path, sc.strategy, cold, name=sc.device_name, params=sc.params, epoch=1)
-        r, peak = {"samples": d["samples"], "seconds": d["seconds"]}, d["peak_rss_kib"]
+        d = bl.device_limit(path, sc.strategy, cold, name=sc.device_name, params=sc.params, epoch=1,
+                            max_seconds=a.device_seconds)
+        r, peak = {"samples": d["samples"], "seconds": d["seconds"], "reader": d["reader"]}, d["peak_rss_kib"]
     elif sys_.kind == "cpp":
         cmd = [COMPARE_CPP, "--batch-size", a.batch_size, "--strategy", sc.strategy,
                "--warmup-batches", a.warmup_batches, "--settle-s", a.settle_s]
@@ -157,7 +158,8 @@ def measure(a) -> Dict:
     caches = [c for c in a.caches.split(",") if c]
     results: Dict = {"machine": bl.machine(), "commit": bl.git_commit(), "quick": a.quick,
                      "rounds": a.rounds, "settle_s": a.settle_s, "warmup_batches": a.warmup_batches,
-                     "batch_size": a.batch_size, "device_source": bl.DEVICE_LIMIT_SOURCE,
+                     "batch_size": a.batch_size,
+                     "device_source": bl.DEVICE_LIMIT_SOURCE.format(max_seconds=a.device_seconds),
                      "scenarios": {}, "skipped": []}
     wanted = set(a.scenarios.split(",")) if a.scenarios else None
     for sc in SCENARIOS:
@@ -462,6 +464,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--warmup-batches", type=int, default=4)
     ap.add_argument("--settle-s", type=float, default=1.0)
+    ap.add_argument("--device-seconds", type=float, default=5,
+                    help="most seconds of each cold device measurement (dlfeed calibrate --max-seconds)")
     ap.add_argument("--caches", default=None, help="cold, warm or both (default: both; --quick: cold)")
     ap.add_argument("--workers", default="0,2,4", help="DataLoader worker counts to run")
     ap.add_argument("--scenarios", default="", help="comma-separated subset of: "

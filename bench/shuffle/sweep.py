@@ -102,8 +102,8 @@ def loader_run(path, strategy, params, cold, a) -> Dict:
     return r
 
 
-def device_run(path, strategy, params, cold) -> Dict:
-    return bl.device_limit(path, strategy, cold, name=FIELD, params=params, epoch=1)
+def device_run(path, strategy, params, cold, max_seconds) -> Dict:
+    return bl.device_limit(path, strategy, cold, name=FIELD, params=params, epoch=1, max_seconds=max_seconds)
 
 
 def sweep(a) -> Dict:
@@ -120,7 +120,7 @@ def sweep(a) -> Dict:
            "batch_size": a.batch_size,
            "path": str(path.relative_to(bl.ROOT) if path.is_relative_to(bl.ROOT) else path),
            "gen": " ".join(map(str, QUICK_GEN if a.quick else GEN)), "layout": layout,
-           "device_source": bl.DEVICE_LIMIT_SOURCE, "configs": []}
+           "device_source": bl.DEVICE_LIMIT_SOURCE.format(max_seconds=a.device_seconds), "configs": []}
     entries = []
     for label, strategy, params in configs:
         q = quality(path, strategy, params, a.batch_size, layout)
@@ -138,7 +138,7 @@ def sweep(a) -> Dict:
                 e["runs"][cache]["loader"].append(r)
                 msg = f"[{cache} round {rnd + 1}/{a.rounds}] {e['label']}: dlfeed {r['samples_s']:,.0f} samples/s"
                 if a.device:
-                    d = device_run(path, e["strategy"], e["params"], cold)
+                    d = device_run(path, e["strategy"], e["params"], cold, a.device_seconds)
                     e["runs"][cache]["device"].append(d)
                     msg += f", device {d['samples_s']:,.0f}"
                 print(msg, flush=True)
@@ -398,6 +398,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-batches", type=int, default=4)
     ap.add_argument("--settle-s", type=float, default=0.5)
     ap.add_argument("--caches", default="cold,warm")
+    ap.add_argument("--device-seconds", type=float, default=2,
+                    help="most seconds of each cold device measurement (dlfeed calibrate --max-seconds)")
     ap.add_argument("--configs", default="", help="comma-separated labels (default: all)")
     ap.add_argument("--no-device", dest="device", action="store_false", help="skip the raw_read runs")
     ap.add_argument("--no-micro", dest="micro", action="store_false", help="skip the Google Benchmark cases")
