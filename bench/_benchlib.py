@@ -292,10 +292,12 @@ def machine_line(m: Dict[str, str]) -> str:
 
 
 def git_commit() -> str:
-    """The checkout's commit, marked when tracked files differ from it."""
+    """The checkout's commit, marked when tracked files other than docs/ (which
+    the scripts themselves rewrite) differ from it."""
     try:
         head = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
-        dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]).strip()
+        dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                    ":(exclude)docs"]).strip()
         return head + (" plus uncommitted changes" if dirty else "")
     except Exception:  # noqa: BLE001 - outside a checkout
         return "unknown"
