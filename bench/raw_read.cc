@@ -8,6 +8,10 @@
 //   raw_read --mode io_uring --qd 32 --strategy global_shuffle DATA   # deep queue
 //   raw_read --mode pread DATA                                       # one thread
 //   raw_read --mode evict DATA      # only drop the files' cached pages
+//   raw_read --strategy block_shuffle --block-size 64 --window 16 DATA
+//
+// Order flags as `dlfeed order`: --strategy, --seed (42), --epoch (0),
+// --buffer-size, --block-size, --window.
 //
 // --evict (default on) drops the files' pages first (fdatasync, then
 // posix_fadvise(DONTNEED): no root needed), so the read is cold. Prints one
@@ -32,7 +36,8 @@ int fail(const std::string& msg) {
 int main(int argc, char** argv) {
   std::string mode = "io_uring", strategy = "global_shuffle", name;
   uint32_t qd = 32;
-  uint64_t seed = 42;
+  uint64_t seed = 42, epoch = 0;
+  dlfeed::OrderParams params;
   bool evict = true;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
@@ -43,6 +48,10 @@ int main(int argc, char** argv) {
       else if (s == "--qd") qd = static_cast<uint32_t>(std::stoul(value()));
       else if (s == "--strategy") strategy = value();
       else if (s == "--seed") seed = std::stoull(value());
+      else if (s == "--epoch") epoch = std::stoull(value());
+      else if (s == "--buffer-size") params.buffer_size = std::stoull(value());
+      else if (s == "--block-size") params.block_size = std::stoull(value());
+      else if (s == "--window") params.window = std::stoull(value());
       else if (s == "--name") name = value();
       else if (s == "--no-evict") evict = false;
       else if (s.rfind("--", 0) == 0) return fail("unknown flag " + s);
@@ -69,6 +78,8 @@ int main(int argc, char** argv) {
   dlfeed::OrderSpec spec;
   spec.strategy = strategy;
   spec.seed = seed;
+  spec.epoch = epoch;
+  spec.params = params;
   auto ids = dlfeed::rank_order(dlfeed::FileLayout::of(*index), spec);
   if (!ids.ok()) return fail(std::string(ids.status().message()));
   dlfeed::RawReadOptions o;
