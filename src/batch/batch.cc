@@ -61,10 +61,12 @@ ByteBuffer BufferPool::take(size_t size) {
     // than twice as big: the loader's memory budget counts the bytes asked
     // for, so handing out a much larger buffer would hide resident memory
     // from it (a 4 MiB buffer serving a 1 KiB request).
+    // Among equals the most recently given back: its bytes are the likeliest
+    // to be in the CPU's caches still, so the reads into it miss less.
     auto best = state_->free.end();
     for (auto it = state_->free.begin(); it != state_->free.end(); ++it) {
       if (it->capacity() >= size && it->capacity() / 2 <= size &&
-          (best == state_->free.end() || it->capacity() < best->capacity())) {
+          (best == state_->free.end() || it->capacity() <= best->capacity())) {
         best = it;
       }
     }
@@ -109,7 +111,9 @@ void BufferPool::trim_to(uint64_t max_bytes) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto& f = state_->free;
-    std::sort(f.begin(), f.end(), [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+    if (state_->cached <= max_bytes) return;
+    // Stable: equal buffers keep the order they were given back in (take() prefers the latest).
+    std::stable_sort(f.begin(), f.end(), [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
     while (state_->cached > max_bytes && !f.empty()) {
       state_->cached -= f.back().capacity();
       drop.push_back(std::move(f.back()));
