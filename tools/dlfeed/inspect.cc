@@ -10,27 +10,13 @@
 #include "common_format.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
+#include "json.h"
 
 ABSL_FLAG(bool, json, false, "Print JSON: files, sources and every sample's shape, dtype and extents");
 ABSL_FLAG(int64_t, dump_sample, -1, "Write the decoded bytes of this sample (global id) to --out");
 
 namespace dlfeed::cli {
 namespace {
-
-std::string json_escape(absl::string_view s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) o += absl::StrFormat("\\u%04x", c);
-        else o.push_back(c);
-    }
-  }
-  return o;
-}
 
 std::string json_shape(const Shape& s) {
   std::string o = "[";
@@ -42,7 +28,7 @@ void print_json(const SampleIndex& index, int64_t limit) {
   std::string o = "{\n  \"num_files\": " + std::to_string(index.num_files()) +
                   ",\n  \"num_samples\": " + std::to_string(index.size()) + ",\n  \"files\": [";
   for (size_t i = 0; i < index.files.size(); ++i) {
-    absl::StrAppend(&o, i ? ", " : "", "\"", json_escape(index.files[i]), "\"");
+    absl::StrAppend(&o, i ? ", " : "", json_quote(index.files[i]));
   }
   o += "],\n  \"file_begin\": [";
   for (size_t i = 0; i < index.file_begin.size(); ++i) absl::StrAppend(&o, i ? ", " : "", index.file_begin[i]);
@@ -53,9 +39,9 @@ void print_json(const SampleIndex& index, int64_t limit) {
     if (source_file[r.source] < 0) source_file[r.source] = r.file;
   }
   for (size_t i = 0; i < index.sources.size(); ++i) {
-    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", source_file[i], ", \"layout\": \"",
-                    json_escape(index.sources[i]->layout()), "\", \"describe\": \"",
-                    json_escape(index.sources[i]->describe()), "\"}");
+    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", source_file[i], ", \"layout\": ",
+                    json_quote(index.sources[i]->layout()), ", \"describe\": ",
+                    json_quote(index.sources[i]->describe()), "}");
   }
   o += "\n  ],\n  \"samples\": [";
   const uint64_t n = limit < 0 ? index.size() : std::min<uint64_t>(index.size(), limit);
