@@ -868,7 +868,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     impl->file_ids.push_back(std::move(ids));
   }
   cnt.set_file_names(std::move(file_names));
-  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
+  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
+                          options.io_factory ? options.io_factory(impl->files, options.io)
+                                             : make_io_backend(impl->files, options.io));
+  if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
+  if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
   impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get());
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
