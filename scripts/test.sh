@@ -2,8 +2,10 @@
 # Sets up (scripts/setup.sh), then runs every test: ctest (C++), pytest
 # (interop with numpy, h5py, TensorFlow, and the command line), the C++ suite
 # again under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded
-# parts (loader, I/O backends, order, counters) under ThreadSanitizer.
-# DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds.
+# parts (loader, I/O backends, order, counters) under ThreadSanitizer, then
+# fuzzes every parser for a bounded time (scripts/fuzz.sh; docs/reliability.md).
+# DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds, DLFEED_SKIP_FUZZ=1
+# the fuzzing; DLFEED_FUZZ_SECONDS (default 30) is the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -35,4 +37,9 @@ if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
     scripts/setup.sh
   TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -E "find_package_consumer|_NOT_BUILT"
+fi
+
+if [ "${DLFEED_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz (build-fuzz/, clang + libFuzzer, ${DLFEED_FUZZ_SECONDS:-30} s per target)"
+  scripts/fuzz.sh
 fi
