@@ -171,7 +171,7 @@ int count_dlfeed_threads() {
       std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
       std::string name;
       std::getline(comm, name);
-      n += name.rfind("dlfeed", 0) == 0;
+      n += name.rfind("dlfeed-", 0) == 0;  // dlfeed-io, dlfeed-pipeline, dlfeed-pread
     }
     closedir(dir);
   }

@@ -89,7 +89,7 @@ class Watchdog {
   std::thread thread_;
 };
 
-/// Threads of this process named "dlfeed..." (oneTBB's pool is not ours).
+/// Threads of this process named "dlfeed-..." (oneTBB's pool is not ours).
 int count_dlfeed_threads();
 /// count_dlfeed_threads(), after giving joined threads up to ~1 s to leave /proc.
 int settled_dlfeed_threads();
