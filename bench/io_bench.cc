@@ -5,7 +5,10 @@
 //
 //   io_bench --benchmark_filter='RandomRead/.*'
 // Arguments: backend (0 sync, 1 thread_pool, 2 io_uring), block bytes,
-// depth (ring entries / threads / reads in flight), direct (0/1).
+// depth (ring entries / threads / reads in flight), direct (0/1), files
+// (io_uring: 1 registers the file with the ring, 0 passes its fd).
+//
+//   io_bench --benchmark_filter='RandomRead/backend:2/block:4096/depth:64/direct:0' --benchmark_repetitions=5
 
 #include <unistd.h>
 
@@ -54,11 +57,12 @@ void BM_RandomRead(benchmark::State& state) {
   const uint64_t block = static_cast<uint64_t>(state.range(1));
   const auto depth = static_cast<uint32_t>(state.range(2));
   const bool direct = state.range(3) != 0;
+  const bool registered = state.range(4) != 0;
 
   auto table = std::make_shared<dlfeed::FileTable>(dlfeed::FileTableOptions{.direct = direct});
   uint32_t file = table->add(bench_file());
   auto io = dlfeed::make_io_backend(
-      table, {.kind = kind, .queue_depth = depth, .threads = depth, .direct = direct});
+      table, {.kind = kind, .queue_depth = depth, .register_files = registered, .threads = depth, .direct = direct});
   if (!io.ok()) {
     state.SkipWithError(std::string(io.status().message()).c_str());
     return;
@@ -109,12 +113,14 @@ void BM_RandomRead(benchmark::State& state) {
 }
 
 BENCHMARK(BM_RandomRead)
-    ->ArgNames({"backend", "block", "depth", "direct"})
-    ->ArgsProduct({{0, 1, 2}, {4096, 65536}, {1, 16, 64}, {0}})
-    ->Args({0, 4096, 1, 1})
-    ->Args({1, 4096, 16, 1})
-    ->Args({2, 4096, 64, 1})
-    ->Args({2, 65536, 64, 1})
+    ->ArgNames({"backend", "block", "depth", "direct", "files"})
+    ->ArgsProduct({{0, 1, 2}, {4096, 65536}, {1, 16, 64}, {0}, {1}})
+    ->Args({2, 4096, 64, 0, 0})
+    ->Args({2, 4096, 1, 0, 0})
+    ->Args({0, 4096, 1, 1, 1})
+    ->Args({1, 4096, 16, 1, 1})
+    ->Args({2, 4096, 64, 1, 1})
+    ->Args({2, 65536, 64, 1, 1})
     ->UseRealTime();
 
 }  // namespace

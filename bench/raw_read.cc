@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
     dlfeed::IoOptions io;
     io.kind = dlfeed::IoKind::kIoUring;
     io.queue_depth = a.qd;
+    io.max_bytes_in_flight = 0;  // exactly qd reads in the kernel, whatever their size
     auto backend = dlfeed::make_io_backend(files, io);
     if (!backend.ok()) return fail(std::string(backend.status().message()));
     // One buffer per queue slot; keep the queue full.

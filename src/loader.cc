@@ -145,6 +145,7 @@ struct Work {
   };
   std::vector<uint8_t> known;                    // per field
   std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
+  std::vector<uint64_t> unknown_bytes;             // per other field: the bytes read for it (a size hint)
   std::vector<uint8_t> direct;                   // per (sample, field)
   std::vector<DirectRead> direct_reads;
   std::vector<ByteBuffer> out;                   // per field (known ones allocated)
@@ -196,8 +197,10 @@ struct Work {
 // completions, so the ring is long-lived and submission is batched.
 class IoEngine {
  public:
-  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters)
-      : backend_(std::move(backend)), counters_(counters) {
+  // Reads longer than `max_piece` are issued as pieces of that size (in file
+  // order), so the backend can keep several in flight (0: never split).
+  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters, uint64_t max_piece)
+      : backend_(std::move(backend)), counters_(counters), max_piece_(max_piece) {
     thread_ = std::thread([this] { loop(); });
     detail::name_thread(thread_, "dlfeed-io");
   }
@@ -234,12 +237,25 @@ class IoEngine {
   }
 
  private:
-  // user_data: the Work pointer, with the request's index in the top 16 bits
+  // user_data: the Work pointer, with the read's index in the top 16 bits
   // (x86-64 and AArch64 user pointers fit in 48 bits) so a completion names
-  // its read for the counters; index 0xFFFF means "not recorded".
+  // its read for the trace (planned reads, then direct reads); 0xFFFF: not traced.
   static constexpr unsigned kIndexShift = 48;
   static constexpr uint64_t kPtrMask = (uint64_t{1} << kIndexShift) - 1;
   static Work* work_of(uint64_t user_data) { return reinterpret_cast<Work*>(user_data & kPtrMask); }
+
+  // One read as requests of at most max_piece_ bytes; the first carries
+  // `user_data` (it stands for the read in the counters' trace), the rest `rest`.
+  void add_pieces(std::vector<ReadRequest>& reqs, uint32_t file, uint64_t offset, uint64_t length, std::byte* dest,
+                  uint64_t user_data, uint64_t rest) const {
+    const uint64_t piece = max_piece_ ? max_piece_ : length;
+    uint64_t at = 0;
+    do {
+      const uint64_t n = std::min(piece, length - at);
+      reqs.push_back({file, offset + at, n, dest + at, at == 0 ? user_data : rest});
+      at += n;
+    } while (at < length);
+  }
 
   void loop() {
     name_thread_once(*counters_, "dlfeed io engine");
@@ -272,14 +288,16 @@ class IoEngine {
         }
         reqs.clear();
         uint64_t k = 0;
+        const uint64_t untagged = reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift);
         for (const prefetch::PlannedRead& r : w->plan.reads) {
           const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
-          reqs.push_back({r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
-                          reinterpret_cast<uint64_t>(w.get()) | tag});
+          add_pieces(reqs, r.file, r.offset, r.length, w->raw.data() + r.buffer_offset,
+                     reinterpret_cast<uint64_t>(w.get()) | tag, untagged);
         }
         for (const Work::DirectRead& d : w->direct_reads) {
-          reqs.push_back({d.file, d.offset, d.length, w->out[d.field].data() + d.dest,
-                          reinterpret_cast<uint64_t>(w.get()) | (uint64_t{0xFFFF} << kIndexShift)});
+          const uint64_t tag = std::min<uint64_t>(k++, 0xFFFF) << kIndexShift;
+          add_pieces(reqs, d.file, d.offset, d.length, w->out[d.field].data() + d.dest,
+                     reinterpret_cast<uint64_t>(w.get()) | tag, untagged);
         }
         {
           std::lock_guard<std::mutex> lock(w->mu);
@@ -313,10 +331,16 @@ class IoEngine {
               counters_->add(CId::kReadErrors, 1);
             }
             const uint64_t k = c.user_data >> kIndexShift;
-            if (tracing && k < 0xFFFF && k < w->plan.reads.size() &&
+            const size_t planned = w->plan.reads.size();
+            if (tracing && k < 0xFFFF && k < planned + w->direct_reads.size() &&
                 sampled++ % counters_->io_sample_every() == 0) {
-              const prefetch::PlannedRead& r = w->plan.reads[k];
-              counters_->trace("read", "io", w->submit_ns, lat, r.file, r.offset, r.length);
+              if (k < planned) {
+                const prefetch::PlannedRead& r = w->plan.reads[k];
+                counters_->trace("read", "io", w->submit_ns, lat, r.file, r.offset, r.length);
+              } else {
+                const Work::DirectRead& d = w->direct_reads[k - planned];
+                counters_->trace("read", "io", w->submit_ns, lat, d.file, d.offset, d.length);
+              }
             }
           });
           w->finish_read(c.status);
@@ -338,6 +362,7 @@ class IoEngine {
   };
   std::unique_ptr<IoBackend> backend_;
   Counters* counters_;  // outlives the engine (Loader::Impl)
+  uint64_t max_piece_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Work>> pending_;
@@ -392,6 +417,10 @@ struct Loader::Impl {
   // Pending restore().
   std::optional<std::pair<uint64_t, std::string>> resume;  // epoch, order state
 
+  // plan_batch's scratch (the planner is one thread).
+  std::vector<uint8_t> direct_scratch_;
+  std::vector<std::pair<uint64_t, uint64_t>> small_scratch_;
+
   // Totals.
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0}, extents{0}, planned_reads{0};
 
@@ -441,6 +470,7 @@ struct Loader::Impl {
     w->piece_begin.resize(n * F + 1);
     w->known.assign(F, 1);
     w->out_offsets.assign(F, {});
+    w->unknown_bytes.assign(F, 0);
     w->direct.assign(n * F, 0);
     w->out.resize(F);
     uint64_t out_bytes = 0;
@@ -454,24 +484,68 @@ struct Loader::Impl {
       off[0] = 0;
       for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + indices[f].samples[w->ids[i]].nbytes();
     }
+    // Raw samples (one extent, decode is the identity) can be read straight
+    // into the batch buffer, skipping the read buffer, decode and a copy.
+    // Large ones always are; small ones only when no other extent of the
+    // batch lies within max_gap of them in their file (coalescing would read
+    // them together, which saves more than a copy), or coalescing is off.
+    std::vector<uint8_t>& raw_ok = direct_scratch_;
+    raw_ok.assign(n * F, 0);
+    std::vector<std::pair<uint64_t, uint64_t>>& small = small_scratch_;  // (file << 32 | slot, offset)
+    small.clear();
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t f = 0; f < F; ++f) {
+        const SampleRef& ref = indices[f].samples[w->ids[i]];
+        if (!w->known[f] || ref.extents.size() != 1 || !indices[f].sources[ref.source]->is_identity(ref)) continue;
+        raw_ok[i * F + f] = 1;
+      }
+    }
+    if (options.coalesce.enabled) {
+      // Every extent of the batch, sorted per file: a small raw sample with a
+      // neighbour within max_gap stays with the planner.
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t f = 0; f < F; ++f) {
+          const SampleRef& ref = indices[f].samples[w->ids[i]];
+          const uint64_t key = (uint64_t{file_ids[f][ref.file]} << 32) | (i * F + f);
+          for (const Extent& e : ref.extents) small.push_back({key, e.offset});
+        }
+      }
+      std::sort(small.begin(), small.end(), [](const auto& a, const auto& b) {
+        return (a.first >> 32) != (b.first >> 32) ? a.first < b.first : a.second < b.second;
+      });
+      auto end_of = [&](size_t k) {
+        const uint64_t slot = small[k].first & 0xFFFFFFFFu;
+        const SampleRef& ref = indices[slot % F].samples[w->ids[slot / F]];
+        for (const Extent& e : ref.extents) {
+          if (e.offset == small[k].second) return e.offset + e.length;
+        }
+        return small[k].second;
+      };
+      for (size_t k = 0; k + 1 < small.size(); ++k) {
+        if ((small[k].first >> 32) != (small[k + 1].first >> 32)) continue;
+        if (small[k + 1].second > end_of(k) + options.coalesce.max_gap) continue;
+        // Neighbours: neither goes direct unless it is large.
+        for (size_t j : {k, k + 1}) {
+          const uint64_t slot = small[j].first & 0xFFFFFFFFu;
+          const SampleRef& ref = indices[slot % F].samples[w->ids[slot / F]];
+          if (ref.extents[0].length < kDirectMinBytes) raw_ok[slot] = 0;
+        }
+      }
+    }
     for (size_t i = 0; i < n; ++i) {
       for (size_t f = 0; f < F; ++f) {
         w->piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
         const SampleRef& ref = indices[f].samples[w->ids[i]];
         const uint32_t file = file_ids[f][ref.file];
-        // Large raw samples skip the read buffer and the copy; small ones go
-        // through the planner, whose gap coalescing saves more than a copy.
-        if (w->known[f] && ref.extents.size() == 1 && ref.extents[0].length >= kDirectMinBytes &&
-            indices[f].sources[ref.source]->is_identity(ref)) {
+        if (raw_ok[i * F + f]) {
           w->direct[i * F + f] = 1;
           const Extent& e = ref.extents[0];
           const uint64_t dest = w->out_offsets[f][i];
           auto& dr = w->direct_reads;
           // Neighbours in the file that are neighbours in the batch (sequential
-          // orders) become one read, within the coalescing limits.
+          // orders) become one run (the engine issues it in max_read pieces).
           if (options.coalesce.enabled && !dr.empty() && dr.back().field == f && dr.back().file == file &&
-              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest &&
-              dr.back().length + e.length <= options.coalesce.max_read) {
+              dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest) {
             dr.back().length += e.length;
           } else {
             dr.push_back({file, e.offset, e.length, static_cast<uint32_t>(f), dest});
@@ -480,12 +554,10 @@ struct Loader::Impl {
           continue;
         }
         for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
-        if (!w->known[f]) out_bytes += ref.read_bytes();
+        if (!w->known[f]) w->unknown_bytes[f] += ref.read_bytes();
       }
     }
-    for (size_t f = 0; f < F; ++f) {
-      if (w->known[f]) out_bytes += w->out_offsets[f][n];
-    }
+    for (size_t f = 0; f < F; ++f) out_bytes += w->known[f] ? w->out_offsets[f][n] : w->unknown_bytes[f];
     w->piece_begin[n * F] = static_cast<uint32_t>(ext.size());
     w->plan = prefetch::plan_reads(ext, options.coalesce);
     extents += ext.size() + direct_extents;
@@ -704,7 +776,10 @@ struct Loader::Impl {
         counters::CurrentScope timed(counters.get());
         ByteBuffer tmp;
         std::vector<std::byte> scratch;
-        store = pool->take(0);
+        // Decoded sizes are close to the bytes read (TFRecord features): a
+        // buffer of that capacity usually takes every sample without growing.
+        store = pool->take(w.unknown_bytes[f]);
+        store.clear();
         out.offsets[0] = 0;
         for (size_t i = 0; i < n; ++i) {
           const SampleRef& ref = idx.samples[w.ids[i]];
@@ -873,7 +948,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                              : make_io_backend(impl->files, options.io));
   if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
   if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
-  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get());
+  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get(),
+                                            options.coalesce.enabled ? options.coalesce.max_read : 0);
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
   impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too

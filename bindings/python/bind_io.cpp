@@ -1,4 +1,4 @@
-// I/O: IoOptions (backend kind, queue depth, threads, O_DIRECT).
+// I/O: IoOptions (backend kind, queue depth, bytes in flight, threads, O_DIRECT).
 #include "common.h"
 #include "dlfeed/io/io_backend.h"
 
@@ -12,6 +12,7 @@ void bind_io(py::module_& m) {
           [](IoOptions& o, const std::string& s) { o.kind = unwrap(parse_io_kind(s)); },
           "auto, io_uring, thread_pool or sync")
       .def_readwrite("queue_depth", &IoOptions::queue_depth)
+      .def_readwrite("max_bytes_in_flight", &IoOptions::max_bytes_in_flight)
       .def_readwrite("threads", &IoOptions::threads)
       .def_readwrite("direct", &IoOptions::direct);
 

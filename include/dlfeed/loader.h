@@ -65,10 +65,12 @@ struct LoaderOptions {
   IoBackendFactory io_factory;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
-  /// How far to read ahead of the consumer: "off", "depth:N" (batches) or
-  /// "budget:BYTES" (see prefetch/policy.h). Batches the consumer holds do
-  /// not count against depth:N.
-  std::string prefetch = "depth:8";
+  /// How far to read ahead of the consumer: "off", "depth:N" (batches),
+  /// "budget:BYTES", or both ("depth:8,budget:256M"; see prefetch/policy.h).
+  /// Batches the consumer holds do not count against depth:N. The default
+  /// keeps 8 small batches ahead but only 256 MiB of large ones: read-ahead
+  /// beyond that buys no throughput and every batch ahead is a fresh buffer.
+  std::string prefetch = "depth:8,budget:256M";
   prefetch::CoalesceOptions coalesce;
   /// posix_fadvise(WILLNEED) each batch's reads when it is planned.
   bool fadvise_willneed = false;

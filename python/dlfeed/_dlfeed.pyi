@@ -38,6 +38,7 @@ class OrderSpec:
 class IoOptions:
     kind: str
     queue_depth: int
+    max_bytes_in_flight: int
     threads: int
     direct: bool
     def __init__(self) -> None: ...

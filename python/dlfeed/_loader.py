@@ -77,6 +77,7 @@ class Loader:
         # I/O (IoOptions) and the pipeline
         io: Optional[str] = None,
         queue_depth: Optional[int] = None,
+        max_bytes_in_flight: Optional[int] = None,
         io_threads: Optional[int] = None,
         direct: Optional[bool] = None,
         max_open_files: Optional[int] = None,
@@ -140,6 +141,7 @@ class Loader:
 
         _set(o.io, "kind", io)
         _set(o.io, "queue_depth", queue_depth)
+        _set(o.io, "max_bytes_in_flight", max_bytes_in_flight)
         _set(o.io, "threads", io_threads)
         _set(o.io, "direct", direct)
         _set(o.coalesce, "max_gap", max_gap)

@@ -54,12 +54,19 @@ struct BufferPool::State {
 std::shared_ptr<BufferPool::State> BufferPool::make_state() { return std::make_shared<State>(); }
 
 ByteBuffer BufferPool::take(size_t size) {
+  if (size == 0) return ByteBuffer();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    // Best fit: the smallest cached buffer that is big enough.
+    // Best fit: the smallest cached buffer that is big enough, and not more
+    // than twice as big: the loader's memory budget counts the bytes asked
+    // for, so handing out a much larger buffer would hide resident memory
+    // from it (a 4 MiB buffer serving a 1 KiB request).
     auto best = state_->free.end();
     for (auto it = state_->free.begin(); it != state_->free.end(); ++it) {
-      if (it->capacity() >= size && (best == state_->free.end() || it->capacity() < best->capacity())) best = it;
+      if (it->capacity() >= size && it->capacity() / 2 <= size &&
+          (best == state_->free.end() || it->capacity() < best->capacity())) {
+        best = it;
+      }
     }
     if (best != state_->free.end()) {
       ByteBuffer b = std::move(*best);

@@ -84,6 +84,7 @@ IoStats StatsCounters::snapshot() const {
   s.eintr = ld(eintr);
   s.retries = s.short_reads + s.eagain + s.eintr;
   s.submit_calls = ld(submit_calls);
+  s.peak_bytes_in_kernel = ld(peak_bytes_in_kernel);
   return s;
 }
 

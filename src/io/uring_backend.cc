@@ -2,14 +2,18 @@
 // submit()/reap(). Requests wait in `pending_` until the ring has room (at
 // most queue_depth reads are in the kernel, so the completion queue, twice
 // that size, never overflows); a batch is handed over with one
-// io_uring_submit. Completions are turned into done / again / failed by the
+// io_uring_submit. Reads also wait while `max_bytes_in_flight` bytes are in
+// the kernel, so large reads go in file order a few at a time. Completions are turned into done / again / failed by the
 // shared ReadOp step, so a short read goes back to the front of `pending_`
 // for its remainder.
 //
 // Files are pinned when a read is put in the ring (not at submit), with
 // FileTable::try_pin, so a ring with many requests for many files keeps no
 // more descriptors open than the table's cap: when the cap is reached the
-// next request waits for one of ours to complete.
+// next request waits for one of ours to complete. A small dataset's files are
+// instead registered with the ring on first use (IoOptions::register_files)
+// and held open by one pin each until the backend goes.
+
 
 #include <liburing.h>
 #include <unistd.h>
@@ -30,13 +34,16 @@ namespace dlfeed::detail {
 namespace {
 
 constexpr uint32_t kMaxQueueDepth = 4096;
+// Most files registered with a ring (IoOptions::register_files).
+constexpr size_t kMaxRegisteredFiles = 1024;
 
 std::string errno_text(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
 
 class UringBackend final : public IoBackend {
  public:
   UringBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t depth)
-      : files_(std::move(files)), direct_(options.direct), depth_(depth) {}
+      : files_(std::move(files)), direct_(options.direct), depth_(depth),
+        max_bytes_(options.max_bytes_in_flight), want_registered_(options.register_files) {}
 
   absl::Status init() {
     int ret = io_uring_queue_init(depth_, &ring_, 0);
@@ -46,6 +53,12 @@ class UringBackend final : public IoBackend {
     }
     ring_ok_ = true;
     if (direct_) register_bounce_buffers();
+    const size_t n = files_->size();
+    if (want_registered_ && n > 0 && n <= kMaxRegisteredFiles && n <= files_->max_open() / 2 &&
+        io_uring_register_files_sparse(&ring_, static_cast<unsigned>(n)) == 0) {
+      registered_.assign(n, false);
+      registered_pins_.resize(n);
+    }
     return absl::OkStatus();
   }
 
@@ -126,7 +139,9 @@ class UringBackend final : public IoBackend {
 
   size_t in_flight() const override { return in_flight_; }
   std::string name() const override {
-    return direct_ ? (fixed_.empty() ? "io_uring+direct" : "io_uring+direct+fixed") : "io_uring";
+    std::string s = direct_ ? (fixed_.empty() ? "io_uring+direct" : "io_uring+direct+fixed") : "io_uring";
+    if (!registered_.empty()) s += "+files";
+    return s;
   }
   IoStats stats() const override { return stats_.snapshot(); }
 
@@ -146,6 +161,21 @@ class UringBackend final : public IoBackend {
     if (io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size())) < 0) return;
     fixed_ = std::move(bufs);
     for (uint32_t i = 0; i < depth_; ++i) free_fixed_.push_back(static_cast<int>(depth_ - 1 - i));
+  }
+
+  // The file's index in the ring's file table, registering it on first use;
+  // -1 when it is not (to be) registered: the read then pins an fd as usual,
+  // which also reports an open failure.
+  int registered_file(uint32_t id) {
+    if (id >= registered_.size()) return -1;
+    if (registered_[id]) return static_cast<int>(id);
+    auto pin = in_ring_ > 0 ? files_->try_pin(id) : files_->pin(id);
+    if (!pin.ok() || !*pin) return -1;
+    int fd = pin->fd();
+    if (io_uring_register_files_update(&ring_, id, &fd, 1) != 1) return -1;
+    registered_[id] = true;
+    registered_pins_[id] = *std::move(pin);
+    return static_cast<int>(id);
   }
 
   uint32_t alloc_slot() {
@@ -174,22 +204,26 @@ class UringBackend final : public IoBackend {
     while (!pending_.empty() && in_ring_ < depth_) {
       uint32_t slot = pending_.front();
       ReadOp& op = *ops_[slot];
-      if (!op.pin) {
+      if (!op.prepared) {
         if (op.req.length == 0) {
           pending_.pop_front();
           complete(slot, op.finish(nullptr, stats_));
           continue;
         }
-        // With reads of ours in the ring we can wait for their fds; with
-        // none, go over the cap rather than stall.
-        auto pin = in_ring_ > 0 ? files_->try_pin(op.req.file) : files_->pin(op.req.file);
-        if (!pin.ok()) {
-          pending_.pop_front();
-          complete(slot, failed_completion(op.req, std::move(pin).status(), stats_));
-          continue;
+        op.fixed_file = registered_file(op.req.file);
+        if (op.fixed_file < 0) {
+          // With reads of ours in the ring we can wait for their fds; with
+          // none, go over the cap rather than stall.
+          auto pin = in_ring_ > 0 ? files_->try_pin(op.req.file) : files_->pin(op.req.file);
+          if (!pin.ok()) {
+            pending_.pop_front();
+            complete(slot, failed_completion(op.req, std::move(pin).status(), stats_));
+            continue;
+          }
+          if (!*pin) break;  // fd cap reached: wait for a completion
+          op.pin = *std::move(pin);
         }
-        if (!*pin) break;  // fd cap reached: wait for a completion
-        op.pin = *std::move(pin);
+        op.prepared = true;
         if (!free_fixed_.empty()) {
           const int f = free_fixed_.back();
           if (op.prepare(direct_, &pool_, fixed_[f].data(), kFixedBytes)) {
@@ -200,18 +234,25 @@ class UringBackend final : public IoBackend {
           op.prepare(direct_, &pool_);
         }
       }
+      const uint64_t len = op.next_length();
+      if (max_bytes_ > 0 && in_ring_ > 0 && bytes_in_ring_ + len > max_bytes_) break;  // in order: wait
       struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
         flush();
         sqe = io_uring_get_sqe(&ring_);
         if (sqe == nullptr) break;
       }
+      const int fd = op.fixed_file >= 0 ? op.fixed_file : op.pin.fd();
       if (op.fixed >= 0) {
-        io_uring_prep_read_fixed(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
-                                 op.next_offset(), op.fixed);
+        io_uring_prep_read_fixed(sqe, fd, op.next_dest(), static_cast<unsigned>(len), op.next_offset(), op.fixed);
       } else {
-        io_uring_prep_read(sqe, op.pin.fd(), op.next_dest(), static_cast<unsigned>(op.next_length()),
-                           op.next_offset());
+        io_uring_prep_read(sqe, fd, op.next_dest(), static_cast<unsigned>(len), op.next_offset());
+      }
+      if (op.fixed_file >= 0) sqe->flags |= IOSQE_FIXED_FILE;
+      op.in_kernel = len;
+      bytes_in_ring_ += len;
+      if (bytes_in_ring_ > stats_.peak_bytes_in_kernel.load(std::memory_order_relaxed)) {
+        stats_.peak_bytes_in_kernel.store(bytes_in_ring_, std::memory_order_relaxed);  // one writer: this thread
       }
       io_uring_sqe_set_data64(sqe, slot);
       pending_.pop_front();
@@ -243,6 +284,8 @@ class UringBackend final : public IoBackend {
       auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
       --in_ring_;
       ReadOp& op = *ops_[slot];
+      bytes_in_ring_ -= op.in_kernel;
+      op.in_kernel = 0;
       switch (op.on_result(cqe->res, *files_, stats_)) {
         case ReadOp::Step::kAgain:
           pending_.push_front(slot);  // the remainder, ahead of new work
@@ -259,6 +302,11 @@ class UringBackend final : public IoBackend {
   std::shared_ptr<FileTable> files_;
   bool direct_;
   uint32_t depth_;
+  uint64_t max_bytes_;          // bytes in the kernel at once (0: no limit)
+  uint64_t bytes_in_ring_ = 0;  // ... now
+  bool want_registered_;
+  std::vector<bool> registered_;                    // file id -> in the ring's file table (empty: not used)
+  std::vector<FileTable::Pin> registered_pins_;     // ... held open until the backend goes
   struct io_uring ring_ {};
   bool ring_ok_ = false;
 

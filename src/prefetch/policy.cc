@@ -2,6 +2,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "dlfeed/error.h"
 
 namespace dlfeed::prefetch {
 namespace {
@@ -34,17 +36,27 @@ class ByteBudgetPolicy : public PrefetchPolicy {
   uint64_t budget_;
 };
 
-}  // namespace
+// Several limits at once: a batch starts when every one of them admits it.
+class AllOfPolicy : public PrefetchPolicy {
+ public:
+  explicit AllOfPolicy(std::vector<std::unique_ptr<PrefetchPolicy>> parts) : parts_(std::move(parts)) {}
+  std::string name() const override {
+    std::string s;
+    for (const auto& p : parts_) absl::StrAppend(&s, s.empty() ? "" : ",", p->name());
+    return s;
+  }
+  bool admit(const InFlight& now, uint64_t next_bytes) const override {
+    for (const auto& p : parts_) {
+      if (!p->admit(now, next_bytes)) return false;
+    }
+    return true;
+  }
 
-std::unique_ptr<PrefetchPolicy> make_off_policy() { return std::make_unique<OffPolicy>(); }
-std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth) {
-  return std::make_unique<FixedDepthPolicy>(depth);
-}
-std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes) {
-  return std::make_unique<ByteBudgetPolicy>(budget_bytes);
-}
+ private:
+  std::vector<std::unique_ptr<PrefetchPolicy>> parts_;
+};
 
-absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& spec) {
+absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_one(const std::string& spec) {
   if (spec == "off") return make_off_policy();
   const size_t colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
@@ -62,8 +74,37 @@ absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& 
     if (kind == "depth" && mult == 1 && n >= 1 && n <= 1'000'000) return make_fixed_depth_policy(static_cast<uint32_t>(n));
     if (kind == "budget" && n >= 1) return make_byte_budget_policy(n * mult);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("bad prefetch policy '", spec, "': expected off, depth:N (batches) or budget:BYTES (e.g. budget:512M)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad prefetch policy '", spec,
+      "': expected off, depth:N (batches), budget:BYTES (e.g. budget:512M), or limits joined by commas "
+      "(depth:8,budget:256M)"));
+}
+
+}  // namespace
+
+std::unique_ptr<PrefetchPolicy> make_off_policy() { return std::make_unique<OffPolicy>(); }
+std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth) {
+  return std::make_unique<FixedDepthPolicy>(depth);
+}
+std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes) {
+  return std::make_unique<ByteBudgetPolicy>(budget_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& spec) {
+  if (spec.find(',') == std::string::npos) return parse_one(spec);
+  std::vector<std::unique_ptr<PrefetchPolicy>> parts;
+  for (absl::string_view part : absl::StrSplit(spec, ',')) {
+    if (part == "off") {
+      return absl::InvalidArgumentError(absl::StrCat("bad prefetch policy '", spec, "': off stands alone"));
+    }
+    DLFEED_ASSIGN_OR_RETURN(auto p, parse_one(std::string(part)));
+    parts.push_back(std::move(p));
+  }
+  return make_all_of_policy(std::move(parts));
+}
+
+std::unique_ptr<PrefetchPolicy> make_all_of_policy(std::vector<std::unique_ptr<PrefetchPolicy>> parts) {
+  return std::make_unique<AllOfPolicy>(std::move(parts));
 }
 
 }  // namespace dlfeed::prefetch

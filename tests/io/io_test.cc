@@ -216,6 +216,67 @@ TEST_P(IoTest, ManyInFlight) {
   }
 }
 
+// Large reads: at most max_bytes_in_flight of them in the kernel at once
+// (always at least one), and every byte still lands where it should.
+TEST_P(IoTest, BytesInFlightAreCapped) {
+  if (GetParam().kind != IoKind::kIoUring) GTEST_SKIP() << "the cap is io_uring's";
+  auto table = std::make_shared<FileTable>();
+  const uint64_t size = 4 << 20;
+  table->add(write_file(dir_, 0, size));
+  const uint64_t len = 64 << 10;
+  std::vector<std::byte> buf(size);
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < size / len; ++i) reqs.push_back({0, i * len, len, buf.data() + i * len, i});
+  for (uint64_t cap : {uint64_t{100} << 10, uint64_t{1}, uint64_t{0}}) {
+    IoOptions opts{.queue_depth = 64, .max_bytes_in_flight = cap};
+    auto io = make(table, opts);
+    ASSERT_TRUE(io);
+    ASSERT_TRUE(io->submit(reqs).ok());
+    auto done = reap_all(*io);
+    ASSERT_EQ(done.size(), reqs.size());
+    for (const auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
+    ASSERT_TRUE(matches(0, 0, buf.data(), size));
+    const uint64_t peak = io->stats().peak_bytes_in_kernel;
+    if (cap == 0) {
+      EXPECT_GT(peak, len) << "no cap: many reads in the ring at once";
+    } else {
+      EXPECT_EQ(peak, std::max(cap / len, uint64_t{1}) * len) << "cap " << cap;
+    }
+  }
+}
+
+// A few files are registered with the ring (reads by index, IOSQE_FIXED_FILE)
+// and stay open; many files, or register_files = false, keep the fd cache.
+TEST_P(IoTest, SmallDatasetsUseRegisteredFiles) {
+  if (GetParam().kind != IoKind::kIoUring) GTEST_SKIP() << "registered files are io_uring's";
+  for (bool want : {true, false}) {
+    auto table = std::make_shared<FileTable>(FileTableOptions{.max_open = 8});
+    for (uint32_t f = 0; f < 4; ++f) table->add(write_file(dir_, f, 10000));
+    std::vector<std::byte> buf(4 * 5000);
+    std::vector<ReadRequest> reqs;
+    for (uint32_t f = 0; f < 4; ++f) reqs.push_back({f, 1000 + f, 5000, buf.data() + f * 5000, f});
+    auto io = make(table, {.register_files = want});
+    ASSERT_TRUE(io);
+    EXPECT_EQ(io->name(), want ? "io_uring+files" : "io_uring");
+    for (int round = 0; round < 2; ++round) {  // the second round reuses the registrations
+      ASSERT_TRUE(io->submit(reqs).ok());
+      auto done = reap_all(*io);
+      ASSERT_EQ(done.size(), 4u);
+      for (const auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
+      for (uint32_t f = 0; f < 4; ++f) ASSERT_TRUE(matches(f, 1000 + f, buf.data() + f * 5000, 5000));
+    }
+    // Registered files are held open until the backend goes.
+    if (want) EXPECT_EQ(table->stats().open_now, 4u);
+    io.reset();
+  }
+  // More files than half the fd cap: not registered.
+  auto table = std::make_shared<FileTable>(FileTableOptions{.max_open = 8});
+  for (uint32_t f = 0; f < 5; ++f) table->add(write_file(dir_, f, 100));
+  auto io = make(table);
+  ASSERT_TRUE(io);
+  EXPECT_EQ(io->name(), "io_uring");
+}
+
 TEST_P(IoTest, ReapReturnsWhenNothingIsInFlight) {
   auto table = std::make_shared<FileTable>();
   table->add(write_file(dir_, 0, 100));

@@ -104,5 +104,17 @@ TEST(Policy, OffDepthAndBudgetAdmitAsDocumented) {
   }
 }
 
+TEST(Policy, CombinedLimitsAdmitOnlyWhenAllDo) {
+  auto both = parse_policy("depth:3,budget:1K").value();
+  EXPECT_EQ(both->name(), "depth:3,budget:1024");
+  EXPECT_TRUE(both->admit({2, 500}, 524));
+  EXPECT_FALSE(both->admit({3, 0}, 1));      // depth says no
+  EXPECT_FALSE(both->admit({1, 500}, 525));  // bytes say no
+  EXPECT_TRUE(both->admit({0, 0}, 5000));    // one batch always fits the byte limit
+  for (const char* bad : {"depth:3,", ",depth:3", "depth:3,off", "depth:3,sometimes", "depth:3,,budget:1K"}) {
+    EXPECT_FALSE(parse_policy(bad).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace dlfeed::prefetch

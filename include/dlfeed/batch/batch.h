@@ -103,7 +103,8 @@ class BufferPool {
  public:
   explicit BufferPool(size_t max_cached = 64) : max_cached_(max_cached) {}
   /// A buffer of exactly `size` bytes (contents unspecified), reusing a
-  /// cached one with enough capacity when there is one.
+  /// cached one whose capacity is at least `size` and at most twice it when
+  /// there is one; size 0 gives an empty buffer and takes nothing.
   ByteBuffer take(size_t size);
   /// Gives a buffer back for reuse.
   void give(ByteBuffer&& buffer);

@@ -78,6 +78,7 @@ struct IoStats {
   uint64_t eagain = 0;
   uint64_t eintr = 0;
   uint64_t submit_calls = 0; // io_uring_submit calls (io_uring only)
+  uint64_t peak_bytes_in_kernel = 0;  // most bytes of reads in the ring at once (io_uring only)
 };
 
 enum class IoKind {
@@ -96,6 +97,18 @@ struct IoOptions {
   IoKind kind = IoKind::kAuto;
   /// io_uring: ring entries and most reads in the kernel at once.
   uint32_t queue_depth = 64;
+  /// io_uring: most bytes of reads in the kernel at once (0: no limit; one
+  /// read is always let in, whatever its size). Small random reads are
+  /// bounded by queue_depth; this bounds large ones, so a sequential stream
+  /// is a few large reads in file order (which the kernel's read-ahead
+  /// follows) rather than dozens scattered over the file.
+  uint64_t max_bytes_in_flight = 16ull << 20;
+  /// io_uring: register the files with the ring (reads then skip the
+  /// kernel's per-read file lookup and reference count) when the table has
+  /// at most 1024 files and at most half its fd cap: each file stays open
+  /// from its first read until the backend is destroyed. Larger datasets
+  /// keep the plain path, where the fd cache may close files.
+  bool register_files = true;
   /// thread_pool: number of reader threads.
   uint32_t threads = 4;
   /// Read with O_DIRECT: the FileTable must be opened with direct = true.

@@ -35,8 +35,9 @@ struct CoalesceOptions {
   /// Extents of one file at most this many bytes apart are read as one
   /// (the gap is read and thrown away). 0: only touching or overlapping ones.
   uint64_t max_gap = 64 * 1024;
-  /// A merged read never grows past this (unless one extent alone is bigger).
-  uint64_t max_read = 16 * 1024 * 1024;
+  /// A merged read never grows past this (unless one extent alone is
+  /// bigger; the loader issues such a read in pieces of this size).
+  uint64_t max_read = 4 * 1024 * 1024;
   /// false: one read per extent, as requested (for measuring the difference).
   bool enabled = true;
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -38,7 +39,11 @@ std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth);
 /// Read ahead while all batches' bytes (the consumer's included) fit in `budget_bytes`.
 std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes);
 
-/// "off", "depth:N", "budget:BYTES" (suffixes K, M, G allowed), as the
+/// Admits a batch when every one of `parts` does (e.g. depth and bytes).
+std::unique_ptr<PrefetchPolicy> make_all_of_policy(std::vector<std::unique_ptr<PrefetchPolicy>> parts);
+
+/// "off", "depth:N", "budget:BYTES" (suffixes K, M, G allowed), or limits
+/// joined by commas, all of which must admit ("depth:8,budget:256M"), as the
 /// command line and the Python options spell them.
 absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& spec);
 
