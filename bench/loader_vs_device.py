@@ -12,19 +12,13 @@ under "## Loader vs the device", with the command that produced them.
     .venv/bin/python bench/loader_vs_device.py --quick    # smaller, prints only
 """
 import argparse
-import datetime
-import os
 import pathlib
-import platform
 import re
-import statistics
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build"
-DLFEED = BUILD / "tools" / "dlfeed"
-RAW = BUILD / "bench" / "raw_read"
+import _benchlib as bl
+from _benchlib import DLFEED, RAW, ROOT, peak_rss_kib, sh
 
 SCENARIOS = [
     # name, generate args, sample bytes, strategy, cold, dlfeed extra args
@@ -40,13 +34,9 @@ SCENARIOS = [
 ]
 
 
-def sh(cmd, **kw):
-    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw).stdout
-
-
 def run_dlfeed(path, strategy, budget_mb, cold):
     if cold:
-        sh([RAW, "--mode", "evict", path])
+        bl.evict([path])
     cmd = [DLFEED, "run", "--fields", "records", "--strategy", strategy, "--batch-size", 32,
            "--memory-budget-mb", budget_mb, "--quiet", path]
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
@@ -60,25 +50,9 @@ def run_dlfeed(path, strategy, budget_mb, cold):
     return samples, secs
 
 
-def peak_rss_kib(cmd):
-    """Peak RSS of a child process (ru_maxrss of that child alone)."""
-    pid = os.fork()
-    if pid == 0:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        os.execv(str(cmd[0]), [str(c) for c in cmd])
-    _, status, usage = os.wait4(pid, 0)
-    if status != 0:
-        raise RuntimeError(f"{cmd} exited with status {status}")
-    return usage.ru_maxrss
-
-
 def raw(path, mode, strategy, cold):
-    out = sh([RAW, "--mode", mode, "--qd", 32, "--strategy", strategy, "--name", "records",
-              *([] if cold else ["--no-evict"]), path])
-    kv = dict(p.split("=") for p in out.split())
-    return int(kv["samples"]), float(kv["seconds"])
+    r = bl.raw_read(path, mode, strategy, cold, name="records")
+    return int(r["samples"]), r["seconds"]
 
 
 def main():
@@ -109,7 +83,7 @@ def main():
             for key, fn in runs:
                 n, secs = fn()
                 results[key].append(n * sc["sample"] / secs / 2**20)
-        med = {k: statistics.median(v) for k, v in results.items()}
+        med = {k: bl.median(v) for k, v in results.items()}
         rows.append((sc, med, {k: len(v) for k, v in results.items()}))
         print(f"{sc['name']}: io_uring QD32 {med['uring']:.0f} MiB/s, pread {med['pread']:.0f} MiB/s, "
               f"dlfeed {med['dlfeed']:.0f} MiB/s ({med['dlfeed'] / med['uring']:.0%} of io_uring, "
@@ -131,8 +105,7 @@ def main():
     lines = [
         "## Loader vs the device",
         "",
-        f"Measured {datetime.date.today()} on {platform.node()} ({os.cpu_count()} cores, Linux "
-        f"{platform.release()}), data on the machine's disk, by",
+        f"{bl.machine_line(bl.machine())}, data on the machine's disk, by",
         "",
         "    .venv/bin/python bench/loader_vs_device.py",
         "",
@@ -157,16 +130,8 @@ def main():
         "(target: within 1.2x).",
         "",
     ]
-    section = "\n".join(lines)
     out = pathlib.Path(args.out)
-    text = out.read_text() if out.exists() else "# Performance\n\nEvery number here was produced by the command shown with it.\n\n"
-    if "## Loader vs the device" in text:
-        start = text.index("## Loader vs the device")
-        nxt = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[nxt + 1:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    out.write_text(text)
+    bl.replace_section(out, "bench/loader_vs_device", "\n".join(lines), legacy_heading="## Loader vs the device")
     print(f"wrote {out}")
 
 

@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# libopenmpi-dev + openmpi-bin: the optional dlfeed::mpi component and its
+# mpirun tests (docs/distributed.md); libdlfeed itself does not use MPI.
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
-              libhdf5-dev libtbb-dev liburing-dev libabsl-dev zlib1g-dev libgtest-dev libbenchmark-dev)
+              libhdf5-dev libtbb-dev liburing-dev libabsl-dev zlib1g-dev libgtest-dev libbenchmark-dev
+              libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -43,6 +46,12 @@ elif grep -q '^DLFEED_BUILD_PYTHON:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
   # Configured before pybind11 was in .venv: configure again so the _dlfeed
   # Python extension (bindings/python -> $BUILD_DIR/python/dlfeed) is built.
   cmake -S . -B "$BUILD_DIR" -DPython_EXECUTABLE="$PWD/.venv/bin/python"
+fi
+if command -v mpicc >/dev/null && ! grep -q '^DLFEED_MPI:BOOL=OFF' "$BUILD_DIR/CMakeCache.txt" &&
+   ! grep -q '^MPI_mpi_LIBRARY:FILEPATH=/' "$BUILD_DIR/CMakeCache.txt"; then
+  # Configured before MPI was installed: configure again so dlfeed::mpi and
+  # the mpirun tests are built (CMAKE_ARGS again: a sanitizer build may turn MPI off).
+  cmake -S . -B "$BUILD_DIR" ${CMAKE_ARGS:-}
 fi
 # BUILD_TARGETS: build only these (space-separated) instead of everything.
 cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}

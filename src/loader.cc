@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <sys/stat.h>
 #include <thread>
 #include <unordered_map>
 
@@ -231,6 +232,12 @@ class IoEngine {
     for (auto& w : drop) w->fail_all(absl::CancelledError("epoch cancelled"));
   }
   const IoBackend& backend() const { return *backend_; }
+  // Per FileTable id: reads of that file go to a staged copy (counted as
+  // bytes_read_staged). Set before the first submit().
+  void set_staged_flags(const std::atomic<uint8_t>* flags, size_t n) {
+    staged_ = flags;
+    staged_n_ = n;
+  }
   IoStats stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     return stats_;
@@ -309,7 +316,16 @@ class IoEngine {
           w->fail_all(st);
           continue;
         }
-        DLFEED_REC(counters_->interval_begin(Component::kIo, w->submit_ns));
+        DLFEED_REC({
+          counters_->interval_begin(Component::kIo, w->submit_ns);
+          if (staged_ != nullptr) {
+            uint64_t staged_bytes = 0;
+            for (const ReadRequest& q : reqs) {
+              if (q.file < staged_n_ && staged_[q.file].load(std::memory_order_relaxed)) staged_bytes += q.length;
+            }
+            if (staged_bytes) counters_->add(CId::kBytesReadStaged, staged_bytes);
+          }
+        });
         active_[w.get()] = {w, reqs.size()};
       }
       if (backend_->in_flight() > 0) {
@@ -363,6 +379,8 @@ class IoEngine {
   std::unique_ptr<IoBackend> backend_;
   Counters* counters_;  // outlives the engine (Loader::Impl)
   uint64_t max_piece_;
+  const std::atomic<uint8_t>* staged_ = nullptr;
+  size_t staged_n_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Work>> pending_;
@@ -393,6 +411,7 @@ struct Loader::Impl {
   FileLayout layout;
   uint64_t samples_per_epoch = 0;  // this rank's, from the order checked at create
   std::shared_ptr<FileTable> files;
+  std::vector<std::string> file_names;  // per FileTable id: the source path
   std::unique_ptr<IoEngine> engine;
   std::unique_ptr<prefetch::PrefetchPolicy> policy;
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
@@ -414,8 +433,21 @@ struct Loader::Impl {
   std::condition_variable q_cv;
   std::deque<Delivery> ready;
 
-  // Pending restore().
-  std::optional<std::pair<uint64_t, std::string>> resume;  // epoch, order state
+  // Pending restore(): the epoch, where its cut starts, the rank position.
+  struct Resume {
+    uint64_t epoch = 0, global_start = 0, position = 0;
+  };
+  std::optional<Resume> resume;
+
+  // Staging (options.stage): the stager copies this rank's files; sources[id]
+  // is FileTable id's source, stage_index[id] its index in the stager (or -1).
+  std::unique_ptr<stage::Stager> stager;
+  std::vector<stage::Source> sources;
+  std::vector<int64_t> stage_index;
+  std::unique_ptr<std::atomic<uint8_t>[]> staged;  // per FileTable id: redirected to a copy
+  bool stage_partitioned = false;  // the rank reads only its own files
+  bool stage_direct = true;        // copies in stage.dir open with O_DIRECT
+  std::atomic<uint64_t> files_staged_now{0};  // redirected to a copy so far (stats() may read it anywhere)
 
   // plan_batch's scratch (the planner is one thread).
   std::vector<uint8_t> direct_scratch_;
@@ -427,6 +459,71 @@ struct Loader::Impl {
   ~Impl() {
     cancel_epoch();
     engine.reset();  // drains reads in flight, joins the engine thread
+    stager.reset();  // stops copying, joins its thread (its observer uses counters)
+  }
+
+  absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
+    sources.resize(file_names.size());
+    for (uint32_t id = 0; id < file_names.size(); ++id) {
+      struct stat st {};
+      if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], 0, "stat for staging", errno);
+      sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size)};
+    }
+    stage_partitioned = !checked.global_order().rank_bounds().empty();
+    stage_index.assign(sources.size(), -1);
+    std::vector<stage::Source> mine;
+    std::vector<uint32_t> mine_ids;
+    for (uint64_t f : stage::owned_files(layout, checked)) {
+      for (const auto& ids : file_ids) {
+        const uint32_t id = ids[f];
+        if (stage_index[id] >= 0) continue;
+        stage_index[id] = static_cast<int64_t>(mine.size());
+        mine.push_back(sources[id]);
+        mine_ids.push_back(id);
+      }
+    }
+    staged.reset(new std::atomic<uint8_t>[sources.size()]);
+    for (size_t i = 0; i < sources.size(); ++i) staged[i].store(0, std::memory_order_relaxed);
+    stage::Stager::Observer obs;
+    Counters* c = counters.get();
+    auto t0 = std::make_shared<uint64_t>(0);
+    obs.on_bytes = [c](uint64_t n) { DLFEED_REC(c->add(CId::kStageCopied, n)); };
+    obs.on_file_begin = [c, t0](size_t) {
+      name_thread_once(*c, "dlfeed stage");
+      *t0 = now_of(*c);
+    };
+    obs.on_file_end = [c, t0, mine_ids, this](size_t i, stage::FileStatus st) {
+      DLFEED_REC({
+        const uint64_t t1 = c->now();
+        if (c->tracing() && st == stage::FileStatus::kStaged) {
+          c->trace("stage", "stage", *t0, t1 - *t0, mine_ids[i], sources[mine_ids[i]].size);
+        }
+      });
+    };
+    DLFEED_ASSIGN_OR_RETURN(stager, stage::Stager::create(o.stage, std::move(mine), std::move(obs)));
+    stage_direct = !o.io.direct || stage::Stager::supports_direct(o.stage.dir);
+    engine->set_staged_flags(staged.get(), sources.size());
+    return absl::OkStatus();
+  }
+
+  // Between epochs (no reads in flight): every file whose copy is complete
+  // is read from the copy from now on.
+  void apply_staging() {
+    if (!stager) return;
+    for (uint32_t id = 0; id < sources.size(); ++id) {
+      if (staged[id].load(std::memory_order_relaxed)) continue;
+      std::string path;
+      if (stage_index[id] >= 0) {
+        path = stager->staged_path(static_cast<size_t>(stage_index[id]));
+      } else if (!stage_partitioned) {
+        path = stage::Stager::find_copy(options.stage.dir, sources[id]);  // another rank's copy
+      }
+      if (path.empty()) continue;
+      if (!files->redirect(id, path, stage_direct ? std::nullopt : std::optional<bool>(false)).ok()) continue;
+      staged[id].store(1, std::memory_order_relaxed);
+      ++files_staged_now;
+    }
+    stager->start();  // the first epoch starts the copying (after the look, so it reads no copy of its own)
   }
 
   void cancel_epoch() {
@@ -757,7 +854,9 @@ struct Loader::Impl {
           if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
           out.sample_shapes[i] = d->shape;
         };
-        if (n >= 8) {
+        size_t to_decode = 0;
+        for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
+        if (to_decode >= 8) {
           tsan_handshake();
           tbb::parallel_for(size_t(0), n, one);
           tsan_handshake();
@@ -942,7 +1041,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     }
     impl->file_ids.push_back(std::move(ids));
   }
-  cnt.set_file_names(std::move(file_names));
+  cnt.set_file_names(file_names);
+  impl->file_names = std::move(file_names);
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
                           options.io_factory ? options.io_factory(impl->files, options.io)
                                              : make_io_backend(impl->files, options.io));
@@ -957,8 +1057,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // Validate the order options now rather than at the first epoch; the
   // cursor's length is the rank's samples per epoch (a global shuffle builds
   // its whole permutation here, so it is kept rather than rebuilt on demand).
+  if (options.order.global_start != 0) {
+    return absl::InvalidArgumentError(
+        "loader: order.global_start is set per epoch by restore() (elastic restarts); leave it 0");
+  }
   DLFEED_ASSIGN_OR_RETURN(OrderCursor checked, OrderCursor::create(impl->layout, options.order));
   impl->samples_per_epoch = checked.size();
+  if (!options.stage.dir.empty()) DLFEED_RETURN_IF_ERROR(impl->setup_staging(options, checked));
   impl->options = std::move(options);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
@@ -968,16 +1073,17 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.cancel_epoch();
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
+  const bool resuming = m.resume && m.resume->epoch == epoch;
+  if (resuming) spec.global_start = m.resume->global_start;
   DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, OrderCursor::create(m.layout, spec));
   m.base_cursor = cursor;
   uint64_t start = 0;
-  if (m.resume && m.resume->first == epoch) {
-    DLFEED_ASSIGN_OR_RETURN(OrderCursor resumed,
-                            OrderCursor::from_state(m.layout, m.resume->second, spec.params.indices));
-    start = resumed.position();
+  if (resuming) {
+    start = m.resume->position;
     DLFEED_RETURN_IF_ERROR(cursor.seek(start));
     m.resume.reset();
   }
+  m.apply_staging();
   m.epoch = epoch;
   m.start_position = start;
   m.delivered_samples = 0;
@@ -1101,17 +1207,43 @@ absl::Status Loader::restore(absl::string_view state) {
   const std::string order_state(state.substr(5));
   DLFEED_ASSIGN_OR_RETURN(OrderState os, decode_state(order_state));
   const OrderSpec& want = m.options.order;
-  if (os.spec.strategy != want.strategy || os.spec.seed != want.seed || os.spec.rank != want.rank ||
-      os.spec.world_size != want.world_size || os.spec.drop_last != want.drop_last) {
+  if (os.spec.strategy != want.strategy || os.spec.seed != want.seed || os.spec.drop_last != want.drop_last ||
+      os.spec.params.buffer_size != want.params.buffer_size || os.spec.params.block_size != want.params.block_size ||
+      os.spec.params.window != want.params.window) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " rank ", os.spec.rank, "/",
-        os.spec.world_size, ", but this loader has ", want.strategy, " seed ", want.seed, " rank ", want.rank, "/",
-        want.world_size));
+        "loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " drop_last ",
+        os.spec.drop_last, ", but this loader has ", want.strategy, " seed ", want.seed, " drop_last ",
+        want.drop_last, " (or other strategy parameters differ)"));
   }
-  // Checks the dataset's file layout against the state's fingerprint.
-  DLFEED_RETURN_IF_ERROR(OrderCursor::from_state(m.layout, order_state, want.params.indices).status());
+  Impl::Resume r{os.spec.epoch, os.spec.global_start, os.position};
+  if (os.spec.rank == want.rank && os.spec.world_size == want.world_size) {
+    // Checks the dataset's file layout against the state's fingerprint.
+    DLFEED_RETURN_IF_ERROR(OrderCursor::from_state(m.layout, order_state, want.params.indices).status());
+  } else {
+    // Elastic: the job consumed global positions [0, G + k*W); this rank reads
+    // its share of the rest.
+    if (os.layout_fingerprint != m.layout.fingerprint()) {
+      return absl::FailedPreconditionError(
+          "loader state: saved for a different file layout (dataset changed since the state was saved)");
+    }
+    if (os.indices_fingerprint != indices_fingerprint(want.params.indices.get())) {
+      return absl::FailedPreconditionError(
+          "loader state: the explicit index array differs from the one the state was saved with");
+    }
+    r.global_start = os.spec.global_start + os.position * os.spec.world_size;
+    r.position = 0;
+    OrderSpec spec = want;
+    spec.epoch = os.spec.epoch;
+    spec.global_start = r.global_start;
+    auto check = OrderCursor::create(m.layout, spec);
+    if (!check.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "loader state: saved by rank ", os.spec.rank, " of ", os.spec.world_size, ", restored on rank ", want.rank,
+          " of ", want.world_size, ": ", check.status().message()));
+    }
+  }
   m.cancel_epoch();
-  m.resume = std::make_pair(os.spec.epoch, order_state);
+  m.resume = r;
   return absl::OkStatus();
 }
 
@@ -1154,6 +1286,9 @@ LoaderStats Loader::stats() const {
   s.pool_reuses = m.pool->reuses();
   s.io_backend = m.engine->backend().name();
   s.io_fallback_reason = m.engine->backend().fallback_reason();
+  if (m.stager) s.stage = m.stager->stats();
+  s.files_read_staged = m.files_staged_now;
+  s.files = m.file_names.size();
   return s;
 }
 

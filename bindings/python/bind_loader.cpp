@@ -47,6 +47,19 @@ py::dict stats_dict(const LoaderStats& s) {
   d["pool_reuses"] = s.pool_reuses;
   d["io_backend"] = s.io_backend;
   d["io_fallback_reason"] = s.io_fallback_reason;
+  py::dict st;  // staging (stage_dir)
+  st["files"] = s.stage.files;
+  st["staged"] = s.stage.staged;
+  st["reused"] = s.stage.reused;
+  st["skipped_limit"] = s.stage.skipped_limit;
+  st["skipped_space"] = s.stage.skipped_space;
+  st["failed"] = s.stage.failed;
+  st["bytes_copied"] = s.stage.bytes_copied;
+  st["bytes_staged"] = s.stage.bytes_staged;
+  st["done"] = s.stage.done;
+  st["first_error"] = s.stage.first_error;
+  st["files_read_staged"] = s.files_read_staged;
+  d["stage"] = st;
   return d;
 }
 
@@ -82,7 +95,13 @@ void bind_loader(py::module_& m) {
           [](LoaderOptions& o, uint64_t v) { o.trace.max_events = v; })
       .def_property(
           "trace_io_sample", [](const LoaderOptions& o) { return o.trace.io_sample_every; },
-          [](LoaderOptions& o, uint32_t v) { o.trace.io_sample_every = v; });
+          [](LoaderOptions& o, uint32_t v) { o.trace.io_sample_every = v; })
+      .def_property(
+          "stage_dir", [](const LoaderOptions& o) { return o.stage.dir; },
+          [](LoaderOptions& o, const std::string& v) { o.stage.dir = v; })
+      .def_property(
+          "stage_limit", [](const LoaderOptions& o) { return o.stage.limit_bytes; },
+          [](LoaderOptions& o, uint64_t v) { o.stage.limit_bytes = v; });
 
   py::class_<PyLoader>(m, "Loader", "The C++ loader (private: use dlfeed.Loader).")
       .def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {

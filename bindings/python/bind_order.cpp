@@ -29,6 +29,7 @@ void bind_order(py::module_& m) {
       .def_readwrite("rank", &OrderSpec::rank)
       .def_readwrite("world_size", &OrderSpec::world_size)
       .def_readwrite("drop_last", &OrderSpec::drop_last)
+      .def_readwrite("global_start", &OrderSpec::global_start)
       .def_property(
           "buffer_size", [](const OrderSpec& s) { return s.params.buffer_size; },
           [](OrderSpec& s, uint64_t v) { s.params.buffer_size = v; })
@@ -69,6 +70,7 @@ void bind_order(py::module_& m) {
         d["world_size"] = s.spec.world_size;
         d["drop_last"] = s.spec.drop_last;
         d["position"] = s.position;
+        d["global_start"] = s.spec.global_start;
         return d;
       },
       py::arg("state"), "The fields of a resume state (Loader.state(), or an order state).");

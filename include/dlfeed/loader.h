@@ -36,6 +36,7 @@
 #include "dlfeed/order/order.h"
 #include "dlfeed/prefetch/plan.h"
 #include "dlfeed/sample.h"
+#include "dlfeed/stage/stage.h"
 
 namespace dlfeed {
 
@@ -54,8 +55,8 @@ struct LoaderOptions {
   uint32_t batch_size = 32;
   /// Drop this rank's last batch when it has fewer than batch_size samples.
   bool drop_last_batch = false;
-  /// Strategy, seed, rank, world size and shard padding (order.epoch is set
-  /// per epoch by the loader).
+  /// Strategy, seed, rank, world size and shard padding (order.epoch and
+  /// order.global_start are set per epoch by the loader; leave them 0).
   OrderSpec order;
 
   IoOptions io;
@@ -84,6 +85,13 @@ struct LoaderOptions {
   uint32_t threads = 0;
   /// Trace events (off by default; the counters themselves are always on).
   counters::TraceOptions trace;
+  /// Node-local staging (off while stage.dir is empty): from the first
+  /// start_epoch() the rank's owned files (stage::owned_files) are copied to
+  /// stage.dir in the background; each start_epoch() then reads every file
+  /// with a complete copy there (this rank's, or another rank's sharing the
+  /// folder) from the copy, the others from the source. Sample ids and bytes
+  /// are the same either way, so the order and the data do not change.
+  stage::StageOptions stage;
 };
 
 /// Totals since the loader was created (a snapshot).
@@ -99,6 +107,9 @@ struct LoaderStats {
   uint64_t pool_reuses = 0;
   std::string io_backend;        // e.g. "io_uring"
   std::string io_fallback_reason;
+  stage::StageStats stage;       // the stager's (LoaderOptions::stage)
+  uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)
+  uint64_t files = 0;              // distinct files of the dataset (all fields)
 };
 
 class Loader;
@@ -156,6 +167,13 @@ class Loader {
   /// Loader with the same options, restore(state) and start_epoch(epoch of
   /// the state) yields exactly the remaining batches.
   std::string state() const;
+  /// Restores state(). A state saved by the same rank of the same world size
+  /// resumes that rank exactly. Otherwise (an elastic restart: another world
+  /// size or rank; strided strategies only) the state's rank position k on W
+  /// ranks means the job consumed the global order's first G + k*W positions
+  /// (every rank at step k, as in collective training), and this rank reads
+  /// its equal share of the rest (OrderSpec::global_start); a state of any
+  /// rank of the old job serves every rank of the new one.
   absl::Status restore(absl::string_view state);
 
   uint64_t num_samples() const;              // in the dataset

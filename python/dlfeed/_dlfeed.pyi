@@ -29,6 +29,7 @@ class OrderSpec:
     rank: int
     world_size: int
     drop_last: bool
+    global_start: int
     buffer_size: int
     block_size: int
     window: int
@@ -66,6 +67,8 @@ class LoaderOptions:
     trace: bool
     trace_max_events: int
     trace_io_sample: int
+    stage_dir: str
+    stage_limit: int
     def __init__(self) -> None: ...
 
 class Tensor:

@@ -91,6 +91,8 @@ class Loader:
         trace: Optional[bool] = None,
         trace_max_events: Optional[int] = None,
         trace_io_sample: Optional[int] = None,
+        stage_dir: Optional[str] = None,
+        stage_limit: Optional[int] = None,
         # Python only
         shapes: Optional[Mapping[str, Sequence[int]]] = None,
     ) -> None:
@@ -110,6 +112,8 @@ class Loader:
         _set(o, "trace", trace)
         _set(o, "trace_max_events", trace_max_events)
         _set(o, "trace_io_sample", trace_io_sample)
+        _set(o, "stage_dir", None if stage_dir is None else os.fspath(stage_dir))
+        _set(o, "stage_limit", stage_limit)
 
         order = o.order
         if strategy is not None and strategy not in _dlfeed.strategy_names():

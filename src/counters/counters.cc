@@ -42,6 +42,10 @@ const CounterInfo kInfo[kNumIds] = {
      "inflate a deflated NPZ member or HDF5 chunk (per call)"},
     {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
      "parse a tf.train.Example for the sample's feature (per sample)"},
+    {"bytes_read_staged", Unit::kBytes, Kind::kSum, "bytes of reads from staged copies (the rest: from the source)"},
+    {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
+    {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "waiting for the other ranks at the end of a step (emulated all-reduce)"},
 };
 
 const char* const kComponentNames[kNumComponents] = {"plan", "io", "decode", "collate", "stall", "compute"};
@@ -254,7 +258,7 @@ struct Counters::EpochState {
 };
 
 namespace {
-Distribution summarize(const uint64_t* hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+Distribution summarize_dense(const uint64_t* hist, uint64_t count, uint64_t sum, uint64_t max_known) {
   Distribution d;
   d.count = count;
   d.sum = sum;
@@ -266,6 +270,7 @@ Distribution summarize(const uint64_t* hist, uint64_t count, uint64_t sum, uint6
     if (hist[b]) {
       total += hist[b];
       top = b;
+      d.hist.emplace_back(static_cast<uint16_t>(b), hist[b]);
     }
   }
   uint64_t mx = bucket_high(top) - 1;
@@ -291,6 +296,14 @@ Distribution summarize(const uint64_t* hist, uint64_t count, uint64_t sum, uint6
   return d;
 }
 }  // namespace
+
+Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+  std::vector<uint64_t> dense(kHistBuckets, 0);
+  for (const auto& [b, n] : hist) {
+    if (b < kHistBuckets) dense[b] += n;
+  }
+  return summarize_dense(dense.data(), count, sum, max_known);
+}
 
 Counters::Counters(TraceOptions trace)
     : base_(std::chrono::steady_clock::now()),
@@ -356,15 +369,21 @@ void Counters::sample(Id id, uint64_t v) {
   if (v > s.max[i].load(kRelaxed)) s.max[i].store(v, kRelaxed);
 }
 
-uint64_t Counters::region_begin(Region, uint64_t t0) {
+uint64_t Counters::region_begin(Region r, uint64_t t0) {
   if constexpr (!kEnabled) return 0;
+  if (r == Region::kBarrier) return 0;
   interval_begin(Component::kCompute, t0);
   return busy_until(Component::kIo, t0);
 }
 
-void Counters::region_end(Region, uint64_t t0, uint64_t t1, uint64_t io0) {
+void Counters::region_end(Region r, uint64_t t0, uint64_t t1, uint64_t io0) {
   if constexpr (!kEnabled) return;
   if (t1 < t0) t1 = t0;
+  if (r == Region::kBarrier) {
+    sample(Id::kBarrier, t1 - t0);
+    if (tracing()) trace("barrier", "consumer", t0, t1 - t0);
+    return;
+  }
   interval_end(Component::kCompute, t1);
   sample(Id::kCompute, t1 - t0);
   const uint64_t io1 = busy_until(Component::kIo, t1);
@@ -498,6 +517,9 @@ EpochReport Counters::make_report(const EpochState& e, const Raw& now_raw, uint6
   r.compute_s = B(Component::kCompute);
   r.io_hidden_s = secs(S(Id::kIoHidden));
   r.io_exposed_s = secs(S(Id::kIoExposed));
+  r.bytes_read_staged = S(Id::kBytesReadStaged);
+  r.bytes_staged = S(Id::kStageCopied);
+  r.wall_min_s = r.wall_s;
   const uint64_t compute = S(Id::kCompute), stall = S(Id::kStall);
   if (e.first_step_end > e.t0 && e.first_step_end < t_now) {
     r.first_step_s = secs(e.first_step_end - e.t0);
@@ -508,6 +530,7 @@ EpochReport Counters::make_report(const EpochState& e, const Raw& now_raw, uint6
     r.au_percent = wall ? 100.0 * static_cast<double>(compute) / static_cast<double>(wall) : 0;
   }
   r.au_percent = std::min(r.au_percent, 100.0);
+  r.au_min_percent = r.au_max_percent = r.au_percent;
   r.compute_share_percent =
       compute + stall ? 100.0 * static_cast<double>(compute) / static_cast<double>(compute + stall) : 0;
   if (wall) {
@@ -517,7 +540,7 @@ EpochReport Counters::make_report(const EpochState& e, const Raw& now_raw, uint6
   }
   for (size_t i = 0; i < kNumIds; ++i) {
     if (kInfo[i].kind != Kind::kDistribution) continue;
-    r.dist[i] = summarize(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], now_raw.max[i]);
+    r.dist[i] = summarize_dense(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], now_raw.max[i]);
   }
   return r;
 }
@@ -538,7 +561,7 @@ Snapshot Counters::snapshot() const {
     v.kind = kInfo[i].kind;
     v.value = d.sum[i];
     v.count = d.count[i];
-    if (v.kind == Kind::kDistribution) v.dist = summarize(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], r.max[i]);
+    if (v.kind == Kind::kDistribution) v.dist = summarize_dense(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], r.max[i]);
   }
   for (const EpochState& e : epochs_) s.epochs.push_back(e.open ? make_report(e, r, r.t) : e.report);
   // The total over the epochs.
@@ -556,6 +579,8 @@ Snapshot Counters::snapshot() const {
     t.bytes_delivered += e.bytes_delivered;
     t.read_requests += e.read_requests;
     t.extents += e.extents;
+    t.bytes_read_staged += e.bytes_read_staged;
+    t.bytes_staged += e.bytes_staged;
     t.plan_s += e.plan_s;
     t.io_busy_s += e.io_busy_s;
     t.decode_s += e.decode_s;
@@ -570,6 +595,8 @@ Snapshot Counters::snapshot() const {
     au_den += den;
   }
   t.au_percent = au_den > 0 ? 100.0 * au_num / au_den : 0;
+  t.au_min_percent = t.au_max_percent = t.au_percent;
+  t.wall_min_s = t.wall_s;
   t.compute_share_percent = t.compute_s + t.stall_s > 0 ? 100.0 * t.compute_s / (t.compute_s + t.stall_s) : 0;
   if (t.wall_s > 0) {
     t.samples_per_s = static_cast<double>(t.samples) / t.wall_s;
@@ -677,6 +704,10 @@ std::string args_json(const TraceEvent& e, const std::vector<std::string>& files
   if (n == "step") return absl::StrCat("{\"step\":", e.a1, "}");
   if (n == "epoch") return absl::StrCat("{\"epoch\":", e.a0, ",\"complete\":", e.a1 ? "true" : "false", "}");
   if (n == "open") return absl::StrCat("{\"field\":", e.a0, ",\"files\":", e.a1, "}");
+  if (n == "stage") {
+    std::string fname = e.a0 < files.size() ? files[e.a0] : absl::StrCat(e.a0);
+    return absl::StrCat("{\"fname\":\"", json_escape(fname), "\",\"size\":", e.a1, "}");
+  }
   return "{}";
 }
 }  // namespace
@@ -699,7 +730,7 @@ std::string Counters::trace_string(TraceFormat format) const {
     lane_end[l] = e.ts_ns + e.dur_ns;
     e.tid = kIoLaneBase + static_cast<uint32_t>(l);
   }
-  const int pid = static_cast<int>(::getpid());
+  const int64_t pid = trace_opts_.pid >= 0 ? trace_opts_.pid : static_cast<int64_t>(::getpid());
   const uint64_t max_events = trace_slots_ ? trace_opts_.max_events : 0;
   const uint64_t recorded = std::min(trace_next_.load(kRelaxed), max_events);
   const std::string meta =
@@ -732,7 +763,7 @@ std::string Counters::trace_string(TraceFormat format) const {
     };
     sep();
     absl::StrAppend(&out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", pid,
-                    ",\"tid\":0,\"args\":{\"name\":\"dlfeed\"}}");
+                    ",\"tid\":0,\"args\":{\"name\":\"", json_escape(trace_opts_.process_name), "\"}}");
     for (const auto& [tid, name] : used) {
       sep();
       absl::StrAppend(&out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
@@ -782,9 +813,17 @@ absl::Status Counters::write_trace(const std::string& path, TraceFormat format) 
 
 namespace {
 
+// "hist":[[low,count],...]: the non-empty buckets by their lower bound.
+std::string hist_json(const Histogram& h) {
+  std::string s = ",\"hist\":[";
+  for (size_t i = 0; i < h.size(); ++i) absl::StrAppend(&s, i ? "," : "", "[", bucket_low(h[i].first), ",", h[i].second, "]");
+  s += "]";
+  return s;
+}
+
 std::string dist_json(const Distribution& d) {
   return absl::StrCat("{\"count\":", d.count, ",\"sum\":", d.sum, ",\"mean\":", num(d.mean), ",\"p50\":", num(d.p50),
-                      ",\"p95\":", num(d.p95), ",\"p99\":", num(d.p99), ",\"max\":", d.max, "}");
+                      ",\"p95\":", num(d.p95), ",\"p99\":", num(d.p99), ",\"max\":", d.max, hist_json(d.hist), "}");
 }
 
 std::string epoch_json(const EpochReport& e) {
@@ -799,7 +838,10 @@ std::string epoch_json(const EpochReport& e) {
                   ",\"io_exposed_s\":", num(e.io_exposed_s), ",\"first_step_s\":", num(e.first_step_s),
                   ",\"au_percent\":", num(e.au_percent), ",\"compute_share_percent\":", num(e.compute_share_percent),
                   ",\"samples_per_s\":", num(e.samples_per_s), ",\"read_mib_per_s\":", num(e.read_mib_per_s),
-                  ",\"delivered_mib_per_s\":", num(e.delivered_mib_per_s), ",\"latency\":{");
+                  ",\"delivered_mib_per_s\":", num(e.delivered_mib_per_s), ",\"bytes_read_staged\":",
+                  e.bytes_read_staged, ",\"bytes_staged\":", e.bytes_staged, ",\"ranks\":", e.ranks,
+                  ",\"wall_min_s\":", num(e.wall_min_s), ",\"au_min_percent\":", num(e.au_min_percent),
+                  ",\"au_max_percent\":", num(e.au_max_percent), ",\"latency\":{");
   bool first = true;
   for (size_t i = 0; i < kNumIds; ++i) {
     if (kInfo[i].kind != Kind::kDistribution) continue;
@@ -821,7 +863,7 @@ std::string Snapshot::to_json() const {
                     kind_name(c.kind), "\",\"value\":", c.value, ",\"count\":", c.count);
     if (c.kind == Kind::kDistribution) {
       absl::StrAppend(&s, ",\"mean\":", num(c.dist.mean), ",\"p50\":", num(c.dist.p50), ",\"p95\":", num(c.dist.p95),
-                      ",\"p99\":", num(c.dist.p99), ",\"max\":", c.dist.max);
+                      ",\"p99\":", num(c.dist.p99), ",\"max\":", c.dist.max, hist_json(c.dist.hist));
     }
     s += "}";
   }
@@ -829,7 +871,12 @@ std::string Snapshot::to_json() const {
   for (size_t i = 0; i < epochs.size(); ++i) absl::StrAppend(&s, i ? "," : "", epoch_json(epochs[i]));
   absl::StrAppend(&s, "],\"total\":", epoch_json(total), ",\"trace\":{\"enabled\":", trace.enabled ? "true" : "false",
                   ",\"max_events\":", trace.max_events, ",\"recorded\":", trace.recorded, ",\"dropped\":",
-                  trace.dropped, ",\"io_sample_every\":", trace.io_sample_every, "}}");
+                  trace.dropped, ",\"io_sample_every\":", trace.io_sample_every, "},\"ranks\":", ranks,
+                  ",\"per_rank\":[");
+  for (size_t r = 0; r < rank_totals.size(); ++r) {
+    absl::StrAppend(&s, r ? "," : "", "{\"rank\":", r, ",\"total\":", epoch_json(rank_totals[r]), "}");
+  }
+  s += "]}";
   return s;
 }
 
@@ -845,8 +892,37 @@ std::string Snapshot::summary_table() const {
                                         e.wall_s, e.steps, e.samples, e.samples_per_s, e.read_mib_per_s, e.stall_s,
                                         e.compute_s, e.io_busy_s, e.io_hidden_s, e.decode_s, e.au_percent));
   };
+  if (ranks > 1) {
+    absl::StrAppend(&s, absl::StrFormat("(%d ranks: samples, rates and bytes summed; wall_s the slowest rank's; "
+                                        "times and AU%% the mean over ranks)\n",
+                                        ranks));
+  }
   for (const EpochReport& e : epochs) row(e);
   if (!epochs.empty()) row(total);
+  if (ranks > 1) {
+    absl::StrAppend(&s, absl::StrFormat("AU%% over ranks: mean %.1f, min %.1f, max %.1f; wall_s min %.3f, max %.3f\n",
+                                        total.au_percent, total.au_min_percent, total.au_max_percent,
+                                        total.wall_min_s, total.wall_s));
+    absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %9s %8s %9s %8s %9s %8s %6s\n", "rank", "wall_s",
+                                        "steps", "samples", "samples/s", "read_MB/s", "stall_s", "compute_s",
+                                        "io_busy", "io_hidden", "decode_s", "AU%"));
+    for (size_t r = 0; r < rank_totals.size(); ++r) {
+      const EpochReport& e = rank_totals[r];
+      absl::StrAppend(&s, absl::StrFormat("%-6d %8.3f %6d %9d %10.0f %9.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", r,
+                                          e.wall_s, e.steps, e.samples, e.samples_per_s, e.read_mib_per_s, e.stall_s,
+                                          e.compute_s, e.io_busy_s, e.io_hidden_s, e.decode_s, e.au_percent));
+    }
+  }
+  if (total.bytes_read_staged > 0 || total.bytes_staged > 0) {
+    for (const EpochReport& e : epochs) {
+      const uint64_t src = e.bytes_read > e.bytes_read_staged ? e.bytes_read - e.bytes_read_staged : 0;
+      absl::StrAppend(&s, absl::StrFormat("staging, epoch %d: read %.1f MiB from staged copies (%.0f%%), %.1f MiB from "
+                                          "the source; %.1f MiB copied to the stage\n",
+                                          e.epoch, e.bytes_read_staged / 1048576.0,
+                                          e.bytes_read ? 100.0 * e.bytes_read_staged / e.bytes_read : 0.0,
+                                          src / 1048576.0, e.bytes_staged / 1048576.0));
+    }
+  }
   const auto& br = (*this)[Id::kBytesRead];
   const auto& rq = (*this)[Id::kReadRequests];
   const auto& ex = (*this)[Id::kExtents];

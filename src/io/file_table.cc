@@ -50,6 +50,8 @@ struct FileTable::Impl {
     int fd = -1;
     uint32_t pins = 0;
     bool in_lru = false;
+    bool stale = false;  // fd is of a path redirected away: close it when unpinned
+    int8_t direct = -1;  // O_DIRECT for this file: -1 the table's, else 0/1
     std::list<uint32_t>::iterator lru_it;
   };
 
@@ -153,6 +155,38 @@ uint32_t FileTable::add(absl::string_view path) {
   return it->second;
 }
 
+absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optional<bool> direct) {
+  int to_close = -1;
+  Impl::Identity copy_identity;
+  struct stat st {};
+  if (::stat(std::string(path).c_str(), &st) == 0) copy_identity = Impl::Identity::of(st);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (id >= impl_->entries.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("redirect: unknown file id ", id, ", the table has ", impl_->entries.size(), " files"));
+    }
+    Impl::Entry& e = impl_->entries[id];
+    e.path = std::string(path);
+    e.direct = direct ? static_cast<int8_t>(*direct) : int8_t{-1};
+    // From now on opens must find the copy as it is now (or, if it cannot be
+    // stat'ed yet, as the first open finds it).
+    e.identity = copy_identity;
+    if (e.fd >= 0) {
+      if (e.pins == 0) {
+        impl_->lru_remove(e);
+        to_close = std::exchange(e.fd, -1);
+        --impl_->open;
+      } else {
+        e.stale = true;
+      }
+    }
+  }
+  redirections_.fetch_add(1, std::memory_order_acq_rel);
+  if (to_close >= 0) ::close(to_close);
+  return absl::OkStatus();
+}
+
 size_t FileTable::size() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->entries.size();
@@ -178,6 +212,8 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   Impl& im = *impl_;
   std::vector<int> to_close;
   std::string path;
+  Impl::Identity expect;  // what `path` must be (a redirect may change both meanwhile)
+  bool direct = direct_;
   {
     std::lock_guard<std::mutex> lock(im.mu);
     if (id >= im.entries.size()) {
@@ -199,11 +235,13 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     }
     ++im.opening;
     path = e.path;
+    expect = e.identity;
+    if (e.direct >= 0) direct = e.direct != 0;
   }
   close_all(to_close);
   to_close.clear();
 
-  int flags = O_RDONLY | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
+  int flags = O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
   int fd = ::open(path.c_str(), flags);
   int err = fd < 0 ? errno : 0;
   if (fd < 0 && (err == EMFILE || err == ENFILE)) {
@@ -230,17 +268,16 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   std::lock_guard<std::mutex> lock(im.mu);
   --im.opening;
   if (fd < 0) {
-    return io_error(path, 0, direct_ ? "open (O_DIRECT)" : "open", err);
+    return io_error(path, 0, direct ? "open (O_DIRECT)" : "open", err);
   }
   Impl::Entry& e = im.entries[id];
   const Impl::Identity found = Impl::Identity::of(st);
-  if (!e.identity.known) {
-    e.identity = found;
-  } else if (!e.identity.same(found)) {
+  if (expect.known && !expect.same(found)) {
     ::close(fd);
-    return format_error(path, 0, absl::StrCat("the file registered (", e.identity.str(), ")"),
+    return format_error(path, 0, absl::StrCat("the file registered (", expect.str(), ")"),
                         absl::StrCat(found.str(), ": replaced or modified while being read"));
   }
+  if (!e.identity.known && e.path == path) e.identity = found;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);
@@ -248,6 +285,8 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   } else {
     e.fd = fd;
     im.note_open();
+    // Redirected while we opened the old path: serve this read, then close it.
+    if (e.path != path) e.stale = true;
   }
   ++e.pins;
   Pin pin(this, id, e.fd);
@@ -262,7 +301,12 @@ void FileTable::unpin(uint32_t id) {
   {
     std::lock_guard<std::mutex> lock(im.mu);
     Impl::Entry& e = im.entries[id];
-    if (--e.pins == 0) {
+    if (--e.pins == 0 && e.stale) {
+      // Redirected while this read held it: the next pin opens the new path.
+      e.stale = false;
+      to_close.push_back(std::exchange(e.fd, -1));
+      --im.open;
+    } else if (e.pins == 0) {
       e.lru_it = im.lru.insert(im.lru.end(), id);
       e.in_lru = true;
       // Over the cap (pin() exceeded it while everything was pinned): shrink.

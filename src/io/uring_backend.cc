@@ -58,6 +58,7 @@ class UringBackend final : public IoBackend {
         io_uring_register_files_sparse(&ring_, static_cast<unsigned>(n)) == 0) {
       registered_.assign(n, false);
       registered_pins_.resize(n);
+      registered_redirections_ = files_->redirections();
     }
     return absl::OkStatus();
   }
@@ -168,6 +169,19 @@ class UringBackend final : public IoBackend {
   // which also reports an open failure.
   int registered_file(uint32_t id) {
     if (id >= registered_.size()) return -1;
+    if (const uint64_t r = files_->redirections(); r != registered_redirections_) {
+      // A file may now be elsewhere (a staged copy): drop every registration
+      // and its pin, and register again on next use. Reads in the ring keep
+      // the file they were issued with.
+      registered_redirections_ = r;
+      for (uint32_t f = 0; f < registered_.size(); ++f) {
+        if (!registered_[f]) continue;
+        int none = -1;
+        io_uring_register_files_update(&ring_, f, &none, 1);
+        registered_[f] = false;
+        registered_pins_[f].reset();
+      }
+    }
     if (registered_[id]) return static_cast<int>(id);
     auto pin = in_ring_ > 0 ? files_->try_pin(id) : files_->pin(id);
     if (!pin.ok() || !*pin) return -1;
@@ -307,6 +321,7 @@ class UringBackend final : public IoBackend {
   bool want_registered_;
   std::vector<bool> registered_;                    // file id -> in the ring's file table (empty: not used)
   std::vector<FileTable::Pin> registered_pins_;     // ... held open until the backend goes
+  uint64_t registered_redirections_ = 0;            // files_->redirections() when they were registered
   struct io_uring ring_ {};
   bool ring_ok_ = false;
 

@@ -145,6 +145,8 @@ absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout&
 namespace {
 
 constexpr uint8_t kStateVersion = 1;
+// Version 2 appends global_start; states without one stay version 1.
+constexpr uint8_t kStateVersionGlobalStart = 2;
 
 void put_varint(std::string& s, uint64_t v) {
   while (v >= 0x80) {
@@ -211,7 +213,8 @@ uint64_t indices_fingerprint(const std::vector<uint64_t>* indices) {
 
 std::string encode_state(const OrderState& st) {
   std::string s;
-  s.push_back(static_cast<char>(kStateVersion));
+  const bool v2 = st.spec.global_start != 0;
+  s.push_back(static_cast<char>(v2 ? kStateVersionGlobalStart : kStateVersion));
   put_varint(s, st.position);
   put_varint(s, st.spec.seed);
   put_varint(s, st.spec.epoch);
@@ -225,6 +228,7 @@ std::string encode_state(const OrderState& st) {
   put_u64(s, st.indices_fingerprint);
   put_varint(s, st.spec.strategy.size());
   s += st.spec.strategy;
+  if (v2) put_varint(s, st.spec.global_start);
   return s;
 }
 
@@ -232,9 +236,9 @@ absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
   Reader r(bytes);
   OrderState st;
   DLFEED_ASSIGN_OR_RETURN(const uint8_t version, r.byte());
-  if (version != kStateVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("order state: version ", version, ", this build reads version ", kStateVersion));
+  if (version != kStateVersion && version != kStateVersionGlobalStart) {
+    return absl::InvalidArgumentError(absl::StrCat("order state: version ", version, ", this build reads versions ",
+                                                    kStateVersion, " and ", kStateVersionGlobalStart));
   }
   DLFEED_ASSIGN_OR_RETURN(st.position, r.varint());
   DLFEED_ASSIGN_OR_RETURN(st.spec.seed, r.varint());
@@ -255,6 +259,10 @@ absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
   DLFEED_ASSIGN_OR_RETURN(const uint64_t name_len, r.varint());
   if (name_len > 1024) return r.error("strategy name longer than 1024 bytes");
   DLFEED_ASSIGN_OR_RETURN(st.spec.strategy, r.bytes(name_len));
+  if (version == kStateVersionGlobalStart) {
+    DLFEED_ASSIGN_OR_RETURN(st.spec.global_start, r.varint());
+    if (st.spec.global_start == 0) return r.error("version 2 with global_start 0 (written as version 1)");
+  }
   if (!r.at_end()) return r.error("trailing bytes");
   return st;
 }
@@ -270,8 +278,14 @@ absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const 
   c.bounds_ = global->rank_bounds();
   const uint64_t w = spec.world_size;
   if (c.bounds_.empty()) {
-    c.size_ = spec.drop_last ? c.global_size_ / w : (c.global_size_ + w - 1) / w;
+    const uint64_t left = c.global_size_ > spec.global_start ? c.global_size_ - spec.global_start : 0;
+    c.size_ = spec.drop_last ? left / w : (left + w - 1) / w;
   } else {
+    if (spec.global_start != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "order: strategy '", spec.strategy, "' partitions samples by rank (its order depends on the world size), "
+          "so it cannot start at global position ", spec.global_start, "; elastic restarts need a strided order"));
+    }
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint64_t r = 0; r < w; ++r) {
       const uint64_t n = c.bounds_[r + 1] - c.bounds_[r];
@@ -311,7 +325,7 @@ absl::StatusOr<OrderCursor> OrderCursor::from_state(const FileLayout& layout, ab
 
 uint64_t OrderCursor::global_position(uint64_t i) const {
   if (!bounds_.empty()) return begin_ + (part_size_ == 0 ? 0 : i % part_size_);
-  const uint64_t p = spec_.rank + i * spec_.world_size;
+  const uint64_t p = spec_.global_start + spec_.rank + i * spec_.world_size;
   return p < global_size_ ? p : p % global_size_;
 }
 
@@ -323,8 +337,8 @@ std::optional<uint64_t> OrderCursor::next() {
 size_t OrderCursor::next(std::span<uint64_t> out) {
   const uint64_t n = std::min<uint64_t>(out.size(), remaining());
   if (n == 0) return 0;
-  if (bounds_.empty() && spec_.world_size == 1 && pos_ + n <= global_size_) {
-    global_->fill(pos_, out.first(n));  // a run of the global order
+  if (bounds_.empty() && spec_.world_size == 1 && spec_.global_start + pos_ + n <= global_size_) {
+    global_->fill(spec_.global_start + pos_, out.first(n));  // a run of the global order
   } else if (!bounds_.empty() && pos_ + n <= part_size_) {
     global_->fill(begin_ + pos_, out.first(n));
   } else {
@@ -355,7 +369,7 @@ absl::Status OrderCursor::seek_global(uint64_t consumed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "order: strategy '", spec_.strategy, "' partitions samples by rank; seek_global needs a strided order"));
   }
-  const uint64_t r = spec_.rank, w = spec_.world_size;
+  const uint64_t r = spec_.global_start + spec_.rank, w = spec_.world_size;
   const uint64_t i = consumed <= r ? 0 : (consumed - r + w - 1) / w;
   return seek(std::min(i, size_));
 }

@@ -596,6 +596,29 @@ TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
   EXPECT_EQ(table.stats().open_now, 1u);  // refused opens are closed again
 }
 
+TEST(FileTable, ARedirectedFileIsHeldToItsCopysIdentity) {
+  // redirect() points an id at a copy (node-local staging): opens then check
+  // the copy as it was when redirected, not the original.
+  std::string dir = testing::scratch_dir();
+  FileTable table({.max_open = 1});
+  const std::string a = write_file(dir, 0, 100), b = write_file(dir, 1, 100);
+  const std::string copy = dir + "/copy-of-0.bin";
+  std::filesystem::copy_file(a, copy);
+  table.add(a);
+  table.add(b);
+  ASSERT_TRUE(table.redirect(0, copy).ok());
+  { auto p = table.pin(0); ASSERT_TRUE(p.ok()) << p.status(); }  // another inode than a: fine
+  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }  // evicts the copy
+  {
+    std::ofstream f(copy, std::ios::binary | std::ios::app);
+    f << "more";
+  }
+  auto p = table.pin(0);
+  ASSERT_FALSE(p.ok());
+  EXPECT_CONTAINS(std::string(p.status().message()), copy + ": at offset 0: expected the file registered");
+  EXPECT_CONTAINS(std::string(p.status().message()), "104 bytes");
+}
+
 TEST(FileTable, PinnedFdsAreNeverClosed) {
   std::string dir = testing::scratch_dir();
   FileTable table({.max_open = 1});

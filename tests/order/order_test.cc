@@ -619,5 +619,75 @@ TEST(Uniformity, GlobalStrategiesPassChiSquare) {
   EXPECT_GT(position_chi2("sequential", 10, 100, 1), 1000.0);
 }
 
+// ------------------------------------------------------------ global_start
+
+TEST(GlobalStart, RanksCutTheRemainderInEqualShards) {
+  const FileLayout layout = FileLayout::uniform(4, 5);  // 20 ids
+  const auto global = ranks_ids(layout, make_spec("global_shuffle", 5, 1));
+  for (bool drop_last : {true, false}) {
+    std::vector<uint64_t> got;
+    for (uint32_t r = 0; r < 3; ++r) {
+      OrderSpec spec = make_spec("global_shuffle", 5, 1, r, 3, drop_last);
+      spec.global_start = 7;  // 13 positions left on 3 ranks
+      auto c = OrderCursor::create(layout, spec);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_EQ(c->size(), drop_last ? 4u : 5u);
+      for (uint64_t i = 0; i < c->size(); ++i) {
+        const uint64_t p = 7 + r + 3 * i;
+        EXPECT_EQ(c->global_position(i), p % 20);
+        EXPECT_EQ(c->at(i), global[p % 20]) << "rank " << r << " i " << i;
+        got.push_back(c->at(i));
+      }
+      EXPECT_EQ(c->consumed_global(2), 7u + 6);
+    }
+    std::sort(got.begin(), got.end());
+    std::vector<uint64_t> want(global.begin() + 7, global.begin() + (drop_last ? 19 : 20));
+    if (!drop_last) want.insert(want.end(), global.begin(), global.begin() + 2);  // 15 = 13 + 2 padded
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want);
+  }
+  // Past the end: nothing left.
+  OrderSpec spec = make_spec("sequential", 5, 1, 0, 3);
+  spec.global_start = 25;
+  EXPECT_EQ(OrderCursor::create(layout, spec)->size(), 0u);
+  // One rank: the run of the global order from global_start (the fill fast path).
+  spec = make_spec("global_feistel", 5, 1, 0, 1);
+  spec.global_start = 6;
+  auto one = OrderCursor::create(layout, spec).value();
+  std::vector<uint64_t> run(14);
+  EXPECT_EQ(one.next(std::span<uint64_t>(run)), 14u);
+  const auto feistel = ranks_ids(layout, make_spec("global_feistel", 5, 1));
+  EXPECT_EQ(run, std::vector<uint64_t>(feistel.begin() + 6, feistel.end()));
+}
+
+TEST(GlobalStart, StateKeepsItAndPartitionedOrdersRefuseIt) {
+  const FileLayout layout = FileLayout::uniform(4, 5);
+  OrderSpec spec = make_spec("block_shuffle", 5, 2, 1, 2);
+  spec.global_start = 9;
+  auto c = OrderCursor::create(layout, spec).value();
+  ASSERT_TRUE(c.seek(2).ok());
+  const std::string st = c.state();
+  EXPECT_EQ(st[0], 2);  // version 2: global_start appended
+  auto back = OrderCursor::from_state(layout, st);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->spec().global_start, 9u);
+  EXPECT_EQ(back->position(), 2u);
+  EXPECT_EQ(back->peek(100), c.peek(100));
+  for (size_t cut = 0; cut < st.size(); ++cut) EXPECT_FALSE(decode_state(st.substr(0, cut)).ok());
+  // Without one the bytes stay version 1, as before.
+  EXPECT_EQ(OrderCursor::create(layout, make_spec("block_shuffle"))->state()[0], 1);
+  // seek_global counts from the start of the global order.
+  // Rank 1 of 2 from 9 reads global positions 10, 12, 14, 16, 18...: after
+  // the job consumed [0, 17) it is at its 5th id.
+  ASSERT_TRUE(c.seek_global(17).ok());
+  EXPECT_EQ(c.position(), 4u);
+
+  OrderSpec local = make_spec("local_shuffle", 5, 2, 1, 2);
+  local.global_start = 3;
+  auto refused = OrderCursor::create(layout, local);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("partitions samples by rank"), std::string::npos) << refused.status();
+}
+
 }  // namespace
 }  // namespace dlfeed

@@ -23,3 +23,12 @@ ABSL_FLAG(uint64_t, buffer_size, 1024, "buffered_shuffle: shuffle buffer in samp
 ABSL_FLAG(uint64_t, block_size, 64, "block_shuffle: samples per block");
 ABSL_FLAG(uint64_t, window, 16, "block_shuffle: blocks per shuffling window");
 ABSL_FLAG(uint64_t, batch_size, 32, "Samples per batch (run: the loader's batch; order --stats: for distinct files per batch)");
+
+// Datasets (run, calibrate).
+ABSL_FLAG(std::string, fields, "",
+          "Comma-separated fields of a sample (NPZ members, HDF5 datasets, TFRecord features), e.g. x,y; "
+          "default: the one --name/--feature selects (calibrate measures the first)");
+// Output files (inspect, calibrate).
+ABSL_FLAG(std::string, out, "",
+          "Output file: inspect --dump-sample's bytes (- for stdout); calibrate's JSON (default: "
+          "DATASET/dlfeed-calibration.json for a folder)");

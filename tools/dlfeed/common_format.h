@@ -23,6 +23,8 @@ ABSL_DECLARE_FLAG(uint64_t, buffer_size);
 ABSL_DECLARE_FLAG(uint64_t, block_size);
 ABSL_DECLARE_FLAG(uint64_t, window);
 ABSL_DECLARE_FLAG(uint64_t, batch_size);
+ABSL_DECLARE_FLAG(std::string, fields);
+ABSL_DECLARE_FLAG(std::string, out);
 
 namespace dlfeed::cli {
 

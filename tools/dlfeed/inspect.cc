@@ -13,7 +13,6 @@
 
 ABSL_FLAG(bool, json, false, "Print JSON: files, sources and every sample's shape, dtype and extents");
 ABSL_FLAG(int64_t, dump_sample, -1, "Write the decoded bytes of this sample (global id) to --out");
-ABSL_FLAG(std::string, out, "", "Where --dump-sample writes (- for stdout)");
 
 namespace dlfeed::cli {
 namespace {

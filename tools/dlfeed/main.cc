@@ -21,8 +21,17 @@ std::map<std::string, Command>& registry() {
 }
 
 namespace {
+std::set<std::string> g_given_flags;
+}  // namespace
+
+bool flag_given(const std::string& name) {
+  return g_given_flags.count(name) > 0;
+}
+
+namespace {
 
 std::string g_flag_file;
+std::vector<std::string> g_extra_flag_files;
 
 std::string overview() {
   std::string s = "dlfeed: a data loader for deep-learning training.\n\nUsage: dlfeed <command> [flags] [args]\n\nCommands:\n";
@@ -42,17 +51,19 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   auto it = registry().find(argv[1]);
-  if (it == registry().end()) {
+  if (it == registry().end() || it->second.run == nullptr) {
     std::fprintf(stderr, "dlfeed: unknown command '%s'\n\n%s", argv[1], dlfeed::cli::overview().c_str());
     return 2;
   }
   const std::string name = argv[1];
   dlfeed::cli::g_flag_file = it->second.flag_file;
+  dlfeed::cli::g_extra_flag_files = it->second.extra_flag_files;
   absl::FlagsUsageConfig config;
   // --help lists the flags of this command's file only.
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(dlfeed::cli::g_flag_file, file) || absl::EndsWith(file, dlfeed::cli::g_flag_file) ||
-           absl::StrContains(file, "tools/dlfeed/common");
+    auto same = [&](const std::string& f) { return absl::EndsWith(f, file) || absl::EndsWith(file, f); };
+    return same(dlfeed::cli::g_flag_file) || absl::StrContains(file, "tools/dlfeed/common") ||
+           std::any_of(dlfeed::cli::g_extra_flag_files.begin(), dlfeed::cli::g_extra_flag_files.end(), same);
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.normalize_filename = [](absl::string_view f) { return std::string(f); };
@@ -63,13 +74,18 @@ int main(int argc, char** argv) {
   // Flags may be spelled with dashes (--dump-sample) or underscores (--dump_sample).
   std::vector<std::string> spelled;
   spelled.reserve(argc);
+  bool positional_only = false;  // after "--"
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+    if (a == "--") positional_only = true;
+    if (!positional_only && a.size() > 2 && a[0] == '-' && a[1] == '-') {
       const size_t end = std::min(a.find('='), a.size());
       for (size_t j = 2; j < end; ++j) {
         if (a[j] == '-') a[j] = '_';
       }
+      const std::string flag = a.substr(2, end - 2);
+      dlfeed::cli::g_given_flags.insert(flag);
+      if (flag.size() > 2 && flag.compare(0, 2, "no") == 0) dlfeed::cli::g_given_flags.insert(flag.substr(2));
     }
     spelled.push_back(std::move(a));
   }

@@ -1,13 +1,25 @@
-// dlfeed run: iterate a dataset for N epochs through the loader, with an
-// optional emulated compute time per step, and report throughput; with
-// --checksum, an order-independent checksum of every byte delivered, so two
-// backends or strategies can be compared from outside. Prints the built-in
-// counters' summary table (docs/counters.md); --summary-json and --trace
-// write the machine-readable summary and the trace events.
+// dlfeed run: emulated training. Iterates a dataset (or a workload preset's,
+// generated when missing) for N epochs through the loader, with an emulated
+// compute time per step (fixed, or normal(mean, stdev) truncated at 0, drawn
+// from --seed), like the DLIO benchmark. Per epoch it reports AU, samples/s,
+// MiB/s and the I/O hidden behind compute vs exposed, and, given a
+// calibration (`dlfeed calibrate`), efficiency: the loader's MiB/s as a
+// fraction of the storage's limit for the order's access pattern. Prints the
+// counters' summary table (docs/counters.md); --summary-json writes it with a
+// "run" section (docs/workloads.md), --trace the trace events; with
+// --checksum, an order-independent checksum of every byte delivered.
+//
+// Shape (so a distributed version can hook in): configure() builds the
+// RunConfig from flags; Trainer::run_epoch() is the epoch loop and
+// Trainer::step() the per-step hook; report_epoch() and final_report() print
+// and write the results.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -15,17 +27,25 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "calibration.h"
 #include "command.h"
 #include "common_format.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/raw_read.h"
 #include "dlfeed/loader.h"
+#include "dlfeed/order/random.h"
+#include "json.h"
+#include "run_scale.h"
+#include "workloads.h"
 
 ABSL_FLAG(uint64_t, epochs, 1, "Epochs to run");
-ABSL_FLAG(double, compute_ms, 0.0, "Emulated compute per step (batch), in milliseconds");
-ABSL_FLAG(std::string, fields, "",
-          "Comma-separated fields of a sample (NPZ members, HDF5 datasets, TFRecord features), e.g. x,y; "
-          "default: the one --name/--feature selects");
+ABSL_FLAG(double, compute_ms, 0.0,
+          "Emulated compute per step (batch), in milliseconds; the mean when --compute-stdev-ms is set "
+          "(with --workload: default the preset's)");
+ABSL_FLAG(double, compute_stdev_ms, 0.0,
+          "Standard deviation of the compute per step: each step draws normal(--compute-ms, this) truncated at "
+          "0 (negative draws are drawn again), from a generator seeded by --seed");
 ABSL_FLAG(std::string, io, "auto", "I/O backend: auto (io_uring if it works, else thread_pool), io_uring, "
                                    "thread_pool, sync");
 ABSL_FLAG(uint32_t, queue_depth, 64, "io_uring queue depth");
@@ -43,7 +63,15 @@ ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at leas
 ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
 ABSL_FLAG(bool, checksum, false, "Print an order-independent checksum of every sample delivered");
 ABSL_FLAG(bool, quiet, false, "Print only the summary lines");
-ABSL_FLAG(std::string, summary_json, "", "Write the counters' summary (JSON, docs/counters.md) to this file");
+ABSL_FLAG(bool, evict, false,
+          "Drop the dataset's cached pages before each epoch (cold cache, as calibrate measures; default on "
+          "with --workload)");
+ABSL_FLAG(std::string, calibration, "",
+          "Calibration JSON from `dlfeed calibrate`: report efficiency = read MiB/s / the storage's limit for "
+          "this order's pattern (default: the file calibrate writes for this dataset, when it exists)");
+ABSL_FLAG(std::string, summary_json, "",
+          "Write the counters' summary (JSON, docs/counters.md) with a \"run\" section (docs/workloads.md) to "
+          "this file");
 ABSL_FLAG(std::string, trace, "", "Record trace events and write them to this file");
 ABSL_FLAG(std::string, trace_format, "chrome",
           "Trace format: chrome (Chrome trace JSON, opens in Perfetto) or dftracer (one event per line)");
@@ -52,6 +80,10 @@ ABSL_FLAG(uint32_t, trace_io_sample, 1, "Trace one of every N read requests");
 
 namespace dlfeed::cli {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool given(const std::string& flag) { return flag_given(flag); }
 
 // A fast 64-bit hash of a byte string (8 bytes at a time), stable across
 // runs and machines of the same endianness.
@@ -70,19 +102,127 @@ uint64_t hash_bytes(std::span<const std::byte> b, uint64_t seed) {
   return h ^ (h >> 31);
 }
 
-int run_run(const std::vector<std::string>& args) {
-  if (args.empty()) {
-    std::fprintf(stderr, "dlfeed run: give a dataset file or folder (see --help)\n");
-    return 2;
+/// Running count, mean and standard deviation (Welford).
+struct Moments {
+  uint64_t n = 0;
+  double mean = 0, m2 = 0, sum = 0;
+  void add(double x) {
+    ++n;
+    sum += x;
+    const double d = x - mean;
+    mean += d / static_cast<double>(n);
+    m2 += d * (x - mean);
   }
-  LoaderOptions o;
-  o.paths = args;
-  o.format = value_or_throw(format_options_from_flags());
-  const std::string fields = absl::GetFlag(FLAGS_fields);
-  if (!fields.empty()) o.fields = absl::StrSplit(fields, ',', absl::SkipEmpty());
+  double stdev() const { return n > 1 ? std::sqrt(m2 / static_cast<double>(n - 1)) : 0; }
+};
+
+/// The emulated compute of one step: fixed, or normal(mean, stdev) truncated
+/// at 0 by drawing again, from SplitMix64 (order/random.h) seeded by --seed
+/// and the Box-Muller transform, so a seed gives the same times everywhere.
+class ComputeModel {
+ public:
+  ComputeModel(double mean_s, double stdev_s, uint64_t seed)
+      : mean_(mean_s), stdev_(stdev_s), rng_(derive_key(seed, 0, 0xC0C0C0C0ull)) {}
+
+  double next() {
+    double t = mean_;
+    if (stdev_ > 0) {
+      t = -1;
+      for (int tries = 0; tries < 1000 && t < 0; ++tries) t = mean_ + stdev_ * gaussian();
+      t = std::max(t, 0.0);
+    }
+    drawn_.add(t);
+    return t;
+  }
+  bool active() const { return mean_ > 0 || stdev_ > 0; }
+  double mean() const { return mean_; }
+  double stdev() const { return stdev_; }
+  const Moments& drawn() const { return drawn_; }
+
+ private:
+  double uniform01() {  // (0, 1]: 53 random bits
+    return (static_cast<double>(rng_.next() >> 11) + 1.0) * 0x1.0p-53;
+  }
+  double gaussian() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double r = std::sqrt(-2.0 * std::log(uniform01()));
+    const double a = 2.0 * M_PI * uniform01();
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+  double mean_, stdev_;
+  SplitMix64 rng_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+  Moments drawn_;
+};
+
+/// Everything a run is made of, resolved from the flags (and the preset).
+struct RunConfig {
+  LoaderOptions loader;
+  std::optional<ScaledWorkload> workload;
+  uint64_t epochs = 1;
+  double compute_mean_s = 0, compute_stdev_s = 0;
+  bool checksum = false, quiet = false, evict = false;
+  std::string trace_path;
+  counters::TraceFormat trace_format = counters::TraceFormat::kChrome;
+  std::string calibration_flag;  // --calibration as given ("" : look for the default file)
+  std::string json_path;
+};
+
+/// The calibration a run compares against, resolved for its strategy.
+struct Efficiency {
+  Calibration calibration;
+  PatternLimit limit;  // the calibration's pattern for the run's strategy
+  bool auto_detected = false;
+};
+
+/// What one epoch delivered, as the consumer saw it.
+struct EpochResult {
+  uint64_t epoch = 0, batches = 0, samples = 0, bytes = 0;
+  double secs = 0, stall_s = 0;
+  LoaderStats before, after;
+};
+
+RunConfig configure(const std::vector<std::string>& args) {
+  RunConfig c;
+  LoaderOptions& o = c.loader;
+  c.compute_mean_s = absl::GetFlag(FLAGS_compute_ms) * 1e-3;
+  c.compute_stdev_s = absl::GetFlag(FLAGS_compute_stdev_ms) * 1e-3;
+  if (!(c.compute_mean_s >= 0) || !(c.compute_stdev_s >= 0)) {
+    throw Error(absl::InvalidArgumentError("--compute-ms and --compute-stdev-ms must be at least 0"));
+  }
+  std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
+  if (workload_given()) {
+    if (!args.empty()) {
+      throw Error(absl::InvalidArgumentError("give either --workload or dataset paths, not both"));
+    }
+    c.workload = value_or_throw(workload_from_flags());
+    o.paths = {value_or_throw(workload_dataset_from_flags(*c.workload, absl::GetFlag(FLAGS_quiet)))};
+    o.format = c.workload->format_options();
+    o.fields = fields.empty() ? c.workload->base->fields : fields;
+  } else {
+    if (args.empty()) throw Error(absl::InvalidArgumentError("give a dataset file or folder, or --workload (see --help)"));
+    o.paths = args;
+    o.format = value_or_throw(format_options_from_flags());
+    o.fields = fields;
+  }
+  // A preset supplies the batch, compute and strategy a flag does not.
   o.batch_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_batch_size));
-  o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.order = value_or_throw(order_spec_from_flags());
+  c.evict = absl::GetFlag(FLAGS_evict);
+  if (c.workload) {
+    if (!given("batch_size")) o.batch_size = c.workload->batch_size;
+    if (!given("compute_ms")) c.compute_mean_s = c.workload->compute_s;
+    if (!given("strategy")) o.order.strategy = "global_shuffle";
+    if (!given("evict")) c.evict = true;
+  }
+  o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.io.kind = value_or_throw(parse_io_kind(absl::GetFlag(FLAGS_io)));
   o.io.queue_depth = absl::GetFlag(FLAGS_queue_depth);
   o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
@@ -95,23 +235,284 @@ int run_run(const std::vector<std::string>& args) {
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
   o.threads = absl::GetFlag(FLAGS_threads);
-  const std::string trace_path = absl::GetFlag(FLAGS_trace);
-  counters::TraceFormat trace_format = counters::TraceFormat::kChrome;
-  if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &trace_format)) {
-    std::fprintf(stderr, "dlfeed run: --trace-format must be chrome or dftracer, not '%s'\n",
-                 absl::GetFlag(FLAGS_trace_format).c_str());
-    return 2;
+  c.trace_path = absl::GetFlag(FLAGS_trace);
+  if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &c.trace_format)) {
+    throw Error(absl::InvalidArgumentError(absl::StrCat("--trace-format must be chrome or dftracer, not '",
+                                                        absl::GetFlag(FLAGS_trace_format), "'")));
   }
-  o.trace.enabled = !trace_path.empty();
+  o.trace.enabled = !c.trace_path.empty();
   o.trace.max_events = std::max<uint64_t>(1, absl::GetFlag(FLAGS_trace_max_events));
   o.trace.io_sample_every = std::max<uint32_t>(1, absl::GetFlag(FLAGS_trace_io_sample));
-  const bool quiet = absl::GetFlag(FLAGS_quiet);
-  const bool checksum = absl::GetFlag(FLAGS_checksum);
-  const auto compute = std::chrono::duration<double, std::milli>(absl::GetFlag(FLAGS_compute_ms));
+  c.epochs = absl::GetFlag(FLAGS_epochs);
+  c.checksum = absl::GetFlag(FLAGS_checksum);
+  c.quiet = absl::GetFlag(FLAGS_quiet);
+  c.calibration_flag = absl::GetFlag(FLAGS_calibration);
+  c.json_path = absl::GetFlag(FLAGS_summary_json);
+  return c;
+}
 
-  const auto t_open = std::chrono::steady_clock::now();
-  std::unique_ptr<Loader> loader = value_or_throw(Loader::create(o));
-  const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open).count();
+/// The calibration to compare with: --calibration (must be for this dataset),
+/// else the default file for the dataset when it exists and matches.
+std::optional<Efficiency> find_calibration(const RunConfig& c, const Loader& loader) {
+  const DatasetIdentity id = identify(loader.index());
+  std::string path = c.calibration_flag;
+  const bool automatic = path.empty();
+  if (automatic) {
+    path = default_calibration_path(c.loader.paths, id);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  }
+  Efficiency e;
+  e.auto_detected = automatic;
+  e.calibration = value_or_throw(load_calibration(path));
+  if (e.calibration.dataset.fingerprint != id.fingerprint) {
+    const std::string what = absl::StrCat(
+        path, ": this calibration was measured on another dataset (", e.calibration.dataset.describe(),
+        e.calibration.paths.empty() ? "" : absl::StrCat(" at ", absl::StrJoin(e.calibration.paths, " ")),
+        "), not on ", absl::StrJoin(c.loader.paths, " "), " (", id.describe(), "); run `dlfeed calibrate ",
+        absl::StrJoin(c.loader.paths, " "), "` first");
+    if (!automatic) throw Error(absl::FailedPreconditionError(what));
+    std::printf("note: %s\n", what.c_str());  // stale default file: no efficiency, not an error
+    return std::nullopt;
+  }
+  const std::string& first = loader.field_names().front();  // "data": the default field, name unknown
+  if (e.calibration.field != first && e.calibration.field != "data" && first != "data") {
+    std::printf("note: %s measured field '%s', this run's first field is '%s': efficiency compares their rates\n",
+                path.c_str(), e.calibration.field.c_str(), first.c_str());
+  }
+  const PatternLimit* limit = limit_for(e.calibration, c.loader.order.strategy);
+  if (limit == nullptr) {
+    std::printf("note: %s has no pattern for strategy %s (nor its class, %s); no efficiency reported\n", path.c_str(),
+                c.loader.order.strategy.c_str(), pattern_class(c.loader.order.strategy).c_str());
+    return std::nullopt;
+  }
+  e.limit = *limit;
+  return e;
+}
+
+/// The epoch loop: start the epoch, take batches until the end, one step each.
+class Trainer {
+ public:
+  Trainer(Loader& loader, const RunConfig& c, const ScaleOut& scale)
+      : loader_(loader), config_(c), scale_(scale),
+        compute_(c.compute_mean_s, c.compute_stdev_s, c.loader.order.seed) {}
+
+  EpochResult run_epoch(uint64_t e) {
+    if (config_.evict) throw_if_error(evict_pages(loader_.index().files));  // before the epoch's clock starts
+    EpochResult r;
+    r.epoch = e;
+    r.before = loader_.stats();
+    scale_.begin_epoch();  // under MPI: the ranks start the epoch together
+    const auto t0 = Clock::now();
+    throw_if_error(loader_.start_epoch(e));
+    while (true) {
+      const auto w0 = Clock::now();
+      std::shared_ptr<const Batch> b = value_or_throw(loader_.next());
+      r.stall_s += std::chrono::duration<double>(Clock::now() - w0).count();
+      if (!b) break;
+      ++r.batches;
+      r.samples += b->size();
+      r.bytes += b->nbytes();
+      step(*b);
+    }
+    r.secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.after = loader_.stats();
+    return r;
+  }
+
+  /// The per-step hook: what a trainer does with a batch.
+  void step(const Batch& b) {
+    if (config_.checksum) {
+      for (size_t i = 0; i < b.size(); ++i) {
+        uint64_t h = b.sample_ids[i] * 0x9E3779B97F4A7C15ull;
+        for (size_t f = 0; f < b.fields.size(); ++f) h ^= hash_bytes(b.fields[f].sample(i), f + 1);
+        checksum_ += h;  // a sum: independent of the order samples arrive in
+      }
+    }
+    if (compute_.active()) {
+      const double t = compute_.next();
+      counters::ScopedTimer region(loader_.counters(), counters::Region::kCompute);
+      const auto start = Clock::now();
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(t)));
+      measured_.add(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    scale_.end_step(loader_.counters());  // under MPI: DLIO's barrier per step
+  }
+
+  uint64_t checksum() const { return checksum_; }
+  const ComputeModel& compute() const { return compute_; }
+  const Moments& measured() const { return measured_; }
+
+ private:
+  Loader& loader_;
+  const RunConfig& config_;
+  const ScaleOut& scale_;
+  ComputeModel compute_;
+  Moments measured_;
+  uint64_t checksum_ = 0;
+};
+
+/// DLIO's I/O rate: samples/s x the record length (the mean bytes of a
+/// sample's extents in the first field, what calibrate reads), in MiB/s.
+/// Unlike read_mib_per_s it leaves out gap bytes that coalescing reads.
+double io_mib_per_s(const counters::EpochReport& e, double record_bytes) {
+  return e.samples_per_s * record_bytes / 1048576.0;
+}
+
+std::optional<double> efficiency_of(const counters::EpochReport& e, double record_bytes,
+                                    const std::optional<Efficiency>& eff) {
+  if (!eff) return std::nullopt;
+  return io_mib_per_s(e, record_bytes) / eff->limit.limit_mib_per_s;
+}
+
+/// The mean bytes of a sample's extents in the loader's first field.
+double record_bytes_of(const Loader& loader) {
+  const SampleIndex& index = loader.index(0);
+  uint64_t total = 0;
+  for (const SampleRef& r : index.samples) total += r.read_bytes();
+  return index.size() ? static_cast<double>(total) / static_cast<double>(index.size()) : 0;
+}
+
+void report_epoch(const RunConfig& c, const EpochResult& r, const counters::EpochReport& e, double record_bytes,
+                  const std::optional<Efficiency>& eff) {
+  if (c.quiet) return;
+  const double secs = r.secs;
+  std::printf(
+      "epoch %llu: %llu batches, %llu samples in %.3f s: %.0f samples/s, %.1f MiB/s delivered, "
+      "%.1f MiB/s read (%llu reads for %llu extents), waited %.3f s for data\n",
+      static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.batches),
+      static_cast<unsigned long long>(r.samples), secs, secs > 0 ? r.samples / secs : 0,
+      secs > 0 ? r.bytes / secs / 1048576.0 : 0,
+      secs > 0 ? (r.after.bytes_read - r.before.bytes_read) / secs / 1048576.0 : 0,
+      static_cast<unsigned long long>(r.after.read_requests - r.before.read_requests),
+      static_cast<unsigned long long>(r.after.extents - r.before.extents), r.stall_s);
+  std::string line = absl::StrFormat(
+      "  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed", e.au_percent,
+      e.samples_per_s, io_mib_per_s(e, record_bytes), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
+  if (auto x = efficiency_of(e, record_bytes, eff)) {
+    absl::StrAppend(&line, absl::StrFormat("; efficiency %.1f%% of the %s limit %.1f MiB/s (%s)", *x * 100,
+                                           eff->limit.pattern, eff->limit.limit_mib_per_s, eff->limit.limit_reader));
+  }
+  std::printf("%s\n", line.c_str());
+}
+
+std::string report_json(const counters::EpochReport& e, double record_bytes, const std::optional<Efficiency>& eff) {
+  const std::optional<double> x = efficiency_of(e, record_bytes, eff);
+  return absl::StrCat("{\"epoch\":", e.epoch, ",\"au_percent\":", json_number(e.au_percent),
+                      ",\"samples_per_s\":", json_number(e.samples_per_s),
+                      ",\"io_mib_per_s\":", json_number(io_mib_per_s(e, record_bytes)),
+                      ",\"read_mib_per_s\":", json_number(e.read_mib_per_s),
+                      ",\"delivered_mib_per_s\":", json_number(e.delivered_mib_per_s),
+                      ",\"io_hidden_s\":", json_number(e.io_hidden_s), ",\"io_exposed_s\":", json_number(e.io_exposed_s),
+                      ",\"efficiency\":", x ? json_number(*x) : "null", "}");
+}
+
+/// The "run" section of the summary JSON (docs/workloads.md).
+std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t, const counters::Snapshot& snap,
+                     const std::optional<Efficiency>& eff) {
+  std::vector<std::string> paths;
+  for (const std::string& p : c.loader.paths) paths.push_back(json_quote(p));
+  std::string workload = "null";
+  if (c.workload) {
+    const ScaledWorkload& w = *c.workload;
+    std::vector<std::string> dims;
+    for (int64_t d : w.sample_shape) dims.push_back(absl::StrCat(d));
+    workload = absl::StrCat("{\"name\":", json_quote(w.base->name), ",\"scale\":", json_number(w.scale),
+                            ",\"files\":", w.files, ",\"samples_per_file\":", w.samples_per_file,
+                            ",\"sample_shape\":[", absl::StrJoin(dims, ","), "],\"dtype\":",
+                            json_quote(w.base->dtype.name()), ",\"sample_bytes\":", w.sample_bytes(),
+                            ",\"dataset_bytes\":", w.dataset_bytes(), ",\"compute_s\":", json_number(w.compute_s), "}");
+  }
+  const ComputeModel& m = t.compute();
+  const std::string compute = absl::StrCat(
+      "{\"distribution\":\"", m.stdev() > 0 ? "normal" : "fixed", "\",\"mean_ms\":", json_number(m.mean() * 1e3),
+      ",\"stdev_ms\":", json_number(m.stdev() * 1e3), ",\"seed\":", c.loader.order.seed,
+      ",\"steps\":", m.drawn().n, ",\"drawn_mean_ms\":", json_number(m.drawn().mean * 1e3),
+      ",\"drawn_stdev_ms\":", json_number(m.drawn().stdev() * 1e3), ",\"drawn_total_s\":", json_number(m.drawn().sum),
+      ",\"measured_mean_ms\":", json_number(t.measured().mean * 1e3),
+      ",\"measured_stdev_ms\":", json_number(t.measured().stdev() * 1e3),
+      ",\"measured_total_s\":", json_number(t.measured().sum), "}");
+  std::string calibration = "null";
+  if (eff) {
+    const PatternLimit& p = eff->limit;
+    calibration = absl::StrCat("{\"file\":", json_quote(eff->calibration.file), ",\"pattern\":", json_quote(p.pattern),
+                               ",\"strategy\":", json_quote(p.strategy), ",\"limit_mib_per_s\":",
+                               json_number(p.limit_mib_per_s), ",\"limit_reader\":", json_quote(p.limit_reader),
+                               ",\"auto_detected\":", eff->auto_detected ? "true" : "false", "}");
+  }
+  std::vector<std::string> epochs;
+  const double record_bytes = record_bytes_of(loader);
+  for (const counters::EpochReport& e : snap.epochs) epochs.push_back(report_json(e, record_bytes, eff));
+  return absl::StrCat(
+      "{\"schema\":\"dlfeed.run/1\",\"paths\":[", absl::StrJoin(paths, ","), "],\"workload\":", workload,
+      ",\"fields\":[", absl::StrJoin(loader.field_names(), ",", [](std::string* out, const std::string& f) {
+        out->append(json_quote(f));
+      }),
+      "],\"strategy\":", json_quote(c.loader.order.strategy), ",\"pattern\":",
+      json_quote(eff ? eff->limit.pattern : pattern_class(c.loader.order.strategy)), ",\"batch_size\":",
+      c.loader.batch_size, ",\"epochs_run\":", snap.epochs.size(), ",\"evict\":", c.evict ? "true" : "false",
+      ",\"io_backend\":", json_quote(loader.stats().io_backend), ",\"record_bytes\":", json_number(record_bytes),
+      ",\"compute\":", compute,
+      ",\"calibration\":", calibration, ",\"epochs\":[", absl::StrJoin(epochs, ","),
+      "],\"total\":", report_json(snap.total, record_bytes, eff), "}");
+}
+
+void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, uint64_t total_samples, double total_s,
+                  const std::optional<Efficiency>& eff, const ScaleOut& scale) {
+  const LoaderStats st = loader.stats();
+  std::printf("total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
+              "buffers %llu allocated, %llu reused\n",
+              static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
+              st.peak_in_flight_bytes / 1048576.0, c.loader.memory_budget / 1048576.0,
+              static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses));
+  if (c.checksum) {
+    uint64_t sum = t.checksum(), samples = total_samples;
+    scale.reduce_checksum(sum, samples);  // under MPI: the job's
+    std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(sum),
+                static_cast<unsigned long long>(samples));
+  }
+  // Under MPI the job's (rank 0), each rank's own JSON written beside it.
+  const counters::Snapshot snap = scale.summary(loader, c.json_path);
+  if (eff) {
+    std::printf("efficiency: %.1f%% of the %s limit %.1f MiB/s (%s, from %s)%s\n",
+                efficiency_of(snap.total, record_bytes_of(loader), eff).value_or(0) * 100, eff->limit.pattern.c_str(),
+                eff->limit.limit_mib_per_s, eff->limit.limit_reader.c_str(), eff->calibration.file.c_str(),
+                c.evict ? "" : "; warm page cache (no --evict), so it may exceed 100%");
+    if (snap.total.au_percent > 90 && !c.quiet) {
+      std::printf("note: AU is %.1f%%: compute, not the loader, sets the pace; efficiency measures the loader "
+                  "when the run is I/O-bound (less compute)\n",
+                  snap.total.au_percent);
+    }
+  }
+  std::printf("\n%s", snap.summary_table().c_str());
+  if (!c.json_path.empty() && scale.is_root()) {
+    std::string js = snap.to_json();
+    // The counters' object with a "run" member added last: its keys stay as they are.
+    if (js.empty() || js.back() != '}') throw Error(absl::InternalError("counters JSON does not end with '}'"));
+    js.pop_back();
+    js += absl::StrCat(",\"run\":", run_json(c, loader, t, snap, eff), "}\n");
+    throw_if_error(write_text_file(c.json_path, js));
+    std::printf("summary: %s\n", c.json_path.c_str());
+  }
+  if (!c.trace_path.empty()) {
+    throw_if_error(loader.write_trace(scale.rank_path(c.trace_path), c.trace_format));
+    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", scale.rank_path(c.trace_path).c_str(),
+                std::string(counters::trace_format_name(c.trace_format)).c_str(),
+                static_cast<unsigned long long>(snap.trace.recorded),
+                static_cast<unsigned long long>(snap.trace.dropped));
+  }
+}
+
+int run_run(const std::vector<std::string>& args) {
+  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();  // MPI, staging (run_scale.h)
+  RunConfig config = scale->root_first([&] { return configure(args); });  // a preset's dataset: made once
+  scale->configure(config.loader);
+  const RunConfig& c = config;
+  const auto t_open = Clock::now();
+  std::unique_ptr<Loader> loader = value_or_throw(Loader::create(c.loader));
+  const double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
+  const LoaderOptions& o = c.loader;
   const LoaderStats s0 = loader->stats();
   std::printf("dataset: %llu samples in %llu files; fields: %s; rank %u/%u reads %llu samples in %llu batches of %u\n",
               static_cast<unsigned long long>(loader->num_samples()),
@@ -123,83 +524,41 @@ int run_run(const std::vector<std::string>& args) {
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
               o.prefetch.c_str(), open_s);
+  const std::optional<Efficiency> eff = find_calibration(c, *loader);
+  if (!c.quiet) {
+    std::printf("compute: %s per step; cache: %s\n",
+                c.compute_stdev_s > 0
+                    ? absl::StrFormat("normal(%.3f ms, %.3f ms) truncated at 0", c.compute_mean_s * 1e3,
+                                      c.compute_stdev_s * 1e3).c_str()
+                    : absl::StrFormat("%.3f ms", c.compute_mean_s * 1e3).c_str(),
+                c.evict ? "cold (pages dropped before each epoch)" : "as it is (no --evict)");
+    if (eff) {
+      std::printf("calibration: %s (%s pattern: limit %.1f MiB/s, %s)\n", eff->calibration.file.c_str(),
+                  eff->limit.pattern.c_str(), eff->limit.limit_mib_per_s, eff->limit.limit_reader.c_str());
+    }
+  }
 
-  uint64_t sum = 0;
+  Trainer trainer(*loader, c, *scale);
+  const double record_bytes = record_bytes_of(*loader);
   uint64_t total_samples = 0;
   double total_s = 0;
-  for (uint64_t e = 0; e < absl::GetFlag(FLAGS_epochs); ++e) {
-    const LoaderStats before = loader->stats();
-    const auto t0 = std::chrono::steady_clock::now();
-    uint64_t batches = 0, samples = 0, bytes = 0;
-    double stall_s = 0;
-    throw_if_error(loader->start_epoch(e));
-    while (true) {
-      const auto w0 = std::chrono::steady_clock::now();
-      std::shared_ptr<const Batch> b = value_or_throw(loader->next());
-      stall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-      if (!b) break;
-      ++batches;
-      samples += b->size();
-      bytes += b->nbytes();
-      if (checksum) {
-        for (size_t i = 0; i < b->size(); ++i) {
-          uint64_t h = b->sample_ids[i] * 0x9E3779B97F4A7C15ull;
-          for (size_t f = 0; f < b->fields.size(); ++f) h ^= hash_bytes(b->fields[f].sample(i), f + 1);
-          sum += h;  // a sum: independent of the order samples arrive in
-        }
-      }
-      if (compute.count() > 0) {
-        counters::ScopedTimer region(loader->counters(), counters::Region::kCompute);
-        std::this_thread::sleep_for(compute);
-      }
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const LoaderStats after = loader->stats();
-    total_samples += samples;
-    total_s += secs;
-    if (!quiet) {
-      std::printf(
-          "epoch %llu: %llu batches, %llu samples in %.3f s: %.0f samples/s, %.1f MiB/s delivered, "
-          "%.1f MiB/s read (%llu reads for %llu extents), waited %.3f s for data\n",
-          static_cast<unsigned long long>(e), static_cast<unsigned long long>(batches),
-          static_cast<unsigned long long>(samples), secs, secs > 0 ? samples / secs : 0,
-          secs > 0 ? bytes / secs / 1048576.0 : 0,
-          secs > 0 ? (after.bytes_read - before.bytes_read) / secs / 1048576.0 : 0,
-          static_cast<unsigned long long>(after.read_requests - before.read_requests),
-          static_cast<unsigned long long>(after.extents - before.extents), stall_s);
-    }
+  for (uint64_t e = 0; e < c.epochs; ++e) {
+    const EpochResult r = trainer.run_epoch(e);
+    total_samples += r.samples;
+    total_s += r.secs;
+    const counters::Snapshot snap = loader->counters_snapshot();
+    report_epoch(c, r, snap.epochs.back(), record_bytes, eff);
+    scale->end_epoch(*loader, e);
   }
-  const LoaderStats st = loader->stats();
-  std::printf("total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
-              "buffers %llu allocated, %llu reused\n",
-              static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
-              st.peak_in_flight_bytes / 1048576.0, o.memory_budget / 1048576.0,
-              static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses));
-  if (checksum) std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(sum),
-                            static_cast<unsigned long long>(total_samples));
-  const counters::Snapshot snap = loader->counters_snapshot();
-  std::printf("\n%s", snap.summary_table().c_str());
-  const std::string json_path = absl::GetFlag(FLAGS_summary_json);
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "wb");
-    if (!f) throw_if_error(absl::NotFoundError(absl::StrCat(json_path, ": cannot open for writing")));
-    const std::string js = snap.to_json() + "\n";
-    const bool ok = std::fwrite(js.data(), 1, js.size(), f) == js.size();
-    if (std::fclose(f) != 0 || !ok) throw_if_error(absl::DataLossError(absl::StrCat(json_path, ": write failed")));
-    std::printf("summary: %s\n", json_path.c_str());
-  }
-  if (!trace_path.empty()) {
-    throw_if_error(loader->write_trace(trace_path, trace_format));
-    std::printf("trace: %s (%s, %llu events, %llu dropped)\n", trace_path.c_str(),
-                std::string(counters::trace_format_name(trace_format)).c_str(),
-                static_cast<unsigned long long>(snap.trace.recorded),
-                static_cast<unsigned long long>(snap.trace.dropped));
-  }
+  final_report(c, *loader, trainer, total_samples, total_s, eff, *scale);
   return 0;
 }
 
 }  // namespace
 
-DLFEED_COMMAND(run, "iterate a dataset through the loader for N epochs; throughput, and --checksum", run_run);
+DLFEED_COMMAND(run,
+               "emulated training: iterate a dataset or a --workload preset for N epochs with compute per step; "
+               "AU, throughput, I/O breakdown, efficiency vs `calibrate`",
+               run_run);
 
 }  // namespace dlfeed::cli

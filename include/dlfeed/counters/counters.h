@@ -29,9 +29,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 #ifndef DLFEED_COUNTERS_ENABLED
@@ -71,6 +73,9 @@ enum class Id : uint8_t {
   kDecodeCrc,       // ns  dist  verify a record's CRC32C (per TFRecord sample)
   kDecodeInflate,   // ns  dist  inflate a deflated NPZ member or HDF5 chunk (per call)
   kDecodeParse,     // ns  dist  parse a tf.train.Example for the feature (per sample)
+  kBytesReadStaged, // bytes sum  bytes of reads handed to the backend from staged copies (loader stage option)
+  kStageCopied,     // bytes sum  bytes copied into the staging folder
+  kBarrier,         // ns  dist  waiting for the other ranks at the end of a step (Region::kBarrier)
   kCount
 };
 inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
@@ -98,13 +103,23 @@ size_t bucket_of(uint64_t v);
 uint64_t bucket_low(size_t b);
 uint64_t bucket_high(size_t b);  // exclusive
 
-/// A distribution's summary.
+/// A sparse histogram: (bucket, events) for the non-empty buckets, ascending.
+using Histogram = std::vector<std::pair<uint16_t, uint64_t>>;
+
+/// A distribution's summary, with the histogram it was computed from (so
+/// distributions of several ranks merge into exact job-wide percentiles).
 struct Distribution {
   uint64_t count = 0;
   uint64_t sum = 0;
   uint64_t max = 0;
   double mean = 0, p50 = 0, p95 = 0, p99 = 0;
+  Histogram hist;
 };
+
+/// The summary of a histogram: mean from sum/count, p50/p95/p99 at bucket
+/// midpoints (clamped to max), max = the top of the highest bucket, or
+/// `max_known` when it is non-zero and lower.
+Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known);
 
 struct CounterValue {
   Id id{};
@@ -121,7 +136,8 @@ struct CounterValue {
 struct EpochReport {
   int64_t epoch = -1;  // -1: the total
   bool complete = false;
-  double wall_s = 0;
+  double wall_s = 0;   // merged over ranks: the slowest rank's
+  double wall_min_s = 0;  // the fastest rank's (== wall_s for one rank)
   uint64_t steps = 0, batches = 0, samples = 0;
   uint64_t bytes_read = 0, bytes_delivered = 0, read_requests = 0, extents = 0;
   // Interval unions (seconds), merged across threads.
@@ -136,6 +152,12 @@ struct EpochReport {
   double samples_per_s = 0;
   double read_mib_per_s = 0;       // bytes read / wall / 2^20
   double delivered_mib_per_s = 0;  // bytes delivered / wall / 2^20
+  // Staging (LoaderOptions::stage): bytes of reads from staged copies (the
+  // rest of bytes_read came from the source), and bytes copied to the stage.
+  uint64_t bytes_read_staged = 0, bytes_staged = 0;
+  // Over ranks (merge_ranks): how many, and the lowest and highest AU.
+  uint32_t ranks = 1;
+  double au_min_percent = 0, au_max_percent = 0;
   std::array<Distribution, kNumIds> dist{};  // per-epoch distributions (max from the histogram)
 };
 
@@ -155,13 +177,33 @@ struct Snapshot {
   std::vector<EpochReport> epochs;     // in start order
   EpochReport total;                   // over the epochs
   TraceInfo trace;
+  /// Ranks merged into this snapshot (1 for one process), and each rank's
+  /// total, in rank order (empty for one process).
+  uint32_t ranks = 1;
+  std::vector<EpochReport> rank_totals;
 
   const CounterValue& operator[](Id id) const { return counters[static_cast<size_t>(id)]; }
   /// Stable, documented JSON (docs/counters.md), schema "dlfeed.counters/1".
   std::string to_json() const;
-  /// A human table: per epoch and total, then latency distributions.
+  /// A human table: per epoch and total, then latency distributions (and,
+  /// merged, one line per rank).
   std::string summary_table() const;
+  /// Exact binary form (every field, histograms included) for sending a
+  /// snapshot to another process; deserialize() reads it back in a build
+  /// with the same counters.
+  std::string serialize() const;
+  static absl::StatusOr<Snapshot> deserialize(absl::string_view bytes);
 };
+
+/// The job's snapshot from one snapshot per rank (in rank order; each of one
+/// process). Counters and per-epoch byte, sample and request figures are
+/// summed; histograms are summed, so percentiles are over every rank's
+/// events; rates (samples/s, MiB/s) are summed, as DLIO reports throughput;
+/// wall_s is the slowest rank's (wall_min_s the fastest), steps the most any
+/// rank took, interval unions and first_step_s are means over the ranks, and
+/// au_percent is the mean with au_min/max_percent the extremes. Epochs are
+/// matched by position and must have the same epoch numbers on every rank.
+absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks);
 
 enum class TraceFormat { kChrome, kDfTracer };
 absl::string_view trace_format_name(TraceFormat f);
@@ -174,6 +216,10 @@ struct TraceOptions {
   uint64_t max_events = 500'000;
   /// Record one of every N read requests (the most numerous events).
   uint32_t io_sample_every = 1;
+  /// The trace's process id and name (a rank: pid = rank, "dlfeed rank R",
+  /// so traces of several ranks merge into one Perfetto view). -1: getpid().
+  int64_t pid = -1;
+  std::string process_name = "dlfeed";
 };
 
 /// A decoded trace event (times in ns since the Counters were created).
@@ -185,8 +231,9 @@ struct TraceEvent {
   uint64_t a0 = 0, a1 = 0, a2 = 0;  // meaning per name (docs/counters.md)
 };
 
-/// Where a region's time goes.
-enum class Region : uint8_t { kCompute };
+/// Where a region's time goes: kCompute counts as compute (AU, I/O hidden);
+/// kBarrier is the wait for the other ranks at a step's end (barrier_ns).
+enum class Region : uint8_t { kCompute, kBarrier };
 
 class Counters;
 

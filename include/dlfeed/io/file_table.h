@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -78,6 +80,17 @@ class FileTable {
   size_t size() const;
   /// The path of `id` ("<invalid file id N>" for an unknown id).
   std::string path(uint32_t id) const;
+  /// From now on `id` opens `path` instead (a copy of the same bytes, e.g. a
+  /// staged copy on node-local storage). An open descriptor of the old path is
+  /// closed at once, or when the last read holding it lets go; until then new
+  /// pins of `id` share it. add() of the old path still returns `id`.
+  /// `direct` overrides the table's O_DIRECT for this file (false for a copy
+  /// on tmpfs, which refuses O_DIRECT; the aligned reads work either way).
+  absl::Status redirect(uint32_t id, absl::string_view path, std::optional<bool> direct = std::nullopt);
+  /// How many redirect() calls so far: a holder of descriptors beyond its
+  /// pins' lifetime (the io_uring backend's registered files) compares it to
+  /// know when to let go of them and pin again.
+  uint64_t redirections() const { return redirections_.load(std::memory_order_acquire); }
 
   /// Opens `id` if needed (evicting the least recently used unpinned fd when
   /// max_open() are open) and pins it. When every open fd is pinned the cap
@@ -102,6 +115,7 @@ class FileTable {
   void unpin(uint32_t id);
 
   size_t max_open_;
+  std::atomic<uint64_t> redirections_{0};
   bool direct_;
   std::unique_ptr<Impl> impl_;
 };

@@ -106,8 +106,10 @@ struct IoOptions {
   /// io_uring: register the files with the ring (reads then skip the
   /// kernel's per-read file lookup and reference count) when the table has
   /// at most 1024 files and at most half its fd cap: each file stays open
-  /// from its first read until the backend is destroyed. Larger datasets
-  /// keep the plain path, where the fd cache may close files.
+  /// from its first read until the backend is destroyed, or until the table
+  /// redirects a file (staging), when every registration is dropped and made
+  /// again on next use. Larger datasets keep the plain path, where the fd
+  /// cache may close files.
   bool register_files = true;
   /// thread_pool: number of reader threads.
   uint32_t threads = 4;

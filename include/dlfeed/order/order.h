@@ -81,6 +81,12 @@ struct OrderSpec {
   /// the shards are filled up to ceil(size / world_size) with the global
   /// order's first positions again (global position p >= size reads p - size).
   bool drop_last = false;
+  /// Global positions before this one were consumed before a restart on
+  /// another world size (elastic resume): the cut starts here, so rank r
+  /// reads global_start + r, + W, ... and the shards are cut (padded or
+  /// dropped as above) from the remaining global_size - global_start
+  /// positions. 0 for a whole epoch. Strided strategies only.
+  uint64_t global_start = 0;
   OrderParams params;
 };
 
@@ -124,12 +130,13 @@ struct OrderState {
 };
 
 /// The serialized form (bytes, about 30 + strategy-name bytes):
-///   u8 version (= 1)
+///   u8 version (1, or 2 when spec.global_start != 0)
 ///   varint position, seed, epoch, rank, world_size   (unsigned LEB128)
 ///   u8 flags (bit 0: drop_last)
 ///   varint buffer_size, block_size, window
 ///   u64 layout_fingerprint, u64 indices_fingerprint (little-endian)
 ///   varint name length, then the strategy name
+///   version 2 only: varint global_start
 std::string encode_state(const OrderState& state);
 absl::StatusOr<OrderState> decode_state(absl::string_view bytes);
 /// Fingerprint of an explicit index array (0 for null).
@@ -169,8 +176,16 @@ class OrderCursor {
   /// Moves to the first id whose global position is >= `consumed`: after W
   /// ranks each read k ids, the job has consumed global positions [0, k*W);
   /// a restarted job with any world size resumes with seek_global(k*W).
-  /// Strided strategies only.
+  /// Strided strategies only. The new world's shards may then differ in
+  /// length by one; OrderSpec::global_start = k*W instead gives equal shards
+  /// of the remainder (what Loader::restore does on a new world size).
   absl::Status seek_global(uint64_t consumed);
+  /// The global positions the whole job has consumed when every rank is at
+  /// rank position `position`: global_start + position * world_size (strided
+  /// strategies; may exceed the global size by the padding).
+  uint64_t consumed_global(uint64_t position) const {
+    return spec_.global_start + position * spec_.world_size;
+  }
 
   /// The resume state at the current position (see encode_state()).
   std::string state() const;

@@ -1,0 +1,143 @@
+#include "dlfeed/mpi/mpi.h"
+
+#include <cstdlib>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace dlfeed::mpi {
+namespace {
+
+absl::Status mpi_error(const char* call, int code) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return absl::InternalError(absl::StrCat("MPI: ", call, " failed: ", absl::string_view(text, len)));
+}
+
+#define DLFEED_MPI_CALL(call)                                  \
+  do {                                                         \
+    const int dlfeed_mpi_rc_ = (call);                         \
+    if (dlfeed_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, dlfeed_mpi_rc_); \
+  } while (0)
+
+uint64_t allreduce(uint64_t v, MPI_Op op, MPI_Comm comm) {
+  uint64_t out = v;
+  // MPI_ERRORS_ARE_FATAL (the default) aborts the job on failure.
+  MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, op, comm);
+  return out;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS",
+                        "MV2_COMM_WORLD_SIZE", "HYDRA_CONTROL_FD"}) {
+    const char* e = std::getenv(v);
+    if (e != nullptr && *e != '\0') return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::init(MPI_Comm comm) {
+  std::unique_ptr<Job> job(new Job());
+  int initialized = 0;
+  DLFEED_MPI_CALL(MPI_Initialized(&initialized));
+  if (!initialized) {
+    int provided = 0;
+    DLFEED_MPI_CALL(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    job->finalize_ = true;
+  }
+  if (comm == MPI_COMM_NULL) comm = MPI_COMM_WORLD;
+  DLFEED_MPI_CALL(MPI_Comm_dup(comm, &job->comm_));
+  DLFEED_MPI_CALL(MPI_Comm_rank(job->comm_, &job->rank_));
+  DLFEED_MPI_CALL(MPI_Comm_size(job->comm_, &job->size_));
+  return job;
+}
+
+Job::~Job() {
+  if (std::uncaught_exceptions() > 0) {
+    // Another rank may be blocked in a collective this rank will never join.
+    MPI_Abort(comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, 1);
+    return;
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalize_ && !finalized) MPI_Finalize();
+}
+
+void Job::configure(LoaderOptions& options) const {
+  options.order.rank = static_cast<uint32_t>(rank_);
+  options.order.world_size = static_cast<uint32_t>(size_);
+  options.trace.pid = rank_;
+  options.trace.process_name = absl::StrCat("dlfeed rank ", rank_);
+}
+
+absl::Status Job::barrier() const {
+  DLFEED_MPI_CALL(MPI_Barrier(comm_));
+  return absl::OkStatus();
+}
+
+absl::Status Job::step_barrier(counters::Counters& c) const {
+  const uint64_t t0 = c.now();
+  c.region_begin(counters::Region::kBarrier, t0);
+  const int rc = MPI_Barrier(comm_);
+  c.region_end(counters::Region::kBarrier, t0, c.now(), 0);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI_Barrier", rc);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Job::gather(const std::string& mine, int root) const {
+  if (mine.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat("MPI gather: ", mine.size(), " bytes, at most 2^31-1"));
+  }
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> sizes(rank_ == root ? size_ : 0);
+  DLFEED_MPI_CALL(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, comm_));
+  std::vector<int> displs(sizes.size());
+  int64_t total = 0;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    displs[r] = static_cast<int>(total);
+    total += sizes[r];
+  }
+  if (total > INT32_MAX) {
+    return absl::ResourceExhaustedError(absl::StrCat("MPI gather: ", total, " bytes in all, at most 2^31-1"));
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  DLFEED_MPI_CALL(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, root,
+                              comm_));
+  std::vector<std::string> out;
+  for (size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(static_cast<size_t>(displs[r]), sizes[r]));
+  return out;
+}
+
+absl::StatusOr<std::string> Job::broadcast(const std::string& bytes, int root) const {
+  uint64_t n = bytes.size();
+  DLFEED_MPI_CALL(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_));
+  if (n > static_cast<uint64_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat("MPI broadcast: ", n, " bytes, at most 2^31-1"));
+  }
+  std::string out = rank_ == root ? bytes : std::string(n, '\0');
+  DLFEED_MPI_CALL(MPI_Bcast(out.data(), static_cast<int>(n), MPI_BYTE, root, comm_));
+  return out;
+}
+
+absl::StatusOr<counters::Snapshot> Job::reduce(const counters::Snapshot& mine, int root) const {
+  auto all = gather(mine.serialize(), root);
+  if (!all.ok()) return all.status();
+  if (rank_ != root) return mine;
+  std::vector<counters::Snapshot> ranks;
+  for (size_t r = 0; r < all->size(); ++r) {
+    auto s = counters::Snapshot::deserialize((*all)[r]);
+    if (!s.ok()) return absl::DataLossError(absl::StrCat("MPI reduce: rank ", r, "'s snapshot: ", s.status().message()));
+    ranks.push_back(*std::move(s));
+  }
+  return counters::merge_ranks(ranks);
+}
+
+uint64_t Job::sum(uint64_t v) const { return allreduce(v, MPI_SUM, comm_); }
+uint64_t Job::min(uint64_t v) const { return allreduce(v, MPI_MIN, comm_); }
+uint64_t Job::max(uint64_t v) const { return allreduce(v, MPI_MAX, comm_); }
+
+}  // namespace dlfeed::mpi

@@ -1,0 +1,260 @@
+#include "dlfeed/stage/stage.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dlfeed/error.h"
+#include "dlfeed/order/order.h"
+#include "dlfeed/order/random.h"
+#include "../thread_name.h"
+
+namespace dlfeed::stage {
+namespace {
+
+constexpr size_t kChunk = 4 << 20;
+
+uint64_t hash_path(absl::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ULL;
+  return mix64(h);
+}
+
+// Closes an fd on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+const char* status_name(FileStatus s) {
+  switch (s) {
+    case FileStatus::kPending: return "pending";
+    case FileStatus::kStaged: return "staged";
+    case FileStatus::kReused: return "reused";
+    case FileStatus::kSkippedLimit: return "skipped (limit)";
+    case FileStatus::kSkippedSpace: return "skipped (no space)";
+    case FileStatus::kFailed: return "failed";
+    case FileStatus::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+std::string staged_name(const Source& source) {
+  const std::string base = std::filesystem::path(source.path).filename().string();
+  return absl::StrFormat("%016x-%d-%s", hash_path(source.path), source.size, base);
+}
+
+std::vector<uint64_t> owned_files(const FileLayout& layout, const OrderCursor& cursor) {
+  const OrderSpec& spec = cursor.spec();
+  std::vector<uint64_t> out;
+  const std::vector<uint64_t> bounds = cursor.global_order().rank_bounds();
+  if (bounds.empty()) {
+    for (uint64_t f = spec.rank; f < layout.num_files(); f += spec.world_size) out.push_back(f);
+    return out;
+  }
+  std::set<uint64_t> files;
+  const GlobalOrder& g = cursor.global_order();
+  for (uint64_t p = bounds[spec.rank]; p < bounds[spec.rank + 1]; ++p) files.insert(layout.file_of(g.at(p)));
+  return {files.begin(), files.end()};
+}
+
+struct Stager::Impl {
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<FileStatus> status;
+  StageStats stats;
+  std::atomic<bool> stop{false};
+  bool started = false;
+  std::thread thread;
+};
+
+Stager::Stager(StageOptions options, std::vector<Source> sources, Observer observer)
+    : options_(std::move(options)), sources_(std::move(sources)), observer_(std::move(observer)),
+      impl_(std::make_unique<Impl>()) {
+  impl_->status.assign(sources_.size(), FileStatus::kPending);
+  impl_->stats.files = sources_.size();
+  impl_->stats.done = sources_.empty();
+}
+
+absl::StatusOr<std::unique_ptr<Stager>> Stager::create(StageOptions options, std::vector<Source> sources,
+                                                       Observer observer) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("stage: no folder given");
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(options.dir, ": cannot create the staging folder: ",
+                                                          ec.message()));
+  if (!std::filesystem::is_directory(options.dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(options.dir, ": the staging folder is not a directory"));
+  }
+  if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
+    return io_error(options.dir, 0, "write into the staging folder", errno);
+  }
+  return std::unique_ptr<Stager>(new Stager(std::move(options), std::move(sources), std::move(observer)));
+}
+
+Stager::~Stager() {
+  cancel();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void Stager::start() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->started) return;
+  impl_->started = true;
+  impl_->thread = std::thread([this] { run(); });
+  detail::name_thread(impl_->thread, "dlfeed-stage");
+}
+
+void Stager::wait() {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return impl_->stats.done || !impl_->started; });
+}
+
+void Stager::cancel() { impl_->stop = true; }
+
+FileStatus Stager::status(size_t i) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->status.at(i);
+}
+
+std::string Stager::staged_path(size_t i) const {
+  const FileStatus s = status(i);
+  if (s != FileStatus::kStaged && s != FileStatus::kReused) return "";
+  return (std::filesystem::path(options_.dir) / staged_name(sources_[i])).string();
+}
+
+StageStats Stager::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+std::string Stager::find_copy(const std::string& dir, const Source& source) {
+  const std::string p = (std::filesystem::path(dir) / staged_name(source)).string();
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  return static_cast<uint64_t>(st.st_size) == source.size ? p : "";
+}
+
+bool Stager::supports_direct(const std::string& dir) {
+  const std::string p = (std::filesystem::path(dir) / absl::StrCat(".dlfeed-direct-probe.", ::getpid())).string();
+  Fd w{::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+  if (w.fd < 0) return false;
+  Fd r{::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT)};
+  ::unlink(p.c_str());
+  return r.fd >= 0;
+}
+
+void Stager::run() {
+  uint64_t used = 0;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    FileStatus s = FileStatus::kCancelled;
+    if (!impl_->stop) {
+      if (observer_.on_file_begin) observer_.on_file_begin(i);
+      s = copy_one(i, used);
+      if (observer_.on_file_end) observer_.on_file_end(i, s);
+    }
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->status[i] = s;
+    StageStats& st = impl_->stats;
+    const uint64_t size = sources_[i].size;
+    switch (s) {
+      case FileStatus::kStaged: ++st.staged; st.bytes_staged += size; break;
+      case FileStatus::kReused: ++st.reused; st.bytes_staged += size; break;
+      case FileStatus::kSkippedLimit: ++st.skipped_limit; st.bytes_skipped += size; break;
+      case FileStatus::kSkippedSpace: ++st.skipped_space; st.bytes_skipped += size; break;
+      case FileStatus::kFailed: ++st.failed; st.bytes_skipped += size; break;
+      default: break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stats.done = true;
+  }
+  impl_->cv.notify_all();
+}
+
+FileStatus Stager::copy_one(size_t i, uint64_t& used) {
+  const Source& src = sources_[i];
+  if (!find_copy(options_.dir, src).empty()) {
+    used += src.size;
+    return FileStatus::kReused;
+  }
+  if (src.size > options_.limit_bytes || used + src.size > options_.limit_bytes) return FileStatus::kSkippedLimit;
+  struct statvfs vfs {};
+  if (::statvfs(options_.dir.c_str(), &vfs) == 0 &&
+      static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < src.size + kChunk) {
+    return FileStatus::kSkippedSpace;
+  }
+  const std::string final_path = (std::filesystem::path(options_.dir) / staged_name(src)).string();
+  const std::string tmp_path = absl::StrCat(options_.dir, "/.", staged_name(src), ".tmp.", ::getpid());
+  auto fail = [&](absl::Status st) {
+    ::unlink(tmp_path.c_str());
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stats.first_error.empty()) impl_->stats.first_error = st.ToString();
+    return FileStatus::kFailed;
+  };
+  Fd in{::open(src.path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) return fail(io_error(src.path, 0, "open for staging", errno));
+  Fd out{::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (out.fd < 0) return fail(io_error(tmp_path, 0, "create the staging copy", errno));
+  std::vector<char> buf(kChunk);
+  uint64_t off = 0;
+  while (true) {
+    if (impl_->stop) {
+      ::unlink(tmp_path.c_str());
+      return FileStatus::kCancelled;
+    }
+    const ssize_t n = ::pread(in.fd, buf.data(), buf.size(), static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(io_error(src.path, off, "read for staging", errno));
+    }
+    if (n == 0) break;
+    for (ssize_t w = 0; w < n;) {
+      const ssize_t k = ::pwrite(out.fd, buf.data() + w, static_cast<size_t>(n - w), static_cast<off_t>(off + w));
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        return fail(io_error(tmp_path, off + w, "write the staging copy", errno));
+      }
+      w += k;
+    }
+    off += static_cast<uint64_t>(n);
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->stats.bytes_copied += static_cast<uint64_t>(n);
+    }
+    if (observer_.on_bytes) observer_.on_bytes(static_cast<uint64_t>(n));
+    if (off > src.size) break;
+  }
+  if (off != src.size) {
+    return fail(absl::DataLossError(absl::StrCat(src.path, ": at offset ", off, ": expected ", src.size,
+                                                 " bytes (its size when the loader opened it), found ",
+                                                 off > src.size ? "more" : absl::StrCat(off))));
+  }
+  if (options_.sync && ::fsync(out.fd) != 0) return fail(io_error(tmp_path, 0, "fsync the staging copy", errno));
+  if (::close(std::exchange(out.fd, -1)) != 0) return fail(io_error(tmp_path, 0, "close the staging copy", errno));
+  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    return fail(io_error(final_path, 0, "rename the staging copy into place", errno));
+  }
+  used += src.size;
+  return FileStatus::kStaged;
+}
+
+}  // namespace dlfeed::stage

@@ -1,0 +1,99 @@
+"""Smoke tests of the benchmark scripts on tiny datasets: they run end to end
+and report every system with positive numbers. No speed is asserted.
+
+bench/compare/compare.py --quick runs each system in its own process; to stay
+well under a minute on a busy 2-core machine the test runs the cold cache and
+one DataLoader worker count (2), so every system appears once.
+"""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def build_dir() -> pathlib.Path:
+    binary = os.environ.get("DLFEED_BIN")
+    return pathlib.Path(binary).resolve().parents[1] if binary else ROOT / "build"
+
+
+def need_built(*rel):
+    missing = [r for r in rel if not (build_dir() / r).exists()]
+    if missing:
+        pytest.skip(f"not built: {', '.join(missing)} (scripts/setup.sh builds them)")
+
+
+def run_script(script, *args, timeout=240):
+    env = dict(os.environ, DLFEED_BUILD_DIR=str(build_dir()), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+    assert proc.returncode == 0, f"{script} failed\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def test_compare_quick_reports_every_system(tmp_path):
+    for mod in ("torch", "tensorflow", "h5py"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed: the comparison needs PyTorch, TensorFlow and h5py")
+    need_built("tools/dlfeed", "bench/raw_read", "bench/compare_cpp")
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    results_path = tmp_path / "results.json"
+    out = run_script("bench/compare/compare.py", "--quick", "--workers", "2", "--data", tmp_path / "data",
+                     "--json", results_path)
+    assert "ERROR" not in out
+    res = json.loads(results_path.read_text())
+    assert res["skipped"] == []
+    want = {
+        "hdf5": {"device", "dlfeed_cpp", "dlfeed_py", "dlfeed_torch", "torch_h5py_w2"},
+        "npy": {"device", "dlfeed_cpp", "dlfeed_py", "torch_npy_w2"},
+        "tfrecord": {"device", "dlfeed_cpp", "dlfeed_py", "dlfeed_tf", "tf_data"},
+    }
+    assert set(res["summary"]) == set(want)
+    for scenario, systems in want.items():
+        table = res["summary"][scenario]
+        assert set(table) == systems, scenario
+        for key, caches in table.items():
+            cold = caches["cold"]
+            assert cold["samples_s"] > 0 and cold["mib_s"] > 0 and cold["peak_rss_mib"] > 0, (scenario, key)
+            if key != "device":
+                assert cold["eff"] > 0, (scenario, key)
+        # The markdown table printed in quick mode has a row per system.
+        for s in res["scenarios"][scenario]["systems"]:
+            assert f"| {s['label']} |" in out
+    # Same bytes delivered by every system (the order-independent touch sums agree).
+    for scenario, table in res["summary"].items():
+        sums = {t for k, c in table.items() if k != "device" for t in c["cold"]["touch"]}
+        assert len(sums) == 1, (scenario, sums)
+
+
+def test_shuffle_sweep_quick_scores_every_strategy(tmp_path):
+    need_built("tools/dlfeed", "bench/raw_read", "bench/compare_cpp")
+    out = run_script("bench/shuffle/sweep.py", "--quick", "--caches", "cold", "--no-micro", "--data",
+                     tmp_path / "data")
+    res = json.loads((tmp_path / "data" / "quick" / "results.json").read_text())
+    strategies = {e["strategy"] for e in res["configs"]}
+    assert strategies >= {"sequential", "file_shuffle", "local_shuffle", "buffered_shuffle", "block_shuffle",
+                          "global_shuffle", "global_feistel"}
+    for e in res["configs"]:
+        assert e["median"]["cold"]["samples_s"] > 0, e["label"]
+        assert 0 <= e["quality"]["score"] <= 1, e["label"]
+    by = {e["label"]: e["quality"]["score"] for e in res["configs"]}
+    assert by["sequential"] == 0 and by["file_shuffle"] == 0 and by["global_shuffle"] > 0.9
+    assert (tmp_path / "data" / "quick" / "shuffle_frontier.png").stat().st_size > 0
+    assert "pick (cold):" in out
+
+
+def test_micro_benches_run(tmp_path):
+    need_built("bench/parse_bench", "bench/order_bench", "bench/counters_bench")
+    run_script("bench/shuffle/sweep.py", "--quick", "--no-sweep", "--data", tmp_path / "data")
+    rows = json.loads((tmp_path / "data" / "quick" / "micro.json").read_text())
+    names = {r["name"].split("/")[0] for r in rows}
+    assert {"BM_NpyHeaderParse", "BM_TfrecordFraming", "BM_TfrecordUnframe", "BM_ExampleFeatures", "BM_Crc32c",
+            "BM_Epoch", "BM_RecordSample"} <= names
+    assert all(r["ns"] > 0 for r in rows if not r["error"])
