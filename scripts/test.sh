@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs every test: ctest (C++), pytest
 # (interop with numpy, h5py, TensorFlow, and the command line), the C++ suite
-# again under AddressSanitizer + UndefinedBehaviorSanitizer, and the threaded
-# parts (loader, I/O backends, order, counters, staging) under ThreadSanitizer.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer and again under
+# ThreadSanitizer (fault injection, staging and the short soak included), then
+# fuzzes every parser for a bounded time (scripts/fuzz.sh; docs/reliability.md).
 # With Open MPI installed (setup.sh installs it) ctest includes the mpirun
 # tests (label mpi).
-# DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds.
+# DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds, DLFEED_SKIP_FUZZ=1
+# the fuzzing; DLFEED_FUZZ_SECONDS (default 30) is the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -33,10 +35,15 @@ if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
 
   # No MPI here: ThreadSanitizer needs every library instrumented and Open
   # MPI's is not; the MPI tests run in build/ and under ASan.
-  echo "== ctest under TSan (build-tsan/: loader, I/O, order, counters, staging)"
-  BUILD_DIR=build-tsan BUILD_TARGETS="loader_test io_test order_test counters_test stage_test scale_test" \
-    CMAKE_ARGS="-DDLFEED_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_EXAMPLES=OFF -DDLFEED_MPI=OFF" \
+  echo "== ctest under TSan (build-tsan/)"
+  BUILD_DIR=build-tsan \
+    CMAKE_ARGS="-DDLFEED_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_EXAMPLES=OFF -DDLFEED_BUILD_TOOLS=OFF -DDLFEED_MPI=OFF" \
     scripts/setup.sh
   TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
-    ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -E "find_package_consumer|_NOT_BUILT"
+    ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -LE package
+fi
+
+if [ "${DLFEED_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz (build-fuzz/, clang + libFuzzer, ${DLFEED_FUZZ_SECONDS:-30} s per target)"
+  scripts/fuzz.sh
 fi

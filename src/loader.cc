@@ -1043,7 +1043,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(file_names);
   impl->file_names = std::move(file_names);
-  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, make_io_backend(impl->files, options.io));
+  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
+                          options.io_factory ? options.io_factory(impl->files, options.io)
+                                             : make_io_backend(impl->files, options.io));
+  if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
+  if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
   impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get(),
                                             options.coalesce.enabled ? options.coalesce.max_read : 0);
   impl->threads = options.threads ? options.threads

@@ -60,6 +60,10 @@ struct LoaderOptions {
   OrderSpec order;
 
   IoOptions io;
+  /// Makes the I/O backend; empty (the default) uses make_io_backend. A
+  /// backend made here is checked against the IoBackend contract
+  /// (make_checked_backend), so a faulty one gives errors, not bad batches.
+  IoBackendFactory io_factory;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
   /// How far to read ahead of the consumer: "off", "depth:N" (batches),

@@ -272,7 +272,7 @@ absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, c
       }
       const size_t base = out.size();
       out.resize(base + v.size() / 4);
-      std::memcpy(out.data() + base, v.data(), v.size());  // little-endian host
+      if (!v.empty()) std::memcpy(out.data() + base, v.data(), v.size());  // little-endian host
     } else if (field == 1 && type == 5) {  // unpacked
       float x;
       DLFEED_RETURN_IF_ERROR(r.fixed(4, &x, field));

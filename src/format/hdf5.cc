@@ -326,6 +326,13 @@ class ChunkedSource final : public Hdf5Source {
         }
         DLFEED_ASSIGN_OR_RETURN(cur_len, std::move(inflated));
       } else {
+        // Shuffling keeps the length, and dst holds one chunk: a longer
+        // stored chunk (its deflate skipped by the filter mask) cannot be one.
+        if (cur_len > chunk_bytes_) {
+          return format_error(g_.path, c.addr,
+                              absl::StrCat("a chunk of '", g_.name, "' decoding to ", chunk_bytes_, " bytes"),
+                              absl::StrCat(cur_len, " bytes"));
+        }
         unshuffle(cur, cur_len, dst);
       }
       cur = dst;

@@ -269,6 +269,12 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
     if (g.dims[i] == 0) empty = true;
     span += (g.dims[i] - 1) * g.strides[i];
   }
+  // Empty samples cost no bytes, so nothing in the file would bound how many
+  // a header can claim (a 128-byte file announcing 10^12 of them): refused.
+  if (empty && h.shape[a] > 0) {
+    return format_error(path, 0, "samples of at least one element",
+                        absl::StrCat(h.shape[a], " empty samples in an array of shape ", shape_str(h.shape)));
+  }
   g.span = empty ? 0 : span;
   // Contiguous when the sample's strides are exactly its own C-order strides.
   g.contiguous = true;

@@ -19,6 +19,8 @@ namespace dlfeed {
 namespace {
 
 constexpr uint64_t kMaxHeaderProbe = (1 << 20) + kNpyPreamble;
+// The most deflate can expand (258-byte matches from 2 bits each, about 1032:1).
+constexpr uint64_t kMaxDeflateRatio = 1032;
 
 // Inflates the first bytes of a raw deflate stream (for the NPY header of a
 // deflated member); returns how many bytes came out.
@@ -118,6 +120,14 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
     DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, hb, "NPY header"));
     DLFEED_ASSIGN_OR_RETURN(h, parse_npy_header(hb, path, m.data_offset));
   } else {
+    // Deflate expands at most 1032:1; a directory claiming more is corrupt
+    // (and decode would allocate what it claims).
+    if (m.uncompressed_size / kMaxDeflateRatio > m.compressed_size + 1) {
+      return format_error(path, m.local_header_offset,
+                          absl::StrCat("an uncompressed size deflate can reach from the ", m.compressed_size,
+                                       " compressed bytes of ", label, " (at most ", kMaxDeflateRatio, "x)"),
+                          absl::StrCat(m.uncompressed_size, " bytes"));
+    }
     std::vector<std::byte> comp(std::min<uint64_t>(m.compressed_size, kMaxHeaderProbe));
     DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, comp, "deflated NPY header"));
     std::vector<std::byte> head(std::min<uint64_t>(m.uncompressed_size, kMaxHeaderProbe));

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,8 +23,30 @@ namespace dlfeed {
 // open == number of entries with fd >= 0; opening == opens in progress
 // outside the lock (they hold a reserved slot).
 struct FileTable::Impl {
+  // What a file was when registered (or first opened): a reopen after
+  // eviction must find the same file, or the extents indexed from it may
+  // point anywhere in another one.
+  struct Identity {
+    bool known = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    timespec mtime{};
+    static Identity of(const struct stat& st) {
+      return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+    }
+    bool same(const Identity& o) const {
+      return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+             mtime.tv_nsec == o.mtime.tv_nsec;
+    }
+    std::string str() const {
+      return absl::StrCat("inode ", ino, " on device ", dev, ", ", size, " bytes, modified at ",
+                          mtime.tv_sec, ".", absl::Dec(mtime.tv_nsec, absl::kZeroPad9));
+    }
+  };
   struct Entry {
     std::string path;
+    Identity identity;
     int fd = -1;
     uint32_t pins = 0;
     bool in_lru = false;
@@ -111,17 +134,32 @@ FileTable::~FileTable() {
 }
 
 uint32_t FileTable::add(absl::string_view path) {
+  std::string p(path);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->ids.find(p);
+    if (it != impl_->ids.end()) return it->second;
+  }
+  // Outside the lock: a file that cannot be stat'ed now (missing) gets its
+  // identity at its first open instead.
+  struct stat st {};
+  const bool known = ::stat(p.c_str(), &st) == 0;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  auto [it, inserted] = impl_->ids.try_emplace(std::string(path), 0);
+  auto [it, inserted] = impl_->ids.try_emplace(p, 0);
   if (inserted) {
     it->second = static_cast<uint32_t>(impl_->entries.size());
-    impl_->entries.emplace_back().path = std::string(path);
+    Impl::Entry& e = impl_->entries.emplace_back();
+    e.path = std::move(p);
+    if (known) e.identity = Impl::Identity::of(st);
   }
   return it->second;
 }
 
 absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optional<bool> direct) {
   int to_close = -1;
+  Impl::Identity copy_identity;
+  struct stat st {};
+  if (::stat(std::string(path).c_str(), &st) == 0) copy_identity = Impl::Identity::of(st);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (id >= impl_->entries.size()) {
@@ -131,6 +169,9 @@ absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optio
     Impl::Entry& e = impl_->entries[id];
     e.path = std::string(path);
     e.direct = direct ? static_cast<int8_t>(*direct) : int8_t{-1};
+    // From now on opens must find the copy as it is now (or, if it cannot be
+    // stat'ed yet, as the first open finds it).
+    e.identity = copy_identity;
     if (e.fd >= 0) {
       if (e.pins == 0) {
         impl_->lru_remove(e);
@@ -171,6 +212,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   Impl& im = *impl_;
   std::vector<int> to_close;
   std::string path;
+  Impl::Identity expect;  // what `path` must be (a redirect may change both meanwhile)
   bool direct = direct_;
   {
     std::lock_guard<std::mutex> lock(im.mu);
@@ -193,6 +235,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     }
     ++im.opening;
     path = e.path;
+    expect = e.identity;
     if (e.direct >= 0) direct = e.direct != 0;
   }
   close_all(to_close);
@@ -215,12 +258,26 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     err = fd < 0 ? errno : 0;
   }
 
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) != 0) {
+    err = errno;
+    ::close(fd);
+    fd = -1;
+  }
+
   std::lock_guard<std::mutex> lock(im.mu);
   --im.opening;
   if (fd < 0) {
     return io_error(path, 0, direct ? "open (O_DIRECT)" : "open", err);
   }
   Impl::Entry& e = im.entries[id];
+  const Impl::Identity found = Impl::Identity::of(st);
+  if (expect.known && !expect.same(found)) {
+    ::close(fd);
+    return format_error(path, 0, absl::StrCat("the file registered (", expect.str(), ")"),
+                        absl::StrCat(found.str(), ": replaced or modified while being read"));
+  }
+  if (!e.identity.known && e.path == path) e.identity = found;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);

@@ -1,5 +1,6 @@
 #include "read_op.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,8 @@ namespace {
 
 uint64_t align_down(uint64_t v) { return v & ~(kDirectAlign - 1); }
 uint64_t align_up(uint64_t v) { return (v + kDirectAlign - 1) & ~(kDirectAlign - 1); }
+
+std::atomic<ReadFaultInjector*> g_fault_injector{nullptr};
 
 size_t round_capacity(size_t size) {
   size_t cap = kDirectAlign;
@@ -119,7 +122,14 @@ uint64_t ReadOp::next_length() const {
   return left < kMaxChunk ? left : kMaxChunk;
 }
 
+void set_read_fault_injector(ReadFaultInjector* injector) {
+  g_fault_injector.store(injector, std::memory_order_release);
+}
+
 ReadOp::Step ReadOp::on_result(int64_t res, const FileTable& files, StatsCounters& stats) {
+  if (ReadFaultInjector* inject = g_fault_injector.load(std::memory_order_acquire)) [[unlikely]] {
+    res = inject->on_read(req, next_offset(), next_dest(), next_length(), direct, res);
+  }
   if (res < 0) {
     int err = static_cast<int>(-res);
     if (err == EINTR || err == EAGAIN) {

@@ -106,6 +106,28 @@ struct ReadOp {
   ReadCompletion finish(BouncePool* pool, StatsCounters& stats);
 };
 
+/// Test-only: rewrites read results where every backend sees them, so tests
+/// can make the kernel "return" short reads, EINTR/EAGAIN storms or EIO and
+/// check that the real retry path (the same for io_uring and pread) handles
+/// them. Injecting here rather than around IoBackend is deliberate: a
+/// wrapper around a backend only sees final completions, after the retries
+/// this is meant to exercise.
+class ReadFaultInjector {
+ public:
+  virtual ~ReadFaultInjector() = default;
+  /// Given the read the backend just issued (file offset, the buffer it
+  /// read into, the length asked for, whether it was O_DIRECT) and its
+  /// result (bytes, or -errno), returns the result to act on. Returning
+  /// fewer bytes than were read (whole 4096-byte blocks with O_DIRECT),
+  /// -EINTR or -EAGAIN is always safe: the rest is read again. -EIO fails
+  /// the request. Called concurrently from backend threads.
+  virtual int64_t on_read(const ReadRequest& req, uint64_t offset, std::byte* target, uint64_t length,
+                          bool direct, int64_t res) = 0;
+};
+/// Installs `injector` for every backend in the process (nullptr removes
+/// it). Set it while no read is in flight; it must outlive those reads.
+void set_read_fault_injector(ReadFaultInjector* injector);
+
 /// Checks a batch before accepting it (ids known, dest set).
 absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests);
 

@@ -170,6 +170,31 @@ TEST(ExampleTest, UnpackedAndSplitPackedEncodingsWithUnknownFields) {
   EXPECT_EQ(str((*parsed)[2].second.bytes[0]), "payload");
 }
 
+TEST(ExampleTest, EmptyPackedChunksDecodeToNothing) {
+  // Found by fuzz_example under UBSan: an empty packed float chunk into an
+  // empty list memcpy'd from/to null pointers. TensorFlow never writes one,
+  // the wire format allows it.
+  std::vector<std::byte> fl;
+  w::append_length_delimited(fl, 1, {});
+  const float one = 1.f;
+  w::append_length_delimited(fl, 1, std::as_bytes(std::span<const float>(&one, 1)));
+  w::append_length_delimited(fl, 1, {});
+  std::vector<std::byte> float_feature;
+  w::append_length_delimited(float_feature, 2, fl);
+  std::vector<std::byte> il;
+  w::append_length_delimited(il, 1, {});
+  std::vector<std::byte> int_feature;
+  w::append_length_delimited(int_feature, 3, il);
+  auto parsed = parse_example(example_of({{"f", float_feature}, {"i", int_feature}}));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)[0].second.floats, (std::vector<float>{1.f}));
+  EXPECT_TRUE((*parsed)[1].second.int64s.empty());
+  const std::vector<std::byte> only_f = example_of({{"f", float_feature}});
+  auto f = find_feature(only_f, "f");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(count_values(*f).value(), 1u);
+}
+
 TEST(ExampleTest, RepeatedKeyLastWins) {
   const int64_t one[] = {1}, two[] = {2};
   auto ex = ExampleBuilder().add_int64s("k", one).add_int64s("k", two).serialize();

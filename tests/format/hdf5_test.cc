@@ -1,6 +1,7 @@
 // HDF5 reader and writer: every layout the reader resolves to extents, the
 // library-read fallback, every dtype, DLIO names, and bad input.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cstring>
 #include <filesystem>
@@ -166,6 +167,46 @@ TEST(Hdf5, ShuffleDeflate) {
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->sources[0]->layout(), "hdf5:chunked+shuffle+deflate");
   expect_generated(*index, spec);
+}
+
+TEST(Hdf5, AChunkStoredLargerThanAChunkIsAnErrorNotAnOverrun) {
+  // Found by fuzz_hdf5: a shuffle+deflate chunk whose deflate was skipped
+  // (filter mask bit 1, as HDF5 stores chunks deflate does not shrink) and
+  // whose stored size exceeds a chunk was unshuffled into a one-chunk buffer.
+  // Written here with H5Dwrite_chunk: 6-byte chunks of 2-byte elements, the
+  // first stored as 6 + 100 shuffled bytes.
+  const std::string path = tmp_path("oversized_chunk.h5");
+  const std::vector<std::byte> data = pattern(4 * 6);
+  {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[2] = {4, 3}, chunk[2] = {1, 3};
+    hid_t space = H5Screate_simple(2, dims, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_shuffle(dcpl);
+    H5Pset_deflate(dcpl, 4);
+    hid_t d = H5Dcreate2(f, "records", H5T_STD_U16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(d, H5T_STD_U16LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), 0);
+    std::vector<std::byte> big(6 + 100, std::byte{0x11});
+    const hsize_t origin[2] = {0, 0};
+    ASSERT_GE(H5Dwrite_chunk(d, H5P_DEFAULT, /*filter mask: deflate skipped*/ 2u, origin, big.size(), big.data()), 0);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  auto index = open_hdf5(path, {});
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::vector<std::byte> raw, scratch;
+  auto bad = read_sample(*index, 0, raw, scratch);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), path + ": at offset ")) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "decoding to 6 bytes, found 106 bytes")) << bad.status();
+  for (uint64_t k = 1; k < 4; ++k) {  // the other chunks are intact
+    auto s = read_sample(*index, k, raw, scratch);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(bytes_of(*s), row(data, {4, 3}, DType{DType::Kind::kUInt, 2, false}, k));
+  }
 }
 
 TEST(Hdf5, EveryDtypeInEveryLayout) {

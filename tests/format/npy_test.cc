@@ -247,6 +247,20 @@ TEST(NpyFile, ZeroDimensionalAndEmptyArrays) {
   auto e = open_file(dir + "/empty.npy", {});
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->size(), 0u);
+  // Empty samples: nothing in the file bounds their count, so a tiny header
+  // could make the index allocate without limit (found by fuzz_npy's kind
+  // of input: shape (10^12, 0) in a 128-byte file). Refused, on both axes.
+  write_all(dir + "/empty_samples.npy", make_npy_header(DType::u8(), Shape{1000000000000, 0}));
+  auto z = open_file(dir + "/empty_samples.npy", {});
+  ASSERT_FALSE(z.ok());
+  EXPECT_NE(std::string(z.status().message()).find("expected samples of at least one element, found 1000000000000 "
+                                                    "empty samples"),
+            std::string::npos)
+      << z.status();
+  FormatOptions last;
+  last.axis = SampleAxis::kLast;
+  write_all(dir + "/empty_last.npy", make_npy_header(DType::u8(), Shape{0, 7}));
+  EXPECT_FALSE(open_file(dir + "/empty_last.npy", last).ok());
 }
 
 TEST(Dataset, FolderOpensEveryDataFileInOrder) {

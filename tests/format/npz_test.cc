@@ -162,6 +162,29 @@ TEST(NpzFile, HeaderThatLiesAboutItsShapeIsRefused) {
       << index.status();
 }
 
+TEST(NpzFile, AnUncompressedSizeDeflateCannotReachIsRefused) {
+  // Found by fuzz_npz: a deflated member whose directory entry claims
+  // gigabytes made decode allocate them. Deflate expands at most ~1032:1.
+  const std::string dir = scratch_dir();
+  gen::FileSpec spec = spec_for(dir + "/ok.npz", /*deflate=*/true, SampleAxis::kFirst);
+  ASSERT_TRUE(gen::write_npz_file(spec).ok());
+  std::string bytes = read_all(spec.path);
+  // The first central directory entry: uncompressed size at +24 (4 bytes, no Zip64 here).
+  const size_t cd = bytes.find(std::string("PK\x01\x02", 4));
+  ASSERT_NE(cd, std::string::npos);
+  uint32_t csize = 0;
+  std::memcpy(&csize, bytes.data() + cd + 20, 4);
+  const uint32_t huge = 0xfffffff0u;
+  ASSERT_GT(huge / 1032, csize + 1);
+  std::memcpy(bytes.data() + cd + 24, &huge, 4);
+  write_all(dir + "/bomb.npz", bytes);
+  auto index = open_file(dir + "/bomb.npz", {});
+  ASSERT_FALSE(index.ok());
+  EXPECT_NE(std::string(index.status().message()).find(absl::StrCat(dir, "/bomb.npz: at offset ")), std::string::npos);
+  EXPECT_NE(std::string(index.status().message()).find("(at most 1032x), found 4294967280 bytes"), std::string::npos)
+      << index.status();
+}
+
 TEST(NpzFile, NotAZipFile) {
   const std::string dir = scratch_dir();
   write_all(dir + "/junk.npz", std::string(5000, 'z'));

@@ -559,6 +559,66 @@ TEST(FileTable, RegistersOnceOpensLazilyEvictsLru) {
   EXPECT_EQ(table.pin(9).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
+  // Extents were indexed from the file as it was when registered: another
+  // file at that path (renamed over it, rewritten, grown) must not be read
+  // in its place, at the first open or at a reopen after eviction.
+  std::string dir = testing::scratch_dir();
+  FileTable table({.max_open = 1});
+  const std::string a = write_file(dir, 0, 100), b = write_file(dir, 1, 100), c = write_file(dir, 2, 100);
+  table.add(a);
+  table.add(b);
+  table.add(c);
+  { auto p = table.pin(0); ASSERT_TRUE(p.ok()) << p.status(); }
+  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }  // evicts a
+  // a: renamed over by another file of the same size.
+  const std::string other = write_file(dir + "/..", 7, 100);
+  std::filesystem::rename(other, a);
+  auto pa = table.pin(0);
+  ASSERT_FALSE(pa.ok());
+  EXPECT_CONTAINS(std::string(pa.status().message()), a + ": at offset 0: expected the file registered (inode ");
+  EXPECT_CONTAINS(std::string(pa.status().message()), "replaced or modified while being read");
+  // c: grown before its first open.
+  {
+    std::ofstream f(c, std::ios::binary | std::ios::app);
+    f << "more";
+  }
+  auto pc = table.pin(2);
+  ASSERT_FALSE(pc.ok());
+  EXPECT_CONTAINS(std::string(pc.status().message()), "100 bytes");
+  EXPECT_CONTAINS(std::string(pc.status().message()), "104 bytes");
+  // b: untouched, reopened fine; a file missing at add() is accepted at its first open.
+  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }
+  const uint32_t late = table.add(dir + "/late.bin");
+  write_file(dir, 3, 10);
+  std::filesystem::rename(dir + "/file-3.bin", dir + "/late.bin");
+  { auto p = table.pin(late); ASSERT_TRUE(p.ok()) << p.status(); }
+  EXPECT_EQ(table.stats().open_now, 1u);  // refused opens are closed again
+}
+
+TEST(FileTable, ARedirectedFileIsHeldToItsCopysIdentity) {
+  // redirect() points an id at a copy (node-local staging): opens then check
+  // the copy as it was when redirected, not the original.
+  std::string dir = testing::scratch_dir();
+  FileTable table({.max_open = 1});
+  const std::string a = write_file(dir, 0, 100), b = write_file(dir, 1, 100);
+  const std::string copy = dir + "/copy-of-0.bin";
+  std::filesystem::copy_file(a, copy);
+  table.add(a);
+  table.add(b);
+  ASSERT_TRUE(table.redirect(0, copy).ok());
+  { auto p = table.pin(0); ASSERT_TRUE(p.ok()) << p.status(); }  // another inode than a: fine
+  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }  // evicts the copy
+  {
+    std::ofstream f(copy, std::ios::binary | std::ios::app);
+    f << "more";
+  }
+  auto p = table.pin(0);
+  ASSERT_FALSE(p.ok());
+  EXPECT_CONTAINS(std::string(p.status().message()), copy + ": at offset 0: expected the file registered");
+  EXPECT_CONTAINS(std::string(p.status().message()), "104 bytes");
+}
+
 TEST(FileTable, PinnedFdsAreNeverClosed) {
   std::string dir = testing::scratch_dir();
   FileTable table({.max_open = 1});

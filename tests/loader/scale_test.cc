@@ -344,7 +344,7 @@ TEST(Staging, FourRanksSharingAFolderReadEveryonesCopies) {
     read_batches(*l, -1, ids);
     epoch1.insert(ids.begin(), ids.end());
     EXPECT_EQ(l->stats().files_read_staged, kFiles);  // its own 2 and the others' 6
-    const counters::EpochReport& e = l->counters_snapshot().epochs[1];
+    const counters::EpochReport e = l->counters_snapshot().epochs[1];  // a copy: the snapshot is a temporary
     EXPECT_EQ(e.bytes_read_staged, e.bytes_read);
   }
   for (const auto* seen : {&epoch0, &epoch1}) {

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -158,6 +159,23 @@ class IoBackend {
 /// process to stderr. kIoUring returns Unavailable with the reason instead.
 absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
                                                            IoOptions options = {});
+
+/// Makes a backend for a table: what LoaderOptions::io_factory holds, so a
+/// caller can put its own backend (or a wrapper around make_io_backend's,
+/// e.g. one injecting faults in tests) under a Loader.
+using IoBackendFactory =
+    std::function<absl::StatusOr<std::unique_ptr<IoBackend>>(std::shared_ptr<FileTable>, IoOptions)>;
+
+/// Wraps `inner` and enforces the contract above on what it returns: an OK
+/// completion whose byte count is not its request's length, a completion
+/// for no request in flight, or a second completion for one request becomes
+/// an error completion naming the file, the offset and the counts (or is
+/// dropped and counted in stats().errors when it cannot be matched), so a
+/// broken backend yields a clear error, never a sample with stale bytes. The
+/// Loader wraps every backend from LoaderOptions::io_factory in it; the
+/// built-in backends keep the contract by construction and are not wrapped.
+std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner,
+                                                std::shared_ptr<FileTable> files);
 
 /// Whether io_uring works in this process (OK) or why not. Cached after the
 /// first call.

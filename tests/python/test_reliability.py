@@ -1,0 +1,56 @@
+"""Files changed under a running dlfeed.Loader (docs/reliability.md): the
+batches before the change are what numpy, h5py and TensorFlow wrote, and the
+change itself is an error naming the file, never another file's bytes."""
+import os
+
+import numpy as np
+import pytest
+
+import dlfeed
+from test_py_datasets import loader_kwargs, write_dataset
+
+FORMATS = ["npz", "hdf5", "tfrecord"]
+
+
+def changed_mid_epoch(tmp_path, fmt, change):
+    """Reads a 5-file dataset with one descriptor and no read-ahead, applies
+    CHANGE to the last file after two batches; returns (batches before the
+    error as (ids, x), the error, the changed path, the samples written)."""
+    root, x, _ = write_dataset(fmt, tmp_path / "d", files=5, per_file=8, seed=0)
+    other, _, _ = write_dataset(fmt, tmp_path / "other", files=5, per_file=8, seed=1)
+    victim = sorted(root.iterdir())[4]
+    loader = dlfeed.Loader(root, **loader_kwargs(fmt), batch_size=4, max_open_files=1, prefetch="off",
+                           strategy="sequential")
+    seen = []
+    with pytest.raises(dlfeed.Error) as e:
+        for k, batch in enumerate(loader):
+            seen.append((batch.sample_ids.copy(), np.array(batch[0], copy=True)))
+            if k == 1:
+                change(victim, sorted(other.iterdir())[4])
+    return seen, e.value, victim, x
+
+
+def replace(victim, other):
+    os.replace(other, victim)  # renamed over: a new inode, same name, other bytes
+
+
+def delete(victim, _):
+    os.remove(victim)
+
+
+def truncate(victim, _):
+    os.truncate(victim, 100)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("change", [replace, delete, truncate], ids=["replace", "delete", "truncate"])
+def test_a_file_changed_mid_epoch_is_an_error_naming_it(tmp_path, fmt, change):
+    seen, error, victim, x = changed_mid_epoch(tmp_path, fmt, change)
+    assert str(victim) in str(error), str(error)
+    assert "offset" in str(error), str(error)
+    # What came before the error is the untouched files' own data, in order:
+    # all of files 0-3 (ids 0..31), none of the changed file's (32..39).
+    ids = np.concatenate([i for i, _ in seen])
+    np.testing.assert_array_equal(ids, np.arange(32))
+    for i, xb in seen:
+        np.testing.assert_array_equal(xb, x[i])
