@@ -56,11 +56,15 @@ def test_bytes_read_equal_the_dataset_and_coalescing_reduces_requests(dlfeed, co
 
 def test_stall_high_without_compute_and_near_zero_with_compute(dlfeed, contiguous, tmp_path):
     fast, _ = run_json(dlfeed, tmp_path, "--fields", "records", "--batch-size", 8, "--prefetch", "off",
-                       "--io", "sync", contiguous)
-    e = fast["epochs"][0]
-    assert e["compute_s"] == 0 and e["au_percent"] == 0
-    # No compute: the consumer spends its time waiting for the loader.
-    assert e["stall_s"] > 0.3 * e["wall_s"], e
+                       "--io", "sync", "--epochs", 10, contiguous)
+    for e in fast["epochs"]:
+        assert e["compute_s"] == 0 and e["au_percent"] == 0
+    # No compute: the consumer spends its time waiting for the loader. Summed
+    # over 10 epochs (one is a few ms, where a preemption outside next() on a
+    # busy machine would decide the ratio).
+    stall = sum(e["stall_s"] for e in fast["epochs"])
+    wall = sum(e["wall_s"] for e in fast["epochs"])
+    assert stall > 0.3 * wall, fast["epochs"]
     slow, _ = run_json(dlfeed, tmp_path, "--fields", "records", "--batch-size", 8, "--compute-ms", 5,
                        "--prefetch", "depth:4", contiguous)
     e = slow["epochs"][0]
