@@ -296,17 +296,6 @@ TEST(Limits, MoreFilesThanTheDescriptorLimitAllows) {
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
 }
 
-bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#endif
-#endif
-  return false;
-}
-
 TEST(Limits, MemoryBudgetHoldsForSlowAndFastConsumers) {
   // 256 KiB samples (batch buffers are mapped and unmapped, so resident
   // memory follows them), a deep look-ahead that only the budget stops, and

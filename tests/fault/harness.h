@@ -100,4 +100,17 @@ uint64_t resident_bytes();
 /// The I/O backends usable here (io_uring only where the probe passes).
 std::vector<IoKind> backends();
 
+/// Whether this build runs under ASan or TSan (their allocators and shadow
+/// memory make resident-memory figures meaningless).
+inline bool sanitized() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return true;
+#endif
+#endif
+  return false;
+}
+
 }  // namespace dlfeed::fault

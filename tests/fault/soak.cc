@@ -72,17 +72,6 @@ bool parse(int argc, char** argv, Flags& f) {
   return true;
 }
 
-bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#endif
-#endif
-  return false;
-}
-
 // Fault profiles a loader is given at random.
 struct Profile {
   const char* name;
