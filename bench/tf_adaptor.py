@@ -22,6 +22,9 @@ goes: the loader alone; TensorFlow's own per-element floor (a
 `from_tensors(...).repeat(N)` of the same shapes iterated from Python, no
 loader); dlfeed.tf.dataset; and how long destroying a finished tf.data
 iterator takes (TensorFlow waits for its autotune thread).
+
+model.fit (one process): a tiny Keras model trained over dlfeed.tf.dataset
+and over tf.data's pipeline, alternating rounds; samples/s per epoch.
 """
 from __future__ import annotations
 
@@ -132,6 +135,66 @@ def breakdown(path: pathlib.Path, sc, a) -> Dict[str, Dict[str, float]]:
     return {k: {m: bl.median(v) for m, v in d.items()} for k, d in times.items()}
 
 
+# ---------------------------------------------------------------- model.fit
+
+def fit(path: pathlib.Path, sc, a) -> Dict[str, List[float]]:
+    """Keras model.fit over dlfeed.tf.dataset and over tf.data's pipeline, alternating
+    (one model each, compiled once): samples/s of every epoch (a Keras callback times
+    each epoch; Keras destroys the epoch's iterator inside it). The model is tiny (a
+    strided cast and one Dense unit), so the input pipeline and Keras's per-step
+    work dominate."""
+    import warnings
+
+    import tensorflow as tf
+
+    import runners
+
+    sys.path[:0] = bl.PYTHONPATH.split(":")
+    import dlfeed
+    import dlfeed.tf
+
+    # tf.data's pipeline has no known length: Keras warns when its first epoch ends.
+    warnings.filterwarnings("ignore", message="Your input ran out of data")
+    kw = dict(fields=sc.fields, batch_size=a.batch_size, strategy=sc.strategy, seed=runners.SEED, **sc.params)
+    loader = dlfeed.Loader(path, **kw)
+    samples = loader.samples_per_epoch
+    ns = argparse.Namespace(data=str(path), fields=sc.fields, batch_size=a.batch_size,
+                            buffer_size=sc.params.get("buffer_size", 10000))
+
+    def target(x, size):
+        return x, tf.cast(tf.reshape(size, [-1]) % 2, tf.float32)
+
+    datasets = {"dlfeed_tf": dlfeed.tf.dataset(path, loader=loader).map(target),
+                "tf_data": runners.tf_data_pipeline(ns).map(target)}
+    width = next(iter(dlfeed.Loader(path, **kw)))[0].shape[1]  # bytes per image (the specs leave it open)
+
+    class EpochTimes(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds: List[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self.t0)
+
+    models = {}
+    for name in datasets:
+        inp = tf.keras.Input((width,), dtype=tf.uint8)
+        x = tf.keras.layers.Lambda(lambda t: tf.cast(t[:, ::64], tf.float32) / 255.0)(inp)
+        models[name] = tf.keras.Model(inp, tf.keras.layers.Dense(1)(x))
+        models[name].compile(optimizer="sgd", loss="mse")
+        models[name].fit(datasets[name], epochs=1, verbose=0, shuffle=False)  # trace, warm up
+    out: Dict[str, List[float]] = {k: [] for k in datasets}
+    for rnd in range(a.fit_rounds):
+        for name in bl.rotated(list(datasets), rnd):
+            cb = EpochTimes()
+            models[name].fit(datasets[name], epochs=2, verbose=0, shuffle=False, callbacks=[cb])
+            out[name] += [samples / t for t in cb.seconds]
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -142,11 +205,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="runners.py systems to alternate")
     ap.add_argument("--quick", action="store_true", help="tiny dataset, one round, three breakdown epochs")
-    ap.add_argument("--breakdown-only", action="store_true")
+    ap.add_argument("--fit-rounds", type=int, default=3, help="model.fit: alternating rounds of 2 epochs each")
+    ap.add_argument("--breakdown-only", action="store_true", help="no runner rounds (breakdown and model.fit)")
     ap.add_argument("--json", help="write all numbers here")
     a = ap.parse_args(argv)
     if a.quick:
-        a.rounds, a.epochs = 1, 3
+        a.rounds, a.epochs, a.fit_rounds = 1, 3, 1
     bl.require(bl.DLFEED, targets="dlfeed_cli _dlfeed")
     sc = tfrecord_scenario()
     root = pathlib.Path(a.data) / ("quick" if a.quick else "full")
@@ -195,6 +259,11 @@ def main(argv=None) -> int:
     for k, v in results["breakdown"].items():
         td = "–" if v["teardown"] != v["teardown"] else f"{v['teardown']:.0f}"
         print(f"| {labels[k]} | {v['wall']:,.0f} | {v['cpu']:,.0f} | {td} |")
+    results["fit"] = fit(path, sc, a)
+    print("\n| Keras model.fit (tiny model) | samples/s (median of epochs) | epochs |")
+    print("|---|---|---|")
+    for k, v in results["fit"].items():
+        print(f"| {SYSTEMS[k]} | {bl.median(v):,.0f} | {' '.join(f'{x:,.0f}' for x in v)} |")
     results["machine"]["load_end"] = f"{os.getloadavg()[0]:.1f}"
     print(f"\n1-minute load {m['load']} at the start, {results['machine']['load_end']} at the end")
     if a.json:

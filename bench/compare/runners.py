@@ -218,7 +218,8 @@ def make_torch_npy(a):
 
 # ---------------------------------------------------------------- tf.data
 
-def make_tf_data(a):
+def tf_data_pipeline(a):
+    """tf.data's own pipeline over the TFRecord files: (image uint8 [B, n], size int64 [B]) batches."""
     import tensorflow as tf
 
     files = data_files(a.data, "tfrecord")
@@ -237,6 +238,12 @@ def make_tf_data(a):
           .batch(a.batch_size)
           .map(parse, num_parallel_calls=AUTOTUNE)
           .prefetch(AUTOTUNE))
+    return ds
+
+
+def make_tf_data(a):
+    ds = tf_data_pipeline(a)
+
     def epoch():
         it = iter(ds)
         KEEP.append(it)  # destroyed after the clock stops (see tf_teardown)

@@ -117,4 +117,6 @@ def test_tf_adaptor_quick_reports_every_system(tmp_path):
     assert set(res["breakdown"]) == {"loader", "tf_floor", "dlfeed_tf"}
     for case, v in res["breakdown"].items():
         assert v["wall"] > 0 and v["cpu"] > 0, case
+    assert set(res["fit"]) == {"dlfeed_tf", "tf_data"}
+    assert all(len(v) == 2 and min(v) > 0 for v in res["fit"].values())  # model.fit: 2 timed epochs each
     assert "| dlfeed.tf.dataset |" in out
