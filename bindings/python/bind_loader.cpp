@@ -178,6 +178,10 @@ void bind_loader(py::module_& m) {
       .def_property_readonly("num_samples", [](PyLoader& self) { return self.get().num_samples(); })
       .def_property_readonly("samples_per_epoch", [](PyLoader& self) { return self.get().samples_per_epoch(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& self) { return self.get().batches_per_epoch(); })
+      .def_property_readonly(
+          "batches_left", [](PyLoader& self) { return self.remaining; },
+          "Batches the running epoch has still to deliver (all of them after start_epoch, fewer after a "
+          "mid-epoch restore; 0 at its end).")
       .def_property_readonly("field_names", [](PyLoader& self) { return self.get().field_names(); })
       .def_property_readonly("options", [](PyLoader& self) { return self.get().options(); })
       .def("stats", [](PyLoader& self) { return stats_dict(self.get().stats()); })

@@ -296,6 +296,11 @@ class EpochIterator:
     def __iter__(self) -> "EpochIterator":
         return self
 
+    def __length_hint__(self) -> int:
+        """Batches still to come in this epoch (fewer than len(loader) after a
+        mid-epoch restore): operator.length_hint(iter(loader))."""
+        return 0 if self._done else self._loader._core.batches_left
+
     def __next__(self) -> "_dlfeed.Batch":
         if self._done:
             raise StopIteration

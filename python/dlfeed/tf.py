@@ -6,10 +6,24 @@
 
 Zero copy into TensorFlow, outside tf.data: dlfeed.tf.to_tensor(batch, "x")
 (tf.experimental.dlpack.from_dlpack of the batch's DLPack capsule).
+
+How the dataset is fed (measured in docs/performance.md, "dlfeed.tf adaptor"):
+every pass is ``from_tensors(0).map(start).flat_map(range(n).map(next_batch))``
+where ``start`` and ``next_batch`` are ``tf.numpy_function`` calls into
+:class:`_Feed`. ``next_batch`` returns the batch's own numpy arrays; their
+memory is 64-byte aligned, which TensorFlow wraps as a tensor without a copy,
+so an element keeps its dlfeed batch alive until TensorFlow drops it (held
+elements count against the loader's memory budget; docs/python.md). This
+replaced ``Dataset.from_generator`` over copies of the batches: two copies per
+batch (ours, then TensorFlow's, since a large numpy copy is only 16-byte
+aligned), both into freshly mapped pages, and an eager py_func with structure
+checks per element.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import operator
+import threading
+from typing import Any, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -39,21 +53,65 @@ def to_tensor(batch: Any, index: Any) -> Any:
     return _one(t)
 
 
-def output_signature(loader: Loader, as_dict: bool = False) -> Any:
-    """The tf.TensorSpec of each field: [batch, *sample shape] with the batch dimension
-    fixed when drop_last_batch is set, and None where samples' dimensions differ."""
+def _field_specs(loader: Loader) -> List[Any]:
     o = loader.options
     batch_dim = o.batch_size if o.drop_last_batch else None
     specs = []
     for name, dtype, shape in loader.field_specs():
         if shape is None:
             raise ValueError(f"field {name!r}: samples of different rank cannot be one tf.Tensor")
-        specs.append((name, tf.TensorSpec(shape=(batch_dim, *shape), dtype=tf.as_dtype(dtype), name=name)))
+        specs.append(tf.TensorSpec(shape=(batch_dim, *shape), dtype=tf.as_dtype(dtype), name=name))
+    return specs
+
+
+def output_signature(loader: Loader, as_dict: bool = False) -> Any:
+    """The tf.TensorSpec of each field: [batch, *sample shape] with the batch dimension
+    fixed when drop_last_batch is set, and None where samples' dimensions differ."""
+    specs = _field_specs(loader)
     if as_dict:
-        return {n: s for n, s in specs}
+        return {s.name: s for s in specs}
     if len(specs) == 1:
-        return specs[0][1]
-    return tuple(s for _, s in specs)
+        return specs[0]
+    return tuple(specs)
+
+
+class _Feed:
+    """The Python end of one dlfeed.tf.dataset. TensorFlow calls it through
+    tf.numpy_function (on tf.data's threads, holding the GIL only while Python
+    runs: the loader's next() releases it while it waits)."""
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+        self.fields = range(len(loader.field_names))
+        self.lock = threading.Lock()  # one pass, one consumer of the loader at a time
+        self.pass_id = 0
+        self.epoch: Any = None  # the running pass's EpochIterator
+
+    def start(self, _unused: Any) -> Any:
+        """A new pass over the dataset: the loader's next epoch. Returns the pass's id
+        and how many batches it has (all of the epoch's, or the rest after a restore)."""
+        with self.lock:
+            self.pass_id += 1
+            self.epoch = iter(self.loader)
+            count = operator.length_hint(self.epoch)
+            if count == 0:
+                self.epoch.next()  # an empty epoch (restored at its end): over now
+            return np.int64(self.pass_id), np.int64(count)
+
+    def next_batch(self, pass_id: Any) -> List[np.ndarray]:
+        """The pass's next batch: its fields' arrays in the batch's own memory."""
+        with self.lock:
+            if pass_id != self.pass_id:
+                raise RuntimeError("dlfeed.tf: this iteration over the dataset was superseded by a newer one "
+                                   "(one dlfeed.tf.dataset is one loader: iterate it once at a time)")
+            batch = self.epoch.next()
+            if batch is not None and operator.length_hint(self.epoch) == 0:
+                # The pass's last batch: see the epoch end now (tf.data asks for no
+                # more), so that the loader's next pass is its next epoch.
+                self.epoch.next()
+        if batch is None:
+            raise RuntimeError("dlfeed.tf: the loader's epoch ended before the batches it announced")
+        return [batch[f] for f in self.fields]
 
 
 def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = None, **loader_kwargs: Any) -> Any:
@@ -62,28 +120,40 @@ def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = Non
     Elements are a tuple of the fields in order ((x, y) for model.fit), the single
     field's tensor when there is one, or a dict with as_dict=True. Keywords are
     dlfeed.Loader's; or pass an existing ``loader``. Ragged fields are not supported
-    (use dlfeed.Loader directly).
+    (use dlfeed.Loader directly). The elements' tensors share the batches' memory
+    (no copy): a batch returns to the loader when TensorFlow drops its tensors.
     """
     if loader is None:
         loader = Loader(paths, **loader_kwargs)
     elif loader_kwargs:
         raise TypeError("give either loader= or Loader keywords, not both")
-    signature = output_signature(loader, as_dict)
+    specs = _field_specs(loader)
     names = loader.field_names
+    dtypes = [s.dtype for s in specs]
+    feed = _Feed(loader)
 
-    def generate():
-        for batch in loader:
-            # Copies (tf.data owns its elements and may buffer many): the batch is
-            # released at once, so the loader's prefetch never waits on TensorFlow.
-            arrays = [np.array(batch[i], copy=True) for i in range(len(names))]
-            del batch
+    @tf.autograph.experimental.do_not_convert
+    def start(unused: Any) -> Any:
+        pass_id, count = tf.numpy_function(feed.start, [unused], [tf.int64, tf.int64], stateful=True,
+                                           name="dlfeed_start_epoch")
+        return pass_id, count
+
+    @tf.autograph.experimental.do_not_convert
+    def one_pass(pass_id: Any, count: Any) -> Any:
+        @tf.autograph.experimental.do_not_convert
+        def element(_i: Any) -> Any:
+            tensors = tf.numpy_function(feed.next_batch, [pass_id], dtypes, stateful=True,
+                                        name="dlfeed_next_batch")
+            for t, s in zip(tensors, specs):
+                t.set_shape(s.shape)  # numpy_function's outputs have unknown shapes
             if as_dict:
-                yield dict(zip(names, arrays))
-            elif len(arrays) == 1:
-                yield arrays[0]
-            else:
-                yield tuple(arrays)
+                return dict(zip(names, tensors))
+            if len(tensors) == 1:
+                return tensors[0]
+            return tuple(tensors)
 
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+        return tf.data.Dataset.range(count).map(element)
+
+    ds = tf.data.Dataset.from_tensors(np.int64(0)).map(start).flat_map(one_pass)
     # Known length: Keras then knows the steps per epoch.
     return ds.apply(tf.data.experimental.assert_cardinality(loader.batches_per_epoch))

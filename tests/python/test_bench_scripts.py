@@ -97,3 +97,26 @@ def test_micro_benches_run(tmp_path):
     assert {"BM_NpyHeaderParse", "BM_TfrecordFraming", "BM_TfrecordUnframe", "BM_ExampleFeatures", "BM_Crc32c",
             "BM_Epoch", "BM_RecordSample"} <= names
     assert all(r["ns"] > 0 for r in rows if not r["error"])
+
+
+def test_tf_adaptor_quick_reports_every_system(tmp_path):
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed")
+    need_built("tools/dlfeed")
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    results_path = tmp_path / "results.json"
+    out = run_script("bench/tf_adaptor.py", "--quick", "--data", tmp_path / "data", "--json", results_path)
+    assert "ERROR" not in out
+    res = json.loads(results_path.read_text())
+    assert set(res["runs"]) == {"dlfeed_py", "dlfeed_tf", "tf_data"}
+    for system, runs in res["runs"].items():
+        assert len(runs) == 1 and runs[0]["samples"] == 256, system  # 4 files x 64 samples, all delivered
+        assert runs[0]["samples_s"] > 0 and runs[0]["cpu_s"] > 0 and runs[0]["peak_rss_kib"] > 0, system
+    assert len({r["touch"] for runs in res["runs"].values() for r in runs}) == 1  # the same bytes
+    assert set(res["breakdown"]) == {"loader", "tf_floor", "dlfeed_tf"}
+    for case, v in res["breakdown"].items():
+        assert v["wall"] > 0 and v["cpu"] > 0, case
+    assert set(res["fit"]) == {"dlfeed_tf", "tf_data"}
+    assert all(len(v) == 2 and min(v) > 0 for v in res["fit"].values())  # model.fit: 2 timed epochs each
+    assert "| dlfeed.tf.dataset |" in out

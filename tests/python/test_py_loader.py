@@ -111,6 +111,27 @@ def test_resume_mid_epoch_yields_exactly_the_rest(learnable):
         dlfeed.Loader(root, **dict(kw, seed=5)).restore(state)
 
 
+def test_epoch_iterator_length_hint_counts_the_batches_left(learnable):
+    import operator
+
+    root, _, _ = learnable["hdf5"]
+    kw = dict(fields=["records", "labels"], batch_size=24, strategy="global_shuffle", seed=4)
+    loader = dlfeed.Loader(root, **kw)
+    assert len(loader) == 11  # 256 samples: 10 of 24, then 16
+    it = iter(loader)
+    assert operator.length_hint(it) == 11
+    for left in range(10, 6, -1):
+        next(it)
+        assert operator.length_hint(it) == left
+    state = loader.state()
+    resumed = dlfeed.Loader(root, **kw)
+    resumed.restore(state)
+    rest = iter(resumed)
+    assert operator.length_hint(rest) == 7
+    assert len(list(rest)) == 7 and operator.length_hint(rest) == 0
+    assert operator.length_hint(iter(resumed)) == 11  # the next epoch, whole
+
+
 def test_numpy_arrays_share_the_batch_buffer(learnable):
     root, _, _ = learnable["npz"]
     loader = dlfeed.Loader(root, fields=["x", "y"], batch_size=32)
