@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -200,10 +201,10 @@ class IoEngine {
  public:
   // Reads longer than `max_piece` are issued as pieces of that size (in file
   // order), so the backend can keep several in flight (0: never split).
-  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters, uint64_t max_piece)
-      : backend_(std::move(backend)), counters_(counters), max_piece_(max_piece) {
+  IoEngine(std::unique_ptr<IoBackend> backend, Counters* counters, uint64_t max_piece, uint32_t number)
+      : backend_(std::move(backend)), counters_(counters), max_piece_(max_piece), number_(number) {
     thread_ = std::thread([this] { loop(); });
-    detail::name_thread(thread_, "dlfeed-io");
+    detail::name_thread(thread_, number_ == 0 ? "dlfeed-io" : absl::StrCat("dlfeed-io", number_).c_str());
   }
   ~IoEngine() {
     {
@@ -242,8 +243,47 @@ class IoEngine {
     std::lock_guard<std::mutex> lock(stats_mu_);
     return stats_;
   }
+  // The share of its last measuring window (at least kBusyWindowNs) the
+  // engine's thread spent on a CPU, in permille. Near 1000 when its reads hit
+  // the page cache (the kernel copies on the thread that submits, io_uring
+  // included) and the engine is the pipeline's bottleneck; low when its reads
+  // wait on the device or it waits for work.
+  uint32_t busy_permille() const { return busy_.load(std::memory_order_relaxed); }
+  // Of the reads the backend issued in that window, the share (permille)
+  // complete when their submit call returned: page-cache hits (IoStats::
+  // completed_at_submit). 0 for a window without reads.
+  uint32_t hits_permille() const { return hits_.load(std::memory_order_relaxed); }
 
  private:
+  static constexpr uint64_t kBusyWindowNs = 5'000'000;
+
+  static uint64_t thread_cpu_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  }
+  static uint64_t wall_ns() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+  }
+  void measure_busy() {
+    const uint64_t wall = wall_ns();
+    if (wall - window_wall_ < kBusyWindowNs) return;
+    const uint64_t cpu = thread_cpu_ns();
+    const uint64_t permille = (cpu - window_cpu_) * 1000 / (wall - window_wall_);
+    busy_.store(static_cast<uint32_t>(std::min<uint64_t>(permille, 1000)), std::memory_order_relaxed);
+    const IoStats& now = stats_;  // written by this thread only
+    const uint64_t reads = now.reads - window_reads_;
+    const uint64_t hits = now.completed_at_submit - window_hits_;
+    hits_.store(reads ? static_cast<uint32_t>(std::min<uint64_t>(hits * 1000 / reads, 1000)) : 0,
+                std::memory_order_relaxed);
+    window_wall_ = wall;
+    window_cpu_ = cpu;
+    window_reads_ = now.reads;
+    window_hits_ = now.completed_at_submit;
+  }
+
   // user_data: the Work pointer, with the read's index in the top 16 bits
   // (x86-64 and AArch64 user pointers fit in 48 bits) so a completion names
   // its read for the trace (planned reads, then direct reads); 0xFFFF: not traced.
@@ -265,7 +305,9 @@ class IoEngine {
   }
 
   void loop() {
-    name_thread_once(*counters_, "dlfeed io engine");
+    name_thread_once(*counters_, number_ == 0 ? "dlfeed io engine" : "dlfeed io engine (more)");
+    window_wall_ = wall_ns();
+    window_cpu_ = thread_cpu_ns();
     std::vector<ReadRequest> reqs;
     std::vector<ReadCompletion> done;
     [[maybe_unused]] uint64_t sampled = 0;
@@ -280,6 +322,7 @@ class IoEngine {
         stopping = stop_;
         take.swap(pending_);
       }
+      measure_busy();
       if (stopping && active_.empty()) {
         for (auto& w : take) w->fail_all(absl::CancelledError("loader destroyed"));
         break;
@@ -379,6 +422,7 @@ class IoEngine {
   std::unique_ptr<IoBackend> backend_;
   Counters* counters_;  // outlives the engine (Loader::Impl)
   uint64_t max_piece_;
+  uint32_t number_;  // 0: the first engine, which is always used
   const std::atomic<uint8_t>* staged_ = nullptr;
   size_t staged_n_ = 0;
   std::mutex mu_;
@@ -388,8 +432,27 @@ class IoEngine {
   std::unordered_map<Work*, Active> active_;  // engine thread only
   mutable std::mutex stats_mu_;
   IoStats stats_;
+  std::atomic<uint32_t> busy_{0}, hits_{0};
+  uint64_t window_wall_ = 0, window_cpu_ = 0, window_reads_ = 0, window_hits_ = 0;  // engine thread only
   std::thread thread_;
 };
+
+IoStats& operator+=(IoStats& a, const IoStats& b) {
+  a.requests += b.requests;
+  a.completions += b.completions;
+  a.errors += b.errors;
+  a.bytes += b.bytes;
+  a.device_bytes += b.device_bytes;
+  a.reads += b.reads;
+  a.retries += b.retries;
+  a.short_reads += b.short_reads;
+  a.eagain += b.eagain;
+  a.eintr += b.eintr;
+  a.submit_calls += b.submit_calls;
+  a.peak_bytes_in_kernel = std::max(a.peak_bytes_in_kernel, b.peak_bytes_in_kernel);  // per ring
+  a.completed_at_submit += b.completed_at_submit;
+  return a;
+}
 
 // What the pipeline hands the consumer, in order.
 struct Delivery {
@@ -412,7 +475,12 @@ struct Loader::Impl {
   uint64_t samples_per_epoch = 0;  // this rank's, from the order checked at create
   std::shared_ptr<FileTable> files;
   std::vector<std::string> file_names;  // per FileTable id: the source path
-  std::unique_ptr<IoEngine> engine;
+  // engines[0] takes every batch until it is busy on the CPU most of the time
+  // with reads that are page-cache hits; then batches go round all engines
+  // (engine_for; LoaderOptions::io_engines).
+  std::vector<std::unique_ptr<IoEngine>> engines;
+  bool spreading = false;  // planner thread only
+  std::atomic<uint64_t> batches_spread{0};
   std::unique_ptr<prefetch::PrefetchPolicy> policy;
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
   std::shared_ptr<Budget> budget = std::make_shared<Budget>();
@@ -458,7 +526,7 @@ struct Loader::Impl {
 
   ~Impl() {
     cancel_epoch();
-    engine.reset();  // drains reads in flight, joins the engine thread
+    engines.clear();  // each drains its reads in flight and joins its thread
     stager.reset();  // stops copying, joins its thread (its observer uses counters)
   }
 
@@ -502,7 +570,7 @@ struct Loader::Impl {
     };
     DLFEED_ASSIGN_OR_RETURN(stager, stage::Stager::create(o.stage, std::move(mine), std::move(obs)));
     stage_direct = !o.io.direct || stage::Stager::supports_direct(o.stage.dir);
-    engine->set_staged_flags(staged.get(), sources.size());
+    for (auto& e : engines) e->set_staged_flags(staged.get(), sources.size());
     return absl::OkStatus();
   }
 
@@ -532,7 +600,7 @@ struct Loader::Impl {
     stop = true;
     budget->cv.notify_all();
     q_cv.notify_all();
-    if (engine) engine->cancel_pending();
+    for (auto& e : engines) e->cancel_pending();
     if (pipeline_thread.joinable()) pipeline_thread.join();
     std::lock_guard<std::mutex> lock(q_mu);
     ready.clear();
@@ -719,8 +787,36 @@ struct Loader::Impl {
       for (const auto& d : w.direct_reads) hint.push_back({d.file, d.offset, d.length, nullptr, 0});
       advise_willneed(*files, hint);
     }
-    engine->submit(w.self);
+    engine_for(w).submit(w.self);
     return true;
+  }
+
+  // Spread on: the first engine spent at least 75% of its last window on a
+  // CPU, and at least 90% of its reads were page-cache hits. Spread off: the
+  // engines together busy less than 50% of one thread, or fewer than half of
+  // their reads hits. Reads that wait on the device stay on one engine: more
+  // rings, each with its own queue and its own thread taking completions,
+  // made a cold global shuffle slower (docs/performance.md).
+  static constexpr uint32_t kSpreadOnBusy = 750, kSpreadOnHits = 900;
+  static constexpr uint32_t kSpreadOffBusy = 500, kSpreadOffHits = 500;
+
+  IoEngine& engine_for(const Work& w) {
+    if (engines.size() == 1) return *engines[0];
+    if (!spreading) {
+      spreading = engines[0]->busy_permille() >= kSpreadOnBusy && engines[0]->hits_permille() >= kSpreadOnHits;
+    } else {
+      uint32_t busy = 0, hits = 0;
+      for (const auto& e : engines) {
+        busy += e->busy_permille();
+        hits = std::max(hits, e->hits_permille());
+      }
+      spreading = busy >= kSpreadOffBusy && hits >= kSpreadOffHits;
+    }
+    if (options.io_spread_always) spreading = true;
+    if (!spreading) return *engines[0];
+    const size_t k = w.index % engines.size();
+    if (k != 0) batches_spread.fetch_add(1, std::memory_order_relaxed);
+    return *engines[k];
   }
 
   // The pipeline's source: keeps the reads of every batch the policy and the
@@ -1048,8 +1144,19 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                              : make_io_backend(impl->files, options.io));
   if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
   if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
-  impl->engine = std::make_unique<IoEngine>(std::move(backend), impl->counters.get(),
-                                            options.coalesce.enabled ? options.coalesce.max_read : 0);
+  const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
+  impl->engines.push_back(std::make_unique<IoEngine>(std::move(backend), impl->counters.get(), max_piece, 0));
+  // More engines: each its own backend (ring, pread pool), the same files.
+  uint32_t n_engines = options.io_engines;
+  if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
+  for (uint32_t k = 1; k < n_engines; ++k) {
+    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> more,
+                            options.io_factory ? options.io_factory(impl->files, options.io)
+                                               : make_io_backend(impl->files, options.io));
+    if (!more) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
+    if (options.io_factory) more = make_checked_backend(std::move(more), impl->files);
+    impl->engines.push_back(std::make_unique<IoEngine>(std::move(more), impl->counters.get(), max_piece, k));
+  }
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
   impl->threads = std::max(2u, impl->threads);  // the planner may block; decode needs a thread too
@@ -1274,7 +1381,8 @@ LoaderStats Loader::stats() const {
   s.batches = m.batches;
   s.samples = m.samples;
   s.bytes_delivered = m.bytes_delivered;
-  const IoStats io = m.engine->stats();
+  IoStats io;
+  for (const auto& e : m.engines) io += e->stats();
   s.bytes_read = io.device_bytes ? io.device_bytes : io.bytes;
   s.read_requests = m.planned_reads;
   s.extents = m.extents;
@@ -1284,8 +1392,10 @@ LoaderStats Loader::stats() const {
   }
   s.pool_allocations = m.pool->allocations();
   s.pool_reuses = m.pool->reuses();
-  s.io_backend = m.engine->backend().name();
-  s.io_fallback_reason = m.engine->backend().fallback_reason();
+  s.io_backend = m.engines[0]->backend().name();
+  s.io_fallback_reason = m.engines[0]->backend().fallback_reason();
+  s.io_engines = static_cast<uint32_t>(m.engines.size());
+  s.batches_spread = m.batches_spread.load(std::memory_order_relaxed);
   if (m.stager) s.stage = m.stager->stats();
   s.files_read_staged = m.files_staged_now;
   s.files = m.file_names.size();

@@ -46,6 +46,8 @@ py::dict stats_dict(const LoaderStats& s) {
   d["pool_allocations"] = s.pool_allocations;
   d["pool_reuses"] = s.pool_reuses;
   d["io_backend"] = s.io_backend;
+  d["io_engines"] = s.io_engines;
+  d["batches_spread"] = s.batches_spread;
   d["io_fallback_reason"] = s.io_fallback_reason;
   py::dict st;  // staging (stage_dir)
   st["files"] = s.stage.files;
@@ -87,6 +89,8 @@ void bind_loader(py::module_& m) {
       .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed)
       .def_readwrite("memory_budget", &LoaderOptions::memory_budget)
       .def_readwrite("threads", &LoaderOptions::threads)
+      .def_readwrite("io_engines", &LoaderOptions::io_engines)
+      .def_readwrite("io_spread_always", &LoaderOptions::io_spread_always)
       .def_property(
           "trace", [](const LoaderOptions& o) { return o.trace.enabled; },
           [](LoaderOptions& o, bool v) { o.trace.enabled = v; })

@@ -60,7 +60,19 @@ struct LoaderOptions {
   OrderSpec order;
 
   IoOptions io;
-  /// Makes the I/O backend; empty (the default) uses make_io_backend. A
+  /// I/O engines: threads that hand reads to a backend of their own (an
+  /// io_uring ring, a pread pool) and reap them. The first takes every batch
+  /// while it has time to spare; when it spends 75% of its time on a CPU
+  /// (reads served from the page cache, where the kernel's copy runs on the
+  /// thread that submits, io_uring included), batches go round all engines,
+  /// until together they are busy less than half of one thread again (reads
+  /// waiting on the device, which more rings do not make faster). 0: 2 on a
+  /// machine with at least 2 cores, 1 with io_factory; 1: one engine.
+  uint32_t io_engines = 0;
+  /// Send batches round all io_engines whatever their reads (for tests and
+  /// for measuring what spreading costs where it is not engaged by itself).
+  bool io_spread_always = false;
+  /// Makes the I/O backend (once per engine); empty (the default) uses make_io_backend. A
   /// backend made here is checked against the IoBackend contract
   /// (make_checked_backend), so a faulty one gives errors, not bad batches.
   IoBackendFactory io_factory;
@@ -106,6 +118,8 @@ struct LoaderStats {
   uint64_t pool_allocations = 0;
   uint64_t pool_reuses = 0;
   std::string io_backend;        // e.g. "io_uring"
+  uint32_t io_engines = 0;       // I/O engines (LoaderOptions::io_engines)
+  uint64_t batches_spread = 0;   // batches read by an engine other than the first
   std::string io_fallback_reason;
   stage::StageStats stage;       // the stager's (LoaderOptions::stage)
   uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)

@@ -64,6 +64,8 @@ class LoaderOptions:
     fadvise_willneed: bool
     memory_budget: int
     threads: int
+    io_engines: int
+    io_spread_always: bool
     trace: bool
     trace_max_events: int
     trace_io_sample: int

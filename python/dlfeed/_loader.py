@@ -79,6 +79,8 @@ class Loader:
         queue_depth: Optional[int] = None,
         max_bytes_in_flight: Optional[int] = None,
         io_threads: Optional[int] = None,
+        io_engines: Optional[int] = None,
+        io_spread_always: Optional[bool] = None,
         direct: Optional[bool] = None,
         max_open_files: Optional[int] = None,
         prefetch: Optional[str] = None,
@@ -147,6 +149,8 @@ class Loader:
         _set(o.io, "queue_depth", queue_depth)
         _set(o.io, "max_bytes_in_flight", max_bytes_in_flight)
         _set(o.io, "threads", io_threads)
+        _set(o, "io_engines", io_engines)
+        _set(o, "io_spread_always", io_spread_always)
         _set(o.io, "direct", direct)
         _set(o.coalesce, "max_gap", max_gap)
         _set(o.coalesce, "max_read", max_read)

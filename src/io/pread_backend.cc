@@ -47,6 +47,7 @@ class PreadBackend final : public IoBackend {
       std::vector<ReadCompletion> done;
       done.reserve(requests.size());
       for (const ReadRequest& r : requests) done.push_back(execute(r));
+      StatsCounters::add(stats_.completed_at_submit, requests.size());
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& c : done) ready_.push_back(std::move(c));
       in_flight_ += requests.size();

@@ -85,6 +85,7 @@ IoStats StatsCounters::snapshot() const {
   s.retries = s.short_reads + s.eagain + s.eintr;
   s.submit_calls = ld(submit_calls);
   s.peak_bytes_in_kernel = ld(peak_bytes_in_kernel);
+  s.completed_at_submit = ld(completed_at_submit);
   return s;
 }
 

@@ -61,7 +61,8 @@ class BouncePool {
 /// Atomic counters behind IoStats.
 struct StatsCounters {
   std::atomic<uint64_t> requests{0}, completions{0}, errors{0}, bytes{0}, device_bytes{0},
-      reads{0}, short_reads{0}, eagain{0}, eintr{0}, submit_calls{0}, peak_bytes_in_kernel{0};
+      reads{0}, short_reads{0}, eagain{0}, eintr{0}, submit_calls{0}, peak_bytes_in_kernel{0},
+      completed_at_submit{0};
   IoStats snapshot() const;
   static void add(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.fetch_add(n, std::memory_order_relaxed);

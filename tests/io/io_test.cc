@@ -216,6 +216,36 @@ TEST_P(IoTest, ManyInFlight) {
   }
 }
 
+// Reads of a file in the page cache complete inside submit() for io_uring
+// (the kernel copies on the submitting thread) and for sync; the thread pool
+// completes none there. The loader spreads batches over its engines by this.
+TEST_P(IoTest, PageCacheHitsCountAsCompletedAtSubmit) {
+  auto table = std::make_shared<FileTable>();
+  const uint64_t size = 1 << 20;
+  table->add(write_file(dir_, 0, size));  // just written: in the page cache
+  auto io = make(table, {.queue_depth = 64, .threads = 2});
+  ASSERT_TRUE(io);
+  std::vector<std::byte> buf(size);
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < 64; ++i) reqs.push_back({0, i * 4096 * 3, 4096, buf.data() + i * 4096, i});
+  ASSERT_TRUE(io->submit(reqs).ok());
+  auto done = reap_all(*io);
+  ASSERT_EQ(done.size(), reqs.size());
+  for (const auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
+  const IoStats st = io->stats();
+  switch (GetParam().kind) {
+    case IoKind::kSync:
+      EXPECT_EQ(st.completed_at_submit, 64u);
+      break;
+    case IoKind::kThreadPool:
+      EXPECT_EQ(st.completed_at_submit, 0u);
+      break;
+    default:
+      EXPECT_GE(st.completed_at_submit, 32u) << "cached 4 KiB reads should complete inline";
+      EXPECT_LE(st.completed_at_submit, st.reads);
+  }
+}
+
 // Large reads: at most max_bytes_in_flight of them in the kernel at once
 // (always at least one), and every byte still lands where it should.
 TEST_P(IoTest, BytesInFlightAreCapped) {

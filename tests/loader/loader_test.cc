@@ -413,6 +413,8 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
     for (int taken : {0, 1, 5}) {
       LoaderOptions o = options_for(c, path);
       o.io.kind = io;
+      o.io_engines = taken == 1 ? 1 : 3;  // several engines with reads in flight, too
+      o.io_spread_always = taken == 5;
       auto loader = Loader::create(o).value();
       ASSERT_TRUE(loader->start_epoch(0).ok());
       std::shared_ptr<const Batch> kept;
@@ -425,6 +427,54 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
   }
   EXPECT_EQ(settle(), 0);  // no thread of dlfeed's left behind
   EXPECT_EQ(count_fds(), fds);
+}
+
+TEST(Loader, BatchesSpreadOverIoEnginesArriveExactlyOnceAndInOrder) {
+  const std::string root = scratch_dir();
+  for (const DatasetCase& c : {kDatasets[3], kDatasets[4]}) {  // HDF5 (direct reads), TFRecord (decoded)
+    const std::string path = make_dataset(c, root, 5, 40);
+    for (IoKind io : backends()) {
+      LoaderOptions o = options_for(c, path);
+      o.io.kind = io;
+      o.io_engines = 3;
+      o.io_spread_always = true;
+      o.order.strategy = "global_shuffle";
+      o.order.seed = 3;
+      auto loader = Loader::create(o);
+      ASSERT_TRUE(loader.ok()) << loader.status();
+      for (uint64_t epoch : {0, 1}) {
+        OrderSpec spec;
+        spec.strategy = "global_shuffle";
+        spec.seed = 3;
+        spec.epoch = epoch;
+        EXPECT_EQ(read_epoch(**loader, c, epoch), rank_order(FileLayout::uniform(5, 40), spec).value())
+            << c.name << " " << io_kind_name(io);
+      }
+      const LoaderStats st = (**loader).stats();
+      EXPECT_EQ(st.io_engines, 3u);
+      EXPECT_EQ(st.batches_spread, 2u * 33) << "of 50 batches an epoch, those not numbered 0 mod 3 go to the other engines";
+      EXPECT_EQ(st.batches, 100u);
+    }
+  }
+}
+
+TEST(Loader, ReadsThatAreNotPageCacheHitsStayOnTheFirstEngine) {
+  // The thread pool completes no read inside submit() (IoStats::completed_at_submit
+  // stays 0), so however busy its engine, batches never spread.
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[3];
+  const std::string path = make_dataset(c, root, 4, 200);
+  LoaderOptions o = options_for(c, path);
+  o.io.kind = IoKind::kThreadPool;
+  o.io_engines = 2;
+  auto loader = Loader::create(o).value();
+  for (uint64_t epoch : {0, 1, 2}) read_epoch(*loader, c, epoch);
+  EXPECT_EQ(loader->stats().io_engines, 2u);
+  EXPECT_EQ(loader->stats().batches_spread, 0u);
+  // With an io_factory the default is one engine.
+  o.io_engines = 0;
+  o.io_factory = [](std::shared_ptr<FileTable> files, const IoOptions& io) { return make_io_backend(files, io); };
+  EXPECT_EQ(Loader::create(o).value()->stats().io_engines, 1u);
 }
 
 TEST(Loader, RangeForOverEpochs) {

@@ -86,6 +86,24 @@ def test_options_reach_the_cpp_loader(learnable):
     assert loader.stats()["io_backend"] == "sync"
 
 
+@pytest.mark.parametrize("fmt", ["hdf5", "tfrecord"])
+def test_batches_spread_over_io_engines_match_what_the_writer_wrote(learnable, fmt):
+    root, x, y = learnable[fmt]
+    loader = dlfeed.Loader(root, batch_size=8, strategy="global_shuffle", seed=4, io_engines=3,
+                           io_spread_always=True, **loader_kwargs(fmt))
+    assert (loader.options.io_engines, loader.options.io_spread_always) == (3, True)
+    for _ in range(2):
+        seen = []
+        for batch in loader:
+            np.testing.assert_array_equal(batch[0], x[batch.sample_ids])
+            np.testing.assert_array_equal(batch[1], y[batch.sample_ids])
+            seen.extend(batch.sample_ids.tolist())
+        assert sorted(seen) == list(range(len(x)))
+    st = loader.stats()
+    assert st["io_engines"] == 3
+    assert st["batches_spread"] == 2 * (32 - 11)  # 32 batches an epoch; numbers 0 mod 3 stay on the first
+
+
 def test_resume_mid_epoch_yields_exactly_the_rest(learnable):
     root, _, _ = learnable["hdf5"]
     kw = dict(fields=["records", "labels"], batch_size=16, strategy="global_shuffle", seed=4)

@@ -51,6 +51,11 @@ ABSL_FLAG(std::string, io, "auto", "I/O backend: auto (io_uring if it works, els
 ABSL_FLAG(uint32_t, queue_depth, 64, "io_uring queue depth");
 ABSL_FLAG(uint64_t, max_in_flight_mb, 16, "io_uring: most MiB of reads in the kernel at once (0: no limit)");
 ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
+ABSL_FLAG(uint32_t, io_engines, 0,
+          "I/O engine threads, each with its own backend; batches go to more than the first only while it "
+          "is busy on the CPU (page-cache hits). 0: 2 on a machine with 2 or more cores");
+ABSL_FLAG(bool, io_spread_always, false,
+          "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
 ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
 ABSL_FLAG(std::string, prefetch, "depth:8,budget:256M",
           "Prefetch policy: off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
@@ -227,6 +232,8 @@ RunConfig configure(const std::vector<std::string>& args) {
   o.io.queue_depth = absl::GetFlag(FLAGS_queue_depth);
   o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
   o.io.threads = absl::GetFlag(FLAGS_io_threads);
+  o.io_engines = absl::GetFlag(FLAGS_io_engines);
+  o.io_spread_always = absl::GetFlag(FLAGS_io_spread_always);
   o.io.direct = absl::GetFlag(FLAGS_direct);
   o.prefetch = absl::GetFlag(FLAGS_prefetch);
   o.memory_budget = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
@@ -462,10 +469,11 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
                   const std::optional<Efficiency>& eff, const ScaleOut& scale) {
   const LoaderStats st = loader.stats();
   std::printf("total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
-              "buffers %llu allocated, %llu reused\n",
+              "buffers %llu allocated, %llu reused; %llu batches on more I/O engines (of %u)\n",
               static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
               st.peak_in_flight_bytes / 1048576.0, c.loader.memory_budget / 1048576.0,
-              static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses));
+              static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses),
+              static_cast<unsigned long long>(st.batches_spread), st.io_engines);
   if (c.checksum) {
     uint64_t sum = t.checksum(), samples = total_samples;
     scale.reduce_checksum(sum, samples);  // under MPI: the job's

@@ -79,6 +79,10 @@ struct IoStats {
   uint64_t eintr = 0;
   uint64_t submit_calls = 0; // io_uring_submit calls (io_uring only)
   uint64_t peak_bytes_in_kernel = 0;  // most bytes of reads in the ring at once (io_uring only)
+  /// Reads complete when the call that submitted them returned: page-cache
+  /// hits, which the kernel copies on the submitting thread (io_uring: CQEs
+  /// that appeared during io_uring_submit; sync: every read; thread_pool: 0).
+  uint64_t completed_at_submit = 0;
 };
 
 enum class IoKind {
