@@ -3,16 +3,45 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <new>
 #include <mutex>
 
 namespace dlfeed {
 namespace {
 constexpr size_t kMapAtLeast = 256 * 1024;
+// Buffers this big are mapped in whole 2 MiB huge pages where the kernel
+// allows (transparent huge pages in "madvise" or "always" mode).
+constexpr size_t kHugeAtLeast = 4 << 20;
+constexpr size_t kHuge = 2 << 20;
 constexpr std::align_val_t kAlignment{64};
+
+size_t huge_length(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
+
+// A huge-page aligned mapping of huge_length(bytes), advised MADV_HUGEPAGE
+// and populated: a 128 MiB batch buffer is then 64 page faults, not 32,768,
+// and copies into it miss the TLB far less.
+void* map_huge(size_t bytes) {
+  const size_t length = huge_length(bytes);
+  void* raw = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const uintptr_t end = start + length + kHuge;
+  if (end > aligned + length) ::munmap(reinterpret_cast<void*>(aligned + length), end - (aligned + length));
+  void* p = reinterpret_cast<void*>(aligned);
+  ::madvise(p, length, MADV_HUGEPAGE);  // refused (THP "never"): small pages, still correct
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(p, length, MADV_POPULATE_WRITE) == 0) return p;
+#endif
+  for (size_t i = 0; i < length; i += 4096) static_cast<volatile char*>(p)[i] = 0;
+  return p;
+}
 }  // namespace
 
 void* allocate_buffer(size_t bytes) {
+  if (bytes >= kHugeAtLeast) return map_huge(bytes);
   if (bytes >= kMapAtLeast) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
@@ -23,7 +52,9 @@ void* allocate_buffer(size_t bytes) {
 
 void free_buffer(void* p, size_t bytes) noexcept {
   if (p == nullptr) return;
-  if (bytes >= kMapAtLeast) {
+  if (bytes >= kHugeAtLeast) {
+    ::munmap(p, huge_length(bytes));
+  } else if (bytes >= kMapAtLeast) {
     ::munmap(p, bytes);
   } else {
     ::operator delete(p, kAlignment);

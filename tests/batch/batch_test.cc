@@ -58,5 +58,27 @@ TEST(BufferPool, BuffersAre64ByteAligned) {
   }
 }
 
+// Buffers of 4 MiB and more are huge-page aligned mappings of whole 2 MiB
+// pages; every byte asked for is writable, and the next buffer of that size
+// is a separate mapping (nothing overlaps the trimmed head or tail).
+TEST(BufferPool, LargeBuffersAreWholeHugePages) {
+  for (size_t n : {size_t{4} << 20, (size_t{5} << 20) + 1, size_t{64} << 20}) {
+    void* a = allocate_buffer(n);
+    void* b = allocate_buffer(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % (2 << 20), 0u) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % (2 << 20), 0u) << n;
+    auto* pa = static_cast<unsigned char*>(a);
+    auto* pb = static_cast<unsigned char*>(b);
+    for (size_t i = 0; i < n; i += 4093) pa[i] = static_cast<unsigned char>(i * 7);
+    pa[n - 1] = 0x5a;
+    for (size_t i = 0; i < n; i += 4093) pb[i] = 0xff;
+    pb[n - 1] = 0xa5;
+    for (size_t i = 0; i < n; i += 4093) ASSERT_EQ(pa[i], static_cast<unsigned char>(i * 7)) << n << " at " << i;
+    EXPECT_EQ(pa[n - 1], 0x5a);
+    free_buffer(a, n);
+    free_buffer(b, n);
+  }
+}
+
 }  // namespace
 }  // namespace dlfeed
