@@ -23,7 +23,7 @@ from _benchlib import DLFEED, RAW, ROOT, peak_rss_kib, sh
 SCENARIOS = [
     # name, generate args, sample bytes, strategy, cold, dlfeed extra args
     dict(name="HDF5, 128 KiB samples, global shuffle, cold cache",
-         key="random128k", gen=["--format", "hdf5", "--files", 8, "--samples-per-file", 256, "--shape", "128,1024"],
+         key="random128k-1g", gen=["--format", "hdf5", "--files", 8, "--samples-per-file", 1024, "--shape", "128,1024"],
          sample=128 * 1024, strategy="global_shuffle", cold=True, target="90% of io_uring QD32"),
     dict(name="HDF5, 4 MiB samples, sequential, cold cache",
          key="seq4m-2g", gen=["--format", "hdf5", "--files", 8, "--samples-per-file", 64, "--shape", "2048,2048"],
@@ -92,6 +92,9 @@ def main():
 
     # Memory: peak RSS of `dlfeed run` under a 64 MiB budget vs an idle baseline.
     path = pathlib.Path(args.data) / "random128k"
+    if not path.exists():
+        sh([DLFEED, "generate", "--dir", path, "--dtype", "uint8", "--format", "hdf5", "--files", 8,
+            "--samples-per-file", 256, "--shape", "128,1024"])
     base = peak_rss_kib([DLFEED, "run", "--fields", "records", "--prefetch", "off", "--batch-size", 1,
                          "--memory-budget-mb", 1, "--quiet", path])
     budget_mb = 64
@@ -116,7 +119,7 @@ def main():
         "prefetch depth:8,budget:256M, coalescing within 64 KiB, reads of at most 4 MiB with at most 16 MiB",
         "in the kernel, 2 I/O engines on this 2-core machine, the second used only while the first is",
         "CPU-bound on page-cache hits); *one engine* is the same with `--io_engines 1`. Cold runs drop the",
-        "files' pages first. The sequential dataset is 2 GiB (16 batches), so most of an epoch's batch",
+        "files' pages first. The random dataset is 1 GiB (8 files of 1,024 samples), the sequential one 2 GiB (16 batches), so most of an epoch's batch",
         "buffers are recycled, as in a real run, rather than freshly mapped.",
         "",
         "| scenario | io_uring QD32 MiB/s | pread MiB/s | dlfeed MiB/s | dlfeed / io_uring | dlfeed / pread | "
