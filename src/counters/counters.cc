@@ -121,7 +121,8 @@ struct TraceSlot {
 void Union::begin(uint64_t t) {
   uint64_t s = state_.load(kRelaxed);
   while (true) {
-    const uint64_t ns = (s & kCntMask) == 0 ? ((t << kCntBits) | 1) : s + 1;
+    const uint64_t from = std::max(t, last_end_.load(std::memory_order_acquire));
+    const uint64_t ns = (s & kCntMask) == 0 ? ((from << kCntBits) | 1) : s + 1;
     if (state_.compare_exchange_weak(s, ns, std::memory_order_acq_rel, kRelaxed)) return;
   }
 }
@@ -139,6 +140,9 @@ void Union::end(uint64_t t) {
     const uint64_t d = t > start ? t - start : 0;
     // Add first, then publish "idle": a reader never sees idle without it.
     closed_.fetch_add(d, std::memory_order_acq_rel);
+    uint64_t last = last_end_.load(kRelaxed);
+    while (last < t && !last_end_.compare_exchange_weak(last, t, std::memory_order_acq_rel, kRelaxed)) {
+    }
     if (state_.compare_exchange_strong(s, 0, std::memory_order_acq_rel, kRelaxed)) return;
     closed_.fetch_sub(d, std::memory_order_acq_rel);  // someone began meanwhile: retry
   }

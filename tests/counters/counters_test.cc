@@ -52,6 +52,19 @@ TEST(Union, MergesOverlappingIntervals) {
   EXPECT_EQ(u.busy_until(100), 25u);
 }
 
+TEST(Union, APeriodBegunAtAnEarlierTimeCountsNoTimeTwice) {
+  // A thread read its clock at 100, was preempted while another thread was
+  // busy over [105, 110], then began; it ends at 115. The union is [100, 115]:
+  // at most 15, never the 5 + 15 of both periods.
+  detail::Union u;
+  u.begin(105);
+  u.end(110);
+  u.begin(100);
+  u.end(115);
+  EXPECT_LE(u.busy_until(200), 15u);
+  EXPECT_GE(u.busy_until(200), 10u);
+}
+
 TEST(Union, MergedAcrossThreads) {
   if (!kEnabled) GTEST_SKIP() << "counters compiled out";
   Counters c;

@@ -306,6 +306,11 @@ class Union {
   // low 12 bits: intervals open; high 52 bits: when the current busy period began.
   std::atomic<uint64_t> state_{0};
   std::atomic<uint64_t> closed_{0};
+  // When the last busy period ended. A thread reads its clock, is preempted,
+  // and begins after another thread's period [b, e] with e past its time: its
+  // period then starts at e, so no time is counted twice and the busy time
+  // never exceeds the wall time it covers.
+  std::atomic<uint64_t> last_end_{0};
 };
 }  // namespace detail
 
