@@ -1139,23 +1139,18 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(file_names);
   impl->file_names = std::move(file_names);
-  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
-                          options.io_factory ? options.io_factory(impl->files, options.io)
-                                             : make_io_backend(impl->files, options.io));
-  if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
-  if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
-  const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
-  impl->engines.push_back(std::make_unique<IoEngine>(std::move(backend), impl->counters.get(), max_piece, 0));
-  // More engines: each its own backend (ring, pread pool), the same files.
+  // One engine per backend (ring, pread pool), all over the same files.
   uint32_t n_engines = options.io_engines;
   if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
-  for (uint32_t k = 1; k < n_engines; ++k) {
-    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> more,
+  n_engines = std::max(1u, n_engines);
+  const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
+  for (uint32_t k = 0; k < n_engines; ++k) {
+    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
                             options.io_factory ? options.io_factory(impl->files, options.io)
                                                : make_io_backend(impl->files, options.io));
-    if (!more) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
-    if (options.io_factory) more = make_checked_backend(std::move(more), impl->files);
-    impl->engines.push_back(std::make_unique<IoEngine>(std::move(more), impl->counters.get(), max_piece, k));
+    if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
+    if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
+    impl->engines.push_back(std::make_unique<IoEngine>(std::move(backend), impl->counters.get(), max_piece, k));
   }
   impl->threads = options.threads ? options.threads
                                   : std::max(2u, std::thread::hardware_concurrency());
