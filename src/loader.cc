@@ -481,7 +481,7 @@ struct Loader::Impl {
   std::vector<std::unique_ptr<IoEngine>> engines;
   bool spreading = false;  // planner thread only
   std::atomic<uint64_t> batches_spread{0};
-  std::unique_ptr<prefetch::PrefetchPolicy> policy;
+  std::shared_ptr<const prefetch::PrefetchPolicy> policy;  // planner thread only
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
   std::shared_ptr<Budget> budget = std::make_shared<Budget>();
   uint32_t threads = 2;
@@ -597,7 +597,13 @@ struct Loader::Impl {
   void cancel_epoch() {
     if (!running) return;
     DLFEED_REC(counters->end_epoch(counters->now(), /*complete=*/false));
-    stop = true;
+    {
+      // Under the budget's mutex: the planner tests `stop` under it before it
+      // waits, so the stop cannot fall between its test and its wait (where
+      // the notification would be lost and the join below wait for ever).
+      std::lock_guard<std::mutex> lock(budget->mu);
+      stop = true;
+    }
     budget->cv.notify_all();
     q_cv.notify_all();
     for (auto& e : engines) e->cancel_pending();
@@ -954,7 +960,11 @@ struct Loader::Impl {
         for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
         if (to_decode >= 8) {
           tsan_handshake();
-          tbb::parallel_for(size_t(0), n, one);
+          // Isolated: while this thread waits for the loop's last samples it
+          // runs only the loop's own tasks. Otherwise it could pick up the
+          // planner's task, which may block until the consumer takes the
+          // batch being decoded below it on this very stack: a deadlock.
+          tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
           tsan_handshake();
         } else {
           for (size_t i = 0; i < n; ++i) one(i);
@@ -1093,7 +1103,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->counters = std::make_shared<Counters>(options.trace);
   Counters& cnt = *impl->counters;
-  DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
+  if (options.prefetch_policy) {
+    impl->policy = options.prefetch_policy;
+  } else {
+    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
+  }
   std::vector<std::string> names = options.fields;
   if (names.empty()) {
     const FileFormat f = options.format.format;

@@ -35,6 +35,7 @@
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/prefetch/plan.h"
+#include "dlfeed/prefetch/policy.h"
 #include "dlfeed/sample.h"
 #include "dlfeed/stage/stage.h"
 
@@ -84,6 +85,10 @@ struct LoaderOptions {
   /// keeps 8 small batches ahead but only 256 MiB of large ones: read-ahead
   /// beyond that buys no throughput and every batch ahead is a fresh buffer.
   std::string prefetch = "depth:8,budget:256M";
+  /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
+  /// `prefetch` when set. The loader calls it from its planner thread only,
+  /// holding a lock, so admit() should answer at once.
+  std::shared_ptr<const prefetch::PrefetchPolicy> prefetch_policy;
   prefetch::CoalesceOptions coalesce;
   /// posix_fadvise(WILLNEED) each batch's reads when it is planned.
   bool fadvise_willneed = false;

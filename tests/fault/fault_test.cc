@@ -342,6 +342,62 @@ TEST(Limits, MemoryBudgetHoldsForSlowAndFastConsumers) {
   }
 }
 
+// Prefetch off, but once armed, the next admit() call the planner makes
+// says it has begun and then takes 100 ms to answer.
+class SlowToAnswerPolicy final : public prefetch::PrefetchPolicy {
+ public:
+  std::string name() const override { return "slow-to-answer off"; }
+  bool admit(const prefetch::InFlight& now, uint64_t) const override {
+    if (armed_.exchange(false)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        asked_ = true;
+      }
+      cv_.notify_all();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return now.batches == 0 && now.consumer_waiting;
+  }
+  void arm() const { armed_ = true; }
+  void wait_until_asked() const {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return asked_; });
+    asked_ = false;
+  }
+
+ private:
+  mutable std::atomic<bool> armed_{false};
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable bool asked_ = false;
+};
+
+TEST(Limits, AnEpochCancelledWhileThePlannerDecidesNeverHangs) {
+  // The planner decides whether to wait (asking the policy) each time a
+  // batch is taken or dropped. An epoch cancelled while it decides (here by
+  // starting the next one) must still stop it: a stop set between its test
+  // and its wait was once lost, and the cancel's join waited for ever.
+  const std::string root = scratch_dir();
+  const Dataset d = make_dataset(standard_cases()[0], root, 2, 16, Shape{4}, 13);  // npz, stored
+  auto policy = std::make_shared<SlowToAnswerPolicy>();
+  LoaderOptions o = options_for(d);
+  o.prefetch_policy = policy;
+  auto loader = Loader::create(o).value();
+  Watchdog dog(kHang, d.c.name);
+  for (uint64_t epoch = 0; epoch < 5; ++epoch) {
+    ASSERT_TRUE(loader->start_epoch(epoch).ok());  // cancels the previous epoch, mid-decision
+    auto b = loader->next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_NE(*b, nullptr);
+    policy->arm();
+    b->reset();  // dropping the batch wakes the planner, which asks the policy
+    policy->wait_until_asked();
+  }
+  // Read through the policy: a whole epoch, every sample once.
+  const EpochResult r = run_epoch(*loader, d, 9);
+  EXPECT_EQ(verdict(r, *loader, d, 9), "");
+}
+
 TEST(Limits, ALoaderDestroyedAtAnyPointLeavesNoThreadOrDescriptor) {
   const std::string root = scratch_dir();
   const Dataset d = make_dataset(standard_cases()[4], root, 6, 20);  // hdf5 chunked

@@ -1,6 +1,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,16 +143,60 @@ std::string verdict(const EpochResult& r, const Loader& loader, const Dataset& d
   return "";
 }
 
+namespace {
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// What a hang looks like from inside: every thread's name, scheduler state
+// and kernel wait channel, then (where gdb is installed) every thread's stack.
+void describe_threads() {
+  std::fprintf(stderr, "WATCHDOG: threads (name, state, kernel wait channel):\n");
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string task = std::string("/proc/self/task/") + e->d_name;
+      const std::string stat = read_first_line(task + "/stat");
+      const size_t paren = stat.rfind(')');
+      const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+      std::fprintf(stderr, "  %s %-16s %c %s\n", e->d_name, read_first_line(task + "/comm").c_str(), state,
+                   read_first_line(task + "/wchan").c_str());
+    }
+    closedir(dir);
+  }
+  if (std::system("command -v gdb >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "WATCHDOG: no gdb on PATH, so no stacks\n");
+    return;
+  }
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // let gdb, our child, attach to us
+  const std::string cmd = absl::StrCat("gdb -p ", ::getpid(),
+                                       " -batch -nx -q -ex 'thread apply all bt 30' 2>&1 | grep -v '^\\[' >&2");
+  std::fflush(stderr);
+  (void)std::system(cmd.c_str());
+}
+
+}  // namespace
+
 Watchdog::Watchdog(std::chrono::seconds limit, std::string what) : what_(std::move(what)) {
   thread_ = std::thread([this, limit] {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, limit, [&] { return done_; })) {
-      std::fprintf(stderr, "WATCHDOG: %s did not finish within %lld s: the loader hung\n", what_.c_str(),
-                   static_cast<long long>(limit.count()));
+      std::fprintf(stderr, "WATCHDOG: %s%s%s did not finish within %lld s: the loader hung\n", what_.c_str(),
+                   phase_.empty() ? "" : ", ", phase_.c_str(), static_cast<long long>(limit.count()));
+      describe_threads();
       std::fflush(stderr);
       std::abort();
     }
   });
+}
+
+void Watchdog::set_phase(std::string phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = std::move(phase);
 }
 
 Watchdog::~Watchdog() {

@@ -73,19 +73,23 @@ EpochResult run_epoch(Loader& loader, const Dataset& d, uint64_t epoch,
 std::string verdict(const EpochResult& r, const Loader& loader, const Dataset& d, uint64_t epoch);
 
 /// Aborts the process with `what` if not disarmed within `limit`: a hang
-/// becomes a failure with a message rather than a stuck CI job.
+/// becomes a failure with a message rather than a stuck CI job. Before it
+/// aborts it prints every thread's state and, where gdb is installed, stack.
 class Watchdog {
  public:
   Watchdog(std::chrono::seconds limit, std::string what);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
+  /// Where the watched code is now (printed after `what` if it hangs).
+  void set_phase(std::string phase);
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
   std::string what_;
+  std::string phase_;
   std::thread thread_;
 };
 

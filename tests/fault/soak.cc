@@ -16,7 +16,9 @@
 // Flags: --seconds (time budget, default 30), --iterations (cap, default
 // unlimited), --seed, --files, --samples-per-file, --dir (scratch folder,
 // default a fresh one under $TMPDIR), --rss-growth-mb (allowed growth after
-// warm-up, default 64), --verbose.
+// warm-up, default 64), --hang-seconds (the watchdog's limit per loader,
+// default 300; when it fires it prints every thread's stack where gdb is
+// installed), --verbose.
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +47,7 @@ struct Flags {
   uint64_t per_file = 24;
   std::string dir;
   uint64_t rss_growth_mb = 64;
+  uint64_t hang_seconds = 300;
   bool verbose = false;
 };
 
@@ -61,6 +64,7 @@ bool parse(int argc, char** argv, Flags& f) {
     else if (key == "--samples-per-file") ok = absl::SimpleAtoi(value, &f.per_file);
     else if (key == "--dir") f.dir = value;
     else if (key == "--rss-growth-mb") ok = absl::SimpleAtoi(value, &f.rss_growth_mb);
+    else if (key == "--hang-seconds") ok = absl::SimpleAtoi(value, &f.hang_seconds);
     else if (key == "--verbose") f.verbose = true;
     else ok = false;
     if (!ok) {
@@ -147,7 +151,7 @@ int run(const Flags& flags) {
                      " rank ", o.order.rank, "/", o.order.world_size, " batch ", o.batch_size, " ", o.prefetch,
                      " faults ", prof.name);
     if (flags.verbose) std::fprintf(stderr, "%s\n", what.c_str());
-    Watchdog dog(std::chrono::seconds(300), what);
+    Watchdog dog(std::chrono::seconds(flags.hang_seconds), what);
     {
       auto loader = Loader::create(o);
       if (!loader.ok()) {
@@ -158,6 +162,9 @@ int run(const Flags& flags) {
       for (uint64_t e = 0; e < n_epochs; ++e) {
         const uint64_t epoch = rng() % 100;
         const int mode = static_cast<int>(pick(8));
+        const char* mode_name = mode == 0 ? "abandoned mid-epoch" : mode == 1 ? "saved and resumed" : "whole";
+        dog.set_phase(absl::StrCat("epoch ", e + 1, " of ", n_epochs, " (epoch ", epoch, ", ", mode_name, ")"));
+        if (flags.verbose) std::fprintf(stderr, "  epoch %llu: %s\n", (unsigned long long)epoch, mode_name);
         if (mode == 0) {  // abandon mid-epoch: destroyed or restarted with batches in flight
           ++abandoned;
           (void)(*loader)->start_epoch(epoch);
