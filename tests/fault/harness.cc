@@ -152,21 +152,28 @@ std::string read_first_line(const std::string& path) {
   return line;
 }
 
+// /proc/self/task/TID for each of this process's threads.
+std::vector<std::string> thread_dirs() {
+  std::vector<std::string> out;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(dir)) {
+      if (e->d_name[0] != '.') out.push_back(std::string("/proc/self/task/") + e->d_name);
+    }
+    closedir(dir);
+  }
+  return out;
+}
+
 // What a hang looks like from inside: every thread's name, scheduler state
 // and kernel wait channel, then (where gdb is installed) every thread's stack.
 void describe_threads() {
   std::fprintf(stderr, "WATCHDOG: threads (name, state, kernel wait channel):\n");
-  if (DIR* dir = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(dir)) {
-      if (e->d_name[0] == '.') continue;
-      const std::string task = std::string("/proc/self/task/") + e->d_name;
-      const std::string stat = read_first_line(task + "/stat");
-      const size_t paren = stat.rfind(')');
-      const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
-      std::fprintf(stderr, "  %s %-16s %c %s\n", e->d_name, read_first_line(task + "/comm").c_str(), state,
-                   read_first_line(task + "/wchan").c_str());
-    }
-    closedir(dir);
+  for (const std::string& task : thread_dirs()) {
+    const std::string stat = read_first_line(task + "/stat");  // "TID (comm) STATE ..."
+    const size_t paren = stat.rfind(')');
+    const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+    std::fprintf(stderr, "  %s %-16s %c %s\n", task.substr(task.rfind('/') + 1).c_str(),
+                 read_first_line(task + "/comm").c_str(), state, read_first_line(task + "/wchan").c_str());
   }
   if (std::system("command -v gdb >/dev/null 2>&1") != 0) {
     std::fprintf(stderr, "WATCHDOG: no gdb on PATH, so no stacks\n");
@@ -210,15 +217,8 @@ Watchdog::~Watchdog() {
 
 int count_dlfeed_threads() {
   int n = 0;
-  if (DIR* dir = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(dir)) {
-      if (e->d_name[0] == '.') continue;
-      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
-      std::string name;
-      std::getline(comm, name);
-      n += name.rfind("dlfeed-", 0) == 0;  // dlfeed-io, dlfeed-pipeline, dlfeed-pread
-    }
-    closedir(dir);
+  for (const std::string& task : thread_dirs()) {
+    n += read_first_line(task + "/comm").rfind("dlfeed-", 0) == 0;  // dlfeed-io, dlfeed-pipeline, dlfeed-pread
   }
   return n;
 }
