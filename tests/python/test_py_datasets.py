@@ -5,6 +5,7 @@ Sample k has label k % 10 and x = 0.1 * noise with x.flat[label] = 1, so a linea
 model learns it in a few dozen steps. Other test_py_* modules import these
 helpers (pytest puts this folder on sys.path).
 """
+import gc
 import os
 import pathlib
 
@@ -63,6 +64,24 @@ def loader_kwargs(fmt):
     if fmt == "hdf5":
         return dict(fields=["records", "labels"])
     return dict(fields=["image", "label"], feature_dtype="float32", shapes={"image": SHAPE, "label": ()})
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_growth(run, passes, warm=2):
+    """Resident bytes gained over PASSES calls of RUN, after WARM calls that
+    fill pools, allocators and caches (garbage collected before each reading)."""
+    for _ in range(warm):
+        run()
+    gc.collect()
+    before = rss_bytes()
+    for _ in range(passes):
+        run()
+    gc.collect()
+    return rss_bytes() - before
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from test_py_datasets import learnable, loader_kwargs, write_dataset  # noqa: F401 (fixture)
+from test_py_datasets import learnable, loader_kwargs, rss_growth, write_dataset  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -277,11 +277,6 @@ def test_truncated_file_names_file_and_offset(tmp_path):
     assert str(p) in str(e.value) and "offset" in str(e.value), str(e.value)
 
 
-def rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def test_ten_epochs_do_not_grow_rss(tmp_path):
     import torch
 
@@ -295,14 +290,7 @@ def test_ten_epochs_do_not_grow_rss(tmp_path):
             float(x.sum()), int(y.sum())
             del b, x, y
 
-    for _ in range(2):  # warm: pool, allocator, torch
-        epoch()
-    gc.collect()
-    before = rss_bytes()
-    for _ in range(10):
-        epoch()
-    gc.collect()
-    grown = rss_bytes() - before
+    grown = rss_growth(epoch, passes=10)  # after 2 warm epochs: pool, allocator, torch
     assert grown < 4 << 20, f"RSS grew {grown / 1e6:.1f} MB over 10 epochs"
 
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import dlfeed
 import dlfeed.tf as dtf
-from test_py_datasets import FORMATS, learnable, loader_kwargs  # noqa: F401 (fixture)
+from test_py_datasets import FORMATS, learnable, loader_kwargs, rss_growth  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -70,7 +70,6 @@ def test_tf_from_dlpack_shares_memory_when_aligned(learnable):
 # loader recycles its buffers, and consumers that hold many elements.
 
 import glob
-import gc
 import os
 import subprocess
 import threading
@@ -204,11 +203,6 @@ def test_superseded_iteration_fails_instead_of_stealing_batches(dlio_tfrecord):
             pass
 
 
-def rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def test_memory_stays_bounded_over_passes(tmp_path):
     """16 MiB of samples, 8 passes: without a leak of batches (each pass's tensors
     keep their batch until released) RSS stays flat after the first passes."""
@@ -222,12 +216,5 @@ def test_memory_stays_bounded_over_passes(tmp_path):
         for image, size in ds:
             total += int(np.asarray(image)[:, ::4096].sum()) + int(np.asarray(size).sum())
 
-    for _ in range(2):  # warm: pool, allocator, tf.data
-        one_pass()
-    gc.collect()
-    before = rss_bytes()
-    for _ in range(8):
-        one_pass()
-    gc.collect()
-    grown = rss_bytes() - before
+    grown = rss_growth(one_pass, passes=8)  # after 2 warm passes: pool, allocator, tf.data
     assert grown < 16 << 20, f"RSS grew {grown / 2**20:.1f} MiB over 8 passes of 16 MiB"
