@@ -342,12 +342,12 @@ TEST(Limits, MemoryBudgetHoldsForSlowAndFastConsumers) {
   }
 }
 
-// Prefetch off, but once armed, the next admit() call the planner makes
+// Prefetch off (the shipped policy answers), but once armed, the next admit() call the planner makes
 // says it has begun and then takes 100 ms to answer.
 class SlowToAnswerPolicy final : public prefetch::PrefetchPolicy {
  public:
   std::string name() const override { return "slow-to-answer off"; }
-  bool admit(const prefetch::InFlight& now, uint64_t) const override {
+  bool admit(const prefetch::InFlight& now, uint64_t next_bytes) const override {
     if (armed_.exchange(false)) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -356,7 +356,7 @@ class SlowToAnswerPolicy final : public prefetch::PrefetchPolicy {
       cv_.notify_all();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return now.batches == 0 && now.consumer_waiting;
+    return off_->admit(now, next_bytes);
   }
   void arm() const { armed_ = true; }
   void wait_until_asked() const {
@@ -366,6 +366,7 @@ class SlowToAnswerPolicy final : public prefetch::PrefetchPolicy {
   }
 
  private:
+  const std::unique_ptr<prefetch::PrefetchPolicy> off_ = prefetch::make_off_policy();
   mutable std::atomic<bool> armed_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
