@@ -16,11 +16,24 @@ absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_
   return absl::DataLossError(absl::StrCat(path, ": at offset ", offset, ": ", what));
 }
 
-absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err) {
-  std::string msg = absl::StrCat(path, ": at offset ", offset, ": ", op, " failed: ", std::strerror(err));
+absl::Status file_error(absl::string_view path, absl::string_view expected, absl::string_view found) {
+  return absl::DataLossError(absl::StrCat(path, ": expected ", expected, ", found ", found));
+}
+
+namespace {
+absl::Status errno_status(int err, std::string msg) {
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
   return absl::UnavailableError(msg);
+}
+}  // namespace
+
+absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err) {
+  return errno_status(err, absl::StrCat(path, ": at offset ", offset, ": ", op, " failed: ", std::strerror(err)));
+}
+
+absl::Status io_error(absl::string_view path, absl::string_view op, int err) {
+  return errno_status(err, absl::StrCat(path, ": ", op, " failed: ", std::strerror(err)));
 }
 
 void throw_if_error(const absl::Status& status) {

@@ -16,9 +16,9 @@ absl::StatusOr<File> File::open(const std::string& path) {
   File f;
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd_ < 0) return io_error(path, 0, "open", errno);
+  if (f.fd_ < 0) return io_error(path, "open", errno);
   struct stat st {};
-  if (::fstat(f.fd_, &st) != 0) return io_error(path, 0, "fstat", errno);
+  if (::fstat(f.fd_, &st) != 0) return io_error(path, "fstat", errno);
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
   f.size_ = static_cast<uint64_t>(st.st_size);
   return f;

@@ -469,6 +469,7 @@ struct Loader::Impl {
   std::shared_ptr<Counters> counters;
   LoaderOptions options;
   std::vector<std::string> field_names;
+  std::vector<FieldSpec> field_specs;
   std::vector<SampleIndex> indices;              // one per field
   std::vector<std::vector<uint32_t>> file_ids;   // [field][file] -> FileTable id
   FileLayout layout;
@@ -534,7 +535,7 @@ struct Loader::Impl {
     sources.resize(file_names.size());
     for (uint32_t id = 0; id < file_names.size(); ++id) {
       struct stat st {};
-      if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], 0, "stat for staging", errno);
+      if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], "stat for staging", errno);
       sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size)};
     }
     stage_partitioned = !checked.global_order().rank_bounds().empty();
@@ -1134,6 +1135,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
       }
     }
     impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
+    DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, impl->field_names.back(), options.ragged));
+    impl->field_specs.push_back(std::move(spec));
     impl->indices.push_back(std::move(idx));
   }
   impl->layout = FileLayout::of(impl->indices[0]);
@@ -1374,6 +1377,7 @@ uint64_t Loader::batches_per_epoch() const {
 
 const SampleIndex& Loader::index(size_t field) const { return impl_->indices.at(field); }
 const std::vector<std::string>& Loader::field_names() const { return impl_->field_names; }
+const std::vector<FieldSpec>& Loader::field_specs() const { return impl_->field_specs; }
 const LoaderOptions& Loader::options() const { return impl_->options; }
 
 counters::Counters& Loader::counters() const { return *impl_->counters; }

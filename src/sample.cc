@@ -45,6 +45,56 @@ void SampleIndex::append(SampleIndex&& other) {
   other = SampleIndex{};
 }
 
+absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
+                                       bool allow_varying_shapes) {
+  FieldSpec spec;
+  if (index.samples.empty()) {
+    for (const auto& src : index.sources) {
+      if (auto s = src->sample_spec()) {
+        spec.dtype = s->first;
+        spec.shape = s->second;
+        spec.known = true;
+        break;
+      }
+    }
+    return spec;
+  }
+  const SampleRef& first = index.samples.front();
+  spec.dtype = first.dtype;
+  spec.shape = first.shape;
+  spec.known = true;
+  // The first sample that differs in each respect, for the error.
+  const SampleRef* other_shape = nullptr;
+  for (const SampleRef& r : index.samples) {
+    if (!(r.dtype == first.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field '", field, "': ", index.files[first.file], " holds ", first.dtype.str(), " (", first.dtype.name(),
+          ") samples but ", index.files[r.file], " holds ", r.dtype.str(), " (", r.dtype.name(),
+          "); every file of a field needs one dtype"));
+    }
+    if (r.shape.size() != spec.shape.size()) {
+      spec.rank_varies = true;
+      if (!other_shape) other_shape = &r;
+      continue;
+    }
+    for (size_t d = 0; d < r.shape.size(); ++d) {
+      if (spec.shape[d] == r.shape[d]) continue;
+      // -1 is "known after decode" (TFRecord), not a difference the index sees.
+      if (spec.shape[d] >= 0 && r.shape[d] >= 0 && !other_shape) other_shape = &r;
+      spec.shape[d] = -1;
+    }
+  }
+  if (other_shape && !allow_varying_shapes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field '", field, "': samples of ", index.files[first.file], " have shape ", shape_str(first.shape),
+        " but those of ", index.files[other_shape->file], " have shape ", shape_str(other_shape->shape),
+        "; allow samples of different shapes (ragged batches) with the loader's ragged option, or read the "
+        "files separately"));
+  }
+  if (spec.rank_varies) spec.shape.clear();
+  return spec;
+}
+
 absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
                                           std::vector<std::byte>& raw,
                                           std::vector<std::byte>& scratch) {

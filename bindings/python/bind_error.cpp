@@ -59,7 +59,9 @@ void raise(const absl::Status& status) {
 void bind_error(py::module_& m) {
   g_error = new_class(m, "Error", PyExc_Exception, "Base class of dlfeed's errors.");
   py::tuple nf = py::make_tuple(py::handle(g_error), py::handle(PyExc_FileNotFoundError));
-  g_not_found = new_class(m, "NotFoundError", nf.ptr(), "A file or folder does not exist.");
+  g_not_found = new_class(m, "NotFoundError", nf.ptr(),
+                          "A file or folder does not exist, or a field (NPY column, NPZ member, HDF5 dataset, "
+                          "TFRecord feature) is not in it.");
   py::tuple inv = py::make_tuple(py::handle(g_error), py::handle(PyExc_ValueError));
   g_invalid = new_class(m, "InvalidArgumentError", inv.ptr(),
                         "A bad option, or a file whose structure is not what dlfeed expects.");

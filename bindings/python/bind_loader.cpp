@@ -81,6 +81,7 @@ void bind_loader(py::module_& m) {
       .def_readwrite("fields", &LoaderOptions::fields)
       .def_readwrite("batch_size", &LoaderOptions::batch_size)
       .def_readwrite("drop_last_batch", &LoaderOptions::drop_last_batch)
+      .def_readwrite("ragged", &LoaderOptions::ragged)
       .def_readwrite("order", &LoaderOptions::order)
       .def_readwrite("io", &LoaderOptions::io)
       .def_readwrite("max_open_files", &LoaderOptions::max_open_files)
@@ -229,39 +230,22 @@ void bind_loader(py::module_& m) {
           "field_specs",
           [](PyLoader& self) {
             // Per field: (name, numpy descr, sample shape with None where samples differ or
-            // are known only after decode), from the index.
+            // are known only after decode), from the index (Loader::field_specs).
             Loader& l = self.get();
             py::list out;
             const auto& names = l.field_names();
             for (size_t f = 0; f < names.size(); ++f) {
-              const SampleIndex& idx = l.index(f);
+              const FieldSpec& spec = l.field_specs()[f];
               std::optional<Shape> shape;
-              std::optional<DType> dtype;
-              bool mixed_rank = false;
-              for (const auto& s : idx.samples) {
-                if (!dtype) dtype = s.dtype;
-                if (!shape) {
-                  shape = s.shape;
-                  continue;
-                }
-                if (shape->size() != s.shape.size()) {
-                  mixed_rank = true;
-                  break;
-                }
-                for (size_t d = 0; d < s.shape.size(); ++d)
-                  if ((*shape)[d] != s.shape[d]) (*shape)[d] = -1;
-              }
-              if (f < self.reshape->size() && (*self.reshape)[f]) {
-                shape = (*self.reshape)[f];
-                mixed_rank = false;
-              }
+              if (!spec.rank_varies) shape = spec.shape;
+              if (f < self.reshape->size() && (*self.reshape)[f]) shape = (*self.reshape)[f];
               py::object shp = py::none();
-              if (shape && !mixed_rank) {
+              if (shape) {
                 py::list dims;
                 for (int64_t d : *shape) dims.append(d < 0 ? py::object(py::none()) : py::object(py::int_(d)));
                 shp = py::tuple(dims);
               }
-              out.append(py::make_tuple(names[f], dtype ? dtype->str() : std::string("|u1"), shp));
+              out.append(py::make_tuple(names[f], spec.dtype.str(), shp));
             }
             return out;
           },

@@ -33,8 +33,14 @@ absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_
 /// The same shape for a structural problem with no single found value.
 absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what);
 
+/// A problem with a file as a whole, where no single byte offset is meant:
+/// "path: expected X, found Y" (DataLoss).
+absl::Status file_error(absl::string_view path, absl::string_view expected, absl::string_view found);
+
 /// A failed system call on `path` at `offset`, with errno's text.
 absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err);
+/// The same where no offset is meant (open, stat, mkdir, rename...).
+absl::Status io_error(absl::string_view path, absl::string_view op, int err);
 
 /// Throws dlfeed::Error if `status` is not OK.
 void throw_if_error(const absl::Status& status);

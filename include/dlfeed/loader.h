@@ -50,8 +50,15 @@ struct LoaderOptions {
   /// The fields of a sample, each the name of an NPZ member, an HDF5 dataset
   /// or a TFRecord feature (e.g. {"x", "y"} or {"records_0", "labels"} or
   /// {"image", "label"}). Empty: one field, format.name / format.feature.
-  /// Every field must have the same number of samples per file.
+  /// Every field must have the same number of samples per file, and one
+  /// dtype in all its files. NPY files are columns: field "x" reads x.npy (or
+  /// its shards x_000.npy, x_001.npy...), "y" reads y.npy; without fields
+  /// every NPY file belongs to the one field, named "data".
   std::vector<std::string> fields;
+  /// Samples of one field may differ in shape (batches are then ragged:
+  /// BatchField::ragged()). Off: such a dataset is refused at create(),
+  /// naming two files whose samples differ.
+  bool ragged = false;
 
   uint32_t batch_size = 32;
   /// Drop this rank's last batch when it has fewer than batch_size samples.
@@ -200,6 +207,8 @@ class Loader {
   uint64_t batches_per_epoch() const;        // this rank's
   const SampleIndex& index(size_t field = 0) const;
   const std::vector<std::string>& field_names() const;
+  /// Per field: the dtype and sample shape its samples share (uniform_spec).
+  const std::vector<FieldSpec>& field_specs() const;
   LoaderStats stats() const;
   const LoaderOptions& options() const;
 

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,6 +83,10 @@ class SampleSource {
     (void)ref;
     return false;
   }
+  /// The dtype and shape its samples have (-1 for dimensions known only
+  /// after decode), when the source knows them without any sample: what
+  /// describes a field whose files hold no sample at all.
+  virtual std::optional<std::pair<DType, Shape>> sample_spec() const { return std::nullopt; }
 };
 
 /// All samples of a set of files, with file boundaries (for the order stage).
@@ -97,6 +103,23 @@ struct SampleIndex {
   /// Appends another index (renumbering its files and sources).
   void append(SampleIndex&& other);
 };
+
+/// What the samples of one field share.
+struct FieldSpec {
+  DType dtype;
+  /// The sample shape: -1 where samples differ or the size is known only
+  /// after decode. Empty with rank_varies when samples differ in rank.
+  Shape shape;
+  bool rank_varies = false;
+  bool known = false;  // false: no sample and no source says (dtype and shape are guesses)
+};
+
+/// The spec every sample of `index` shares. A dtype that differs between
+/// samples is an InvalidArgument error naming both files and both dtypes
+/// (bytes of one dtype must never be read as another); so is a shape, unless
+/// `allow_varying_shapes` (ragged batches). `field` names the field in errors.
+absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
+                                       bool allow_varying_shapes);
 
 /// Reads and decodes sample `id` with plain pread (no prefetch): the simple
 /// path used by tools and tests. `out` receives the decoded bytes.

@@ -56,6 +56,7 @@ class LoaderOptions:
     fields: List[str]
     batch_size: int
     drop_last_batch: bool
+    ragged: bool
     order: OrderSpec
     io: IoOptions
     max_open_files: int

@@ -53,6 +53,7 @@ class Loader:
         fields: Union[str, Sequence[str], None] = None,
         batch_size: Optional[int] = None,
         drop_last_batch: Optional[bool] = None,
+        ragged: Optional[bool] = None,
         # order (OrderSpec)
         strategy: Optional[str] = None,
         seed: Optional[int] = None,
@@ -65,6 +66,7 @@ class Loader:
         indices: Optional[Sequence[int]] = None,
         # format (FormatOptions)
         format: Optional[str] = None,
+        layout: Optional[str] = None,
         axis: Optional[str] = None,
         name: Optional[str] = None,
         feature: Optional[str] = None,
@@ -106,6 +108,7 @@ class Loader:
             o.fields = list(fields)
         _set(o, "batch_size", batch_size)
         _set(o, "drop_last_batch", drop_last_batch)
+        _set(o, "ragged", ragged)
         _set(o, "max_open_files", max_open_files)
         _set(o, "prefetch", prefetch)
         _set(o, "fadvise_willneed", fadvise_willneed)
@@ -134,6 +137,15 @@ class Loader:
 
         fmt = o.format
         _set(fmt, "format", format)
+        if layout is not None:
+            # "dlio": NPY/NPZ samples on the last axis, as DLIO's generator writes them.
+            layout_axis = {"dlio": "last", "plain": "first", "auto": "auto"}.get(layout)
+            if layout_axis is None:
+                raise _dlfeed.InvalidArgumentError(f"layout {layout!r}: expected 'dlio', 'plain' or 'auto'")
+            if axis is not None and axis != layout_axis:
+                raise _dlfeed.InvalidArgumentError(
+                    f"layout={layout!r} reads NPY/NPZ samples on the {layout_axis} axis; axis={axis!r} contradicts it")
+            axis = layout_axis
         _set(fmt, "axis", axis)
         _set(fmt, "name", name)
         _set(fmt, "feature", feature)

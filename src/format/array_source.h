@@ -30,7 +30,12 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
 void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, const std::vector<int64_t>& strides,
                     size_t itemsize);
 
-/// The resolved sample axis for a file under `options` (kAuto: DLIO names get kLast).
+/// True for a file where and as DLIO's generator writes it:
+/// .../{train|valid}/[{k}/]{prefix}_{i}_of_{n}.ext, i zero-padded to n's digits.
+bool in_dlio_layout(const std::string& path);
+
+/// The resolved sample axis for a file under `options` (kAuto: kLast only for
+/// files in_dlio_layout).
 SampleAxis resolve_axis(const FormatOptions& options, const std::string& path);
 
 /// A dense array's samples; raw bytes or a deflated zip member.
@@ -50,6 +55,9 @@ class ArraySource : public SampleSource {
     return !deflated_ && geometry_.contiguous && ref.extents.size() == 1;
   }
   std::string describe() const override;
+  std::optional<std::pair<DType, Shape>> sample_spec() const override {
+    return std::make_pair(header_.dtype, geometry_.dims);
+  }
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override;
 

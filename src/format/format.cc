@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed {
@@ -62,6 +63,70 @@ absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptio
   return absl::InternalError("unreachable format");
 }
 
+namespace {
+
+bool all_digits(absl::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
+}
+
+/// What a folder holds, for the error when none of it is data: up to 12
+/// names (sub-folders with a slash) and a count of the rest.
+std::string folder_listing(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    names.push_back(it->path().filename().string() + (it->is_directory(ec) ? "/" : ""));
+  }
+  if (names.empty()) return "it is empty";
+  std::sort(names.begin(), names.end());
+  const size_t shown = std::min<size_t>(names.size(), 12);
+  std::string out = absl::StrCat("it holds ", absl::StrJoin(names.begin(), names.begin() + shown, ", "));
+  if (names.size() > shown) absl::StrAppend(&out, " and ", names.size() - shown, " more");
+  return out;
+}
+
+bool is_npy(const std::string& path, FileFormat want) {
+  if (want != FileFormat::kAuto) return want == FileFormat::kNpy;
+  auto f = detect_format(path);
+  return f.ok() && *f == FileFormat::kNpy;
+}
+
+}  // namespace
+
+std::string npy_column_of(const std::string& path) {
+  const std::string stem = fs::path(path).stem().string();
+  // Strip the shard tag: trailing pieces of digits (or "of") behind '_', '-'
+  // or '.', as in x_000, x_0_1 or x-00001-of-00010.
+  size_t end = stem.size();
+  bool digits = false;
+  while (end > 0) {
+    const size_t sep = stem.find_last_of("_-.", end - 1);
+    if (sep == std::string::npos || sep == 0) break;
+    const absl::string_view piece = absl::string_view(stem).substr(sep + 1, end - sep - 1);
+    if (all_digits(piece)) {
+      digits = true;
+    } else if (piece != "of") {
+      break;
+    }
+    end = sep;
+  }
+  return digits ? stem.substr(0, end) : stem;
+}
+
+absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, const FormatOptions& options) {
+  FileFormat f = options.format;
+  if (f == FileFormat::kAuto) {
+    DLFEED_ASSIGN_OR_RETURN(f, detect_format(path));
+  }
+  switch (f) {
+    case FileFormat::kNpy: return std::vector<std::string>{npy_column_of(path)};
+    case FileFormat::kNpz: return npz_member_names(path);
+    case FileFormat::kHdf5: return hdf5_dataset_names(path);
+    default: break;
+  }
+  return absl::UnimplementedError(absl::StrCat(path, ": fields are listed for NPY, NPZ and HDF5 files"));
+}
+
 absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
                                          const FormatOptions& options) {
   // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
@@ -90,9 +155,9 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
     if (fs::is_directory(p, ec)) {
       std::vector<std::string> found;
       auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
-      if (ec) return io_error(p, 0, "opendir", ec.value());
+      if (ec) return io_error(p, "opendir", ec.value());
       for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) return io_error(p, 0, "readdir", ec.value());
+        if (ec) return io_error(p, "readdir", ec.value());
         if (it->is_directory() && it->path().filename() == "index") {
           it.disable_recursion_pending();  // DLIO's TFRecord sidecars
           continue;
@@ -107,7 +172,10 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
       }
       std::sort(found.begin(), found.end());
       if (found.empty()) {
-        return absl::NotFoundError(absl::StrCat(p, ": no data files (.npy, .npz, .h5, .tfrecord) in this folder"));
+        const std::string kinds = options.format == FileFormat::kAuto
+                                      ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec)"
+                                      : absl::StrCat("no ", format_name(options.format), " file");
+        return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
       }
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::exists(p, ec)) {
@@ -115,6 +183,30 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
     } else {
       return absl::NotFoundError(absl::StrCat(p, ": no such file or folder"));
     }
+  }
+  // NPY files are columns: a field name picks the files of that column
+  // (x.npy, or its shards x_000.npy, x_001.npy, ...). Without a name every
+  // NPY file belongs to the one field.
+  if (!options.name.empty()) {
+    std::vector<std::string> kept, columns;
+    bool any_npy = false;
+    for (const std::string& f : files) {
+      if (!is_npy(f, options.format)) {
+        kept.push_back(f);
+        continue;
+      }
+      any_npy = true;
+      const std::string column = npy_column_of(f);
+      if (column == options.name) kept.push_back(f);
+      if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+    }
+    if (any_npy && kept.empty()) {
+      std::sort(columns.begin(), columns.end());
+      return absl::NotFoundError(absl::StrCat(
+          absl::StrJoin(expanded, ", "), ": no NPY column '", options.name, "' (", options.name, ".npy or ",
+          options.name, "_NNN.npy); the columns here are ", absl::StrJoin(columns, ", ")));
+    }
+    files = std::move(kept);
   }
   SampleIndex all;
   for (const std::string& f : files) {

@@ -42,6 +42,9 @@ constexpr uint64_t kMaxChunkCells = uint64_t{1} << 22;    // chunk grid cells in
 constexpr uint64_t kMaxChunkBytes = uint64_t{1} << 32;    // HDF5's own chunk limit
 constexpr int kMaxListed = 64;                            // datasets listed in errors
 
+absl::Status h5_fail(const std::string& path, absl::string_view expected) {
+  return file_error(path, expected, absl::StrCat("libhdf5 error: ", h5_errors()));
+}
 absl::Status h5_fail(const std::string& path, uint64_t offset, absl::string_view expected) {
   return format_error(path, offset, expected, absl::StrCat("libhdf5 error: ", h5_errors()));
 }
@@ -132,6 +135,9 @@ struct DatasetGeometry {
 class Hdf5Source : public SampleSource {
  public:
   explicit Hdf5Source(DatasetGeometry g) : g_(std::move(g)) {}
+  std::optional<std::pair<DType, Shape>> sample_spec() const override {
+    return std::make_pair(g_.dtype, g_.sample_shape());
+  }
   std::string describe() const override {
     std::string s = absl::StrCat("dataset '", g_.name, "' shape ", shape_str(g_.full_shape()), " ",
                                  g_.dtype.str(), " (", g_.dtype.name(), ")");
@@ -465,9 +471,9 @@ class LibrarySource final : public Hdf5Source {
     if (!dset_.ok()) {
       Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
       file_ = Hid(H5Fopen(g_.path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-      if (!file_.ok()) return h5_fail(g_.path, 0, "an HDF5 file libhdf5 can open");
+      if (!file_.ok()) return h5_fail(g_.path, "an HDF5 file libhdf5 can open");
       dset_ = Hid(H5Dopen2(file_.get(), g_.name.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!dset_.ok()) return h5_fail(g_.path, 0, absl::StrCat("dataset '", g_.name, "'"));
+      if (!dset_.ok()) return h5_fail(g_.path, absl::StrCat("dataset '", g_.name, "'"));
     }
     Hid type(H5Dget_type(dset_.get()), H5Tclose);
     Hid fspace(H5Dget_space(dset_.get()), H5Sclose);
@@ -481,7 +487,7 @@ class LibrarySource final : public Hdf5Source {
     if (!type.ok() || !fspace.ok() || !mspace.ok() ||
         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
         H5Dread(dset_.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, scratch.data()) < 0) {
-      return h5_fail(g_.path, 0, absl::StrCat("H5Dread of sample ", ref.item, " of '", g_.name, "'"));
+      return h5_fail(g_.path, absl::StrCat("H5Dread of sample ", ref.item, " of '", g_.name, "'"));
     }
     return sample_view(scratch.data(), g_.sample_bytes);
   }
@@ -507,9 +513,10 @@ absl::StatusOr<DType> dtype_of(const std::string& path, const std::string& name,
   H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
   auto refuse = [&](absl::string_view what) {
-    return format_error(path, 0, absl::StrCat("dataset '", name, "' of integer, float or bool elements"),
-                        absl::StrCat(what, " elements (HDF5 type class ", type_class_name(cls), ", ", size,
-                                     " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name,
+                                                   "': expected integer, float or bool elements, found ", what,
+                                                   " elements (HDF5 type class ", type_class_name(cls), ", ", size,
+                                                   " bytes)"));
   };
   auto order_big = [&](hid_t t) { return size > 1 && H5Tget_order(t) == H5T_ORDER_BE; };
   if (cls == H5T_ENUM) {
@@ -591,11 +598,13 @@ absl::StatusOr<std::string> pick_dataset(const std::string& path, hid_t file, co
     std::string n = wanted;
     while (!n.empty() && n[0] == '/') n.erase(0, 1);
     if (has(n)) return n;
-    return format_error(path, 0, absl::StrCat("a dataset named '", wanted, "'"), listing());
+    return absl::NotFoundError(absl::StrCat(path, ": no dataset named '", wanted, "' (", listing(), ")"));
   }
   if (has("records")) return std::string("records");
   if (has("records_0")) return std::string("records_0");
-  return format_error(path, 0, "a dataset named 'records' or 'records_0' (or pass the dataset name)", listing());
+  if (names.size() == 1) return names[0];  // the only one, as for an NPZ with one member
+  return absl::NotFoundError(absl::StrCat(path, ": no dataset named 'records' or 'records_0' and more than one "
+                                          "other: choose one by its name (", listing(), ")"));
 }
 
 std::string hex_prefix(const std::string& path, uint64_t size) {
@@ -640,14 +649,14 @@ absl::Status list_chunks(const std::string& path, const std::string& name, hid_t
 #if H5_VERSION_GE(1, 14, 0)
   std::pair<size_t, std::vector<StoredChunk>*> data{rank, &out};
   if (H5Dchunk_iter(dset, H5P_DEFAULT, chunk_iter_cb, &data) < 0) {
-    return h5_fail(path, 0, absl::StrCat("the chunk index of dataset '", name, "'"));
+    return h5_fail(path, absl::StrCat("the chunk index of dataset '", name, "'"));
   }
   (void)why;
 #else
   hsize_t nchunks = 0;
   Hid fspace(H5Dget_space(dset), H5Sclose);
   if (!fspace.ok() || H5Dget_num_chunks(dset, fspace.get(), &nchunks) < 0) {
-    return h5_fail(path, 0, absl::StrCat("the chunk index of dataset '", name, "'"));
+    return h5_fail(path, absl::StrCat("the chunk index of dataset '", name, "'"));
   }
   if (nchunks > kMaxChunksWithoutIter) {
     why = absl::StrCat(nchunks, " chunks, and libhdf5 ", H5_VERS_MAJOR, ".", H5_VERS_MINOR,
@@ -661,7 +670,7 @@ absl::Status list_chunks(const std::string& path, const std::string& name, hid_t
     haddr_t addr = HADDR_UNDEF;
     hsize_t size = 0;
     if (H5Dget_chunk_info(dset, fspace.get(), i, coord.data(), &mask, &addr, &size) < 0) {
-      return h5_fail(path, 0, absl::StrCat("chunk ", i, " of the chunk index of dataset '", name, "'"));
+      return h5_fail(path, absl::StrCat("chunk ", i, " of the chunk index of dataset '", name, "'"));
     }
     c.coord.assign(coord.begin(), coord.end());
     c.addr = addr;
@@ -703,6 +712,21 @@ absl::StatusOr<uint64_t> chunk_address_shift(const std::string& path, hid_t dset
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& path) {
+  DLFEED_RETURN_IF_ERROR(detail::File::open(path).status());
+  H5Lock lock;
+  if (H5Fis_hdf5(path.c_str()) <= 0) return h5_fail(path, "an HDF5 file (signature \\211HDF\\r\\n\\032\\n)");
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(fapl.get(), true, true);
+#endif
+  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.ok()) return h5_fail(path, "an HDF5 file libhdf5 can open");
+  std::vector<std::string> names;
+  list_datasets(file.get(), "", 0, names);
+  return names;
+}
+
 absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptions& options) {
   uint64_t file_size = 0;
   {
@@ -715,19 +739,19 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   H5Lock lock;
   htri_t is = H5Fis_hdf5(path.c_str());
   if (is == 0) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
-  if (is < 0) return h5_fail(path, 0, kSignature);
+  if (is < 0) return h5_fail(path, kSignature);
 
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
 #if H5_VERSION_GE(1, 10, 7)
   H5Pset_file_locking(fapl.get(), true, true);  // do not fail on file systems without locks
 #endif
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.ok()) return h5_fail(path, 0, "an HDF5 file libhdf5 can open");
+  if (!file.ok()) return h5_fail(path, "an HDF5 file libhdf5 can open");
 
   std::vector<std::string> names;
   DLFEED_ASSIGN_OR_RETURN(std::string name, pick_dataset(path, file.get(), options.name, names));
   Hid dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!dset.ok()) return h5_fail(path, 0, absl::StrCat("dataset '", name, "' that libhdf5 can open"));
+  if (!dset.ok()) return h5_fail(path, absl::StrCat("dataset '", name, "' that libhdf5 can open"));
 
   DatasetGeometry g;
   g.path = path;
@@ -735,16 +759,16 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
 
   // Element type.
   Hid type(H5Dget_type(dset.get()), H5Tclose);
-  if (!type.ok()) return h5_fail(path, 0, absl::StrCat("the type of dataset '", name, "'"));
+  if (!type.ok()) return h5_fail(path, absl::StrCat("the type of dataset '", name, "'"));
   DLFEED_ASSIGN_OR_RETURN(g.dtype, dtype_of(path, name, type.get()));
 
   // Shape.
   Hid space(H5Dget_space(dset.get()), H5Sclose);
-  if (!space.ok()) return h5_fail(path, 0, absl::StrCat("the dataspace of dataset '", name, "'"));
+  if (!space.ok()) return h5_fail(path, absl::StrCat("the dataspace of dataset '", name, "'"));
   H5S_class_t sclass = H5Sget_simple_extent_type(space.get());
   int rank = H5Sget_simple_extent_ndims(space.get());
   if (sclass != H5S_SIMPLE || rank < 1) {
-    return format_error(path, 0, absl::StrCat("dataset '", name, "' with at least one dimension (samples along axis 0)"),
+    return file_error(path, absl::StrCat("dataset '", name, "' with at least one dimension (samples along axis 0)"),
                         sclass == H5S_NULL ? "a null dataspace" : "a 0-dimensional (scalar) dataset");
   }
   std::vector<hsize_t> hdims(static_cast<size_t>(rank));
@@ -757,17 +781,17 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   }
   if (g.sample_elems == UINT64_MAX || !mul_ok(g.sample_elems, g.dtype.size, &g.sample_bytes) ||
       g.sample_bytes > kMaxSampleBytes) {
-    return format_error(path, 0, absl::StrCat("samples of at most ", kMaxSampleBytes, " bytes in dataset '", name, "'"),
+    return file_error(path, absl::StrCat("samples of at most ", kMaxSampleBytes, " bytes in dataset '", name, "'"),
                         absl::StrCat("shape ", shape_str(g.full_shape()), " of ", g.dtype.name()));
   }
   if (n > kMaxSamples) {
-    return format_error(path, 0, absl::StrCat("at most ", kMaxSamples, " samples in dataset '", name, "'"),
+    return file_error(path, absl::StrCat("at most ", kMaxSamples, " samples in dataset '", name, "'"),
                         absl::StrCat("shape ", shape_str(g.full_shape())));
   }
 
   // Fill value, in the dataset's own type.
   Hid dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
-  if (!dcpl.ok()) return h5_fail(path, 0, absl::StrCat("the creation properties of dataset '", name, "'"));
+  if (!dcpl.ok()) return h5_fail(path, absl::StrCat("the creation properties of dataset '", name, "'"));
   g.fill.assign(g.dtype.size, std::byte{0});
   H5D_fill_value_t fv;
   if (H5Pfill_value_defined(dcpl.get(), &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
@@ -806,7 +830,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   if (layout == H5D_CHUNKED) {
     hchunk.resize(static_cast<size_t>(rank));
     if (H5Pget_chunk(dcpl.get(), rank, hchunk.data()) != rank) {
-      return h5_fail(path, 0, absl::StrCat("the chunk shape of dataset '", name, "'"));
+      return h5_fail(path, absl::StrCat("the chunk shape of dataset '", name, "'"));
     }
     g.chunk.assign(hchunk.begin(), hchunk.end());
   }
@@ -881,7 +905,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
     }
     fits = fits && mul_ok(chunk_elems, g.dtype.size, &chunk_bytes) && chunk_bytes <= kMaxChunkBytes;
     if (!fits) {
-      return format_error(path, 0, absl::StrCat("chunks of at most ", kMaxChunkBytes, " bytes in dataset '", name, "'"),
+      return file_error(path, absl::StrCat("chunks of at most ", kMaxChunkBytes, " bytes in dataset '", name, "'"),
                           absl::StrCat("chunk shape ", absl::StrJoin(g.chunk, "x")));
     }
     if (cells > kMaxChunkCells) {

@@ -1,5 +1,6 @@
 #include "dlfeed/format/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -45,12 +46,12 @@ class DictParser {
       skip_ws();
       if (key == "descr") {
         if (peek() == '[') {
-          return error("a dtype descriptor string", "a list: structured dtypes are not supported");
+          return unsupported("a dtype descriptor string, found a list: structured dtypes are not supported");
         }
         std::string descr;
         DLFEED_RETURN_IF_ERROR(parse_string(descr));
         auto t = DType::parse(descr);
-        if (!t.ok()) return error("a supported dtype", std::string(t.status().message()));
+        if (!t.ok()) return unsupported(absl::StrCat("a supported dtype, found ", t.status().message()));
         h.dtype = *t;
         have_descr = true;
       } else if (key == "fortran_order") {
@@ -91,6 +92,11 @@ class DictParser {
   void skip_ws() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
   }
+  // A valid header of an array dlfeed does not read (a structured or string dtype).
+  absl::Status unsupported(absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": at offset ", base_ + pos_, ": expected ", what));
+  }
+
   absl::Status error(absl::string_view expected, absl::string_view found = "") {
     std::string f(found);
     if (f.empty()) {
@@ -231,21 +237,42 @@ std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order)
 
 namespace detail {
 
+bool in_dlio_layout(const std::string& path) {
+  namespace fs = std::filesystem;
+  auto digits = [](absl::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
+  };
+  // {prefix}_{i}_of_{n}, i below n and written with n's digit count.
+  const fs::path p(path);
+  const std::string name = p.stem().string();
+  const size_t of = name.rfind("_of_");
+  if (of == std::string::npos) return false;
+  const absl::string_view n_text = absl::string_view(name).substr(of + 4);
+  const size_t us = name.rfind('_', of == 0 ? 0 : of - 1);
+  if (us == std::string::npos || us == 0 || of == 0) return false;
+  const absl::string_view i_text = absl::string_view(name).substr(us + 1, of - us - 1);
+  uint64_t i = 0, n = 0;
+  if (!digits(n_text) || !digits(i_text) || i_text.size() != n_text.size() || !absl::SimpleAtoi(i_text, &i) ||
+      !absl::SimpleAtoi(n_text, &n) || i >= n) {
+    return false;
+  }
+  // {data}/{train|valid}/ or {data}/{train|valid}/{k}/ (DLIO's subfolders).
+  fs::path dir = p.parent_path();
+  if (digits(dir.filename().string())) dir = dir.parent_path();
+  const std::string split = dir.filename().string();
+  return split == "train" || split == "valid";
+}
+
 SampleAxis resolve_axis(const FormatOptions& options, const std::string& path) {
   if (options.axis != SampleAxis::kAuto) return options.axis;
-  // DLIO names its files {prefix}_{i}_of_{n}.{ext} and stacks samples on the last axis.
-  const std::string name = std::filesystem::path(path).stem().string();
-  const size_t of = name.rfind("_of_");
-  if (of == std::string::npos || of + 4 >= name.size()) return SampleAxis::kFirst;
-  for (size_t i = of + 4; i < name.size(); ++i) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(name[i]))) return SampleAxis::kFirst;
-  }
-  return SampleAxis::kLast;
+  // A name alone proves nothing (a user's own img_0_of_1.npy keeps its first
+  // axis); the name in the place DLIO's generator puts it does.
+  return in_dlio_layout(path) ? SampleAxis::kLast : SampleAxis::kFirst;
 }
 
 absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis axis, absl::string_view path) {
   if (h.shape.empty()) {
-    return format_error(path, 0, "an array with at least one dimension (the sample axis)", "a 0-d scalar array");
+    return file_error(path, "an array with at least one dimension (the sample axis)", "a 0-d scalar array");
   }
   const size_t nd = h.shape.size();
   std::vector<int64_t> strides(nd);
@@ -272,7 +299,7 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
   // Empty samples cost no bytes, so nothing in the file would bound how many
   // a header can claim (a 128-byte file announcing 10^12 of them): refused.
   if (empty && h.shape[a] > 0) {
-    return format_error(path, 0, "samples of at least one element",
+    return file_error(path, "samples of at least one element",
                         absl::StrCat(h.shape[a], " empty samples in an array of shape ", shape_str(h.shape)));
   }
   g.span = empty ? 0 : span;
@@ -333,7 +360,7 @@ uint64_t ArraySource::num_samples() const {
 std::string ArraySource::describe() const {
   return absl::StrCat(name_.empty() ? "" : absl::StrCat("member '", name_, "' "), "array ", shape_str(header_.shape),
                       " ", header_.dtype.str(), header_.fortran_order ? " fortran-order" : "", ", samples on the ",
-                      axis_ == SampleAxis::kLast ? "last" : "first", " axis (",
+                      axis_ == SampleAxis::kLast ? "last axis (the DLIO layout; " : "first axis (",
                       geometry_.contiguous ? "contiguous" : "strided", "), NPY ", header_.major, ".", header_.minor);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "array_source.h"
@@ -42,20 +43,29 @@ absl::StatusOr<size_t> inflate_prefix(std::span<const std::byte> in, std::span<s
   return produced;
 }
 
+// A member's field name: "x.npy" is field "x".
+std::string field_of(const ZipMember& m) {
+  return absl::EndsWith(m.name, ".npy") ? m.name.substr(0, m.name.size() - 4) : m.name;
+}
+
 std::string member_list(const std::vector<ZipMember>& members) {
   std::vector<std::string> names;
-  for (const auto& m : members) names.push_back(absl::StrCat("'", m.name, "'"));
+  for (const auto& m : members) {
+    names.push_back(absl::StrCat("'", field_of(m), "'"));
+  }
   return names.empty() ? "no members" : absl::StrJoin(names, ", ");
 }
 
 }  // namespace
 
-absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options) {
-  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
+namespace {
+
+// The central directory of the zip file at `path`.
+absl::StatusOr<std::vector<ZipMember>> read_members(const std::string& path, detail::File& f, ZipDirectory& dir) {
   const uint64_t size = f.size();
   std::vector<std::byte> tail(std::min<uint64_t>(size, 22 + 65535 + 20));
   DLFEED_RETURN_IF_ERROR(f.read_exact(size - tail.size(), tail, "zip end record"));
-  DLFEED_ASSIGN_OR_RETURN(ZipDirectory dir, parse_zip_end(tail, size, path));
+  DLFEED_ASSIGN_OR_RETURN(dir, parse_zip_end(tail, size, path));
   if (dir.entries == UINT64_MAX) {
     const uint64_t z64_at = dir.offset;
     if (z64_at > size || size - z64_at < 56) {
@@ -68,8 +78,27 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   }
   std::vector<std::byte> cd(dir.size);
   DLFEED_RETURN_IF_ERROR(f.read_exact(dir.offset, cd, "zip central directory"));
-  DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members,
-                          parse_zip_directory(cd, dir.offset, dir.entries, size, path));
+  return parse_zip_directory(cd, dir.offset, dir.entries, size, path);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& path) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
+  ZipDirectory dir;
+  DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members, read_members(path, f, dir));
+  std::vector<std::string> names;
+  for (const ZipMember& m : members) {
+    names.push_back(field_of(m));
+  }
+  return names;
+}
+
+absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
+  const uint64_t size = f.size();
+  ZipDirectory dir;
+  DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members, read_members(path, f, dir));
 
   // Pick the member: the option's name (with or without .npy), else x, else the only one.
   const ZipMember* chosen = nullptr;
@@ -79,10 +108,11 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   }
   if (chosen == nullptr && wanted.empty() && members.size() == 1) chosen = &members[0];
   if (chosen == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        path, ": at offset ", dir.offset, ": expected member '", wanted.empty() ? "x" : wanted,
-        ".npy' in the central directory, found ", member_list(members),
-        wanted.empty() ? " (choose one with the member name option)" : ""));
+    return absl::NotFoundError(
+        wanted.empty()
+            ? absl::StrCat(path, ": no member 'x' and more than one other: choose one by its name (members: ",
+                           member_list(members), ")")
+            : absl::StrCat(path, ": no member '", wanted, "' (members: ", member_list(members), ")"));
   }
   ZipMember m = *chosen;
   if (m.flags & 1) {

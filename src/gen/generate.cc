@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
     const fs::path folder = split.name.empty() ? fs::path(spec.dir) : fs::path(spec.dir) / split.name;
     std::error_code ec;
     fs::create_directories(folder, ec);
-    if (ec) return io_error(folder.string(), 0, "mkdir", ec.value());
+    if (ec) return io_error(folder.string(), "mkdir", ec.value());
     for (uint64_t i = 0; i < split.count; ++i) {
       // Flat datasets keep samples on the first axis, so their names must not
       // look like DLIO's ({prefix}_{i}_of_{n}), which readers take as last-axis.
@@ -151,7 +151,7 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
           if (spec.dlio_layout) {
             const fs::path idx_dir = fs::path(spec.dir) / "index" / split.name;
             fs::create_directories(idx_dir, ec);
-            if (ec) return io_error(idx_dir.string(), 0, "mkdir", ec.value());
+            if (ec) return io_error(idx_dir.string(), "mkdir", ec.value());
             f.index_path = (idx_dir / (name + ".idx")).string();
           } else {
             f.index_path = f.path + ".idx";
@@ -176,14 +176,14 @@ absl::Status write_file(const std::string& path, absl::string_view bytes) {
   // Write to a temporary name and rename, so a reader never sees half a file.
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return io_error(tmp, 0, "open for writing", errno);
+  if (f == nullptr) return io_error(tmp, "open for writing", errno);
   const size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
   const int err = errno;
   if (std::fclose(f) != 0 || n != bytes.size()) {
     std::remove(tmp.c_str());
     return io_error(tmp, n, "write", err);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return io_error(path, 0, "rename", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return io_error(path, "rename", errno);
   return absl::OkStatus();
 }
 

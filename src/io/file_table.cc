@@ -268,13 +268,13 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   std::lock_guard<std::mutex> lock(im.mu);
   --im.opening;
   if (fd < 0) {
-    return io_error(path, 0, direct ? "open (O_DIRECT)" : "open", err);
+    return io_error(path, direct ? "open (O_DIRECT)" : "open", err);
   }
   Impl::Entry& e = im.entries[id];
   const Impl::Identity found = Impl::Identity::of(st);
   if (expect.known && !expect.same(found)) {
     ::close(fd);
-    return format_error(path, 0, absl::StrCat("the file registered (", expect.str(), ")"),
+    return file_error(path, absl::StrCat("the file registered (", expect.str(), ")"),
                         absl::StrCat(found.str(), ": replaced or modified while being read"));
   }
   if (!e.identity.known && e.path == path) e.identity = found;

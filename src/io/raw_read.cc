@@ -78,7 +78,7 @@ absl::StatusOr<RawReadResult> read_pread(const SampleIndex& index, const std::ve
     const std::string& path = index.files[p.file];
     if (fds[p.file] < 0) {
       fds[p.file] = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fds[p.file] < 0) return io_error(path, 0, "open", errno);
+      if (fds[p.file] < 0) return io_error(path, "open", errno);
     }
     uint64_t done = 0;
     while (done < p.length) {
@@ -185,17 +185,17 @@ absl::StatusOr<RawReadResult> raw_read(const SampleIndex& index, std::span<const
 
 absl::Status evict_pages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error(path, 0, "open (to drop its cached pages)", errno);
+  if (fd < 0) return io_error(path, "open (to drop its cached pages)", errno);
   // Dirty pages cannot be dropped; a read-only fd may fdatasync. EINVAL: a
   // file system without sync support, nothing to write back.
   if (::fdatasync(fd) != 0 && errno != EINVAL) {
     const int err = errno;
     ::close(fd);
-    return io_error(path, 0, "fdatasync", err);
+    return io_error(path, "fdatasync", err);
   }
   const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // returns the error, not errno
   ::close(fd);
-  if (rc != 0) return io_error(path, 0, "posix_fadvise(DONTNEED)", rc);
+  if (rc != 0) return io_error(path, "posix_fadvise(DONTNEED)", rc);
   return absl::OkStatus();
 }
 
@@ -206,12 +206,12 @@ absl::Status evict_pages(std::span<const std::string> paths) {
 
 absl::StatusOr<uint64_t> resident_bytes(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error(path, 0, "open", errno);
+  if (fd < 0) return io_error(path, "open", errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return io_error(path, 0, "fstat", err);
+    return io_error(path, "fstat", err);
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0) {
@@ -221,13 +221,13 @@ absl::StatusOr<uint64_t> resident_bytes(const std::string& path) {
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   const int map_err = errno;
   ::close(fd);
-  if (map == MAP_FAILED) return io_error(path, 0, "mmap", map_err);
+  if (map == MAP_FAILED) return io_error(path, "mmap", map_err);
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> vec((size + page - 1) / page);
   const int rc = ::mincore(map, size, vec.data());
   const int err = errno;
   ::munmap(map, size);
-  if (rc != 0) return io_error(path, 0, "mincore", err);
+  if (rc != 0) return io_error(path, "mincore", err);
   uint64_t resident = 0;
   for (size_t i = 0; i < vec.size(); ++i) {
     if (vec[i] & 1) resident += std::min(page, size - i * page);

@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<Stager>> Stager::create(StageOptions options, std
     return absl::InvalidArgumentError(absl::StrCat(options.dir, ": the staging folder is not a directory"));
   }
   if (::access(options.dir.c_str(), W_OK | X_OK) != 0) {
-    return io_error(options.dir, 0, "write into the staging folder", errno);
+    return io_error(options.dir, "write into the staging folder", errno);
   }
   return std::unique_ptr<Stager>(new Stager(std::move(options), std::move(sources), std::move(observer)));
 }
@@ -211,9 +211,9 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
     return FileStatus::kFailed;
   };
   Fd in{::open(src.path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (in.fd < 0) return fail(io_error(src.path, 0, "open for staging", errno));
+  if (in.fd < 0) return fail(io_error(src.path, "open for staging", errno));
   Fd out{::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (out.fd < 0) return fail(io_error(tmp_path, 0, "create the staging copy", errno));
+  if (out.fd < 0) return fail(io_error(tmp_path, "create the staging copy", errno));
   std::vector<char> buf(kChunk);
   uint64_t off = 0;
   while (true) {
@@ -248,10 +248,10 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
                                                  " bytes (its size when the loader opened it), found ",
                                                  off > src.size ? "more" : absl::StrCat(off))));
   }
-  if (options_.sync && ::fsync(out.fd) != 0) return fail(io_error(tmp_path, 0, "fsync the staging copy", errno));
-  if (::close(std::exchange(out.fd, -1)) != 0) return fail(io_error(tmp_path, 0, "close the staging copy", errno));
+  if (options_.sync && ::fsync(out.fd) != 0) return fail(io_error(tmp_path, "fsync the staging copy", errno));
+  if (::close(std::exchange(out.fd, -1)) != 0) return fail(io_error(tmp_path, "close the staging copy", errno));
   if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    return fail(io_error(final_path, 0, "rename the staging copy into place", errno));
+    return fail(io_error(final_path, "rename the staging copy into place", errno));
   }
   used += src.size;
   return FileStatus::kStaged;

@@ -8,9 +8,14 @@
 ABSL_FLAG(std::string, format, "auto", "File format: auto (by extension), npy, npz, hdf5, tfrecord");
 ABSL_FLAG(std::string, name, "",
           "NPZ member (default x) or HDF5 dataset (default records, else records_0) holding the samples");
+ABSL_FLAG(std::string, layout, "auto",
+          "generate: flat (DIR/{prefix}_{i}.{ext}, samples on the first axis; auto means flat) or dlio (the DLIO "
+          "benchmark's layout: train/ and valid/, NPY/NPZ samples on the last axis, NPZ members x and y, HDF5 "
+          "records_0.. and labels, TFRecord image/size features with index/{train,valid}/NAME.idx). Reading: dlio "
+          "(NPY/NPZ samples on the last axis), plain (first axis), or auto (the DLIO layout only for files where and "
+          "as DLIO's generator writes them: {data}/train/ or valid/ and names {prefix}_{i}_of_{n})");
 ABSL_FLAG(std::string, axis, "auto",
-          "Sample axis of NPY/NPZ arrays: first, last (the DLIO benchmark's layout), or auto (last for "
-          "DLIO-named files img_*_of_*, else first)");
+          "Sample axis of NPY/NPZ arrays: first, last (the DLIO benchmark's layout), or auto (as --layout says)");
 ABSL_FLAG(std::string, feature, "image", "TFRecord: the tf.train.Example feature that is the sample");
 ABSL_FLAG(std::string, feature_dtype, "uint8", "TFRecord: element type of a bytes_list feature");
 ABSL_FLAG(std::string, feature_shape, "", "TFRecord: shape of the feature, e.g. 64,64 (default: 1-D)");
@@ -44,6 +49,19 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
   else if (axis == "last") o.axis = SampleAxis::kLast;
   else if (axis == "auto") o.axis = SampleAxis::kAuto;
   else return absl::InvalidArgumentError(absl::StrCat("bad --axis '", axis, "': expected first, last or auto"));
+  const std::string layout = absl::GetFlag(FLAGS_layout);
+  SampleAxis by_layout = SampleAxis::kAuto;
+  if (layout == "dlio") by_layout = SampleAxis::kLast;
+  else if (layout == "plain" || layout == "flat") by_layout = SampleAxis::kFirst;
+  else if (layout != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("bad --layout '", layout, "': expected dlio, plain or auto"));
+  }
+  if (by_layout != SampleAxis::kAuto) {
+    if (o.axis != SampleAxis::kAuto && o.axis != by_layout) {
+      return absl::InvalidArgumentError(absl::StrCat("--layout ", layout, " and --axis ", axis, " contradict each other"));
+    }
+    o.axis = by_layout;
+  }
   o.feature = absl::GetFlag(FLAGS_feature);
   auto dt = DType::parse(absl::GetFlag(FLAGS_feature_dtype));
   if (!dt.ok()) return dt.status();

@@ -10,6 +10,7 @@
 #include "dlfeed/order/order.h"
 
 ABSL_DECLARE_FLAG(std::string, format);
+ABSL_DECLARE_FLAG(std::string, layout);
 // Defined in common_flags.cc.
 ABSL_DECLARE_FLAG(uint64_t, files);
 ABSL_DECLARE_FLAG(uint64_t, samples_per_file);

@@ -10,10 +10,6 @@
 #include "dlfeed/gen/generate.h"
 
 ABSL_FLAG(std::string, dir, "", "Output folder (created if missing)");
-ABSL_FLAG(std::string, layout, "flat",
-          "flat: DIR/{prefix}_{i}.{ext}, samples on the first axis; dlio: the DLIO benchmark's layout "
-          "(train/ and valid/, NPY/NPZ samples on the last axis, NPZ members x and y, HDF5 records_0.. and "
-          "labels, TFRecord image/size features with index/{train,valid}/NAME.idx)");
 ABSL_FLAG(uint64_t, valid_files, 0, "Number of files under valid/ (dlio layout)");
 ABSL_FLAG(std::string, shape, "64,64", "Shape of one sample, e.g. 64,64 or 768x1152x16");
 ABSL_FLAG(std::string, dtype, "uint8", "Element type: bool, int8..int64, uint8..uint64, float16/32/64, or <f4-style");
@@ -40,7 +36,8 @@ int run_generate(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dlfeed generate: give --format npy|npz|hdf5|tfrecord\n");
     return 2;
   }
-  const std::string layout = absl::GetFlag(FLAGS_layout);
+  std::string layout = absl::GetFlag(FLAGS_layout);
+  if (layout == "auto") layout = "flat";
   if (layout != "flat" && layout != "dlio") {
     throw Error(absl::InvalidArgumentError(absl::StrCat("bad --layout '", layout, "': expected flat or dlio")));
   }

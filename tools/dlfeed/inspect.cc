@@ -88,13 +88,39 @@ void print_text(const SampleIndex& index, int64_t limit) {
   }
 }
 
+// A file with several fields and no default: each field's samples and layout.
+int print_fields(const std::string& path, const std::vector<std::string>& fields, FormatOptions options) {
+  std::printf("%s: %zu fields; choose one with --name (or --fields for run)\n", path.c_str(), fields.size());
+  for (const std::string& field : fields) {
+    options.name = field;
+    absl::StatusOr<SampleIndex> idx = open_dataset({path}, options);
+    if (!idx.ok()) {
+      std::printf("  %s: not readable as samples: %s\n", field.c_str(), std::string(idx.status().message()).c_str());
+      continue;
+    }
+    std::printf("  %s: %llu samples", field.c_str(), static_cast<unsigned long long>(idx->size()));
+    if (!idx->sources.empty()) {
+      std::printf("; [%s] %s", idx->sources[0]->layout().c_str(), idx->sources[0]->describe().c_str());
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int run_inspect(const std::vector<std::string>& args) {
   if (args.empty()) {
     std::fprintf(stderr, "dlfeed inspect: give a file or folder (see --help)\n");
     return 2;
   }
   FormatOptions options = value_or_throw(format_options_from_flags());
-  SampleIndex index = value_or_throw(open_dataset(args, options));
+  absl::StatusOr<SampleIndex> opened = open_dataset(args, options);
+  if (!opened.ok() && absl::IsNotFound(opened.status()) && options.name.empty() && args.size() == 1 &&
+      absl::GetFlag(FLAGS_dump_sample) < 0 && !absl::GetFlag(FLAGS_json)) {
+    // No field named and no default one (records, x): show what the file offers.
+    auto fields = list_fields(args[0], options);
+    if (fields.ok()) return print_fields(args[0], *fields, options);
+  }
+  SampleIndex index = value_or_throw(std::move(opened));
   const int64_t dump = absl::GetFlag(FLAGS_dump_sample);
   if (dump >= 0) {
     const std::string out = absl::GetFlag(FLAGS_out);

@@ -66,6 +66,8 @@ ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalesci
 ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
 ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
+ABSL_FLAG(bool, ragged, false,
+          "Allow samples of different shapes in one field (ragged batches); without it such a dataset is refused");
 ABSL_FLAG(bool, checksum, false, "Print an order-independent checksum of every sample delivered");
 ABSL_FLAG(bool, quiet, false, "Print only the summary lines");
 ABSL_FLAG(bool, evict, false,
@@ -228,6 +230,7 @@ RunConfig configure(const std::vector<std::string>& args) {
     if (!given("evict")) c.evict = true;
   }
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
+  o.ragged = absl::GetFlag(FLAGS_ragged);
   o.io.kind = value_or_throw(parse_io_kind(absl::GetFlag(FLAGS_io)));
   o.io.queue_depth = absl::GetFlag(FLAGS_queue_depth);
   o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
@@ -528,6 +531,12 @@ int run_run(const std::vector<std::string>& args) {
               absl::StrJoin(loader->field_names(), ",").c_str(), o.order.rank, o.order.world_size,
               static_cast<unsigned long long>(loader->samples_per_epoch()),
               static_cast<unsigned long long>(loader->batches_per_epoch()), o.batch_size);
+  for (size_t f = 0; f < loader->field_names().size(); ++f) {  // what each field is, as read (layout, axis)
+    const SampleIndex& idx = loader->index(f);
+    if (idx.sources.empty()) continue;
+    std::printf("field %s: [%s] %s%s\n", loader->field_names()[f].c_str(), idx.sources[0]->layout().c_str(),
+                idx.sources[0]->describe().c_str(), idx.sources.size() > 1 ? " (the first file's)" : "");
+  }
   std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),

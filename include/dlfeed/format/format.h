@@ -18,7 +18,9 @@ enum class FileFormat { kAuto, kNpy, kNpz, kHdf5, kTfRecord };
 enum class SampleAxis {
   kFirst,  // arr[k, ...]: each sample contiguous (dlfeed's default, HDF5)
   kLast,   // arr[..., k]: the DLIO benchmark's NPY/NPZ layout (strided)
-  kAuto,   // kLast for NPY/NPZ under a DLIO layout (names img_*_of_*), else kFirst
+  kAuto,   // kLast for NPY/NPZ files where and as DLIO's generator writes them
+           // ({data}/train/ or valid/, optionally a numbered subfolder, named
+           // {prefix}_{i}_of_{n} with i zero-padded), else kFirst
 };
 
 /// How files are turned into samples. Defaults read DLIO datasets as written.
@@ -49,11 +51,25 @@ absl::StatusOr<FileFormat> parse_format(absl::string_view name);
 /// Indexes one file.
 absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options);
 
+/// The column an NPY file holds: its name without a shard tag (x.npy and
+/// x_000.npy hold column "x"; x-00001-of-00010.npy too).
+std::string npy_column_of(const std::string& path);
+
 /// Indexes a file, a folder (recursively, data files sorted by path; a DLIO
 /// folder's index/ subfolder is skipped), a glob pattern ("data/train/*.npz",
-/// matches sorted), or a list of those, in the order given.
+/// matches sorted), or a list of those, in the order given. With a name
+/// (options.name), NPY files are columns: only those of that column count
+/// (npy_column_of), and a name no NPY file has is NotFound, listing the
+/// columns there are.
 absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
                                          const FormatOptions& options);
+
+/// The fields one file offers: an NPZ's members (without .npy), an HDF5
+/// file's datasets (at most 64, groups walked 4 deep), an NPY file's column.
+/// TFRecord: Unimplemented (features are per record).
+absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, const FormatOptions& options);
+absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& path);
+absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& path);
 
 // One per format, each indexing a single file.
 absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOptions& options);
