@@ -304,18 +304,21 @@ class Dataset(torch.utils.data.IterableDataset):
         # Not a generator function: the checks and the epoch happen when
         # iter() is called (in a DataLoader worker, as it starts), not at the
         # first batch.
-        fetcher = _auto_collating_fetcher()
-        if fetcher is not None:
-            size = self._kwargs.get("batch_size")
-            shown = size if size is not None else "B"
-            raise ValueError(
-                f"dlfeed.torch.Dataset yields whole batches (batch_size={shown}): pass batch_size=None to the "
-                "DataLoader, e.g. DataLoader(ds, batch_size=None, num_workers=2). DataLoader's own batching (its "
-                f"default batch_size=1, or any number) would stack dlfeed's batches into another batch: shape "
-                f"(1, {shown}, ...) with the default")
         rank, world, in_worker = self._shard()
         loader = self._get_loader(rank, world)
+        if _auto_collating_fetcher() is not None:
+            size = loader.options.batch_size
+            raise ValueError(
+                f"dlfeed.torch.Dataset yields whole batches (batch_size={size}): pass batch_size=None to the "
+                "DataLoader, e.g. DataLoader(ds, batch_size=None, num_workers=2). DataLoader's own batching (its "
+                f"default batch_size=1, or any number) would stack dlfeed's batches into another batch: shape "
+                f"(1, {size}, ...) with the default")
         info = torch.utils.data.get_worker_info()
+        if self._pending is not None and info is not None:
+            raise ValueError(
+                "dlfeed.torch.Dataset: a position from load_state_dict() resumes iteration in one process "
+                "(directly, or DataLoader with num_workers=0), not in DataLoader workers, each of which reads "
+                "its own part of the shard; call set_epoch() to start a whole epoch instead")
         if self._pending is not None:
             loader.restore(self._pending)
             self._record.set_next(loader.epoch)

@@ -260,3 +260,20 @@ def test_dataloader_batching_with_an_own_collate_is_the_users_choice(odd):
     dl = torch.utils.data.DataLoader(ds, batch_size=2, collate_fn=list)
     pair = next(iter(dl))
     assert len(pair) == 2 and all(b["x"].shape == (16, 8, 8) for b in pair)
+
+
+def test_a_resume_position_is_refused_in_workers(odd):
+    ds = shuffled(odd)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    del it
+    fresh = shuffled(odd)
+    fresh.load_state_dict(state)
+    dl = torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
+    with pytest.raises(ValueError, match="load_state_dict.*not in DataLoader workers"):
+        next(iter(dl))
+    del dl
+    fresh.set_epoch(0)  # a whole epoch instead: fine
+    assert epoch_orders(fresh, torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2), 1) == \
+        [reference_order(odd, 0, 2)]
