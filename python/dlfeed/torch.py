@@ -8,14 +8,22 @@
 
 No DataLoader worker processes are needed: dlfeed's C++ threads read and decode.
 Rank and world size come from torch.distributed when it is initialised (or pass
-them). Wrapped in a DataLoader(num_workers=K) anyway, each worker reads its own
-disjoint part of this rank's shard, and no sample is read twice.
+them). Wrapped in a DataLoader(ds, batch_size=None, num_workers=K) anyway, each
+worker reads its own disjoint part of this rank's shard, no sample is read
+twice, and each DataLoader iteration is the next epoch (a file-backed counter
+the workers share; see _EpochRecord).
 """
 from __future__ import annotations
 
+import fcntl
+import multiprocessing.context
 import os
+import struct
+import sys
+import tempfile
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 import torch.utils.data
@@ -44,6 +52,133 @@ def _distributed() -> Optional[tuple]:
     return None
 
 
+def _remove(path: str, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # not a forked worker's copy being collected
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class _EpochRecord:
+    """The epoch counter of a Dataset, shared with its DataLoader workers' copies.
+
+    Each DataLoader iteration gives its workers fresh copies of the dataset
+    (fork copies memory, spawn unpickles), so a counter kept in the dataset
+    would restart in every epoch's workers. This one lives in a small file the
+    creating process makes (and removes): workers open it by path, whatever
+    the start method, and update it under flock(2) on their own descriptor.
+
+    Fields (int64): the epoch the next iteration runs; then the generation
+    now running in workers: its key (the DataLoader iterator's base seed, the
+    same in all its workers and drawn anew per iteration, and how many
+    iterations the worker process made, for persistent workers whose seed
+    stays), its epoch, how many workers joined it, and whether it is valid.
+    """
+
+    _FORMAT = "<8q"
+    _SIZE = struct.calcsize(_FORMAT)
+    NEXT, KEY_SEED, KEY_ITER, GEN_EPOCH, JOINED, VALID = range(6)
+
+    def __init__(self, epoch: int = 0) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="dlfeed-torch-epoch-")
+        try:
+            os.write(fd, struct.pack(self._FORMAT, epoch, 0, 0, 0, 0, 0, 0, 0))
+        finally:
+            os.close(fd)
+        weakref.finalize(self, _remove, self.path, os.getpid())
+        self._fd: Optional[int] = None
+        self._pid: Optional[int] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Shared with a process being started (DataLoader's spawn/forkserver
+        # workers); any other copy (deepcopy, pickle.dumps) gets its own counter.
+        if multiprocessing.context.get_spawning_popen() is not None:
+            return {"path": self.path}
+        return {"epoch": self.update(lambda v: v[self.NEXT])}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        if "path" in state and os.path.exists(state["path"]):
+            self.path = state["path"]
+            self._fd = None
+            self._pid = None
+        else:
+            self.__init__(state.get("epoch", 0))  # type: ignore[misc]
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+    def update(self, change: Callable[[List[int]], Any]) -> Any:
+        """Calls change(fields) under the lock; writes the fields back."""
+        if self._pid != os.getpid():  # first use in this process: an own descriptor, so flock excludes
+            self._fd = os.open(self.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            self._pid = os.getpid()
+        fd = self._fd
+        assert fd is not None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fields = list(struct.unpack(self._FORMAT, os.pread(fd, self._SIZE, 0)))
+            result = change(fields)
+            os.pwrite(fd, struct.pack(self._FORMAT, *fields), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return result
+
+    @property
+    def next_epoch(self) -> int:
+        return self.update(lambda v: v[self.NEXT])
+
+    def set_next(self, epoch: int) -> None:
+        """The next iteration, direct or in workers, runs `epoch`."""
+        def change(v: List[int]) -> None:
+            v[self.NEXT] = epoch
+            v[self.VALID] = 0
+
+        self.update(change)
+
+    def join(self, seed: int, iteration: int, num_workers: int) -> int:
+        """The epoch of the worker generation this worker belongs to: a new
+        generation (taking the next epoch) when the key differs from the one
+        running, or when all of its workers have joined already (a DataLoader
+        made again with the same seeded generator)."""
+        def change(v: List[int]) -> int:
+            same = v[self.VALID] and v[self.KEY_SEED] == seed and v[self.KEY_ITER] == iteration
+            if same and v[self.JOINED] < num_workers:
+                v[self.JOINED] += 1
+            else:
+                v[self.KEY_SEED], v[self.KEY_ITER], v[self.VALID] = seed, iteration, 1
+                v[self.GEN_EPOCH], v[self.JOINED] = v[self.NEXT], 1
+                v[self.NEXT] += 1
+            return v[self.GEN_EPOCH]
+
+        return self.update(change)
+
+
+def _auto_collating_fetcher() -> Optional[Any]:
+    """The DataLoader fetcher calling iter() on us, when it batches what we
+    yield with torch's default_collate (DataLoader's batch_size is not None)."""
+    try:
+        from torch.utils.data._utils.collate import default_collate
+        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+    except ImportError:  # pragma: no cover - another torch layout
+        return None
+    frame = sys._getframe(2)
+    for _ in range(4):  # iter(dataset) is called from the fetcher's __init__
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, _IterableDatasetFetcher):
+            if getattr(owner, "auto_collation", False) and getattr(owner, "collate_fn", None) is default_collate:
+                return owner
+            return None
+        frame = frame.f_back
+    return None
+
+
 class Dataset(torch.utils.data.IterableDataset):
     """Batches of torch tensors from a dlfeed.Loader, one epoch per iteration.
 
@@ -54,6 +189,11 @@ class Dataset(torch.utils.data.IterableDataset):
         warning otherwise).
       as_dict: yield {field: tensor, "sample_ids": int64 tensor} instead of a tuple
         (a single tensor when there is one field).
+
+    Each iteration is the next epoch (0, 1, ...; the order of epoch e depends
+    only on the seed and e), directly, in DataLoader(ds, batch_size=None) and
+    with worker processes, persistent or not; set_epoch(e) says which epoch the
+    next iteration runs.
 
     state_dict()/load_state_dict() save and restore the position mid-epoch (in the
     process that iterates; with DataLoader workers each worker has its own position).
@@ -83,7 +223,8 @@ class Dataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = int(rank), int(world_size)
         self.pin_memory = bool(pin_memory)
         self.as_dict = bool(as_dict)
-        self.epoch = 0
+        self._record = _EpochRecord(0)
+        self._worker_iterations = 0  # in a worker process: iterations it made (persistent workers)
         self._pending: Optional[bytes] = None
         self._loader: Optional[Loader] = None
         self._loader_key: Optional[tuple] = None
@@ -119,9 +260,16 @@ class Dataset(torch.utils.data.IterableDataset):
         """Batches per epoch of this rank (without DataLoader workers)."""
         return len(self.loader)
 
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs (during a direct iteration: its own;
+        with DataLoader workers, the next DataLoader iteration's)."""
+        return self._record.next_epoch
+
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration runs (like DistributedSampler.set_epoch)."""
-        self.epoch = int(epoch)
+        """The epoch the next iteration runs (like DistributedSampler.set_epoch);
+        DataLoader workers, persistent ones too, follow it."""
+        self._record.set_next(int(epoch))
         self._pending = None
 
     # -- iteration ------------------------------------------------------------
@@ -153,13 +301,38 @@ class Dataset(torch.utils.data.IterableDataset):
         return t
 
     def __iter__(self) -> Iterator[Any]:
+        # Not a generator function: the checks and the epoch happen when
+        # iter() is called (in a DataLoader worker, as it starts), not at the
+        # first batch.
         rank, world, in_worker = self._shard()
         loader = self._get_loader(rank, world)
+        if _auto_collating_fetcher() is not None:
+            size = loader.options.batch_size
+            raise ValueError(
+                f"dlfeed.torch.Dataset yields whole batches (batch_size={size}): pass batch_size=None to the "
+                "DataLoader, e.g. DataLoader(ds, batch_size=None, num_workers=2). DataLoader's own batching (its "
+                f"default batch_size=1, or any number) would stack dlfeed's batches into another batch: shape "
+                f"(1, {size}, ...) with the default")
+        info = torch.utils.data.get_worker_info()
+        if self._pending is not None and info is not None:
+            raise ValueError(
+                "dlfeed.torch.Dataset: a position from load_state_dict() resumes iteration in one process "
+                "(directly, or DataLoader with num_workers=0), not in DataLoader workers, each of which reads "
+                "its own part of the shard; call set_epoch() to start a whole epoch instead")
         if self._pending is not None:
             loader.restore(self._pending)
-            self.epoch = loader.epoch
+            self._record.set_next(loader.epoch)
             self._pending = None
-        epoch = self.epoch
+        if info is None:
+            return self._epoch(loader, self._record.next_epoch, rank, world, in_worker, direct=True)
+        # A worker process: every worker of one DataLoader iteration takes the
+        # same epoch, the next one, from the shared record.
+        epoch = self._record.join(info.seed - info.id, self._worker_iterations, info.num_workers)
+        self._worker_iterations += 1
+        return self._epoch(loader, epoch, rank, world, in_worker, direct=False)
+
+    def _epoch(self, loader: Loader, epoch: int, rank: int, world: int, in_worker: bool,
+               direct: bool) -> Iterator[Any]:
         # With worker processes, padding (the last positions of the global order
         # read again to make shards equal) would duplicate samples: trim it.
         valid = None
@@ -177,7 +350,8 @@ class Dataset(torch.utils.data.IterableDataset):
                     continue
             yield self._convert(batch, keep)
             del batch
-        self.epoch = epoch + 1
+        if direct:  # a worker generation took its epoch when it started
+            self._record.set_next(epoch + 1)
 
     # -- resume ---------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -193,5 +367,5 @@ class Dataset(torch.utils.data.IterableDataset):
         return {"epoch": self.epoch, "loader_state": state, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        self.epoch = int(state_dict["epoch"])
+        self._record.set_next(int(state_dict["epoch"]))
         self._pending = state_dict.get("loader_state")

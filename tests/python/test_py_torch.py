@@ -123,3 +123,157 @@ def test_dataloader_workers_split_without_duplicates(tmp_path):
         np.testing.assert_array_equal(b["y"].numpy(), b["sample_ids"].numpy() % 10)
         ids.extend(b["sample_ids"].tolist())
     assert sorted(ids) == list(range(245))
+
+
+# -- DataLoader: epochs, workers, batching ------------------------------------
+N_EPOCH_TEST = 245  # 5 files of 49: odd, so the workers' parts differ in length
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory):
+    root, _, _ = write_dataset("npz", tmp_path_factory.mktemp("odd") / "d", files=5, per_file=49)
+    return root
+
+
+def shuffled(root, **kw):
+    return dtorch.Dataset(root, batch_size=16, strategy="global_shuffle", seed=3, as_dict=True,
+                          **loader_kwargs("npz"), **kw)
+
+
+def reference_order(root, epoch, workers):
+    """The ids a DataLoader over shuffled() yields in `epoch`, from dlfeed.Loader
+    alone: worker w reads shard w of `workers` (padding trimmed), and the
+    DataLoader takes one batch from each worker in turn."""
+    kw = dict(batch_size=16, strategy="global_shuffle", seed=3, **loader_kwargs("npz"))
+    if workers == 0:
+        return [int(i) for b in dlfeed.Loader(root, **kw).iter_epoch(epoch) for i in b.sample_ids]
+    parts = []
+    for w in range(workers):
+        loader = dlfeed.Loader(root, rank=w, world_size=workers, **kw)
+        ids = [int(i) for b in loader.iter_epoch(epoch) for i in b.sample_ids][:-(-(N_EPOCH_TEST - w) // workers)]
+        parts.append([ids[k:k + 16] for k in range(0, len(ids), 16)])
+    out = []
+    for k in range(max(map(len, parts))):
+        for p in parts:
+            out.extend(p[k] if k < len(p) else [])
+    return out
+
+
+def epoch_orders(ds, dl, epochs, set_epoch=None):
+    out = []
+    for e in range(epochs):
+        if set_epoch is not None:
+            ds.set_epoch(set_epoch[e])
+        ids = []
+        for b in dl:
+            assert b["x"].shape[1:] == (8, 8) and len(b["x"]) == len(b["sample_ids"]) <= 16
+            ids.extend(b["sample_ids"].tolist())
+        assert sorted(ids) == list(range(N_EPOCH_TEST))  # every sample exactly once
+        out.append(ids)
+    return out
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_each_dataloader_iteration_is_the_next_epoch(odd, workers, persistent):
+    def run():
+        ds = shuffled(odd)
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                         persistent_workers=persistent)
+        orders = epoch_orders(ds, dl, 3)
+        assert ds.epoch == 3
+        return orders
+
+    orders = run()
+    assert len({tuple(o) for o in orders}) == 3  # a new order each epoch, without set_epoch
+    for e, o in enumerate(orders):
+        assert o == reference_order(odd, e, workers)  # epoch e's order, as the seed defines it
+    assert run() == orders  # deterministic per seed: a second run repeats it
+
+
+def test_workers_continue_from_direct_iteration_and_set_epoch_wins(odd):
+    ds = shuffled(odd)
+    direct = [int(i) for b in ds for i in b["sample_ids"]]
+    assert direct == reference_order(odd, 0, 0) and ds.epoch == 1
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert epoch_orders(ds, dl, 1) == [reference_order(odd, 1, 2)]
+    assert ds.epoch == 2
+    # set_epoch decides the next iteration: again and again the same epoch,
+    # then counting on from the one set.
+    assert epoch_orders(ds, dl, 2, set_epoch=[5, 5]) == [reference_order(odd, 5, 2)] * 2
+    ds.set_epoch(1)
+    assert epoch_orders(ds, dl, 2) == [reference_order(odd, e, 2) for e in (1, 2)]
+    assert ds.epoch == 3
+
+
+def test_set_epoch_reaches_persistent_workers(odd):
+    ds = shuffled(odd)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    got = epoch_orders(ds, dl, 3, set_epoch=[4, 4, 0])
+    assert got == [reference_order(odd, e, 2) for e in (4, 4, 0)]
+    assert epoch_orders(ds, dl, 1) == [reference_order(odd, 1, 2)]
+
+
+def test_spawned_workers_share_the_epoch(odd):
+    ds = shuffled(odd)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    assert epoch_orders(ds, dl, 2) == [reference_order(odd, e, 2) for e in (0, 1)]
+    assert ds.epoch == 2
+
+
+def test_a_dataloader_made_again_with_the_same_generator_still_moves_on(odd):
+    # The same base seed for every iteration's workers: a new generation is
+    # recognised because the previous one's workers had all joined.
+    ds = shuffled(odd)
+    orders = []
+    for _ in range(2):
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                         generator=torch.Generator().manual_seed(0))
+        orders += epoch_orders(ds, dl, 1)
+    assert orders == [reference_order(odd, e, 2) for e in (0, 1)]
+
+
+def test_copies_outside_workers_count_their_own_epochs(odd):
+    import copy
+    import pickle
+
+    ds = shuffled(odd)
+    ds.set_epoch(4)
+    for twin in (copy.deepcopy(ds), pickle.loads(pickle.dumps(ds))):
+        assert twin.epoch == 4
+        twin.set_epoch(9)
+        assert ds.epoch == 4
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", ["default", 4])
+def test_dataloader_batching_is_refused_with_the_fix(odd, workers, batch_size):
+    ds = shuffled(odd)
+    kw = {} if batch_size == "default" else {"batch_size": batch_size}
+    dl = torch.utils.data.DataLoader(ds, num_workers=workers, **kw)
+    with pytest.raises(ValueError, match=r"yields whole batches \(batch_size=16\): pass batch_size=None"):
+        next(iter(dl))
+    del dl
+
+
+def test_dataloader_batching_with_an_own_collate_is_the_users_choice(odd):
+    ds = shuffled(odd)
+    dl = torch.utils.data.DataLoader(ds, batch_size=2, collate_fn=list)
+    pair = next(iter(dl))
+    assert len(pair) == 2 and all(b["x"].shape == (16, 8, 8) for b in pair)
+
+
+def test_a_resume_position_is_refused_in_workers(odd):
+    ds = shuffled(odd)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    del it
+    fresh = shuffled(odd)
+    fresh.load_state_dict(state)
+    dl = torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
+    with pytest.raises(ValueError, match="load_state_dict.*not in DataLoader workers"):
+        next(iter(dl))
+    del dl
+    fresh.set_epoch(0)  # a whole epoch instead: fine
+    assert epoch_orders(fresh, torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2), 1) == \
+        [reference_order(odd, 0, 2)]

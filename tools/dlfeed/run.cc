@@ -2,8 +2,8 @@
 // generated when missing) for N epochs through the loader, with an emulated
 // compute time per step (fixed, or normal(mean, stdev) truncated at 0, drawn
 // from --seed), like the DLIO benchmark. Per epoch it reports AU, samples/s,
-// MiB/s and the I/O hidden behind compute vs exposed, and, given a
-// calibration (`dlfeed calibrate`), efficiency: the loader's MiB/s as a
+// MiB/s delivered and the I/O hidden behind compute vs exposed, and, given a
+// calibration (`dlfeed calibrate`), efficiency: the loader's samples/s as a
 // fraction of the storage's limit for the order's access pattern. Prints the
 // counters' summary table (docs/counters.md); --summary-json writes it with a
 // "run" section (docs/workloads.md), --trace the trace events; with
@@ -74,8 +74,9 @@ ABSL_FLAG(bool, evict, false,
           "Drop the dataset's cached pages before each epoch (cold cache, as calibrate measures; default on "
           "with --workload)");
 ABSL_FLAG(std::string, calibration, "",
-          "Calibration JSON from `dlfeed calibrate`: report efficiency = read MiB/s / the storage's limit for "
-          "this order's pattern (default: the file calibrate writes for this dataset, when it exists)");
+          "Calibration JSON from `dlfeed calibrate`: report efficiency = samples/s / the samples/s the storage's "
+          "limit for this order's pattern allows (default: the file calibrate writes for this dataset, when it "
+          "exists)");
 ABSL_FLAG(std::string, summary_json, "",
           "Write the counters' summary (JSON, docs/counters.md) with a \"run\" section (docs/workloads.md) to "
           "this file");
@@ -187,6 +188,18 @@ struct Efficiency {
   Calibration calibration;
   PatternLimit limit;  // the calibration's pattern for the run's strategy
   bool auto_detected = false;
+  /// The limit in samples/s: limit MiB/s over the mean bytes calibrate read
+  /// per sample (the calibrated field's extents). Calibrate and the loader read
+  /// the same extents for a sample, so samples/s compare like with like in
+  /// every layout, where a MiB/s of extents would not be bytes delivered (a
+  /// DLIO-layout NPZ sample's extent spans every sample of its array).
+  double limit_samples_per_s() const {
+    const double per_sample = calibration.dataset.samples
+                                  ? static_cast<double>(calibration.dataset_bytes) /
+                                        static_cast<double>(calibration.dataset.samples)
+                                  : 0;
+    return per_sample > 0 ? limit.limit_mib_per_s * 1048576.0 / per_sample : 0;
+  }
 };
 
 /// What one epoch delivered, as the consumer saw it.
@@ -363,20 +376,32 @@ class Trainer {
   uint64_t checksum_ = 0;
 };
 
-/// DLIO's I/O rate: samples/s x the record length (the mean bytes of a
-/// sample's extents in the first field, what calibrate reads), in MiB/s.
-/// Unlike read_mib_per_s it leaves out gap bytes that coalescing reads.
-double io_mib_per_s(const counters::EpochReport& e, double record_bytes) {
-  return e.samples_per_s * record_bytes / 1048576.0;
+/// DLIO's I/O rate: samples/s x the bytes delivered per sample (every field,
+/// as decoded), in MiB/s: bytes delivered over the epoch's wall time. Not the
+/// samples' extents: a DLIO-layout NPZ sample's extent spans the whole array,
+/// and a compressed HDF5 chunk or a TFRecord record is not what the trainer
+/// gets. Unlike read_mib_per_s it leaves out what coalescing reads between
+/// samples and what is read but not delivered.
+double io_mib_per_s(const counters::EpochReport& e) {
+  return e.wall_s > 0 ? static_cast<double>(e.bytes_delivered) / e.wall_s / 1048576.0 : 0;
 }
 
-std::optional<double> efficiency_of(const counters::EpochReport& e, double record_bytes,
-                                    const std::optional<Efficiency>& eff) {
-  if (!eff) return std::nullopt;
-  return io_mib_per_s(e, record_bytes) / eff->limit.limit_mib_per_s;
+std::optional<double> efficiency_of(const counters::EpochReport& e, const std::optional<Efficiency>& eff) {
+  if (!eff || !(eff->limit_samples_per_s() > 0)) return std::nullopt;
+  return e.samples_per_s / eff->limit_samples_per_s();
 }
 
-/// The mean bytes of a sample's extents in the loader's first field.
+/// "the random limit 8261 samples/s (pread, 516.3 MiB/s as delivered)": the
+/// limit in samples/s and in this epoch's delivered bytes per sample.
+std::string limit_str(const counters::EpochReport& e, const Efficiency& eff) {
+  const double per_sample = e.samples ? static_cast<double>(e.bytes_delivered) / static_cast<double>(e.samples) : 0;
+  return absl::StrFormat("the %s limit %.0f samples/s (%s, %.1f MiB/s as delivered)", eff.limit.pattern,
+                         eff.limit_samples_per_s(), eff.limit.limit_reader,
+                         eff.limit_samples_per_s() * per_sample / 1048576.0);
+}
+
+/// The mean bytes of a sample's extents in the loader's first field (what
+/// calibrate reads per sample; reported as record_bytes, not a rate's basis).
 double record_bytes_of(const Loader& loader) {
   const SampleIndex& index = loader.index(0);
   uint64_t total = 0;
@@ -384,7 +409,7 @@ double record_bytes_of(const Loader& loader) {
   return index.size() ? static_cast<double>(total) / static_cast<double>(index.size()) : 0;
 }
 
-void report_epoch(const RunConfig& c, const EpochResult& r, const counters::EpochReport& e, double record_bytes,
+void report_epoch(const RunConfig& c, const EpochResult& r, const counters::EpochReport& e,
                   const std::optional<Efficiency>& eff) {
   if (c.quiet) return;
   const double secs = r.secs;
@@ -399,19 +424,18 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
       static_cast<unsigned long long>(r.after.extents - r.before.extents), r.stall_s);
   std::string line = absl::StrFormat(
       "  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed", e.au_percent,
-      e.samples_per_s, io_mib_per_s(e, record_bytes), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
-  if (auto x = efficiency_of(e, record_bytes, eff)) {
-    absl::StrAppend(&line, absl::StrFormat("; efficiency %.1f%% of the %s limit %.1f MiB/s (%s)", *x * 100,
-                                           eff->limit.pattern, eff->limit.limit_mib_per_s, eff->limit.limit_reader));
+      e.samples_per_s, io_mib_per_s(e), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
+  if (auto x = efficiency_of(e, eff)) {
+    absl::StrAppend(&line, absl::StrFormat("; efficiency %.1f%% of %s", *x * 100, limit_str(e, *eff)));
   }
   std::printf("%s\n", line.c_str());
 }
 
-std::string report_json(const counters::EpochReport& e, double record_bytes, const std::optional<Efficiency>& eff) {
-  const std::optional<double> x = efficiency_of(e, record_bytes, eff);
+std::string report_json(const counters::EpochReport& e, const std::optional<Efficiency>& eff) {
+  const std::optional<double> x = efficiency_of(e, eff);
   return absl::StrCat("{\"epoch\":", e.epoch, ",\"au_percent\":", json_number(e.au_percent),
                       ",\"samples_per_s\":", json_number(e.samples_per_s),
-                      ",\"io_mib_per_s\":", json_number(io_mib_per_s(e, record_bytes)),
+                      ",\"io_mib_per_s\":", json_number(io_mib_per_s(e)),
                       ",\"read_mib_per_s\":", json_number(e.read_mib_per_s),
                       ",\"delivered_mib_per_s\":", json_number(e.delivered_mib_per_s),
                       ",\"io_hidden_s\":", json_number(e.io_hidden_s), ",\"io_exposed_s\":", json_number(e.io_exposed_s),
@@ -448,12 +472,13 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
     const PatternLimit& p = eff->limit;
     calibration = absl::StrCat("{\"file\":", json_quote(eff->calibration.file), ",\"pattern\":", json_quote(p.pattern),
                                ",\"strategy\":", json_quote(p.strategy), ",\"limit_mib_per_s\":",
-                               json_number(p.limit_mib_per_s), ",\"limit_reader\":", json_quote(p.limit_reader),
+                               json_number(p.limit_mib_per_s), ",\"limit_samples_per_s\":",
+                               json_number(eff->limit_samples_per_s()), ",\"limit_reader\":", json_quote(p.limit_reader),
                                ",\"auto_detected\":", eff->auto_detected ? "true" : "false", "}");
   }
   std::vector<std::string> epochs;
-  const double record_bytes = record_bytes_of(loader);
-  for (const counters::EpochReport& e : snap.epochs) epochs.push_back(report_json(e, record_bytes, eff));
+  for (const counters::EpochReport& e : snap.epochs) epochs.push_back(report_json(e, eff));
+  const counters::EpochReport& all = snap.total;
   return absl::StrCat(
       "{\"schema\":\"dlfeed.run/1\",\"paths\":[", absl::StrJoin(paths, ","), "],\"workload\":", workload,
       ",\"fields\":[", absl::StrJoin(loader.field_names(), ",", [](std::string* out, const std::string& f) {
@@ -462,10 +487,12 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
       "],\"strategy\":", json_quote(c.loader.order.strategy), ",\"pattern\":",
       json_quote(eff ? eff->limit.pattern : pattern_class(c.loader.order.strategy)), ",\"batch_size\":",
       c.loader.batch_size, ",\"epochs_run\":", snap.epochs.size(), ",\"evict\":", c.evict ? "true" : "false",
-      ",\"io_backend\":", json_quote(loader.stats().io_backend), ",\"record_bytes\":", json_number(record_bytes),
+      ",\"io_backend\":", json_quote(loader.stats().io_backend), ",\"record_bytes\":",
+      json_number(record_bytes_of(loader)), ",\"delivered_bytes_per_sample\":",
+      json_number(all.samples ? static_cast<double>(all.bytes_delivered) / static_cast<double>(all.samples) : 0),
       ",\"compute\":", compute,
       ",\"calibration\":", calibration, ",\"epochs\":[", absl::StrJoin(epochs, ","),
-      "],\"total\":", report_json(snap.total, record_bytes, eff), "}");
+      "],\"total\":", report_json(snap.total, eff), "}");
 }
 
 void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, uint64_t total_samples, double total_s,
@@ -486,9 +513,8 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
   // Under MPI the job's (rank 0), each rank's own JSON written beside it.
   const counters::Snapshot snap = scale.summary(loader, c.json_path);
   if (eff) {
-    std::printf("efficiency: %.1f%% of the %s limit %.1f MiB/s (%s, from %s)%s\n",
-                efficiency_of(snap.total, record_bytes_of(loader), eff).value_or(0) * 100, eff->limit.pattern.c_str(),
-                eff->limit.limit_mib_per_s, eff->limit.limit_reader.c_str(), eff->calibration.file.c_str(),
+    std::printf("efficiency: %.1f%% of %s, from %s%s\n", efficiency_of(snap.total, eff).value_or(0) * 100,
+                limit_str(snap.total, *eff).c_str(), eff->calibration.file.c_str(),
                 c.evict ? "" : "; warm page cache (no --evict), so it may exceed 100%");
     if (snap.total.au_percent > 90 && !c.quiet) {
       std::printf("note: AU is %.1f%%: compute, not the loader, sets the pace; efficiency measures the loader "
@@ -550,13 +576,13 @@ int run_run(const std::vector<std::string>& args) {
                     : absl::StrFormat("%.3f ms", c.compute_mean_s * 1e3).c_str(),
                 c.evict ? "cold (pages dropped before each epoch)" : "as it is (no --evict)");
     if (eff) {
-      std::printf("calibration: %s (%s pattern: limit %.1f MiB/s, %s)\n", eff->calibration.file.c_str(),
-                  eff->limit.pattern.c_str(), eff->limit.limit_mib_per_s, eff->limit.limit_reader.c_str());
+      std::printf("calibration: %s (%s pattern: limit %.1f MiB/s of sample extents, %.0f samples/s, %s)\n",
+                  eff->calibration.file.c_str(), eff->limit.pattern.c_str(), eff->limit.limit_mib_per_s,
+                  eff->limit_samples_per_s(), eff->limit.limit_reader.c_str());
     }
   }
 
   Trainer trainer(*loader, c, *scale);
-  const double record_bytes = record_bytes_of(*loader);
   uint64_t total_samples = 0;
   double total_s = 0;
   for (uint64_t e = 0; e < c.epochs; ++e) {
@@ -564,7 +590,7 @@ int run_run(const std::vector<std::string>& args) {
     total_samples += r.samples;
     total_s += r.secs;
     const counters::Snapshot snap = loader->counters_snapshot();
-    report_epoch(c, r, snap.epochs.back(), record_bytes, eff);
+    report_epoch(c, r, snap.epochs.back(), eff);
     scale->end_epoch(*loader, e);
   }
   final_report(c, *loader, trainer, total_samples, total_s, eff, *scale);
