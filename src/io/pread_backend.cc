@@ -112,7 +112,7 @@ class PreadBackend final : public IoBackend {
     op.req = r;
     if (r.length == 0) return op.finish(nullptr, stats_);
     auto pin = files_->pin(r.file);
-    if (!pin.ok()) return failed_completion(r, std::move(pin).status(), stats_);
+    if (!pin.ok()) return failed_completion(r, *files_, std::move(pin).status(), stats_);
     op.pin = *std::move(pin);
     op.prepare(direct_, &pool_);
     for (;;) {

@@ -7,6 +7,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
 
@@ -200,7 +201,13 @@ absl::Status validate_requests(const FileTable& files, std::span<const ReadReque
   return absl::OkStatus();
 }
 
-ReadCompletion failed_completion(const ReadRequest& req, absl::Status status, StatsCounters& stats) {
+ReadCompletion failed_completion(const ReadRequest& req, const FileTable& files, absl::Status status,
+                                 StatsCounters& stats) {
+  const std::string prefix = absl::StrCat(files.path(req.file), ": ");
+  if (absl::StartsWith(status.message(), prefix)) {
+    status = absl::Status(status.code(), absl::StrCat(prefix, "at offset ", req.offset, ": ",
+                                                      status.message().substr(prefix.size())));
+  }
   StatsCounters::add(stats.errors);
   StatsCounters::add(stats.completions);
   return ReadCompletion{req.user_data, std::move(status), 0};

@@ -132,8 +132,10 @@ void set_read_fault_injector(ReadFaultInjector* injector);
 /// Checks a batch before accepting it (ids known, dest set).
 absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests);
 
-/// An error completion for a request that never started.
-ReadCompletion failed_completion(const ReadRequest& req, absl::Status status,
+/// An error completion for a request that never started because its file
+/// would not open: `status` is the open's error ("PATH: open failed..."),
+/// which the completion names with the offset the read was for.
+ReadCompletion failed_completion(const ReadRequest& req, const FileTable& files, absl::Status status,
                                  StatsCounters& stats);
 
 /// Backend factories (defined in uring_backend.cc / pread_backend.cc).

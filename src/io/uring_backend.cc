@@ -231,7 +231,7 @@ class UringBackend final : public IoBackend {
           auto pin = in_ring_ > 0 ? files_->try_pin(op.req.file) : files_->pin(op.req.file);
           if (!pin.ok()) {
             pending_.pop_front();
-            complete(slot, failed_completion(op.req, std::move(pin).status(), stats_));
+            complete(slot, failed_completion(op.req, *files_, std::move(pin).status(), stats_));
             continue;
           }
           if (!*pin) break;  // fd cap reached: wait for a completion

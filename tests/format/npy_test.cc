@@ -1,3 +1,4 @@
+#include <filesystem>
 #include "dlfeed/format/npy.h"
 
 #include <cstring>
@@ -201,20 +202,33 @@ TEST(NpyFile, FortranOrderIsGatheredIntoCOrderOnBothAxes) {
   }
 }
 
-TEST(NpyFile, DlioNamesDefaultToTheLastAxis) {
+TEST(NpyFile, TheDlioPlaceAndNameDefaultToTheLastAxis) {
   const std::string dir = scratch_dir();
+  std::filesystem::create_directories(dir + "/train/3");
   gen::FileSpec spec;
-  spec.path = dir + "/img_3_of_16.npy";
   spec.sample_shape = {4, 4};
   spec.num_samples = 5;
   spec.axis = SampleAxis::kLast;
-  ASSERT_TRUE(gen::write_npy_file(spec).ok());
-  auto index = open_file(spec.path, {});
-  ASSERT_TRUE(index.ok()) << index.status();
-  EXPECT_EQ(index->size(), 5u);
-  EXPECT_EQ(index->samples[0].shape, (Shape{4, 4}));
-  EXPECT_EQ(index->sources[0]->layout(), "npy");
-  EXPECT_NE(index->sources[0]->describe().find("last axis"), std::string::npos);
+  // Where and as DLIO's generator writes: train/ (or a numbered subfolder), i zero-padded to n's digits.
+  for (const std::string name : {"/train/img_03_of_16.npy", "/train/3/img_03_of_16.npy"}) {
+    spec.path = dir + name;
+    ASSERT_TRUE(gen::write_npy_file(spec).ok());
+    auto index = open_file(spec.path, {});
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ(index->size(), 5u) << name;
+    EXPECT_EQ(index->samples[0].shape, (Shape{4, 4}));
+    EXPECT_EQ(index->sources[0]->layout(), "npy");
+    EXPECT_NE(index->sources[0]->describe().find("last axis (the DLIO layout"), std::string::npos);
+  }
+  // The name alone, or a name DLIO would not write, keeps the first axis: 4 samples of (4, 5).
+  for (const std::string name : {"/img_03_of_16.npy", "/train/img_3_of_16.npy", "/train/img_16_of_16.npy"}) {
+    spec.path = dir + name;
+    ASSERT_TRUE(gen::write_npy_file(spec).ok());
+    auto index = open_file(spec.path, {});
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ(index->size(), 4u) << name;
+    EXPECT_EQ(index->samples[0].shape, (Shape{4, 5})) << name;
+  }
 }
 
 TEST(NpyFile, EveryTruncationIsAClearError) {

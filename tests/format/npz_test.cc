@@ -93,9 +93,8 @@ TEST(NpzFile, MissingMemberListsWhatIsThere) {
   auto index = open_file(dir + "/a.npz", o);
   ASSERT_FALSE(index.ok());
   const std::string msg(index.status().message());
-  EXPECT_NE(msg.find(dir + "/a.npz: at offset"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'images.npy'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'x.npy', 'y.npy'"), std::string::npos) << msg;
+  EXPECT_TRUE(absl::IsNotFound(index.status())) << index.status();
+  EXPECT_NE(msg.find(dir + "/a.npz: no member 'images' (members: 'x', 'y')"), std::string::npos) << msg;
 }
 
 TEST(NpzFile, EveryTruncationIsAClearError) {

@@ -316,7 +316,16 @@ TEST(Loader, RaggedSamplesGiveOffsetsAndShapes) {
   LoaderOptions o;
   o.paths = {root};
   o.batch_size = 6;
+  // Refused unless asked for, naming both files and shapes: never ragged by surprise.
+  auto refused = Loader::create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  const std::string msg(refused.status().message());
+  EXPECT_NE(msg.find("part0.npz have shape (2, 3) but those of"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("part1.npz have shape (4, 1)"), std::string::npos) << msg;
+  o.ragged = true;
   auto loader = Loader::create(o).value();
+  EXPECT_EQ(loader->field_specs()[0].shape, (Shape{-1, -1}));
   ASSERT_TRUE(loader->start_epoch(0).ok());
   auto b = loader->next().value();
   ASSERT_NE(b, nullptr);

@@ -47,7 +47,7 @@ def truncate(victim, _):
 def test_a_file_changed_mid_epoch_is_an_error_naming_it(tmp_path, fmt, change):
     seen, error, victim, x = changed_mid_epoch(tmp_path, fmt, change)
     assert str(victim) in str(error), str(error)
-    # Opening the changed file is refused (no byte offset is meant there).
+    assert "offset" in str(error), str(error)  # the offset of the read that found the change
     cause = "open failed: No such file or directory" if change is delete else "replaced or modified while being read"
     assert cause in str(error), str(error)
     # What came before the error is the untouched files' own data, in order:
