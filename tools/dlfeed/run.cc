@@ -22,6 +22,8 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -187,6 +189,16 @@ struct Efficiency {
   bool auto_detected = false;
 };
 
+/// This process's resident bytes now (0 where /proc is not there).
+uint64_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const bool ok = std::fscanf(f, "%llu %llu", &size, &resident) == 2;
+  std::fclose(f);
+  return ok ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
 /// What one epoch delivered, as the consumer saw it.
 struct EpochResult {
   uint64_t epoch = 0, batches = 0, samples = 0, bytes = 0;
@@ -324,6 +336,7 @@ class Trainer {
     }
     r.secs = std::chrono::duration<double>(Clock::now() - t0).count();
     r.after = loader_.stats();
+    rss_.push_back(resident_bytes());
     return r;
   }
 
@@ -350,6 +363,8 @@ class Trainer {
   uint64_t checksum() const { return checksum_; }
   const ComputeModel& compute() const { return compute_; }
   const Moments& measured() const { return measured_; }
+  /// Resident bytes at the end of each epoch (the summary JSON's rss_bytes).
+  const std::vector<uint64_t>& rss() const { return rss_; }
 
  private:
   Loader& loader_;
@@ -358,6 +373,7 @@ class Trainer {
   ComputeModel compute_;
   Moments measured_;
   uint64_t checksum_ = 0;
+  std::vector<uint64_t> rss_;
 };
 
 /// DLIO's I/O rate: samples/s x the record length (the mean bytes of a
@@ -450,7 +466,12 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
   }
   std::vector<std::string> epochs;
   const double record_bytes = record_bytes_of(loader);
-  for (const counters::EpochReport& e : snap.epochs) epochs.push_back(report_json(e, record_bytes, eff));
+  for (size_t i = 0; i < snap.epochs.size(); ++i) {
+    std::string e = report_json(snap.epochs[i], record_bytes, eff);
+    // This process's resident memory at the epoch's end (rank 0's under MPI).
+    if (i < t.rss().size()) e.insert(e.size() - 1, absl::StrCat(",\"rss_bytes\":", t.rss()[i]));
+    epochs.push_back(std::move(e));
+  }
   return absl::StrCat(
       "{\"schema\":\"dlfeed.run/1\",\"paths\":[", absl::StrJoin(paths, ","), "],\"workload\":", workload,
       ",\"fields\":[", absl::StrJoin(loader.field_names(), ",", [](std::string* out, const std::string& f) {
@@ -554,8 +575,8 @@ int run_run(const std::vector<std::string>& args) {
     const EpochResult r = trainer.run_epoch(e);
     total_samples += r.samples;
     total_s += r.secs;
-    const counters::Snapshot snap = loader->counters_snapshot();
-    report_epoch(c, r, snap.epochs.back(), record_bytes, eff);
+    // This epoch's report only: a whole snapshot per epoch costs O(epochs).
+    report_epoch(c, r, loader->counters().last_epoch().value_or(counters::EpochReport{}), record_bytes, eff);
     scale->end_epoch(*loader, e);
   }
   final_report(c, *loader, trainer, total_samples, total_s, eff, *scale);
