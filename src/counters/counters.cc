@@ -279,9 +279,9 @@ struct Counters::EpochState {
   std::shared_ptr<Raw> start;  // while open
   uint64_t first_step_end = 0;
   uint64_t first_step_compute = 0;
-  // Once closed: its Delta as varints (pack_delta), rebuilt into a report by
-  // snapshot(). A full EpochReport is ~2 KiB and the histograms more; this is
-  // ~150 bytes for a short epoch, a few bytes more per histogram bucket.
+  // Once closed: its Delta as varints (end_epoch packs, report_of unpacks).
+  // A full EpochReport is ~2 KiB and its histograms more; this is ~150 bytes
+  // for a short epoch, a few bytes more per histogram bucket.
   std::string packed;
 };
 
