@@ -110,6 +110,18 @@ struct Slab {
   std::array<std::array<std::atomic<uint64_t>, kHistBuckets>, kNumIds> hist{};
 };
 
+// Every slab of one Counters. A slab is written by one thread at a time: the
+// thread that holds it in its cache; when that thread ends (or evicts it from
+// its cache) the slab goes to `idle` with its sums, and the next thread to
+// record takes it and adds to them. So the slabs are as many as the threads
+// that ever recorded at once, however many threads come and go (the loader
+// starts a pipeline thread per epoch).
+struct SlabPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Slab>> all;  // summed by read_raw
+  std::vector<Slab*> idle;                 // held by no thread
+};
+
 struct TraceSlot {
   std::atomic<uint32_t> ready{0};
   uint32_t tid = 0;
@@ -251,6 +263,15 @@ struct Counters::Raw {
   }
 };
 
+// An epoch's counters: a reading less the one at the epoch's start, with
+// sparse histograms. max: the largest value since creation or reset (a
+// distribution's max is its top bucket's, clamped to this).
+struct Counters::Delta {
+  std::array<uint64_t, kNumIds> sum{}, count{}, max{};
+  std::array<uint64_t, kNumComponents> busy{};
+  std::array<Histogram, kNumIds> hist;
+};
+
 struct Counters::EpochState {
   uint64_t epoch = 0;
   uint64_t t0 = 0, t1 = 0;
@@ -258,7 +279,10 @@ struct Counters::EpochState {
   std::shared_ptr<Raw> start;  // while open
   uint64_t first_step_end = 0;
   uint64_t first_step_compute = 0;
-  EpochReport report;  // once closed
+  // Once closed: its Delta as varints (end_epoch packs, report_of unpacks).
+  // A full EpochReport is ~2 KiB and its histograms more; this is ~150 bytes
+  // for a short epoch, a few bytes more per histogram bucket.
+  std::string packed;
 };
 
 namespace {
@@ -301,7 +325,28 @@ Distribution summarize_dense(const uint64_t* hist, uint64_t count, uint64_t sum,
 }
 }  // namespace
 
+namespace {
+void put_varint(std::string& s, uint64_t v) {
+  while (v >= 0x80) {
+    s.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  s.push_back(static_cast<char>(v));
+}
+
+// Reads what put_varint wrote (only ever bytes this file packed).
+uint64_t get_varint(const char*& p) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    const auto b = static_cast<uint8_t>(*p++);
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return v;
+  }
+}
+}  // namespace
+
 Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+  if (count == 0) return summarize_dense(nullptr, 0, sum, max_known);
   std::vector<uint64_t> dense(kHistBuckets, 0);
   for (const auto& [b, n] : hist) {
     if (b < kHistBuckets) dense[b] += n;
@@ -315,6 +360,7 @@ Counters::Counters(TraceOptions trace)
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()),
       id_(g_next_counters_id.fetch_add(1)),
+      pool_(std::make_shared<detail::SlabPool>()),
       baseline_(std::make_unique<Raw>()),
       trace_opts_(trace) {
   if (trace_opts_.io_sample_every == 0) trace_opts_.io_sample_every = 1;
@@ -334,24 +380,55 @@ void Counters::set_thread_name(const std::string& name) {
   thread_names()[t] = name;
 }
 
-detail::Slab& Counters::slab() {
+namespace {
+// This thread's slabs, by the id of the Counters they belong to. Leaving the
+// cache (the thread ends, or a ninth Counters takes the place) hands a slab
+// back to its pool, unless the Counters are gone.
+struct SlabCache {
   struct Entry {
     uint64_t owner = 0;
     detail::Slab* slab = nullptr;
+    std::weak_ptr<detail::SlabPool> pool;
   };
-  thread_local std::array<Entry, 8> cache{};
-  thread_local size_t victim = 0;
-  for (const Entry& e : cache) {
+  std::array<Entry, 8> entries{};
+  size_t victim = 0;
+
+  static void release(Entry& e) {
+    if (e.slab) {
+      if (std::shared_ptr<detail::SlabPool> p = e.pool.lock()) {
+        std::lock_guard<std::mutex> lock(p->mu);
+        p->idle.push_back(e.slab);
+      }
+    }
+    e = Entry{};
+  }
+  ~SlabCache() {
+    for (Entry& e : entries) release(e);
+  }
+};
+thread_local SlabCache t_slabs;
+}  // namespace
+
+detail::Slab& Counters::slab() {
+  SlabCache& cache = t_slabs;
+  for (const SlabCache::Entry& e : cache.entries) {
     if (e.owner == id_) return *e.slab;
   }
   detail::Slab* s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    slabs_.push_back(std::make_unique<detail::Slab>());
-    s = slabs_.back().get();
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (!pool_->idle.empty()) {
+      s = pool_->idle.back();
+      pool_->idle.pop_back();
+    } else {
+      pool_->all.push_back(std::make_unique<detail::Slab>());
+      s = pool_->all.back().get();
+    }
   }
-  cache[victim] = {id_, s};
-  victim = (victim + 1) % cache.size();
+  SlabCache::Entry& e = cache.entries[cache.victim];
+  cache.victim = (cache.victim + 1) % cache.entries.size();
+  SlabCache::release(e);
+  e = {id_, s, pool_};
   return *s;
 }
 
@@ -411,7 +488,8 @@ Counters::Raw Counters::read_raw() const {
   // mu_ held by the caller.
   Raw r;
   r.t = now();
-  for (const auto& s : slabs_) {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  for (const auto& s : pool_->all) {
     for (size_t i = 0; i < kNumIds; ++i) {
       r.sum[i] += s->sum[i].load(kRelaxed);
       r.count[i] += s->count[i].load(kRelaxed);
@@ -453,7 +531,28 @@ void Counters::end_epoch(uint64_t t, bool complete) {
     r.t = t;
     e.t1 = t;
     e.complete = complete;
-    e.report = make_report(e, r, t);
+    const Delta d = delta_of(e, r);
+    // sum and count of each id, busy time of each component, then for each
+    // distribution with events: max, the number of buckets, and each bucket
+    // as (distance from the previous one, events).
+    std::string& p = e.packed;
+    for (size_t i = 0; i < kNumIds; ++i) {
+      put_varint(p, d.sum[i]);
+      put_varint(p, d.count[i]);
+    }
+    for (uint64_t b : d.busy) put_varint(p, b);
+    for (size_t i = 0; i < kNumIds; ++i) {
+      if (kInfo[i].kind != Kind::kDistribution || d.count[i] == 0) continue;
+      put_varint(p, d.max[i]);
+      put_varint(p, d.hist[i].size());
+      uint64_t prev = 0;
+      for (const auto& [b, n] : d.hist[i]) {
+        put_varint(p, b - prev);
+        put_varint(p, n);
+        prev = b;
+      }
+    }
+    p.shrink_to_fit();
     e.open = false;
     e.start.reset();
     epoch_open_.store(false, std::memory_order_release);
@@ -487,7 +586,10 @@ void Counters::step_boundary(uint64_t t, bool explicit_call) {
     if (!epochs_.empty() && epochs_.back().open) {
       EpochState& e = epochs_.back();
       uint64_t compute = 0;
-      for (const auto& s : slabs_) compute += s->sum[static_cast<size_t>(Id::kCompute)].load(kRelaxed);
+      {
+        std::lock_guard<std::mutex> pool_lock(pool_->mu);
+        for (const auto& s : pool_->all) compute += s->sum[static_cast<size_t>(Id::kCompute)].load(kRelaxed);
+      }
       const uint64_t start = e.start->sum[static_cast<size_t>(Id::kCompute)];
       e.first_step_compute = compute > start ? compute - start : 0;
       e.first_step_end = t;
@@ -496,9 +598,48 @@ void Counters::step_boundary(uint64_t t, bool explicit_call) {
   }
 }
 
-EpochReport Counters::make_report(const EpochState& e, const Raw& now_raw, uint64_t t_now) const {
-  Raw d = now_raw;
-  d.subtract(*e.start);
+Counters::Delta Counters::delta_of(const EpochState& e, const Raw& now_raw) const {
+  Delta d;
+  const Raw& s = *e.start;
+  for (size_t i = 0; i < kNumIds; ++i) {
+    d.sum[i] = now_raw.sum[i] - std::min(now_raw.sum[i], s.sum[i]);
+    d.count[i] = now_raw.count[i] - std::min(now_raw.count[i], s.count[i]);
+    d.max[i] = now_raw.max[i];
+    if (kInfo[i].kind != Kind::kDistribution) continue;
+    for (size_t b = 0; b < kHistBuckets; ++b) {
+      const uint64_t n1 = now_raw.hist[i * kHistBuckets + b], n0 = s.hist[i * kHistBuckets + b];
+      if (n1 > n0) d.hist[i].emplace_back(static_cast<uint16_t>(b), n1 - n0);
+    }
+  }
+  for (size_t c = 0; c < kNumComponents; ++c) d.busy[c] = now_raw.busy[c] - std::min(now_raw.busy[c], s.busy[c]);
+  return d;
+}
+
+EpochReport Counters::report_of(const EpochState& e, const Raw& now_raw) const {
+  if (e.open) return make_report(e, delta_of(e, now_raw), now_raw.t);
+  // Unpack what end_epoch packed.
+  Delta d;
+  const char* p = e.packed.data();
+  for (size_t i = 0; i < kNumIds; ++i) {
+    d.sum[i] = get_varint(p);
+    d.count[i] = get_varint(p);
+  }
+  for (uint64_t& b : d.busy) b = get_varint(p);
+  for (size_t i = 0; i < kNumIds; ++i) {
+    if (kInfo[i].kind != Kind::kDistribution || d.count[i] == 0) continue;
+    d.max[i] = get_varint(p);
+    const uint64_t n = get_varint(p);
+    d.hist[i].reserve(n);
+    uint64_t b = 0;
+    for (uint64_t k = 0; k < n; ++k) {
+      b += get_varint(p);
+      d.hist[i].emplace_back(static_cast<uint16_t>(b), get_varint(p));
+    }
+  }
+  return make_report(e, d, e.t1);
+}
+
+EpochReport Counters::make_report(const EpochState& e, const Delta& d, uint64_t t_now) const {
   EpochReport r;
   r.epoch = static_cast<int64_t>(e.epoch);
   r.complete = e.complete;
@@ -544,9 +685,16 @@ EpochReport Counters::make_report(const EpochState& e, const Raw& now_raw, uint6
   }
   for (size_t i = 0; i < kNumIds; ++i) {
     if (kInfo[i].kind != Kind::kDistribution) continue;
-    r.dist[i] = summarize_dense(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], now_raw.max[i]);
+    r.dist[i] = summarize(d.hist[i], d.count[i], d.sum[i], d.max[i]);
   }
   return r;
+}
+
+std::optional<EpochReport> Counters::last_epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epochs_.empty()) return std::nullopt;
+  const EpochState& e = epochs_.back();
+  return e.open ? report_of(e, read_raw()) : report_of(e, *baseline_);  // a closed epoch reads no counters
 }
 
 Snapshot Counters::snapshot() const {
@@ -567,7 +715,8 @@ Snapshot Counters::snapshot() const {
     v.count = d.count[i];
     if (v.kind == Kind::kDistribution) v.dist = summarize_dense(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], r.max[i]);
   }
-  for (const EpochState& e : epochs_) s.epochs.push_back(e.open ? make_report(e, r, r.t) : e.report);
+  s.epochs.reserve(epochs_.size());
+  for (const EpochState& e : epochs_) s.epochs.push_back(report_of(e, r));
   // The total over the epochs.
   EpochReport& t = s.total;
   t.epoch = -1;
@@ -619,8 +768,11 @@ Snapshot Counters::snapshot() const {
 void Counters::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   *baseline_ = read_raw();
-  for (const auto& s : slabs_) {
-    for (auto& m : s->max) m.store(0, kRelaxed);
+  {
+    std::lock_guard<std::mutex> pool_lock(pool_->mu);
+    for (const auto& s : pool_->all) {
+      for (auto& m : s->max) m.store(0, kRelaxed);
+    }
   }
   // Keep the open epoch (restarted now), forget the others.
   if (!epochs_.empty() && epochs_.back().open) {
@@ -630,10 +782,27 @@ void Counters::reset() {
     e.first_step_end = 0;
     e.first_step_compute = 0;
     epochs_.clear();
+    epochs_.shrink_to_fit();
     epochs_.push_back(std::move(e));
   } else {
     epochs_.clear();
+    epochs_.shrink_to_fit();  // what a long run kept goes back too
   }
+}
+
+uint64_t Counters::memory_bytes() const {
+  const uint64_t raw = sizeof(Raw) + kNumIds * kHistBuckets * sizeof(uint64_t);
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t b = raw + epochs_.capacity() * sizeof(EpochState);  // the baseline, the epochs
+  for (const EpochState& e : epochs_) {
+    if (e.packed.capacity() > 15) b += e.packed.capacity() + 1;  // beyond the string's inline buffer
+    if (e.start) b += raw;
+  }
+  if (trace_slots_) b += trace_opts_.max_events * sizeof(detail::TraceSlot);
+  for (const std::string& f : file_names_) b += sizeof(f) + f.capacity();
+  std::lock_guard<std::mutex> pool_lock(pool_->mu);
+  b += pool_->all.size() * sizeof(detail::Slab) + (pool_->all.capacity() + pool_->idle.capacity()) * sizeof(void*);
+  return b;
 }
 
 // ---------------------------------------------------------------------------

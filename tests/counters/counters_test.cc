@@ -247,6 +247,115 @@ TEST(Trace, OffByDefault) {
   EXPECT_FALSE(c.snapshot().trace.enabled);
 }
 
+// An epoch's report is the same while it runs and once it is packed away.
+TEST(Memory, AnEndedEpochReportsWhatItDidWhileOpen) {
+  if (!kEnabled) GTEST_SKIP() << "counters compiled out";
+  Counters c;
+  c.begin_epoch(0, 0);
+  c.end_epoch(10 * kUs, true);
+  c.begin_epoch(1, 20 * kUs);
+  for (uint64_t v : {3ull, 900ull, 1'000ull, 77'000ull, 5'000'000ull, 5'100'000ull, 1ull << 40}) {
+    c.sample(Id::kIoLatency, v);
+    c.sample(Id::kDecode, v / 3);
+    c.add(Id::kBytesRead, v);
+  }
+  c.add(Id::kSamples, 7);
+  c.interval_begin(Component::kIo, 25 * kUs);
+  c.interval_end(Component::kIo, 40 * kUs);
+  const EpochReport open = c.last_epoch().value();
+  c.end_epoch(c.now(), true);
+  const Snapshot s = c.snapshot();
+  ASSERT_EQ(s.epochs.size(), 2u);
+  const EpochReport& closed = s.epochs[1];
+  const EpochReport last = c.last_epoch().value();
+  EXPECT_EQ(closed.epoch, 1);
+  EXPECT_EQ(closed.samples, 7u);
+  EXPECT_EQ(closed.bytes_read, open.bytes_read);
+  EXPECT_EQ(closed.io_busy_s, open.io_busy_s);
+  EXPECT_EQ(last.wall_s, closed.wall_s);
+  for (size_t i = 0; i < kNumIds; ++i) {
+    const Distribution &a = open.dist[i], &b = closed.dist[i], &l = last.dist[i];
+    EXPECT_EQ(a.count, b.count) << info(Id(i)).name;
+    EXPECT_EQ(a.sum, b.sum) << info(Id(i)).name;
+    EXPECT_EQ(a.max, b.max) << info(Id(i)).name;
+    EXPECT_EQ(a.p99, b.p99) << info(Id(i)).name;
+    EXPECT_EQ(a.hist, b.hist) << info(Id(i)).name;
+    EXPECT_EQ(l.hist, b.hist) << info(Id(i)).name;
+  }
+  EXPECT_EQ(closed.dist[size_t(Id::kIoLatency)].count, 7u);
+  EXPECT_EQ(closed.dist[size_t(Id::kIoLatency)].max, 1ull << 40);
+  EXPECT_EQ(s.epochs[0].dist[size_t(Id::kIoLatency)].count, 0u);
+}
+
+// The loader starts a pipeline thread per epoch: each one records, ends, and
+// the next takes its slab, so the counters hold one slab, not one per epoch,
+// and nothing recorded is lost.
+TEST(Memory, FlatWithANewThreadEachEpoch) {
+  if (!kEnabled) GTEST_SKIP() << "counters compiled out";
+  Counters c;
+  auto epoch = [&](uint64_t e) {
+    c.begin_epoch(e, c.now());
+    std::thread([&] {
+      c.add(Id::kSamples, 3);
+      c.sample(Id::kDecode, 1000 + e);
+    }).join();
+    c.end_epoch(c.now(), true);
+  };
+  for (uint64_t e = 0; e < 100; ++e) epoch(e);
+  const uint64_t at100 = c.memory_bytes();
+  for (uint64_t e = 100; e < 1000; ++e) epoch(e);
+  const uint64_t at1000 = c.memory_bytes();
+  EXPECT_LT(at1000 - at100, 900u * 512) << at100 << " bytes at epoch 100, " << at1000 << " at epoch 1000";
+  const Snapshot s = c.snapshot();
+  EXPECT_EQ(s[Id::kSamples].value, 3000u);
+  EXPECT_EQ(s[Id::kDecode].count, 1000u);
+  ASSERT_EQ(s.epochs.size(), 1000u);
+  for (const EpochReport& r : s.epochs) {
+    ASSERT_EQ(r.samples, 3u) << r.epoch;
+    ASSERT_EQ(r.dist[size_t(Id::kDecode)].count, 1u) << r.epoch;
+    ASSERT_EQ(r.dist[size_t(Id::kDecode)].sum, 1000u + r.epoch) << r.epoch;
+  }
+  // reset() forgets the epochs: back below where epoch 100 was.
+  c.reset();
+  EXPECT_LT(c.memory_bytes(), at100);
+}
+
+// Threads that record at once each hold a slab; the slabs outlive neither
+// the counters nor the totals, whichever of thread and counters ends first.
+TEST(Memory, SlabsHandedBackWhenThreadsEndAndNotAfterTheCountersAreGone) {
+  if (!kEnabled) GTEST_SKIP() << "counters compiled out";
+  {
+    Counters c;
+    for (int round = 0; round < 20; ++round) {
+      std::vector<std::thread> ts;
+      for (int k = 0; k < 4; ++k) {
+        ts.emplace_back([&] {
+          for (int i = 0; i < 1000; ++i) c.add(Id::kBytesRead, 1);
+        });
+      }
+      for (auto& t : ts) t.join();
+    }
+    EXPECT_EQ(c.snapshot()[Id::kBytesRead].value, 80'000u);
+    // Four at once at most, and this thread's none.
+    EXPECT_LE(c.memory_bytes(), Counters().memory_bytes() + 4 * (kNumIds * (3 + kHistBuckets) * 8 + 64));
+  }
+  // A thread that outlives the counters it recorded into hands nothing back
+  // (ASan would see a write to freed memory).
+  std::atomic<bool> recorded{false}, gone{false};
+  std::thread t;
+  {
+    Counters c;
+    t = std::thread([&] {
+      c.add(Id::kSamples, 1);
+      recorded = true;
+      while (!gone) std::this_thread::yield();
+    });
+    while (!recorded) std::this_thread::yield();
+  }
+  gone = true;
+  t.join();
+}
+
 // The loader's counters against what the dataset holds.
 TEST(LoaderCounters, BytesRequestsAndEpochs) {
   const std::string root = testing::scratch_dir();

@@ -22,6 +22,8 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -202,6 +204,16 @@ struct Efficiency {
   }
 };
 
+/// This process's resident bytes now (0 where /proc is not there).
+uint64_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const bool ok = std::fscanf(f, "%llu %llu", &size, &resident) == 2;
+  std::fclose(f);
+  return ok ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
 /// What one epoch delivered, as the consumer saw it.
 struct EpochResult {
   uint64_t epoch = 0, batches = 0, samples = 0, bytes = 0;
@@ -340,6 +352,7 @@ class Trainer {
     }
     r.secs = std::chrono::duration<double>(Clock::now() - t0).count();
     r.after = loader_.stats();
+    rss_.push_back(resident_bytes());
     return r;
   }
 
@@ -366,6 +379,8 @@ class Trainer {
   uint64_t checksum() const { return checksum_; }
   const ComputeModel& compute() const { return compute_; }
   const Moments& measured() const { return measured_; }
+  /// Resident bytes at the end of each epoch (the summary JSON's rss_bytes).
+  const std::vector<uint64_t>& rss() const { return rss_; }
 
  private:
   Loader& loader_;
@@ -374,6 +389,7 @@ class Trainer {
   ComputeModel compute_;
   Moments measured_;
   uint64_t checksum_ = 0;
+  std::vector<uint64_t> rss_;
 };
 
 /// DLIO's I/O rate: samples/s x the bytes delivered per sample (every field,
@@ -477,7 +493,12 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
                                ",\"auto_detected\":", eff->auto_detected ? "true" : "false", "}");
   }
   std::vector<std::string> epochs;
-  for (const counters::EpochReport& e : snap.epochs) epochs.push_back(report_json(e, eff));
+  for (size_t i = 0; i < snap.epochs.size(); ++i) {
+    std::string e = report_json(snap.epochs[i], eff);
+    // This process's resident memory at the epoch's end (rank 0's under MPI).
+    if (i < t.rss().size()) e.insert(e.size() - 1, absl::StrCat(",\"rss_bytes\":", t.rss()[i]));
+    epochs.push_back(std::move(e));
+  }
   const counters::EpochReport& all = snap.total;
   return absl::StrCat(
       "{\"schema\":\"dlfeed.run/1\",\"paths\":[", absl::StrJoin(paths, ","), "],\"workload\":", workload,
@@ -589,8 +610,8 @@ int run_run(const std::vector<std::string>& args) {
     const EpochResult r = trainer.run_epoch(e);
     total_samples += r.samples;
     total_s += r.secs;
-    const counters::Snapshot snap = loader->counters_snapshot();
-    report_epoch(c, r, snap.epochs.back(), eff);
+    // This epoch's report only: a whole snapshot per epoch costs O(epochs).
+    report_epoch(c, r, loader->counters().last_epoch().value_or(counters::EpochReport{}), eff);
     scale->end_epoch(*loader, e);
   }
   final_report(c, *loader, trainer, total_samples, total_s, eff, *scale);

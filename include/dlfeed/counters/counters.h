@@ -20,6 +20,12 @@
 // per interval on a word shared by that component; they are per batch or per
 // read, never per sample. Trace events (off unless enabled) go to a bounded,
 // preallocated array claimed with one fetch_add per event.
+//
+// Memory stays flat however long the Counters live: a thread that ends hands
+// its slab to the next thread that records (so there are as many slabs as
+// threads ever recorded at once, not one per thread ever started), and an
+// ended epoch is kept as a packed delta of its counters (a few hundred bytes,
+// more only for wide histograms), not as a full EpochReport.
 #pragma once
 
 #include <array>
@@ -28,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -293,6 +300,7 @@ class ScopedTimer {
 
 namespace detail {
 struct Slab;
+struct SlabPool;
 struct TraceSlot;
 /// The union of intervals of one component, merged across threads.
 class Union {
@@ -367,10 +375,17 @@ class Counters {
 
   // ---- reading ----
   Snapshot snapshot() const;
+  /// The report of the epoch begun last (to now while it runs), as
+  /// snapshot().epochs.back() has it, without building the other epochs'.
+  std::optional<EpochReport> last_epoch() const;
   std::string snapshot_json() const { return snapshot().to_json(); }
   std::string summary_table() const { return snapshot().summary_table(); }
   /// Zeroes every counter and forgets the epochs (the trace is kept).
   void reset();
+  /// Heap bytes these counters hold: the threads' slabs (~95 KiB each, as
+  /// many as threads recorded at once), the ended epochs (a few hundred bytes
+  /// each), the trace buffer when tracing was enabled.
+  uint64_t memory_bytes() const;
 
   /// Small per-thread id used as the trace "tid".
   static uint32_t thread_index();
@@ -379,16 +394,21 @@ class Counters {
 
  private:
   struct Raw;
+  struct Delta;
   struct EpochState;
   detail::Slab& slab();
   Raw read_raw() const;
-  EpochReport make_report(const EpochState& e, const Raw& now_raw, uint64_t t_now) const;
+  Delta delta_of(const EpochState& e, const Raw& now_raw) const;
+  EpochReport make_report(const EpochState& e, const Delta& d, uint64_t t_now) const;
+  EpochReport report_of(const EpochState& e, const Raw& now_raw) const;
 
   const std::chrono::steady_clock::time_point base_;
   const int64_t wall_base_us_;  // system clock at base_, microseconds since 1970
   const uint64_t id_;
-  mutable std::mutex mu_;  // slab list, epochs, baseline: never taken per event
-  std::vector<std::unique_ptr<detail::Slab>> slabs_;
+  mutable std::mutex mu_;  // epochs, baseline: never taken per event (before pool_->mu)
+  // Shared with the threads' slab caches: a thread ending after the Counters
+  // finds it gone and hands nothing back.
+  std::shared_ptr<detail::SlabPool> pool_;
   std::unique_ptr<Raw> baseline_;
   std::vector<EpochState> epochs_;
   std::atomic<bool> epoch_open_{false};
