@@ -57,13 +57,19 @@ absl::Status stream_error(const std::string& path, Compression c, const z_stream
                       absl::StrCat(msg, ": the compressed stream is corrupt"));
 }
 
-// One thread's inflate stream, kept between calls so that records of one
-// checkpoint span read in order continue where the last one stopped.
+// Inflated bytes a thread keeps from its current checkpoint span (at most).
+constexpr uint64_t kSpanCache = 2 * kCheckpointSpan + (uint64_t{1} << 20);
+
+// One thread's inflate stream, kept between calls: a record of the same
+// checkpoint span is copied from the bytes already inflated (kept up to
+// kSpanCache), or inflated onward from where the last call stopped.
 struct ThreadInflate {
   z_stream zs{};
   bool init = false;
   bool valid = false;  // zs is positioned at (in_pos, out_pos) of (stream_id, point)
   uint64_t stream_id = 0, point = 0, in_pos = 0, out_pos = 0;
+  uint64_t cache_begin = 0;        // cache holds inflated bytes [cache_begin, out_pos)
+  std::vector<std::byte> cache;
   std::vector<std::byte> discard;
   ~ThreadInflate() {
     if (init) inflateEnd(&zs);
@@ -246,8 +252,14 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
   if (skip_to < p.out) {
     return absl::InternalError(absl::StrCat(path, ": inflated offset ", skip_to, " is before its checkpoint"));
   }
-  const bool resume = t.valid && t.stream_id == stream_id && t.point == point_index && t.out_pos <= skip_to &&
-                      t.in_pos >= base && t.in_pos - base <= raw.size();
+  const uint64_t end = skip_to + out.size();
+  const bool same = t.valid && t.stream_id == stream_id && t.point == point_index && t.cache_begin <= skip_to;
+  if (same && end <= t.out_pos) {  // inflated already (raw, shorter, is not needed)
+    if (!out.empty()) std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), out.size());
+    return absl::OkStatus();
+  }
+  // Going on needs raw to reach past where the stream stopped.
+  const bool resume = same && t.in_pos >= base && t.in_pos - base <= raw.size();
   t.valid = false;
   if (!resume) {
     if (inflateReset(&zs) != Z_OK) return absl::InternalError("zlib inflateReset failed");
@@ -268,6 +280,8 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
     t.point = point_index;
     t.in_pos = pos;
     t.out_pos = p.out;
+    t.cache_begin = p.out;
+    t.cache.clear();
   }
   zs.avail_in = 0;
   // Inflates exactly n bytes into dst, feeding raw from t.in_pos.
@@ -304,14 +318,29 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
     }
     return absl::OkStatus();
   };
-  if (t.out_pos < skip_to) {
+  if (end - t.cache_begin <= kSpanCache) {
+    // Keep what is inflated: later records of this span are copies.
+    const size_t have = t.cache.size();
+    t.cache.resize(end - t.cache_begin);
+    DLFEED_RETURN_IF_ERROR(run(t.cache.data() + have, end - t.out_pos));
+    if (!out.empty()) std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), out.size());
+  } else {
+    // Too far for the cache (a long span or a large record): skip to the
+    // record, or take its start from the cache, and inflate the rest in place.
+    size_t done = 0;
+    if (skip_to < t.out_pos) {
+      done = static_cast<size_t>(t.out_pos - skip_to);
+      std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), done);
+    }
     if (t.discard.empty()) t.discard.resize(size_t(1) << 16);
     while (t.out_pos < skip_to) {
       const uint64_t n = std::min<uint64_t>(skip_to - t.out_pos, t.discard.size());
       DLFEED_RETURN_IF_ERROR(run(t.discard.data(), n));
     }
+    DLFEED_RETURN_IF_ERROR(run(out.data() + done, out.size() - done));
+    t.cache.clear();
+    t.cache_begin = t.out_pos;
   }
-  DLFEED_RETURN_IF_ERROR(run(out.data(), out.size()));
   t.valid = true;
   return absl::OkStatus();
 }
