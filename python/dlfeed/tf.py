@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence, Set, Union
 
 import numpy as np
 import tensorflow as tf
@@ -53,26 +53,62 @@ def to_tensor(batch: Any, index: Any) -> Any:
     return _one(t)
 
 
-def _field_specs(loader: Loader) -> List[Any]:
+def _names(option: Union[bool, Sequence[str]], loader: Loader, what: str) -> Set[str]:
+    """The fields an option (ragged=, pad=) applies to: True means every field whose
+    samples' length is not known to be one (a None dimension in field_specs)."""
+    if option is True:
+        return {n for n, _, shape in loader.field_specs() if shape is None or None in shape}
+    if not option:
+        return set()
+    names = [option] if isinstance(option, str) else list(option)
+    unknown = [n for n in names if n not in loader.field_names]
+    if unknown:
+        raise ValueError(f"{what}: no field {unknown[0]!r} among {loader.field_names}")
+    return set(names)
+
+
+def _field_specs(loader: Loader, ragged: Set[str] = frozenset(), pad: Set[str] = frozenset()) -> List[Any]:
     o = loader.options
     batch_dim = o.batch_size if o.drop_last_batch else None
     specs = []
     for name, dtype, shape in loader.field_specs():
         if shape is None:
             raise ValueError(f"field {name!r}: samples of different rank cannot be one tf.Tensor")
+        if name in ragged or name in pad:
+            if not shape:
+                raise ValueError(f"field {name!r}: its samples are scalars; ragged=/pad= apply to samples whose "
+                                 "first dimension varies")
+            inner = tuple(shape[1:])
+            if None in inner:
+                raise ValueError(f"field {name!r}: sample shape {shape} varies beyond its first dimension; "
+                                 "ragged=/pad= handle a varying first dimension only")
+            if name in ragged:
+                specs.append(tf.RaggedTensorSpec(shape=(batch_dim, None, *inner), dtype=tf.as_dtype(dtype),
+                                                 ragged_rank=1, row_splits_dtype=tf.int64))
+                continue
+            shape = (None, *inner)
         specs.append(tf.TensorSpec(shape=(batch_dim, *shape), dtype=tf.as_dtype(dtype), name=name))
     return specs
 
 
-def output_signature(loader: Loader, as_dict: bool = False) -> Any:
-    """The tf.TensorSpec of each field: [batch, *sample shape] with the batch dimension
-    fixed when drop_last_batch is set, and None where samples' dimensions differ."""
-    specs = _field_specs(loader)
+def output_signature(loader: Loader, as_dict: bool = False, *, ragged: Union[bool, Sequence[str]] = False,
+                     pad: Union[bool, Sequence[str]] = False) -> Any:
+    """The spec of each field: tf.TensorSpec [batch, *sample shape] with the batch dimension
+    fixed when drop_last_batch is set, and None where samples' dimensions differ or are
+    known only after decode; tf.RaggedTensorSpec [batch, None, ...] for ragged fields."""
+    specs = _field_specs(loader, _names(ragged, loader, "ragged"), _names(pad, loader, "pad"))
+    names = loader.field_names
     if as_dict:
-        return {s.name: s for s in specs}
+        return dict(zip(names, specs))
     if len(specs) == 1:
         return specs[0]
     return tuple(specs)
+
+
+def _lengths(arrays: List[np.ndarray]) -> str:
+    seen = sorted({a.shape for a in arrays})
+    shown = ", ".join(str(s[0]) if len(s) == 1 else str(s) for s in seen[:8])
+    return shown + (f" and {len(seen) - 8} more" if len(seen) > 8 else "")
 
 
 class _Feed:
@@ -80,9 +116,14 @@ class _Feed:
     tf.numpy_function (on tf.data's threads, holding the GIL only while Python
     runs: the loader's next() releases it while it waits)."""
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Loader, ragged: Set[str] = frozenset(), pad: Set[str] = frozenset(),
+                 pad_value: Any = 0) -> None:
         self.loader = loader
         self.fields = range(len(loader.field_names))
+        self.names = loader.field_names
+        self.ragged = ragged
+        self.pad = pad
+        self.pad_value = pad_value
         self.lock = threading.Lock()  # one pass, one consumer of the loader at a time
         self.pass_id = 0
         self.epoch: Any = None  # the running pass's EpochIterator
@@ -111,26 +152,75 @@ class _Feed:
                 self.epoch.next()
         if batch is None:
             raise RuntimeError("dlfeed.tf: the loader's epoch ended before the batches it announced")
-        return [batch[f] for f in self.fields]
+        out: List[np.ndarray] = []
+        for f in self.fields:
+            name = self.names[f]
+            a = batch[f]  # one array, or a list of arrays when the samples' shapes differ
+            if name in self.ragged:
+                parts = a if isinstance(a, list) else list(a)
+                self._check_inner(name, parts)
+                out += [np.concatenate(parts), np.array([len(p) for p in parts], dtype=np.int64)]
+            elif name in self.pad:
+                if not isinstance(a, list):
+                    out.append(a)
+                    continue
+                self._check_inner(name, a)
+                longest = max(len(p) for p in a)
+                padded = np.full((len(a), longest, *a[0].shape[1:]), self.pad_value, dtype=a[0].dtype)
+                for i, p in enumerate(a):
+                    padded[i, :len(p)] = p
+                out.append(padded)
+            elif isinstance(a, list):
+                raise ValueError(
+                    f"dlfeed.tf: field {name!r} has samples of different lengths in batch {batch.index} of epoch "
+                    f"{batch.epoch} (lengths {_lengths(a)}): one tf.Tensor batch needs one shape. Pass "
+                    f"ragged=True (tf.RaggedTensor batches) or pad=True (padded to the batch's longest sample) "
+                    f"to dlfeed.tf.dataset")
+            else:
+                out.append(a)
+        return out
+
+    @staticmethod
+    def _check_inner(name: str, parts: List[np.ndarray]) -> None:
+        inner = {p.shape[1:] for p in parts}
+        if len(inner) > 1:
+            raise ValueError(f"dlfeed.tf: field {name!r}: samples differ beyond their first dimension "
+                             f"({_lengths(parts)}); ragged=/pad= handle a varying first dimension only")
 
 
-def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = None, **loader_kwargs: Any) -> Any:
+def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = None,
+            ragged: Union[bool, Sequence[str]] = False, pad: Union[bool, Sequence[str]] = False,
+            pad_value: Any = 0, **loader_kwargs: Any) -> Any:
     """A tf.data.Dataset of one dlfeed epoch per iteration.
 
     Elements are a tuple of the fields in order ((x, y) for model.fit), the single
     field's tensor when there is one, or a dict with as_dict=True. Keywords are
-    dlfeed.Loader's; or pass an existing ``loader``. Ragged fields are not supported
-    (use dlfeed.Loader directly). The elements' tensors share the batches' memory
-    (no copy): a batch returns to the loader when TensorFlow drops its tensors.
+    dlfeed.Loader's; or pass an existing ``loader``. The elements' tensors share the
+    batches' memory (no copy): a batch returns to the loader when TensorFlow drops
+    its tensors.
+
+    Samples whose first dimension varies (a TFRecord feature of variable length):
+    ``ragged=True`` gives such fields as tf.RaggedTensor [batch, None, ...];
+    ``pad=True`` pads each batch's samples to its longest with ``pad_value``. Either
+    may name the fields instead (``ragged=["tokens"]``). Without them, a batch whose
+    samples differ in length is an error naming the field and the lengths.
     """
     if loader is None:
         loader = Loader(paths, **loader_kwargs)
     elif loader_kwargs:
         raise TypeError("give either loader= or Loader keywords, not both")
-    specs = _field_specs(loader)
+    ragged_fields = _names(ragged, loader, "ragged")
+    pad_fields = _names(pad, loader, "pad")
+    both = ragged_fields & pad_fields
+    if both:
+        raise ValueError(f"field {sorted(both)[0]!r}: choose ragged= or pad=, not both")
+    specs = _field_specs(loader, ragged_fields, pad_fields)
     names = loader.field_names
-    dtypes = [s.dtype for s in specs]
-    feed = _Feed(loader)
+    is_ragged = [isinstance(sp, tf.RaggedTensorSpec) for sp in specs]
+    dtypes: List[Any] = []
+    for sp, r in zip(specs, is_ragged):
+        dtypes += [sp.dtype, tf.int64] if r else [sp.dtype]
+    feed = _Feed(loader, ragged_fields, pad_fields, pad_value)
 
     @tf.autograph.experimental.do_not_convert
     def start(unused: Any) -> Any:
@@ -142,10 +232,20 @@ def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = Non
     def one_pass(pass_id: Any, count: Any) -> Any:
         @tf.autograph.experimental.do_not_convert
         def element(_i: Any) -> Any:
-            tensors = tf.numpy_function(feed.next_batch, [pass_id], dtypes, stateful=True,
-                                        name="dlfeed_next_batch")
-            for t, s in zip(tensors, specs):
-                t.set_shape(s.shape)  # numpy_function's outputs have unknown shapes
+            flat = tf.numpy_function(feed.next_batch, [pass_id], dtypes, stateful=True,
+                                     name="dlfeed_next_batch")
+            tensors = []
+            it = iter(flat)
+            for s, r in zip(specs, is_ragged):
+                t = next(it)
+                if r:
+                    lengths = next(it)
+                    t.set_shape((None, *s.shape[2:]))
+                    lengths.set_shape((s.shape[0],))
+                    tensors.append(tf.RaggedTensor.from_row_lengths(t, lengths, validate=False))
+                else:
+                    t.set_shape(s.shape)  # numpy_function's outputs have unknown shapes
+                    tensors.append(t)
             if as_dict:
                 return dict(zip(names, tensors))
             if len(tensors) == 1:

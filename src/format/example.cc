@@ -147,7 +147,17 @@ absl::Status for_each_feature(std::span<const std::byte> example, const Context&
   Reader top(example, 0, ctx);
   while (!top.done()) {
     uint32_t field, type;
+    const uint64_t tag_at = top.where();
     DLFEED_RETURN_IF_ERROR(top.tag(field, type));
+    if (field == 2 && type == 2) {
+      // tf.train.SequenceExample { Features context = 1; FeatureLists
+      // feature_lists = 2; }: read as an Example it would silently give its
+      // context alone. (One without feature_lists is wire-identical to an
+      // Example and is read as one.)
+      return top.error(tag_at, "a tf.train.Example",
+                       "field 2 (feature_lists) at the top level: this record is a tf.train.SequenceExample, "
+                       "which dlfeed does not read");
+    }
     if (field != 1 || type != 2) {
       DLFEED_RETURN_IF_ERROR(top.skip(field, type));
       continue;

@@ -16,15 +16,41 @@ namespace dlfeed {
 namespace fs = std::filesystem;
 
 absl::StatusOr<FileFormat> detect_format(const std::string& path) {
-  std::string ext = absl::AsciiStrToLower(fs::path(path).extension().string());
-  if (ext == ".npy") return FileFormat::kNpy;
-  if (ext == ".npz") return FileFormat::kNpz;
-  if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf" || ext == ".he5") return FileFormat::kHdf5;
-  if (ext == ".tfrecord" || ext == ".tfrecords" || ext == ".tfr") return FileFormat::kTfRecord;
+  const fs::path p(path);
+  std::string ext = absl::AsciiStrToLower(p.extension().string());
+  // TFRecord files may be compressed under any name; "x.tfrecord.gz" is one
+  // by name too (open_tfrecord tells GZIP/ZLIB by the magic bytes).
+  const bool gz = ext == ".gz";
+  if (gz) ext = absl::AsciiStrToLower(p.stem().extension().string());
+  auto is_tfrecord = [](const std::string& e) {
+    return e == ".tfrecord" || e == ".tfrecords" || e == ".tfrec" || e == ".tfr";
+  };
+  if (is_tfrecord(ext)) return FileFormat::kTfRecord;
+  if (!gz) {
+    if (ext == ".npy") return FileFormat::kNpy;
+    if (ext == ".npz") return FileFormat::kNpz;
+    if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf" || ext == ".he5") return FileFormat::kHdf5;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      path, ": cannot tell the format from the extension '", ext,
-      "' (expected .npy, .npz, .h5/.hdf5 or .tfrecord); pass the format explicitly"));
+      path, ": cannot tell the format from the extension '", gz ? ext + ".gz" : ext,
+      "' (expected .npy, .npz, .h5/.hdf5, or .tfrecord/.tfrecords/.tfrec/.tfr, the last also + .gz); "
+      "pass the format explicitly"));
 }
+
+namespace {
+// Whether a folder listing takes `path` for `format`: a file whose extension
+// names that format (any known one for kAuto), or, with an explicit format,
+// a file with no extension at all. Others (.idx, logs, hidden files) are not.
+bool in_folder_listing(const std::string& path, FileFormat format) {
+  auto got = detect_format(path);
+  if (got.ok()) return format == FileFormat::kAuto || *got == format;
+  // With an explicit format, a file with no extension at all is taken too
+  // (TFRecord shards are often named "train-00000-of-01024"); one with an
+  // unknown extension (.idx, .txt, .json, ...) or a hidden one is not.
+  const std::string name = fs::path(path).filename().string();
+  return format != FileFormat::kAuto && !name.empty() && name[0] != '.' && name.find('.') == std::string::npos;
+}
+}  // namespace
 
 std::string format_name(FileFormat f) {
   switch (f) {
@@ -164,10 +190,7 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
         }
         if (!it->is_regular_file()) continue;
         const std::string s = it->path().string();
-        FileFormat want = options.format;
-        auto got = detect_format(s);
-        if (!got.ok()) continue;  // not a data file (.idx, logs, ...)
-        if (want != FileFormat::kAuto && *got != want) continue;
+        if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
         found.push_back(s);
       }
       std::sort(found.begin(), found.end());

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <system_error>
 
@@ -43,32 +44,18 @@ void store_le(std::byte* p, uint64_t v, int n) {
 }
 std::string hex32(uint32_t v) { return absl::StrFormat("0x%08x", v); }
 
-// Names a compressed stream by its first bytes ("" when it does not look like one).
-std::string compression_magic(std::span<const std::byte> head) {
-  if (head.size() < 2) return "";
-  const uint8_t b0 = static_cast<uint8_t>(head[0]), b1 = static_cast<uint8_t>(head[1]);
-  if (b0 == 0x1f && b1 == 0x8b) return "GZIP (magic 1f 8b)";
-  if (b0 == 0x78 && ((b0 << 8) | b1) % 31 == 0) return absl::StrFormat("ZLIB (header 78 %02x)", b1);
-  return "";
-}
-
-// A file starting with GZIP/ZLIB magic whose first record header does not hold
-// up (bad length CRC, or a length past the end) is a compressed TFRecord.
-absl::Status refuse_compressed(const detail::File& file) {
+// scan_records and sidecars describe plain files: a compressed one is
+// indexed by scan_compressed instead.
+absl::Status refuse_compressed(const detail::File& file, absl::string_view what) {
   std::byte head[kHeaderSize];
   const size_t n = static_cast<size_t>(std::min<uint64_t>(file.size(), kHeaderSize));
   DLFEED_RETURN_IF_ERROR(file.read_exact(0, std::span<std::byte>(head, n), "TFRecord header"));
-  const std::string magic = compression_magic(std::span<const std::byte>(head, n));
-  if (magic.empty()) return absl::OkStatus();
-  if (n == kHeaderSize) {
-    const uint64_t length = load_le64(head);
-    const bool crc_ok = load_le32(head + 8) == masked_crc32c(std::span<const std::byte>(head, 8));
-    if (crc_ok && length <= file.size() - kOverhead) return absl::OkStatus();  // a real record
-  }
-  return absl::UnimplementedError(absl::StrCat(
-      file.path(), ": at offset 0: expected an uncompressed TFRecord, found ", magic,
-      ": this is a compressed TFRecord file (TFRecordWriter with GZIP/ZLIB options), "
-      "which dlfeed does not support yet; decompress it first"));
+  const Compression c = detect_compression(std::span<const std::byte>(head, n), file.size());
+  if (c == Compression::kNone) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(file.path(), ": expected an uncompressed TFRecord for ", what,
+                                                 ", found a ", compression_name(c),
+                                                 "-compressed one (its records' offsets are those of the "
+                                                 "inflated stream)"));
 }
 
 absl::Status idx_error(const std::string& idx_path, size_t line, absl::string_view expected,
@@ -240,7 +227,7 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
     return idx_error(idx_path, 1, absl::StrCat("records covering the ", size, "-byte data file"),
                      "an empty sidecar (stale or wrong sidecar?)", data);
   }
-  DLFEED_RETURN_IF_ERROR(refuse_compressed(file));
+  DLFEED_RETURN_IF_ERROR(refuse_compressed(file, absl::StrCat("the sidecar ", idx_path)));
   uint64_t expected_offset = 0;
   for (size_t i = 0; i < records.size(); ++i) {
     const Extent& e = records[i];
@@ -286,7 +273,7 @@ absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool 
   const uint64_t size = file.size();
   std::vector<Extent> records;
   if (size == 0) return records;
-  DLFEED_RETURN_IF_ERROR(refuse_compressed(file));
+  DLFEED_RETURN_IF_ERROR(refuse_compressed(file, "a scan of the record headers"));
   constexpr size_t kWindow = 1 << 16;
   std::vector<std::byte> buf(kWindow);
   uint64_t buf_off = 0, buf_len = 0;
@@ -371,7 +358,8 @@ using example::FeatureKind;
 class TfRecordSource final : public SampleSource {
  public:
   TfRecordSource(std::string path, const FormatOptions& options, FeatureKind kind, DType dtype,
-                 uint64_t records, std::string idx)
+                 uint64_t records, std::string idx, std::shared_ptr<const tfrecord::CompressedIndex> z = nullptr,
+                 tfrecord::Compression compression = tfrecord::Compression::kNone)
       : path_(std::move(path)),
         feature_(options.feature),
         feature_shape_(options.feature_shape),
@@ -379,42 +367,83 @@ class TfRecordSource final : public SampleSource {
         kind_(kind),
         dtype_(dtype),
         records_(records),
-        idx_(std::move(idx)) {}
+        idx_(std::move(idx)),
+        z_(std::move(z)),
+        stream_id_(z_ ? tfrecord::new_stream_id() : 0),
+        // Offsets in record-level errors of a compressed file are inflated ones.
+        where_(z_ ? absl::StrCat(path_, " (inflated ", tfrecord::compression_name(z_->compression), " stream)")
+               : compression != tfrecord::Compression::kNone
+                   ? absl::StrCat(path_, " (inflated ", tfrecord::compression_name(compression), " stream)")
+                   : path_) {}
 
-  std::string layout() const override { return "tfrecord"; }
+  std::string layout() const override {
+    if (!z_) return "tfrecord";
+    return z_->compression == tfrecord::Compression::kGzip ? "tfrecord:gzip" : "tfrecord:zlib";
+  }
 
   std::string describe() const override {
     std::string s = absl::StrCat("feature '", feature_, "' (", example::kind_name(kind_), " as ", dtype_.name());
     if (feature_shape_) absl::StrAppend(&s, ", shape ", shape_str(*feature_shape_));
-    absl::StrAppend(&s, "), ", records_, " records, offsets from ",
-                    idx_.empty() ? "a scan of the record headers" : absl::StrCat("the idx sidecar ", idx_));
+    absl::StrAppend(&s, "), ", records_, " records, ");
+    if (z_) {
+      absl::StrAppend(&s, tfrecord::compression_name(z_->compression), "-compressed (", z_->compressed_size,
+                      " bytes, ", z_->inflated_size, " inflated), ", z_->points.size(), " inflate checkpoints (",
+                      z_->window_bytes(), " bytes of windows in memory), offsets from a scan of the inflated stream");
+    } else {
+      absl::StrAppend(&s, "offsets from ",
+                      idx_.empty() ? "a scan of the record headers" : absl::StrCat("the idx sidecar ", idx_));
+    }
     if (!verify_) absl::StrAppend(&s, ", CRC checks off");
     return s;
   }
 
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
-    const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
-    absl::StatusOr<std::span<const std::byte>> framed;
+    if (!z_) {
+      const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
+      return decode_framed(ref.item, raw, rec_off, scratch, 0);
+    }
+    // Inflate the record from its checkpoint into scratch, then decode it there.
+    const uint64_t k = ref.item;
+    if (k >= z_->num_records()) return absl::InternalError(absl::StrCat(path_, ": record ", k, " out of range"));
+    const uint64_t rec_off = z_->record_start[k];
+    const uint64_t len = z_->record_start[k + 1] - rec_off;
+    const uint64_t pi = z_->record_point[k];
+    scratch.resize(len);
+    {
+      counters::StepTimer inflate(counters::Id::kDecodeInflate);
+      DLFEED_RETURN_IF_ERROR(tfrecord::inflate_at(z_->points[pi], pi, raw, rec_off, scratch, stream_id_, path_));
+    }
+    return decode_framed(k, std::span<const std::byte>(scratch.data(), len), rec_off, scratch, len);
+  }
+
+  /// Decodes the framed record `framed` (record `item` at offset `rec_off`).
+  /// Float and int64 values go to scratch[base...]; `framed` may itself lie
+  /// in scratch before `base`. `kind_out` receives the feature's kind.
+  absl::StatusOr<DecodedSample> decode_framed(uint64_t item, std::span<const std::byte> framed, uint64_t rec_off,
+                                              std::vector<std::byte>& scratch, size_t base,
+                                              FeatureKind* kind_out = nullptr) const {
+    absl::StatusOr<std::span<const std::byte>> unframed;
     {
       counters::StepTimer crc(counters::Id::kDecodeCrc);  // the framing check is the CRCs
-      framed = tfrecord::unframe_record(raw, verify_, path_, rec_off);
+      unframed = tfrecord::unframe_record(framed, verify_, where_, rec_off);
     }
-    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(framed));
-    const example::Context ctx{path_, rec_off + tfrecord::kHeaderSize};
+    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(unframed));
+    const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
     absl::StatusOr<example::FeatureSlice> found;
     {
       counters::StepTimer parse(counters::Id::kDecodeParse);
       found = example::find_feature(payload, feature_, ctx);
     }
     DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, std::move(found));
-    if (slice.kind == FeatureKind::kNone) return missing_feature(payload, ref.item, rec_off, ctx);
+    if (slice.kind == FeatureKind::kNone) return missing_feature(payload, item, rec_off, ctx);
     if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
-      return format_error(path_, ctx.base + slice.offset,
-                          absl::StrCat("feature '", feature_, "' of record ", ref.item, " as a ",
+      return format_error(where_, ctx.base + slice.offset,
+                          absl::StrCat("feature '", feature_, "' of record ", item, " as a ",
                                        example::kind_name(kind_), " (as in the first record)"),
                           example::kind_name(slice.kind));
     }
+    if (kind_out) *kind_out = slice.kind;
     DecodedSample out;
     uint64_t count = 0;
     switch (slice.kind) {
@@ -422,15 +451,15 @@ class TfRecordSource final : public SampleSource {
         std::vector<std::span<const std::byte>> values;
         DLFEED_RETURN_IF_ERROR(example::decode_bytes_list(slice, values, ctx));
         if (values.empty()) {
-          return format_error(path_, ctx.base + slice.offset,
-                              absl::StrCat("one value in bytes_list feature '", feature_, "' of record ", ref.item),
+          return format_error(where_, ctx.base + slice.offset,
+                              absl::StrCat("one value in bytes_list feature '", feature_, "' of record ", item),
                               "an empty list");
         }
         const std::span<const std::byte> v = values[0];
         if (v.size() % dtype_.size != 0) {
-          return format_error(path_, ctx.base + slice.offset,
+          return format_error(where_, ctx.base + slice.offset,
                               absl::StrCat("a multiple of ", static_cast<int>(dtype_.size), " bytes (",
-                                           dtype_.name(), ") in feature '", feature_, "' of record ", ref.item),
+                                           dtype_.name(), ") in feature '", feature_, "' of record ", item),
                               absl::StrCat(v.size(), " bytes"));
         }
         out.bytes = v;
@@ -441,9 +470,9 @@ class TfRecordSource final : public SampleSource {
       case FeatureKind::kFloat: {
         std::vector<float> values;
         DLFEED_RETURN_IF_ERROR(example::decode_float_list(slice, values, ctx));
-        scratch.resize(values.size() * sizeof(float));
-        if (!values.empty()) std::memcpy(scratch.data(), values.data(), scratch.size());
-        out.bytes = std::span<const std::byte>(scratch.data(), scratch.size());
+        scratch.resize(base + values.size() * sizeof(float));
+        if (!values.empty()) std::memcpy(scratch.data() + base, values.data(), values.size() * sizeof(float));
+        out.bytes = std::span<const std::byte>(scratch.data() + base, values.size() * sizeof(float));
         out.dtype = DType::f32();
         count = values.size();
         break;
@@ -451,9 +480,9 @@ class TfRecordSource final : public SampleSource {
       case FeatureKind::kInt64: {
         std::vector<int64_t> values;
         DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
-        scratch.resize(values.size() * sizeof(int64_t));
-        if (!values.empty()) std::memcpy(scratch.data(), values.data(), scratch.size());
-        out.bytes = std::span<const std::byte>(scratch.data(), scratch.size());
+        scratch.resize(base + values.size() * sizeof(int64_t));
+        if (!values.empty()) std::memcpy(scratch.data() + base, values.data(), values.size() * sizeof(int64_t));
+        out.bytes = std::span<const std::byte>(scratch.data() + base, values.size() * sizeof(int64_t));
         out.dtype = DType::i64();
         count = values.size();
         break;
@@ -464,8 +493,8 @@ class TfRecordSource final : public SampleSource {
     if (feature_shape_) {
       const uint64_t want = static_cast<uint64_t>(num_elements(*feature_shape_));
       if (want != count) {
-        return format_error(path_, ctx.base + slice.offset,
-                            absl::StrCat("feature '", feature_, "' of record ", ref.item, " with shape ",
+        return format_error(where_, ctx.base + slice.offset,
+                            absl::StrCat("feature '", feature_, "' of record ", item, " with shape ",
                                          shape_str(*feature_shape_), " = ", want, " elements of ",
                                          out.dtype.name()),
                             absl::StrCat(count, " elements"));
@@ -480,15 +509,14 @@ class TfRecordSource final : public SampleSource {
   absl::Status missing_feature(std::span<const std::byte> payload, uint64_t item, uint64_t rec_off,
                                const example::Context& ctx) const {
     auto names = example::feature_names(payload, ctx);
+    if (!names.ok()) return names.status();  // e.g. a SequenceExample: say that, not "no feature"
     std::string present;
-    if (!names.ok()) {
-      present = "an unreadable feature list";
-    } else if (names->empty()) {
+    if (names->empty()) {
       present = "an Example with no features";
     } else {
       present = absl::StrCat("only features '", absl::StrJoin(*names, "', '"), "'");
     }
-    return format_error(path_, rec_off,
+    return format_error(where_, rec_off,
                         absl::StrCat("feature '", feature_, "' in the tf.train.Example of record ", item,
                                      " (choose one with --feature)"),
                         present);
@@ -503,7 +531,61 @@ class TfRecordSource final : public SampleSource {
   DType dtype_;
   uint64_t records_;
   std::string idx_;
+  std::shared_ptr<const tfrecord::CompressedIndex> z_;
+  uint64_t stream_id_;
+  std::string where_;
 };
+
+DType dtype_of(FeatureKind kind, DType bytes_dtype) {
+  if (kind == FeatureKind::kFloat) return DType::f32();
+  if (kind == FeatureKind::kInt64) return DType::i64();
+  return bytes_dtype;
+}
+
+// A compressed file: one inflating scan finds the records and checkpoints,
+// checks every record (CRCs, Example, the feature) and learns each record's
+// element count, so sample shapes are exact before any read.
+absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::Compression c,
+                                            const FormatOptions& options) {
+  const std::string& path = file.path();
+  FeatureKind kind = FeatureKind::kNone;
+  DType dtype = options.feature_dtype;
+  std::unique_ptr<TfRecordSource> probe;
+  std::vector<Shape> shapes;
+  std::vector<std::byte> scratch;
+  auto visit = [&](uint64_t k, uint64_t offset, std::span<const std::byte> framed) -> absl::Status {
+    if (k > 0 && options.feature_shape) return absl::OkStatus();  // shapes are given
+    if (!probe) probe = std::make_unique<TfRecordSource>(path, options, kind, dtype, 0, "", nullptr, c);
+    FeatureKind found = FeatureKind::kNone;
+    DLFEED_ASSIGN_OR_RETURN(DecodedSample s, probe->decode_framed(k, framed, offset, scratch, 0, &found));
+    if (k == 0) {
+      // The first record tells the kind (and so the dtype); later ones must match.
+      kind = found;
+      dtype = dtype_of(kind, options.feature_dtype);
+      probe = std::make_unique<TfRecordSource>(path, options, kind, dtype, 0, "", nullptr, c);
+    }
+    shapes.push_back(std::move(s.shape));
+    return absl::OkStatus();
+  };
+  DLFEED_ASSIGN_OR_RETURN(tfrecord::CompressedIndex scanned,
+                          tfrecord::scan_compressed(file, c, options.verify_crc, visit));
+  auto z = std::make_shared<const tfrecord::CompressedIndex>(std::move(scanned));
+  const size_t n = z->num_records();
+  SampleIndex index;
+  index.files = {path};
+  index.sources.push_back(std::make_unique<TfRecordSource>(path, options, kind, dtype, n, "", z));
+  index.samples.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    SampleRef ref;
+    ref.item = k;
+    ref.extents = {z->extent(k)};
+    ref.shape = options.feature_shape ? *options.feature_shape : shapes[k];
+    ref.dtype = dtype;
+    index.samples.push_back(std::move(ref));
+  }
+  index.file_begin = {0, n};
+  return index;
+}
 
 }  // namespace
 
@@ -519,6 +601,16 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
                                                        " must have no unknown (-1) dimension"));
       }
     }
+  }
+  {
+    // GZIP/ZLIB by the first bytes, whatever the file's name.
+    std::byte head[tfrecord::kHeaderSize];
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(file.size(), tfrecord::kHeaderSize));
+    DLFEED_RETURN_IF_ERROR(file.read_exact(0, std::span<std::byte>(head, n), "TFRecord header"));
+    const tfrecord::Compression c = tfrecord::detect_compression(std::span<const std::byte>(head, n), file.size());
+    // Sidecars are ignored for compressed files: their offsets would be of the
+    // inflated stream, and the scan is needed for the checkpoints anyway.
+    if (c != tfrecord::Compression::kNone) return open_compressed(file, c, options);
   }
   std::vector<Extent> records;
   std::string idx;
@@ -550,22 +642,13 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
   if (!records.empty()) {
     std::vector<std::byte> raw(records[0].length);
     DLFEED_RETURN_IF_ERROR(file.read_exact(records[0].offset, raw, "TFRecord record 0"));
-    SampleRef first;
-    first.extents = {records[0]};
     std::vector<std::byte> scratch;
     // Decoding the first record with an unknown kind checks it fully (CRCs,
     // Example, feature presence, shape) and tells the kind.
     auto probe = source_for(FeatureKind::kNone, options.feature_dtype);
-    DLFEED_ASSIGN_OR_RETURN(DecodedSample s, probe->decode(first, raw, scratch));
+    DLFEED_ASSIGN_OR_RETURN(DecodedSample s, probe->decode_framed(0, raw, records[0].offset, scratch, 0, &kind));
     (void)s;
-    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload,
-                            tfrecord::unframe_record(raw, false, path, records[0].offset));
-    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice,
-                            example::find_feature(payload, options.feature,
-                                                  {path, records[0].offset + tfrecord::kHeaderSize}));
-    kind = slice.kind;
-    if (kind == FeatureKind::kFloat) dtype = DType::f32();
-    if (kind == FeatureKind::kInt64) dtype = DType::i64();
+    dtype = dtype_of(kind, options.feature_dtype);
   }
 
   SampleIndex index;

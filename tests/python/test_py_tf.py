@@ -218,3 +218,99 @@ def test_memory_stays_bounded_over_passes(tmp_path):
 
     grown = rss_growth(one_pass, passes=8)  # after 2 warm passes: pool, allocator, tf.data
     assert grown < 16 << 20, f"RSS grew {grown / 2**20:.1f} MiB over 8 passes of 16 MiB"
+
+
+# ---- variable-length features: ragged=True / pad=True ----
+
+def _varlen_fixture(path, compression=""):
+    """TensorFlow writes 23 Examples whose 'tokens' (int64) and 'text' (bytes) vary in
+    length per record, and a fixed 'label'; returns [(label, tokens, text)]."""
+    rng = np.random.default_rng(11)
+    rows = []
+    with tf.io.TFRecordWriter(str(path), options=tf.io.TFRecordOptions(compression_type=compression)) as w:
+        for k in range(23):
+            tokens = rng.integers(-2**40, 2**40, size=1 + (k * 7) % 9).tolist()
+            text = bytes(rng.integers(0, 256, size=(k * 5) % 13 + 1, dtype=np.uint8))
+            feature = {
+                "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=tokens)),
+                "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[text])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[k])),
+            }
+            w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+            rows.append((k, tokens, text))
+    return rows
+
+
+@pytest.fixture(params=["", "GZIP"])
+def varlen(request, tmp_path):
+    path = tmp_path / ("v.tfrecord.gz" if request.param else "v.tfrecord")
+    return path, _varlen_fixture(path, request.param)
+
+
+def test_variable_length_without_an_option_names_the_feature_and_lengths(varlen):
+    path, rows = varlen
+    ds = dtf.dataset(path, fields=["tokens", "label"], batch_size=5)
+    with pytest.raises(Exception) as e:
+        for _ in ds:
+            pass
+    msg = str(e.value)
+    assert "'tokens'" in msg and "different lengths" in msg and "ragged=True" in msg and "pad=True" in msg, msg
+    lengths = sorted({len(t) for _, t, _ in rows[:5]})  # the first batch's (sequential order)
+    assert "lengths " + ", ".join(map(str, lengths)) in msg, msg
+
+
+def test_ragged_gives_ragged_tensors_matching_tensorflows_parse(varlen):
+    path, rows = varlen
+    compressed = path.suffix == ".gz"
+    ds = dtf.dataset(path, fields=["tokens", "text", "label"], batch_size=4, ragged=["tokens", "text"],
+                     strategy="global_shuffle", seed=2)
+    tok_spec, text_spec, label_spec = ds.element_spec
+    assert isinstance(tok_spec, tf.RaggedTensorSpec) and tok_spec.dtype == tf.int64
+    assert isinstance(text_spec, tf.RaggedTensorSpec) and text_spec.dtype == tf.uint8
+    # A compressed file's lengths are known at open (label: 1); a plain one's after decode.
+    assert isinstance(label_spec, tf.TensorSpec) and label_spec.shape.as_list() == [None, 1 if compressed else None]
+    # TensorFlow's own reading of the same file, as the reference.
+    spec = {"tokens": tf.io.RaggedFeature(tf.int64), "text": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+    want = sorted((int(ex["label"]), ex["tokens"].numpy().tolist(), ex["text"].numpy())
+                  for ex in tf.data.TFRecordDataset(str(path), compression_type="GZIP" if compressed else "")
+                  .map(lambda r: tf.io.parse_single_example(r, spec)))
+    assert want == sorted(rows)
+    for _ in range(2):
+        got = []
+        for tokens, text, label in ds:
+            assert isinstance(tokens, tf.RaggedTensor) and isinstance(text, tf.RaggedTensor)
+            for t, x, y in zip(tokens.to_list(), text.to_list(), label.numpy().reshape(-1)):
+                got.append((int(y), t, bytes(x)))
+        assert sorted(got) == want
+    # ragged=True: every field whose length is not known to be fixed.
+    ds = dtf.dataset(path, fields=["tokens", "label"], batch_size=4, ragged=True)
+    assert isinstance(ds.element_spec[0], tf.RaggedTensorSpec)
+    assert isinstance(ds.element_spec[1], tf.TensorSpec if compressed else tf.RaggedTensorSpec)
+    got = [(int(np.asarray(y).reshape(-1)[0]), t) for tokens, label in ds
+           for t, y in zip(tokens.to_list(), label.to_list() if not compressed else label.numpy())]
+    assert got == [(k, t) for k, t, _ in rows]
+
+
+def test_pad_pads_each_batch_to_its_longest(varlen):
+    path, rows = varlen
+    ds = dtf.dataset(path, fields=["tokens", "label"], batch_size=6, pad=["tokens"], pad_value=-7)
+    assert ds.element_spec[0].shape.as_list() == [None, None]
+    seen = 0
+    for tokens, label in ds:
+        tokens = tokens.numpy()
+        batch = rows[seen:seen + len(tokens)]
+        assert tokens.shape == (len(batch), max(len(t) for _, t, _ in batch))
+        for row, (k, t, _) in zip(tokens, batch):
+            assert row[:len(t)].tolist() == t and (row[len(t):] == -7).all()
+        assert label.numpy().reshape(-1).tolist() == [k for k, _, _ in batch]
+        seen += len(tokens)
+    assert seen == len(rows)
+
+
+def test_ragged_and_pad_options_are_checked(varlen):
+    path, _ = varlen
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        dtf.dataset(path, fields=["tokens"], batch_size=2, ragged=["nope"])
+    with pytest.raises(ValueError, match="not both"):
+        dtf.dataset(path, fields=["tokens"], batch_size=2, ragged=True, pad=True)

@@ -155,12 +155,20 @@ def test_corrupt_byte_is_reported_with_file_and_offset(dlfeed, tmp_path):
     assert str(path) in err and f"at offset {offsets[2][0] + 8}" in err and "length CRC" in err
 
 
-def test_gzip_tfrecord_is_refused(dlfeed, tmp_path):
-    path = tmp_path / "gz.tfrecord"
-    with tf.io.TFRecordWriter(str(path), options="GZIP") as w:
-        w.write(_example(b"abc", [1.0], [1]))
-    err = dlfeed.error("inspect", path)
-    assert str(path) in err and "GZIP" in err and "compressed" in err
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_compressed_tfrecord_is_read(dlfeed, tmp_path, compression):
+    """Compressed files are read (tests/python/test_tfrecord_compressed.py has the rest)."""
+    path = tmp_path / "c.tfrecord"
+    records = []
+    with tf.io.TFRecordWriter(str(path), options=compression) as w:
+        for k in range(3):
+            w.write(_example(bytes([k]) * (5 + k), [1.0], [k]))
+            records.append(bytes([k]) * (5 + k))
+    info = dlfeed.inspect(path)
+    assert info["num_samples"] == 3
+    assert info["sources"][0]["layout"] == f"tfrecord:{compression.lower()}"
+    for k, image in enumerate(records):
+        assert dlfeed.dump_sample(path, k, tmp_path, "--feature", "image") == image
 
 
 def test_truncated_file_is_reported(dlfeed, tmp_path):

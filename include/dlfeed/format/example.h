@@ -7,8 +7,11 @@
 //   Int64List { repeated int64 value = 1; }
 // Bytes values are views into the buffer (zero copy); floats and int64s are
 // read from packed and unpacked encodings alike. Unknown fields of every wire
-// type are skipped; every read is bounded by the buffer. Errors name the byte
-// offset within the Example (plus `base`, the Example's offset in `path`).
+// type are skipped, except a length-delimited field 2 at the top level: that
+// is a tf.train.SequenceExample's feature_lists, refused (an error naming
+// SequenceExample) rather than read as an Example's features. Every read is
+// bounded by the buffer. Errors name the byte offset within the Example
+// (plus `base`, the Example's offset in `path`).
 #pragma once
 
 #include <cstddef>

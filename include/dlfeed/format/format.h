@@ -43,7 +43,8 @@ struct FormatOptions {
   std::string index_dir;
 };
 
-/// Format of a path by its extension (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords).
+/// Format of a path by its extension (.npy, .npz, .h5/.hdf5/.hdf/.he5;
+/// .tfrecord/.tfrecords/.tfrec/.tfr, each also with .gz appended).
 absl::StatusOr<FileFormat> detect_format(const std::string& path);
 std::string format_name(FileFormat f);
 absl::StatusOr<FileFormat> parse_format(absl::string_view name);

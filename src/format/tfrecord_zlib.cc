@@ -1,0 +1,374 @@
+// Compressed TFRecord files: the open-time scan that finds records and
+// inflate checkpoints, and inflating one record from its checkpoint.
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
+#include "dlfeed/format/tfrecord.h"
+
+namespace dlfeed::tfrecord {
+namespace {
+
+uint64_t load_le(const std::byte* p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// zlib counts in 32-bit uInt: longer buffers go in pieces of this size.
+constexpr size_t kZChunk = size_t(1) << 30;
+
+struct Inflater {
+  z_stream zs{};
+  bool ok = false;
+  explicit Inflater(int window_bits) { ok = inflateInit2(&zs, window_bits) == Z_OK; }
+  ~Inflater() {
+    if (ok) inflateEnd(&zs);
+  }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+};
+
+std::string zmessage(const z_stream& zs) { return zs.msg ? zs.msg : "corrupt data"; }
+
+// The error for a Z_DATA_ERROR during the scan, in the user's terms.
+absl::Status stream_error(const std::string& path, Compression c, const z_stream& zs) {
+  const std::string msg = zmessage(zs);
+  const char* name = compression_name(c);
+  if (msg == "incorrect data check") {
+    return format_error(path, zs.total_in,
+                        absl::StrCat("the ", name, " trailer's ", c == Compression::kGzip ? "CRC-32" : "Adler-32",
+                                     " of the inflated data"),
+                        "a different checksum (incorrect data check): the file is corrupt");
+  }
+  if (msg == "incorrect length check") {
+    return format_error(path, zs.total_in, "the GZIP trailer's length of the inflated data (ISIZE)",
+                        "a different length (incorrect length check): the file is corrupt");
+  }
+  return format_error(path, zs.total_in, absl::StrCat("valid ", name, " (deflate) data"),
+                      absl::StrCat(msg, ": the compressed stream is corrupt"));
+}
+
+// Inflated bytes a thread keeps from its current checkpoint span (at most).
+constexpr uint64_t kSpanCache = 2 * kCheckpointSpan + (uint64_t{1} << 20);
+
+// One thread's inflate stream, kept between calls: a record of the same
+// checkpoint span is copied from the bytes already inflated (kept up to
+// kSpanCache), or inflated onward from where the last call stopped.
+struct ThreadInflate {
+  z_stream zs{};
+  bool init = false;
+  bool valid = false;  // zs is positioned at (in_pos, out_pos) of (stream_id, point)
+  uint64_t stream_id = 0, point = 0, in_pos = 0, out_pos = 0;
+  uint64_t cache_begin = 0;        // cache holds inflated bytes [cache_begin, out_pos)
+  std::vector<std::byte> cache;
+  std::vector<std::byte> discard;
+  ~ThreadInflate() {
+    if (init) inflateEnd(&zs);
+  }
+};
+
+}  // namespace
+
+const char* compression_name(Compression c) {
+  switch (c) {
+    case Compression::kNone: return "none";
+    case Compression::kGzip: return "GZIP";
+    case Compression::kZlib: return "ZLIB";
+  }
+  return "?";
+}
+
+Compression detect_compression(std::span<const std::byte> head, uint64_t file_size) {
+  if (head.size() < 2) return Compression::kNone;
+  if (head.size() >= kHeaderSize && file_size >= kOverhead) {
+    // A valid first record header wins: its length bytes may look like magic.
+    const uint64_t length = load_le(head.data(), 8);
+    const uint32_t stored = static_cast<uint32_t>(load_le(head.data() + 8, 4));
+    if (stored == masked_crc32c(head.first(8)) && length <= file_size - kOverhead) return Compression::kNone;
+  }
+  const uint8_t b0 = static_cast<uint8_t>(head[0]), b1 = static_cast<uint8_t>(head[1]);
+  if (b0 == 0x1f && b1 == 0x8b && (head.size() < 3 || static_cast<uint8_t>(head[2]) == 8)) {
+    return Compression::kGzip;
+  }
+  // RFC 1950: CM = 8 (deflate), CINFO <= 7 (window <= 32 KiB), CMF*256+FLG a
+  // multiple of 31, and no preset dictionary (TensorFlow never sets one).
+  if ((b0 & 0x0f) == 8 && (b0 >> 4) <= 7 && ((b0 << 8) | b1) % 31 == 0 && (b1 & 0x20) == 0) {
+    return Compression::kZlib;
+  }
+  return Compression::kNone;
+}
+
+uint64_t CompressedIndex::window_bytes() const {
+  uint64_t n = 0;
+  for (const InflatePoint& p : points) n += p.window.size();
+  return n;
+}
+
+absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
+                                                const RecordVisitor& visit, uint64_t span) {
+  const std::string& path = file.path();
+  const uint64_t size = file.size();
+  const char* name = compression_name(c);
+  if (c == Compression::kNone) return absl::InvalidArgumentError(absl::StrCat(path, ": not a compressed file"));
+  CompressedIndex ix;
+  ix.compression = c;
+  ix.compressed_size = size;
+  Inflater inf(c == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS);
+  if (!inf.ok) return absl::ResourceExhaustedError("zlib inflateInit2 failed");
+  z_stream& zs = inf.zs;
+
+  constexpr size_t kInChunk = size_t(1) << 18, kOutChunk = size_t(1) << 18;
+  std::vector<std::byte> in(std::min<uint64_t>(kInChunk, std::max<uint64_t>(size, 1)));
+  uint64_t next_read = 0;
+  std::vector<std::byte> rec;  // the current record's inflated bytes so far
+  uint64_t out = 0;            // inflated bytes so far
+  uint64_t rec_off = 0;        // inflated offset of the current record
+  uint64_t need = kHeaderSize;
+  bool have_length = false;
+  // The latest block boundary, and the latest one at or before the current
+  // record's start: the candidate checkpoint for that record.
+  std::shared_ptr<InflatePoint> cand, start_cand;
+  int rc = Z_OK;
+  while (true) {
+    if (zs.avail_in == 0 && next_read < size) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), size - next_read));
+      DLFEED_RETURN_IF_ERROR(file.read_exact(next_read, std::span<std::byte>(in.data(), n),
+                                             absl::StrCat(name, " stream")));
+      zs.next_in = reinterpret_cast<Bytef*>(in.data());
+      zs.avail_in = static_cast<uInt>(n);
+      next_read += n;
+    }
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(need - rec.size(), kOutChunk));
+    const size_t at = rec.size();
+    rec.resize(at + want);
+    zs.next_out = reinterpret_cast<Bytef*>(rec.data() + at);
+    zs.avail_out = static_cast<uInt>(want);
+    rc = inflate(&zs, Z_BLOCK);
+    const size_t got = want - zs.avail_out;
+    rec.resize(at + got);
+    out += got;
+    if (rc == Z_NEED_DICT) {
+      return format_error(path, 2, "a ZLIB stream without a preset dictionary (as TensorFlow writes)",
+                          "the FDICT flag: a stream that needs a preset dictionary");
+    }
+    if (rc == Z_DATA_ERROR) return stream_error(path, c, zs);
+    if (rc == Z_MEM_ERROR) return absl::ResourceExhaustedError(absl::StrCat(path, ": zlib ran out of memory"));
+    if (rc == Z_BUF_ERROR || (rc == Z_OK && got == 0 && zs.avail_in == 0 && next_read >= size)) {
+      // No progress possible: the input is used up before the stream's end.
+      if (zs.avail_in == 0 && next_read >= size) {
+        return format_error(path, size, absl::StrCat("the rest of the ", name, " stream (more deflate data and the ",
+                                                     c == Compression::kGzip ? "8-byte trailer" : "4-byte trailer", ")"),
+                            absl::StrCat("the end of the ", size, "-byte file (truncated) after ", out,
+                                         " inflated bytes"));
+      }
+      if (rc == Z_BUF_ERROR) return absl::InternalError(absl::StrCat(path, ": inflate made no progress"));
+    }
+    if ((zs.data_type & 128) && !(zs.data_type & 64)) {
+      auto p = std::make_shared<InflatePoint>();
+      p->in = zs.total_in;
+      p->bits = zs.data_type & 7;
+      p->out = out;
+      p->window.resize(kWindowSize);
+      uInt wlen = kWindowSize;
+      if (inflateGetDictionary(&zs, reinterpret_cast<Bytef*>(p->window.data()), &wlen) != Z_OK) {
+        return absl::InternalError("zlib inflateGetDictionary failed");
+      }
+      p->window.resize(wlen);
+      cand = p;
+      if (out == rec_off) start_cand = p;  // nothing of the current record out yet
+    }
+    if (rec.size() == need && !have_length) {
+      DLFEED_ASSIGN_OR_RETURN(const uint64_t length,
+                              parse_header(rec, verify_crc, absl::StrCat(path, " (inflated ", name, " stream)"),
+                                           rec_off));
+      // Deflate expands at most 1032:1; a longer length is a corrupt header.
+      if (length > size * 1032 + (uint64_t{1} << 20)) {
+        return format_error(absl::StrCat(path, " (inflated ", name, " stream)"), rec_off,
+                            absl::StrCat("a record length a ", size, "-byte compressed file can hold"),
+                            absl::StrCat("length ", length, ": the record header is corrupt"));
+      }
+      need = length + kOverhead;
+      have_length = true;
+    }
+    if (have_length && rec.size() == need) {
+      const uint64_t k = ix.record_point.size();
+      if (!start_cand) return absl::InternalError(absl::StrCat(path, ": no deflate block before record ", k));
+      if (ix.points.empty() || rec_off - ix.points.back().out >= span) {
+        if (ix.points.empty() || ix.points.back().out != start_cand->out) ix.points.push_back(*start_cand);
+      }
+      if (visit) DLFEED_RETURN_IF_ERROR(visit(k, rec_off, rec));
+      ix.record_start.push_back(rec_off);
+      ix.record_point.push_back(ix.points.size() - 1);
+      ix.record_end_in.push_back(zs.total_in);
+      rec_off += need;
+      rec.clear();
+      need = kHeaderSize;
+      have_length = false;
+      start_cand = cand;  // the latest boundary is at or before the next record's start
+    }
+    if (rc == Z_STREAM_END) break;
+  }
+  if (!rec.empty()) {
+    return format_error(absl::StrCat(path, " (inflated ", name, " stream)"), rec_off,
+                        absl::StrCat(have_length ? need : kHeaderSize, " bytes of record ", ix.record_point.size(),
+                                     " (", have_length ? "the whole record" : "its header", ")"),
+                        absl::StrCat("the end of the ", name, " stream after ", rec.size(),
+                                     " bytes (a record cut short: the file was written incompletely)"));
+  }
+  if (zs.total_in < size) {
+    return format_error(path, zs.total_in, absl::StrCat("the end of the file after the ", name, " stream"),
+                        absl::StrCat(size - zs.total_in,
+                                     " more bytes (a second concatenated stream, or trailing garbage; dlfeed "
+                                     "reads one stream per file, as TFRecordWriter writes)"));
+  }
+  ix.record_start.push_back(out);
+  ix.inflated_size = out;
+  return ix;
+}
+
+uint64_t new_stream_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw,
+                        uint64_t skip_to, std::span<std::byte> out, uint64_t stream_id, absl::string_view path) {
+  thread_local ThreadInflate t;
+  z_stream& zs = t.zs;
+  if (!t.init) {
+    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) return absl::ResourceExhaustedError("zlib inflateInit2 failed");
+    t.init = true;
+  }
+  const uint64_t base = p.first_byte();
+  if (skip_to < p.out) {
+    return absl::InternalError(absl::StrCat(path, ": inflated offset ", skip_to, " is before its checkpoint"));
+  }
+  const uint64_t end = skip_to + out.size();
+  const bool same = t.valid && t.stream_id == stream_id && t.point == point_index && t.cache_begin <= skip_to;
+  if (same && end <= t.out_pos) {  // inflated already (raw, shorter, is not needed)
+    if (!out.empty()) std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), out.size());
+    return absl::OkStatus();
+  }
+  // Going on needs raw to reach past where the stream stopped.
+  const bool resume = same && t.in_pos >= base && t.in_pos - base <= raw.size();
+  t.valid = false;
+  if (!resume) {
+    if (inflateReset(&zs) != Z_OK) return absl::InternalError("zlib inflateReset failed");
+    uint64_t pos = base;
+    if (p.bits) {
+      if (raw.empty()) {
+        return format_error(path, base, "the byte holding the checkpoint's first bits", "no bytes read");
+      }
+      inflatePrime(&zs, p.bits, static_cast<uint8_t>(raw[0]) >> (8 - p.bits));
+      pos = p.in;
+    }
+    if (!p.window.empty() &&
+        inflateSetDictionary(&zs, reinterpret_cast<const Bytef*>(p.window.data()),
+                             static_cast<uInt>(p.window.size())) != Z_OK) {
+      return absl::InternalError("zlib inflateSetDictionary failed");
+    }
+    t.stream_id = stream_id;
+    t.point = point_index;
+    t.in_pos = pos;
+    t.out_pos = p.out;
+    t.cache_begin = p.out;
+    t.cache.clear();
+  }
+  zs.avail_in = 0;
+  // Inflates exactly n bytes into dst, feeding raw from t.in_pos.
+  auto run = [&](std::byte* dst, uint64_t n) -> absl::Status {
+    while (n > 0) {
+      if (zs.avail_in == 0) {
+        const uint64_t at = t.in_pos - base;
+        const size_t m = static_cast<size_t>(std::min<uint64_t>(raw.size() - at, kZChunk));
+        zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(raw.data() + at));
+        zs.avail_in = static_cast<uInt>(m);
+      }
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, kZChunk));
+      zs.next_out = reinterpret_cast<Bytef*>(dst);
+      zs.avail_out = static_cast<uInt>(want);
+      const uInt in_before = zs.avail_in;
+      const int rc = inflate(&zs, Z_NO_FLUSH);
+      const size_t got = want - zs.avail_out;
+      t.in_pos += in_before - zs.avail_in;
+      t.out_pos += got;
+      dst += got;
+      n -= got;
+      if (rc == Z_DATA_ERROR) {
+        return format_error(path, t.in_pos, "valid deflate data", absl::StrCat(zmessage(zs), ": the compressed stream is corrupt"));
+      }
+      if (rc == Z_MEM_ERROR) return absl::ResourceExhaustedError(absl::StrCat(path, ": zlib ran out of memory"));
+      if (n > 0 && (rc == Z_STREAM_END || (got == 0 && zs.avail_in == 0 && t.in_pos - base >= raw.size()))) {
+        return format_error(path, t.in_pos,
+                            absl::StrCat(n, " more inflated bytes (up to inflated offset ", skip_to + out.size(), ")"),
+                            rc == Z_STREAM_END ? std::string("the end of the deflate stream")
+                                               : absl::StrCat("the end of the ", raw.size(),
+                                                              " compressed bytes read from offset ", base,
+                                                              " (did the file change since it was opened?)"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (end - t.cache_begin <= kSpanCache) {
+    // Keep what is inflated: later records of this span are copies.
+    const size_t have = t.cache.size();
+    t.cache.resize(end - t.cache_begin);
+    DLFEED_RETURN_IF_ERROR(run(t.cache.data() + have, end - t.out_pos));
+    if (!out.empty()) std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), out.size());
+  } else {
+    // Too far for the cache (a long span or a large record): skip to the
+    // record, or take its start from the cache, and inflate the rest in place.
+    size_t done = 0;
+    if (skip_to < t.out_pos) {
+      done = static_cast<size_t>(t.out_pos - skip_to);
+      std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), done);
+    }
+    if (t.discard.empty()) t.discard.resize(size_t(1) << 16);
+    while (t.out_pos < skip_to) {
+      const uint64_t n = std::min<uint64_t>(skip_to - t.out_pos, t.discard.size());
+      DLFEED_RETURN_IF_ERROR(run(t.discard.data(), n));
+    }
+    DLFEED_RETURN_IF_ERROR(run(out.data() + done, out.size() - done));
+    t.cache.clear();
+    t.cache_begin = t.out_pos;
+  }
+  t.valid = true;
+  return absl::OkStatus();
+}
+
+std::vector<std::byte> compress(std::span<const std::byte> data, Compression c, int level, size_t block_every) {
+  z_stream zs{};
+  const int bits = c == Compression::kGzip ? 16 + MAX_WBITS : c == Compression::kZlib ? MAX_WBITS : -MAX_WBITS;
+  if (deflateInit2(&zs, level, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK) return {};
+  std::vector<std::byte> out(deflateBound(&zs, data.size()) + 64 + (block_every ? data.size() / block_every * 8 : 0));
+  size_t pos = 0;
+  const size_t step = block_every ? block_every : std::max<size_t>(data.size(), 1);
+  int rc = Z_OK;
+  do {
+    const size_t n = std::min(step, data.size() - pos);
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(data.data() + pos));
+    zs.avail_in = static_cast<uInt>(n);
+    pos += n;
+    const int flush = pos >= data.size() ? Z_FINISH : Z_BLOCK;
+    do {
+      if (out.size() - zs.total_out < 64) out.resize(out.size() * 2);
+      zs.next_out = reinterpret_cast<Bytef*>(out.data() + zs.total_out);
+      zs.avail_out = static_cast<uInt>(out.size() - zs.total_out);
+      rc = deflate(&zs, flush);
+    } while (zs.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+  } while (rc != Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+}  // namespace dlfeed::tfrecord
