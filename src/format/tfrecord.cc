@@ -381,6 +381,9 @@ class TfRecordSource final : public SampleSource {
     return z_->compression == tfrecord::Compression::kGzip ? "tfrecord:gzip" : "tfrecord:zlib";
   }
 
+  std::optional<std::pair<DType, Shape>> sample_spec() const override {
+    return std::make_pair(dtype_, feature_shape_ ? *feature_shape_ : Shape{-1});
+  }
   std::string describe() const override {
     std::string s = absl::StrCat("feature '", feature_, "' (", example::kind_name(kind_), " as ", dtype_.name());
     if (feature_shape_) absl::StrAppend(&s, ", shape ", shape_str(*feature_shape_));
@@ -516,10 +519,9 @@ class TfRecordSource final : public SampleSource {
     } else {
       present = absl::StrCat("only features '", absl::StrJoin(*names, "', '"), "'");
     }
-    return format_error(where_, rec_off,
-                        absl::StrCat("feature '", feature_, "' in the tf.train.Example of record ", item,
-                                     " (choose one with --feature)"),
-                        present);
+    // A name that is not there: NotFound, as a missing NPZ member or HDF5 dataset.
+    return absl::NotFoundError(absl::StrCat(where_, ": at offset ", rec_off, ": expected feature '", feature_,
+                                            "' in the tf.train.Example of record ", item, ", found ", present));
   }
 
  private:

@@ -593,6 +593,7 @@ TEST_F(TfRecordTest, MissingFeatureNamesWhatIsThere) {
   opt.feature = "pixels";
   auto r = open_tfrecord(p, opt);
   ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
   const std::string msg(r.status().message());
   EXPECT_CONTAINS(msg, p + ": at offset 0: expected feature 'pixels'");
   EXPECT_CONTAINS(msg, "only features 'image', 'floats', 'ints'");

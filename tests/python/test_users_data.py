@@ -255,6 +255,30 @@ def test_a_missing_field_is_not_found_in_every_format(tmp_path):
         assert "'nope'" in str(e.value) and "at offset 0" not in str(e.value), str(e.value)
 
 
+def test_a_missing_tfrecord_feature_is_not_found(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    path = str(tmp_path / "a.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+        for k in range(3):
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[bytes([k]) * 4]))}))
+            w.write(ex.SerializeToString())
+    with pytest.raises(dlfeed.NotFoundError) as e:
+        dlfeed.Loader(path, fields=["nope"])
+    msg = str(e.value)
+    assert "'nope'" in msg and "'image'" in msg and "--" not in msg, msg
+
+
+def test_an_empty_tfrecord_file_has_the_feature_spec(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    path = str(tmp_path / "e.tfrecord")
+    with tf.io.TFRecordWriter(path):
+        pass
+    loader = dlfeed.Loader(path, feature_dtype=np.float32, feature_shape=(2, 3))
+    assert loader.field_specs() == [("data", np.dtype("<f4"), (2, 3))]
+    assert list(loader) == []
+
+
 def test_unsupported_dtypes_are_invalid_arguments(tmp_path):
     np.save(tmp_path / "s.npy", np.array(["ab", "cd"]))
     with pytest.raises(dlfeed.InvalidArgumentError, match="s.npy"):
