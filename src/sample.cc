@@ -63,8 +63,21 @@ absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_vi
   spec.dtype = first.dtype;
   spec.shape = first.shape;
   spec.known = true;
-  // The first sample that differs in each respect, for the error.
-  const SampleRef* other_shape = nullptr;
+  // A dimension its source declares variable (-1 in sample_spec(): a
+  // TFRecord feature without a fixed shape) may differ between samples; that
+  // is the feature, not a mismatch of files. Asked per source only on a
+  // difference.
+  std::vector<std::optional<Shape>> declared(index.sources.size());
+  std::vector<bool> asked(index.sources.size(), false);
+  auto variable = [&](const SampleRef& r, size_t d) {
+    if (!asked[r.source]) {
+      asked[r.source] = true;
+      if (auto s = index.sources[r.source]->sample_spec()) declared[r.source] = s->second;
+    }
+    const auto& dims = declared[r.source];
+    return dims && d < dims->size() && (*dims)[d] < 0;
+  };
+  const SampleRef* other_shape = nullptr;  // the first sample whose shape differs, for the error
   for (const SampleRef& r : index.samples) {
     if (!(r.dtype == first.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -80,14 +93,17 @@ absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_vi
     for (size_t d = 0; d < r.shape.size(); ++d) {
       if (spec.shape[d] == r.shape[d]) continue;
       // -1 is "known after decode" (TFRecord), not a difference the index sees.
-      if (spec.shape[d] >= 0 && r.shape[d] >= 0 && !other_shape) other_shape = &r;
+      if (spec.shape[d] >= 0 && r.shape[d] >= 0 && !other_shape && !variable(first, d) && !variable(r, d)) {
+        other_shape = &r;
+      }
       spec.shape[d] = -1;
     }
   }
   if (other_shape && !allow_varying_shapes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "field '", field, "': samples of ", index.files[first.file], " have shape ", shape_str(first.shape),
-        " but those of ", index.files[other_shape->file], " have shape ", shape_str(other_shape->shape),
+        "field '", field, "': sample ", first.item, " of ", index.files[first.file], " has shape ",
+        shape_str(first.shape), " but sample ", other_shape->item, " of ", index.files[other_shape->file],
+        " has shape ", shape_str(other_shape->shape),
         "; allow samples of different shapes (ragged batches) with the loader's ragged option, or read the "
         "files separately"));
   }

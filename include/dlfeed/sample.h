@@ -117,7 +117,9 @@ struct FieldSpec {
 /// The spec every sample of `index` shares. A dtype that differs between
 /// samples is an InvalidArgument error naming both files and both dtypes
 /// (bytes of one dtype must never be read as another); so is a shape, unless
-/// `allow_varying_shapes` (ragged batches). `field` names the field in errors.
+/// `allow_varying_shapes` (ragged batches), or unless the dimension is one
+/// its source declares variable (-1 in sample_spec(): a TFRecord feature
+/// without a fixed shape). `field` names the field in errors.
 absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
                                        bool allow_varying_shapes);
 
