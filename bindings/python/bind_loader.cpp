@@ -140,7 +140,7 @@ void bind_loader(py::module_& m) {
             check(st);
             // Batches left: all of them, or those after a restored position.
             uint64_t done = 0;
-            auto decoded = decode_loader_state(state);
+            auto decoded = order_state_of(state);
             if (decoded.ok() && decoded->spec.epoch == epoch) {
               uint64_t bs = l.options().batch_size;
               done = (decoded->position + bs - 1) / bs;

@@ -4,20 +4,15 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "dlfeed/loader_state.h"
 #include "dlfeed/order/order.h"
 
 namespace dlfeed::python {
 
-absl::StatusOr<OrderState> decode_loader_state(const std::string& state) {
-  // A Loader state is "dlfL", a version byte (1), then the order state.
-  if (state.size() >= 5 && state.compare(0, 4, "dlfL") == 0) {
-    if (state[4] != 1) {
-      return absl::InvalidArgumentError("loader state: version " + std::to_string(int(uint8_t(state[4]))) +
-                                        ", expected 1");
-    }
-    return decode_state(state.substr(5));
-  }
-  return decode_state(state);
+absl::StatusOr<OrderState> order_state_of(const std::string& state) {
+  if (!is_loader_state(state)) return decode_state(state);
+  DLFEED_ASSIGN_OR_RETURN(LoaderState s, decode_loader_state(state));
+  return s.order;
 }
 
 void bind_order(py::module_& m) {
@@ -61,7 +56,7 @@ void bind_order(py::module_& m) {
   m.def(
       "decode_state",
       [](const py::bytes& b) {
-        OrderState s = unwrap(decode_loader_state(std::string(b)));
+        OrderState s = unwrap(order_state_of(std::string(b)));
         py::dict d;
         d["strategy"] = s.spec.strategy;
         d["seed"] = s.spec.seed;

@@ -32,7 +32,7 @@ T unwrap(absl::StatusOr<T> v) {
 }
 
 /// The order state inside a Loader::state() (or a bare order state).
-absl::StatusOr<OrderState> decode_loader_state(const std::string& state);
+absl::StatusOr<OrderState> order_state_of(const std::string& state);
 
 /// A Python sequence of ints as a Shape, and back.
 Shape shape_from_py(const py::handle& seq);

@@ -1,0 +1,187 @@
+// Private: the I/O engine. One thread owns an IoBackend, submits each batch
+// of reads handed to it as one submission and reaps completions, so the ring
+// is long-lived and submission is batched. It knows nothing of the pipeline:
+// a batch is a list of reads and a callback for when they have all landed.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/io/io_backend.h"
+
+namespace dlfeed::detail {
+
+/// Reads submitted together and reported on once.
+struct ReadBatch {
+  /// What to read (user_data is the engine's own). The buffers under `dest`
+  /// must stay valid until `done` has been called.
+  std::vector<ReadRequest> reads;
+  /// Called once: OK when every read completed, else the first error (a read's,
+  /// the backend's refusal, or Cancelled). On the engine's thread, or on the
+  /// thread calling cancel_pending().
+  std::function<void(const absl::Status&)> done;
+};
+
+/// The engine thread's share of a measuring window spent on a CPU, and the
+/// share of its reads that were page-cache hits (complete when their submit
+/// call returned, IoStats::completed_at_submit), both in permille. A window
+/// closes at the first update() at least kWindowNs after it opened.
+class BusyMeter {
+ public:
+  static constexpr uint64_t kWindowNs = 5'000'000;
+
+  /// Opens the first window (the thread's wall and CPU clocks, in ns).
+  void start(uint64_t wall_ns, uint64_t cpu_ns) {
+    wall_ = wall_ns;
+    cpu_ = cpu_ns;
+  }
+  /// Whether update() at `wall_ns` would close the window (so the CPU clock,
+  /// a system call, is read only then).
+  bool due(uint64_t wall_ns) const { return wall_ns - wall_ >= kWindowNs; }
+  /// `reads` and `hits`: the backend's totals so far. Returns true when it
+  /// closed a window (and published its shares).
+  bool update(uint64_t wall_ns, uint64_t cpu_ns, uint64_t reads, uint64_t hits);
+  uint32_t busy_permille() const { return busy_.load(std::memory_order_relaxed); }
+  /// 0 for a window without reads.
+  uint32_t hits_permille() const { return hits_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint32_t> busy_{0}, hits_{0};
+  uint64_t wall_ = 0, cpu_ = 0, reads_ = 0, hits_total_ = 0;  // the updating thread only
+};
+
+/// Which engine takes the next batch. The first takes every batch until its
+/// thread spent at least 75% of its last window on a CPU with at least 90% of
+/// its reads page-cache hits (the kernel copies on the thread that submits,
+/// io_uring included: the engine is then the bottleneck); then batches go
+/// round all engines (batch index mod N), until together they are busy less
+/// than 50% of one thread or fewer than half their reads are hits. Reads that
+/// wait on the device stay on one engine: more rings, each with its own queue
+/// and its own thread taking completions, made a cold global shuffle slower
+/// (docs/performance.md).
+class Spreader {
+ public:
+  static constexpr uint32_t kOnBusy = 750, kOnHits = 900;
+  static constexpr uint32_t kOffBusy = 500, kOffHits = 500;
+
+  struct Load {
+    uint32_t busy_permille = 0;
+    uint32_t hits_permille = 0;
+  };
+  /// The engine (an index into `loads`, one per engine) for batch `index`;
+  /// `always`: spread whatever the loads (LoaderOptions::io_spread_always).
+  size_t pick(std::span<const Load> loads, uint64_t index, bool always);
+  bool spreading() const { return spreading_; }
+
+ private:
+  bool spreading_ = false;
+};
+
+/// Adds `b`'s counts to `a` (peak_bytes_in_kernel: the larger; it is per ring).
+void accumulate(IoStats& a, const IoStats& b);
+
+class IoEngine {
+ public:
+  /// Reads longer than `max_piece` are issued as pieces of that size (in file
+  /// order), so the backend can keep several in flight (0: never split).
+  /// `number` names the thread (0: the first engine, which is always used).
+  /// `counters` outlives the engine.
+  IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number);
+  /// Fails batches not yet submitted (Cancelled), waits for the reads in the
+  /// backend, joins the thread.
+  ~IoEngine();
+  IoEngine(const IoEngine&) = delete;
+  IoEngine& operator=(const IoEngine&) = delete;
+
+  void submit(std::shared_ptr<ReadBatch> batch);
+  /// Batches not yet handed to the backend complete at once as cancelled;
+  /// reads already in the backend finish normally.
+  void cancel_pending();
+  const IoBackend& backend() const { return *backend_; }
+  /// Per FileTable id: reads of that file go to a staged copy (counted as
+  /// bytes_read_staged). Set before the first submit().
+  void set_staged_flags(const std::atomic<uint8_t>* flags, size_t n) {
+    staged_ = flags;
+    staged_n_ = n;
+  }
+  IoStats stats() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+  }
+  /// The thread's CPU share of its last window (BusyMeter): near 1000 when
+  /// its reads hit the page cache and the engine is the pipeline's
+  /// bottleneck; low when its reads wait on the device or it waits for work.
+  uint32_t busy_permille() const { return meter_.busy_permille(); }
+  uint32_t hits_permille() const { return meter_.hits_permille(); }
+  Spreader::Load load() const { return {busy_permille(), hits_permille()}; }
+
+ private:
+  void loop();
+  void start_batch(const std::shared_ptr<ReadBatch>& b, std::vector<ReadRequest>& reqs);
+  void add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, uint64_t user_data, uint64_t rest) const;
+
+  struct Active {
+    std::shared_ptr<ReadBatch> batch;
+    size_t left = 0;
+    absl::Status status;  // the first error
+    uint64_t submit_ns = 0;
+  };
+  std::unique_ptr<IoBackend> backend_;
+  counters::Counters* counters_;
+  uint64_t max_piece_;
+  uint32_t number_;
+  const std::atomic<uint8_t>* staged_ = nullptr;
+  size_t staged_n_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<ReadBatch>> pending_;
+  bool stop_ = false;
+  std::unordered_map<ReadBatch*, Active> active_;  // engine thread only
+  uint64_t sampled_ = 0;                           // engine thread only
+  mutable std::mutex stats_mu_;
+  IoStats stats_;
+  BusyMeter meter_;
+  std::thread thread_;
+};
+
+/// The loader's engines (LoaderOptions::io_engines), each with a backend of
+/// its own over the same files, and the Spreader choosing among them.
+class EngineSet {
+ public:
+  explicit EngineSet(bool spread_always = false) : spread_always_(spread_always) {}
+  void add(std::unique_ptr<IoEngine> engine) { engines_.push_back(std::move(engine)); }
+  void set_spread_always(bool always) { spread_always_ = always; }
+  /// Hands batch `index`'s reads to the engine the Spreader picks. The
+  /// look-ahead's thread only.
+  void submit(uint64_t index, std::shared_ptr<ReadBatch> batch);
+  void cancel_pending();
+  void set_staged_flags(const std::atomic<uint8_t>* flags, size_t n);
+  /// Every engine's IoStats added up.
+  IoStats stats() const;
+  size_t size() const { return engines_.size(); }
+  const IoBackend& backend() const { return engines_[0]->backend(); }
+  /// Batches that went to an engine other than the first.
+  uint64_t batches_spread() const { return spread_.load(std::memory_order_relaxed); }
+  /// Each engine drains its reads in flight and joins its thread.
+  void clear() { engines_.clear(); }
+
+ private:
+  std::vector<std::unique_ptr<IoEngine>> engines_;
+  bool spread_always_;
+  Spreader spreader_;
+  std::vector<Spreader::Load> loads_;  // submit()'s scratch
+  std::atomic<uint64_t> spread_{0};
+};
+
+}  // namespace dlfeed::detail

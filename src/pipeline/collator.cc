@@ -1,0 +1,79 @@
+#include "pipeline/collator.h"
+
+#include "record.h"
+
+namespace dlfeed::pipeline {
+
+using counters::Component;
+using CId = counters::Id;
+using detail::now_of;
+
+void DeliveryQueue::push(Delivery d) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.push_back(std::move(d));
+  }
+  cv_.notify_all();
+}
+
+Delivery DeliveryQueue::pop(Budget& budget) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (ready_.empty()) {
+    // Let the look-ahead know: with nothing on the way it must admit a batch.
+    lock.unlock();
+    budget.set_consumer_waiting(true);
+    lock.lock();
+    cv_.wait(lock, [&] { return !ready_.empty(); });
+    lock.unlock();
+    budget.set_consumer_waiting(false);
+    lock.lock();
+  }
+  Delivery d = std::move(ready_.front());
+  ready_.pop_front();
+  return d;
+}
+
+void DeliveryQueue::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ready_.clear();
+}
+
+Collator::Collator(std::shared_ptr<BufferPool> pool, counters::Counters* counters, DeliveryQueue& queue,
+                   std::atomic<bool>& failed)
+    : pool_(std::move(pool)), counters_(counters), queue_(queue), failed_(failed) {}
+
+void Collator::collate(Work& w) {
+  if (counters_ == nullptr) return deliver(w);
+  counters::Counters& c = *counters_;
+  [[maybe_unused]] const uint64_t t0 = now_of(c);
+  DLFEED_REC(c.interval_begin(Component::kCollate, t0));
+  deliver(w);
+  DLFEED_REC({
+    const uint64_t t1 = c.now();
+    c.interval_end(Component::kCollate, t1);
+    c.sample(CId::kCollate, t1 - t0);
+    if (c.tracing()) c.trace("collate", "collate", t0, t1 - t0, w.epoch, w.index);
+  });
+}
+
+void Collator::deliver(Work& w) {
+  if (!w.error.ok()) {
+    failed_ = true;
+    queue_.push({nullptr, w.error, false, nullptr});
+    return;
+  }
+  // The consumer's handle returns the buffers and the admission when dropped.
+  Batch* raw = w.batch.get();
+  auto holder = std::make_shared<std::shared_ptr<Batch>>(std::move(w.batch));
+  std::shared_ptr<BufferPool> p = pool_;
+  std::shared_ptr<Ticket> ticket = w.ticket;
+  std::shared_ptr<Ticket> t = std::move(w.ticket);
+  std::shared_ptr<const Batch> handed(raw, [holder, p, t](const Batch*) mutable {
+    for (auto& s : (*holder)->storage) p->give(std::move(s));
+    holder.reset();
+    t.reset();
+  });
+  queue_.push({std::move(handed), absl::OkStatus(), false, std::move(ticket)});
+}
+
+}  // namespace dlfeed::pipeline

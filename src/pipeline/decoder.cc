@@ -1,0 +1,176 @@
+#include "pipeline/decoder.h"
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+#include "pipeline/pipeline.h"
+#include "record.h"
+
+namespace dlfeed::pipeline {
+
+using counters::Component;
+using CId = counters::Id;
+using detail::now_of;
+
+Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
+                 std::shared_ptr<BufferPool> pool, counters::Counters* counters)
+    : indices_(indices), field_names_(field_names), pool_(std::move(pool)), counters_(counters) {}
+
+std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const {
+  const size_t F = indices_.size();
+  const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
+  if (e == b) return {};
+  if (e == b + 1) {
+    const auto& p = w.plan.pieces[b];
+    return {w.raw.data() + p.buffer_offset, p.length};
+  }
+  uint64_t total = 0;
+  for (uint32_t k = b; k < e; ++k) total += w.plan.pieces[k].length;
+  tmp.resize(total);
+  uint64_t pos = 0;
+  for (uint32_t k = b; k < e; ++k) {
+    const auto& p = w.plan.pieces[k];
+    std::memcpy(tmp.data() + pos, w.raw.data() + p.buffer_offset, p.length);
+    pos += p.length;
+  }
+  return {tmp.data(), tmp.size()};
+}
+
+void Decoder::decode(Work& w) const {
+  absl::Status st = w.wait_reads();
+  if (!st.ok()) {
+    w.error = st;
+    return;
+  }
+  if (counters_ == nullptr) return decode_reads(w);
+  counters::Counters& c = *counters_;
+  detail::name_thread_once(c, "dlfeed worker");
+  [[maybe_unused]] const uint64_t t0 = now_of(c);
+  DLFEED_REC(c.interval_begin(Component::kDecode, t0));
+  decode_reads(w);
+  DLFEED_REC({
+    const uint64_t t1 = c.now();
+    c.interval_end(Component::kDecode, t1);
+    c.sample(CId::kDecode, t1 - t0);
+    if (c.tracing()) c.trace("decode", "decode", t0, t1 - t0, w.epoch, w.index, w.ids.size());
+  });
+}
+
+void Decoder::decode_reads(Work& w) const {
+  const size_t n = w.ids.size(), F = indices_.size();
+  auto batch = std::make_shared<Batch>();
+  batch->epoch = w.epoch;
+  batch->index = w.index;
+  batch->position = w.position;
+  batch->sample_ids = w.ids;
+  batch->fields.resize(F);
+  batch->storage.resize(F);
+  for (size_t f = 0; f < F && w.error.ok(); ++f) {
+    BatchField& out = batch->fields[f];
+    out.name = field_names_[f];
+    const SampleIndex& idx = indices_[f];
+    // Sizes known before decode (every dimension of every sample): decode in
+    // parallel straight into place. Otherwise in order, appending.
+    const bool known = w.known[f];
+    out.offsets.resize(n + 1);
+    out.sample_shapes.resize(n);
+    ByteBuffer& store = batch->storage[f];
+    if (known) {
+      out.offsets = std::move(w.out_offsets[f]);
+      store = std::move(w.out[f]);
+      std::vector<absl::Status> errs(n);
+      auto one = [&](size_t i) {
+        tsan_handshake();
+        struct End {
+          ~End() { tsan_handshake(); }
+        } end;
+        const SampleRef& ref = idx.samples[w.ids[i]];
+        counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
+        if (w.direct[i * F + f]) {
+          out.sample_shapes[i] = ref.shape;
+          return;
+        }
+        thread_local ByteBuffer tmp;
+        thread_local std::vector<std::byte> scratch;
+        auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+        if (!d.ok()) {
+          errs[i] = d.status();
+          return;
+        }
+        const uint64_t want = out.offsets[i + 1] - out.offsets[i];
+        if (d->bytes.size() != want) {
+          errs[i] = format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
+                                 absl::StrCat(want, " decoded bytes for sample ", ref.item),
+                                 absl::StrCat(d->bytes.size()));
+          return;
+        }
+        if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
+        out.sample_shapes[i] = d->shape;
+      };
+      size_t to_decode = 0;
+      for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
+      if (to_decode >= 8) {
+        tsan_handshake();
+        // Isolated: while this thread waits for the loop's last samples it
+        // runs only the loop's own tasks. Otherwise it could pick up the
+        // source filter's task, which may block until the consumer takes
+        // the batch being decoded below it on this very stack: a deadlock.
+        tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
+        tsan_handshake();
+      } else {
+        for (size_t i = 0; i < n; ++i) one(i);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (!errs[i].ok()) {
+          w.error = errs[i];
+          break;
+        }
+      }
+      out.dtype = n ? idx.samples[w.ids[0]].dtype : DType{};
+    } else {
+      // Sizes known only after decode (e.g. TFRecord features): in order.
+      counters::CurrentScope timed(counters_);
+      ByteBuffer tmp;
+      std::vector<std::byte> scratch;
+      // Decoded sizes are close to the bytes read (TFRecord features): a
+      // buffer of that capacity usually takes every sample without growing.
+      store = pool_->take(w.unknown_bytes[f]);
+      store.clear();
+      out.offsets[0] = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const SampleRef& ref = idx.samples[w.ids[i]];
+        auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+        if (!d.ok()) {
+          w.error = d.status();
+          break;
+        }
+        const uint64_t at = store.size();
+        store.resize(at + d->bytes.size());
+        if (!d->bytes.empty()) std::memcpy(store.data() + at, d->bytes.data(), d->bytes.size());
+        out.offsets[i + 1] = store.size();
+        out.sample_shapes[i] = d->shape;
+        if (i == 0) out.dtype = d->dtype;
+      }
+    }
+    if (!w.error.ok()) break;
+    out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+    bool uniform = n > 0;
+    for (size_t i = 1; i < n && uniform; ++i) uniform = out.sample_shapes[i] == out.sample_shapes[0];
+    if (uniform) {
+      out.shape.push_back(static_cast<int64_t>(n));
+      for (int64_t d : out.sample_shapes[0]) out.shape.push_back(d);
+    }
+  }
+  pool_->give(std::move(w.raw));
+  if (!w.error.ok()) {
+    for (auto& s : batch->storage) pool_->give(std::move(s));
+    return;
+  }
+  w.batch = std::move(batch);
+}
+
+}  // namespace dlfeed::pipeline

@@ -1,0 +1,44 @@
+// Private: the decode filter (parallel across batches). Each sample's bytes
+// (a view into the read buffer, or its pieces gathered when it has several
+// extents) go to its source's decode, and the result to its slot in the
+// batch buffer; samples read there directly need nothing.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlfeed/batch/batch.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/sample.h"
+#include "pipeline/work.h"
+
+namespace dlfeed::pipeline {
+
+class Decoder {
+ public:
+  /// `indices` and `field_names`: one per field; they outlive the decoder.
+  /// `counters` may be null.
+  Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
+          std::shared_ptr<BufferPool> pool, counters::Counters* counters);
+
+  /// Waits for `w`'s reads, then decodes every sample of every field
+  /// straight into the batch's buffers: w.batch, or w.error (the first
+  /// failing read or decode, naming file and offset). The read buffer goes
+  /// back to the pool either way. Any thread; calls may overlap.
+  void decode(Work& w) const;
+
+ private:
+  void decode_reads(Work& w) const;
+  // The bytes of sample i, field f: a view into the read buffer (one extent)
+  // or gathered into `tmp` (several extents).
+  std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
+
+  const std::vector<SampleIndex>& indices_;
+  const std::vector<std::string>& field_names_;
+  std::shared_ptr<BufferPool> pool_;
+  counters::Counters* counters_;
+};
+
+}  // namespace dlfeed::pipeline

@@ -1,0 +1,69 @@
+// Private: the pipeline's source filter. It keeps the reads of every batch
+// the prefetch policy and the memory budget admit in flight (the
+// look-ahead), and hands the pipeline the oldest; it waits only when nothing
+// at all is in flight for the pipeline. So the look-ahead is the policy's,
+// not the thread count's: decode threads wait only for the oldest batch's
+// reads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+
+#include "dlfeed/batch/batch.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/order/order.h"
+#include "io/engine.h"
+#include "pipeline/budget.h"
+#include "pipeline/planner.h"
+#include "pipeline/work.h"
+
+namespace dlfeed::pipeline {
+
+/// What the look-ahead draws on, the same for every epoch (all outlive it).
+struct SourceParts {
+  Planner* planner = nullptr;
+  std::shared_ptr<Budget> budget;
+  AdmitRule rule;
+  BufferPool* pool = nullptr;            // the read and batch buffers
+  FileTable* fadvise = nullptr;          // non-null: hint each batch's reads (WILLNEED) before issuing them
+  detail::EngineSet* engines = nullptr;  // issues the reads
+  counters::Counters* counters = nullptr;
+  const std::atomic<bool>* stop = nullptr;    // the epoch is cancelled
+  const std::atomic<bool>* failed = nullptr;  // a batch failed: plan no more
+};
+
+/// One epoch's source: batches of `cursor` from `first_batch` on.
+class Lookahead {
+ public:
+  Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch);
+  ~Lookahead() { drop(); }
+  Lookahead(const Lookahead&) = delete;
+  Lookahead& operator=(const Lookahead&) = delete;
+
+  /// The oldest admitted batch, its reads issued (the pipeline owns it from
+  /// now on, through Work::self); null at the end of the epoch or on stop.
+  Work* next();
+  /// Drops the batches planned but never handed to the pipeline.
+  void drop();
+  /// Batches admitted and not yet handed out.
+  size_t ahead() const { return ahead_.size(); }
+
+ private:
+  // Admits `w` (waiting when `wait`, else refusing at once), then takes its
+  // buffers and issues its reads.
+  bool admit_and_read(Work& w, bool wait);
+  void issue_reads(Work& w);
+
+  SourceParts parts_;
+  OrderCursor cursor_;
+  uint64_t epoch_;
+  uint64_t batch_index_;
+  std::deque<Work*> ahead_;  // admitted, reads issued, in order
+  Work* staged_ = nullptr;   // planned, waiting for admission
+  bool exhausted_ = false;
+};
+
+}  // namespace dlfeed::pipeline

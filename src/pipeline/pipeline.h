@@ -1,0 +1,57 @@
+// Private: the oneTBB wiring. Per epoch one thread runs
+//
+//   tbb::parallel_pipeline(lookahead [serial in order]
+//                          & decoder [parallel]
+//                          & collator [serial in order])
+//
+// in the loader's task arena, passing Work* tokens.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "pipeline/collator.h"
+#include "pipeline/decoder.h"
+#include "pipeline/lookahead.h"
+
+namespace dlfeed::pipeline {
+
+// oneTBB's own synchronization is inside libtbb, which ThreadSanitizer does
+// not see; in TSan builds every task body passes through one mutex at its
+// start and end (and the threads that spawn and join the tasks do too), so
+// the happens-before edges TBB provides are visible to the checker.
+// Elsewhere it compiles to nothing.
+#if defined(__SANITIZE_THREAD__)
+std::mutex& tsan_handshake_mutex();
+inline void tsan_handshake() { std::lock_guard<std::mutex> lock(tsan_handshake_mutex()); }
+#else
+inline void tsan_handshake() {}
+#endif
+
+class Pipeline {
+ public:
+  /// An arena of `threads` (at least 2: the source may block, and decode
+  /// needs a thread too).
+  explicit Pipeline(uint32_t threads);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  /// Runs one epoch on the calling thread: `source`'s batches decoded in
+  /// parallel and collated in order, until the source runs dry or `stop` is
+  /// raised (later batches are then dropped, not delivered); then the end of
+  /// the epoch (after an error from the pipeline itself, that error first)
+  /// goes to the collator's queue.
+  void run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop);
+
+  uint32_t threads() const { return threads_; }
+
+ private:
+  struct Arena;
+  uint32_t threads_;
+  std::unique_ptr<Arena> arena_;
+};
+
+}  // namespace dlfeed::pipeline

@@ -1,0 +1,150 @@
+#include "pipeline/planner.h"
+
+#include <algorithm>
+#include <span>
+
+#include "record.h"
+
+namespace dlfeed::pipeline {
+
+using counters::Component;
+using CId = counters::Id;
+using detail::now_of;
+
+Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std::vector<uint32_t>>& file_ids,
+                 PlannerOptions options, counters::Counters* counters)
+    : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters) {}
+
+std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index) {
+  if (cursor.done()) return nullptr;
+  [[maybe_unused]] const uint64_t t0 = counters_ ? now_of(*counters_) : 0;
+  const uint32_t B = options_.batch_size;
+  auto w = std::make_shared<Work>();
+  w->epoch = epoch;
+  w->index = batch_index;
+  w->position = cursor.position();
+  w->ids.resize(B);
+  const size_t n = cursor.next(std::span<uint64_t>(w->ids));
+  w->ids.resize(n);
+  if (n == 0 || (n < B && options_.drop_last_batch)) return nullptr;
+  ++batch_index;
+  plan(*w);
+  DLFEED_REC({
+    if (counters_ != nullptr) {
+      const uint64_t t1 = counters_->now();
+      counters_->add(CId::kExtents, w->piece_begin.back() + std::count(w->direct.begin(), w->direct.end(), 1));
+      counters_->sample(CId::kPlan, t1 - t0);
+      counters_->interval_begin(Component::kPlan, t0);
+      counters_->interval_end(Component::kPlan, t1);
+      if (counters_->tracing()) counters_->trace("plan", "plan", t0, t1 - t0, epoch, w->index, w->plan.reads.size());
+    }
+  });
+  return w;
+}
+
+void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
+  const size_t n = w.ids.size(), F = indices_.size();
+  raw_ok.assign(n * F, 0);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t f = 0; f < F; ++f) {
+      const SampleRef& ref = indices_[f].samples[w.ids[i]];
+      if (!w.known[f] || ref.extents.size() != 1 || !indices_[f].sources[ref.source]->is_identity(ref)) continue;
+      raw_ok[i * F + f] = 1;
+    }
+  }
+  if (!options_.coalesce.enabled) return;
+  // Every extent of the batch, sorted per file: a small raw sample with a
+  // neighbour within max_gap stays with the coalesced reads (reading them
+  // together saves more than a copy).
+  std::vector<std::pair<uint64_t, uint64_t>>& small = small_scratch_;  // (file << 32 | slot, offset)
+  small.clear();
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t f = 0; f < F; ++f) {
+      const SampleRef& ref = indices_[f].samples[w.ids[i]];
+      const uint64_t key = (uint64_t{file_ids_[f][ref.file]} << 32) | (i * F + f);
+      for (const Extent& e : ref.extents) small.push_back({key, e.offset});
+    }
+  }
+  std::sort(small.begin(), small.end(), [](const auto& a, const auto& b) {
+    return (a.first >> 32) != (b.first >> 32) ? a.first < b.first : a.second < b.second;
+  });
+  auto end_of = [&](size_t k) {
+    const uint64_t slot = small[k].first & 0xFFFFFFFFu;
+    const SampleRef& ref = indices_[slot % F].samples[w.ids[slot / F]];
+    for (const Extent& e : ref.extents) {
+      if (e.offset == small[k].second) return e.offset + e.length;
+    }
+    return small[k].second;
+  };
+  for (size_t k = 0; k + 1 < small.size(); ++k) {
+    if ((small[k].first >> 32) != (small[k + 1].first >> 32)) continue;
+    if (small[k + 1].second > end_of(k) + options_.coalesce.max_gap) continue;
+    // Neighbours: neither goes direct unless it is large.
+    for (size_t j : {k, k + 1}) {
+      const uint64_t slot = small[j].first & 0xFFFFFFFFu;
+      const SampleRef& ref = indices_[slot % F].samples[w.ids[slot / F]];
+      if (ref.extents[0].length < kDirectMinBytes) raw_ok[slot] = 0;
+    }
+  }
+}
+
+void Planner::plan(Work& w) {
+  const size_t n = w.ids.size(), F = indices_.size();
+  std::vector<prefetch::ExtentRef>& ext = ext_scratch_;
+  ext.clear();
+  uint64_t direct_extents = 0;
+  w.piece_begin.resize(n * F + 1);
+  w.known.assign(F, 1);
+  w.out_offsets.assign(F, {});
+  w.unknown_bytes.assign(F, 0);
+  w.direct.assign(n * F, 0);
+  w.direct_reads.clear();
+  w.out.resize(F);
+  for (size_t f = 0; f < F; ++f) {
+    for (size_t i = 0; i < n && w.known[f]; ++i) {
+      for (int64_t d : indices_[f].samples[w.ids[i]].shape) w.known[f] = w.known[f] && d >= 0;
+    }
+    if (!w.known[f]) continue;
+    auto& off = w.out_offsets[f];
+    off.resize(n + 1);
+    off[0] = 0;
+    for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + indices_[f].samples[w.ids[i]].nbytes();
+  }
+  std::vector<uint8_t>& raw_ok = direct_scratch_;
+  choose_direct(w, raw_ok);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t f = 0; f < F; ++f) {
+      w.piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
+      const SampleRef& ref = indices_[f].samples[w.ids[i]];
+      const uint32_t file = file_ids_[f][ref.file];
+      if (raw_ok[i * F + f]) {
+        w.direct[i * F + f] = 1;
+        const Extent& e = ref.extents[0];
+        const uint64_t dest = w.out_offsets[f][i];
+        auto& dr = w.direct_reads;
+        // Neighbours in the file that are neighbours in the batch (sequential
+        // orders) become one run (the engine issues it in max_read pieces).
+        if (options_.coalesce.enabled && !dr.empty() && dr.back().field == f && dr.back().file == file &&
+            dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest) {
+          dr.back().length += e.length;
+        } else {
+          dr.push_back({file, e.offset, e.length, static_cast<uint32_t>(f), dest});
+        }
+        ++direct_extents;
+        continue;
+      }
+      for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
+      if (!w.known[f]) w.unknown_bytes[f] += ref.read_bytes();
+    }
+  }
+  uint64_t out_bytes = 0;
+  for (size_t f = 0; f < F; ++f) out_bytes += w.known[f] ? w.out_offsets[f][n] : w.unknown_bytes[f];
+  w.piece_begin[n * F] = static_cast<uint32_t>(ext.size());
+  w.plan = prefetch::plan_reads(ext, options_.coalesce);
+  extents_.fetch_add(ext.size() + direct_extents, std::memory_order_relaxed);
+  planned_reads_.fetch_add(w.plan.reads.size() + w.direct_reads.size(), std::memory_order_relaxed);
+  w.ticket = std::make_shared<Ticket>();
+  w.ticket->bytes = w.plan.buffer_bytes + out_bytes;
+}
+
+}  // namespace dlfeed::pipeline

@@ -1,0 +1,79 @@
+// Private: one batch in flight through the pipeline, the token its stages
+// pass along (docs/architecture.md):
+//
+//   lookahead (planner, budget, I/O engine) -> decoder -> collator
+//
+// The planner fills the ids and the reads, admission the buffers and the
+// ticket, the engine the bytes, the decoder the batch (or the error).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dlfeed/batch/batch.h"
+#include "dlfeed/prefetch/plan.h"
+#include "pipeline/budget.h"
+
+namespace dlfeed::pipeline {
+
+struct Work {
+  uint64_t epoch = 0;
+  uint64_t index = 0;     // the batch's index in the epoch
+  uint64_t position = 0;  // the rank position of its first sample
+  std::vector<uint64_t> ids;
+  prefetch::ReadPlan plan;
+  // piece_begin[i * fields + f] is the first plan piece of sample i, field f.
+  std::vector<uint32_t> piece_begin;
+  ByteBuffer raw;  // the plan's read buffer
+  // Fields whose sample sizes are known before decode get their batch buffer
+  // at admission; samples whose decode is the identity (raw contiguous bytes)
+  // are read straight into it (direct[i * fields + f]) and skip decode.
+  struct DirectRead {
+    uint32_t file;
+    uint64_t offset, length;
+    uint32_t field;
+    uint64_t dest;  // offset in out[field]
+  };
+  std::vector<uint8_t> known;                      // per field
+  std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
+  std::vector<uint64_t> unknown_bytes;             // per other field: the bytes read for it (a size hint)
+  std::vector<uint8_t> direct;                     // per (sample, field)
+  std::vector<DirectRead> direct_reads;
+  std::vector<ByteBuffer> out;  // per field (known ones allocated)
+  std::shared_ptr<Ticket> ticket;
+
+  // Read completion (set through the engine's callback).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool reads_done = false;
+  absl::Status read_status;
+
+  // Output.
+  std::shared_ptr<Batch> batch;
+  absl::Status error;
+
+  // The pipeline passes plain Work* tokens (stored in place by oneTBB); this
+  // keeps the work alive from planning until the collator lets go.
+  std::shared_ptr<Work> self;
+
+  /// Every read landed (OK) or the first error.
+  void reads_finished(const absl::Status& s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      read_status = s;
+      reads_done = true;
+    }
+    cv.notify_all();
+  }
+  absl::Status wait_reads() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return reads_done; });
+    return read_status;
+  }
+};
+
+}  // namespace dlfeed::pipeline
