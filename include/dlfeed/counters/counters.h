@@ -1,7 +1,7 @@
 // Built-in timing counters, interval accounting, accelerator utilisation
-// (AU) and trace events of the loader. Always on unless the library is built
-// with -DDLFEED_COUNTERS=OFF (then recording compiles to nothing and
-// snapshots are all zeros).
+// (AU) and trace events of the loader. Always on unless built with
+// -DDLFEED_COUNTERS=OFF (recording then compiles to nothing, snapshots are
+// all zeros; every class keeps its layout, so either setting links safely).
 //
 //   auto& c = loader->counters();
 //   for (auto& batch : loader->epoch(e)) {
