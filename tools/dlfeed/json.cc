@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"
 
@@ -265,28 +264,6 @@ class JsonParser {
 
 absl::StatusOr<Json> Json::parse(absl::string_view text, absl::string_view path) {
   return JsonParser(text, path).document();
-}
-
-std::string json_quote(absl::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-        else out += c;
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "0";
-  return absl::StrFormat("%.12g", v);
 }
 
 absl::StatusOr<const Json*> json_member(const Json& obj, absl::string_view key, Json::Type t,

@@ -1,4 +1,4 @@
-// A small JSON reader and writing helpers for the command line's own files
+// A small JSON reader and the writing helpers for the command line's own files
 // (calibrations, workload manifests). Errors name the file and the byte
 // offset, and say what was expected there.
 #pragma once
@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dlfeed/detail/json.h"
 
 namespace dlfeed::cli {
 
@@ -49,10 +50,10 @@ class Json {
 /// "kind of value" for errors: "a number", "an object", ...
 const char* json_type_name(Json::Type t);
 
-/// `s` as a JSON string literal, quotes included.
-std::string json_quote(absl::string_view s);
-/// A finite double with 12 significant digits (non-finite values as 0).
-std::string json_number(double v);
+/// Writing: the library's (dlfeed/detail/json.h), so the command line's
+/// files spell strings and numbers as the counters' exports do.
+using detail::json_number;
+using detail::json_quote;
 
 /// Member `key` of `obj` checked to be of type `t`; otherwise an error
 /// "PATH: at offset N: expected KEY to be T, found ..." (or "... has no KEY").

@@ -1,7 +1,7 @@
 // Built-in timing counters, interval accounting, accelerator utilisation
-// (AU) and trace events of the loader. Always on unless the library is built
-// with -DDLFEED_COUNTERS=OFF (then recording compiles to nothing and
-// snapshots are all zeros).
+// (AU) and trace events of the loader. Always on unless built with
+// -DDLFEED_COUNTERS=OFF (recording then compiles to nothing, snapshots are
+// all zeros; every class keeps its layout, so either setting links safely).
 //
 //   auto& c = loader->counters();
 //   for (auto& batch : loader->epoch(e)) {
@@ -244,6 +244,86 @@ enum class Region : uint8_t { kCompute, kBarrier };
 
 class Counters;
 
+/// What a Span records: the value of distribution `id`; the interval of
+/// `component` (Component::kCount: none) while the span is open; with
+/// `io_overlap` (Id::kCount: none), the I/O busy time during the span into
+/// that sum; and, when tracing, an event `name` in category `cat` (nullptr:
+/// none; both string literals) if the span lasted at least `trace_min_ns`.
+struct SpanKind {
+  Id id = Id::kCount;
+  Component component = Component::kCount;
+  const char* name = nullptr;
+  const char* cat = "";
+  Id io_overlap = Id::kCount;
+  uint64_t trace_min_ns = 0;
+};
+
+/// The loader's spans, named as docs/counters.md names their trace events
+/// (the arguments, set with Span::args, are listed there too).
+inline constexpr SpanKind kOpenSpan{.id = Id::kOpen, .name = "open", .cat = "index"};
+inline constexpr SpanKind kPlanSpan{.id = Id::kPlan, .component = Component::kPlan, .name = "plan", .cat = "plan"};
+inline constexpr SpanKind kAdmitWaitSpan{
+    .id = Id::kAdmitWait, .name = "admit_wait", .cat = "plan", .trace_min_ns = 1000};
+inline constexpr SpanKind kDecodeSpan{
+    .id = Id::kDecode, .component = Component::kDecode, .name = "decode", .cat = "decode"};
+inline constexpr SpanKind kCollateSpan{
+    .id = Id::kCollate, .component = Component::kCollate, .name = "collate", .cat = "collate"};
+inline constexpr SpanKind kStallSpan{.id = Id::kStall,
+                                     .component = Component::kStall,
+                                     .name = "stall",
+                                     .cat = "consumer",
+                                     .io_overlap = Id::kIoExposed};
+inline constexpr SpanKind kComputeSpan{.id = Id::kCompute,
+                                       .component = Component::kCompute,
+                                       .name = "compute",
+                                       .cat = "consumer",
+                                       .io_overlap = Id::kIoHidden};
+inline constexpr SpanKind kBarrierSpan{.id = Id::kBarrier, .name = "barrier", .cat = "consumer"};
+
+/// Times one operation from construction to end() or destruction and
+/// records it as `kind` says (a distribution value, a component interval, an
+/// I/O overlap, a trace event):
+///
+///   counters::Span span(counters, counters::kDecodeSpan);
+///   decode(w);
+///   span.args(w.epoch, w.index, w.ids.size());  // the trace event's, any time before the end
+///
+/// With null counters it records nothing; with -DDLFEED_COUNTERS=OFF it
+/// reads no clock and records nothing, and its layout is the same.
+class Span {
+ public:
+  /// Begins now.
+  Span(Counters* c, const SpanKind& kind);
+  /// Begins at t0, a Counters::now() the caller already read.
+  Span(Counters* c, const SpanKind& kind, uint64_t t0);
+  ~Span() { end(); }
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+  /// The trace event's arguments (their meaning per event name: docs/counters.md).
+  void args(uint64_t a0, uint64_t a1 = 0, uint64_t a2 = 0) {
+    a0_ = a0;
+    a1_ = a1;
+    a2_ = a2;
+  }
+  /// When the span began (0 when it records nothing).
+  uint64_t start() const { return t0_; }
+  /// Whether it is still to record (begun on counters, not ended).
+  bool open() const { return c_ != nullptr; }
+  /// Ends now and records; returns the end time (0 when nothing was open).
+  uint64_t end();
+  /// Ends at t1, a Counters::now() the caller already read, and records.
+  void end_at(uint64_t t1);
+
+ private:
+  void begin(Counters* c, uint64_t t0);
+
+  Counters* c_ = nullptr;  // null once ended
+  SpanKind kind_;
+  uint64_t t0_ = 0, io0_ = 0;
+  uint64_t a0_ = 0, a1_ = 0, a2_ = 0;
+};
+
 /// The counters of the loader whose decode runs on this thread (nullptr
 /// elsewhere): format code times its steps (CRC, inflate, parse) with
 /// StepTimer without being handed a Counters.
@@ -258,44 +338,33 @@ class CurrentScope {
   CurrentScope& operator=(const CurrentScope&) = delete;
 
  private:
-#if DLFEED_COUNTERS_ENABLED
-  Counters* prev_;
-#endif
+  Counters* prev_ = nullptr;
 };
 
 /// Records the time from construction to destruction into distribution `id`
 /// of the current counters (nothing when none are current).
 class StepTimer {
  public:
-  explicit StepTimer(Id id);
-  ~StepTimer();
+  explicit StepTimer(Id id) : span_(kEnabled ? current() : nullptr, SpanKind{.id = id}) {}
   StepTimer(const StepTimer&) = delete;
   StepTimer& operator=(const StepTimer&) = delete;
 
  private:
-#if DLFEED_COUNTERS_ENABLED
-  Counters* c_;
-  Id id_;
-  uint64_t t0_ = 0;
-#endif
+  Span span_;
 };
 
 /// Times a region on this thread from construction to destruction (or stop()).
 class ScopedTimer {
  public:
-  ScopedTimer(Counters& c, Region r = Region::kCompute);
+  ScopedTimer(Counters& c, Region r = Region::kCompute)
+      : span_(&c, r == Region::kBarrier ? kBarrierSpan : kComputeSpan) {}
   ~ScopedTimer() { stop(); }
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;
-  void stop();
+  void stop() { span_.end(); }
 
  private:
-#if DLFEED_COUNTERS_ENABLED
-  Counters* c_;
-  Region r_;
-  uint64_t t0_ = 0, io0_ = 0;
-  bool running_ = true;
-#endif
+  Span span_;
 };
 
 namespace detail {
@@ -401,6 +470,10 @@ class Counters {
   Delta delta_of(const EpochState& e, const Raw& now_raw) const;
   EpochReport make_report(const EpochState& e, const Delta& d, uint64_t t_now) const;
   EpochReport report_of(const EpochState& e, const Raw& now_raw) const;
+  // A span's begin (returns the I/O busy time at t0 when the kind tracks it)
+  // and end: Span, ScopedTimer and region_begin/region_end record through these.
+  uint64_t span_begin(const SpanKind& k, uint64_t t0);
+  void span_end(const SpanKind& k, uint64_t t0, uint64_t t1, uint64_t io0, uint64_t a0, uint64_t a1, uint64_t a2);
 
   const std::chrono::steady_clock::time_point base_;
   const int64_t wall_base_us_;  // system clock at base_, microseconds since 1970
@@ -427,12 +500,31 @@ class Counters {
   std::atomic<uint64_t> io_sample_counter_{0};
   std::vector<std::string> file_names_;
 
-  friend class ScopedTimer;
+  friend class Span;
 };
 
-#if !DLFEED_COUNTERS_ENABLED
-inline ScopedTimer::ScopedTimer(Counters&, Region) {}
-inline void ScopedTimer::stop() {}
-#endif
+// Inline so that with DLFEED_COUNTERS=OFF a span reads no clock.
+inline Span::Span([[maybe_unused]] Counters* c, const SpanKind& kind) : kind_(kind) {
+  if constexpr (kEnabled) {
+    if (c) begin(c, c->now());
+  }
+}
+
+inline Span::Span([[maybe_unused]] Counters* c, const SpanKind& kind, [[maybe_unused]] uint64_t t0) : kind_(kind) {
+  if constexpr (kEnabled) {
+    if (c) begin(c, t0);
+  }
+}
+
+inline uint64_t Span::end() {
+  if constexpr (kEnabled) {
+    if (c_) {
+      const uint64_t t1 = c_->now();
+      end_at(t1);
+      return t1;
+    }
+  }
+  return 0;
+}
 
 }  // namespace dlfeed::counters

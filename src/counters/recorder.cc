@@ -1,0 +1,405 @@
+// The recorder: what each counter is, the per-thread slabs that events are
+// written to, the histograms, the interval unions of the components, spans
+// and regions, and reading every slab at once (read_raw).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "internal.h"
+
+namespace dlfeed::counters {
+
+namespace {
+
+const CounterInfo kInfo[kNumIds] = {
+    {"open_ns", Unit::kNanoseconds, Kind::kDistribution, "index one field's files at Loader::create"},
+    {"plan_ns", Unit::kNanoseconds, Kind::kDistribution, "plan a batch: ids, extents, coalescing"},
+    {"admit_wait_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "planner blocked by the prefetch policy or the memory budget"},
+    {"io_latency_ns", Unit::kNanoseconds, Kind::kDistribution, "one read request, submitted to completion reaped"},
+    {"decode_ns", Unit::kNanoseconds, Kind::kDistribution, "decode a batch: CRC, inflate, parse, copy into place"},
+    {"collate_ns", Unit::kNanoseconds, Kind::kDistribution, "hand a decoded batch to the consumer"},
+    {"stall_ns", Unit::kNanoseconds, Kind::kDistribution, "consumer blocked in next() waiting for a batch"},
+    {"compute_ns", Unit::kNanoseconds, Kind::kDistribution, "user compute regions (ScopedTimer)"},
+    {"step_ns", Unit::kNanoseconds, Kind::kDistribution, "one training step, boundary to boundary"},
+    {"bytes_read", Unit::kBytes, Kind::kSum, "bytes read from files"},
+    {"read_requests", Unit::kCount, Kind::kSum, "read requests completed (after coalescing)"},
+    {"extents", Unit::kCount, Kind::kSum, "extents asked for (before coalescing)"},
+    {"read_errors", Unit::kCount, Kind::kSum, "read requests that failed"},
+    {"batches", Unit::kCount, Kind::kSum, "batches delivered to the consumer"},
+    {"samples", Unit::kCount, Kind::kSum, "samples delivered to the consumer"},
+    {"bytes_delivered", Unit::kBytes, Kind::kSum, "decoded bytes delivered to the consumer"},
+    {"io_hidden_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while a compute region ran"},
+    {"io_exposed_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while the consumer stalled"},
+    {"decode_crc_ns", Unit::kNanoseconds, Kind::kDistribution, "verify a TFRecord record's CRC32C (per sample)"},
+    {"decode_inflate_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "inflate a deflated NPZ member or HDF5 chunk (per call)"},
+    {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "parse a tf.train.Example for the sample's feature (per sample)"},
+    {"bytes_read_staged", Unit::kBytes, Kind::kSum, "bytes of reads from staged copies (the rest: from the source)"},
+    {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
+    {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "waiting for the other ranks at the end of a step (emulated all-reduce)"},
+};
+
+const char* const kComponentNames[kNumComponents] = {"plan", "io", "decode", "collate", "stall", "compute"};
+
+// One writer per slab: a load and a store, no read-modify-write.
+inline void bump(std::atomic<uint64_t>& a, uint64_t v) { a.store(a.load(kRelaxed) + v, kRelaxed); }
+
+std::atomic<uint64_t> g_next_counters_id{1};
+
+constexpr uint64_t kCntBits = 12;
+constexpr uint64_t kCntMask = (uint64_t{1} << kCntBits) - 1;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// What each counter is
+
+const CounterInfo& info(Id id) { return kInfo[static_cast<size_t>(id)]; }
+const char* component_name(Component c) { return kComponentNames[static_cast<size_t>(c)]; }
+const char* unit_name(Unit u) {
+  switch (u) {
+    case Unit::kNanoseconds: return "ns";
+    case Unit::kBytes: return "bytes";
+    case Unit::kCount: return "count";
+    case Unit::kPercent: return "percent";
+    case Unit::kPerSecond: return "1/s";
+    case Unit::kBytesPerSecond: return "bytes/s";
+  }
+  return "?";
+}
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kSum: return "sum";
+    case Kind::kDistribution: return "distribution";
+    case Kind::kRate: return "rate";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// Histograms
+
+size_t bucket_of(uint64_t v) {
+  if (v < 8) return static_cast<size_t>(v);
+  const unsigned k = 63 - std::countl_zero(v);  // >= 3
+  const uint64_t sub = (v >> (k - 3)) & 7;
+  return (k - 2) * 8 + sub;
+}
+uint64_t bucket_low(size_t b) {
+  if (b < 8) return b;
+  const unsigned k = static_cast<unsigned>(b / 8 + 2);
+  return (8 + b % 8) << (k - 3);
+}
+uint64_t bucket_high(size_t b) {
+  if (b < 8) return b + 1;
+  if (b + 1 >= kHistBuckets) return UINT64_MAX;
+  return bucket_low(b + 1);
+}
+
+Distribution summarize_dense(const uint64_t* hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+  Distribution d;
+  d.count = count;
+  d.sum = sum;
+  if (count == 0) return d;
+  d.mean = static_cast<double>(sum) / static_cast<double>(count);
+  uint64_t total = 0;
+  size_t top = 0;
+  for (size_t b = 0; b < kHistBuckets; ++b) {
+    if (hist[b]) {
+      total += hist[b];
+      top = b;
+      d.hist.emplace_back(static_cast<uint16_t>(b), hist[b]);
+    }
+  }
+  uint64_t mx = bucket_high(top) - 1;
+  if (max_known) mx = std::min(mx, max_known);
+  d.max = mx;
+  if (total == 0) return d;
+  auto q = [&](double p) -> double {
+    const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(p * static_cast<double>(total))));
+    uint64_t seen = 0;
+    for (size_t b = 0; b < kHistBuckets; ++b) {
+      seen += hist[b];
+      if (seen >= rank) {
+        if (b < 8) return static_cast<double>(b);
+        const double mid = (static_cast<double>(bucket_low(b)) + static_cast<double>(bucket_high(b))) / 2;
+        return std::min(mid, static_cast<double>(mx));
+      }
+    }
+    return static_cast<double>(mx);
+  };
+  d.p50 = q(0.50);
+  d.p95 = q(0.95);
+  d.p99 = q(0.99);
+  return d;
+}
+
+Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+  if (count == 0) return summarize_dense(nullptr, 0, sum, max_known);
+  std::vector<uint64_t> dense(kHistBuckets, 0);
+  for (const auto& [b, n] : hist) {
+    if (b < kHistBuckets) dense[b] += n;
+  }
+  return summarize_dense(dense.data(), count, sum, max_known);
+}
+
+// ---------------------------------------------------------------------------
+// Interval unions
+
+namespace detail {
+
+void Union::begin(uint64_t t) {
+  uint64_t s = state_.load(kRelaxed);
+  while (true) {
+    const uint64_t from = std::max(t, last_end_.load(std::memory_order_acquire));
+    const uint64_t ns = (s & kCntMask) == 0 ? ((from << kCntBits) | 1) : s + 1;
+    if (state_.compare_exchange_weak(s, ns, std::memory_order_acq_rel, kRelaxed)) return;
+  }
+}
+
+void Union::end(uint64_t t) {
+  uint64_t s = state_.load(kRelaxed);
+  while (true) {
+    const uint64_t n = s & kCntMask;
+    if (n == 0) return;  // unbalanced end: ignored
+    if (n > 1) {
+      if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel, kRelaxed)) return;
+      continue;
+    }
+    const uint64_t start = s >> kCntBits;
+    const uint64_t d = t > start ? t - start : 0;
+    // Add first, then publish "idle": a reader never sees idle without it.
+    closed_.fetch_add(d, std::memory_order_acq_rel);
+    uint64_t last = last_end_.load(kRelaxed);
+    while (last < t && !last_end_.compare_exchange_weak(last, t, std::memory_order_acq_rel, kRelaxed)) {
+    }
+    if (state_.compare_exchange_strong(s, 0, std::memory_order_acq_rel, kRelaxed)) return;
+    closed_.fetch_sub(d, std::memory_order_acq_rel);  // someone began meanwhile: retry
+  }
+}
+
+uint64_t Union::busy_until(uint64_t t) const {
+  while (true) {
+    const uint64_t s1 = state_.load(std::memory_order_acquire);
+    const uint64_t c = closed_.load(std::memory_order_acquire);
+    const uint64_t s2 = state_.load(std::memory_order_acquire);
+    if (s1 != s2) continue;
+    const uint64_t start = s1 >> kCntBits;
+    return c + ((s1 & kCntMask) && t > start ? t - start : 0);
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// The current counters of a thread (format code's StepTimers)
+
+#if DLFEED_COUNTERS_ENABLED
+namespace {
+thread_local Counters* t_current = nullptr;
+}  // namespace
+Counters* current() { return t_current; }
+CurrentScope::CurrentScope(Counters* c) : prev_(t_current) { t_current = c; }
+CurrentScope::~CurrentScope() { t_current = prev_; }
+#else
+Counters* current() { return nullptr; }
+CurrentScope::CurrentScope(Counters*) {}
+CurrentScope::~CurrentScope() {}
+#endif
+
+// ---------------------------------------------------------------------------
+// Slabs
+
+Counters::Counters(TraceOptions trace)
+    : base_(std::chrono::steady_clock::now()),
+      wall_base_us_(std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count()),
+      id_(g_next_counters_id.fetch_add(1)),
+      pool_(std::make_shared<detail::SlabPool>()),
+      baseline_(std::make_unique<Raw>()),
+      trace_opts_(trace) {
+  if (trace_opts_.io_sample_every == 0) trace_opts_.io_sample_every = 1;
+  if (trace_opts_.enabled) set_tracing(true);
+}
+
+Counters::~Counters() = default;
+
+namespace {
+// This thread's slabs, by the id of the Counters they belong to. Leaving the
+// cache (the thread ends, or a ninth Counters takes the place) hands a slab
+// back to its pool, unless the Counters are gone.
+struct SlabCache {
+  struct Entry {
+    uint64_t owner = 0;
+    detail::Slab* slab = nullptr;
+    std::weak_ptr<detail::SlabPool> pool;
+  };
+  std::array<Entry, 8> entries{};
+  size_t victim = 0;
+
+  static void release(Entry& e) {
+    if (e.slab) {
+      if (std::shared_ptr<detail::SlabPool> p = e.pool.lock()) {
+        std::lock_guard<std::mutex> lock(p->mu);
+        p->idle.push_back(e.slab);
+      }
+    }
+    e = Entry{};
+  }
+  ~SlabCache() {
+    for (Entry& e : entries) release(e);
+  }
+};
+thread_local SlabCache t_slabs;
+}  // namespace
+
+detail::Slab& Counters::slab() {
+  SlabCache& cache = t_slabs;
+  for (const SlabCache::Entry& e : cache.entries) {
+    if (e.owner == id_) return *e.slab;
+  }
+  detail::Slab* s;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mu);
+    if (!pool_->idle.empty()) {
+      s = pool_->idle.back();
+      pool_->idle.pop_back();
+    } else {
+      pool_->all.push_back(std::make_unique<detail::Slab>());
+      s = pool_->all.back().get();
+    }
+  }
+  SlabCache::Entry& e = cache.entries[cache.victim];
+  cache.victim = (cache.victim + 1) % cache.entries.size();
+  SlabCache::release(e);
+  e = {id_, s, pool_};
+  return *s;
+}
+
+void Counters::add(Id id, uint64_t v) {
+  if constexpr (!kEnabled) return;
+  detail::Slab& s = slab();
+  const size_t i = static_cast<size_t>(id);
+  bump(s.sum[i], v);
+  bump(s.count[i], 1);
+}
+
+void Counters::sample(Id id, uint64_t v) {
+  if constexpr (!kEnabled) return;
+  detail::Slab& s = slab();
+  const size_t i = static_cast<size_t>(id);
+  bump(s.sum[i], v);
+  bump(s.count[i], 1);
+  bump(s.hist[i][bucket_of(v)], 1);
+  if (v > s.max[i].load(kRelaxed)) s.max[i].store(v, kRelaxed);
+}
+
+Counters::Raw Counters::read_raw() const {
+  // mu_ held by the caller.
+  Raw r;
+  r.t = now();
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  for (const auto& s : pool_->all) {
+    for (size_t i = 0; i < kNumIds; ++i) {
+      r.sum[i] += s->sum[i].load(kRelaxed);
+      r.count[i] += s->count[i].load(kRelaxed);
+      r.max[i] = std::max(r.max[i], s->max[i].load(kRelaxed));
+      if (kInfo[i].kind == Kind::kDistribution) {
+        uint64_t* h = &r.hist[i * kHistBuckets];
+        for (size_t b = 0; b < kHistBuckets; ++b) h[b] += s->hist[i][b].load(kRelaxed);
+      }
+    }
+  }
+  for (size_t c = 0; c < kNumComponents; ++c) r.busy[c] = unions_[c].busy_until(r.t);
+  return r;
+}
+
+void Counters::reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  *baseline_ = read_raw();
+  {
+    std::lock_guard<std::mutex> pool_lock(pool_->mu);
+    for (const auto& s : pool_->all) {
+      for (auto& m : s->max) m.store(0, kRelaxed);
+    }
+  }
+  // Keep the open epoch (restarted now), forget the others.
+  if (!epochs_.empty() && epochs_.back().open) {
+    EpochState e = std::move(epochs_.back());
+    e.t0 = baseline_->t;
+    e.start = std::make_shared<Raw>(*baseline_);
+    e.first_step_end = 0;
+    e.first_step_compute = 0;
+    epochs_.clear();
+    epochs_.shrink_to_fit();
+    epochs_.push_back(std::move(e));
+  } else {
+    epochs_.clear();
+    epochs_.shrink_to_fit();  // what a long run kept goes back too
+  }
+}
+
+uint64_t Counters::memory_bytes() const {
+  const uint64_t raw = sizeof(Raw) + kNumIds * kHistBuckets * sizeof(uint64_t);
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t b = raw + epochs_.capacity() * sizeof(EpochState);  // the baseline, the epochs
+  for (const EpochState& e : epochs_) {
+    if (e.packed.capacity() > 15) b += e.packed.capacity() + 1;  // beyond the string's inline buffer
+    if (e.start) b += raw;
+  }
+  if (trace_slots_) b += trace_opts_.max_events * sizeof(detail::TraceSlot);
+  for (const std::string& f : file_names_) b += sizeof(f) + f.capacity();
+  std::lock_guard<std::mutex> pool_lock(pool_->mu);
+  b += pool_->all.size() * sizeof(detail::Slab) + (pool_->all.capacity() + pool_->idle.capacity()) * sizeof(void*);
+  return b;
+}
+
+// ---------------------------------------------------------------------------
+// Spans and regions
+
+uint64_t Counters::span_begin(const SpanKind& k, uint64_t t0) {
+  if constexpr (!kEnabled) return 0;
+  if (k.component != Component::kCount) interval_begin(k.component, t0);
+  return k.io_overlap != Id::kCount ? busy_until(Component::kIo, t0) : 0;
+}
+
+void Counters::span_end(const SpanKind& k, uint64_t t0, uint64_t t1, uint64_t io0, uint64_t a0, uint64_t a1,
+                        uint64_t a2) {
+  if constexpr (!kEnabled) return;
+  if (t1 < t0) t1 = t0;
+  const uint64_t d = t1 - t0;
+  if (k.component != Component::kCount) interval_end(k.component, t1);
+  if (k.id != Id::kCount) sample(k.id, d);
+  if (k.io_overlap != Id::kCount) {
+    const uint64_t io1 = busy_until(Component::kIo, t1);
+    add(k.io_overlap, std::min(io1 > io0 ? io1 - io0 : 0, d));
+  }
+  if (k.name != nullptr && d >= k.trace_min_ns && tracing()) trace(k.name, k.cat, t0, d, a0, a1, a2);
+}
+
+void Span::begin(Counters* c, uint64_t t0) {
+  c_ = c;
+  t0_ = t0;
+  io0_ = c->span_begin(kind_, t0);
+}
+
+void Span::end_at(uint64_t t1) {
+  if (c_ == nullptr) return;
+  Counters* c = c_;
+  c_ = nullptr;
+  c->span_end(kind_, t0_, t1, io0_, a0_, a1_, a2_);
+}
+
+uint64_t Counters::region_begin(Region r, uint64_t t0) {
+  return span_begin(r == Region::kBarrier ? kBarrierSpan : kComputeSpan, t0);
+}
+
+void Counters::region_end(Region r, uint64_t t0, uint64_t t1, uint64_t io0) {
+  span_end(r == Region::kBarrier ? kBarrierSpan : kComputeSpan, t0, t1, io0, 0, 0, 0);
+}
+
+}  // namespace dlfeed::counters
