@@ -289,6 +289,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
 absl::Status Loader::start_epoch(uint64_t epoch) {
   Impl& m = *impl_;
   m.cancel_epoch();
+  DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;

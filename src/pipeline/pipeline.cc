@@ -3,6 +3,9 @@
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 
@@ -17,17 +20,49 @@ std::mutex& tsan_handshake_mutex() {
 }
 #endif
 
+namespace {
+std::atomic<int> g_running{0};    // pipelines inside parallel_pipeline in this process
+std::atomic<int> g_inherited{0};  // in a child of fork(): those of the parent at the fork
+int g_parent_pid = 0;
+
+void register_fork_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      g_parent_pid = static_cast<int>(::getppid());
+      g_inherited.store(g_running.exchange(0));
+    });
+  });
+}
+}  // namespace
+
+absl::Status fork_check() {
+  const int n = g_inherited.load();
+  if (n == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "loader: this process (pid ", ::getpid(), ") was forked from pid ", g_parent_pid, " while ", n,
+      " dlfeed epoch(s) were running there, and oneTBB's threads do not survive fork(): start worker processes "
+      "with the spawn or forkserver method (torch: DataLoader(..., multiprocessing_context=\"spawn\")), or "
+      "before the parent iterates, or after its loaders finished their epoch or were closed"));
+}
+
 struct Pipeline::Arena {
   explicit Arena(uint32_t threads) : arena(static_cast<int>(threads)) {}
   tbb::task_arena arena;
 };
 
-Pipeline::Pipeline(uint32_t threads) : threads_(threads), arena_(std::make_unique<Arena>(threads)) {}
+Pipeline::Pipeline(uint32_t threads) : threads_(threads), arena_(std::make_unique<Arena>(threads)) {
+  register_fork_handler();
+}
 
 Pipeline::~Pipeline() = default;
 
 void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop) {
   const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
+  g_running.fetch_add(1);
+  struct Running {
+    ~Running() { g_running.fetch_sub(1); }
+  } running;
   try {
     tsan_handshake();
     arena_->arena.execute([&] {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/status/status.h"
 #include "pipeline/collator.h"
 #include "pipeline/decoder.h"
 #include "pipeline/lookahead.h"
@@ -29,6 +30,12 @@ inline void tsan_handshake() { std::lock_guard<std::mutex> lock(tsan_handshake_m
 #else
 inline void tsan_handshake() {}
 #endif
+
+/// OK, or why this process cannot run a pipeline: it was forked while
+/// pipelines were running in its parent. oneTBB's threads and locks do not
+/// survive fork(), and a pipeline started in such a child crashes inside
+/// libtbb (a torch DataLoader's fork workers after the parent iterated).
+absl::Status fork_check();
 
 class Pipeline {
  public:

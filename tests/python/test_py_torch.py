@@ -268,6 +268,7 @@ def test_a_resume_position_is_refused_in_workers(odd):
     next(it)
     state = ds.state_dict()
     del it
+    ds.loader.close()  # no epoch running here when the workers fork (see the next test)
     fresh = shuffled(odd)
     fresh.load_state_dict(state)
     dl = torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
@@ -277,3 +278,21 @@ def test_a_resume_position_is_refused_in_workers(odd):
     fresh.set_epoch(0)  # a whole epoch instead: fine
     assert epoch_orders(fresh, torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2), 1) == \
         [reference_order(odd, 0, 2)]
+
+
+def test_fork_workers_while_an_epoch_runs_here_get_a_clear_error(odd):
+    # oneTBB's threads do not survive fork(): a worker forked while this
+    # process is mid-epoch is refused with a message, never a crash.
+    ds = shuffled(odd)
+    it = iter(ds)
+    next(it)  # the epoch is running (reading ahead) in this process
+    dl = torch.utils.data.DataLoader(shuffled(odd), batch_size=None, num_workers=2,
+                                     multiprocessing_context="fork")
+    with pytest.raises(Exception, match="forked from pid .* while 1 dlfeed epoch.*spawn"):
+        next(iter(dl))
+    del dl
+    ds.loader.close()
+    # Once nothing runs here, fork workers work.
+    ids = [i for b in torch.utils.data.DataLoader(shuffled(odd), batch_size=None, num_workers=2,
+                                                  multiprocessing_context="fork") for i in b["sample_ids"].tolist()]
+    assert sorted(ids) == list(range(N_EPOCH_TEST))
