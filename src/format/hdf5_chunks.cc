@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "hdf5_source.h"
