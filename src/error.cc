@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
 
 namespace dlfeed {
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::detail {

@@ -1,7 +1,8 @@
 // Errors: absl::Status inside the library, dlfeed::Error at the public
 // iteration boundary. Every message names the file, the byte offset and what
 // was expected versus what was found, so a user can open the file in a hex
-// editor and see the problem.
+// editor and see the problem (the builders of those messages, format_error,
+// file_error and io_error, are internal: dlfeed/detail/error.h).
 #pragma once
 
 #include <cstdint>
@@ -25,22 +26,6 @@ class Error : public std::runtime_error {
  private:
   absl::Status status_;
 };
-
-/// "path: at offset N: expected X, found Y" as an InvalidArgument/DataLoss status.
-absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
-                          absl::string_view found);
-
-/// The same shape for a structural problem with no single found value.
-absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what);
-
-/// A problem with a file as a whole, where no single byte offset is meant:
-/// "path: expected X, found Y" (DataLoss).
-absl::Status file_error(absl::string_view path, absl::string_view expected, absl::string_view found);
-
-/// A failed system call on `path` at `offset`, with errno's text.
-absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err);
-/// The same where no offset is meant (open, stat, mkdir, rename...).
-absl::Status io_error(absl::string_view path, absl::string_view op, int err);
 
 /// Throws dlfeed::Error if `status` is not OK.
 void throw_if_error(const absl::Status& status);
@@ -69,3 +54,8 @@ T value_or_throw(absl::StatusOr<T> v) {
 /// lhs = value of a StatusOr expression, or return its error.
 #define DLFEED_ASSIGN_OR_RETURN(lhs, expr) \
   DLFEED_ASSIGN_OR_RETURN_IMPL_(DLFEED_CONCAT_(dlfeed_statusor_, __LINE__), lhs, expr)
+
+// For now: src/loader.cc and tools/dlfeed/json.cc still reach the internal
+// builders through this header; once they include dlfeed/detail/error.h
+// themselves (as every other source does), this include goes.
+#include "dlfeed/detail/error.h"

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed {

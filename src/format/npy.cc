@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "array_source.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"

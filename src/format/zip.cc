@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"
 

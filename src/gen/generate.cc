@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::gen {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::detail {

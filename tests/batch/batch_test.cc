@@ -1,10 +1,46 @@
-// BufferPool: reuse without hiding memory from the loader's budget.
+// BufferPool: reuse without hiding memory from the loader's budget. Batch:
+// move-only, its fields' spans valid after a move.
 #include "dlfeed/batch/batch.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <type_traits>
+
 namespace dlfeed {
 namespace {
+
+// A copy would keep spans into the original's storage.
+static_assert(!std::is_copy_constructible_v<Batch>);
+static_assert(!std::is_copy_assignable_v<Batch>);
+static_assert(std::is_nothrow_move_constructible_v<Batch>);
+static_assert(std::is_nothrow_move_assignable_v<Batch>);
+
+TEST(Batch, FieldsStayValidAfterMoves) {
+  Batch a;
+  a.sample_ids = {7, 9};
+  a.storage.emplace_back(16);
+  for (size_t i = 0; i < 16; ++i) a.storage[0][i] = static_cast<std::byte>(i);
+  BatchField f;
+  f.name = "x";
+  f.dtype = DType::u8();
+  f.shape = {2, 8};
+  f.bytes = std::span<const std::byte>(a.storage[0].data(), 16);
+  f.offsets = {0, 8, 16};
+  a.fields.push_back(std::move(f));
+  const std::byte* data = a.storage[0].data();
+
+  Batch b(std::move(a));
+  Batch c;
+  c = std::move(b);
+  ASSERT_EQ(c.storage.size(), 1u);
+  EXPECT_EQ(c.storage[0].data(), data);  // the buffer moved, not copied
+  const BatchField* x = c.field("x");
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->bytes.data(), c.storage[0].data());
+  EXPECT_EQ(c.nbytes(), 16u);
+  EXPECT_EQ(x->sample(1)[3], std::byte{11});
+}
 
 TEST(BufferPool, ReusesAnExactFit) {
   BufferPool pool;

@@ -1,7 +1,8 @@
 // Links against the installed dlfeed and indexes the file given on the command line.
+// Includes the umbrella header, so every installed public header compiles here.
 #include <cstdio>
 
-#include "dlfeed/format/format.h"
+#include "dlfeed/dlfeed.h"
 
 int main(int argc, char** argv) {
   auto dt = dlfeed::DType::parse("<f4");

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "command.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"
 #include "json.h"

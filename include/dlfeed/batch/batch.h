@@ -80,7 +80,16 @@ struct BatchField {
 /// One batch: its place in the epoch, its sample ids and its fields. Batches
 /// are handed out as shared_ptr<const Batch>; the memory returns to the
 /// loader's pool (and its memory budget) when the last reference goes.
+/// Move-only: the fields' spans point into `storage`, so a copy would point
+/// into the original's buffers; a move keeps them valid (the buffers move).
 struct Batch {
+  Batch() = default;
+  Batch(Batch&&) noexcept = default;
+  Batch& operator=(Batch&&) noexcept = default;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch() = default;
+
   uint64_t epoch = 0;
   uint64_t index = 0;     // batch number within the epoch (for this rank)
   uint64_t position = 0;  // rank order position of the first sample

@@ -1,0 +1,113 @@
+// Private to src/format: what the HDF5 reader's files share. hdf5.cc reads
+// a dataset's metadata and builds the index; hdf5_chunks.cc turns a chunked
+// dataset's chunk table into extents and decodes its chunks.
+#pragma once
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "dlfeed/format/format.h"
+
+namespace dlfeed::detail::h5 {
+
+/// A failed libhdf5 call on `path`, with libhdf5's own messages; the second
+/// form names the file offset the call was about.
+absl::Status h5_fail(const std::string& path, absl::string_view expected);
+absl::Status h5_fail(const std::string& path, uint64_t offset, absl::string_view expected);
+
+inline bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+inline bool add_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
+
+/// What every HDF5 source knows about its dataset.
+struct DatasetGeometry {
+  std::string path;
+  std::string name;
+  std::vector<uint64_t> dims;   // full dataset shape; dims[0] = samples
+  std::vector<uint64_t> chunk;  // chunk shape (chunked layout only)
+  DType dtype;
+  uint64_t sample_elems = 0;
+  uint64_t sample_bytes = 0;
+  std::vector<std::byte> fill;  // one element of the fill value, dtype's byte order
+  std::string filters;          // "shuffle+deflate(4)", "fletcher32", ...
+  std::string reason;           // library-read: why
+
+  Shape sample_shape() const {
+    Shape s;
+    for (size_t d = 1; d < dims.size(); ++d) s.push_back(static_cast<int64_t>(dims[d]));
+    return s;
+  }
+  Shape full_shape() const {
+    Shape s;
+    for (uint64_t d : dims) s.push_back(static_cast<int64_t>(d));
+    return s;
+  }
+  bool zero_fill() const {
+    return std::all_of(fill.begin(), fill.end(), [](std::byte b) { return b == std::byte{0}; });
+  }
+  void fill_bytes(std::byte* out, uint64_t nbytes) const {
+    if (zero_fill() || fill.empty()) {
+      std::memset(out, 0, nbytes);
+      return;
+    }
+    for (uint64_t i = 0; i + fill.size() <= nbytes; i += fill.size()) {
+      std::memcpy(out + i, fill.data(), fill.size());
+    }
+  }
+};
+
+class Hdf5Source : public SampleSource {
+ public:
+  explicit Hdf5Source(DatasetGeometry g) : g_(std::move(g)) {}
+  std::optional<std::pair<DType, Shape>> sample_spec() const override {
+    return std::make_pair(g_.dtype, g_.sample_shape());
+  }
+  std::string describe() const override {
+    std::string s = absl::StrCat("dataset '", g_.name, "' shape ", shape_str(g_.full_shape()), " ",
+                                 g_.dtype.str(), " (", g_.dtype.name(), ")");
+    if (!g_.chunk.empty()) {
+      Shape c;
+      for (uint64_t d : g_.chunk) c.push_back(static_cast<int64_t>(d));
+      absl::StrAppend(&s, ", chunks ", shape_str(c));
+    }
+    if (!g_.filters.empty()) absl::StrAppend(&s, ", filters ", g_.filters);
+    if (!g_.reason.empty()) absl::StrAppend(&s, ", read through libhdf5: ", g_.reason);
+    absl::StrAppend(&s, ", samples along axis 0");
+    return s;
+  }
+
+ protected:
+  DecodedSample sample_view(const std::byte* p, uint64_t n) const {
+    return DecodedSample{std::span<const std::byte>(p, n), g_.sample_shape(), g_.dtype};
+  }
+  DatasetGeometry g_;
+};
+
+/// The filters dlfeed undoes itself, in the dataset's pipeline order.
+enum class Filter : uint8_t { kShuffle, kDeflate };
+struct FilterPipeline {
+  std::vector<Filter> steps;
+  uint32_t shuffle_size = 0;  // the shuffle filter's element size
+};
+
+/// A chunked dataset (no filters, or shuffle and/or deflate) as byte
+/// extents: lists its chunk table, checks every chunk lies in the file, and
+/// appends sample k's extents to samples[k]. Returns the source (moved out of
+/// `g`), or null with `g.reason` set when the table is too large or costly to
+/// index, so the caller reads through libhdf5. Holds no lock: the caller
+/// holds the HDF5 lock.
+absl::StatusOr<std::unique_ptr<SampleSource>> index_chunked(hid_t dset, DatasetGeometry& g, FilterPipeline filters,
+                                                            uint64_t userblock, uint64_t file_size,
+                                                            std::vector<SampleRef>& samples);
+
+}  // namespace dlfeed::detail::h5
