@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/prefetch/policy.h"

@@ -55,7 +55,3 @@ T value_or_throw(absl::StatusOr<T> v) {
 #define DLFEED_ASSIGN_OR_RETURN(lhs, expr) \
   DLFEED_ASSIGN_OR_RETURN_IMPL_(DLFEED_CONCAT_(dlfeed_statusor_, __LINE__), lhs, expr)
 
-// For now: src/loader.cc and tools/dlfeed/json.cc still reach the internal
-// builders through this header; once they include dlfeed/detail/error.h
-// themselves (as every other source does), this include goes.
-#include "dlfeed/detail/error.h"

@@ -131,7 +131,7 @@ absl::StatusOr<RecordWriter> RecordWriter::create(const std::string& path) {
   RecordWriter w;
   w.path_ = path;
   w.file_ = std::fopen(path.c_str(), "wb");
-  if (w.file_ == nullptr) return io_error(path, 0, "open for writing", errno);
+  if (w.file_ == nullptr) return io_error(path, "open for writing", errno);
   return w;
 }
 
@@ -179,24 +179,24 @@ absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& r
   const std::string tmp = absl::StrCat(idx_path, ".tmp", ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return io_error(tmp, 0, "open for writing", errno);
+    if (!out) return io_error(tmp, "open for writing", errno);
     const std::string text = format_idx(records);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.close();
-    if (!out) return io_error(tmp, 0, "write", errno);
+    if (!out) return io_error(tmp, "write", errno);
   }
   std::error_code ec;
   fs::rename(tmp, idx_path, ec);
   if (ec) {
     fs::remove(tmp, ec);
-    return io_error(idx_path, 0, "rename", ec.value());
+    return io_error(idx_path, "rename", ec.value());
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
   std::ifstream in(idx_path, std::ios::binary);
-  if (!in) return io_error(idx_path, 0, "open", errno);
+  if (!in) return io_error(idx_path, "open", errno);
   std::vector<Extent> records;
   std::string line;
   size_t lineno = 0;
@@ -215,7 +215,7 @@ absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
     }
     records.push_back(e);
   }
-  if (in.bad()) return io_error(idx_path, 0, "read", errno);
+  if (in.bad()) return io_error(idx_path, "read", errno);
   return records;
 }
 
@@ -630,7 +630,7 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
       if (!options.index_dir.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(options.index_dir, ec);
-        if (ec) return io_error(options.index_dir, 0, "mkdir", ec.value());
+        if (ec) return io_error(options.index_dir, "mkdir", ec.value());
       }
       DLFEED_RETURN_IF_ERROR(tfrecord::write_idx(tfrecord::idx_path_for_write(path, options), records));
     }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dlfeed/detail/file.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/tfrecord.h"
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "pipeline/pipeline.h"
 #include "record.h"

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/gen/generate.h"
 
@@ -285,10 +286,10 @@ absl::StatusOr<const Json*> json_member(const Json& obj, absl::string_view key, 
 
 absl::StatusOr<std::string> read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(path, 0, "open", errno);
+  if (!in) return io_error(path, "open", errno);
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) return io_error(path, 0, "read", errno);
+  if (in.bad()) return io_error(path, "read", errno);
   return ss.str();
 }
 

@@ -201,7 +201,7 @@ absl::Status generate(const ScaledWorkload& w, const std::string& dir) {
   // the next run knows it may remove the half-written files.
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return io_error(dir, 0, "mkdir", ec.value());
+  if (ec) return io_error(dir, "mkdir", ec.value());
   const std::string partial = (fs::path(dir) / kPartialName).string();
   DLFEED_RETURN_IF_ERROR(write_text_file(partial, w.manifest()));
   gen::DatasetSpec spec;
@@ -237,7 +237,7 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
     // remove what generation writes, then write it again.
     for (const char* sub : {"train", "valid", "index"}) {
       fs::remove_all(fs::path(dir) / sub, ec);
-      if (ec) return io_error((fs::path(dir) / sub).string(), 0, "remove", ec.value());
+      if (ec) return io_error((fs::path(dir) / sub).string(), "remove", ec.value());
     }
     fs::remove(manifest, ec);
     DLFEED_RETURN_IF_ERROR(generate(w, dir));
