@@ -22,6 +22,7 @@
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/loader.h"
+#include "dlfeed/loader_state.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/order/quality.h"
 #include "dlfeed/order/random.h"
