@@ -49,10 +49,15 @@ def main():
     ap.add_argument("--new", default=str(ROOT / "build"), help="build folder of the change")
     ap.add_argument("--data", default=str(ROOT / "data" / "bench"))
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--epochs", type=int, default=3, help="epochs per run (short runs are noisy)")
+    ap.add_argument("--only", default="", help="run only scenarios whose name contains this")
     args = ap.parse_args()
     base = pathlib.Path(args.base) / "tools" / "dlfeed"
     new = pathlib.Path(args.new) / "tools" / "dlfeed"
     for name, key, gen, run_args in SCENARIOS:
+        if args.only not in name:
+            continue
+        run_args = [*run_args, "--epochs", args.epochs]
         path = pathlib.Path(args.data) / key
         if not path.exists():
             sh([base, "generate", "--dir", path, "--dtype", "uint8", *gen])
