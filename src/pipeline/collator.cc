@@ -4,10 +4,6 @@
 
 namespace dlfeed::pipeline {
 
-using counters::Component;
-using CId = counters::Id;
-using detail::now_of;
-
 void DeliveryQueue::push(Delivery d) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -43,17 +39,9 @@ Collator::Collator(std::shared_ptr<BufferPool> pool, counters::Counters* counter
     : pool_(std::move(pool)), counters_(counters), queue_(queue), failed_(failed) {}
 
 void Collator::collate(Work& w) {
-  if (counters_ == nullptr) return deliver(w);
-  counters::Counters& c = *counters_;
-  [[maybe_unused]] const uint64_t t0 = now_of(c);
-  DLFEED_REC(c.interval_begin(Component::kCollate, t0));
+  counters::Span span(counters_, counters::kCollateSpan);
+  span.args(w.epoch, w.index);
   deliver(w);
-  DLFEED_REC({
-    const uint64_t t1 = c.now();
-    c.interval_end(Component::kCollate, t1);
-    c.sample(CId::kCollate, t1 - t0);
-    if (c.tracing()) c.trace("collate", "collate", t0, t1 - t0, w.epoch, w.index);
-  });
 }
 
 void Collator::deliver(Work& w) {

@@ -13,9 +13,6 @@
 
 namespace dlfeed::pipeline {
 
-using counters::Component;
-using CId = counters::Id;
-using detail::now_of;
 
 Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
                  std::shared_ptr<BufferPool> pool, counters::Counters* counters)
@@ -47,18 +44,10 @@ void Decoder::decode(Work& w) const {
     w.error = st;
     return;
   }
-  if (counters_ == nullptr) return decode_reads(w);
-  counters::Counters& c = *counters_;
-  detail::name_thread_once(c, "dlfeed worker");
-  [[maybe_unused]] const uint64_t t0 = now_of(c);
-  DLFEED_REC(c.interval_begin(Component::kDecode, t0));
+  if (counters_ != nullptr) detail::name_thread_once(*counters_, "dlfeed worker");
+  counters::Span span(counters_, counters::kDecodeSpan);
+  span.args(w.epoch, w.index, w.ids.size());
   decode_reads(w);
-  DLFEED_REC({
-    const uint64_t t1 = c.now();
-    c.interval_end(Component::kDecode, t1);
-    c.sample(CId::kDecode, t1 - t0);
-    if (c.tracing()) c.trace("decode", "decode", t0, t1 - t0, w.epoch, w.index, w.ids.size());
-  });
 }
 
 void Decoder::decode_reads(Work& w) const {
