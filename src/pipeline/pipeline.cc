@@ -30,7 +30,8 @@ void register_fork_handler() {
   std::call_once(once, [] {
     ::pthread_atfork(nullptr, nullptr, [] {
       g_parent_pid = static_cast<int>(::getppid());
-      g_inherited.store(g_running.exchange(0));
+      // A child of a child keeps its ancestor's broken TBB state too.
+      g_inherited.store(g_inherited.load() + g_running.exchange(0));
     });
   });
 }
