@@ -52,6 +52,9 @@ struct FileTable::Impl {
     uint32_t pins = 0;
     bool in_lru = false;
     bool stale = false;  // fd is of a path redirected away: close it when unpinned
+    // Descriptors of paths redirected away that were still pinned when the
+    // next pin wanted the new path: each closes when its own pins are gone.
+    std::vector<std::pair<int, uint32_t>> retired;  // (fd, pins)
     int8_t direct = -1;  // O_DIRECT for this file: -1 the table's, else 0/1
     std::list<uint32_t>::iterator lru_it;
   };
@@ -109,7 +112,7 @@ FileTable::Pin& FileTable::Pin::operator=(Pin&& o) noexcept {
 }
 
 void FileTable::Pin::reset() {
-  if (table_ != nullptr) table_->unpin(id_);
+  if (table_ != nullptr) table_->unpin(id_, fd_);
   table_ = nullptr;
   fd_ = -1;
 }
@@ -222,6 +225,13 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
           absl::StrCat("unknown file id ", id, ", the table has ", im.entries.size(), " files"));
     }
     Impl::Entry& e = im.entries[id];
+    if (e.fd >= 0 && e.stale) {
+      // Redirected while others hold it (another I/O engine's registered
+      // file): they keep the old file until they let go; this pin gets the
+      // new path. Handing out the old fd would read the redirected-away file.
+      e.retired.emplace_back(std::exchange(e.fd, -1), std::exchange(e.pins, 0));
+      e.stale = false;
+    }
     if (e.fd >= 0) {  // hit
       im.lru_remove(e);
       ++e.pins;
@@ -296,13 +306,23 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   return pin;
 }
 
-void FileTable::unpin(uint32_t id) {
+void FileTable::unpin(uint32_t id, int fd) {
   Impl& im = *impl_;
   std::vector<int> to_close;
   {
     std::lock_guard<std::mutex> lock(im.mu);
     Impl::Entry& e = im.entries[id];
-    if (--e.pins == 0 && e.stale) {
+    if (fd != e.fd) {  // a retired descriptor
+      for (auto it = e.retired.begin(); it != e.retired.end(); ++it) {
+        if (it->first != fd) continue;
+        if (--it->second == 0) {
+          to_close.push_back(it->first);
+          e.retired.erase(it);
+          --im.open;
+        }
+        break;
+      }
+    } else if (--e.pins == 0 && e.stale) {
       // Redirected while this read held it: the next pin opens the new path.
       e.stale = false;
       to_close.push_back(std::exchange(e.fd, -1));

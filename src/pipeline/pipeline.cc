@@ -65,6 +65,15 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
     ~Running() { g_running.fetch_sub(1); }
   } running;
   try {
+    {
+      // The arena's lazy initialization allocates inside libtbb; doing it
+      // under the handshake makes it visible to ThreadSanitizer before
+      // another loader's pipeline thread reads what it made.
+#if defined(__SANITIZE_THREAD__)
+      std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+#endif
+      arena_->arena.initialize();
+    }
     tsan_handshake();
     arena_->arena.execute([&] {
       tbb::parallel_pipeline(

@@ -649,6 +649,36 @@ TEST(FileTable, ARedirectedFileIsHeldToItsCopysIdentity) {
   EXPECT_CONTAINS(std::string(p.status().message()), "104 bytes");
 }
 
+TEST(FileTable, APinAfterARedirectGetsTheCopyWhileOthersStillHoldTheOriginal) {
+  // Two I/O engines each hold a pin (a ring's registered file); a redirect
+  // while both hold it must not hand the next pin the original's fd: that
+  // read the scrambled source in Staging.LaterEpochsReallyReadTheCopies...
+  std::string dir = testing::scratch_dir();
+  FileTable table;
+  const std::string a = write_file(dir, 0, 100);
+  const std::string copy = dir + "/copy-of-0.bin";
+  {
+    std::ofstream f(copy, std::ios::binary);
+    f << std::string(100, 'C');
+  }
+  table.add(a);
+  auto held = table.pin(0);  // engine B's registration
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(table.redirect(0, copy).ok());
+  auto fresh = table.pin(0);  // engine A registers again after the redirect
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->fd(), held->fd());
+  char c = 0;
+  ASSERT_EQ(::pread(fresh->fd(), &c, 1, 0), 1);
+  EXPECT_EQ(c, 'C');
+  EXPECT_EQ(table.stats().open_now, 2u);  // the original stays open while B holds it
+  held->reset();
+  EXPECT_EQ(table.stats().open_now, 1u);  // and closes when B lets go
+  auto again = table.pin(0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->fd(), fresh->fd());
+}
+
 TEST(FileTable, PinnedFdsAreNeverClosed) {
   std::string dir = testing::scratch_dir();
   FileTable table({.max_open = 1});

@@ -112,7 +112,7 @@ class FileTable {
  private:
   struct Impl;
   absl::StatusOr<Pin> pin_impl(uint32_t id, bool may_exceed);
-  void unpin(uint32_t id);
+  void unpin(uint32_t id, int fd);
 
   size_t max_open_;
   std::atomic<uint64_t> redirections_{0};
