@@ -82,8 +82,10 @@ class FileTable {
   std::string path(uint32_t id) const;
   /// From now on `id` opens `path` instead (a copy of the same bytes, e.g. a
   /// staged copy on node-local storage). An open descriptor of the old path is
-  /// closed at once, or when the last read holding it lets go; until then new
-  /// pins of `id` share it. add() of the old path still returns `id`.
+  /// closed at once, or when the last pin holding it lets go; new pins of `id`
+  /// open the new path at once, even while the old one is held (an I/O
+  /// engine's registered file may hold it for long). add() of the old path
+  /// still returns `id`.
   /// `direct` overrides the table's O_DIRECT for this file (false for a copy
   /// on tmpfs, which refuses O_DIRECT; the aligned reads work either way).
   absl::Status redirect(uint32_t id, absl::string_view path, std::optional<bool> direct = std::nullopt);
