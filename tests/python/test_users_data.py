@@ -142,6 +142,17 @@ def test_inspect_and_run_say_which_axis_was_chosen(dlfeed, tmp_path):
 # -- 3. column files -------------------------------------------------------------
 
 
+def assert_columns(loader, x, y):
+    """One epoch: sample i is (x[i], y[i]), every sample exactly once."""
+    seen = []
+    for batch in loader:
+        for i, sid in enumerate(batch.sample_ids):
+            np.testing.assert_array_equal(batch["x"][i], x[sid])
+            assert batch["y"][i] == y[sid]
+            seen.append(int(sid))
+    assert sorted(seen) == list(range(len(x)))
+
+
 def test_column_files_are_fields(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.random((50, 3, 2)).astype(np.float32)
@@ -151,13 +162,7 @@ def test_column_files_are_fields(tmp_path):
     loader = dlfeed.Loader(tmp_path, fields=["x", "y"], batch_size=8, strategy="global_shuffle", seed=11)
     assert loader.num_samples == 50
     assert loader.field_specs() == [("x", np.dtype("<f4"), (3, 2)), ("y", np.dtype("<i8"), ())]
-    seen = 0
-    for batch in loader:
-        for i, sid in enumerate(batch.sample_ids):
-            np.testing.assert_array_equal(batch["x"][i], x[sid])
-            assert batch["y"][i] == y[sid]
-            seen += 1
-    assert seen == 50
+    assert_columns(loader, x, y)
 
 
 def test_sharded_column_files_pair_up_by_shard(tmp_path):
@@ -167,14 +172,7 @@ def test_sharded_column_files_pair_up_by_shard(tmp_path):
         np.save(tmp_path / f"x_{k:03d}.npy", xs[k])
         np.save(tmp_path / f"y_{k:03d}.npy", ys[k])
     loader = dlfeed.Loader(tmp_path, fields=["x", "y"], batch_size=3, strategy="global_shuffle", seed=2)
-    x_all, y_all = np.concatenate(xs), np.concatenate(ys)
-    got = 0
-    for batch in loader:
-        for i, sid in enumerate(batch.sample_ids):
-            np.testing.assert_array_equal(batch["x"][i], x_all[sid])
-            assert batch["y"][i] == y_all[sid]
-            got += 1
-    assert got == 8
+    assert_columns(loader, np.concatenate(xs), np.concatenate(ys))
 
 
 def test_an_unknown_column_is_refused_with_the_columns_there_are(tmp_path):
