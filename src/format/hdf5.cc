@@ -462,15 +462,9 @@ absl::StatusOr<std::unique_ptr<SampleSource>> index_contiguous(hid_t dset, Datas
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& path) {
-  DLFEED_RETURN_IF_ERROR(detail::File::open(path).status());
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
   H5Lock lock;
-  if (H5Fis_hdf5(path.c_str()) <= 0) return h5_fail(path, "an HDF5 file (signature \\211HDF\\r\\n\\032\\n)");
-  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-#if H5_VERSION_GE(1, 10, 7)
-  H5Pset_file_locking(fapl.get(), true, true);
-#endif
-  Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.ok()) return h5_fail(path, "an HDF5 file libhdf5 can open");
+  DLFEED_ASSIGN_OR_RETURN(Hid file, open_file(path, f.size()));
   std::vector<std::string> names;
   list_datasets(file.get(), "", 0, names);
   return names;
