@@ -152,31 +152,29 @@ Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint
 namespace detail {
 
 void Union::begin(uint64_t t) {
-  uint64_t s = state_.load(kRelaxed);
+  uint64_t s = state_.load(std::memory_order_acquire);
   while (true) {
-    const uint64_t from = std::max(t, last_end_.load(std::memory_order_acquire));
-    const uint64_t ns = (s & kCntMask) == 0 ? ((from << kCntBits) | 1) : s + 1;
-    if (state_.compare_exchange_weak(s, ns, std::memory_order_acq_rel, kRelaxed)) return;
+    // Idle: the high bits are when the last period ended; start no earlier.
+    const uint64_t ns = (s & kCntMask) == 0 ? ((std::max(t, s >> kCntBits) << kCntBits) | 1) : s + 1;
+    if (state_.compare_exchange_weak(s, ns, std::memory_order_acq_rel, std::memory_order_acquire)) return;
   }
 }
 
 void Union::end(uint64_t t) {
-  uint64_t s = state_.load(kRelaxed);
+  uint64_t s = state_.load(std::memory_order_acquire);
   while (true) {
     const uint64_t n = s & kCntMask;
     if (n == 0) return;  // unbalanced end: ignored
     if (n > 1) {
-      if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel, kRelaxed)) return;
+      if (state_.compare_exchange_weak(s, s - 1, std::memory_order_acq_rel, std::memory_order_acquire)) return;
       continue;
     }
     const uint64_t start = s >> kCntBits;
     const uint64_t d = t > start ? t - start : 0;
     // Add first, then publish "idle": a reader never sees idle without it.
     closed_.fetch_add(d, std::memory_order_acq_rel);
-    uint64_t last = last_end_.load(kRelaxed);
-    while (last < t && !last_end_.compare_exchange_weak(last, t, std::memory_order_acq_rel, kRelaxed)) {
-    }
-    if (state_.compare_exchange_strong(s, 0, std::memory_order_acq_rel, kRelaxed)) return;
+    const uint64_t idle = std::max(t, start) << kCntBits;
+    if (state_.compare_exchange_strong(s, idle, std::memory_order_acq_rel, std::memory_order_acquire)) return;
     closed_.fetch_sub(d, std::memory_order_acq_rel);  // someone began meanwhile: retry
   }
 }

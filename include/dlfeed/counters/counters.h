@@ -380,14 +380,17 @@ class Union {
   uint64_t busy_until(uint64_t t) const;
 
  private:
-  // low 12 bits: intervals open; high 52 bits: when the current busy period began.
+  // Low 12 bits: intervals open. High 52 bits: while busy, when the current
+  // busy period began; while idle, when the last one ended. A thread reads its
+  // clock, is preempted, and begins after another thread's period [b, e] with
+  // e past its time: its period then starts at e, so no time is counted twice
+  // and the busy time never exceeds the wall time it covers. The idle state
+  // carries e itself (not a separate word) so that a begin whose compare-and-
+  // swap succeeds saw the latest end: with idle always 0, a begin could read
+  // an old end, lose the CPU while a whole period began and ended, and still
+  // swap 0 for its stale start, counting that period twice.
   std::atomic<uint64_t> state_{0};
   std::atomic<uint64_t> closed_{0};
-  // When the last busy period ended. A thread reads its clock, is preempted,
-  // and begins after another thread's period [b, e] with e past its time: its
-  // period then starts at e, so no time is counted twice and the busy time
-  // never exceeds the wall time it covers.
-  std::atomic<uint64_t> last_end_{0};
 };
 }  // namespace detail
 
