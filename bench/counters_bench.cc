@@ -13,7 +13,7 @@
 #include <string>
 
 #include "dlfeed/counters/counters.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/loader.h"
 
 namespace {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dlfeed/format/format.h"
-#include "dlfeed/io/raw_read.h"
+#include "io/raw_read.h"
 #include "dlfeed/order/order.h"
 
 namespace {

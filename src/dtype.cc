@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 constexpr bool kNativeBig = std::endian::native == std::endian::big;

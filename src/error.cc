@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
                           absl::string_view found) {

@@ -11,7 +11,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 absl::StatusOr<File> File::open(const std::string& path) {
   File f;

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 void json_append_quoted(std::string& out, absl::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -27,7 +27,7 @@
 #include "record.h"
 #include "thread_name.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 using counters::Component;
@@ -79,8 +79,8 @@ struct Loader::Impl {
 
   // Staging (options.stage): the stager copies this rank's files; sources[id]
   // is FileTable id's source, stage_index[id] its index in the stager (or -1).
-  std::unique_ptr<stage::Stager> stager;
-  std::vector<stage::Source> sources;
+  std::unique_ptr<staging::Stager> stager;
+  std::vector<staging::Source> sources;
   std::vector<int64_t> stage_index;
   std::unique_ptr<std::atomic<uint8_t>[]> staged;  // per FileTable id: redirected to a copy
   bool stage_partitioned = false;  // the rank reads only its own files
@@ -129,9 +129,9 @@ struct Loader::Impl {
     }
     stage_partitioned = !checked.global_order().rank_bounds().empty();
     stage_index.assign(sources.size(), -1);
-    std::vector<stage::Source> mine;
+    std::vector<staging::Source> mine;
     std::vector<uint32_t> mine_ids;
-    for (uint64_t f : stage::owned_files(layout, checked)) {
+    for (uint64_t f : staging::owned_files(layout, checked)) {
       for (const auto& ids : file_ids) {
         const uint32_t id = ids[f];
         if (stage_index[id] >= 0) continue;
@@ -142,7 +142,7 @@ struct Loader::Impl {
     }
     staged.reset(new std::atomic<uint8_t>[sources.size()]);
     for (size_t i = 0; i < sources.size(); ++i) staged[i].store(0, std::memory_order_relaxed);
-    stage::Stager::Observer obs;
+    staging::Stager::Observer obs;
     Counters* c = counters.get();
     auto t0 = std::make_shared<uint64_t>(0);
     obs.on_bytes = [c](uint64_t n) { DLFEED_REC(c->add(CId::kStageCopied, n)); };
@@ -150,16 +150,16 @@ struct Loader::Impl {
       name_thread_once(*c, "dlfeed stage");
       *t0 = now_of(*c);
     };
-    obs.on_file_end = [c, t0, mine_ids, this](size_t i, stage::FileStatus st) {
+    obs.on_file_end = [c, t0, mine_ids, this](size_t i, staging::FileStatus st) {
       DLFEED_REC({
         const uint64_t t1 = c->now();
-        if (c->tracing() && st == stage::FileStatus::kStaged) {
+        if (c->tracing() && st == staging::FileStatus::kStaged) {
           c->trace("stage", "stage", *t0, t1 - *t0, mine_ids[i], sources[mine_ids[i]].size);
         }
       });
     };
-    DLFEED_ASSIGN_OR_RETURN(stager, stage::Stager::create(o.stage, std::move(mine), std::move(obs)));
-    stage_direct = !o.io.direct || stage::Stager::supports_direct(o.stage.dir);
+    DLFEED_ASSIGN_OR_RETURN(stager, staging::Stager::create(o.stage, std::move(mine), std::move(obs)));
+    stage_direct = !o.io.direct || staging::Stager::supports_direct(o.stage.dir);
     engines.set_staged_flags(staged.get(), sources.size());
     return absl::OkStatus();
   }
@@ -174,7 +174,7 @@ struct Loader::Impl {
       if (stage_index[id] >= 0) {
         path = stager->staged_path(static_cast<size_t>(stage_index[id]));
       } else if (!stage_partitioned) {
-        path = stage::Stager::find_copy(options.stage.dir, sources[id]);  // another rank's copy
+        path = staging::Stager::find_copy(options.stage.dir, sources[id]);  // another rank's copy
       }
       if (path.empty()) continue;
       if (!files->redirect(id, path, stage_direct ? std::nullopt : std::optional<bool>(false)).ok()) continue;
@@ -218,13 +218,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     FormatOptions fo = options.format;
     fo.name = name;
     if (!name.empty()) fo.feature = name;
-    [[maybe_unused]] const uint64_t t_open = now_of(cnt);
+    counters::Span open_span(&cnt, counters::kOpenSpan);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, open_dataset(options.paths, fo));
-    DLFEED_REC({
-      const uint64_t t1 = cnt.now();
-      cnt.sample(CId::kOpen, t1 - t_open);
-      if (cnt.tracing()) cnt.trace("open", "index", t_open, t1 - t_open, impl->indices.size(), idx.num_files());
-    });
+    open_span.args(impl->indices.size(), idx.num_files());
+    open_span.end();
     if (!impl->indices.empty()) {
       const SampleIndex& first = impl->indices[0];
       if (idx.file_begin != first.file_begin) {
@@ -326,26 +323,19 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   }
   Counters& c = *m.counters;
   [[maybe_unused]] const uint64_t t0 = now_of(c);
-  [[maybe_unused]] uint64_t io0 = 0;
   DLFEED_REC({
     name_thread_once(c, "consumer");
     c.step_boundary(t0);
-    io0 = c.busy_until(Component::kIo, t0);
-    c.interval_begin(Component::kStall, t0);
   });
+  // The consumer waits: stall time, and the I/O busy meanwhile is exposed.
+  counters::Span stall(&c, counters::kStallSpan, t0);
   pipeline::Delivery d = m.queue.pop(*m.budget);
   if (d.ticket) {
     d.ticket->handed_over();
     d.ticket.reset();
   }
-  [[maybe_unused]] const uint64_t t1 = now_of(c);
-  DLFEED_REC({
-    c.interval_end(Component::kStall, t1);
-    c.sample(CId::kStall, t1 - t0);
-    const uint64_t io1 = c.busy_until(Component::kIo, t1);
-    c.add(CId::kIoExposed, std::min(io1 > io0 ? io1 - io0 : 0, t1 - t0));
-    if (c.tracing()) c.trace("stall", "consumer", t0, t1 - t0, m.epoch, m.batches.load());
-  });
+  stall.args(m.epoch, m.batches.load());
+  [[maybe_unused]] const uint64_t t1 = stall.end();
   if (d.end) {
     if (m.pipeline_thread.joinable()) m.pipeline_thread.join();
     m.running = false;
@@ -411,7 +401,8 @@ const std::vector<std::string>& Loader::field_names() const { return impl_->fiel
 const std::vector<FieldSpec>& Loader::field_specs() const { return impl_->field_specs; }
 const LoaderOptions& Loader::options() const { return impl_->options; }
 
-counters::Counters& Loader::counters() const { return *impl_->counters; }
+counters::Counters& Loader::counters() { return *impl_->counters; }
+const counters::Counters& Loader::counters() const { return *impl_->counters; }
 std::shared_ptr<counters::Counters> Loader::counters_ptr() const { return impl_->counters; }
 counters::Snapshot Loader::counters_snapshot() const { return impl_->counters->snapshot(); }
 std::string Loader::counters_json() const { return impl_->counters->snapshot().to_json(); }

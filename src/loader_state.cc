@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 constexpr char kMagic[] = "dlfL";

@@ -8,10 +8,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/loader_state.h"
 #include "dlfeed/order/order.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// "dlfL", the version byte, then `order_state`.
 std::string encode_loader_state(absl::string_view order_state);

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 
 #if DLFEED_COUNTERS_ENABLED
 #define DLFEED_REC(...) \
@@ -18,7 +19,7 @@
   } while (0)
 #endif
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 #if DLFEED_COUNTERS_ENABLED
 inline uint64_t now_of(const counters::Counters& c) { return c.now(); }

@@ -5,7 +5,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 int64_t num_elements(const Shape& shape) {
   int64_t n = 1;

@@ -6,7 +6,9 @@
 
 #include <thread>
 
-namespace dlfeed::detail {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// Names `t` (from the thread that started it, so the name is set before
 /// anyone can look); `name` is at most 15 characters.

@@ -4,10 +4,9 @@
 //
 // Not here: dlfeed/mpi/mpi.h (the dlfeed::mpi component, which needs MPI's
 // headers), dlfeed/detail/ (internals shared with dlfeed's own tools and
-// tests), and the writers and measurements behind the dlfeed command line
-// (dlfeed/gen/generate.h, dlfeed/io/raw_read.h), which are to leave the
-// public headers (issue 15). tests/umbrella_check.cmake keeps this list
-// complete.
+// tests). The dataset writers and raw-read measurements behind the dlfeed
+// command line are private (src/gen/, src/io/raw_read.h).
+// tests/umbrella_check.cmake keeps this list complete.
 #pragma once
 
 #include "dlfeed/batch/batch.h"
@@ -29,4 +28,4 @@
 #include "dlfeed/prefetch/plan.h"
 #include "dlfeed/prefetch/policy.h"
 #include "dlfeed/sample.h"
-#include "dlfeed/stage/stage.h"
+#include "dlfeed/staging/staging.h"

@@ -7,10 +7,12 @@
 
 #include "absl/status/statusor.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 /// An element type: kind, byte size and byte order, as stored in the file.
-struct DType {
+struct DLFEED_EXPORT DType {
   enum class Kind : uint8_t { kBool, kInt, kUInt, kFloat };
   Kind kind = Kind::kUInt;
   uint8_t size = 1;         // bytes per element

@@ -13,10 +13,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 /// The exception thrown where a Status leaves the library (tools, bindings).
-class Error : public std::runtime_error {
+class DLFEED_EXPORT Error : public std::runtime_error {
  public:
   explicit Error(absl::Status status)
       : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
@@ -28,7 +30,7 @@ class Error : public std::runtime_error {
 };
 
 /// Throws dlfeed::Error if `status` is not OK.
-void throw_if_error(const absl::Status& status);
+DLFEED_EXPORT void throw_if_error(const absl::Status& status);
 
 /// Unwraps a StatusOr or throws dlfeed::Error.
 template <typename T>

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/io_backend.h"
@@ -37,12 +38,12 @@
 #include "dlfeed/prefetch/plan.h"
 #include "dlfeed/prefetch/policy.h"
 #include "dlfeed/sample.h"
-#include "dlfeed/stage/stage.h"
+#include "dlfeed/staging/staging.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 /// Everything a Loader is built from.
-struct LoaderOptions {
+struct DLFEED_EXPORT LoaderOptions {
   /// Files and folders (folders are walked recursively, sorted).
   std::vector<std::string> paths;
   /// How files are indexed (format, sample axis, TFRecord feature dtype...).
@@ -110,16 +111,16 @@ struct LoaderOptions {
   /// Trace events (off by default; the counters themselves are always on).
   counters::TraceOptions trace;
   /// Node-local staging (off while stage.dir is empty): from the first
-  /// start_epoch() the rank's owned files (stage::owned_files) are copied to
+  /// start_epoch() the rank's owned files (staging::owned_files) are copied to
   /// stage.dir in the background; each start_epoch() then reads every file
   /// with a complete copy there (this rank's, or another rank's sharing the
   /// folder) from the copy, the others from the source. Sample ids and bytes
   /// are the same either way, so the order and the data do not change.
-  stage::StageOptions stage;
+  staging::StageOptions stage;
 };
 
 /// Totals since the loader was created (a snapshot).
-struct LoaderStats {
+struct DLFEED_EXPORT LoaderStats {
   uint64_t batches = 0;          // delivered to the consumer
   uint64_t samples = 0;
   uint64_t bytes_delivered = 0;  // decoded bytes handed out
@@ -133,7 +134,7 @@ struct LoaderStats {
   uint32_t io_engines = 0;       // I/O engines (LoaderOptions::io_engines)
   uint64_t batches_spread = 0;   // batches read by an engine other than the first
   std::string io_fallback_reason;
-  stage::StageStats stage;       // the stager's (LoaderOptions::stage)
+  staging::StageStats stage;       // the stager's (LoaderOptions::stage)
   uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)
   uint64_t files = 0;              // distinct files of the dataset (all fields)
 };
@@ -142,7 +143,7 @@ class Loader;
 
 /// One epoch's batches as a range for `for (auto& b : loader->epoch(e))`.
 /// Iteration throws dlfeed::Error on a read or decode failure.
-class EpochRange {
+class DLFEED_EXPORT EpochRange {
  public:
   class iterator {
    public:
@@ -173,7 +174,7 @@ class EpochRange {
 
 /// The facade a trainer uses. Not thread-safe: one consumer thread calls
 /// start_epoch/next/state; batches may be used and dropped on any thread.
-class Loader {
+class DLFEED_EXPORT Loader {
  public:
   static absl::StatusOr<std::unique_ptr<Loader>> create(LoaderOptions options);
   ~Loader();  // cancels in-flight reads and joins every thread
@@ -215,7 +216,8 @@ class Loader {
   /// The built-in timing counters, AU and traces (docs/counters.md). Any
   /// thread may snapshot() or reset() them at any time; the trainer marks its
   /// compute with counters::ScopedTimer(loader->counters()).
-  counters::Counters& counters() const;
+  counters::Counters& counters();
+  const counters::Counters& counters() const;
   /// The same, shared: stays valid after the loader is destroyed.
   std::shared_ptr<counters::Counters> counters_ptr() const;
   /// counters().snapshot(), as a struct and as JSON.

@@ -17,12 +17,13 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/dtype.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 /// A run of bytes in one file: what a read request fetches.
-struct Extent {
+struct DLFEED_EXPORT Extent {
   uint64_t offset = 0;
   uint64_t length = 0;
   bool operator==(const Extent&) const = default;
@@ -32,12 +33,12 @@ struct Extent {
 using Shape = absl::InlinedVector<int64_t, 4>;
 
 /// Number of elements of a shape (0 if any dimension is unknown).
-int64_t num_elements(const Shape& shape);
+DLFEED_EXPORT int64_t num_elements(const Shape& shape);
 /// "(2, 3, 4)" as numpy prints shapes.
-std::string shape_str(const Shape& shape);
+DLFEED_EXPORT std::string shape_str(const Shape& shape);
 
 /// One sample as the index knows it, before any byte is read.
-struct SampleRef {
+struct DLFEED_EXPORT SampleRef {
   uint32_t file = 0;    // into SampleIndex::files
   uint32_t source = 0;  // into SampleIndex::sources: the decoder of this sample
   uint64_t item = 0;    // the sample's position within its source
@@ -52,7 +53,7 @@ struct SampleRef {
 };
 
 /// A decoded sample: a view of its bytes (into the raw buffer or scratch).
-struct DecodedSample {
+struct DLFEED_EXPORT DecodedSample {
   std::span<const std::byte> bytes;
   Shape shape;
   DType dtype;
@@ -60,7 +61,7 @@ struct DecodedSample {
 
 /// One dataset / member / record stream inside one file. It knows the
 /// geometry its samples share and turns a sample's raw bytes into the sample.
-class SampleSource {
+class DLFEED_EXPORT SampleSource {
  public:
   virtual ~SampleSource() = default;
   /// Short layout tag shown by `dlfeed inspect`, e.g. "npy", "npz:deflated",
@@ -90,7 +91,7 @@ class SampleSource {
 };
 
 /// All samples of a set of files, with file boundaries (for the order stage).
-struct SampleIndex {
+struct DLFEED_EXPORT SampleIndex {
   std::vector<std::string> files;
   std::vector<std::unique_ptr<SampleSource>> sources;
   std::vector<SampleRef> samples;
@@ -105,7 +106,7 @@ struct SampleIndex {
 };
 
 /// What the samples of one field share.
-struct FieldSpec {
+struct DLFEED_EXPORT FieldSpec {
   DType dtype;
   /// The sample shape: -1 where samples differ or the size is known only
   /// after decode. Empty with rank_varies when samples differ in rank.
@@ -120,12 +121,12 @@ struct FieldSpec {
 /// `allow_varying_shapes` (ragged batches), or unless the dimension is one
 /// its source declares variable (-1 in sample_spec(): a TFRecord feature
 /// without a fixed shape). `field` names the field in errors.
-absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
+DLFEED_EXPORT absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
                                        bool allow_varying_shapes);
 
 /// Reads and decodes sample `id` with plain pread (no prefetch): the simple
 /// path used by tools and tests. `out` receives the decoded bytes.
-absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
+DLFEED_EXPORT absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
                                           std::vector<std::byte>& raw,
                                           std::vector<std::byte>& scratch);
 

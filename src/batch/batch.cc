@@ -7,7 +7,7 @@
 #include <new>
 #include <mutex>
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 constexpr size_t kMapAtLeast = 256 * 1024;
 // Buffers this big are mapped in whole 2 MiB huge pages where the kernel

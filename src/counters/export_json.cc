@@ -3,7 +3,7 @@
 #include "dlfeed/detail/json.h"
 #include "internal.h"
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include "absl/strings/str_format.h"
 #include "internal.h"
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 
 std::string Snapshot::summary_table() const {
   std::string s;

@@ -10,7 +10,7 @@
 #include "dlfeed/detail/json.h"
 #include "internal.h"
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 
 using dlfeed::detail::json_quote;
 

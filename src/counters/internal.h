@@ -16,8 +16,9 @@
 #include <vector>
 
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 
 inline constexpr auto kRelaxed = std::memory_order_relaxed;
 

@@ -10,7 +10,7 @@
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 namespace {
 
 constexpr char kMagic[4] = {'d', 'l', 'f', 'S'};

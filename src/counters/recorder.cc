@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 
 namespace {
 

@@ -6,12 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "dlfeed/detail/export.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/zip.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// How one sample sits in the array: element strides of its dimensions and
 /// the element span it touches.

@@ -10,7 +10,7 @@
 #define DLFEED_CRC32C_X86 1
 #endif
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
 
 constexpr uint32_t kPoly = 0x82F63B78u;  // reflected Castagnoli polynomial

@@ -8,7 +8,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed::example {
+namespace dlfeed::inline DLFEED_ABI::example {
 namespace {
 
 constexpr int kMaxGroupDepth = 64;

@@ -13,7 +13,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace fs = std::filesystem;
 
 absl::StatusOr<FileFormat> detect_format(const std::string& path) {

@@ -22,7 +22,7 @@
 #include "hdf5_source.h"
 #include "hdf5_util.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace detail {
 /// One lock for every libhdf5 call dlfeed makes (reader and writer).
 std::mutex& hdf5_mutex() {

@@ -14,9 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/dtype.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// One lock for every libhdf5 call dlfeed makes (reader and writer).
 std::mutex& hdf5_mutex();

@@ -15,9 +15,9 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";

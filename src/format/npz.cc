@@ -15,9 +15,9 @@
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/zip.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 constexpr uint64_t kMaxHeaderProbe = (1 << 20) + kNpyPreamble;

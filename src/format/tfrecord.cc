@@ -25,7 +25,7 @@
 #include "dlfeed/format/example.h"
 #include "dlfeed/counters/counters.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace tfrecord {
 namespace fs = std::filesystem;
 namespace {

@@ -15,7 +15,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/tfrecord.h"
 
-namespace dlfeed::tfrecord {
+namespace dlfeed::inline DLFEED_ABI::tfrecord {
 namespace {
 
 uint64_t load_le(const std::byte* p, int n) {

@@ -8,9 +8,9 @@
 #include "absl/strings/str_format.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 constexpr uint32_t kLocalSig = 0x04034b50;

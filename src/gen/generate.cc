@@ -1,4 +1,4 @@
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
 #include <bit>
 #include <cerrno>
@@ -11,7 +11,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed::gen {
+namespace dlfeed::inline DLFEED_ABI::gen {
 namespace fs = std::filesystem;
 namespace {
 
@@ -171,7 +171,7 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
 
 }  // namespace dlfeed::gen
 
-namespace dlfeed::gen {
+namespace dlfeed::inline DLFEED_ABI::gen {
 
 absl::Status write_file(const std::string& path, absl::string_view bytes) {
   // Write to a temporary name and rename, so a reader never sees half a file.

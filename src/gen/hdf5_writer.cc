@@ -12,10 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dlfeed/error.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "../format/hdf5_util.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace gen {
 namespace {
 

@@ -6,9 +6,9 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/tfrecord.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
-namespace dlfeed::gen {
+namespace dlfeed::inline DLFEED_ABI::gen {
 
 absl::Status write_tfrecord_file(const FileSpec& spec) {
   for (int64_t d : spec.sample_shape) {

@@ -15,7 +15,7 @@
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 class CheckedBackend final : public IoBackend {

@@ -8,7 +8,7 @@
 #include "record.h"
 #include "thread_name.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
 
 using counters::Component;

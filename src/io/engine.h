@@ -18,9 +18,10 @@
 
 #include "absl/status/status.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/io/io_backend.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// Reads submitted together and reported on once.
 struct ReadBatch {

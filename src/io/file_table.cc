@@ -18,7 +18,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 // Invariants (under mu): an entry is in `lru` iff fd >= 0 and pins == 0;
 // open == number of entries with fd >= 0; opening == opens in progress

@@ -11,7 +11,7 @@
 #include "dlfeed/io/file_table.h"
 #include "read_op.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 absl::string_view io_kind_name(IoKind kind) {
   switch (kind) {

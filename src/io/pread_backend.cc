@@ -17,7 +17,7 @@
 #include "read_op.h"
 #include "../thread_name.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
 
 class PreadBackend final : public IoBackend {

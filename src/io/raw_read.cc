@@ -1,4 +1,4 @@
-#include "dlfeed/io/raw_read.h"
+#include "io/raw_read.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,7 +18,7 @@
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -12,7 +12,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 namespace {
 

@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// O_DIRECT alignment of offsets, lengths and buffers. 4096 covers devices
 /// with 512 and 4096 byte logical blocks.

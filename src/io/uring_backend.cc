@@ -30,7 +30,7 @@
 #include "dlfeed/error.h"
 #include "read_op.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
 
 constexpr uint32_t kMaxQueueDepth = 4096;

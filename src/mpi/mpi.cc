@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace dlfeed::mpi {
+namespace dlfeed::inline DLFEED_ABI::mpi {
 namespace {
 
 absl::Status mpi_error(const char* call, int code) {

@@ -10,7 +10,7 @@
 #include "dlfeed/order/random.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 namespace order_detail {
 // Defined in strategies.cc: the built-in strategies.

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 OrderStats score(std::span<const uint64_t> order, const FileLayout& layout, uint64_t batch_size) {
   OrderStats s;

@@ -10,7 +10,7 @@
 #include "dlfeed/order/order.h"
 #include "dlfeed/order/random.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 namespace order_detail {
 namespace {
 

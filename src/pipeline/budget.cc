@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 void Budget::release(uint64_t n, bool in_pipeline) {
   {

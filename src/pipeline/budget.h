@@ -11,9 +11,10 @@
 #include <mutex>
 
 #include "dlfeed/batch/batch.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/prefetch/policy.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 /// Shared by the look-ahead and every batch handed out (a batch may outlive
 /// its loader, so this lives in a shared_ptr).

@@ -2,7 +2,7 @@
 
 #include "record.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 void DeliveryQueue::push(Delivery d) {
   {

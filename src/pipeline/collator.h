@@ -13,10 +13,11 @@
 #include "absl/status/status.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "pipeline/budget.h"
 #include "pipeline/work.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 /// What the pipeline hands the consumer, in order.
 struct Delivery {

@@ -11,7 +11,7 @@
 #include "pipeline/pipeline.h"
 #include "record.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 
 Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,

@@ -11,10 +11,11 @@
 
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/sample.h"
 #include "pipeline/work.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 class Decoder {
  public:

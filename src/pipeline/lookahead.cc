@@ -2,10 +2,7 @@
 
 #include "record.h"
 
-namespace dlfeed::pipeline {
-
-using CId = counters::Id;
-using detail::now_of;
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 Lookahead::Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch)
     : parts_(parts), cursor_(std::move(cursor)), epoch_(epoch), batch_index_(first_batch) {}
@@ -42,16 +39,11 @@ void Lookahead::drop() {
 }
 
 bool Lookahead::admit_and_read(Work& w, bool wait) {
-  counters::Counters& c = *parts_.counters;
-  [[maybe_unused]] const uint64_t tw = wait ? now_of(c) : 0;
+  // Only a wait is timed (trace events of 1 µs or more).
+  counters::Span span(wait ? parts_.counters : nullptr, counters::kAdmitWaitSpan);
   const bool admitted = admit(parts_.budget, *w.ticket, parts_.rule, wait, *parts_.stop);
-  DLFEED_REC({
-    if (wait) {
-      const uint64_t t1 = c.now();
-      c.sample(CId::kAdmitWait, t1 - tw);
-      if (c.tracing() && t1 - tw >= 1000) c.trace("admit_wait", "plan", tw, t1 - tw, w.epoch, w.index);
-    }
-  });
+  span.args(w.epoch, w.index);
+  span.end();
   if (!admitted) return false;
   issue_reads(w);
   return true;

@@ -13,6 +13,7 @@
 
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/order/order.h"
 #include "io/engine.h"
@@ -20,7 +21,7 @@
 #include "pipeline/planner.h"
 #include "pipeline/work.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 /// What the look-ahead draws on, the same for every epoch (all outlive it).
 struct SourceParts {

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 #if defined(__SANITIZE_THREAD__)
 std::mutex& tsan_handshake_mutex() {

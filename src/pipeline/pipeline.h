@@ -17,7 +17,9 @@
 #include "pipeline/decoder.h"
 #include "pipeline/lookahead.h"
 
-namespace dlfeed::pipeline {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 // oneTBB's own synchronization is inside libtbb, which ThreadSanitizer does
 // not see; in TSan builds every task body passes through one mutex at its

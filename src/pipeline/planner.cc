@@ -5,7 +5,7 @@
 
 #include "record.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 using counters::Component;
 using CId = counters::Id;
@@ -27,18 +27,15 @@ std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_
   const size_t n = cursor.next(std::span<uint64_t>(w->ids));
   w->ids.resize(n);
   if (n == 0 || (n < B && options_.drop_last_batch)) return nullptr;
+  counters::Span span(counters_, counters::kPlanSpan, t0);
   ++batch_index;
   plan(*w);
   DLFEED_REC({
     if (counters_ != nullptr) {
-      const uint64_t t1 = counters_->now();
       counters_->add(CId::kExtents, w->piece_begin.back() + std::count(w->direct.begin(), w->direct.end(), 1));
-      counters_->sample(CId::kPlan, t1 - t0);
-      counters_->interval_begin(Component::kPlan, t0);
-      counters_->interval_end(Component::kPlan, t1);
-      if (counters_->tracing()) counters_->trace("plan", "plan", t0, t1 - t0, epoch, w->index, w->plan.reads.size());
     }
   });
+  span.args(epoch, w->index, w->plan.reads.size());
   return w;
 }
 

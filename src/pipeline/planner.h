@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/prefetch/plan.h"
 #include "dlfeed/sample.h"
 #include "pipeline/work.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 /// Raw samples at least this big are read straight into the batch buffer
 /// whatever their neighbours.

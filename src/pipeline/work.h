@@ -15,10 +15,11 @@
 
 #include "absl/status/status.h"
 #include "dlfeed/batch/batch.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/prefetch/plan.h"
 #include "pipeline/budget.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 struct Work {
   uint64_t epoch = 0;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-namespace dlfeed::prefetch {
+namespace dlfeed::inline DLFEED_ABI::prefetch {
 
 ReadPlan plan_reads(std::span<const ExtentRef> extents, const CoalesceOptions& options) {
   ReadPlan plan;

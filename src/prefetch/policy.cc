@@ -5,7 +5,7 @@
 #include "absl/strings/str_split.h"
 #include "dlfeed/error.h"
 
-namespace dlfeed::prefetch {
+namespace dlfeed::inline DLFEED_ABI::prefetch {
 namespace {
 
 class OffPolicy : public PrefetchPolicy {

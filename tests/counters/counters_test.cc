@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"

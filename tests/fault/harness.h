@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "dlfeed/format/format.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/loader.h"
 
 namespace dlfeed::fault {

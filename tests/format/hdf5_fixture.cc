@@ -16,7 +16,7 @@
 #include "dlfeed/dtype.h"
 #include "format/hdf5_util.h"
 
-namespace dlfeed::gen {
+namespace dlfeed::inline DLFEED_ABI::gen {
 namespace {
 using detail::h5::create_dataset;
 using detail::h5::create_file;

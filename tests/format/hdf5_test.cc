@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/format/format.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
 namespace dlfeed::gen::internal {
 // The fixture writer in tests/format/hdf5_fixture.cc: one dataset with exactly the

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/format/format.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/zip.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 

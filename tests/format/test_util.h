@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/string_view.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/sample.h"
 #include "gtest/gtest.h"
 

@@ -17,7 +17,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/format.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
 #define EXPECT_CONTAINS(text, part)                                                          \
   EXPECT_NE(std::string(text).find(std::string(part)), std::string::npos)                    \

@@ -4,7 +4,7 @@
 // boundary; short files fail naming the file and offset; evict_pages drops
 // the page cache (checked with mincore through resident_bytes).
 
-#include "dlfeed/io/raw_read.h"
+#include "io/raw_read.h"
 
 #include <filesystem>
 #include <map>
@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/format/format.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/order/order.h"
 #include "format/test_util.h"

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
@@ -282,7 +282,7 @@ TEST(Staging, SameBatchesAsWithoutAndLaterEpochsReadTheCopies) {
   EXPECT_EQ(st.stage.bytes_copied, st.stage.bytes_staged);
   // Every copy is the source's bytes.
   for (const std::string& f : l->index().files) {
-    const std::string copy = stage::Stager::find_copy(root + "/stage", {f, fs::file_size(f)});
+    const std::string copy = staging::Stager::find_copy(root + "/stage", {f, fs::file_size(f)});
     ASSERT_FALSE(copy.empty()) << f;
     EXPECT_EQ(read_all(copy), read_all(f)) << f;
   }

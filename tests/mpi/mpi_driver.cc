@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/mpi/mpi.h"
 #include "gtest/gtest.h"

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/loader_state.h"
 #include "format/test_util.h"

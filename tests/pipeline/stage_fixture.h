@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dlfeed/format/format.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
 #include "pipeline/work.h"

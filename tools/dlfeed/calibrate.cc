@@ -16,7 +16,7 @@
 #include "command.h"
 #include "common_format.h"
 #include "dlfeed/error.h"
-#include "dlfeed/io/raw_read.h"
+#include "io/raw_read.h"
 #include "dlfeed/order/order.h"
 #include "json.h"
 #include "workloads.h"

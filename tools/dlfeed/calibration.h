@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "dlfeed/io/raw_read.h"
+#include "io/raw_read.h"
 #include "dlfeed/sample.h"
 
 namespace dlfeed::cli {

@@ -7,7 +7,7 @@
 #include "command.h"
 #include "common_format.h"
 #include "dlfeed/error.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
 ABSL_FLAG(std::string, dir, "", "Output folder (created if missing)");
 ABSL_FLAG(uint64_t, valid_files, 0, "Number of files under valid/ (dlio layout)");

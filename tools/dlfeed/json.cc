@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
 namespace dlfeed::cli {
 

@@ -34,7 +34,7 @@
 #include "common_format.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
-#include "dlfeed/io/raw_read.h"
+#include "io/raw_read.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/order/random.h"
 #include "json.h"

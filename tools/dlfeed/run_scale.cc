@@ -155,7 +155,7 @@ counters::Snapshot ScaleOut::summary(const Loader& loader, const std::string& js
   counters::Snapshot snap = loader.counters_snapshot();
   const LoaderStats st = loader.stats();
   if (!loader.options().stage.dir.empty()) {
-    const stage::StageStats& g = st.stage;
+    const staging::StageStats& g = st.stage;
     std::printf("stage: %s: %llu of %llu owned files staged (%llu copied, %llu reused), %.1f MiB; %llu skipped "
                 "(%llu over the %s limit, %llu no space), %llu failed%s%s; %llu of %llu files read from copies at "
                 "the last epoch start\n",

@@ -16,7 +16,7 @@
 #include "command.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 #include "json.h"
 
 ABSL_FLAG(std::string, workload, "",

@@ -12,16 +12,17 @@
 #include <utility>
 #include <vector>
 
+#include "dlfeed/detail/export.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 /// Memory for batch buffers: 64-byte aligned; from 256 KiB up, whole pages
 /// mapped for the buffer and unmapped when it is freed, so the resident
 /// memory follows the loader's memory budget instead of malloc's caches.
-void* allocate_buffer(size_t bytes);
-void free_buffer(void* p, size_t bytes) noexcept;
+DLFEED_EXPORT void* allocate_buffer(size_t bytes);
+DLFEED_EXPORT void free_buffer(void* p, size_t bytes) noexcept;
 
 /// An allocator for batch buffers: 64-byte aligned (what TensorFlow and
 /// SIMD code want from a zero-copy tensor), and resize() leaves new bytes
@@ -52,7 +53,7 @@ struct DefaultInitAllocator {
 using ByteBuffer = std::vector<std::byte, DefaultInitAllocator<std::byte>>;
 
 /// One field of a batch (e.g. "x" or "labels"): the samples' bytes, in order.
-struct BatchField {
+struct DLFEED_EXPORT BatchField {
   std::string name;
   DType dtype;
   /// [B, ...] when every sample has the same shape; empty when ragged.
@@ -82,7 +83,7 @@ struct BatchField {
 /// loader's pool (and its memory budget) when the last reference goes.
 /// Move-only: the fields' spans point into `storage`, so a copy would point
 /// into the original's buffers; a move keeps them valid (the buffers move).
-struct Batch {
+struct DLFEED_EXPORT Batch {
   Batch() = default;
   Batch(Batch&&) noexcept = default;
   Batch& operator=(Batch&&) noexcept = default;
@@ -108,7 +109,7 @@ struct Batch {
 
 /// Recycles byte buffers so the hot path does not allocate per batch or per
 /// sample once warm. Thread-safe.
-class BufferPool {
+class DLFEED_EXPORT BufferPool {
  public:
   explicit BufferPool(size_t max_cached = 64) : max_cached_(max_cached) {}
   /// A buffer of exactly `size` bytes (contents unspecified), reusing a

@@ -43,11 +43,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
+#include "dlfeed/detail/export.h"
+
 #ifndef DLFEED_COUNTERS_ENABLED
 #define DLFEED_COUNTERS_ENABLED 1
 #endif
 
-namespace dlfeed::counters {
+namespace dlfeed::inline DLFEED_ABI::counters {
 
 /// Whether recording is compiled in (CMake option DLFEED_COUNTERS).
 inline constexpr bool kEnabled = DLFEED_COUNTERS_ENABLED != 0;
@@ -92,30 +94,30 @@ inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
 enum class Component : uint8_t { kPlan, kIo, kDecode, kCollate, kStall, kCompute, kCount };
 inline constexpr size_t kNumComponents = static_cast<size_t>(Component::kCount);
 
-struct CounterInfo {
+struct DLFEED_EXPORT CounterInfo {
   const char* name;  // stable JSON field name
   Unit unit;
   Kind kind;
   const char* help;
 };
-const CounterInfo& info(Id id);
-const char* component_name(Component c);
-const char* unit_name(Unit u);
-const char* kind_name(Kind k);
+DLFEED_EXPORT const CounterInfo& info(Id id);
+DLFEED_EXPORT const char* component_name(Component c);
+DLFEED_EXPORT const char* unit_name(Unit u);
+DLFEED_EXPORT const char* kind_name(Kind k);
 
 /// Log-scale histogram: exact below 8, then 8 buckets per power of two
 /// (relative bucket width <= 12.5%, quantiles reported at bucket midpoints).
 inline constexpr size_t kHistBuckets = 496;
-size_t bucket_of(uint64_t v);
-uint64_t bucket_low(size_t b);
-uint64_t bucket_high(size_t b);  // exclusive
+DLFEED_EXPORT size_t bucket_of(uint64_t v);
+DLFEED_EXPORT uint64_t bucket_low(size_t b);
+DLFEED_EXPORT uint64_t bucket_high(size_t b);  // exclusive
 
 /// A sparse histogram: (bucket, events) for the non-empty buckets, ascending.
 using Histogram = std::vector<std::pair<uint16_t, uint64_t>>;
 
 /// A distribution's summary, with the histogram it was computed from (so
 /// distributions of several ranks merge into exact job-wide percentiles).
-struct Distribution {
+struct DLFEED_EXPORT Distribution {
   uint64_t count = 0;
   uint64_t sum = 0;
   uint64_t max = 0;
@@ -126,9 +128,9 @@ struct Distribution {
 /// The summary of a histogram: mean from sum/count, p50/p95/p99 at bucket
 /// midpoints (clamped to max), max = the top of the highest bucket, or
 /// `max_known` when it is non-zero and lower.
-Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known);
+DLFEED_EXPORT Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known);
 
-struct CounterValue {
+struct DLFEED_EXPORT CounterValue {
   Id id{};
   const char* name = "";
   Unit unit{};
@@ -140,7 +142,7 @@ struct CounterValue {
 
 /// One epoch (or the total over all epochs), from Loader::start_epoch to the
 /// end of the epoch (next() returning nullptr) or, while running, to now.
-struct EpochReport {
+struct DLFEED_EXPORT EpochReport {
   int64_t epoch = -1;  // -1: the total
   bool complete = false;
   double wall_s = 0;   // merged over ranks: the slowest rank's
@@ -168,7 +170,7 @@ struct EpochReport {
   std::array<Distribution, kNumIds> dist{};  // per-epoch distributions (max from the histogram)
 };
 
-struct TraceInfo {
+struct DLFEED_EXPORT TraceInfo {
   bool enabled = false;
   uint64_t max_events = 0;
   uint64_t recorded = 0;
@@ -177,7 +179,7 @@ struct TraceInfo {
 };
 
 /// Everything at one moment. Values since creation or the last reset().
-struct Snapshot {
+struct DLFEED_EXPORT Snapshot {
   bool enabled = kEnabled;
   double uptime_s = 0;
   std::vector<CounterValue> counters;  // indexed by Id
@@ -210,13 +212,13 @@ struct Snapshot {
 /// rank took, interval unions and first_step_s are means over the ranks, and
 /// au_percent is the mean with au_min/max_percent the extremes. Epochs are
 /// matched by position and must have the same epoch numbers on every rank.
-absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks);
+DLFEED_EXPORT absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks);
 
 enum class TraceFormat { kChrome, kDfTracer };
-absl::string_view trace_format_name(TraceFormat f);
-bool parse_trace_format(absl::string_view s, TraceFormat* out);
+DLFEED_EXPORT absl::string_view trace_format_name(TraceFormat f);
+DLFEED_EXPORT bool parse_trace_format(absl::string_view s, TraceFormat* out);
 
-struct TraceOptions {
+struct DLFEED_EXPORT TraceOptions {
   bool enabled = false;
   /// Events kept; later ones are dropped (and counted). 64 bytes each,
   /// allocated when tracing is first enabled.
@@ -230,7 +232,7 @@ struct TraceOptions {
 };
 
 /// A decoded trace event (times in ns since the Counters were created).
-struct TraceEvent {
+struct DLFEED_EXPORT TraceEvent {
   const char* name = "";
   const char* cat = "";
   uint32_t tid = 0;
@@ -249,7 +251,7 @@ class Counters;
 /// `io_overlap` (Id::kCount: none), the I/O busy time during the span into
 /// that sum; and, when tracing, an event `name` in category `cat` (nullptr:
 /// none; both string literals) if the span lasted at least `trace_min_ns`.
-struct SpanKind {
+struct DLFEED_EXPORT SpanKind {
   Id id = Id::kCount;
   Component component = Component::kCount;
   const char* name = nullptr;
@@ -290,7 +292,7 @@ inline constexpr SpanKind kBarrierSpan{.id = Id::kBarrier, .name = "barrier", .c
 ///
 /// With null counters it records nothing; with -DDLFEED_COUNTERS=OFF it
 /// reads no clock and records nothing, and its layout is the same.
-class Span {
+class DLFEED_EXPORT Span {
  public:
   /// Begins now.
   Span(Counters* c, const SpanKind& kind);
@@ -327,10 +329,10 @@ class Span {
 /// The counters of the loader whose decode runs on this thread (nullptr
 /// elsewhere): format code times its steps (CRC, inflate, parse) with
 /// StepTimer without being handed a Counters.
-Counters* current();
+DLFEED_EXPORT Counters* current();
 
 /// Makes `c` current on this thread while it lives (the loader's decode stage).
-class CurrentScope {
+class DLFEED_EXPORT CurrentScope {
  public:
   explicit CurrentScope(Counters* c);
   ~CurrentScope();
@@ -343,7 +345,7 @@ class CurrentScope {
 
 /// Records the time from construction to destruction into distribution `id`
 /// of the current counters (nothing when none are current).
-class StepTimer {
+class DLFEED_EXPORT StepTimer {
  public:
   explicit StepTimer(Id id) : span_(kEnabled ? current() : nullptr, SpanKind{.id = id}) {}
   StepTimer(const StepTimer&) = delete;
@@ -354,7 +356,7 @@ class StepTimer {
 };
 
 /// Times a region on this thread from construction to destruction (or stop()).
-class ScopedTimer {
+class DLFEED_EXPORT ScopedTimer {
  public:
   ScopedTimer(Counters& c, Region r = Region::kCompute)
       : span_(&c, r == Region::kBarrier ? kBarrierSpan : kComputeSpan) {}
@@ -372,7 +374,7 @@ struct Slab;
 struct SlabPool;
 struct TraceSlot;
 /// The union of intervals of one component, merged across threads.
-class Union {
+class DLFEED_EXPORT Union {
  public:
   void begin(uint64_t t);
   void end(uint64_t t);
@@ -394,7 +396,7 @@ class Union {
 };
 }  // namespace detail
 
-class Counters {
+class DLFEED_EXPORT Counters {
  public:
   explicit Counters(TraceOptions trace = {});
   ~Counters();

@@ -9,22 +9,24 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 /// "path: at offset N: expected X, found Y" as an InvalidArgument/DataLoss status.
-absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
+DLFEED_EXPORT absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
                           absl::string_view found);
 
 /// The same shape for a structural problem with no single found value.
-absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what);
+DLFEED_EXPORT absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what);
 
 /// A problem with a file as a whole, where no single byte offset is meant:
 /// "path: expected X, found Y" (DataLoss).
-absl::Status file_error(absl::string_view path, absl::string_view expected, absl::string_view found);
+DLFEED_EXPORT absl::Status file_error(absl::string_view path, absl::string_view expected, absl::string_view found);
 
 /// A failed system call on `path` at `offset`, with errno's text.
-absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err);
+DLFEED_EXPORT absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err);
 /// The same where no offset is meant (open, stat, mkdir, rename...).
-absl::Status io_error(absl::string_view path, absl::string_view op, int err);
+DLFEED_EXPORT absl::Status io_error(absl::string_view path, absl::string_view op, int err);
 
 }  // namespace dlfeed

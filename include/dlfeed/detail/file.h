@@ -10,10 +10,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace dlfeed::detail {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// An open read-only file descriptor (RAII).
-class File {
+class DLFEED_EXPORT File {
  public:
   static absl::StatusOr<File> open(const std::string& path);
   File() = default;
@@ -39,7 +41,7 @@ class File {
 
 /// pread until `out` is full; retries EINTR and short reads. Returns bytes
 /// read (fewer only at end of file).
-absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset,
+DLFEED_EXPORT absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset,
                                   const std::string& path);
 
 }  // namespace dlfeed::detail

@@ -7,20 +7,22 @@
 
 #include "absl/strings/string_view.h"
 
-namespace dlfeed::detail {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// Appends `s` as a JSON string literal, quotes included: '"', '\\' and the
 /// control characters escaped, every other byte as it is (UTF-8 passes through).
-void json_append_quoted(std::string& out, absl::string_view s);
+DLFEED_EXPORT void json_append_quoted(std::string& out, absl::string_view s);
 /// `s` as a JSON string literal, quotes included.
-std::string json_quote(absl::string_view s);
+DLFEED_EXPORT std::string json_quote(absl::string_view s);
 
 /// A double as a JSON number that reads back as the same double: the
 /// shortest digits that do (std::to_chars), as plain decimals from 1e-4 up
 /// to 1e17 ("100000", "0.25", "0.0001") and with an exponent beyond
 /// ("1e-05", "1e+17"). NaN and the infinities, which JSON cannot spell, as 0.
-std::string json_number(double v);
+DLFEED_EXPORT std::string json_number(double v);
 /// Appends json_number(v).
-void json_append_number(std::string& out, double v);
+DLFEED_EXPORT void json_append_number(std::string& out, double v);
 
 }  // namespace dlfeed::detail

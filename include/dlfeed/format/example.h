@@ -25,22 +25,24 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed::example {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::example {
 
 /// Which list a Feature holds (kNone: the feature is empty or absent).
 enum class FeatureKind { kNone, kBytes, kFloat, kInt64 };
 /// "bytes_list", "float_list", "int64_list", "none".
-const char* kind_name(FeatureKind kind);
+DLFEED_EXPORT const char* kind_name(FeatureKind kind);
 
 /// Where errors point: the file and the Example's offset in it.
-struct Context {
+struct DLFEED_EXPORT Context {
   absl::string_view path = "<tf.train.Example>";
   uint64_t base = 0;  // file offset of the Example's first byte
 };
 
 /// One feature as found in an Example: its kind and the bytes of its list
 /// message (BytesList / FloatList / Int64List), a view into the Example.
-struct FeatureSlice {
+struct DLFEED_EXPORT FeatureSlice {
   FeatureKind kind = FeatureKind::kNone;
   std::span<const std::byte> list;
   uint64_t offset = 0;  // of `list` within the Example
@@ -49,23 +51,23 @@ struct FeatureSlice {
 /// Looks up feature `name`. Returns kind kNone when the Example has no such
 /// feature (use feature_names() to list what it has). Where a key repeats,
 /// the last entry wins, as protobuf map parsing does.
-absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
+DLFEED_EXPORT absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
                                           const Context& ctx = {});
 
 /// The feature names of an Example, in wire order, each once.
-absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
+DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
                                                        const Context& ctx = {});
 
 /// Decodes a feature's list, appending to `out`. Errors name ctx.base + offset.
-absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
+DLFEED_EXPORT absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
                                const Context& ctx = {});
-absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, const Context& ctx = {});
-absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out, const Context& ctx = {});
+DLFEED_EXPORT absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, const Context& ctx = {});
+DLFEED_EXPORT absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out, const Context& ctx = {});
 /// Number of values in a list without decoding them.
-absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx = {});
+DLFEED_EXPORT absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx = {});
 
 /// A fully decoded feature (bytes are views into the parsed buffer).
-struct Feature {
+struct DLFEED_EXPORT Feature {
   FeatureKind kind = FeatureKind::kNone;
   std::vector<std::span<const std::byte>> bytes;
   std::vector<float> floats;
@@ -73,12 +75,12 @@ struct Feature {
 };
 
 /// Every feature of an Example, in wire order (last entry wins per name).
-absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(
+DLFEED_EXPORT absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(
     std::span<const std::byte> example, const Context& ctx = {});
 
 /// Builds a serialized Example. Features are written in the order added;
 /// floats and int64s use packed encoding, as TensorFlow writes them.
-class ExampleBuilder {
+class DLFEED_EXPORT ExampleBuilder {
  public:
   ExampleBuilder& add_bytes(absl::string_view name, std::span<const std::span<const std::byte>> values);
   ExampleBuilder& add_bytes(absl::string_view name, std::span<const std::byte> value);
@@ -97,11 +99,11 @@ class ExampleBuilder {
 namespace wire {
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kStartGroup = 3,
                            kEndGroup = 4, kFixed32 = 5 };
-void append_varint(std::vector<std::byte>& out, uint64_t v);
-void append_tag(std::vector<std::byte>& out, uint32_t field, WireType type);
-void append_length_delimited(std::vector<std::byte>& out, uint32_t field, std::span<const std::byte> body);
-void append_fixed32(std::vector<std::byte>& out, uint32_t v);
-void append_fixed64(std::vector<std::byte>& out, uint64_t v);
+DLFEED_EXPORT void append_varint(std::vector<std::byte>& out, uint64_t v);
+DLFEED_EXPORT void append_tag(std::vector<std::byte>& out, uint32_t field, WireType type);
+DLFEED_EXPORT void append_length_delimited(std::vector<std::byte>& out, uint32_t field, std::span<const std::byte> body);
+DLFEED_EXPORT void append_fixed32(std::vector<std::byte>& out, uint32_t v);
+DLFEED_EXPORT void append_fixed64(std::vector<std::byte>& out, uint64_t v);
 }  // namespace wire
 
 }  // namespace dlfeed::example

@@ -6,10 +6,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 /// The on-disk formats dlfeed indexes.
 enum class FileFormat { kAuto, kNpy, kNpz, kHdf5, kTfRecord };
@@ -24,7 +25,7 @@ enum class SampleAxis {
 };
 
 /// How files are turned into samples. Defaults read DLIO datasets as written.
-struct FormatOptions {
+struct DLFEED_EXPORT FormatOptions {
   FileFormat format = FileFormat::kAuto;  // kAuto: by file extension
   SampleAxis axis = SampleAxis::kAuto;    // NPY and NPZ arrays
   /// NPZ member ("x"); HDF5 dataset ("records"; if absent, "records_0").
@@ -45,16 +46,16 @@ struct FormatOptions {
 
 /// Format of a path by its extension (.npy, .npz, .h5/.hdf5/.hdf/.he5;
 /// .tfrecord/.tfrecords/.tfrec/.tfr, each also with .gz appended).
-absl::StatusOr<FileFormat> detect_format(const std::string& path);
-std::string format_name(FileFormat f);
-absl::StatusOr<FileFormat> parse_format(absl::string_view name);
+DLFEED_EXPORT absl::StatusOr<FileFormat> detect_format(const std::string& path);
+DLFEED_EXPORT std::string format_name(FileFormat f);
+DLFEED_EXPORT absl::StatusOr<FileFormat> parse_format(absl::string_view name);
 
 /// Indexes one file.
-absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options);
 
 /// The column an NPY file holds: its name without a shard tag (x.npy and
 /// x_000.npy hold column "x"; x-00001-of-00010.npy too).
-std::string npy_column_of(const std::string& path);
+DLFEED_EXPORT std::string npy_column_of(const std::string& path);
 
 /// Indexes a file, a folder (recursively, data files sorted by path; a DLIO
 /// folder's index/ subfolder is skipped), a glob pattern ("data/train/*.npz",
@@ -62,20 +63,20 @@ std::string npy_column_of(const std::string& path);
 /// (options.name), NPY files are columns: only those of that column count
 /// (npy_column_of), and a name no NPY file has is NotFound, listing the
 /// columns there are.
-absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
+DLFEED_EXPORT absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
                                          const FormatOptions& options);
 
 /// The fields one file offers: an NPZ's members (without .npy), an HDF5
 /// file's datasets (at most 64, groups walked 4 deep), an NPY file's column.
 /// TFRecord: Unimplemented (features are per record).
-absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, const FormatOptions& options);
-absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& path);
-absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& path);
+DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& path);
+DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& path);
 
 // One per format, each indexing a single file.
-absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOptions& options);
-absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options);
-absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptions& options);
-absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions& options);
 
 }  // namespace dlfeed

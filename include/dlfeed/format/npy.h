@@ -9,13 +9,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
 /// What an NPY header says about the array that follows it.
-struct NpyHeader {
+struct DLFEED_EXPORT NpyHeader {
   int major = 1;
   int minor = 0;
   DType dtype;
@@ -33,16 +34,16 @@ inline constexpr size_t kNpyPreamble = 12;
 /// Total header size (magic, version, length field, dictionary) from the first
 /// bytes of an NPY stream (at least 10, or 12 for versions 2 and 3).
 /// `base_offset` is where the stream starts in `path` (for messages).
-absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> preamble, absl::string_view path,
+DLFEED_EXPORT absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> preamble, absl::string_view path,
                                          uint64_t base_offset);
 
 /// Parses a complete NPY header (npy_header_size() bytes). Refuses object and
 /// structured dtypes, and shapes whose byte size overflows.
-absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path,
+DLFEED_EXPORT absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path,
                                            uint64_t base_offset);
 
 /// An NPY header as numpy writes it (version 1.0, or 2.0 when the dictionary
 /// does not fit 65535 bytes), padded so the data starts 64-byte aligned.
-std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order = false);
+DLFEED_EXPORT std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order = false);
 
 }  // namespace dlfeed

@@ -23,14 +23,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed::detail {
+namespace dlfeed::inline DLFEED_ABI::detail {
 class File;
 }
 
-namespace dlfeed::tfrecord {
+namespace dlfeed::inline DLFEED_ABI::tfrecord {
 
 inline constexpr size_t kHeaderSize = 12;  // length + its masked CRC
 inline constexpr size_t kFooterSize = 4;   // masked CRC of the payload
@@ -43,24 +44,24 @@ inline uint32_t unmask_crc(uint32_t masked) {
   return (rot >> 17) | (rot << 15);
 }
 /// mask_crc(crc32c(data)).
-uint32_t masked_crc32c(std::span<const std::byte> data);
+DLFEED_EXPORT uint32_t masked_crc32c(std::span<const std::byte> data);
 
 /// Appends `payload`, framed, to `out`.
-void append_record(std::vector<std::byte>& out, std::span<const std::byte> payload);
+DLFEED_EXPORT void append_record(std::vector<std::byte>& out, std::span<const std::byte> payload);
 
 /// The payload length a 12-byte header announces; checks the header CRC when
 /// `verify`. `offset` is the header's file offset (for errors).
-absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify, absl::string_view path,
+DLFEED_EXPORT absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify, absl::string_view path,
                                       uint64_t offset);
 
 /// The payload of one whole framed record (header + payload + footer),
 /// checking the length against the span and, when `verify`, both CRCs.
 /// Errors name `path` and the file offset (`offset` is the record's).
-absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
+DLFEED_EXPORT absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
                                                           absl::string_view path, uint64_t offset);
 
 /// Writes framed records to a file, remembering each record's extent.
-class RecordWriter {
+class DLFEED_EXPORT RecordWriter {
  public:
   static absl::StatusOr<RecordWriter> create(const std::string& path);
   RecordWriter(RecordWriter&& o) noexcept;
@@ -83,19 +84,19 @@ class RecordWriter {
 };
 
 /// The sidecar text for `records`: "offset length\n" per record.
-std::string format_idx(const std::vector<Extent>& records);
+DLFEED_EXPORT std::string format_idx(const std::vector<Extent>& records);
 /// Writes the sidecar (via a temporary file and a rename).
-absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& records);
+DLFEED_EXPORT absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& records);
 /// Parses a sidecar; errors name the idx file and line.
-absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path);
+DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path);
 /// Checks sidecar entries against the data file: each within the file, at
 /// least 16 bytes, records back to back from offset 0 to the end of the file,
 /// and the first and last records' headers announcing the idx lengths.
-absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
+DLFEED_EXPORT absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
                           const detail::File& file, bool verify_crc);
 
 /// Finds the record extents by reading only the 12-byte headers.
-absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc);
+DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc);
 
 // ---- compressed files (TFRecordWriter with options GZIP or ZLIB) ----
 //
@@ -112,14 +113,14 @@ absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool 
 // (raw deflate primed with the checkpoint's bits and window).
 
 enum class Compression { kNone, kGzip, kZlib };
-const char* compression_name(Compression c);  // "none", "GZIP", "ZLIB"
+DLFEED_EXPORT const char* compression_name(Compression c);  // "none", "GZIP", "ZLIB"
 
 /// What the first bytes of a file of `file_size` bytes say: GZIP (1f 8b 08),
 /// ZLIB (a valid RFC 1950 header: CM 8, CINFO <= 7, FCHECK, no preset
 /// dictionary), else kNone. A plain TFRecord whose first 12 bytes are a valid
 /// record header (its length CRC holds and the length fits the file) stays
 /// kNone even when its length bytes look like a magic number.
-Compression detect_compression(std::span<const std::byte> head, uint64_t file_size);
+DLFEED_EXPORT Compression detect_compression(std::span<const std::byte> head, uint64_t file_size);
 
 /// Inflated bytes between checkpoints (at least; a checkpoint sits at the
 /// last deflate block boundary before the first record that starts this
@@ -128,7 +129,7 @@ inline constexpr uint64_t kCheckpointSpan = uint64_t{1} << 20;
 inline constexpr size_t kWindowSize = 32768;
 
 /// A place where inflation can resume: a deflate block boundary.
-struct InflatePoint {
+struct DLFEED_EXPORT InflatePoint {
   uint64_t in = 0;   // compressed offset of the first whole byte after the boundary
   int bits = 0;      // 0..7 bits of byte in-1 that belong to the block
   uint64_t out = 0;  // inflated offset of the boundary
@@ -137,7 +138,7 @@ struct InflatePoint {
 };
 
 /// What the open-time scan of a compressed file finds.
-struct CompressedIndex {
+struct DLFEED_EXPORT CompressedIndex {
   Compression compression = Compression::kNone;
   std::vector<InflatePoint> points;   // by `out`, the first at the stream's first block
   std::vector<uint64_t> record_start; // inflated offset of each record (n + 1: the end)
@@ -164,7 +165,7 @@ using RecordVisitor = std::function<absl::Status(uint64_t k, uint64_t offset, st
 /// except in tests. Errors (truncated stream, corrupt deflate data, wrong
 /// trailer checksum, trailing bytes, a record cut short) name the file and
 /// the compressed offset.
-absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
+DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
                                                 const RecordVisitor& visit = nullptr,
                                                 uint64_t span = kCheckpointSpan);
 
@@ -174,23 +175,23 @@ absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compre
 /// inflates forward through one checkpoint's span continues where it
 /// stopped instead of restarting at the checkpoint. Errors name `path` and
 /// the compressed offset.
-absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw,
+DLFEED_EXPORT absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw,
                         uint64_t skip_to, std::span<std::byte> out, uint64_t stream_id, absl::string_view path);
 
 /// A process-unique id for inflate_at's continuation (never reused).
-uint64_t new_stream_id();
+DLFEED_EXPORT uint64_t new_stream_id();
 
 /// `data` as one gzip or zlib stream (level 0..9), as TFRecordWriter's
 /// options write it. `block_every` > 0 ends a deflate block (Z_BLOCK) every
 /// that many input bytes, for tests that need many blocks.
-std::vector<std::byte> compress(std::span<const std::byte> data, Compression c, int level = 6,
+DLFEED_EXPORT std::vector<std::byte> compress(std::span<const std::byte> data, Compression c, int level = 6,
                                 size_t block_every = 0);
 
 /// Where the sidecar of `data_path` is, if one exists: options.index_dir,
 /// else DATA.idx, else the DLIO place {data}/index/{train|valid}/NAME.idx.
 /// Returns "" when there is none.
-std::string find_idx(const std::string& data_path, const FormatOptions& options);
+DLFEED_EXPORT std::string find_idx(const std::string& data_path, const FormatOptions& options);
 /// Where a new sidecar goes: options.index_dir/NAME.idx, else DATA.idx.
-std::string idx_path_for_write(const std::string& data_path, const FormatOptions& options);
+DLFEED_EXPORT std::string idx_path_for_write(const std::string& data_path, const FormatOptions& options);
 
 }  // namespace dlfeed::tfrecord

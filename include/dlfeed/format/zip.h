@@ -10,10 +10,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 /// One member of a zip archive, as its central directory entry describes it.
-struct ZipMember {
+struct DLFEED_EXPORT ZipMember {
   std::string name;
   uint16_t method = 0;  // 0 stored, 8 deflated
   uint16_t flags = 0;
@@ -27,39 +29,39 @@ struct ZipMember {
 /// Parses the end-of-central-directory record (Zip64 when present) from
 /// `tail`, the last bytes of a file of `file_size` bytes; returns the
 /// central directory's offset and size and the member count.
-struct ZipDirectory {
+struct DLFEED_EXPORT ZipDirectory {
   uint64_t offset = 0;
   uint64_t size = 0;
   uint64_t entries = 0;
 };
-absl::StatusOr<ZipDirectory> parse_zip_end(std::span<const std::byte> tail, uint64_t file_size,
+DLFEED_EXPORT absl::StatusOr<ZipDirectory> parse_zip_end(std::span<const std::byte> tail, uint64_t file_size,
                                            absl::string_view path);
 
 /// Parses the Zip64 end record `z64` (56+ bytes, read at the offset the
 /// locator gives) when parse_zip_end() asked for it.
-absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset,
+DLFEED_EXPORT absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset,
                                              absl::string_view path);
 
 /// Parses `dir`, the central directory read from `dir_offset`.
-absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::byte> dir, uint64_t dir_offset,
+DLFEED_EXPORT absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::byte> dir, uint64_t dir_offset,
                                                            uint64_t entries, uint64_t file_size,
                                                            absl::string_view path);
 
 /// From the 30-byte local header of `m`, where its data starts.
-absl::StatusOr<uint64_t> zip_data_offset(std::span<const std::byte> local_header, const ZipMember& m,
+DLFEED_EXPORT absl::StatusOr<uint64_t> zip_data_offset(std::span<const std::byte> local_header, const ZipMember& m,
                                          uint64_t file_size, absl::string_view path);
 
 /// zlib's CRC-32 of `bytes` (the checksum zip uses).
-uint32_t zip_crc32(std::span<const std::byte> bytes, uint32_t crc = 0);
+DLFEED_EXPORT uint32_t zip_crc32(std::span<const std::byte> bytes, uint32_t crc = 0);
 
 /// Inflates a raw deflate stream (zip method 8) into `out`, which must be
 /// exactly the expected size; errors name the member and offset.
-absl::Status inflate_raw(std::span<const std::byte> in, std::span<std::byte> out, absl::string_view path,
+DLFEED_EXPORT absl::Status inflate_raw(std::span<const std::byte> in, std::span<std::byte> out, absl::string_view path,
                          uint64_t offset, absl::string_view what);
 
 /// Writes a zip archive member by member (stored or deflated), with Zip64
 /// local headers as numpy writes them.
-class ZipWriter {
+class DLFEED_EXPORT ZipWriter {
  public:
   explicit ZipWriter(std::string path) : path_(std::move(path)) {}
   absl::Status add(absl::string_view name, std::span<const std::byte> data, bool deflate, int level);

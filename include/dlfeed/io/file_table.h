@@ -25,9 +25,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
 
-struct FileTableOptions {
+namespace dlfeed::inline DLFEED_ABI {
+
+struct DLFEED_EXPORT FileTableOptions {
   /// Most descriptors kept open at once; 0 picks min(RLIMIT_NOFILE / 2, 1024).
   size_t max_open = 0;
   /// Open files with O_DIRECT (for IoOptions::direct backends).
@@ -35,14 +37,14 @@ struct FileTableOptions {
 };
 
 /// Counters of a FileTable (a snapshot).
-struct FileTableStats {
+struct DLFEED_EXPORT FileTableStats {
   uint64_t opens = 0;      // successful open() calls
   uint64_t evictions = 0;  // descriptors closed to stay under the cap
   uint64_t open_now = 0;   // descriptors open right now
   uint64_t peak_open = 0;  // most descriptors open at once
 };
 
-class FileTable {
+class DLFEED_EXPORT FileTable {
  public:
   /// Keeps file `id` open while it lives. Move-only; an empty Pin has fd() -1.
   class Pin {

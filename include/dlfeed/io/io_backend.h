@@ -44,13 +44,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 class FileTable;
 
 /// Read `length` bytes at `offset` of file `file` (an id in the backend's
 /// FileTable) into `dest`.
-struct ReadRequest {
+struct DLFEED_EXPORT ReadRequest {
   uint32_t file = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
@@ -59,14 +61,14 @@ struct ReadRequest {
 };
 
 /// The outcome of one ReadRequest.
-struct ReadCompletion {
+struct DLFEED_EXPORT ReadCompletion {
   uint64_t user_data = 0;
   absl::Status status;  // OK, or an error naming file, offset, expected vs got
   uint64_t bytes = 0;   // bytes placed in dest (== length when OK)
 };
 
 /// Counters of a backend (a snapshot; monotonic since creation).
-struct IoStats {
+struct DLFEED_EXPORT IoStats {
   uint64_t requests = 0;     // requests accepted by submit()
   uint64_t completions = 0;  // completions delivered by reap()
   uint64_t errors = 0;       // ... of which failed
@@ -93,11 +95,11 @@ enum class IoKind {
 };
 
 /// "auto", "io_uring", "thread_pool", "sync".
-absl::string_view io_kind_name(IoKind kind);
+DLFEED_EXPORT absl::string_view io_kind_name(IoKind kind);
 /// Parses io_kind_name()'s strings.
-absl::StatusOr<IoKind> parse_io_kind(absl::string_view name);
+DLFEED_EXPORT absl::StatusOr<IoKind> parse_io_kind(absl::string_view name);
 
-struct IoOptions {
+struct DLFEED_EXPORT IoOptions {
   IoKind kind = IoKind::kAuto;
   /// io_uring: ring entries and most reads in the kernel at once.
   uint32_t queue_depth = 64;
@@ -124,7 +126,7 @@ struct IoOptions {
   bool direct = false;
 };
 
-class IoBackend {
+class DLFEED_EXPORT IoBackend {
  public:
   virtual ~IoBackend() = default;
 
@@ -161,7 +163,7 @@ class IoBackend {
 /// the kernel or a sandbox refuses it (ENOSYS, EPERM, ENOMEM, ...) it falls
 /// back to the thread pool, records fallback_reason() and logs it once per
 /// process to stderr. kIoUring returns Unavailable with the reason instead.
-absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
+DLFEED_EXPORT absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
                                                            IoOptions options = {});
 
 /// Makes a backend for a table: what LoaderOptions::io_factory holds, so a
@@ -178,16 +180,16 @@ using IoBackendFactory =
 /// broken backend yields a clear error, never a sample with stale bytes. The
 /// Loader wraps every backend from LoaderOptions::io_factory in it; the
 /// built-in backends keep the contract by construction and are not wrapped.
-std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner,
+DLFEED_EXPORT std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner,
                                                 std::shared_ptr<FileTable> files);
 
 /// Whether io_uring works in this process (OK) or why not. Cached after the
 /// first call.
-absl::Status io_uring_available();
+DLFEED_EXPORT absl::Status io_uring_available();
 
 /// posix_fadvise(WILLNEED) for each request's extent: a hint so buffered
 /// reads (thread_pool, sync, io_uring without O_DIRECT) find the pages
 /// cached. Errors (unknown id, open failure) are ignored: it is only a hint.
-void advise_willneed(FileTable& files, std::span<const ReadRequest> requests);
+DLFEED_EXPORT void advise_willneed(FileTable& files, std::span<const ReadRequest> requests);
 
 }  // namespace dlfeed

@@ -32,17 +32,18 @@
 
 #include "absl/status/statusor.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/loader.h"
 
-namespace dlfeed::mpi {
+namespace dlfeed::inline DLFEED_ABI::mpi {
 
 /// True when the environment says an MPI launcher started this process
 /// (Open MPI's mpirun, MPICH/Intel MPI's Hydra, srun with PMI or PMIx). Makes
 /// no MPI call, so a plain run never initializes MPI.
-bool launched_by_mpi();
+DLFEED_EXPORT bool launched_by_mpi();
 
 /// One MPI job's communicator, as a dlfeed job uses it.
-class Job {
+class DLFEED_EXPORT Job {
  public:
   /// Initializes MPI (MPI_THREAD_FUNNELED: only the calling thread makes MPI
   /// calls; the loader's threads never do) unless it is already initialized,

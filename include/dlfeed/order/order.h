@@ -30,13 +30,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 struct SampleIndex;
 
 /// The file boundaries of a dataset: all the order stage needs to know.
 /// File f holds sample ids [file_begin[f], file_begin[f+1]).
-struct FileLayout {
+struct DLFEED_EXPORT FileLayout {
   std::vector<uint64_t> file_begin{0};
 
   uint64_t num_samples() const { return file_begin.empty() ? 0 : file_begin.back(); }
@@ -58,7 +60,7 @@ struct FileLayout {
 };
 
 /// Parameters of the strategies that have any (others ignore them).
-struct OrderParams {
+struct DLFEED_EXPORT OrderParams {
   uint64_t buffer_size = 1024;  // buffered_shuffle: shuffle buffer, in samples
   uint64_t block_size = 64;     // block_shuffle: B, samples per contiguous block
   uint64_t window = 16;         // block_shuffle: W, blocks per shuffling window
@@ -67,7 +69,7 @@ struct OrderParams {
 };
 
 /// Everything that determines a rank's order in one epoch.
-struct OrderSpec {
+struct DLFEED_EXPORT OrderSpec {
   /// One of strategy_names(): sequential, file_shuffle, local_shuffle,
   /// buffered_shuffle, block_shuffle, global_shuffle, global_feistel,
   /// explicit, or a name given to register_strategy().
@@ -91,7 +93,7 @@ struct OrderSpec {
 };
 
 /// One epoch's global order: what a strategy produces.
-class GlobalOrder {
+class DLFEED_EXPORT GlobalOrder {
  public:
   virtual ~GlobalOrder() = default;
   /// Length of the global order (num_samples for every built-in strategy
@@ -114,15 +116,15 @@ using StrategyFactory = std::function<absl::StatusOr<std::unique_ptr<GlobalOrder
     const FileLayout& layout, const OrderSpec& spec)>;
 
 /// Adds a strategy under `name`; AlreadyExists if the name is taken.
-absl::Status register_strategy(const std::string& name, StrategyFactory factory);
+DLFEED_EXPORT absl::Status register_strategy(const std::string& name, StrategyFactory factory);
 /// The registered names, sorted.
-std::vector<std::string> strategy_names();
+DLFEED_EXPORT std::vector<std::string> strategy_names();
 /// The global order of spec.epoch under spec.strategy.
-absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
+DLFEED_EXPORT absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
                                                                const OrderSpec& spec);
 
 /// A resume point: what state() encodes.
-struct OrderState {
+struct DLFEED_EXPORT OrderState {
   OrderSpec spec;  // params.indices is not stored (only its fingerprint)
   uint64_t position = 0;
   uint64_t layout_fingerprint = 0;
@@ -137,14 +139,14 @@ struct OrderState {
 ///   u64 layout_fingerprint, u64 indices_fingerprint (little-endian)
 ///   varint name length, then the strategy name
 ///   version 2 only: varint global_start
-std::string encode_state(const OrderState& state);
-absl::StatusOr<OrderState> decode_state(absl::string_view bytes);
+DLFEED_EXPORT std::string encode_state(const OrderState& state);
+DLFEED_EXPORT absl::StatusOr<OrderState> decode_state(absl::string_view bytes);
 /// Fingerprint of an explicit index array (0 for null).
-uint64_t indices_fingerprint(const std::vector<uint64_t>* indices);
+DLFEED_EXPORT uint64_t indices_fingerprint(const std::vector<uint64_t>* indices);
 
 /// One rank's ids in one epoch, with a position. Copies share the global
 /// order and move independently (a prefetcher can look ahead on a copy).
-class OrderCursor {
+class DLFEED_EXPORT OrderCursor {
  public:
   static absl::StatusOr<OrderCursor> create(const FileLayout& layout, const OrderSpec& spec);
   /// Restores a cursor from state(): the same remaining sequence. `indices`
@@ -205,6 +207,6 @@ class OrderCursor {
 };
 
 /// All ids of spec.rank in spec.epoch.
-absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec);
+DLFEED_EXPORT absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec);
 
 }  // namespace dlfeed

@@ -6,11 +6,12 @@
 #include <span>
 #include <string>
 
+#include "dlfeed/detail/export.h"
 #include "dlfeed/order/order.h"
 
-namespace dlfeed {
+namespace dlfeed::inline DLFEED_ABI {
 
-struct OrderStats {
+struct DLFEED_EXPORT OrderStats {
   uint64_t length = 0;      // ids scored
   uint64_t batch_size = 0;  // for distinct_files_per_batch
   /// Mean over positions i of |i / length - id / num_samples|: 0 for the file
@@ -29,9 +30,9 @@ struct OrderStats {
 
 /// Scores `order` (sample ids of `layout`, e.g. one rank's epoch) with
 /// batches of `batch_size` (>= 1).
-OrderStats score(std::span<const uint64_t> order, const FileLayout& layout, uint64_t batch_size);
+DLFEED_EXPORT OrderStats score(std::span<const uint64_t> order, const FileLayout& layout, uint64_t batch_size);
 
 /// "key: value" lines, one per figure.
-std::string format_stats(const OrderStats& stats);
+DLFEED_EXPORT std::string format_stats(const OrderStats& stats);
 
 }  // namespace dlfeed

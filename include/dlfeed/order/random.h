@@ -19,7 +19,9 @@
 #include <tuple>
 #include <utility>
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 inline constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;
 
@@ -52,7 +54,7 @@ constexpr std::pair<uint64_t, uint64_t> mul_128(uint64_t a, uint64_t b) {
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64-bit state, one add per draw.
-class SplitMix64 {
+class DLFEED_EXPORT SplitMix64 {
  public:
   constexpr explicit SplitMix64(uint64_t seed) : state_(seed) {}
   constexpr uint64_t next() {
@@ -92,7 +94,7 @@ void fisher_yates(std::span<T> v, SplitMix64& rng) {
 /// bits (k_i drawn from SplitMix64(key)), and cycle walking: values >= n are
 /// encrypted again until they fall in [0, n). Since 2^(2h) < 4n (for n >= 2)
 /// a lookup takes fewer than 4 network passes on average. Any n up to 2^64-1.
-class FeistelPermutation {
+class DLFEED_EXPORT FeistelPermutation {
  public:
   static constexpr int kRounds = 8;
 

@@ -7,17 +7,19 @@
 #include <span>
 #include <vector>
 
-namespace dlfeed::prefetch {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::prefetch {
 
 /// One extent to fetch: a file (an id of the loader's file table) and bytes.
-struct ExtentRef {
+struct DLFEED_EXPORT ExtentRef {
   uint32_t file = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
 };
 
 /// One read to issue: bytes of a file landing at buffer_offset of the window's buffer.
-struct PlannedRead {
+struct DLFEED_EXPORT PlannedRead {
   uint32_t file = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
@@ -25,13 +27,13 @@ struct PlannedRead {
 };
 
 /// Where one requested extent lies in the window's buffer after the reads.
-struct PieceView {
+struct DLFEED_EXPORT PieceView {
   uint64_t buffer_offset = 0;
   uint64_t length = 0;
 };
 
 /// How aggressively extents are merged.
-struct CoalesceOptions {
+struct DLFEED_EXPORT CoalesceOptions {
   /// Extents of one file at most this many bytes apart are read as one
   /// (the gap is read and thrown away). 0: only touching or overlapping ones.
   uint64_t max_gap = 64 * 1024;
@@ -43,7 +45,7 @@ struct CoalesceOptions {
 };
 
 /// The reads for a window and the view of each requested extent.
-struct ReadPlan {
+struct DLFEED_EXPORT ReadPlan {
   std::vector<PlannedRead> reads;  // sorted by (file, offset)
   std::vector<PieceView> pieces;   // pieces[i] is extents[i]'s bytes
   uint64_t buffer_bytes = 0;       // sum of read lengths
@@ -53,6 +55,6 @@ struct ReadPlan {
 /// Plans the reads for `extents`: sorted per file by offset; neighbours
 /// within max_gap merged; overlapping extents (e.g. the strided samples of
 /// one DLIO array) share bytes of one read.
-ReadPlan plan_reads(std::span<const ExtentRef> extents, const CoalesceOptions& options);
+DLFEED_EXPORT ReadPlan plan_reads(std::span<const ExtentRef> extents, const CoalesceOptions& options);
 
 }  // namespace dlfeed::prefetch

@@ -10,19 +10,21 @@
 
 #include "absl/status/statusor.h"
 
-namespace dlfeed::prefetch {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::prefetch {
 
 /// The look-ahead now: batches admitted (reads issued or done) and not yet
 /// handed to the consumer; the bytes of every batch not yet dropped (the
 /// consumer's included); and whether the consumer is waiting for a batch.
-struct InFlight {
+struct DLFEED_EXPORT InFlight {
   uint64_t batches = 0;
   uint64_t bytes = 0;
   bool consumer_waiting = false;
 };
 
 /// Decides whether the next batch may start reading.
-class PrefetchPolicy {
+class DLFEED_EXPORT PrefetchPolicy {
  public:
   virtual ~PrefetchPolicy() = default;
   virtual std::string name() const = 0;
@@ -33,18 +35,18 @@ class PrefetchPolicy {
 };
 
 /// No look-ahead: a batch is read only when the consumer asks for it.
-std::unique_ptr<PrefetchPolicy> make_off_policy();
+DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_off_policy();
 /// At most `depth` batches read ahead of the consumer.
-std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth);
+DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth);
 /// Read ahead while all batches' bytes (the consumer's included) fit in `budget_bytes`.
-std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes);
+DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes);
 
 /// Admits a batch when every one of `parts` does (e.g. depth and bytes).
-std::unique_ptr<PrefetchPolicy> make_all_of_policy(std::vector<std::unique_ptr<PrefetchPolicy>> parts);
+DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_all_of_policy(std::vector<std::unique_ptr<PrefetchPolicy>> parts);
 
 /// "off", "depth:N", "budget:BYTES" (suffixes K, M, G allowed), or limits
 /// joined by commas, all of which must admit ("depth:8,budget:256M"), as the
 /// command line and the Python options spell them.
-absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& spec);
+DLFEED_EXPORT absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& spec);
 
 }  // namespace dlfeed::prefetch

@@ -1,6 +1,6 @@
 // Node-local staging: the Stager (copies, limit, reuse, atomic publication),
 // the FileTable seam it uses (redirect), and owned_files.
-#include "dlfeed/stage/stage.h"
+#include "dlfeed/staging/staging.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include "format/test_util.h"
 #include "gtest/gtest.h"
 
-namespace dlfeed::stage {
+namespace dlfeed::staging {
 namespace {
 
 using testing::read_all;
@@ -247,4 +247,4 @@ TEST(FileTableRedirect, PerFileDirectOverride) {
 }
 
 }  // namespace
-}  // namespace dlfeed::stage
+}  // namespace dlfeed::staging

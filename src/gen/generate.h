@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "dlfeed/detail/export.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed::gen {
+namespace dlfeed::inline DLFEED_ABI::gen {
 
 /// Compression of generated data, where the format allows it.
 enum class Compression { kNone, kDeflate };

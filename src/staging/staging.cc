@@ -1,4 +1,4 @@
-#include "dlfeed/stage/stage.h"
+#include "dlfeed/staging/staging.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,7 +23,7 @@
 #include "dlfeed/order/random.h"
 #include "../thread_name.h"
 
-namespace dlfeed::stage {
+namespace dlfeed::inline DLFEED_ABI::staging {
 namespace {
 
 constexpr size_t kChunk = 4 << 20;
@@ -258,4 +258,4 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
   return FileStatus::kStaged;
 }
 
-}  // namespace dlfeed::stage
+}  // namespace dlfeed::staging

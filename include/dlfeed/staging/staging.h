@@ -3,10 +3,10 @@
 // runs, within a byte limit; later epochs read the copies
 // (LoaderOptions::stage, docs/distributed.md).
 //
-//   dlfeed::stage::StageOptions so;
+//   dlfeed::staging::StageOptions so;
 //   so.dir = "/dev/shm/job42";
 //   so.limit_bytes = 8ull << 30;
-//   auto st = dlfeed::stage::Stager::create(so, {{"/lustre/d/f0.npz", 1 << 30}}).value();
+//   auto st = dlfeed::staging::Stager::create(so, {{"/lustre/d/f0.npz", 1 << 30}}).value();
 //   st->start();                       // copies on its own thread
 //   ...
 //   std::string p = st->staged_path(0);  // non-empty once f0's copy is complete
@@ -28,15 +28,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace dlfeed {
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
 
 struct FileLayout;
 class OrderCursor;
 
-namespace stage {
+namespace staging {
 
 /// Where a rank stages its files, and how much.
-struct StageOptions {
+struct DLFEED_EXPORT StageOptions {
   /// Folder on node-local storage (created if missing). Empty: no staging.
   std::string dir;
   /// Most bytes of copies this rank keeps in the folder; a file that does not
@@ -57,10 +59,10 @@ enum class FileStatus : uint8_t {
   kFailed,        // read, write or rename failed (StageStats::first_error)
   kCancelled,     // the stager stopped first
 };
-const char* status_name(FileStatus s);
+DLFEED_EXPORT const char* status_name(FileStatus s);
 
 /// Totals of a Stager (a snapshot).
-struct StageStats {
+struct DLFEED_EXPORT StageStats {
   uint64_t files = 0;          // given to the stager
   uint64_t staged = 0;         // copied
   uint64_t reused = 0;         // found complete in the folder
@@ -75,23 +77,23 @@ struct StageStats {
 };
 
 /// One file to stage: its path and its size in bytes.
-struct Source {
+struct DLFEED_EXPORT Source {
   std::string path;
   uint64_t size = 0;
 };
 
 /// The name `source` gets in a staging folder: a hash of its path and its
 /// size, then its base name ("3f09c2a1b4d5e6f7-1048576-img_0_of_8.npz").
-std::string staged_name(const Source& source);
+DLFEED_EXPORT std::string staged_name(const Source& source);
 
 /// The dataset files a rank owns for staging. Under a partitioned order
 /// (local_shuffle) the files holding the samples of its part; otherwise the
 /// files f with f % world_size == rank (round-robin, the split local_shuffle
 /// uses), so ranks of a node that share a folder stage disjoint files.
-std::vector<uint64_t> owned_files(const FileLayout& layout, const OrderCursor& cursor);
+DLFEED_EXPORT std::vector<uint64_t> owned_files(const FileLayout& layout, const OrderCursor& cursor);
 
 /// Copies files into a staging folder on its own thread, one at a time.
-class Stager {
+class DLFEED_EXPORT Stager {
  public:
   /// Called on the copying thread: on_bytes after each chunk written;
   /// on_file_begin / on_file_end around each file's copy.
@@ -142,5 +144,5 @@ class Stager {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace stage
+}  // namespace staging
 }  // namespace dlfeed
