@@ -215,6 +215,8 @@ absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks);
 enum class TraceFormat { kChrome, kDfTracer };
 absl::string_view trace_format_name(TraceFormat f);
 bool parse_trace_format(absl::string_view s, TraceFormat* out);
+/// The names parse_trace_format accepts, for messages ("chrome, perfetto (= chrome), ...").
+std::string trace_format_names();
 
 struct TraceOptions {
   bool enabled = false;
