@@ -9,6 +9,7 @@
 // and mapped.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+#include <pybind11/typing.h>
 
 #include <map>
 
@@ -95,7 +96,7 @@ void bind_format_options(py::module_& m) {
           "TFRecord: element type of bytes_list features (e.g. 'float32' or '<f4')")
       .def_property(
           "feature_shape",
-          [](const FormatOptions& o) -> py::object {
+          [](const FormatOptions& o) -> py::typing::Optional<py::typing::Tuple<py::int_, py::ellipsis>> {
             if (!o.feature_shape) return py::none();
             return shape_to_py(*o.feature_shape);
           },
@@ -122,7 +123,7 @@ void bind_order_spec(py::module_& m) {
       .def_readwrite("window", &OrderParams::window, "block_shuffle: blocks per shuffling window")
       .def_property(
           "indices",
-          [](const OrderParams& p) -> py::object {
+          [](const OrderParams& p) -> py::typing::Optional<py::array_t<uint64_t>> {
             if (!p.indices) return py::none();
             return py::array_t<uint64_t>(p.indices->size(), p.indices->data());
           },
