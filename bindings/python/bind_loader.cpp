@@ -68,46 +68,6 @@ py::dict stats_dict(const LoaderStats& s) {
 }  // namespace
 
 void bind_loader(py::module_& m) {
-  py::class_<prefetch::CoalesceOptions>(m, "CoalesceOptions")
-      .def(py::init<>())
-      .def_readwrite("max_gap", &prefetch::CoalesceOptions::max_gap)
-      .def_readwrite("max_read", &prefetch::CoalesceOptions::max_read)
-      .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled);
-
-  py::class_<LoaderOptions>(m, "LoaderOptions", "Everything a Loader is built from (C++ LoaderOptions).")
-      .def(py::init<>())
-      .def_readwrite("paths", &LoaderOptions::paths)
-      .def_readwrite("format", &LoaderOptions::format)
-      .def_readwrite("fields", &LoaderOptions::fields)
-      .def_readwrite("batch_size", &LoaderOptions::batch_size)
-      .def_readwrite("drop_last_batch", &LoaderOptions::drop_last_batch)
-      .def_readwrite("ragged", &LoaderOptions::ragged)
-      .def_readwrite("order", &LoaderOptions::order)
-      .def_readwrite("io", &LoaderOptions::io)
-      .def_readwrite("max_open_files", &LoaderOptions::max_open_files)
-      .def_readwrite("prefetch", &LoaderOptions::prefetch)
-      .def_readwrite("coalesce", &LoaderOptions::coalesce)
-      .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed)
-      .def_readwrite("memory_budget", &LoaderOptions::memory_budget)
-      .def_readwrite("threads", &LoaderOptions::threads)
-      .def_readwrite("io_engines", &LoaderOptions::io_engines)
-      .def_readwrite("io_spread_always", &LoaderOptions::io_spread_always)
-      .def_property(
-          "trace", [](const LoaderOptions& o) { return o.trace.enabled; },
-          [](LoaderOptions& o, bool v) { o.trace.enabled = v; })
-      .def_property(
-          "trace_max_events", [](const LoaderOptions& o) { return o.trace.max_events; },
-          [](LoaderOptions& o, uint64_t v) { o.trace.max_events = v; })
-      .def_property(
-          "trace_io_sample", [](const LoaderOptions& o) { return o.trace.io_sample_every; },
-          [](LoaderOptions& o, uint32_t v) { o.trace.io_sample_every = v; })
-      .def_property(
-          "stage_dir", [](const LoaderOptions& o) { return o.stage.dir; },
-          [](LoaderOptions& o, const std::string& v) { o.stage.dir = v; })
-      .def_property(
-          "stage_limit", [](const LoaderOptions& o) { return o.stage.limit_bytes; },
-          [](LoaderOptions& o, uint64_t v) { o.stage.limit_bytes = v; });
-
   py::class_<PyLoader>(m, "Loader", "The C++ loader (private: use dlfeed.Loader).")
       .def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
              auto self = std::make_unique<PyLoader>();
@@ -215,9 +175,10 @@ void bind_loader(py::module_& m) {
           "write_trace",
           [](PyLoader& self, const std::string& path, const std::string& format) {
             counters::TraceFormat f;
-            if (format == "chrome") f = counters::TraceFormat::kChrome;
-            else if (format == "dftracer") f = counters::TraceFormat::kDfTracer;
-            else throw py::value_error("trace format must be 'chrome' or 'dftracer', not '" + format + "'");
+            if (!counters::parse_trace_format(format, &f)) {
+              check(absl::InvalidArgumentError("trace format '" + format + "': expected one of " +
+                                               counters::trace_format_names()));
+            }
             absl::Status st;
             {
               py::gil_scoped_release nogil;

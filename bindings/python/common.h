@@ -18,6 +18,7 @@ namespace py = pybind11;
 
 // One per stage; module.cpp calls them in this order.
 void bind_error(py::module_& m);
+void bind_options(py::module_& m);
 void bind_format(py::module_& m);
 void bind_order(py::module_& m);
 void bind_io(py::module_& m);

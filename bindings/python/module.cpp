@@ -23,6 +23,7 @@ PYBIND11_MODULE(_dlfeed, m) {
   using namespace dlfeed::python;
   m.doc() = "dlfeed's C++ core (private: use the dlfeed package)";
   bind_error(m);
+  bind_options(m);
   bind_format(m);
   bind_order(m);
   bind_io(m);

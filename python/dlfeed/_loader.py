@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from . import _dlfeed
+from . import _dlfeed, _options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -22,22 +22,12 @@ def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     return out
 
 
-def _dtype_name(dt: Any) -> str:
-    if isinstance(dt, str):
-        return dt
-    return np.dtype(dt).str  # numpy types, np.dtype objects: '<f4'
-
-
-def _set(obj: Any, attr: str, value: Any) -> None:
-    if value is not None:
-        setattr(obj, attr, value)
-
-
 class Loader:
     """Batches from HDF5, NPZ/NPY and TFRecord files, read and decoded by C++ threads.
 
-    Every keyword is an option of the C++ ``dlfeed::LoaderOptions`` (None keeps the
-    C++ default); see docs/python.md for the table. ``for batch in loader`` runs one
+    Every keyword but ``shapes`` sets a field of the C++ ``dlfeed::LoaderOptions``
+    (None keeps the C++ default); the keywords and their fields (dlfeed._options.KEYWORDS)
+    are listed below and in docs/python.md. ``for batch in loader`` runs one
     epoch (the next one: 0, 1, 2... or the epoch of a restored state); each batch is a
     :class:`dlfeed.Batch` whose ``batch["x"]`` is a numpy array in dlfeed's memory.
 
@@ -46,127 +36,10 @@ class Loader:
     at a time once the budget is full; it never waits forever.
     """
 
-    def __init__(
-        self,
-        paths: Union[PathLike, Iterable[PathLike]],
-        *,
-        fields: Union[str, Sequence[str], None] = None,
-        batch_size: Optional[int] = None,
-        drop_last_batch: Optional[bool] = None,
-        ragged: Optional[bool] = None,
-        # order (OrderSpec)
-        strategy: Optional[str] = None,
-        seed: Optional[int] = None,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        shard_drop_last: Optional[bool] = None,
-        buffer_size: Optional[int] = None,
-        block_size: Optional[int] = None,
-        window: Optional[int] = None,
-        indices: Optional[Sequence[int]] = None,
-        # format (FormatOptions)
-        format: Optional[str] = None,
-        layout: Optional[str] = None,
-        axis: Optional[str] = None,
-        name: Optional[str] = None,
-        feature: Optional[str] = None,
-        feature_dtype: Any = None,
-        feature_shape: Optional[Sequence[int]] = None,
-        verify_crc: Optional[bool] = None,
-        use_index_files: Optional[bool] = None,
-        write_index_files: Optional[bool] = None,
-        index_dir: Optional[str] = None,
-        # I/O (IoOptions) and the pipeline
-        io: Optional[str] = None,
-        queue_depth: Optional[int] = None,
-        max_bytes_in_flight: Optional[int] = None,
-        io_threads: Optional[int] = None,
-        io_engines: Optional[int] = None,
-        io_spread_always: Optional[bool] = None,
-        direct: Optional[bool] = None,
-        max_open_files: Optional[int] = None,
-        prefetch: Optional[str] = None,
-        max_gap: Optional[int] = None,
-        max_read: Optional[int] = None,
-        coalesce: Optional[bool] = None,
-        fadvise_willneed: Optional[bool] = None,
-        memory_budget: Optional[int] = None,
-        threads: Optional[int] = None,
-        trace: Optional[bool] = None,
-        trace_max_events: Optional[int] = None,
-        trace_io_sample: Optional[int] = None,
-        stage_dir: Optional[str] = None,
-        stage_limit: Optional[int] = None,
-        # Python only
-        shapes: Optional[Mapping[str, Sequence[int]]] = None,
-    ) -> None:
-        o = _dlfeed.LoaderOptions()
-        o.paths = _paths(paths)
-        if isinstance(fields, str):
-            fields = [fields]
-        if fields is not None:
-            o.fields = list(fields)
-        _set(o, "batch_size", batch_size)
-        _set(o, "drop_last_batch", drop_last_batch)
-        _set(o, "ragged", ragged)
-        _set(o, "max_open_files", max_open_files)
-        _set(o, "prefetch", prefetch)
-        _set(o, "fadvise_willneed", fadvise_willneed)
-        _set(o, "memory_budget", memory_budget)
-        _set(o, "threads", threads)
-        _set(o, "trace", trace)
-        _set(o, "trace_max_events", trace_max_events)
-        _set(o, "trace_io_sample", trace_io_sample)
-        _set(o, "stage_dir", None if stage_dir is None else os.fspath(stage_dir))
-        _set(o, "stage_limit", stage_limit)
-
-        order = o.order
-        if strategy is not None and strategy not in _dlfeed.strategy_names():
-            # The C++ registry says NotFound; for a Python caller it is a bad argument.
-            raise _dlfeed.InvalidArgumentError(
-                f"unknown order strategy {strategy!r} (known: {', '.join(_dlfeed.strategy_names())})")
-        _set(order, "strategy", strategy)
-        _set(order, "seed", seed)
-        _set(order, "rank", rank)
-        _set(order, "world_size", world_size)
-        _set(order, "drop_last", shard_drop_last)
-        _set(order, "buffer_size", buffer_size)
-        _set(order, "block_size", block_size)
-        _set(order, "window", window)
-        _set(order, "indices", indices)
-
-        fmt = o.format
-        _set(fmt, "format", format)
-        if layout is not None:
-            # "dlio": NPY/NPZ samples on the last axis, as DLIO's generator writes them.
-            layout_axis = {"dlio": "last", "plain": "first", "auto": "auto"}.get(layout)
-            if layout_axis is None:
-                raise _dlfeed.InvalidArgumentError(f"layout {layout!r}: expected 'dlio', 'plain' or 'auto'")
-            if axis is not None and axis != layout_axis:
-                raise _dlfeed.InvalidArgumentError(
-                    f"layout={layout!r} reads NPY/NPZ samples on the {layout_axis} axis; axis={axis!r} contradicts it")
-            axis = layout_axis
-        _set(fmt, "axis", axis)
-        _set(fmt, "name", name)
-        _set(fmt, "feature", feature)
-        _set(fmt, "feature_dtype", None if feature_dtype is None else _dtype_name(feature_dtype))
-        if feature_shape is not None:
-            fmt.feature_shape = tuple(int(d) for d in feature_shape)
-        _set(fmt, "verify_crc", verify_crc)
-        _set(fmt, "use_index_files", use_index_files)
-        _set(fmt, "write_index_files", write_index_files)
-        _set(fmt, "index_dir", index_dir)
-
-        _set(o.io, "kind", io)
-        _set(o.io, "queue_depth", queue_depth)
-        _set(o.io, "max_bytes_in_flight", max_bytes_in_flight)
-        _set(o.io, "threads", io_threads)
-        _set(o, "io_engines", io_engines)
-        _set(o, "io_spread_always", io_spread_always)
-        _set(o.io, "direct", direct)
-        _set(o.coalesce, "max_gap", max_gap)
-        _set(o.coalesce, "max_read", max_read)
-        _set(o.coalesce, "enabled", coalesce)
+    def __init__(self, paths: Union[PathLike, Iterable[PathLike]], **options: Any) -> None:
+        # The keywords are _options.KEYWORDS (the signature below lists them for help()).
+        o = _options.build_options(_paths(paths), options)
+        shapes: Optional[Mapping[str, Sequence[int]]] = options.get("shapes")
 
         reshape: List[Optional[List[int]]] = []
         if shapes:
@@ -281,7 +154,8 @@ class Loader:
         self._core.mark_step()
 
     def write_trace(self, path: PathLike, format: str = "chrome") -> None:
-        """Writes the trace (needs ``trace=True``): "chrome" (Perfetto) or "dftracer" lines."""
+        """Writes the trace (needs ``trace=True``): "chrome" (alias "perfetto") or "dftracer"
+        (alias "pfw") lines."""
         self._core.write_trace(os.fspath(path), format)
 
     def close(self) -> None:
@@ -334,3 +208,7 @@ class EpochIterator:
             return self.__next__()
         except StopIteration:
             return None
+
+
+Loader.__init__.__signature__ = _options.signature(Union[PathLike, Iterable[PathLike]])  # type: ignore[attr-defined]
+Loader.__doc__ = (Loader.__doc__ or "") + "\n    Keywords (field of LoaderOptions: what it does):\n\n" + _options.keyword_help() + "\n"

@@ -28,6 +28,7 @@ from typing import Any, List, Optional, Sequence, Set, Union
 import numpy as np
 import tensorflow as tf
 
+from . import _options
 from ._loader import Loader
 
 __all__ = ["dataset", "output_signature", "to_tensor"]
@@ -205,6 +206,7 @@ def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = Non
     may name the fields instead (``ragged=["tokens"]``). Without them, a batch whose
     samples differ in length is an error naming the field and the lengths.
     """
+    _options.check_keywords(loader_kwargs, "dlfeed.tf.dataset()")
     if loader is None:
         loader = Loader(paths, **loader_kwargs)
     elif loader_kwargs:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Unio
 import torch
 import torch.utils.data
 
+from . import _options
 from ._loader import Loader
 
 __all__ = ["Dataset", "to_torch"]
@@ -210,9 +211,8 @@ class Dataset(torch.utils.data.IterableDataset):
         **loader_kwargs: Any,
     ) -> None:
         super().__init__()
-        for key in ("rank", "world_size"):
-            if key in loader_kwargs:  # pragma: no cover - caught by the signature
-                raise TypeError(key)
+        # Checked now, not when the first iteration makes the loader.
+        _options.check_keywords(loader_kwargs, "dlfeed.torch.Dataset()")
         self._paths = paths
         self._kwargs = loader_kwargs
         dist = _distributed()
@@ -338,7 +338,7 @@ class Dataset(torch.utils.data.IterableDataset):
         valid = None
         if in_worker and not loader.options.order.drop_last:
             total = loader.num_samples
-            indices = loader.options.order.indices
+            indices = loader.options.order.params.indices
             if indices is not None:
                 total = len(indices)
             valid = max(0, -(-(total - rank) // world))

@@ -39,15 +39,35 @@ void Counters::set_thread_name(const std::string& name) {
 }
 
 absl::string_view trace_format_name(TraceFormat f) { return f == TraceFormat::kChrome ? "chrome" : "dftracer"; }
+namespace {
+// Every name parse_trace_format accepts (perfetto and pfw are the names the
+// tools reading each format go by).
+constexpr std::pair<absl::string_view, TraceFormat> kTraceFormatNames[] = {
+    {"chrome", TraceFormat::kChrome},
+    {"perfetto", TraceFormat::kChrome},
+    {"dftracer", TraceFormat::kDfTracer},
+    {"pfw", TraceFormat::kDfTracer},
+};
+}  // namespace
+
 bool parse_trace_format(absl::string_view s, TraceFormat* out) {
-  if (s == "chrome" || s == "perfetto") {
-    *out = TraceFormat::kChrome;
-  } else if (s == "dftracer" || s == "pfw") {
-    *out = TraceFormat::kDfTracer;
-  } else {
-    return false;
+  for (const auto& [name, format] : kTraceFormatNames) {
+    if (s == name) {
+      *out = format;
+      return true;
+    }
   }
-  return true;
+  return false;
+}
+
+std::string trace_format_names() {
+  std::string out;
+  for (const auto& [name, format] : kTraceFormatNames) {
+    if (!out.empty()) out += ", ";
+    out += std::string(name);
+    if (name != trace_format_name(format)) out += " (= " + std::string(trace_format_name(format)) + ")";
+  }
+  return out;
 }
 
 void Counters::set_tracing(bool on) {

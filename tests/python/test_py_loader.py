@@ -79,7 +79,7 @@ def test_options_reach_the_cpp_loader(learnable):
     o = loader.options
     assert (o.batch_size, o.drop_last_batch, o.prefetch, o.memory_budget, o.threads) == (10, True, "depth:3", 1 << 20, 2)
     assert (o.order.strategy, o.order.seed, o.order.rank, o.order.world_size) == ("block_shuffle", 9, 1, 2)
-    assert (o.order.block_size, o.order.window, o.io.kind, o.coalesce.enabled) == (8, 4, "sync", False)
+    assert (o.order.params.block_size, o.order.params.window, o.io.kind, o.coalesce.enabled) == (8, 4, "sync", False)
     assert loader.samples_per_epoch == 128 and len(loader) == 12  # 128 // 10, last dropped
     sizes = [len(b) for b in loader]
     assert sizes == [10] * 12

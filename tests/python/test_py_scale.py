@@ -51,7 +51,7 @@ def test_staging_keywords_same_batches_and_copies_read_later(data, tmp_path):
     kw = dict(fields="x", batch_size=8, strategy="global_shuffle", seed=5)
     plain = dlfeed.Loader(data, **kw)
     staged = dlfeed.Loader(data, stage_dir=tmp_path / "stage", **kw)
-    assert staged.options.stage_dir == str(tmp_path / "stage")
+    assert staged.options.stage.dir == str(tmp_path / "stage")
     for epoch in range(2):
         a = [np.array(b["x"]) for b in plain.iter_epoch(epoch)]
         b = [np.array(b["x"]) for b in staged.iter_epoch(epoch)]

@@ -272,8 +272,8 @@ RunConfig configure(const std::vector<std::string>& args) {
   o.threads = absl::GetFlag(FLAGS_threads);
   c.trace_path = absl::GetFlag(FLAGS_trace);
   if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &c.trace_format)) {
-    throw Error(absl::InvalidArgumentError(absl::StrCat("--trace-format must be chrome or dftracer, not '",
-                                                        absl::GetFlag(FLAGS_trace_format), "'")));
+    throw Error(absl::InvalidArgumentError(absl::StrCat("--trace-format '", absl::GetFlag(FLAGS_trace_format),
+                                                        "': expected one of ", counters::trace_format_names())));
   }
   o.trace.enabled = !c.trace_path.empty();
   o.trace.max_events = std::max<uint64_t>(1, absl::GetFlag(FLAGS_trace_max_events));

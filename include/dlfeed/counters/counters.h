@@ -217,6 +217,8 @@ DLFEED_EXPORT absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& 
 enum class TraceFormat { kChrome, kDfTracer };
 DLFEED_EXPORT absl::string_view trace_format_name(TraceFormat f);
 DLFEED_EXPORT bool parse_trace_format(absl::string_view s, TraceFormat* out);
+/// The names parse_trace_format accepts, for messages ("chrome, perfetto (= chrome), ...").
+DLFEED_EXPORT std::string trace_format_names();
 
 struct DLFEED_EXPORT TraceOptions {
   bool enabled = false;

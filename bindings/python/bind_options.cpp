@@ -1,0 +1,259 @@
+// The loader's option structs, bound once with their C++ field names:
+// LoaderOptions and the structs it holds (FormatOptions, OrderSpec with its
+// OrderParams, IoOptions, CoalesceOptions, TraceOptions, StageOptions).
+// python/dlfeed/_options.py maps each dlfeed.Loader keyword to a field path
+// here ("shard_drop_last" -> "order.drop_last"); tests/python/test_options.py
+// checks that every field bound here has a keyword (or a reason it has none)
+// and, through _option_structs(), that every C++ member is bound here or
+// listed below as unbound. So a new C++ field fails a test until it is bound
+// and mapped.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+#include <pybind11/typing.h>
+
+#include <map>
+
+#include "common.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/dtype.h"
+#include "dlfeed/format/format.h"
+#include "dlfeed/io/io_backend.h"
+#include "dlfeed/loader.h"
+#include "dlfeed/order/order.h"
+#include "dlfeed/prefetch/plan.h"
+#include "dlfeed/stage/stage.h"
+
+namespace dlfeed::python {
+namespace {
+
+// The number of members of an aggregate: the most initializers T{...} takes,
+// each a value that converts to any type. The conversion is callable on
+// rvalues only, so templated constructors of members (std::string's from a
+// string_view-like const T&) do not compete with it.
+struct AnyMember {
+  template <typename T>
+  operator T&() const&&;
+};
+template <typename T, typename... Members>
+constexpr size_t member_count() {
+  if constexpr (requires { T{Members{}..., AnyMember{}}; }) {
+    return member_count<T, Members..., AnyMember>();
+  } else {
+    return sizeof...(Members);
+  }
+}
+
+// Per struct: its C++ member count and the members not bound (with why), for
+// _option_structs().
+struct StructInfo {
+  size_t members;
+  std::map<std::string, std::string> unbound;
+};
+std::map<std::string, StructInfo>& struct_infos() {
+  static std::map<std::string, StructInfo> infos;
+  return infos;
+}
+template <typename T>
+void describe(const std::string& name, std::map<std::string, std::string> unbound = {}) {
+  struct_infos()[name] = StructInfo{member_count<T>(), std::move(unbound)};
+}
+
+std::string axis_name(SampleAxis a) {
+  switch (a) {
+    case SampleAxis::kFirst: return "first";
+    case SampleAxis::kLast: return "last";
+    default: return "auto";
+  }
+}
+
+SampleAxis parse_axis(const std::string& s) {
+  if (s == "first") return SampleAxis::kFirst;
+  if (s == "last") return SampleAxis::kLast;
+  if (s == "auto") return SampleAxis::kAuto;
+  check(absl::InvalidArgumentError("bad axis '" + s + "': expected first, last or auto"));
+  return SampleAxis::kAuto;
+}
+
+void bind_format_options(py::module_& m) {
+  describe<FormatOptions>("FormatOptions");
+  py::class_<FormatOptions>(m, "FormatOptions", "How files are turned into samples (C++ FormatOptions).")
+      .def(py::init<>())
+      .def_property(
+          "format", [](const FormatOptions& o) { return format_name(o.format); },
+          [](FormatOptions& o, const std::string& s) { o.format = unwrap(parse_format(s)); },
+          "auto (by extension), npy, npz, hdf5 or tfrecord")
+      .def_property(
+          "axis", [](const FormatOptions& o) { return axis_name(o.axis); },
+          [](FormatOptions& o, const std::string& s) { o.axis = parse_axis(s); },
+          "Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as "
+          "DLIO's generator writes them)")
+      .def_readwrite("name", &FormatOptions::name,
+                     "NPZ member or HDF5 dataset of the single field (HDF5: 'records', else 'records_0')")
+      .def_readwrite("feature", &FormatOptions::feature, "TFRecord: the tf.train.Example feature that is the sample")
+      .def_property(
+          "feature_dtype", [](const FormatOptions& o) { return o.feature_dtype.name(); },
+          [](FormatOptions& o, const std::string& s) { o.feature_dtype = unwrap(DType::parse(s)); },
+          "TFRecord: element type of bytes_list features (e.g. 'float32' or '<f4')")
+      .def_property(
+          "feature_shape",
+          [](const FormatOptions& o) -> py::typing::Optional<py::typing::Tuple<py::int_, py::ellipsis>> {
+            if (!o.feature_shape) return py::none();
+            return shape_to_py(*o.feature_shape);
+          },
+          [](FormatOptions& o, const py::object& v) {
+            if (v.is_none()) o.feature_shape.reset();
+            else o.feature_shape = shape_from_py(v);
+          },
+          "TFRecord: fixed shape of the feature, or None (1-D)")
+      .def_readwrite("verify_crc", &FormatOptions::verify_crc, "TFRecord: check both CRC32C of every record")
+      .def_readwrite("use_index_files", &FormatOptions::use_index_files,
+                     "TFRecord: read a DALI/DLIO .idx sidecar when present")
+      .def_readwrite("write_index_files", &FormatOptions::write_index_files,
+                     "TFRecord: write the .idx sidecar after a scan")
+      .def_readwrite("index_dir", &FormatOptions::index_dir,
+                     "TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/");
+}
+
+void bind_order_spec(py::module_& m) {
+  describe<OrderParams>("OrderParams");
+  py::class_<OrderParams>(m, "OrderParams", "Parameters of the order strategies (C++ OrderParams).")
+      .def(py::init<>())
+      .def_readwrite("buffer_size", &OrderParams::buffer_size, "buffered_shuffle: shuffle buffer, in samples")
+      .def_readwrite("block_size", &OrderParams::block_size, "block_shuffle: samples per contiguous block")
+      .def_readwrite("window", &OrderParams::window, "block_shuffle: blocks per shuffling window")
+      .def_property(
+          "indices",
+          [](const OrderParams& p) -> py::typing::Optional<py::array_t<uint64_t>> {
+            if (!p.indices) return py::none();
+            return py::array_t<uint64_t>(p.indices->size(), p.indices->data());
+          },
+          [](OrderParams& p, const py::object& v) {
+            if (v.is_none()) {
+              p.indices.reset();
+              return;
+            }
+            auto a = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(v);
+            if (!a) throw py::value_error("indices: expected a sequence of non-negative ints");
+            p.indices = std::make_shared<const std::vector<uint64_t>>(a.data(), a.data() + a.size());
+          },
+          "explicit strategy: the global order itself (any ids below num_samples, repeats allowed), or None");
+
+  describe<OrderSpec>("OrderSpec");
+  py::class_<OrderSpec>(m, "OrderSpec", "Which sample ids a rank reads per epoch (C++ OrderSpec).")
+      .def(py::init<>())
+      .def_readwrite("strategy", &OrderSpec::strategy, "One of strategy_names()")
+      .def_readwrite("seed", &OrderSpec::seed, "Seed of the shuffles: same seed and epoch, same order")
+      .def_readwrite("epoch", &OrderSpec::epoch, "The epoch (a Loader sets it per epoch)")
+      .def_readwrite("rank", &OrderSpec::rank, "This rank, below world_size")
+      .def_readwrite("world_size", &OrderSpec::world_size, "Number of ranks sharing the dataset")
+      .def_readwrite("drop_last", &OrderSpec::drop_last,
+                     "Equal shards by dropping the global order's tail (False: pad shards with its head)")
+      .def_readwrite("global_start", &OrderSpec::global_start,
+                     "Global positions consumed before an elastic restart (a Loader sets it on restore)")
+      .def_readwrite("params", &OrderSpec::params, "The strategies' parameters");
+}
+
+void bind_io_options(py::module_& m) {
+  describe<IoOptions>("IoOptions");
+  py::class_<IoOptions>(m, "IoOptions", "How the loader reads (C++ IoOptions).")
+      .def(py::init<>())
+      .def_property(
+          "kind", [](const IoOptions& o) { return std::string(io_kind_name(o.kind)); },
+          [](IoOptions& o, const std::string& s) { o.kind = unwrap(parse_io_kind(s)); },
+          "auto, io_uring, thread_pool or sync")
+      .def_readwrite("queue_depth", &IoOptions::queue_depth, "io_uring: ring entries and most reads in the kernel")
+      .def_readwrite("max_bytes_in_flight", &IoOptions::max_bytes_in_flight,
+                     "io_uring: most bytes of reads in the kernel at once (0: no limit)")
+      .def_readwrite("register_files", &IoOptions::register_files,
+                     "io_uring: register the files with the ring when there are few enough")
+      .def_readwrite("threads", &IoOptions::threads, "thread_pool: reader threads")
+      .def_readwrite("direct", &IoOptions::direct, "Read with O_DIRECT (bypass the page cache)");
+
+  describe<prefetch::CoalesceOptions>("CoalesceOptions");
+  py::class_<prefetch::CoalesceOptions>(m, "CoalesceOptions", "Merging of nearby reads (C++ CoalesceOptions).")
+      .def(py::init<>())
+      .def_readwrite("max_gap", &prefetch::CoalesceOptions::max_gap,
+                     "Extents of a file at most this many bytes apart are read as one")
+      .def_readwrite("max_read", &prefetch::CoalesceOptions::max_read,
+                     "Largest merged read in bytes (longer extents are read in pieces of this size)")
+      .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled, "False: one read per extent");
+}
+
+void bind_loader_options(py::module_& m) {
+  describe<counters::TraceOptions>("TraceOptions");
+  py::class_<counters::TraceOptions>(m, "TraceOptions", "Trace events of the counters (C++ counters::TraceOptions).")
+      .def(py::init<>())
+      .def_readwrite("enabled", &counters::TraceOptions::enabled, "Record trace events (Loader.write_trace)")
+      .def_readwrite("max_events", &counters::TraceOptions::max_events,
+                     "Events kept (64 bytes each); later ones are dropped and counted")
+      .def_readwrite("io_sample_every", &counters::TraceOptions::io_sample_every,
+                     "Record one of every N read requests")
+      .def_readwrite("pid", &counters::TraceOptions::pid,
+                     "The trace's process id (e.g. the rank, so ranks' traces merge); -1: getpid()")
+      .def_readwrite("process_name", &counters::TraceOptions::process_name, "The trace's process name");
+
+  describe<stage::StageOptions>("StageOptions");
+  py::class_<stage::StageOptions>(m, "StageOptions", "Node-local staging of the rank's files (C++ StageOptions).")
+      .def(py::init<>())
+      .def_readwrite("dir", &stage::StageOptions::dir, "Folder on node-local storage; empty: no staging")
+      .def_readwrite("limit_bytes", &stage::StageOptions::limit_bytes,
+                     "Most bytes of copies this rank keeps there; files that do not fit are read from the source")
+      .def_readwrite("sync", &stage::StageOptions::sync, "fsync each copy before renaming it into place");
+
+  describe<LoaderOptions>("LoaderOptions",
+                          {{"io_factory", "a C++ callback making I/O backends"},
+                           {"prefetch_policy", "a C++ plug-in object (prefetch::PrefetchPolicy); use prefetch"}});
+  py::class_<LoaderOptions>(m, "LoaderOptions", "Everything a Loader is built from (C++ LoaderOptions).")
+      .def(py::init<>())
+      .def_readwrite("paths", &LoaderOptions::paths, "Files, folders (walked recursively, sorted) and globs")
+      .def_readwrite("format", &LoaderOptions::format, "How files are indexed")
+      .def_readwrite("fields", &LoaderOptions::fields,
+                     "NPY columns, NPZ members, HDF5 datasets or TFRecord features; empty: one field")
+      .def_readwrite("ragged", &LoaderOptions::ragged,
+                     "Allow samples of different shapes in a field (ragged batches); else refused at create")
+      .def_readwrite("batch_size", &LoaderOptions::batch_size, "Samples per batch")
+      .def_readwrite("drop_last_batch", &LoaderOptions::drop_last_batch,
+                     "Drop this rank's last batch when it is partial")
+      .def_readwrite("order", &LoaderOptions::order, "Strategy, seed, rank, world size, shard padding")
+      .def_readwrite("io", &LoaderOptions::io, "The I/O backend's options")
+      .def_readwrite("io_engines", &LoaderOptions::io_engines,
+                     "I/O engine threads, each with its own backend; more than the first are used only while it "
+                     "is busy on the CPU. 0: 2 on a machine with 2 or more cores")
+      .def_readwrite("io_spread_always", &LoaderOptions::io_spread_always,
+                     "Send batches round all io_engines whatever their reads")
+      .def_readwrite("max_open_files", &LoaderOptions::max_open_files, "Files kept open at once (0: the default)")
+      .def_readwrite("prefetch", &LoaderOptions::prefetch,
+                     "Read-ahead: off, depth:N (batches), budget:BYTES, or both joined by a comma")
+      .def_readwrite("coalesce", &LoaderOptions::coalesce, "Merging of nearby reads")
+      .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed,
+                     "posix_fadvise(WILLNEED) each batch's reads when it is planned")
+      .def_readwrite("memory_budget", &LoaderOptions::memory_budget,
+                     "Most bytes of batches in flight (read buffers and decoded batches, held ones included)")
+      .def_readwrite("threads", &LoaderOptions::threads, "Decode threads (0: the machine's cores, at least 2)")
+      .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
+      .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)");
+}
+
+}  // namespace
+
+void bind_options(py::module_& m) {
+  bind_format_options(m);
+  bind_order_spec(m);
+  bind_io_options(m);
+  bind_loader_options(m);
+
+  m.def(
+      "_option_structs",
+      []() {
+        py::dict out;
+        for (const auto& [name, info] : struct_infos()) {
+          py::dict unbound;
+          for (const auto& [field, why] : info.unbound) unbound[py::str(field)] = why;
+          out[py::str(name)] = py::make_tuple(info.members, unbound);
+        }
+        return out;
+      },
+      "{struct name: (its C++ member count, {member not bound: why})} of the option structs bound here.");
+}
+
+}  // namespace dlfeed::python

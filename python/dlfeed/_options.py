@@ -1,0 +1,242 @@
+"""The keywords of dlfeed.Loader, in one table.
+
+Each keyword sets one field of the C++ ``dlfeed::LoaderOptions``, named by its
+path in the bound struct (``_dlfeed.LoaderOptions``, bindings/python/bind_options.cpp):
+``shard_drop_last`` sets ``order.drop_last``. dlfeed.torch.Dataset and
+dlfeed.tf.dataset take the same keywords and pass them on. Each row also names
+the ``dlfeed run`` flag that sets the same field, or says why there is none.
+
+tests/python/test_options.py checks that every bound field is reachable from a
+keyword here or listed in NOT_KEYWORDS with a reason, and that every flag named
+here exists.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from . import _dlfeed
+
+
+class Keyword(NamedTuple):
+    # Path of the field in _dlfeed.LoaderOptions; None: not an option of the
+    # C++ loader (handled by dlfeed.Loader itself).
+    field: Optional[str]
+    # The `dlfeed run` flag that sets the same field (its units may differ:
+    # --memory-budget-mb), or None with python_only saying why there is none.
+    flag: Optional[str] = None
+    python_only: Optional[str] = None
+    # The keyword's value to the field's (None: as given).
+    convert: Optional[Callable[[Any], Any]] = None
+    # What the keyword takes, where the field's own doc does not say it.
+    note: str = ""
+
+
+def _fields(v: Any) -> List[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _strategy(v: str) -> str:
+    if v not in _dlfeed.strategy_names():
+        # The C++ registry says NotFound; for a Python caller it is a bad argument.
+        raise _dlfeed.InvalidArgumentError(
+            f"unknown order strategy {v!r} (known: {', '.join(_dlfeed.strategy_names())})")
+    return v
+
+
+_LAYOUT_AXIS = {"dlio": "last", "plain": "first", "auto": "auto"}
+
+
+def _layout(v: str) -> str:
+    if v not in _LAYOUT_AXIS:
+        raise _dlfeed.InvalidArgumentError(f"layout {v!r}: expected 'dlio', 'plain' or 'auto'")
+    return _LAYOUT_AXIS[v]
+
+
+def _dtype_name(dt: Any) -> str:
+    if isinstance(dt, str):
+        return dt
+    return np.dtype(dt).str  # numpy types, np.dtype objects: '<f4'
+
+
+def _shape(v: Any) -> Tuple[int, ...]:
+    return tuple(int(d) for d in v)
+
+
+_NO_FLAG = "no `dlfeed run` flag yet"
+
+KEYWORDS: Dict[str, Keyword] = {
+    "fields": Keyword("fields", "fields", convert=_fields, note="a name or a list of names"),
+    "batch_size": Keyword("batch_size", "batch-size"),
+    "drop_last_batch": Keyword("drop_last_batch", "drop-last-batch"),
+    "ragged": Keyword("ragged", "ragged"),
+    # order (OrderSpec)
+    "strategy": Keyword("order.strategy", "strategy", convert=_strategy),
+    "seed": Keyword("order.seed", "seed"),
+    "rank": Keyword("order.rank", "rank"),
+    "world_size": Keyword("order.world_size", "world-size"),
+    "shard_drop_last": Keyword("order.drop_last", "drop-last"),
+    "buffer_size": Keyword("order.params.buffer_size", "buffer-size"),
+    "block_size": Keyword("order.params.block_size", "block-size"),
+    "window": Keyword("order.params.window", "window"),
+    "indices": Keyword("order.params.indices", python_only="an explicit order is a sequence of sample ids"),
+    # format (FormatOptions)
+    "format": Keyword("format.format", "format"),
+    "layout": Keyword("format.axis", "layout", convert=_layout,
+                      note="'dlio': samples on the last axis (axis='last'); 'plain': the first; 'auto'"),
+    "axis": Keyword("format.axis", "axis"),
+    "name": Keyword("format.name", "name"),
+    "feature": Keyword("format.feature", "feature"),
+    "feature_dtype": Keyword("format.feature_dtype", "feature-dtype", convert=_dtype_name,
+                             note="a name, a descriptor or a numpy dtype"),
+    "feature_shape": Keyword("format.feature_shape", "feature-shape", convert=_shape),
+    "verify_crc": Keyword("format.verify_crc", "no-verify-crc"),
+    "use_index_files": Keyword("format.use_index_files", "no-index-files"),
+    "write_index_files": Keyword("format.write_index_files", "write-index"),
+    "index_dir": Keyword("format.index_dir", "index-dir", convert=os.fspath),
+    # I/O (IoOptions) and the pipeline
+    "io": Keyword("io.kind", "io"),
+    "queue_depth": Keyword("io.queue_depth", "queue-depth"),
+    "max_bytes_in_flight": Keyword("io.max_bytes_in_flight", "max-in-flight-mb"),
+    "register_files": Keyword("io.register_files", python_only=_NO_FLAG),
+    "io_threads": Keyword("io.threads", "io-threads"),
+    "io_engines": Keyword("io_engines", "io-engines"),
+    "io_spread_always": Keyword("io_spread_always", "io-spread-always"),
+    "direct": Keyword("io.direct", "direct"),
+    "max_open_files": Keyword("max_open_files", python_only=_NO_FLAG),
+    "prefetch": Keyword("prefetch", "prefetch"),
+    "max_gap": Keyword("coalesce.max_gap", "max-gap"),
+    "max_read": Keyword("coalesce.max_read", "max-read"),
+    "coalesce": Keyword("coalesce.enabled", "no-coalesce"),
+    "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),
+    "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
+    "threads": Keyword("threads", "threads"),
+    # trace (counters::TraceOptions)
+    "trace": Keyword("trace.enabled", "trace", note="True: record trace events (Loader.write_trace)"),
+    "trace_max_events": Keyword("trace.max_events", "trace-max-events"),
+    "trace_io_sample": Keyword("trace.io_sample_every", "trace-io-sample"),
+    "trace_pid": Keyword("trace.pid", python_only=_NO_FLAG),
+    "trace_process_name": Keyword("trace.process_name", python_only=_NO_FLAG),
+    # staging (stage::StageOptions)
+    "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath),
+    "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
+    "stage_sync": Keyword("stage.sync", "stage-sync"),
+    # Python only
+    "shapes": Keyword(None, python_only="a view of the decoded samples, not an option of the C++ loader",
+                      note="{field: sample shape}: view a field's samples with that shape (same element count)"),
+}
+
+# Fields of the bound LoaderOptions (and the structs in it) that no keyword sets, and why.
+NOT_KEYWORDS: Dict[str, str] = {
+    "paths": "dlfeed.Loader's positional argument",
+    "order.epoch": "the loader sets it per epoch (for batch in loader; iter_epoch(e))",
+    "order.global_start": "the loader sets it when it restores a state saved on another world size",
+}
+
+
+def field_doc(path: str) -> str:
+    """The bound field's docstring (from the C++ binding)."""
+    cls: Any = _dlfeed.LoaderOptions
+    parts = path.split(".")
+    for part in parts[:-1]:
+        cls = type(getattr(cls(), part))
+    prop = getattr(cls, parts[-1])
+    doc = (prop.__doc__ or "").strip()
+    # pybind11 puts the getter's signature first for def_property_readonly docs; keep the text.
+    return doc.split("\n\n", 1)[-1] if doc.startswith("(") else doc
+
+
+def field_default(path: str) -> Any:
+    value: Any = _dlfeed.LoaderOptions()
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def unknown_keyword(name: str, where: str) -> TypeError:
+    """A TypeError naming `name` and the keyword nearest to it."""
+    guess: Optional[str] = None
+    for keyword, k in KEYWORDS.items():  # a field's own name: the keyword that sets it
+        if k.field is not None and name in (k.field, k.field.rsplit(".", 1)[-1]):
+            guess = keyword
+            break
+    if guess is None:
+        close = difflib.get_close_matches(name, list(KEYWORDS), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    hint = f"; did you mean {guess!r}?" if guess else f"; the keywords are {', '.join(KEYWORDS)}"
+    return TypeError(f"{where} got an unexpected keyword argument {name!r}{hint}")
+
+
+def check_keywords(kwargs: Mapping[str, Any], where: str) -> None:
+    """Raises TypeError for a name that is not a keyword of KEYWORDS."""
+    for name in kwargs:
+        if name not in KEYWORDS:
+            raise unknown_keyword(name, where)
+
+
+def _resolve(options: Any, path: str) -> Tuple[Any, str]:
+    parts = path.split(".")
+    obj = options
+    for part in parts[:-1]:
+        obj = getattr(obj, part)  # nested structs are references into `options`
+    return obj, parts[-1]
+
+
+def build_options(paths: List[str], kwargs: Mapping[str, Any], where: str = "dlfeed.Loader()") -> Any:
+    """_dlfeed.LoaderOptions from keywords (None keeps the C++ default)."""
+    check_keywords(kwargs, where)
+    o = _dlfeed.LoaderOptions()
+    o.paths = paths
+    set_by: Dict[str, Tuple[str, Any, Any]] = {}  # field -> (keyword, value given, value set)
+    for keyword, value in kwargs.items():
+        k = KEYWORDS[keyword]
+        if value is None or k.field is None:
+            continue
+        converted = k.convert(value) if k.convert else value
+        earlier = set_by.get(k.field)
+        if earlier is not None and earlier[2] != converted:
+            raise _dlfeed.InvalidArgumentError(
+                f"{earlier[0]}={earlier[1]!r} sets {k.field} to {earlier[2]!r}; {keyword}={value!r} contradicts it")
+        set_by[k.field] = (keyword, value, converted)
+        obj, attr = _resolve(o, k.field)
+        try:
+            setattr(obj, attr, converted)
+        except TypeError:
+            expected = type(getattr(obj, attr)).__name__
+            raise TypeError(f"{where}: {keyword}={value!r}: expected {expected} (LoaderOptions.{k.field})") from None
+    return o
+
+
+def _annotation(k: Keyword) -> Any:
+    if k.field is None:
+        return Any
+    default = field_default(k.field)
+    if default is None or k.convert is not None:
+        return Any
+    return Optional[type(default)]
+
+
+def signature(paths_annotation: Any) -> inspect.Signature:
+    """dlfeed.Loader.__init__'s signature: paths, then every keyword (default None)."""
+    params = [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("paths", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=paths_annotation),
+    ]
+    for keyword, k in KEYWORDS.items():
+        params.append(inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=_annotation(k)))
+    return inspect.Signature(params, return_annotation=None)
+
+
+def keyword_help() -> str:
+    """One line per keyword: the field it sets and what that does, for docstrings."""
+    lines = []
+    for keyword, k in KEYWORDS.items():
+        what = k.note or (field_doc(k.field) if k.field else "")
+        target = f" ({k.field})" if k.field and k.field != keyword else ""
+        lines.append(f"    {keyword}{target}: {what}")
+    return "\n".join(lines)
