@@ -215,6 +215,27 @@ absl::Status wrong_kind(const FeatureSlice& f, FeatureKind want, const Context& 
   return format_error(ctx.path, ctx.base + f.offset, kind_name(want), kind_name(f.kind));
 }
 
+// The walk the three list decoders share: BytesList, FloatList and Int64List
+// are each `repeated T value = 1`. Checks the feature is of `kind`, then calls
+// read_value(reader, wire type) at every field 1, which reads the value and
+// returns true, or returns false for a wire type the list does not use; those
+// and other fields are skipped, as protobuf's parser skips them.
+template <typename ReadValue>
+absl::Status for_each_value(const FeatureSlice& f, FeatureKind kind, const Context& ctx, ReadValue&& read_value) {
+  if (f.kind != kind) return wrong_kind(f, kind, ctx);
+  Reader r(f.list, f.offset, ctx);
+  while (!r.done()) {
+    uint32_t field, type;
+    DLFEED_RETURN_IF_ERROR(r.tag(field, type));
+    if (field == 1) {
+      DLFEED_ASSIGN_OR_RETURN(const bool read, read_value(r, type));
+      if (read) continue;
+    }
+    DLFEED_RETURN_IF_ERROR(r.skip(field, type));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* kind_name(FeatureKind kind) {
@@ -250,76 +271,58 @@ absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte
 
 absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
                                const Context& ctx) {
-  if (f.kind != FeatureKind::kBytes) return wrong_kind(f, FeatureKind::kBytes, ctx);
-  Reader r(f.list, f.offset, ctx);
-  while (!r.done()) {
-    uint32_t field, type;
-    DLFEED_RETURN_IF_ERROR(r.tag(field, type));
-    if (field == 1 && type == 2) {
-      std::span<const std::byte> v;
-      uint64_t off;
-      DLFEED_RETURN_IF_ERROR(r.bytes(v, off, field));
-      out.push_back(v);
-    } else {
-      DLFEED_RETURN_IF_ERROR(r.skip(field, type));
-    }
-  }
-  return absl::OkStatus();
+  return for_each_value(f, FeatureKind::kBytes, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
+    if (type != 2) return false;
+    std::span<const std::byte> v;
+    uint64_t off;
+    DLFEED_RETURN_IF_ERROR(r.bytes(v, off, 1));
+    out.push_back(v);
+    return true;
+  });
 }
 
 absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, const Context& ctx) {
-  if (f.kind != FeatureKind::kFloat) return wrong_kind(f, FeatureKind::kFloat, ctx);
-  Reader r(f.list, f.offset, ctx);
-  while (!r.done()) {
-    uint32_t field, type;
-    DLFEED_RETURN_IF_ERROR(r.tag(field, type));
-    if (field == 1 && type == 2) {  // packed
+  return for_each_value(f, FeatureKind::kFloat, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
+    if (type == 2) {  // packed
       std::span<const std::byte> v;
       uint64_t off;
-      DLFEED_RETURN_IF_ERROR(r.bytes(v, off, field));
+      DLFEED_RETURN_IF_ERROR(r.bytes(v, off, 1));
       if (v.size() % 4 != 0) {
-        return r.error(off, "a packed float list whose length is a multiple of 4",
-                       absl::StrCat(v.size(), " bytes"));
+        return r.error(off, "a packed float list whose length is a multiple of 4", absl::StrCat(v.size(), " bytes"));
       }
       const size_t base = out.size();
       out.resize(base + v.size() / 4);
       if (!v.empty()) std::memcpy(out.data() + base, v.data(), v.size());  // little-endian host
-    } else if (field == 1 && type == 5) {  // unpacked
-      float x;
-      DLFEED_RETURN_IF_ERROR(r.fixed(4, &x, field));
-      out.push_back(x);
-    } else {
-      DLFEED_RETURN_IF_ERROR(r.skip(field, type));
+      return true;
     }
-  }
-  return absl::OkStatus();
+    if (type != 5) return false;
+    float x;  // unpacked
+    DLFEED_RETURN_IF_ERROR(r.fixed(4, &x, 1));
+    out.push_back(x);
+    return true;
+  });
 }
 
 absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out, const Context& ctx) {
-  if (f.kind != FeatureKind::kInt64) return wrong_kind(f, FeatureKind::kInt64, ctx);
-  Reader r(f.list, f.offset, ctx);
-  while (!r.done()) {
-    uint32_t field, type;
-    DLFEED_RETURN_IF_ERROR(r.tag(field, type));
-    if (field == 1 && type == 2) {  // packed
+  return for_each_value(f, FeatureKind::kInt64, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
+    if (type == 2) {  // packed
       std::span<const std::byte> v;
       uint64_t off;
-      DLFEED_RETURN_IF_ERROR(r.bytes(v, off, field));
+      DLFEED_RETURN_IF_ERROR(r.bytes(v, off, 1));
       Reader p(v, off, ctx);
       while (!p.done()) {
         uint64_t x;
         DLFEED_RETURN_IF_ERROR(p.varint(x, "packed int64 value"));
         out.push_back(static_cast<int64_t>(x));
       }
-    } else if (field == 1 && type == 0) {  // unpacked
-      uint64_t x;
-      DLFEED_RETURN_IF_ERROR(r.varint(x, "int64 value"));
-      out.push_back(static_cast<int64_t>(x));
-    } else {
-      DLFEED_RETURN_IF_ERROR(r.skip(field, type));
+      return true;
     }
-  }
-  return absl::OkStatus();
+    if (type != 0) return false;
+    uint64_t x;  // unpacked
+    DLFEED_RETURN_IF_ERROR(r.varint(x, "int64 value"));
+    out.push_back(static_cast<int64_t>(x));
+    return true;
+  });
 }
 
 absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dlfeed/order/order.h"
+#include "support/dataset.h"
 
 namespace dlfeed::fault {
 
@@ -29,26 +30,20 @@ std::vector<DatasetCase> standard_cases() {
 
 Dataset make_dataset(const DatasetCase& c, const std::string& root, uint64_t files, uint64_t per_file,
                      const Shape& shape, uint64_t seed) {
-  gen::DatasetSpec spec;
-  spec.dir = root + "/" + c.name;
-  spec.format = c.format;
-  spec.files = files;
-  spec.samples_per_file = per_file;
-  spec.sample_shape = shape;
-  spec.dtype = DType::parse("<f4").value();
+  gen::DatasetSpec spec =
+      testing::dataset_spec(root + "/" + c.name, c.format, files, per_file, shape, DType::f32(), seed);
   spec.dlio_layout = c.dlio;
   spec.compression = c.compression;
   spec.chunk_samples = c.chunk_samples;
-  spec.seed = seed;
-  auto written = gen::write_dataset(spec);
+  auto written = testing::write_generated(spec);
   if (!written.ok()) {
     std::fprintf(stderr, "make_dataset %s: %s\n", c.name.c_str(), std::string(written.status().message()).c_str());
     std::abort();
   }
   Dataset d;
   d.c = c;
-  d.path = c.dlio ? spec.dir + "/train" : spec.dir;
-  d.files = *written;
+  d.path = written->path;
+  d.files = written->files;
   d.files_n = files;
   d.per_file = per_file;
   d.seed = seed;

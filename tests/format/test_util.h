@@ -14,6 +14,7 @@
 #include "gen/generate.h"
 #include "dlfeed/sample.h"
 #include "gtest/gtest.h"
+#include "support/dataset.h"  // expected_sample, and the generated datasets
 
 namespace dlfeed::testing {
 
@@ -51,13 +52,6 @@ inline std::vector<std::byte> from_hex(absl::string_view hex) {
   std::vector<std::byte> out(s.size());
   std::memcpy(out.data(), s.data(), s.size());
   return out;
-}
-
-/// What the generator writes for global sample `g` of `shape` and `dt`.
-inline std::string expected_sample(uint64_t seed, uint64_t g, DType dt, const Shape& shape) {
-  std::string s(num_elements(shape) * dt.size, '\0');
-  gen::fill_sample(seed, g, dt, {reinterpret_cast<std::byte*>(s.data()), s.size()});
-  return s;
 }
 
 /// Sample `id` read and decoded by read_sample(), as bytes.

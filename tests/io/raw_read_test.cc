@@ -35,14 +35,9 @@ struct Dataset {
 Dataset make(FileFormat format, bool dlio, uint64_t files, uint64_t per_file, Shape shape) {
   Dataset d;
   d.dir = testing::scratch_dir();
-  gen::DatasetSpec spec;
-  spec.dir = d.dir;
-  spec.format = format;
-  spec.files = files;
-  spec.samples_per_file = per_file;
-  spec.sample_shape = shape;
+  gen::DatasetSpec spec = testing::dataset_spec(d.dir, format, files, per_file, shape, DType::u8(), 42);
   spec.dlio_layout = dlio;
-  auto written = gen::write_dataset(spec);
+  auto written = testing::write_generated(spec);
   EXPECT_TRUE(written.ok()) << written.status();
   auto index = open_dataset({dlio ? d.dir + "/train" : d.dir}, {});
   EXPECT_TRUE(index.ok()) << index.status();

@@ -42,25 +42,15 @@ const Shape kShape{6, 5};
 
 std::string make_dataset(const DatasetCase& c, const std::string& root, uint64_t files = 5,
                          uint64_t per_file = 7) {
-  gen::DatasetSpec spec;
-  spec.dir = root + "/" + c.name;
-  spec.format = c.format;
-  spec.files = files;
-  spec.samples_per_file = per_file;
-  spec.sample_shape = kShape;
-  spec.dtype = DType::parse("<f4").value();
+  gen::DatasetSpec spec =
+      testing::dataset_spec(root + "/" + c.name, c.format, files, per_file, kShape, DType::f32(), kSeed);
   spec.dlio_layout = c.dlio;
-  spec.seed = kSeed;
-  auto written = gen::write_dataset(spec);
+  auto written = testing::write_generated(spec);
   EXPECT_TRUE(written.ok()) << written.status();
-  return c.dlio ? spec.dir + "/train" : spec.dir;
+  return written.ok() ? written->path : "";
 }
 
-std::string expected_bytes(uint64_t id) {
-  std::string s(30 * 4, '\0');
-  gen::fill_sample(kSeed, id, DType::parse("<f4").value(), {reinterpret_cast<std::byte*>(s.data()), s.size()});
-  return s;
-}
+std::string expected_bytes(uint64_t id) { return testing::expected_sample(kSeed, id, DType::f32(), kShape); }
 
 LoaderOptions options_for(const DatasetCase& c, const std::string& path) {
   LoaderOptions o;

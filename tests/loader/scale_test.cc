@@ -26,24 +26,13 @@ constexpr uint64_t kFiles = 8, kPerFile = 15, kN = kFiles * kPerFile;  // 120: d
 const Shape kShape{4, 3};
 
 std::string make_dataset(const std::string& root) {
-  gen::DatasetSpec spec;
-  spec.dir = root + "/data";
-  spec.format = FileFormat::kNpz;
-  spec.files = kFiles;
-  spec.samples_per_file = kPerFile;
-  spec.sample_shape = kShape;
-  spec.dtype = DType::parse("<f4").value();
-  spec.seed = kSeed;
-  auto written = gen::write_dataset(spec);
+  auto written = testing::write_generated(
+      testing::dataset_spec(root + "/data", FileFormat::kNpz, kFiles, kPerFile, kShape, DType::f32(), kSeed));
   EXPECT_TRUE(written.ok()) << written.status();
-  return spec.dir;
+  return root + "/data";
 }
 
-std::string expected_bytes(uint64_t id) {
-  std::string s(12 * 4, '\0');
-  gen::fill_sample(kSeed, id, DType::parse("<f4").value(), {reinterpret_cast<std::byte*>(s.data()), s.size()});
-  return s;
-}
+std::string expected_bytes(uint64_t id) { return testing::expected_sample(kSeed, id, DType::f32(), kShape); }
 
 LoaderOptions options(const std::string& path, const std::string& strategy, uint32_t rank, uint32_t world) {
   LoaderOptions o;

@@ -17,6 +17,7 @@
 #include "dlfeed/loader.h"
 #include "dlfeed/mpi/mpi.h"
 #include "gtest/gtest.h"
+#include "support/dataset.h"
 
 namespace dlfeed {
 namespace {
@@ -27,6 +28,7 @@ mpi::Job* g_job = nullptr;
 
 constexpr uint64_t kSeed = 17;
 constexpr uint64_t kFiles = 8, kPerFile = 15, kN = kFiles * kPerFile;  // 120
+const Shape kShape{4, 3};
 
 std::string work_dir() { return std::string(DLFEED_TEST_TMPDIR) + "/mpi"; }
 
@@ -35,15 +37,8 @@ std::string work_dir() { return std::string(DLFEED_TEST_TMPDIR) + "/mpi"; }
 std::string dataset() {
   const std::string dir = work_dir() + "/data";
   if (g_job->rank() == 0 && !fs::exists(dir + "/done")) {
-    gen::DatasetSpec spec;
-    spec.dir = dir;
-    spec.format = FileFormat::kNpz;
-    spec.files = kFiles;
-    spec.samples_per_file = kPerFile;
-    spec.sample_shape = {4, 3};
-    spec.dtype = DType::parse("<f4").value();
-    spec.seed = kSeed;
-    auto w = gen::write_dataset(spec);
+    auto w = testing::write_generated(
+        testing::dataset_spec(dir, FileFormat::kNpz, kFiles, kPerFile, kShape, DType::f32(), kSeed));
     EXPECT_TRUE(w.ok()) << w.status();
     std::ofstream(dir + "/done") << "ok";
   }
@@ -51,11 +46,7 @@ std::string dataset() {
   return dir;
 }
 
-std::string expected_bytes(uint64_t id) {
-  std::string s(12 * 4, '\0');
-  gen::fill_sample(kSeed, id, DType::parse("<f4").value(), {reinterpret_cast<std::byte*>(s.data()), s.size()});
-  return s;
-}
+std::string expected_bytes(uint64_t id) { return testing::expected_sample(kSeed, id, DType::f32(), kShape); }
 
 LoaderOptions options(const std::string& path, const std::string& strategy) {
   LoaderOptions o;

@@ -161,11 +161,17 @@ int run_calibrate(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::vector<FlagGroup> calibrate_flags() {
+  return {flag_group("", FLAGS_patterns, FLAGS_fields, FLAGS_qd, FLAGS_max_mb, FLAGS_max_seconds, FLAGS_evict_only,
+                     FLAGS_out),
+          workload_flags(), format_flags(), order_flags()};
+}
+
 }  // namespace
 
 DLFEED_COMMAND(calibrate,
                "measure the storage's limits for a dataset's access patterns (cold cache); `run` reports "
                "efficiency against them",
-               run_calibrate);
+               "[PATH...]", run_calibrate, calibrate_flags);
 
 }  // namespace dlfeed::cli

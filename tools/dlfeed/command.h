@@ -6,17 +6,35 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+
 namespace dlfeed::cli {
 
-/// One subcommand: its name, one-line summary, and its entry point, called
-/// with the positional arguments left after flag parsing (argv[0] excluded).
+/// A titled group of flags in a command's --help ("" : the command's own).
+struct FlagGroup {
+  std::string title;
+  std::vector<const absl::CommandLineFlag*> flags;
+};
+
+/// The flags `f...` (ABSL_FLAG objects) as one group.
+template <class... T>
+FlagGroup flag_group(std::string title, const absl::Flag<T>&... f) {
+  return {std::move(title), {&absl::GetFlagReflectionHandle(f)...}};
+}
+
+/// One subcommand: its name, one-line summary, its positional arguments (for
+/// the usage line), every flag it reads, and its entry point, called with the
+/// positional arguments left after flag parsing (argv[0] excluded).
+///
+/// A command accepts exactly the flags its `flags` lists and --help shows
+/// exactly those: a flag it reads must be listed (tests/python/test_cli_help.py
+/// checks the lists against the sources).
 struct Command {
   std::string summary;
+  std::string args;
   int (*run)(const std::vector<std::string>& args) = nullptr;
-  /// The source file whose flags belong to this command (for --help).
-  std::string flag_file;
-  /// Other tools/dlfeed files whose flags this command uses (for --help).
-  std::vector<std::string> extra_flag_files;
+  std::vector<FlagGroup> (*flags)() = nullptr;
 };
 
 std::map<std::string, Command>& registry();
@@ -27,26 +45,15 @@ bool flag_given(const std::string& name);
 
 /// Registers a command at static-initialisation time.
 struct Registrar {
-  Registrar(const char* name, const char* summary, int (*run)(const std::vector<std::string>&),
-            const char* file) {
-    Command& c = registry()[name];  // may already hold extra_flag_files
-    c.summary = summary;
-    c.run = run;
-    c.flag_file = file;
+  Registrar(const char* name, const char* summary, const char* args, int (*run)(const std::vector<std::string>&),
+            std::vector<FlagGroup> (*flags)()) {
+    registry()[name] = Command{summary, args, run, flags};
   }
-};
-
-/// Lists another file's flags in a command's --help (static-initialisation time).
-struct FlagFileRegistrar {
-  FlagFileRegistrar(const char* name, const char* file) { registry()[name].extra_flag_files.push_back(file); }
 };
 
 }  // namespace dlfeed::cli
 
-/// DLFEED_COMMAND(generate, "write a synthetic dataset", run_generate);
-#define DLFEED_COMMAND(name, summary, fn) \
-  static ::dlfeed::cli::Registrar dlfeed_cmd_##name(#name, summary, fn, __FILE__)
-
-/// DLFEED_COMMAND_USES_FLAGS_OF_THIS_FILE(run); in a file whose flags `run` also takes.
-#define DLFEED_COMMAND_USES_FLAGS_OF_THIS_FILE(name) \
-  static ::dlfeed::cli::FlagFileRegistrar dlfeed_flags_##name(#name, __FILE__)
+/// DLFEED_COMMAND(inspect, "list a dataset's samples", "PATH...", run_inspect, inspect_flags);
+/// where inspect_flags() returns the groups of flags run_inspect reads.
+#define DLFEED_COMMAND(name, summary, args, fn, flags) \
+  static ::dlfeed::cli::Registrar dlfeed_cmd_##name(#name, summary, args, fn, flags)

@@ -78,6 +78,12 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
   return o;
 }
 
+FlagGroup format_flags() {
+  return flag_group("Dataset flags", FLAGS_format, FLAGS_name, FLAGS_layout, FLAGS_axis, FLAGS_feature,
+                    FLAGS_feature_dtype, FLAGS_feature_shape, FLAGS_no_verify_crc, FLAGS_index_dir,
+                    FLAGS_no_index_files, FLAGS_write_index);
+}
+
 }  // namespace dlfeed::cli
 
 namespace dlfeed::cli {
@@ -97,6 +103,11 @@ absl::StatusOr<OrderSpec> order_spec_from_flags() {
                                                    spec.world_size));
   }
   return spec;
+}
+
+FlagGroup order_flags() {
+  return flag_group("Order flags", FLAGS_strategy, FLAGS_seed, FLAGS_rank, FLAGS_world_size, FLAGS_drop_last,
+                    FLAGS_buffer_size, FLAGS_block_size, FLAGS_window);
 }
 
 }  // namespace dlfeed::cli

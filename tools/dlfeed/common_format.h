@@ -6,6 +6,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "command.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/order/order.h"
 
@@ -31,9 +32,13 @@ namespace dlfeed::cli {
 
 /// FormatOptions from the shared --format/--name/--axis/--feature... flags.
 absl::StatusOr<FormatOptions> format_options_from_flags();
+/// The flags format_options_from_flags() reads (for a command's flag list).
+FlagGroup format_flags();
 
 /// OrderSpec from the shared --strategy/--seed/--rank/... flags (epoch 0).
 absl::StatusOr<OrderSpec> order_spec_from_flags();
+/// The flags order_spec_from_flags() reads (for a command's flag list).
+FlagGroup order_flags();
 
 /// Parses "64,64" or "64x64" into a shape.
 absl::StatusOr<Shape> parse_shape(absl::string_view text);

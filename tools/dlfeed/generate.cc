@@ -73,9 +73,15 @@ int run_generate(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::vector<FlagGroup> generate_flags() {
+  return {flag_group("", FLAGS_dir, FLAGS_format, FLAGS_layout, FLAGS_files, FLAGS_valid_files,
+                     FLAGS_samples_per_file, FLAGS_shape, FLAGS_dtype, FLAGS_compression, FLAGS_level,
+                     FLAGS_chunk_samples, FLAGS_hdf5_shuffle, FLAGS_hdf5_datasets, FLAGS_seed, FLAGS_prefix)};
+}
+
 }  // namespace
 
 DLFEED_COMMAND(generate, "write a synthetic dataset (npy, npz, hdf5, tfrecord; --layout dlio for DLIO's layout)",
-               run_generate);
+               "[DIR]", run_generate, generate_flags);
 
 }  // namespace dlfeed::cli

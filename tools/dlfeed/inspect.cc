@@ -149,9 +149,13 @@ int run_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::vector<FlagGroup> inspect_flags() {
+  return {flag_group("", FLAGS_json, FLAGS_limit, FLAGS_dump_sample, FLAGS_out), format_flags()};
+}
+
 }  // namespace
 
 DLFEED_COMMAND(inspect, "list a file's or folder's samples (shapes, dtypes, extents); dump one sample's bytes",
-               run_inspect);
+               "PATH...", run_inspect, inspect_flags);
 
 }  // namespace dlfeed::cli

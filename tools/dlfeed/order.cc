@@ -19,9 +19,8 @@
 // commands (common_flags.cc): the synthetic layout, the seed, and how many ids to print.
 
 ABSL_FLAG(std::string, dataset, "",
-          "take the file boundaries of this file or folder; without it the layout is --files x "
-          "--samples-per-file (--files, --samples-per-file, --seed and --limit are "
-          "listed under the shared flags)");
+          "take the file boundaries of this file or folder (read as the dataset flags say); without it the "
+          "layout is --files x --samples-per-file");
 ABSL_FLAG(uint64_t, epoch, 0, "epoch");
 ABSL_FLAG(bool, stats, false, "print quality figures of the rank's order instead of the ids");
 
@@ -84,6 +83,14 @@ int run_order(const std::vector<std::string>& args) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
+std::vector<dlfeed::cli::FlagGroup> order_command_flags() {
+  using dlfeed::cli::flag_group;
+  return {flag_group("", FLAGS_dataset, FLAGS_files, FLAGS_samples_per_file, FLAGS_epoch, FLAGS_limit, FLAGS_stats,
+                     FLAGS_batch_size),
+          dlfeed::cli::order_flags(), dlfeed::cli::format_flags()};
+}
+
 }  // namespace
 
-DLFEED_COMMAND(order, "print a rank's sample order for an epoch, or its shuffle quality (--stats)", run_order);
+DLFEED_COMMAND(order, "print a rank's sample order for an epoch, or its shuffle quality (--stats)", "", run_order,
+               order_command_flags);

@@ -105,8 +105,11 @@ int run_report(const std::vector<std::string>& args) {
   return 1;
 }
 
+std::vector<FlagGroup> report_flags() { return {flag_group("", FLAGS_out_dir, FLAGS_python, FLAGS_script)}; }
+
 }  // namespace
 
-DLFEED_COMMAND(report, "draw a counters summary / trace as PNG (breakdown per epoch, timeline)", run_report);
+DLFEED_COMMAND(report, "draw a counters summary / trace as PNG (breakdown per epoch, timeline)",
+               "SUMMARY.json and/or TRACE", run_report, report_flags);
 
 }  // namespace dlfeed::cli

@@ -618,11 +618,22 @@ int run_run(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::vector<FlagGroup> run_flags() {
+  return {flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_compute_ms, FLAGS_compute_stdev_ms,
+                     FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum, FLAGS_quiet, FLAGS_evict, FLAGS_calibration,
+                     FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events,
+                     FLAGS_trace_io_sample),
+          flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
+                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
+                     FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_threads),
+          workload_flags(), format_flags(), order_flags(), scale_out_flags()};
+}
+
 }  // namespace
 
 DLFEED_COMMAND(run,
                "emulated training: iterate a dataset or a --workload preset for N epochs with compute per step; "
                "AU, throughput, I/O breakdown, efficiency vs `calibrate`",
-               run_run);
+               "[PATH...]", run_run, run_flags);
 
 }  // namespace dlfeed::cli

@@ -19,8 +19,6 @@
 #include "dlfeed/mpi/mpi.h"
 #endif
 
-DLFEED_COMMAND_USES_FLAGS_OF_THIS_FILE(run);  // listed in `dlfeed run --help`
-
 ABSL_FLAG(std::string, mpi, "auto",
           "auto: take rank and world size from MPI when an MPI launcher (mpirun, srun) started this process; "
           "on: always initialize MPI; off: never (then --rank/--world-size)");
@@ -38,6 +36,12 @@ ABSL_FLAG(bool, stage_wait, false,
           "is outside the epochs' times and printed");
 
 namespace dlfeed::cli {
+
+FlagGroup scale_out_flags() {
+  return flag_group("MPI and staging flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print,
+                    FLAGS_stage_to, FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait);
+}
+
 namespace {
 
 // "4096", "64K", "512M", "4G", "1T" (powers of 1024).

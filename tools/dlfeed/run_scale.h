@@ -8,10 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "command.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/loader.h"
 
 namespace dlfeed::cli {
+
+/// The flags ScaleOut reads (--mpi, --stage-to, ...; for run's flag list).
+FlagGroup scale_out_flags();
 
 /// What `dlfeed run` does differently when it is one rank of many or stages.
 class ScaleOut {

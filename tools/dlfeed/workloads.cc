@@ -28,9 +28,6 @@ ABSL_FLAG(double, scale, 0,
           "(0: the preset's default; docs/workloads.md has the rule)");
 ABSL_FLAG(std::string, data_dir, "", "With --workload: where its dataset lives (default data/workloads/NAME-SCALE)");
 
-DLFEED_COMMAND_USES_FLAGS_OF_THIS_FILE(run);
-DLFEED_COMMAND_USES_FLAGS_OF_THIS_FILE(calibrate);
-
 namespace dlfeed::cli {
 namespace fs = std::filesystem;
 
@@ -271,6 +268,8 @@ absl::StatusOr<ScaledWorkload> workload_from_flags() {
 
 bool workload_given() { return !absl::GetFlag(FLAGS_workload).empty(); }
 
+FlagGroup workload_flags() { return flag_group("Workload preset flags", FLAGS_workload, FLAGS_scale, FLAGS_data_dir); }
+
 absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet) {
   std::string dir = absl::GetFlag(FLAGS_data_dir);
   if (dir.empty()) dir = w.default_dir();
@@ -319,9 +318,11 @@ int run_workloads(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::vector<FlagGroup> workloads_flags() { return {flag_group("", FLAGS_scale)}; }
+
 }  // namespace
 
-DLFEED_COMMAND(workloads, "list the workload presets, published and at --scale (default: each preset's own)",
-               run_workloads);
+DLFEED_COMMAND(workloads, "list the workload presets, published and at --scale (default: each preset's own)", "",
+               run_workloads, workloads_flags);
 
 }  // namespace dlfeed::cli

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "command.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/sample.h"
@@ -92,6 +93,8 @@ absl::StatusOr<ScaledWorkload> workload_from_flags();
 /// generating it if needed (printing what it does unless `quiet`), and
 /// returns the folder to read (DIR/train).
 absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet);
+/// The flags the three above read (for a command's flag list).
+FlagGroup workload_flags();
 
 /// "0.0025" for a scale (%g).
 std::string scale_str(double scale);
