@@ -13,8 +13,8 @@
 #include <string>
 
 #include "dlfeed/counters/counters.h"
-#include "gen/generate.h"
 #include "dlfeed/loader.h"
+#include "gen/generate.h"
 
 namespace {
 

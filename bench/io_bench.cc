@@ -36,8 +36,8 @@ constexpr size_t kReadsPerIteration = 256;
 // The bench file, written once per process and removed at exit.
 const std::string& bench_file() {
   static const std::string path = [] {
-    std::string p = (std::filesystem::temp_directory_path() /
-                     absl::StrCat("dlfeed-io-bench-", ::getpid(), ".bin")).string();
+    std::string p =
+        (std::filesystem::temp_directory_path() / absl::StrCat("dlfeed-io-bench-", ::getpid(), ".bin")).string();
     std::ofstream f(p, std::ios::binary | std::ios::trunc);
     std::vector<char> block(1 << 20);
     std::mt19937_64 rng(1);
@@ -52,8 +52,8 @@ const std::string& bench_file() {
 }
 
 void BM_RandomRead(benchmark::State& state) {
-  const auto kind = std::array{dlfeed::IoKind::kSync, dlfeed::IoKind::kThreadPool,
-                               dlfeed::IoKind::kIoUring}[state.range(0)];
+  const auto kind =
+      std::array{dlfeed::IoKind::kSync, dlfeed::IoKind::kThreadPool, dlfeed::IoKind::kIoUring}[state.range(0)];
   const uint64_t block = static_cast<uint64_t>(state.range(1));
   const auto depth = static_cast<uint32_t>(state.range(2));
   const bool direct = state.range(3) != 0;

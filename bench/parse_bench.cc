@@ -92,8 +92,7 @@ void BM_TfrecordFraming(benchmark::State& state) {
   for (auto _ : state) {
     uint64_t off = 0;
     while (off < s.size()) {
-      auto len = dlfeed::tfrecord::parse_header(s.subspan(off, dlfeed::tfrecord::kHeaderSize), verify, "bench",
-                                                off);
+      auto len = dlfeed::tfrecord::parse_header(s.subspan(off, dlfeed::tfrecord::kHeaderSize), verify, "bench", off);
       if (!len.ok()) {
         state.SkipWithError(std::string(len.status().message()).c_str());
         return;
@@ -111,8 +110,8 @@ BENCHMARK(BM_TfrecordFraming)->ArgsProduct({{32 << 10}, {0, 1}});
 void BM_TfrecordScanFile(benchmark::State& state) {
   const size_t payload = static_cast<size_t>(state.range(0));
   const char* env = std::getenv("DLFEED_BENCH_DIR");
-  const std::string path = std::string(env ? env : "/tmp") + "/dlfeed_parse_bench_" + std::to_string(payload) +
-                           ".tfrecord";
+  const std::string path =
+      std::string(env ? env : "/tmp") + "/dlfeed_parse_bench_" + std::to_string(payload) + ".tfrecord";
   {
     const std::vector<std::byte> stream = framed_records(1024, payload);
     FILE* f = std::fopen(path.c_str(), "wb");

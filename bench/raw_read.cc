@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "dlfeed/format/format.h"
-#include "io/raw_read.h"
 #include "dlfeed/order/order.h"
+#include "io/raw_read.h"
 
 namespace {
 
@@ -44,18 +44,30 @@ int main(int argc, char** argv) {
     std::string s = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     try {
-      if (s == "--mode") mode = value();
-      else if (s == "--qd") qd = static_cast<uint32_t>(std::stoul(value()));
-      else if (s == "--strategy") strategy = value();
-      else if (s == "--seed") seed = std::stoull(value());
-      else if (s == "--epoch") epoch = std::stoull(value());
-      else if (s == "--buffer-size") params.buffer_size = std::stoull(value());
-      else if (s == "--block-size") params.block_size = std::stoull(value());
-      else if (s == "--window") params.window = std::stoull(value());
-      else if (s == "--name") name = value();
-      else if (s == "--no-evict") evict = false;
-      else if (s.rfind("--", 0) == 0) return fail("unknown flag " + s);
-      else paths.push_back(s);
+      if (s == "--mode")
+        mode = value();
+      else if (s == "--qd")
+        qd = static_cast<uint32_t>(std::stoul(value()));
+      else if (s == "--strategy")
+        strategy = value();
+      else if (s == "--seed")
+        seed = std::stoull(value());
+      else if (s == "--epoch")
+        epoch = std::stoull(value());
+      else if (s == "--buffer-size")
+        params.buffer_size = std::stoull(value());
+      else if (s == "--block-size")
+        params.block_size = std::stoull(value());
+      else if (s == "--window")
+        params.window = std::stoull(value());
+      else if (s == "--name")
+        name = value();
+      else if (s == "--no-evict")
+        evict = false;
+      else if (s.rfind("--", 0) == 0)
+        return fail("unknown flag " + s);
+      else
+        paths.push_back(s);
     } catch (const std::exception&) {
       return fail("bad number after " + s);
     }

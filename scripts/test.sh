@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh), then runs every test: ctest (C++), pytest
+# Sets up (scripts/setup.sh), checks the C++ format (scripts/format.sh --check),
+# then runs every test: ctest (C++), pytest
 # (interop with numpy, h5py, TensorFlow, and the command line), the C++ suite
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and again under
 # ThreadSanitizer (fault injection, staging and the short soak included), then
@@ -11,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+
+echo "== C++ format (.clang-format)"
+scripts/format.sh --check
 
 echo "== ctest (build/)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"

@@ -40,13 +40,16 @@ std::string DType::name() const {
 
 absl::StatusOr<DType> DType::parse(absl::string_view text) {
   // Plain names first.
-  struct Named { absl::string_view name; DType t; };
+  struct Named {
+    absl::string_view name;
+    DType t;
+  };
   static constexpr Named kNames[] = {
-      {"bool", {Kind::kBool, 1, false}},    {"int8", {Kind::kInt, 1, false}},
-      {"int16", {Kind::kInt, 2, false}},    {"int32", {Kind::kInt, 4, false}},
-      {"int64", {Kind::kInt, 8, false}},    {"uint8", {Kind::kUInt, 1, false}},
-      {"uint16", {Kind::kUInt, 2, false}},  {"uint32", {Kind::kUInt, 4, false}},
-      {"uint64", {Kind::kUInt, 8, false}},  {"float16", {Kind::kFloat, 2, false}},
+      {"bool", {Kind::kBool, 1, false}},     {"int8", {Kind::kInt, 1, false}},
+      {"int16", {Kind::kInt, 2, false}},     {"int32", {Kind::kInt, 4, false}},
+      {"int64", {Kind::kInt, 8, false}},     {"uint8", {Kind::kUInt, 1, false}},
+      {"uint16", {Kind::kUInt, 2, false}},   {"uint32", {Kind::kUInt, 4, false}},
+      {"uint64", {Kind::kUInt, 8, false}},   {"float16", {Kind::kFloat, 2, false}},
       {"float32", {Kind::kFloat, 4, false}}, {"float64", {Kind::kFloat, 8, false}},
   };
   for (const auto& n : kNames) {
@@ -69,11 +72,16 @@ absl::StatusOr<DType> DType::parse(absl::string_view text) {
     case 'O':
       return absl::InvalidArgumentError(absl::StrCat(
           "dtype '", text, "' is an object array (pickled Python objects); dlfeed reads numeric arrays only"));
-    case 'S': case 'U': case 'a': case 'V': case 'c': case 'M': case 'm':
+    case 'S':
+    case 'U':
+    case 'a':
+    case 'V':
+    case 'c':
+    case 'M':
+    case 'm':
       return absl::InvalidArgumentError(absl::StrCat(
           "dtype '", text, "' is not a numeric type dlfeed supports (bool, int8..64, uint8..64, float16/32/64)"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("unknown dtype descriptor '", text, "'"));
+    default: return absl::InvalidArgumentError(absl::StrCat("unknown dtype descriptor '", text, "'"));
   }
   s.remove_prefix(1);
   int size = 0;
@@ -87,12 +95,13 @@ absl::StatusOr<DType> DType::parse(absl::string_view text) {
   bool ok = false;
   switch (t.kind) {
     case Kind::kBool: ok = size == 1; break;
-    case Kind::kInt: case Kind::kUInt: ok = size == 1 || size == 2 || size == 4 || size == 8; break;
+    case Kind::kInt:
+    case Kind::kUInt: ok = size == 1 || size == 2 || size == 4 || size == 8; break;
     case Kind::kFloat: ok = size == 2 || size == 4 || size == 8; break;
   }
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dtype '", text, "' has an unsupported size (bool, int8..64, uint8..64, float16/32/64)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype '", text, "' has an unsupported size (bool, int8..64, uint8..64, float16/32/64)"));
   }
   t.size = static_cast<uint8_t>(size);
   t.big_endian = size > 1 && big;

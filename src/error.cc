@@ -9,8 +9,7 @@ namespace dlfeed::inline DLFEED_ABI {
 
 absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
                           absl::string_view found) {
-  return absl::DataLossError(
-      absl::StrCat(path, ": at offset ", offset, ": expected ", expected, ", found ", found));
+  return absl::DataLossError(absl::StrCat(path, ": at offset ", offset, ": expected ", expected, ", found ", found));
 }
 
 absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what) {

@@ -25,8 +25,7 @@ absl::StatusOr<File> File::open(const std::string& path) {
   return f;
 }
 
-File::File(File&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)) {}
+File::File(File&& o) noexcept : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)) {}
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
@@ -44,10 +43,9 @@ File::~File() {
 
 absl::Status File::read_exact(uint64_t offset, std::span<std::byte> out, absl::string_view what) const {
   if (offset > size_ || out.size() > size_ - offset) {
-    return format_error(path_, offset,
-                        absl::StrCat(out.size(), " bytes of ", what),
-                        absl::StrCat(offset > size_ ? 0 : size_ - offset,
-                                     " bytes before the end of the file (file is ", size_, " bytes)"));
+    return format_error(path_, offset, absl::StrCat(out.size(), " bytes of ", what),
+                        absl::StrCat(offset > size_ ? 0 : size_ - offset, " bytes before the end of the file (file is ",
+                                     size_, " bytes)"));
   }
   DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(fd_, out, offset, path_));
   if (got != out.size()) {
@@ -57,8 +55,7 @@ absl::Status File::read_exact(uint64_t offset, std::span<std::byte> out, absl::s
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset,
-                                  const std::string& path) {
+absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset, const std::string& path) {
   size_t done = 0;
   while (done < out.size()) {
     ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));

@@ -4,10 +4,10 @@
 // collator's queue (docs/architecture.md).
 #include "dlfeed/loader.h"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <atomic>
 #include <optional>
-#include <sys/stat.h>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -83,9 +83,9 @@ struct Loader::Impl {
   std::vector<staging::Source> sources;
   std::vector<int64_t> stage_index;
   std::unique_ptr<std::atomic<uint8_t>[]> staged;  // per FileTable id: redirected to a copy
-  bool stage_partitioned = false;  // the rank reads only its own files
-  bool stage_direct = true;        // copies in stage.dir open with O_DIRECT
-  std::atomic<uint64_t> files_staged_now{0};  // redirected to a copy so far (stats() may read it anywhere)
+  bool stage_partitioned = false;                  // the rank reads only its own files
+  bool stage_direct = true;                        // copies in stage.dir open with O_DIRECT
+  std::atomic<uint64_t> files_staged_now{0};       // redirected to a copy so far (stats() may read it anywhere)
 
   // Totals.
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0};
@@ -225,10 +225,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     if (!impl->indices.empty()) {
       const SampleIndex& first = impl->indices[0];
       if (idx.file_begin != first.file_begin) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
-            impl->field_names[0], "' has ", first.size(), " in ", first.num_files(),
-            "; every field needs the same samples per file"));
+        return absl::InvalidArgumentError(absl::StrCat("loader: field '", name, "' has ", idx.size(), " samples in ",
+                                                       idx.num_files(), " files but field '", impl->field_names[0],
+                                                       "' has ", first.size(), " in ", first.num_files(),
+                                                       "; every field needs the same samples per file"));
       }
     }
     impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
@@ -258,11 +258,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
   n_engines = std::max(1u, n_engines);
   const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
-  impl->engines.set_spread_always(options.io_spread_always);
+  impl->engines.set_spread_always(options.tuning.io_spread_always);
   for (uint32_t k = 0; k < n_engines; ++k) {
-    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
-                            options.io_factory ? options.io_factory(impl->files, options.io)
-                                               : make_io_backend(impl->files, options.io));
+    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, options.io_factory
+                                                                    ? options.io_factory(impl->files, options.io)
+                                                                    : make_io_backend(impl->files, options.io));
     if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
     if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
     impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k));

@@ -59,10 +59,10 @@ absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayo
   if (os.spec.strategy != want.strategy || os.spec.seed != want.seed || os.spec.drop_last != want.drop_last ||
       os.spec.params.buffer_size != want.params.buffer_size || os.spec.params.block_size != want.params.block_size ||
       os.spec.params.window != want.params.window) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " drop_last ",
-        os.spec.drop_last, ", but this loader has ", want.strategy, " seed ", want.seed, " drop_last ",
-        want.drop_last, " (or other strategy parameters differ)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " drop_last ",
+                     os.spec.drop_last, ", but this loader has ", want.strategy, " seed ", want.seed, " drop_last ",
+                     want.drop_last, " (or other strategy parameters differ)"));
   }
   ResumePoint r{os.spec.epoch, os.spec.global_start, os.position};
   if (os.spec.rank == want.rank && os.spec.world_size == want.world_size) {

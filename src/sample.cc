@@ -45,8 +45,7 @@ void SampleIndex::append(SampleIndex&& other) {
   other = SampleIndex{};
 }
 
-absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
-                                       bool allow_varying_shapes) {
+absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field, bool allow_varying_shapes) {
   FieldSpec spec;
   if (index.samples.empty()) {
     for (const auto& src : index.sources) {
@@ -80,10 +79,10 @@ absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_vi
   const SampleRef* other_shape = nullptr;  // the first sample whose shape differs, for the error
   for (const SampleRef& r : index.samples) {
     if (!(r.dtype == first.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "field '", field, "': ", index.files[first.file], " holds ", first.dtype.str(), " (", first.dtype.name(),
-          ") samples but ", index.files[r.file], " holds ", r.dtype.str(), " (", r.dtype.name(),
-          "); every file of a field needs one dtype"));
+      return absl::InvalidArgumentError(absl::StrCat("field '", field, "': ", index.files[first.file], " holds ",
+                                                     first.dtype.str(), " (", first.dtype.name(), ") samples but ",
+                                                     index.files[r.file], " holds ", r.dtype.str(), " (",
+                                                     r.dtype.name(), "); every file of a field needs one dtype"));
     }
     if (r.shape.size() != spec.shape.size()) {
       spec.rank_varies = true;
@@ -111,8 +110,7 @@ absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_vi
   return spec;
 }
 
-absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
-                                          std::vector<std::byte>& raw,
+absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id, std::vector<std::byte>& raw,
                                           std::vector<std::byte>& scratch) {
   if (id >= index.samples.size()) {
     return absl::OutOfRangeError(
@@ -125,8 +123,8 @@ absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
     DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(index.files[ref.file]));
     size_t pos = 0;
     for (const Extent& e : ref.extents) {
-      DLFEED_RETURN_IF_ERROR(f.read_exact(
-          e.offset, std::span<std::byte>(raw.data() + pos, e.length), absl::StrCat("sample ", ref.item)));
+      DLFEED_RETURN_IF_ERROR(
+          f.read_exact(e.offset, std::span<std::byte>(raw.data() + pos, e.length), absl::StrCat("sample ", ref.item)));
       pos += e.length;
     }
   }

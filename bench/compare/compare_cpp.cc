@@ -69,20 +69,34 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (s == "--fields") o.fields = split(value());
-    else if (s == "--batch-size") o.batch_size = static_cast<uint32_t>(std::stoul(value()));
-    else if (s == "--strategy") o.order.strategy = value();
-    else if (s == "--seed") o.order.seed = std::stoull(value());
-    else if (s == "--buffer-size") o.order.params.buffer_size = std::stoull(value());
-    else if (s == "--block-size") o.order.params.block_size = std::stoull(value());
-    else if (s == "--window") o.order.params.window = std::stoull(value());
-    else if (s == "--threads") o.threads = static_cast<uint32_t>(std::stoul(value()));
-    else if (s == "--prefetch") o.prefetch = value();
-    else if (s == "--warmup-batches") warmup = std::stoull(value());
-    else if (s == "--settle-s") settle_s = std::stod(value());
-    else if (s == "--cold") cold = true;
-    else if (s.rfind("--", 0) == 0) return fail("unknown flag " + s);
-    else o.paths.push_back(s);
+    if (s == "--fields")
+      o.fields = split(value());
+    else if (s == "--batch-size")
+      o.batch_size = static_cast<uint32_t>(std::stoul(value()));
+    else if (s == "--strategy")
+      o.order.strategy = value();
+    else if (s == "--seed")
+      o.order.seed = std::stoull(value());
+    else if (s == "--buffer-size")
+      o.order.params.buffer_size = std::stoull(value());
+    else if (s == "--block-size")
+      o.order.params.block_size = std::stoull(value());
+    else if (s == "--window")
+      o.order.params.window = std::stoull(value());
+    else if (s == "--threads")
+      o.threads = static_cast<uint32_t>(std::stoul(value()));
+    else if (s == "--prefetch")
+      o.prefetch = value();
+    else if (s == "--warmup-batches")
+      warmup = std::stoull(value());
+    else if (s == "--settle-s")
+      settle_s = std::stod(value());
+    else if (s == "--cold")
+      cold = true;
+    else if (s.rfind("--", 0) == 0)
+      return fail("unknown flag " + s);
+    else
+      o.paths.push_back(s);
   }
   if (o.paths.empty()) return fail("give a dataset path");
 

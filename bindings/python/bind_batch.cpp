@@ -162,7 +162,7 @@ py::object to_dlpack(const TensorView& v) {
 
 py::object dlpack_method(const TensorView& v, const py::object& stream, const py::object& max_version,
                          const py::object& dl_device, const py::object& copy) {
-  (void)stream;  // CPU memory: nothing to synchronise
+  (void)stream;       // CPU memory: nothing to synchronise
   (void)max_version;  // we produce the unversioned (0.x) capsule, which every consumer accepts
   if (!dl_device.is_none()) {
     auto dev = dl_device.cast<std::pair<int, int>>();
@@ -182,11 +182,13 @@ void bind_batch(py::module_& m) {
       .def_property_readonly("shape", [](const TensorView& t) { return shape_to_py(t.shape); })
       .def_property_readonly("dtype", [](const TensorView& t) { return py::dtype(t.dtype.str()); })
       .def_property_readonly("nbytes", [](const TensorView& t) { return t.nbytes; })
-      .def_property_readonly("data_ptr", [](const TensorView& t) { return reinterpret_cast<uintptr_t>(t.data); },
-                             "Address of the first byte (for checking zero copy).")
+      .def_property_readonly(
+          "data_ptr", [](const TensorView& t) { return reinterpret_cast<uintptr_t>(t.data); },
+          "Address of the first byte (for checking zero copy).")
       .def("numpy", &to_numpy, "A numpy array sharing this tensor's memory.")
-      .def("__array__", [](const TensorView& t, const py::object&, const py::object&) { return to_numpy(t); },
-           py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def(
+          "__array__", [](const TensorView& t, const py::object&, const py::object&) { return to_numpy(t); },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack__", &dlpack_method, py::kw_only(), py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const TensorView&) { return py::make_tuple(int(kDLCPU), 0); })
@@ -198,8 +200,8 @@ void bind_batch(py::module_& m) {
                       "One batch: sample ids and fields. batch['x'] is a numpy array sharing the batch's "
                       "memory (a list of arrays for a ragged field); batch.tensor('x') supports DLPack.")
       .def_property_readonly("epoch", [](const PyBatch& b) { return b.batch->epoch; })
-      .def_property_readonly("index", [](const PyBatch& b) { return b.batch->index; },
-                             "Batch number within the epoch (for this rank).")
+      .def_property_readonly(
+          "index", [](const PyBatch& b) { return b.batch->index; }, "Batch number within the epoch (for this rank).")
       .def_property_readonly("position", [](const PyBatch& b) { return b.batch->position; })
       .def_property_readonly(
           "sample_ids",
@@ -216,18 +218,21 @@ void bind_batch(py::module_& m) {
              for (const auto& f : b.batch->fields) l.append(f.name);
              return l;
            })
-      .def("__len__", [](const PyBatch& b) { return b.batch->size(); }, "Number of samples.")
-      .def("__contains__",
-           [](const PyBatch& b, const std::string& name) { return b.batch->field(name) != nullptr; })
-      .def("__getitem__", [](const PyBatch& b, const py::handle& key) { return field_arrays(b, field_index(b, key)); },
-           "batch['x'] or batch[0]: the field as a numpy array (ragged: a list of arrays).")
-      .def("arrays",
-           [](const PyBatch& b) {
-             py::dict d;
-             for (size_t f = 0; f < b.batch->fields.size(); ++f) d[py::str(b.batch->fields[f].name)] = field_arrays(b, f);
-             return d;
-           },
-           "{name: numpy array (or list of arrays when ragged)}")
+      .def(
+          "__len__", [](const PyBatch& b) { return b.batch->size(); }, "Number of samples.")
+      .def("__contains__", [](const PyBatch& b, const std::string& name) { return b.batch->field(name) != nullptr; })
+      .def(
+          "__getitem__", [](const PyBatch& b, const py::handle& key) { return field_arrays(b, field_index(b, key)); },
+          "batch['x'] or batch[0]: the field as a numpy array (ragged: a list of arrays).")
+      .def(
+          "arrays",
+          [](const PyBatch& b) {
+            py::dict d;
+            for (size_t f = 0; f < b.batch->fields.size(); ++f)
+              d[py::str(b.batch->fields[f].name)] = field_arrays(b, f);
+            return d;
+          },
+          "{name: numpy array (or list of arrays when ragged)}")
       .def("is_ragged",
            [](const PyBatch& b, const py::handle& key) { return b.batch->fields[field_index(b, key)].ragged(); })
       .def(
@@ -246,8 +251,9 @@ void bind_batch(py::module_& m) {
           [](const PyBatch& b, const py::object& stream, const py::object& max_version, const py::object& dl_device,
              const py::object& copy) {
             if (b.batch->fields.size() != 1 || b.batch->fields[0].ragged()) {
-              throw py::buffer_error("a batch is one DLPack tensor only when it has one uniform field; use "
-                                     "batch.tensor(name)");
+              throw py::buffer_error(
+                  "a batch is one DLPack tensor only when it has one uniform field; use "
+                  "batch.tensor(name)");
             }
             return dlpack_method(views(b, 0)[0], stream, max_version, dl_device, copy);
           },

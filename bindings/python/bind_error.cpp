@@ -29,15 +29,12 @@ PyObject* new_class(py::module_& m, const char* name, PyObject* bases, const cha
 
 PyObject* class_for(absl::StatusCode code) {
   switch (code) {
-    case absl::StatusCode::kNotFound:
-      return g_not_found;
+    case absl::StatusCode::kNotFound: return g_not_found;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists:
-      return g_invalid;
-    default:
-      return g_data;
+    case absl::StatusCode::kAlreadyExists: return g_invalid;
+    default: return g_data;
   }
 }
 
@@ -66,8 +63,7 @@ void bind_error(py::module_& m) {
   g_invalid = new_class(m, "InvalidArgumentError", inv.ptr(),
                         "A bad option, or a file whose structure is not what dlfeed expects.");
   py::tuple data = py::make_tuple(py::handle(g_error), py::handle(PyExc_OSError));
-  g_data = new_class(m, "DataError", data.ptr(),
-                     "A read or decode failure (corrupt data, CRC mismatch, I/O error).");
+  g_data = new_class(m, "DataError", data.ptr(), "A read or decode failure (corrupt data, CRC mismatch, I/O error).");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -21,7 +21,7 @@
 #include "dlfeed/loader.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/prefetch/plan.h"
-#include "dlfeed/stage/stage.h"
+#include "dlfeed/staging/staging.h"
 
 namespace dlfeed::python {
 namespace {
@@ -101,8 +101,10 @@ void bind_format_options(py::module_& m) {
             return shape_to_py(*o.feature_shape);
           },
           [](FormatOptions& o, const py::object& v) {
-            if (v.is_none()) o.feature_shape.reset();
-            else o.feature_shape = shape_from_py(v);
+            if (v.is_none())
+              o.feature_shape.reset();
+            else
+              o.feature_shape = shape_from_py(v);
           },
           "TFRecord: fixed shape of the feature, or None (1-D)")
       .def_readwrite("verify_crc", &FormatOptions::verify_crc, "TFRecord: check both CRC32C of every record")
@@ -186,19 +188,25 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("enabled", &counters::TraceOptions::enabled, "Record trace events (Loader.write_trace)")
       .def_readwrite("max_events", &counters::TraceOptions::max_events,
                      "Events kept (64 bytes each); later ones are dropped and counted")
-      .def_readwrite("io_sample_every", &counters::TraceOptions::io_sample_every,
-                     "Record one of every N read requests")
+      .def_readwrite("io_sample_every", &counters::TraceOptions::io_sample_every, "Record one of every N read requests")
       .def_readwrite("pid", &counters::TraceOptions::pid,
                      "The trace's process id (e.g. the rank, so ranks' traces merge); -1: getpid()")
       .def_readwrite("process_name", &counters::TraceOptions::process_name, "The trace's process name");
 
-  describe<stage::StageOptions>("StageOptions");
-  py::class_<stage::StageOptions>(m, "StageOptions", "Node-local staging of the rank's files (C++ StageOptions).")
+  describe<staging::StageOptions>("StageOptions");
+  py::class_<staging::StageOptions>(m, "StageOptions", "Node-local staging of the rank's files (C++ StageOptions).")
       .def(py::init<>())
-      .def_readwrite("dir", &stage::StageOptions::dir, "Folder on node-local storage; empty: no staging")
-      .def_readwrite("limit_bytes", &stage::StageOptions::limit_bytes,
+      .def_readwrite("dir", &staging::StageOptions::dir, "Folder on node-local storage; empty: no staging")
+      .def_readwrite("limit_bytes", &staging::StageOptions::limit_bytes,
                      "Most bytes of copies this rank keeps there; files that do not fit are read from the source")
-      .def_readwrite("sync", &stage::StageOptions::sync, "fsync each copy before renaming it into place");
+      .def_readwrite("sync", &staging::StageOptions::sync, "fsync each copy before renaming it into place");
+
+  describe<detail::LoaderTuning>("LoaderTuning");
+  py::class_<detail::LoaderTuning>(m, "LoaderTuning",
+                                   "Knobs for dlfeed's tests and benches (C++ detail::LoaderTuning); not a stable API.")
+      .def(py::init<>())
+      .def_readwrite("io_spread_always", &detail::LoaderTuning::io_spread_always,
+                     "Send batches round all io_engines whatever their reads");
 
   describe<LoaderOptions>("LoaderOptions",
                           {{"io_factory", "a C++ callback making I/O backends"},
@@ -219,8 +227,7 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("io_engines", &LoaderOptions::io_engines,
                      "I/O engine threads, each with its own backend; more than the first are used only while it "
                      "is busy on the CPU. 0: 2 on a machine with 2 or more cores")
-      .def_readwrite("io_spread_always", &LoaderOptions::io_spread_always,
-                     "Send batches round all io_engines whatever their reads")
+      .def_readwrite("tuning", &LoaderOptions::tuning, "For dlfeed's tests and benches; not a stable API")
       .def_readwrite("max_open_files", &LoaderOptions::max_open_files, "Files kept open at once (0: the default)")
       .def_readwrite("prefetch", &LoaderOptions::prefetch,
                      "Read-ahead: off, depth:N (batches), budget:BYTES, or both joined by a comma")

@@ -25,9 +25,9 @@ enum DLDataTypeCode : uint8_t {
 };
 
 struct DLDataType {
-  uint8_t code;   // DLDataTypeCode
-  uint8_t bits;   // bits per lane
-  uint16_t lanes; // 1 for scalars
+  uint8_t code;    // DLDataTypeCode
+  uint8_t bits;    // bits per lane
+  uint16_t lanes;  // 1 for scalars
 };
 
 struct DLTensor {

@@ -20,8 +20,7 @@ namespace dlfeed::inline DLFEED_ABI {
 /// The exception thrown where a Status leaves the library (tools, bindings).
 class DLFEED_EXPORT Error : public std::runtime_error {
  public:
-  explicit Error(absl::Status status)
-      : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
+  explicit Error(absl::Status status) : std::runtime_error(std::string(status.message())), status_(std::move(status)) {}
   const absl::Status& status() const { return status_; }
   absl::StatusCode code() const { return status_.code(); }
 
@@ -41,9 +40,9 @@ T value_or_throw(absl::StatusOr<T> v) {
 
 }  // namespace dlfeed
 
-#define DLFEED_RETURN_IF_ERROR(expr)            \
-  do {                                          \
-    ::absl::Status dlfeed_status_ = (expr);     \
+#define DLFEED_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status dlfeed_status_ = (expr);          \
     if (!dlfeed_status_.ok()) return dlfeed_status_; \
   } while (0)
 
@@ -56,4 +55,3 @@ T value_or_throw(absl::StatusOr<T> v) {
 /// lhs = value of a StatusOr expression, or return its error.
 #define DLFEED_ASSIGN_OR_RETURN(lhs, expr) \
   DLFEED_ASSIGN_OR_RETURN_IMPL_(DLFEED_CONCAT_(dlfeed_statusor_, __LINE__), lhs, expr)
-

@@ -42,6 +42,16 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 
+namespace detail {
+/// LoaderOptions::tuning: for dlfeed's tests and benches; may change or go
+/// without notice.
+struct DLFEED_EXPORT LoaderTuning {
+  /// Send batches round all io_engines whatever their reads (to test
+  /// spreading, and to measure what it costs where it does not engage).
+  bool io_spread_always = false;
+};
+}  // namespace detail
+
 /// Everything a Loader is built from.
 struct DLFEED_EXPORT LoaderOptions {
   /// Files and folders (folders are walked recursively, sorted).
@@ -78,9 +88,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// waiting on the device, which more rings do not make faster). 0: 2 on a
   /// machine with at least 2 cores, 1 with io_factory; 1: one engine.
   uint32_t io_engines = 0;
-  /// Send batches round all io_engines whatever their reads (for tests and
-  /// for measuring what spreading costs where it is not engaged by itself).
-  bool io_spread_always = false;
+  /// Knobs for dlfeed's own tests and measurements (not a stable API).
+  detail::LoaderTuning tuning;
   /// Makes the I/O backend (once per engine); empty (the default) uses make_io_backend. A
   /// backend made here is checked against the IoBackend contract
   /// (make_checked_backend), so a faulty one gives errors, not bad batches.
@@ -121,7 +130,7 @@ struct DLFEED_EXPORT LoaderOptions {
 
 /// Totals since the loader was created (a snapshot).
 struct DLFEED_EXPORT LoaderStats {
-  uint64_t batches = 0;          // delivered to the consumer
+  uint64_t batches = 0;  // delivered to the consumer
   uint64_t samples = 0;
   uint64_t bytes_delivered = 0;  // decoded bytes handed out
   uint64_t bytes_read = 0;       // bytes read from files
@@ -130,9 +139,9 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t peak_in_flight_bytes = 0;
   uint64_t pool_allocations = 0;
   uint64_t pool_reuses = 0;
-  std::string io_backend;        // e.g. "io_uring"
-  uint32_t io_engines = 0;       // I/O engines (LoaderOptions::io_engines)
-  uint64_t batches_spread = 0;   // batches read by an engine other than the first
+  std::string io_backend;       // e.g. "io_uring"
+  uint32_t io_engines = 0;      // I/O engines (LoaderOptions::io_engines)
+  uint64_t batches_spread = 0;  // batches read by an engine other than the first
   std::string io_fallback_reason;
   staging::StageStats stage;       // the stager's (LoaderOptions::stage)
   uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)
@@ -203,9 +212,9 @@ class DLFEED_EXPORT Loader {
   /// rank of the old job serves every rank of the new one.
   absl::Status restore(absl::string_view state);
 
-  uint64_t num_samples() const;              // in the dataset
-  uint64_t samples_per_epoch() const;        // this rank's
-  uint64_t batches_per_epoch() const;        // this rank's
+  uint64_t num_samples() const;        // in the dataset
+  uint64_t samples_per_epoch() const;  // this rank's
+  uint64_t batches_per_epoch() const;  // this rank's
   const SampleIndex& index(size_t field = 0) const;
   const std::vector<std::string>& field_names() const;
   /// Per field: the dtype and sample shape its samples share (uniform_spec).

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -39,9 +39,9 @@ DLFEED_EXPORT std::string shape_str(const Shape& shape);
 
 /// One sample as the index knows it, before any byte is read.
 struct DLFEED_EXPORT SampleRef {
-  uint32_t file = 0;    // into SampleIndex::files
-  uint32_t source = 0;  // into SampleIndex::sources: the decoder of this sample
-  uint64_t item = 0;    // the sample's position within its source
+  uint32_t file = 0;                       // into SampleIndex::files
+  uint32_t source = 0;                     // into SampleIndex::sources: the decoder of this sample
+  uint64_t item = 0;                       // the sample's position within its source
   absl::InlinedVector<Extent, 1> extents;  // bytes to read, in this order
   Shape shape;                             // decoded shape (may hold -1)
   DType dtype;                             // decoded element type
@@ -122,12 +122,11 @@ struct DLFEED_EXPORT FieldSpec {
 /// its source declares variable (-1 in sample_spec(): a TFRecord feature
 /// without a fixed shape). `field` names the field in errors.
 DLFEED_EXPORT absl::StatusOr<FieldSpec> uniform_spec(const SampleIndex& index, absl::string_view field,
-                                       bool allow_varying_shapes);
+                                                     bool allow_varying_shapes);
 
 /// Reads and decodes sample `id` with plain pread (no prefetch): the simple
 /// path used by tools and tests. `out` receives the decoded bytes.
 DLFEED_EXPORT absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index, uint64_t id,
-                                          std::vector<std::byte>& raw,
-                                          std::vector<std::byte>& scratch);
+                                                        std::vector<std::byte>& raw, std::vector<std::byte>& scratch);
 
 }  // namespace dlfeed

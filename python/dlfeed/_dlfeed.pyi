@@ -129,6 +129,12 @@ class StageOptions:
     sync: bool
     """fsync each copy before renaming it into place"""
 
+class LoaderTuning:
+    """Knobs for dlfeed's tests and benches (C++ detail::LoaderTuning); not a stable API."""
+    def __init__(self) -> None: ...
+    io_spread_always: bool
+    """Send batches round all io_engines whatever their reads"""
+
 class LoaderOptions:
     """Everything a Loader is built from (C++ LoaderOptions)."""
     def __init__(self) -> None: ...
@@ -150,8 +156,8 @@ class LoaderOptions:
     """The I/O backend's options"""
     io_engines: int
     """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: 2 on a machine with 2 or more cores"""
-    io_spread_always: bool
-    """Send batches round all io_engines whatever their reads"""
+    tuning: LoaderTuning
+    """For dlfeed's tests and benches; not a stable API"""
     max_open_files: int
     """Files kept open at once (0: the default)"""
     prefetch: str

@@ -105,7 +105,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "register_files": Keyword("io.register_files", python_only=_NO_FLAG),
     "io_threads": Keyword("io.threads", "io-threads"),
     "io_engines": Keyword("io_engines", "io-engines"),
-    "io_spread_always": Keyword("io_spread_always", "io-spread-always"),
+    "io_spread_always": Keyword("tuning.io_spread_always", "io-spread-always"),
     "direct": Keyword("io.direct", "direct"),
     "max_open_files": Keyword("max_open_files", python_only=_NO_FLAG),
     "prefetch": Keyword("prefetch", "prefetch"),
@@ -121,7 +121,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "trace_io_sample": Keyword("trace.io_sample_every", "trace-io-sample"),
     "trace_pid": Keyword("trace.pid", python_only=_NO_FLAG),
     "trace_process_name": Keyword("trace.process_name", python_only=_NO_FLAG),
-    # staging (stage::StageOptions)
+    # staging (staging::StageOptions)
     "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath),
     "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),

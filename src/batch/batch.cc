@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <new>
 #include <mutex>
+#include <new>
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace {

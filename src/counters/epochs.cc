@@ -241,7 +241,8 @@ Snapshot Counters::snapshot() const {
     v.kind = ci.kind;
     v.value = d.sum[i];
     v.count = d.count[i];
-    if (v.kind == Kind::kDistribution) v.dist = summarize_dense(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], r.max[i]);
+    if (v.kind == Kind::kDistribution)
+      v.dist = summarize_dense(&d.hist[i * kHistBuckets], d.count[i], d.sum[i], r.max[i]);
   }
   s.epochs.reserve(epochs_.size());
   for (const EpochState& e : epochs_) s.epochs.push_back(report_of(e, r));

@@ -12,7 +12,8 @@ std::string num(double v) { return dlfeed::detail::json_number(v); }
 // "hist":[[low,count],...]: the non-empty buckets by their lower bound.
 std::string hist_json(const Histogram& h) {
   std::string s = ",\"hist\":[";
-  for (size_t i = 0; i < h.size(); ++i) absl::StrAppend(&s, i ? "," : "", "[", bucket_low(h[i].first), ",", h[i].second, "]");
+  for (size_t i = 0; i < h.size(); ++i)
+    absl::StrAppend(&s, i ? "," : "", "[", bucket_low(h[i].first), ",", h[i].second, "]");
   s += "]";
   return s;
 }
@@ -28,16 +29,16 @@ std::string epoch_json(const EpochReport& e) {
       ",\"steps\":", e.steps, ",\"batches\":", e.batches, ",\"samples\":", e.samples, ",\"bytes_read\":", e.bytes_read,
       ",\"bytes_delivered\":", e.bytes_delivered, ",\"read_requests\":", e.read_requests, ",\"extents\":", e.extents,
       ",\"coalesced_extents\":", e.extents > e.read_requests ? e.extents - e.read_requests : 0);
-  absl::StrAppend(&s, ",\"plan_s\":", num(e.plan_s), ",\"io_busy_s\":", num(e.io_busy_s), ",\"decode_s\":",
-                  num(e.decode_s), ",\"collate_s\":", num(e.collate_s), ",\"stall_s\":", num(e.stall_s),
-                  ",\"compute_s\":", num(e.compute_s), ",\"io_hidden_s\":", num(e.io_hidden_s),
-                  ",\"io_exposed_s\":", num(e.io_exposed_s), ",\"first_step_s\":", num(e.first_step_s),
-                  ",\"au_percent\":", num(e.au_percent), ",\"compute_share_percent\":", num(e.compute_share_percent),
-                  ",\"samples_per_s\":", num(e.samples_per_s), ",\"read_mib_per_s\":", num(e.read_mib_per_s),
-                  ",\"delivered_mib_per_s\":", num(e.delivered_mib_per_s), ",\"bytes_read_staged\":",
-                  e.bytes_read_staged, ",\"bytes_staged\":", e.bytes_staged, ",\"ranks\":", e.ranks,
-                  ",\"wall_min_s\":", num(e.wall_min_s), ",\"au_min_percent\":", num(e.au_min_percent),
-                  ",\"au_max_percent\":", num(e.au_max_percent), ",\"latency\":{");
+  absl::StrAppend(
+      &s, ",\"plan_s\":", num(e.plan_s), ",\"io_busy_s\":", num(e.io_busy_s), ",\"decode_s\":", num(e.decode_s),
+      ",\"collate_s\":", num(e.collate_s), ",\"stall_s\":", num(e.stall_s), ",\"compute_s\":", num(e.compute_s),
+      ",\"io_hidden_s\":", num(e.io_hidden_s), ",\"io_exposed_s\":", num(e.io_exposed_s),
+      ",\"first_step_s\":", num(e.first_step_s), ",\"au_percent\":", num(e.au_percent),
+      ",\"compute_share_percent\":", num(e.compute_share_percent), ",\"samples_per_s\":", num(e.samples_per_s),
+      ",\"read_mib_per_s\":", num(e.read_mib_per_s), ",\"delivered_mib_per_s\":", num(e.delivered_mib_per_s),
+      ",\"bytes_read_staged\":", e.bytes_read_staged, ",\"bytes_staged\":", e.bytes_staged, ",\"ranks\":", e.ranks,
+      ",\"wall_min_s\":", num(e.wall_min_s), ",\"au_min_percent\":", num(e.au_min_percent),
+      ",\"au_max_percent\":", num(e.au_max_percent), ",\"latency\":{");
   bool first = true;
   for (size_t i = 0; i < kNumIds; ++i) {
     const CounterInfo& ci = info(static_cast<Id>(i));
@@ -67,8 +68,8 @@ std::string Snapshot::to_json() const {
   s += "},\"epochs\":[";
   for (size_t i = 0; i < epochs.size(); ++i) absl::StrAppend(&s, i ? "," : "", epoch_json(epochs[i]));
   absl::StrAppend(&s, "],\"total\":", epoch_json(total), ",\"trace\":{\"enabled\":", trace.enabled ? "true" : "false",
-                  ",\"max_events\":", trace.max_events, ",\"recorded\":", trace.recorded, ",\"dropped\":",
-                  trace.dropped, ",\"io_sample_every\":", trace.io_sample_every, "},\"ranks\":", ranks,
+                  ",\"max_events\":", trace.max_events, ",\"recorded\":", trace.recorded,
+                  ",\"dropped\":", trace.dropped, ",\"io_sample_every\":", trace.io_sample_every, "},\"ranks\":", ranks,
                   ",\"per_rank\":[");
   for (size_t r = 0; r < rank_totals.size(); ++r) {
     absl::StrAppend(&s, r ? "," : "", "{\"rank\":", r, ",\"total\":", epoch_json(rank_totals[r]), "}");

@@ -8,9 +8,9 @@ namespace dlfeed::inline DLFEED_ABI::counters {
 std::string Snapshot::summary_table() const {
   std::string s;
   if (!enabled) return "counters: compiled out (DLFEED_COUNTERS=OFF)\n";
-  absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %9s %8s %9s %8s %9s %8s %6s\n", "epoch", "wall_s",
-                                      "steps", "samples", "samples/s", "read_MB/s", "stall_s", "compute_s",
-                                      "io_busy", "io_hidden", "decode_s", "AU%"));
+  absl::StrAppend(
+      &s, absl::StrFormat("%-6s %8s %6s %9s %10s %9s %8s %9s %8s %9s %8s %6s\n", "epoch", "wall_s", "steps", "samples",
+                          "samples/s", "read_MB/s", "stall_s", "compute_s", "io_busy", "io_hidden", "decode_s", "AU%"));
   auto row = [&](const EpochReport& e) {
     const std::string name = e.epoch < 0 ? "total" : absl::StrCat(e.epoch, e.complete ? "" : "*");
     absl::StrAppend(&s, absl::StrFormat("%-6s %8.3f %6d %9d %10.0f %9.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", name,
@@ -26,11 +26,11 @@ std::string Snapshot::summary_table() const {
   if (!epochs.empty()) row(total);
   if (ranks > 1) {
     absl::StrAppend(&s, absl::StrFormat("AU%% over ranks: mean %.1f, min %.1f, max %.1f; wall_s min %.3f, max %.3f\n",
-                                        total.au_percent, total.au_min_percent, total.au_max_percent,
-                                        total.wall_min_s, total.wall_s));
+                                        total.au_percent, total.au_min_percent, total.au_max_percent, total.wall_min_s,
+                                        total.wall_s));
     absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %9s %8s %9s %8s %9s %8s %6s\n", "rank", "wall_s",
-                                        "steps", "samples", "samples/s", "read_MB/s", "stall_s", "compute_s",
-                                        "io_busy", "io_hidden", "decode_s", "AU%"));
+                                        "steps", "samples", "samples/s", "read_MB/s", "stall_s", "compute_s", "io_busy",
+                                        "io_hidden", "decode_s", "AU%"));
     for (size_t r = 0; r < rank_totals.size(); ++r) {
       const EpochReport& e = rank_totals[r];
       absl::StrAppend(&s, absl::StrFormat("%-6d %8.3f %6d %9d %10.0f %9.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", r,
@@ -51,10 +51,10 @@ std::string Snapshot::summary_table() const {
   const auto& br = (*this)[Id::kBytesRead];
   const auto& rq = (*this)[Id::kReadRequests];
   const auto& ex = (*this)[Id::kExtents];
-  absl::StrAppend(&s, absl::StrFormat("read %.1f MiB in %d requests for %d extents (%d coalesced away)%s\n",
-                                      br.value / 1048576.0, rq.value, ex.value,
-                                      ex.value > rq.value ? ex.value - rq.value : 0,
-                                      epochs.empty() || total.complete ? "" : "; * = epoch not complete"));
+  absl::StrAppend(
+      &s, absl::StrFormat("read %.1f MiB in %d requests for %d extents (%d coalesced away)%s\n", br.value / 1048576.0,
+                          rq.value, ex.value, ex.value > rq.value ? ex.value - rq.value : 0,
+                          epochs.empty() || total.complete ? "" : "; * = epoch not complete"));
   absl::StrAppend(&s, absl::StrFormat("%-14s %9s %9s %9s %9s %9s %9s %9s\n", "latency", "count", "mean_ms", "p50_ms",
                                       "p95_ms", "p99_ms", "max_ms", "total_s"));
   for (const CounterValue& c : counters) {

@@ -65,8 +65,8 @@ std::string Counters::trace_string(TraceFormat format) const {
   const uint64_t max_events = trace_slots_ ? trace_opts_.max_events : 0;
   const uint64_t recorded = std::min(trace_next_.load(kRelaxed), max_events);
   const std::string meta =
-      absl::StrCat("{\"max_events\":", max_events, ",\"recorded\":", recorded, ",\"dropped\":",
-                   trace_dropped_.load(kRelaxed), ",\"io_sample_every\":", trace_opts_.io_sample_every,
+      absl::StrCat("{\"max_events\":", max_events, ",\"recorded\":", recorded,
+                   ",\"dropped\":", trace_dropped_.load(kRelaxed), ",\"io_sample_every\":", trace_opts_.io_sample_every,
                    ",\"time_base_unix_us\":", wall_base_us_, ",\"producer\":\"dlfeed\"}");
   const std::map<uint32_t, std::string> names = thread_names_copy();
   std::map<uint32_t, std::string> used;
@@ -112,8 +112,8 @@ std::string Counters::trace_string(TraceFormat format) const {
                     ",\"tid\":0,\"ts\":", wall_base_us_, ",\"dur\":0,\"ph\":\"M\",\"args\":", meta, "}\n");
     for (const auto& [tid, name] : used) {
       absl::StrAppend(&out, "{\"id\":", id++, ",\"name\":\"thread_name\",\"cat\":\"dlfeed\",\"pid\":", pid,
-                      ",\"tid\":", tid, ",\"ts\":", wall_base_us_, ",\"dur\":0,\"ph\":\"M\",\"args\":{\"name\":",
-                      json_quote(name), "}}\n");
+                      ",\"tid\":", tid, ",\"ts\":", wall_base_us_,
+                      ",\"dur\":0,\"ph\":\"M\",\"args\":{\"name\":", json_quote(name), "}}\n");
     }
     for (const TraceEvent& e : ev) {
       const uint64_t ts = e.ts_ns / 1000, end = (e.ts_ns + e.dur_ns) / 1000;

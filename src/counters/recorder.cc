@@ -213,9 +213,9 @@ CurrentScope::~CurrentScope() {}
 
 Counters::Counters(TraceOptions trace)
     : base_(std::chrono::steady_clock::now()),
-      wall_base_us_(std::chrono::duration_cast<std::chrono::microseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count()),
+      wall_base_us_(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count()),
       id_(g_next_counters_id.fetch_add(1)),
       pool_(std::make_shared<detail::SlabPool>()),
       baseline_(std::make_unique<Raw>()),

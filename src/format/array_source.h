@@ -44,12 +44,19 @@ class ArraySource : public SampleSource {
  public:
   ArraySource(std::string path, std::string name, NpyHeader header, SampleGeometry geometry, SampleAxis axis,
               std::string layout)
-      : path_(std::move(path)), name_(std::move(name)), header_(std::move(header)),
-        geometry_(std::move(geometry)), axis_(axis), layout_(std::move(layout)) {}
+      : path_(std::move(path)),
+        name_(std::move(name)),
+        header_(std::move(header)),
+        geometry_(std::move(geometry)),
+        axis_(axis),
+        layout_(std::move(layout)) {}
 
   /// Samples live inside a deflated zip member: every sample's extent is the
   /// whole compressed member, inflated (and CRC-checked) at decode.
-  void set_deflated(const ZipMember& m) { deflated_ = true; member_ = m; }
+  void set_deflated(const ZipMember& m) {
+    deflated_ = true;
+    member_ = m;
+  }
 
   std::string layout() const override { return layout_; }
   bool is_identity(const SampleRef& ref) const override {

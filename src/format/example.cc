@@ -17,15 +17,14 @@ constexpr int kMaxGroupDepth = 64;
 // Example (origin is the Example offset of buf[0]).
 class Reader {
  public:
-  Reader(std::span<const std::byte> buf, uint64_t origin, const Context& ctx)
-      : buf_(buf), origin_(origin), ctx_(ctx) {}
+  Reader(std::span<const std::byte> buf, uint64_t origin, const Context& ctx) : buf_(buf), origin_(origin), ctx_(ctx) {}
 
   bool done() const { return pos_ >= buf_.size(); }
   uint64_t where() const { return origin_ + pos_; }  // offset within the Example
 
   absl::Status error(uint64_t at, absl::string_view expected, absl::string_view found) const {
-    return format_error(ctx_.path, ctx_.base + at,
-                        absl::StrCat(expected, " (byte ", at, " of the tf.train.Example)"), found);
+    return format_error(ctx_.path, ctx_.base + at, absl::StrCat(expected, " (byte ", at, " of the tf.train.Example)"),
+                        found);
   }
 
   absl::Status varint(uint64_t& v, absl::string_view what) {
@@ -40,8 +39,7 @@ class Reader {
       v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
       if ((b & 0x80) == 0) return absl::OkStatus();
     }
-    return error(start, absl::StrCat("a varint of at most 10 bytes (", what, ")"),
-                 "a longer one");
+    return error(start, absl::StrCat("a varint of at most 10 bytes (", what, ")"), "a longer one");
   }
 
   absl::Status tag(uint32_t& field, uint32_t& type) {
@@ -114,8 +112,7 @@ class Reader {
         }
         while (true) {
           if (done()) {
-            return error(start, absl::StrCat("end-group tag of field ", field),
-                         "the end of the enclosing message");
+            return error(start, absl::StrCat("end-group tag of field ", field), "the end of the enclosing message");
           }
           uint32_t f, t;
           DLFEED_RETURN_IF_ERROR(tag(f, t));
@@ -129,8 +126,7 @@ class Reader {
           DLFEED_RETURN_IF_ERROR(skip(f, t, depth + 1));
         }
       }
-      case 4:
-        return error(where(), "a field", absl::StrCat("an end-group tag of field ", field, " outside any group"));
+      case 4: return error(where(), "a field", absl::StrCat("an end-group tag of field ", field, " outside any group"));
     }
     return error(where(), "a wire type in 0..5", absl::StrCat(type));
   }
@@ -258,8 +254,7 @@ absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, ab
   return found;
 }
 
-absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
-                                                       const Context& ctx) {
+absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example, const Context& ctx) {
   std::vector<std::string> names;
   absl::flat_hash_map<std::string, size_t> seen;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice&) {
@@ -347,8 +342,8 @@ absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx)
   return 0;
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(
-    std::span<const std::byte> example, const Context& ctx) {
+absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(std::span<const std::byte> example,
+                                                                           const Context& ctx) {
   std::vector<std::pair<std::string, Feature>> features;
   absl::flat_hash_map<std::string, size_t> at;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice& s) {
@@ -406,8 +401,7 @@ void ExampleBuilder::add_entry(absl::string_view name, int kind_field, const std
   wire::append_length_delimited(features_, 1, entry);
 }
 
-ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name,
-                                          std::span<const std::span<const std::byte>> values) {
+ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name, std::span<const std::span<const std::byte>> values) {
   std::vector<std::byte> list;
   for (const auto& v : values) wire::append_length_delimited(list, 1, v);
   add_entry(name, 1, list);

@@ -1,7 +1,7 @@
 #include "dlfeed/format/format.h"
 
-#include <algorithm>
 #include <glob.h>
+#include <algorithm>
 
 #include <filesystem>
 #include <system_error>
@@ -32,10 +32,10 @@ absl::StatusOr<FileFormat> detect_format(const std::string& path) {
     if (ext == ".npz") return FileFormat::kNpz;
     if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf" || ext == ".he5") return FileFormat::kHdf5;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      path, ": cannot tell the format from the extension '", gz ? ext + ".gz" : ext,
-      "' (expected .npy, .npz, .h5/.hdf5, or .tfrecord/.tfrecords/.tfrec/.tfr, the last also + .gz); "
-      "pass the format explicitly"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": cannot tell the format from the extension '", gz ? ext + ".gz" : ext,
+                   "' (expected .npy, .npz, .h5/.hdf5, or .tfrecord/.tfrecords/.tfrec/.tfr, the last also + .gz); "
+                   "pass the format explicitly"));
 }
 
 namespace {
@@ -71,8 +71,7 @@ absl::StatusOr<FileFormat> parse_format(absl::string_view name) {
   if (n == "npz") return FileFormat::kNpz;
   if (n == "hdf5" || n == "h5") return FileFormat::kHdf5;
   if (n == "tfrecord" || n == "tfrecords") return FileFormat::kTfRecord;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5 or tfrecord)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5 or tfrecord)"));
 }
 
 absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options) {
@@ -93,7 +92,8 @@ absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptio
 namespace {
 
 bool all_digits(absl::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
 }
 
 /// What a folder holds, for the error when none of it is data: up to 12
@@ -154,8 +154,7 @@ absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, co
   return absl::UnimplementedError(absl::StrCat(path, ": fields are listed for NPY, NPZ and HDF5 files"));
 }
 
-absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
-                                         const FormatOptions& options) {
+absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, const FormatOptions& options) {
   // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
   std::vector<std::string> expanded;
   for (const std::string& p : paths) {
@@ -226,9 +225,9 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
     }
     if (any_npy && kept.empty()) {
       std::sort(columns.begin(), columns.end());
-      return absl::NotFoundError(absl::StrCat(
-          absl::StrJoin(expanded, ", "), ": no NPY column '", options.name, "' (", options.name, ".npy or ",
-          options.name, "_NNN.npy); the columns here are ", absl::StrJoin(columns, ", ")));
+      return absl::NotFoundError(absl::StrCat(absl::StrJoin(expanded, ", "), ": no NPY column '", options.name, "' (",
+                                              options.name, ".npy or ", options.name,
+                                              "_NNN.npy); the columns here are ", absl::StrJoin(columns, ", ")));
     }
     files = std::move(kept);
   }

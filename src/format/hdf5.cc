@@ -46,17 +46,17 @@ using detail::h5::add_ok;
 using detail::h5::DatasetGeometry;
 using detail::h5::Filter;
 using detail::h5::FilterPipeline;
-using detail::h5::H5Lock;
 using detail::h5::h5_fail;
+using detail::h5::H5Lock;
 using detail::h5::Hdf5Source;
 using detail::h5::Hid;
 using detail::h5::mul_ok;
 
 // Limits that keep a corrupt or hostile header from causing unbounded work
 // (the chunk grid's are in hdf5_chunks.cc).
-constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 32;   // 4 GiB per decoded sample
-constexpr uint64_t kMaxSamples = uint64_t{1} << 31;       // samples per dataset
-constexpr int kMaxListed = 64;                            // datasets listed in errors
+constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 32;  // 4 GiB per decoded sample
+constexpr uint64_t kMaxSamples = uint64_t{1} << 31;      // samples per dataset
+constexpr int kMaxListed = 64;                           // datasets listed in errors
 
 std::string type_class_name(H5T_class_t c) {
   switch (c) {
@@ -189,10 +189,9 @@ absl::StatusOr<DType> dtype_of(const std::string& path, const std::string& name,
   H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
   auto refuse = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name,
-                                                   "': expected integer, float or bool elements, found ", what,
-                                                   " elements (HDF5 type class ", type_class_name(cls), ", ", size,
-                                                   " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": dataset '", name, "': expected integer, float or bool elements, found ", what,
+                     " elements (HDF5 type class ", type_class_name(cls), ", ", size, " bytes)"));
   };
   auto order_big = [&](hid_t t) { return size > 1 && H5Tget_order(t) == H5T_ORDER_BE; };
   if (cls == H5T_ENUM) {
@@ -204,8 +203,8 @@ absl::StatusOr<DType> dtype_of(const std::string& path, const std::string& name,
         char* mname = H5Tget_member_name(type, static_cast<unsigned>(i));
         int8_t v = -1;
         H5Tget_member_value(type, static_cast<unsigned>(i), &v);
-        is_bool = mname != nullptr && ((std::strcmp(mname, "FALSE") == 0 && v == 0) ||
-                                       (std::strcmp(mname, "TRUE") == 0 && v == 1));
+        is_bool = mname != nullptr &&
+                  ((std::strcmp(mname, "FALSE") == 0 && v == 0) || (std::strcmp(mname, "TRUE") == 0 && v == 1));
         if (mname != nullptr) H5free_memory(mname);
       }
       if (is_bool) return DType::boolean();
@@ -279,8 +278,10 @@ absl::StatusOr<std::string> pick_dataset(const std::string& path, hid_t file, co
   if (has("records")) return std::string("records");
   if (has("records_0")) return std::string("records_0");
   if (names.size() == 1) return names[0];  // the only one, as for an NPZ with one member
-  return absl::NotFoundError(absl::StrCat(path, ": no dataset named 'records' or 'records_0' and more than one "
-                                          "other: choose one by its name (", listing(), ")"));
+  return absl::NotFoundError(absl::StrCat(path,
+                                          ": no dataset named 'records' or 'records_0' and more than one "
+                                          "other: choose one by its name (",
+                                          listing(), ")"));
 }
 
 std::string hex_prefix(const std::string& path, uint64_t size) {

@@ -40,7 +40,9 @@ struct ChunkEntry {
 class ChunkedSource final : public Hdf5Source {
  public:
   ChunkedSource(DatasetGeometry g, FilterPipeline filters, std::vector<ChunkEntry> cells)
-      : Hdf5Source(std::move(g)), pipeline_(std::move(filters.steps)), shuffle_size_(filters.shuffle_size),
+      : Hdf5Source(std::move(g)),
+        pipeline_(std::move(filters.steps)),
+        shuffle_size_(filters.shuffle_size),
         cells_(std::move(cells)) {
     const size_t r = g_.dims.size();
     grid_.resize(r);
@@ -85,10 +87,10 @@ class ChunkedSource final : public Hdf5Source {
       Extent e = stored_raw(c.mask) ? Extent{c.addr + k0 * row_bytes_, row_bytes_} : Extent{c.addr, c.size};
       total += e.length;
       if (total > file_size) {
-        return format_error(g_.path, c.addr,
-                            absl::StrCat("the chunks of sample ", k, " of '", g_.name, "' within the file of ",
-                                         file_size, " bytes"),
-                            absl::StrCat(total, " bytes of chunks"));
+        return format_error(
+            g_.path, c.addr,
+            absl::StrCat("the chunks of sample ", k, " of '", g_.name, "' within the file of ", file_size, " bytes"),
+            absl::StrCat(total, " bytes of chunks"));
       }
       out.push_back(e);
     }
@@ -139,8 +141,7 @@ class ChunkedSource final : public Hdf5Source {
         pos += row_bytes_;
       } else {
         DLFEED_ASSIGN_OR_RETURN(const std::byte* chunk,
-                                unfilter(c, std::span<std::byte>(raw.data() + pos, c.size), tmp,
-                                         tmp + chunk_bytes_));
+                                unfilter(c, std::span<std::byte>(raw.data() + pos, c.size), tmp, tmp + chunk_bytes_));
         slice = chunk + k0 * row_bytes_;
         pos += c.size;
       }
@@ -185,7 +186,8 @@ class ChunkedSource final : public Hdf5Source {
       cur = dst;
     }
     if (cur_len != chunk_bytes_) {
-      return format_error(g_.path, c.addr, absl::StrCat("a chunk of '", g_.name, "' decoding to ", chunk_bytes_, " bytes"),
+      return format_error(g_.path, c.addr,
+                          absl::StrCat("a chunk of '", g_.name, "' decoding to ", chunk_bytes_, " bytes"),
                           absl::StrCat(cur_len, " bytes"));
     }
     if (cur == stored.data()) {  // every filter skipped (handled as raw before; kept for safety)

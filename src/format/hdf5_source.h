@@ -73,8 +73,8 @@ class Hdf5Source : public SampleSource {
     return std::make_pair(g_.dtype, g_.sample_shape());
   }
   std::string describe() const override {
-    std::string s = absl::StrCat("dataset '", g_.name, "' shape ", shape_str(g_.full_shape()), " ",
-                                 g_.dtype.str(), " (", g_.dtype.name(), ")");
+    std::string s = absl::StrCat("dataset '", g_.name, "' shape ", shape_str(g_.full_shape()), " ", g_.dtype.str(),
+                                 " (", g_.dtype.name(), ")");
     if (!g_.chunk.empty()) {
       Shape c;
       for (uint64_t d : g_.chunk) c.push_back(static_cast<int64_t>(d));

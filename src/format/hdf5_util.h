@@ -97,7 +97,6 @@ inline std::string h5_errors() {
   return absl::StrJoin(msgs, "; ");
 }
 
-
 // The HDF5 type h5py would use for `t` (bool: an int8 enum FALSE/TRUE).
 inline hid_t make_type(DType t) {
   const bool be = t.big_endian && t.size > 1;
@@ -159,7 +158,7 @@ inline hid_t create_dataset(hid_t file, const std::string& name, hid_t type, hid
 
 // Writes rows [row, row + rows) of a dataset of shape dims from `buf`.
 inline herr_t write_rows(hid_t dset, hid_t type, const std::vector<hsize_t>& dims, uint64_t row, uint64_t rows,
-                  const void* buf) {
+                         const void* buf) {
   std::vector<hsize_t> start(dims.size(), 0), count(dims);
   start[0] = row;
   count[0] = rows;

@@ -56,9 +56,12 @@ class DictParser {
         h.dtype = *t;
         have_descr = true;
       } else if (key == "fortran_order") {
-        if (consume("True")) h.fortran_order = true;
-        else if (consume("False")) h.fortran_order = false;
-        else return error("True or False for fortran_order");
+        if (consume("True"))
+          h.fortran_order = true;
+        else if (consume("False"))
+          h.fortran_order = false;
+        else
+          return error("True or False for fortran_order");
         have_order = true;
       } else if (key == "shape") {
         DLFEED_RETURN_IF_ERROR(parse_shape(h.shape));
@@ -154,8 +157,7 @@ uint64_t NpyHeader::num_elements() const {
   return n;
 }
 
-absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> pre, absl::string_view path,
-                                         uint64_t base) {
+absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> pre, absl::string_view path, uint64_t base) {
   if (pre.size() < 10) {
     return format_error(path, base, "an NPY preamble of at least 10 bytes",
                         absl::StrCat(pre.size(), " bytes (file truncated)"));
@@ -171,17 +173,15 @@ absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> pre, absl::s
     }
     const uint64_t len = le32(pre.data() + 8);
     if (len > kMaxHeader) {
-      return format_error(path, base + 8, absl::StrCat("a header length of at most ", kMaxHeader),
-                          absl::StrCat(len));
+      return format_error(path, base + 8, absl::StrCat("a header length of at most ", kMaxHeader), absl::StrCat(len));
     }
     return 12 + len;
   }
-  return format_error(path, base + 6, "NPY format version 1, 2 or 3", absl::StrCat("version ", major, ".",
-                                                                                     static_cast<int>(pre[7])));
+  return format_error(path, base + 6, "NPY format version 1, 2 or 3",
+                      absl::StrCat("version ", major, ".", static_cast<int>(pre[7])));
 }
 
-absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path,
-                                           uint64_t base) {
+absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path, uint64_t base) {
   DLFEED_ASSIGN_OR_RETURN(uint64_t size, npy_header_size(header, path, base));
   if (header.size() < size) {
     return format_error(path, base + header.size(), absl::StrCat("an NPY header of ", size, " bytes"),
@@ -215,8 +215,8 @@ std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order)
     absl::StrAppend(&shape_text, shape[i], shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   }
   shape_text += ")";
-  std::string dict = absl::StrCat("{'descr': '", dtype.str(), "', 'fortran_order': ",
-                                  fortran_order ? "True" : "False", ", 'shape': ", shape_text, ", }");
+  std::string dict = absl::StrCat("{'descr': '", dtype.str(), "', 'fortran_order': ", fortran_order ? "True" : "False",
+                                  ", 'shape': ", shape_text, ", }");
   const bool v2 = dict.size() + 11 > 65535;
   const size_t pre = v2 ? 12 : 10;
   size_t total = pre + dict.size() + 1;
@@ -279,9 +279,15 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
   std::vector<int64_t> strides(nd);
   int64_t s = 1;
   if (h.fortran_order) {
-    for (size_t i = 0; i < nd; ++i) { strides[i] = s; s *= std::max<int64_t>(h.shape[i], 1); }
+    for (size_t i = 0; i < nd; ++i) {
+      strides[i] = s;
+      s *= std::max<int64_t>(h.shape[i], 1);
+    }
   } else {
-    for (size_t i = nd; i-- > 0;) { strides[i] = s; s *= std::max<int64_t>(h.shape[i], 1); }
+    for (size_t i = nd; i-- > 0;) {
+      strides[i] = s;
+      s *= std::max<int64_t>(h.shape[i], 1);
+    }
   }
   const size_t a = axis == SampleAxis::kLast ? nd - 1 : 0;
   SampleGeometry g;
@@ -301,7 +307,7 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
   // a header can claim (a 128-byte file announcing 10^12 of them): refused.
   if (empty && h.shape[a] > 0) {
     return file_error(path, "samples of at least one element",
-                        absl::StrCat(h.shape[a], " empty samples in an array of shape ", shape_str(h.shape)));
+                      absl::StrCat(h.shape[a], " empty samples in an array of shape ", shape_str(h.shape)));
   }
   g.span = empty ? 0 : span;
   // Contiguous when the sample's strides are exactly its own C-order strides.
@@ -335,10 +341,18 @@ void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, con
       dst += inner * itemsize;
     } else {
       switch (itemsize) {
-        case 1: for (int64_t i = 0; i < inner; ++i, p += inner_stride) *dst++ = *p; break;
-        case 2: for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 2) std::memcpy(dst, p, 2); break;
-        case 4: for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 4) std::memcpy(dst, p, 4); break;
-        default: for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 8) std::memcpy(dst, p, 8); break;
+        case 1:
+          for (int64_t i = 0; i < inner; ++i, p += inner_stride) *dst++ = *p;
+          break;
+        case 2:
+          for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 2) std::memcpy(dst, p, 2);
+          break;
+        case 4:
+          for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 4) std::memcpy(dst, p, 4);
+          break;
+        default:
+          for (int64_t i = 0; i < inner; ++i, p += inner_stride, dst += 8) std::memcpy(dst, p, 8);
+          break;
       }
     }
     // Advance the outer indices (odometer).
@@ -400,8 +414,8 @@ absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::spa
     uint32_t crc = 0;
     {
       counters::StepTimer inflate(counters::Id::kDecodeInflate);
-      DLFEED_RETURN_IF_ERROR(inflate_raw(raw, inflated, path_, member_.data_offset,
-                                         absl::StrCat("member '", member_.name, "'")));
+      DLFEED_RETURN_IF_ERROR(
+          inflate_raw(raw, inflated, path_, member_.data_offset, absl::StrCat("member '", member_.name, "'")));
     }
     {
       counters::StepTimer check(counters::Id::kDecodeCrc);
@@ -444,10 +458,10 @@ absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOption
   DLFEED_RETURN_IF_ERROR(f.read_exact(0, hbytes, "NPY header"));
   DLFEED_ASSIGN_OR_RETURN(NpyHeader h, parse_npy_header(hbytes, path, 0));
   if (h.data_bytes() > f.size() - h.data_offset) {
-    return format_error(path, h.data_offset,
-                        absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " ",
-                                     h.dtype.str()),
-                        absl::StrCat(f.size() - h.data_offset, " bytes before the end of the file"));
+    return format_error(
+        path, h.data_offset,
+        absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " ", h.dtype.str()),
+        absl::StrCat(f.size() - h.data_offset, " bytes before the end of the file"));
   }
   const SampleAxis axis = detail::resolve_axis(options, path);
   DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
@@ -502,7 +516,6 @@ std::string labels_npy_bytes(const FileSpec& spec) {
   }
   return out;
 }
-
 
 absl::Status write_npy_file(const FileSpec& spec) { return write_file(spec.path, npy_bytes(spec)); }
 

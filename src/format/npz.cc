@@ -26,8 +26,8 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 
 // Inflates the first bytes of a raw deflate stream (for the NPY header of a
 // deflated member); returns how many bytes came out.
-absl::StatusOr<size_t> inflate_prefix(std::span<const std::byte> in, std::span<std::byte> out,
-                                      absl::string_view path, uint64_t offset) {
+absl::StatusOr<size_t> inflate_prefix(std::span<const std::byte> in, std::span<std::byte> out, absl::string_view path,
+                                      uint64_t offset) {
   z_stream zs{};
   if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) return absl::InternalError("zlib inflateInit2 failed");
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data()));
@@ -121,8 +121,7 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
                         "an encrypted one");
   }
   if (m.method != 0 && m.method != 8) {
-    return format_error(path, m.local_header_offset,
-                        absl::StrCat("member '", m.name, "' stored (0) or deflated (8)"),
+    return format_error(path, m.local_header_offset, absl::StrCat("member '", m.name, "' stored (0) or deflated (8)"),
                         absl::StrCat("compression method ", m.method));
   }
   std::vector<std::byte> lh(30);
@@ -136,8 +135,7 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   NpyHeader h;
   if (m.method == 0) {
     if (m.compressed_size != m.uncompressed_size) {
-      return format_error(path, m.local_header_offset,
-                          absl::StrCat("equal sizes for stored ", label),
+      return format_error(path, m.local_header_offset, absl::StrCat("equal sizes for stored ", label),
                           absl::StrCat(m.compressed_size, " vs ", m.uncompressed_size));
     }
     std::vector<std::byte> pre(std::min<uint64_t>(kNpyPreamble, m.compressed_size));
@@ -168,17 +166,17 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
     DLFEED_ASSIGN_OR_RETURN(h, parse_npy_header(head, path, m.data_offset));
   }
   if (h.data_offset > m.uncompressed_size || h.data_bytes() > m.uncompressed_size - h.data_offset) {
-    return format_error(path, m.data_offset,
-                        absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " in ",
-                                     label),
-                        absl::StrCat("a member of ", m.uncompressed_size, " bytes"));
+    return format_error(
+        path, m.data_offset,
+        absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " in ", label),
+        absl::StrCat("a member of ", m.uncompressed_size, " bytes"));
   }
   const SampleAxis axis = detail::resolve_axis(options, path);
   DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
   std::string name = m.name;
   if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") name.resize(name.size() - 4);
-  auto src = std::make_unique<detail::ArraySource>(path, name, h, g, axis,
-                                                   m.method == 8 ? "npz:deflated" : "npz:stored");
+  auto src =
+      std::make_unique<detail::ArraySource>(path, name, h, g, axis, m.method == 8 ? "npz:deflated" : "npz:stored");
   if (m.method == 8) src->set_deflated(m);
   SampleIndex index;
   index.files.push_back(path);

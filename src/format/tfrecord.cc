@@ -18,12 +18,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
-#include "dlfeed/counters/counters.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace tfrecord {
@@ -59,8 +59,8 @@ absl::Status refuse_compressed(const detail::File& file, absl::string_view what)
                                                  "inflated stream)"));
 }
 
-absl::Status idx_error(const std::string& idx_path, size_t line, absl::string_view expected,
-                       absl::string_view found, const std::string& data_path) {
+absl::Status idx_error(const std::string& idx_path, size_t line, absl::string_view expected, absl::string_view found,
+                       const std::string& data_path) {
   return absl::DataLossError(absl::StrCat(idx_path, ":", line, ": expected ", expected, ", found ", found,
                                           " (index sidecar of ", data_path, ")"));
 }
@@ -90,8 +90,8 @@ absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool ve
     const uint32_t computed = masked_crc32c(header.first(8));
     if (stored != computed) {
       return format_error(path, offset + 8,
-                          absl::StrCat("length CRC ", hex32(computed), " (masked CRC32C of the length field ",
-                                       length, " at offset ", offset, ")"),
+                          absl::StrCat("length CRC ", hex32(computed), " (masked CRC32C of the length field ", length,
+                                       " at offset ", offset, ")"),
                           absl::StrCat(hex32(stored), ": the record header is corrupt"));
     }
   }
@@ -101,8 +101,7 @@ absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool ve
 absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
                                                           absl::string_view path, uint64_t offset) {
   if (framed.size() < kOverhead) {
-    return format_error(path, offset, "a framed TFRecord of at least 16 bytes",
-                        absl::StrCat(framed.size(), " bytes"));
+    return format_error(path, offset, "a framed TFRecord of at least 16 bytes", absl::StrCat(framed.size(), " bytes"));
   }
   DLFEED_ASSIGN_OR_RETURN(const uint64_t length, parse_header(framed, verify, path, offset));
   if (length != framed.size() - kOverhead) {
@@ -219,8 +218,8 @@ absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
   return records;
 }
 
-absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
-                          const detail::File& file, bool verify_crc) {
+absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path, const detail::File& file,
+                          bool verify_crc) {
   const uint64_t size = file.size();
   const std::string& data = file.path();
   if (records.empty()) {
@@ -236,10 +235,11 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
       return idx_error(idx_path, i + 1, "a record length of at least 16 bytes", absl::StrCat(e.length), data);
     }
     if (e.offset != expected_offset) {
-      return idx_error(idx_path, i + 1,
-                       absl::StrCat("offset ", expected_offset,
-                                    i == 0 ? " (the first record starts the file)" : " (where the previous record ends)"),
-                       absl::StrCat("offset ", e.offset), data);
+      return idx_error(
+          idx_path, i + 1,
+          absl::StrCat("offset ", expected_offset,
+                       i == 0 ? " (the first record starts the file)" : " (where the previous record ends)"),
+          absl::StrCat("offset ", e.offset), data);
     }
     if (e.offset > size || e.length > size - e.offset) {
       return idx_error(idx_path, i + 1, absl::StrCat("a record within the ", size, "-byte data file"),
@@ -249,8 +249,7 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
     expected_offset = e.offset + e.length;
   }
   if (expected_offset != size) {
-    return idx_error(idx_path, records.size(),
-                     absl::StrCat("records up to the end of the ", size, "-byte data file"),
+    return idx_error(idx_path, records.size(), absl::StrCat("records up to the end of the ", size, "-byte data file"),
                      absl::StrCat("the last record ending at ", expected_offset, " (stale sidecar?)"), data);
   }
   // The first and last records' headers must announce the idx lengths.
@@ -259,12 +258,11 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
     DLFEED_RETURN_IF_ERROR(file.read_exact(records[i].offset, header, "TFRecord header"));
     DLFEED_ASSIGN_OR_RETURN(const uint64_t length, parse_header(header, verify_crc, data, records[i].offset));
     if (length != records[i].length - kOverhead) {
-      return idx_error(idx_path, i + 1,
-                       absl::StrCat("a record of ", records[i].length, " bytes (payload ",
-                                    records[i].length - kOverhead, ")"),
-                       absl::StrCat("a record header at offset ", records[i].offset, " announcing a ", length,
-                                    "-byte payload"),
-                       data);
+      return idx_error(
+          idx_path, i + 1,
+          absl::StrCat("a record of ", records[i].length, " bytes (payload ", records[i].length - kOverhead, ")"),
+          absl::StrCat("a record header at offset ", records[i].offset, " announcing a ", length, "-byte payload"),
+          data);
     }
   }
   return absl::OkStatus();
@@ -283,15 +281,15 @@ absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool 
     const uint64_t left = size - off;
     const uint64_t n = records.size();
     if (left < kHeaderSize) {
-      return format_error(file.path(), off, absl::StrCat("a 12-byte header for record ", n),
-                          absl::StrCat(left, " bytes before the end of the ", size,
-                                       "-byte file (truncated inside the record header)"));
+      return format_error(
+          file.path(), off, absl::StrCat("a 12-byte header for record ", n),
+          absl::StrCat(left, " bytes before the end of the ", size, "-byte file (truncated inside the record header)"));
     }
     if (off < buf_off || off + kHeaderSize > buf_off + buf_len) {
       buf_off = off;
       buf_len = std::min<uint64_t>(kWindow, left);
-      DLFEED_ASSIGN_OR_RETURN(size_t got, detail::pread_full(file.fd(), std::span<std::byte>(buf.data(), buf_len),
-                                                             off, file.path()));
+      DLFEED_ASSIGN_OR_RETURN(
+          size_t got, detail::pread_full(file.fd(), std::span<std::byte>(buf.data(), buf_len), off, file.path()));
       if (got < kHeaderSize) {
         return format_error(file.path(), off, absl::StrCat("a 12-byte header for record ", n),
                             absl::StrCat(got, " bytes (the file shrank while reading?)"));
@@ -358,8 +356,8 @@ using example::FeatureKind;
 
 class TfRecordSource final : public SampleSource {
  public:
-  TfRecordSource(std::string path, const FormatOptions& options, FeatureKind kind, DType dtype,
-                 uint64_t records, std::string idx, std::shared_ptr<const tfrecord::CompressedIndex> z = nullptr,
+  TfRecordSource(std::string path, const FormatOptions& options, FeatureKind kind, DType dtype, uint64_t records,
+                 std::string idx, std::shared_ptr<const tfrecord::CompressedIndex> z = nullptr,
                  tfrecord::Compression compression = tfrecord::Compression::kNone)
       : path_(std::move(path)),
         feature_(options.feature),
@@ -390,8 +388,8 @@ class TfRecordSource final : public SampleSource {
     if (feature_shape_) absl::StrAppend(&s, ", shape ", shape_str(*feature_shape_));
     absl::StrAppend(&s, "), ", records_, " records, ");
     if (z_) {
-      absl::StrAppend(&s, tfrecord::compression_name(z_->compression), "-compressed (", z_->compressed_size,
-                      " bytes, ", z_->inflated_size, " inflated), ", z_->points.size(), " inflate checkpoints (",
+      absl::StrAppend(&s, tfrecord::compression_name(z_->compression), "-compressed (", z_->compressed_size, " bytes, ",
+                      z_->inflated_size, " inflated), ", z_->points.size(), " inflate checkpoints (",
                       z_->window_bytes(), " bytes of windows in memory), offsets from a scan of the inflated stream");
     } else {
       absl::StrAppend(&s, "offsets from ",
@@ -443,8 +441,8 @@ class TfRecordSource final : public SampleSource {
     if (slice.kind == FeatureKind::kNone) return missing_feature(payload, item, rec_off, ctx);
     if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
       return format_error(where_, ctx.base + slice.offset,
-                          absl::StrCat("feature '", feature_, "' of record ", item, " as a ",
-                                       example::kind_name(kind_), " (as in the first record)"),
+                          absl::StrCat("feature '", feature_, "' of record ", item, " as a ", example::kind_name(kind_),
+                                       " (as in the first record)"),
                           example::kind_name(slice.kind));
     }
     if (kind_out) *kind_out = slice.kind;
@@ -462,8 +460,8 @@ class TfRecordSource final : public SampleSource {
         const std::span<const std::byte> v = values[0];
         if (v.size() % dtype_.size != 0) {
           return format_error(where_, ctx.base + slice.offset,
-                              absl::StrCat("a multiple of ", static_cast<int>(dtype_.size), " bytes (",
-                                           dtype_.name(), ") in feature '", feature_, "' of record ", item),
+                              absl::StrCat("a multiple of ", static_cast<int>(dtype_.size), " bytes (", dtype_.name(),
+                                           ") in feature '", feature_, "' of record ", item),
                               absl::StrCat(v.size(), " bytes"));
         }
         out.bytes = v;
@@ -491,16 +489,14 @@ class TfRecordSource final : public SampleSource {
         count = values.size();
         break;
       }
-      case FeatureKind::kNone:
-        break;
+      case FeatureKind::kNone: break;
     }
     if (feature_shape_) {
       const uint64_t want = static_cast<uint64_t>(num_elements(*feature_shape_));
       if (want != count) {
         return format_error(where_, ctx.base + slice.offset,
                             absl::StrCat("feature '", feature_, "' of record ", item, " with shape ",
-                                         shape_str(*feature_shape_), " = ", want, " elements of ",
-                                         out.dtype.name()),
+                                         shape_str(*feature_shape_), " = ", want, " elements of ", out.dtype.name()),
                             absl::StrCat(count, " elements"));
       }
       out.shape = *feature_shape_;

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "dlfeed/detail/file.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/tfrecord.h"
 
@@ -69,7 +69,7 @@ struct ThreadInflate {
   bool init = false;
   bool valid = false;  // zs is positioned at (in_pos, out_pos) of (stream_id, point)
   uint64_t stream_id = 0, point = 0, in_pos = 0, out_pos = 0;
-  uint64_t cache_begin = 0;        // cache holds inflated bytes [cache_begin, out_pos)
+  uint64_t cache_begin = 0;  // cache holds inflated bytes [cache_begin, out_pos)
   std::vector<std::byte> cache;
   std::vector<std::byte> discard;
   ~ThreadInflate() {
@@ -142,8 +142,8 @@ absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compre
   while (true) {
     if (zs.avail_in == 0 && next_read < size) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), size - next_read));
-      DLFEED_RETURN_IF_ERROR(file.read_exact(next_read, std::span<std::byte>(in.data(), n),
-                                             absl::StrCat(name, " stream")));
+      DLFEED_RETURN_IF_ERROR(
+          file.read_exact(next_read, std::span<std::byte>(in.data(), n), absl::StrCat(name, " stream")));
       zs.next_in = reinterpret_cast<Bytef*>(in.data());
       zs.avail_in = static_cast<uInt>(n);
       next_read += n;
@@ -166,10 +166,11 @@ absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compre
     if (rc == Z_BUF_ERROR || (rc == Z_OK && got == 0 && zs.avail_in == 0 && next_read >= size)) {
       // No progress possible: the input is used up before the stream's end.
       if (zs.avail_in == 0 && next_read >= size) {
-        return format_error(path, size, absl::StrCat("the rest of the ", name, " stream (more deflate data and the ",
-                                                     c == Compression::kGzip ? "8-byte trailer" : "4-byte trailer", ")"),
-                            absl::StrCat("the end of the ", size, "-byte file (truncated) after ", out,
-                                         " inflated bytes"));
+        return format_error(
+            path, size,
+            absl::StrCat("the rest of the ", name, " stream (more deflate data and the ",
+                         c == Compression::kGzip ? "8-byte trailer" : "4-byte trailer", ")"),
+            absl::StrCat("the end of the ", size, "-byte file (truncated) after ", out, " inflated bytes"));
       }
       if (rc == Z_BUF_ERROR) return absl::InternalError(absl::StrCat(path, ": inflate made no progress"));
     }
@@ -188,9 +189,9 @@ absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compre
       if (out == rec_off) start_cand = p;  // nothing of the current record out yet
     }
     if (rec.size() == need && !have_length) {
-      DLFEED_ASSIGN_OR_RETURN(const uint64_t length,
-                              parse_header(rec, verify_crc, absl::StrCat(path, " (inflated ", name, " stream)"),
-                                           rec_off));
+      DLFEED_ASSIGN_OR_RETURN(
+          const uint64_t length,
+          parse_header(rec, verify_crc, absl::StrCat(path, " (inflated ", name, " stream)"), rec_off));
       // Deflate expands at most 1032:1; a longer length is a corrupt header.
       if (length > size * 1032 + (uint64_t{1} << 20)) {
         return format_error(absl::StrCat(path, " (inflated ", name, " stream)"), rec_off,
@@ -241,8 +242,8 @@ uint64_t new_stream_id() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw,
-                        uint64_t skip_to, std::span<std::byte> out, uint64_t stream_id, absl::string_view path) {
+absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw, uint64_t skip_to,
+                        std::span<std::byte> out, uint64_t stream_id, absl::string_view path) {
   thread_local ThreadInflate t;
   z_stream& zs = t.zs;
   if (!t.init) {
@@ -272,9 +273,8 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
       inflatePrime(&zs, p.bits, static_cast<uint8_t>(raw[0]) >> (8 - p.bits));
       pos = p.in;
     }
-    if (!p.window.empty() &&
-        inflateSetDictionary(&zs, reinterpret_cast<const Bytef*>(p.window.data()),
-                             static_cast<uInt>(p.window.size())) != Z_OK) {
+    if (!p.window.empty() && inflateSetDictionary(&zs, reinterpret_cast<const Bytef*>(p.window.data()),
+                                                  static_cast<uInt>(p.window.size())) != Z_OK) {
       return absl::InternalError("zlib inflateSetDictionary failed");
     }
     t.stream_id = stream_id;
@@ -305,16 +305,16 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
       dst += got;
       n -= got;
       if (rc == Z_DATA_ERROR) {
-        return format_error(path, t.in_pos, "valid deflate data", absl::StrCat(zmessage(zs), ": the compressed stream is corrupt"));
+        return format_error(path, t.in_pos, "valid deflate data",
+                            absl::StrCat(zmessage(zs), ": the compressed stream is corrupt"));
       }
       if (rc == Z_MEM_ERROR) return absl::ResourceExhaustedError(absl::StrCat(path, ": zlib ran out of memory"));
       if (n > 0 && (rc == Z_STREAM_END || (got == 0 && zs.avail_in == 0 && t.in_pos - base >= raw.size()))) {
-        return format_error(path, t.in_pos,
-                            absl::StrCat(n, " more inflated bytes (up to inflated offset ", skip_to + out.size(), ")"),
-                            rc == Z_STREAM_END ? std::string("the end of the deflate stream")
-                                               : absl::StrCat("the end of the ", raw.size(),
-                                                              " compressed bytes read from offset ", base,
-                                                              " (did the file change since it was opened?)"));
+        return format_error(
+            path, t.in_pos, absl::StrCat(n, " more inflated bytes (up to inflated offset ", skip_to + out.size(), ")"),
+            rc == Z_STREAM_END ? std::string("the end of the deflate stream")
+                               : absl::StrCat("the end of the ", raw.size(), " compressed bytes read from offset ",
+                                              base, " (did the file change since it was opened?)"));
       }
     }
     return absl::OkStatus();

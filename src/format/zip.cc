@@ -23,9 +23,18 @@ uint16_t rd16(const std::byte* p) { return uint16_t(uint16_t(p[0]) | uint16_t(p[
 uint32_t rd32(const std::byte* p) { return uint32_t(rd16(p)) | uint32_t(rd16(p + 2)) << 16; }
 uint64_t rd64(const std::byte* p) { return uint64_t(rd32(p)) | uint64_t(rd32(p + 4)) << 32; }
 
-void put16(std::string& s, uint16_t v) { s.push_back(char(v & 0xff)); s.push_back(char(v >> 8)); }
-void put32(std::string& s, uint32_t v) { put16(s, uint16_t(v)); put16(s, uint16_t(v >> 16)); }
-void put64(std::string& s, uint64_t v) { put32(s, uint32_t(v)); put32(s, uint32_t(v >> 32)); }
+void put16(std::string& s, uint16_t v) {
+  s.push_back(char(v & 0xff));
+  s.push_back(char(v >> 8));
+}
+void put32(std::string& s, uint32_t v) {
+  put16(s, uint16_t(v));
+  put16(s, uint16_t(v >> 16));
+}
+void put64(std::string& s, uint64_t v) {
+  put32(s, uint32_t(v));
+  put32(s, uint32_t(v >> 32));
+}
 
 }  // namespace
 
@@ -67,8 +76,7 @@ absl::StatusOr<ZipDirectory> parse_zip_end(std::span<const std::byte> tail, uint
                       "none in the last 64 KiB (truncated, or not a zip/npz archive)");
 }
 
-absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset,
-                                             absl::string_view path) {
+absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset, absl::string_view path) {
   if (z64.size() < 56 || rd32(z64.data()) != kZip64EndSig) {
     return format_error(path, offset, "a Zip64 end-of-central-directory record (signature PK\\6\\6)",
                         z64.size() < 56 ? "end of file" : "other bytes");
@@ -112,8 +120,7 @@ absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::
     const uint16_t name_len = rd16(p + 28), extra_len = rd16(p + 30), comment_len = rd16(p + 32);
     m.local_header_offset = rd32(p + 42);
     if (dir.size() - pos - 46 < uint64_t(name_len) + extra_len + comment_len) {
-      return format_error(path, at + 28, "name, extra field and comment inside the directory",
-                          "lengths past its end");
+      return format_error(path, at + 28, "name, extra field and comment inside the directory", "lengths past its end");
     }
     m.name.assign(reinterpret_cast<const char*>(p + 46), name_len);
     // Zip64 extra field (id 1): 8-byte values for the fields saturated above, in order.
@@ -140,17 +147,16 @@ absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::
         if (m.compressed_size == 0xffffffff) ok = ok && take(m.compressed_size);
         if (m.local_header_offset == 0xffffffff) ok = ok && take(m.local_header_offset);
         if (!ok) {
-          return format_error(path, at + 46 + name_len, "a Zip64 extra field with the 64-bit sizes",
-                              "one too short");
+          return format_error(path, at + 46 + name_len, "a Zip64 extra field with the 64-bit sizes", "one too short");
         }
       }
       x += 4 + len;
       xl -= 4 + len;
     }
     if (m.local_header_offset >= file_size || m.compressed_size > file_size) {
-      return format_error(path, at + 42, absl::StrCat("member '", m.name, "' inside the file of ", file_size, " bytes"),
-                          absl::StrCat("local header offset ", m.local_header_offset, ", compressed size ",
-                                       m.compressed_size));
+      return format_error(
+          path, at + 42, absl::StrCat("member '", m.name, "' inside the file of ", file_size, " bytes"),
+          absl::StrCat("local header offset ", m.local_header_offset, ", compressed size ", m.compressed_size));
     }
     out.push_back(std::move(m));
     pos += 46 + name_len + extra_len + comment_len;
@@ -257,8 +263,8 @@ absl::Status ZipWriter::add(absl::string_view name, std::span<const std::byte> d
   put16(out_, 45);  // version needed: Zip64
   put16(out_, 0);
   put16(out_, e.method);
-  put16(out_, 0);       // time
-  put16(out_, 0x21);    // date: 1980-01-01
+  put16(out_, 0);     // time
+  put16(out_, 0x21);  // date: 1980-01-01
   put32(out_, e.crc);
   put32(out_, 0xffffffff);
   put32(out_, 0xffffffff);

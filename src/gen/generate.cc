@@ -92,7 +92,11 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
   }
   std::vector<std::string> written;
   const std::string ext = extension(spec.format);
-  struct Split { std::string name; uint64_t count; uint64_t first_file; };
+  struct Split {
+    std::string name;
+    uint64_t count;
+    uint64_t first_file;
+  };
   std::vector<Split> splits;
   if (spec.dlio_layout) {
     splits.push_back({"train", spec.files, 0});
@@ -108,10 +112,10 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
     for (uint64_t i = 0; i < split.count; ++i) {
       // Flat datasets keep samples on the first axis, so their names must not
       // look like DLIO's ({prefix}_{i}_of_{n}), which readers take as last-axis.
-      const std::string name = spec.dlio_layout
-                                   ? dlio_file_name(spec.prefix, i, split.count, ext)
-                                   : absl::StrFormat("%s_%0*d.%s", spec.prefix,
-                                                     static_cast<int>(absl::StrCat(split.count).size()), i, ext);
+      const std::string name =
+          spec.dlio_layout
+              ? dlio_file_name(spec.prefix, i, split.count, ext)
+              : absl::StrFormat("%s_%0*d.%s", spec.prefix, static_cast<int>(absl::StrCat(split.count).size()), i, ext);
       FileSpec f;
       f.path = (folder / name).string();
       f.sample_shape = spec.sample_shape;
@@ -127,9 +131,7 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
       f.axis = spec.dlio_layout ? SampleAxis::kLast : SampleAxis::kFirst;
       absl::Status st;
       switch (spec.format) {
-        case FileFormat::kNpy:
-          st = write_npy_file(f);
-          break;
+        case FileFormat::kNpy: st = write_npy_file(f); break;
         case FileFormat::kNpz:
           f.data_names = {"x"};
           f.label_name = "y";
@@ -159,8 +161,7 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
           }
           st = write_tfrecord_file(f);
           break;
-        case FileFormat::kAuto:
-          break;
+        case FileFormat::kAuto: break;
       }
       DLFEED_RETURN_IF_ERROR(st);
       written.push_back(f.path);

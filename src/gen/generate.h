@@ -21,14 +21,14 @@ enum class Compression { kNone, kDeflate };
 /// What one generated file holds.
 struct FileSpec {
   std::string path;
-  Shape sample_shape;            // shape of one sample (without the sample axis)
+  Shape sample_shape;  // shape of one sample (without the sample axis)
   DType dtype = DType::u8();
   uint64_t num_samples = 1;
   uint64_t first_global_id = 0;  // content of sample k is a function of (seed, first_global_id + k)
   uint64_t seed = 0;
   SampleAxis axis = SampleAxis::kFirst;  // NPY/NPZ: where the sample axis goes
   Compression compression = Compression::kNone;
-  int level = 4;                          // deflate level
+  int level = 4;  // deflate level
   /// HDF5: samples per chunk along axis 0 (0: contiguous layout).
   uint64_t chunk_samples = 0;
   bool hdf5_shuffle = false;  // HDF5: add the shuffle filter before deflate

@@ -7,13 +7,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "../format/hdf5_util.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dlfeed/error.h"
 #include "gen/generate.h"
-#include "../format/hdf5_util.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace gen {
@@ -27,16 +27,18 @@ using detail::h5::make_type;
 using detail::h5::write_failed;
 using detail::h5::write_rows;
 
-
 }  // namespace
 
 absl::Status write_hdf5_file(const FileSpec& spec) {
   if (spec.data_names.empty()) return absl::InvalidArgumentError(spec.path + ": no dataset names to write");
   uint64_t sample_elems = 1;
   for (int64_t d : spec.sample_shape) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(spec.path, ": sample shape ", shape_str(spec.sample_shape), " has an unknown dimension"));
+    if (d < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.path, ": sample shape ", shape_str(spec.sample_shape), " has an unknown dimension"));
     if (__builtin_mul_overflow(sample_elems, static_cast<uint64_t>(d), &sample_elems)) {
-      return absl::InvalidArgumentError(absl::StrCat(spec.path, ": sample shape ", shape_str(spec.sample_shape), " too large"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.path, ": sample shape ", shape_str(spec.sample_shape), " too large"));
     }
   }
   const uint64_t sample_bytes = sample_elems * spec.dtype.size;
@@ -64,7 +66,8 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0) {
       return write_failed(spec.path, absl::StrCat("setting chunks of ", chunk_samples, " samples"));
     }
-    if (spec.hdf5_shuffle && H5Pset_shuffle(dcpl.get()) < 0) return write_failed(spec.path, "adding the shuffle filter");
+    if (spec.hdf5_shuffle && H5Pset_shuffle(dcpl.get()) < 0)
+      return write_failed(spec.path, "adding the shuffle filter");
     if (deflate && H5Pset_deflate(dcpl.get(), static_cast<unsigned>(std::clamp(spec.level, 0, 9))) < 0) {
       return write_failed(spec.path, "adding the deflate filter");
     }

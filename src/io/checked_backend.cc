@@ -44,8 +44,7 @@ class CheckedBackend final : public IoBackend {
     return absl::OkStatus();
   }
 
-  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
-              std::chrono::nanoseconds timeout) override {
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
     got_.clear();
     if (inner_->in_flight() > 0) inner_->reap(got_, min_completions, timeout);
     size_t appended = 0;
@@ -59,9 +58,9 @@ class CheckedBackend final : public IoBackend {
       c.user_data = r.user_data;
       if (c.status.ok() && c.bytes != r.length) {
         ++violations_;
-        c.status = format_error(files_->path(r.file), r.offset, absl::StrCat(r.length, " bytes read"),
-                                absl::StrCat("a completion reporting ", c.bytes, " bytes from the ",
-                                             inner_->name(), " backend"));
+        c.status = format_error(
+            files_->path(r.file), r.offset, absl::StrCat(r.length, " bytes read"),
+            absl::StrCat("a completion reporting ", c.bytes, " bytes from the ", inner_->name(), " backend"));
         c.bytes = 0;
       }
       release(slot);
@@ -132,8 +131,7 @@ class CheckedBackend final : public IoBackend {
 
 }  // namespace
 
-std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner,
-                                                std::shared_ptr<FileTable> files) {
+std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner, std::shared_ptr<FileTable> files) {
   return std::make_unique<CheckedBackend>(std::move(inner), std::move(files));
 }
 

@@ -209,8 +209,7 @@ void IoEngine::loop() {
             counters_->add(CId::kReadErrors, 1);
           }
           const uint64_t k = c.user_data >> kIndexShift;
-          if (tracing && k < kUntraced && k < a.batch->reads.size() &&
-              sampled_++ % counters_->io_sample_every() == 0) {
+          if (tracing && k < kUntraced && k < a.batch->reads.size() && sampled_++ % counters_->io_sample_every() == 0) {
             const ReadRequest& r = a.batch->reads[k];
             counters_->trace("read", "io", a.submit_ns, lat, r.file, r.offset, r.length);
           }

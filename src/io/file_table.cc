@@ -33,16 +33,14 @@ struct FileTable::Impl {
     ino_t ino = 0;
     off_t size = 0;
     timespec mtime{};
-    static Identity of(const struct stat& st) {
-      return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim};
-    }
+    static Identity of(const struct stat& st) { return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
     bool same(const Identity& o) const {
       return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
              mtime.tv_nsec == o.mtime.tv_nsec;
     }
     std::string str() const {
-      return absl::StrCat("inode ", ino, " on device ", dev, ", ", size, " bytes, modified at ",
-                          mtime.tv_sec, ".", absl::Dec(mtime.tv_nsec, absl::kZeroPad9));
+      return absl::StrCat("inode ", ino, " on device ", dev, ", ", size, " bytes, modified at ", mtime.tv_sec, ".",
+                          absl::Dec(mtime.tv_nsec, absl::kZeroPad9));
     }
   };
   struct Entry {
@@ -55,7 +53,7 @@ struct FileTable::Impl {
     // Descriptors of paths redirected away that were still pinned when the
     // next pin wanted the new path: each closes when its own pins are gone.
     std::vector<std::pair<int, uint32_t>> retired;  // (fd, pins)
-    int8_t direct = -1;  // O_DIRECT for this file: -1 the table's, else 0/1
+    int8_t direct = -1;                             // O_DIRECT for this file: -1 the table's, else 0/1
     std::list<uint32_t>::iterator lru_it;
   };
 
@@ -238,8 +236,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
       return Pin(this, id, e.fd);
     }
     // Make room: one slot for this open.
-    while (im.open + im.opening >= max_open_ && im.evict_one(to_close)) {
-    }
+    while (im.open + im.opening >= max_open_ && im.evict_one(to_close)) {}
     if (im.open + im.opening >= max_open_ && !may_exceed) {
       close_all(to_close);  // (empty: evict_one failed on the first try)
       return Pin();
@@ -260,8 +257,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     // every unpinned one and try once more.
     {
       std::lock_guard<std::mutex> lock(im.mu);
-      while (im.evict_one(to_close)) {
-      }
+      while (im.evict_one(to_close)) {}
     }
     close_all(to_close);
     to_close.clear();
@@ -286,7 +282,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   if (expect.known && !expect.same(found)) {
     ::close(fd);
     return file_error(path, absl::StrCat("the file registered (", expect.str(), ")"),
-                        absl::StrCat(found.str(), ": replaced or modified while being read"));
+                      absl::StrCat(found.str(), ": replaced or modified while being read"));
   }
   if (!e.identity.known && e.path == path) e.identity = found;
   if (e.fd >= 0) {
@@ -331,8 +327,7 @@ void FileTable::unpin(uint32_t id, int fd) {
       e.lru_it = im.lru.insert(im.lru.end(), id);
       e.in_lru = true;
       // Over the cap (pin() exceeded it while everything was pinned): shrink.
-      while (im.open > max_open_ && im.evict_one(to_close)) {
-      }
+      while (im.open > max_open_ && im.evict_one(to_close)) {}
     }
   }
   close_all(to_close);

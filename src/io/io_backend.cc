@@ -27,8 +27,8 @@ absl::StatusOr<IoKind> parse_io_kind(absl::string_view name) {
   for (IoKind k : {IoKind::kAuto, IoKind::kIoUring, IoKind::kThreadPool, IoKind::kSync}) {
     if (name == io_kind_name(k)) return k;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown I/O backend '", name, "', expected one of auto, io_uring, thread_pool, sync"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown I/O backend '", name, "', expected one of auto, io_uring, thread_pool, sync"));
 }
 
 absl::Status io_uring_available() {
@@ -36,21 +36,18 @@ absl::Status io_uring_available() {
   return status;
 }
 
-absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
-                                                           IoOptions options) {
+absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files, IoOptions options) {
   if (files == nullptr) return absl::InvalidArgumentError("make_io_backend: no FileTable");
   if (options.direct != files->direct()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "make_io_backend: IoOptions::direct is ", options.direct ? "true" : "false",
-        " but the FileTable opens files ", files->direct() ? "with" : "without",
-        " O_DIRECT; make the table with FileTableOptions::direct = ", options.direct ? "true" : "false"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("make_io_backend: IoOptions::direct is ", options.direct ? "true" : "false",
+                     " but the FileTable opens files ", files->direct() ? "with" : "without",
+                     " O_DIRECT; make the table with FileTableOptions::direct = ", options.direct ? "true" : "false"));
   }
   uint32_t threads = options.threads == 0 ? 1 : options.threads;
   switch (options.kind) {
-    case IoKind::kSync:
-      return detail::make_pread_backend(std::move(files), options, 0);
-    case IoKind::kThreadPool:
-      return detail::make_pread_backend(std::move(files), options, threads);
+    case IoKind::kSync: return detail::make_pread_backend(std::move(files), options, 0);
+    case IoKind::kThreadPool: return detail::make_pread_backend(std::move(files), options, threads);
     case IoKind::kIoUring: {
       DLFEED_RETURN_IF_ERROR(io_uring_available());
       return detail::make_uring_backend(std::move(files), options);
@@ -81,8 +78,7 @@ void advise_willneed(FileTable& files, std::span<const ReadRequest> requests) {
     if (r.file >= n || r.length == 0) continue;
     auto pin = files.pin(r.file);
     if (!pin.ok()) continue;
-    (void)::posix_fadvise(pin->fd(), static_cast<off_t>(r.offset), static_cast<off_t>(r.length),
-                          POSIX_FADV_WILLNEED);
+    (void)::posix_fadvise(pin->fd(), static_cast<off_t>(r.offset), static_cast<off_t>(r.length), POSIX_FADV_WILLNEED);
   }
 }
 

@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "../thread_name.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
 #include "read_op.h"
-#include "../thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
@@ -66,8 +66,7 @@ class PreadBackend final : public IoBackend {
     return absl::OkStatus();
   }
 
-  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
-              std::chrono::nanoseconds timeout) override {
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
     size_t got = 0;
     auto take = [&] {
       while (!ready_.empty()) {
@@ -84,8 +83,7 @@ class PreadBackend final : public IoBackend {
     }
     // Enough to return, or everything left is ready (no more will come).
     auto ready = [&] {
-      return !ready_.empty() &&
-             (got + ready_.size() >= min_completions || ready_.size() == in_flight_);
+      return !ready_.empty() && (got + ready_.size() >= min_completions || ready_.size() == in_flight_);
     };
     if (timeout == std::chrono::nanoseconds::max()) {
       done_cv_.wait(lock, ready);
@@ -117,8 +115,7 @@ class PreadBackend final : public IoBackend {
     op.prepare(direct_, &pool_);
     for (;;) {
       StatsCounters::add(stats_.reads);
-      ssize_t n = ::pread(op.pin.fd(), op.next_dest(), op.next_length(),
-                          static_cast<off_t>(op.next_offset()));
+      ssize_t n = ::pread(op.pin.fd(), op.next_dest(), op.next_length(), static_cast<off_t>(op.next_offset()));
       int64_t res = n < 0 ? -static_cast<int64_t>(errno) : static_cast<int64_t>(n);
       ReadOp::Step step = op.on_result(res, *files_, stats_);
       if (step != ReadOp::Step::kAgain) break;
@@ -158,8 +155,8 @@ class PreadBackend final : public IoBackend {
 
 }  // namespace
 
-std::unique_ptr<IoBackend> make_pread_backend(std::shared_ptr<FileTable> files,
-                                              const IoOptions& options, uint32_t threads) {
+std::unique_ptr<IoBackend> make_pread_backend(std::shared_ptr<FileTable> files, const IoOptions& options,
+                                              uint32_t threads) {
   return std::make_unique<PreadBackend>(std::move(files), options, threads);
 }
 

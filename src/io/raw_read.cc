@@ -42,8 +42,8 @@ std::vector<Piece> pieces_of(const SampleIndex& index, std::span<const uint64_t>
   for (uint64_t id : ids) {
     const SampleRef& r = index.samples[id];
     for (size_t k = 0; k < r.extents.size(); ++k) {
-      out.push_back({id, static_cast<uint32_t>(k), r.file, r.extents[k].offset, r.extents[k].length,
-                     k + 1 == r.extents.size()});
+      out.push_back(
+          {id, static_cast<uint32_t>(k), r.file, r.extents[k].offset, r.extents[k].length, k + 1 == r.extents.size()});
       *max_len = std::max(*max_len, r.extents[k].length);
     }
   }
@@ -58,8 +58,8 @@ bool should_stop(const std::vector<Piece>& pieces, size_t next, uint64_t bytes, 
   return o.max_seconds > 0 && since(t0) >= o.max_seconds;
 }
 
-absl::StatusOr<RawReadResult> read_pread(const SampleIndex& index, const std::vector<Piece>& pieces,
-                                         uint64_t max_len, const RawReadOptions& o) {
+absl::StatusOr<RawReadResult> read_pread(const SampleIndex& index, const std::vector<Piece>& pieces, uint64_t max_len,
+                                         const RawReadOptions& o) {
   std::vector<int> fds(index.files.size(), -1);
   struct Closer {
     std::vector<int>* fds;
@@ -87,8 +87,8 @@ absl::StatusOr<RawReadResult> read_pread(const SampleIndex& index, const std::ve
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return io_error(path, p.offset + done, "pread", errno);
       if (n == 0) {
-        return format_error(path, p.offset + done, absl::StrCat(p.length - done, " more bytes of the extent at ",
-                                                                p.offset, "+", p.length),
+        return format_error(path, p.offset + done,
+                            absl::StrCat(p.length - done, " more bytes of the extent at ", p.offset, "+", p.length),
                             "the end of the file");
       }
       done += static_cast<uint64_t>(n);
@@ -103,8 +103,8 @@ absl::StatusOr<RawReadResult> read_pread(const SampleIndex& index, const std::ve
   return r;
 }
 
-absl::StatusOr<RawReadResult> read_uring(const SampleIndex& index, const std::vector<Piece>& pieces,
-                                         uint64_t max_len, const RawReadOptions& o) {
+absl::StatusOr<RawReadResult> read_uring(const SampleIndex& index, const std::vector<Piece>& pieces, uint64_t max_len,
+                                         const RawReadOptions& o) {
   const uint32_t qd = std::max<uint32_t>(1, o.queue_depth);
   auto files = std::make_shared<FileTable>();
   for (const std::string& f : index.files) files->add(f);
@@ -161,9 +161,7 @@ absl::StatusOr<RawReadResult> read_uring(const SampleIndex& index, const std::ve
 
 }  // namespace
 
-absl::string_view raw_reader_name(RawReader reader) {
-  return reader == RawReader::kIoUring ? "io_uring" : "pread";
-}
+absl::string_view raw_reader_name(RawReader reader) { return reader == RawReader::kIoUring ? "io_uring" : "pread"; }
 
 absl::StatusOr<RawReadResult> raw_read(const SampleIndex& index, std::span<const uint64_t> ids,
                                        const RawReadOptions& options) {
@@ -173,9 +171,9 @@ absl::StatusOr<RawReadResult> raw_read(const SampleIndex& index, std::span<const
           absl::StrCat("raw_read: sample id ", id, " is not below the dataset's ", index.samples.size(), " samples"));
     }
     if (index.sources[index.samples[id].source]->reads_through_library()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index.files[index.samples[id].file], ": sample ", id,
-          " has no byte extents (a layout read through libhdf5), so its raw reads cannot be measured"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(index.files[index.samples[id].file], ": sample ", id,
+                       " has no byte extents (a layout read through libhdf5), so its raw reads cannot be measured"));
     }
   }
   uint64_t max_len = 0;

@@ -59,11 +59,11 @@ struct RawReadOptions {
 
 /// What one raw_read() measured.
 struct RawReadResult {
-  uint64_t samples = 0;   // samples whose extents were all read
-  uint64_t requests = 0;  // read requests (one per extent, no coalescing)
-  uint64_t bytes = 0;     // bytes read
-  double seconds = 0;     // from the first submission to the last completion
-  bool truncated = false; // stopped by max_bytes or max_seconds before the end of `ids`
+  uint64_t samples = 0;    // samples whose extents were all read
+  uint64_t requests = 0;   // read requests (one per extent, no coalescing)
+  uint64_t bytes = 0;      // bytes read
+  double seconds = 0;      // from the first submission to the last completion
+  bool truncated = false;  // stopped by max_bytes or max_seconds before the end of `ids`
 
   double mib_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1048576.0 : 0; }
   double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }

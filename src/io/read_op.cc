@@ -51,8 +51,7 @@ AlignedBuffer BouncePool::take(size_t size) {
     // Smallest kept buffer that fits.
     size_t best = free_.size();
     for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].capacity() >= size &&
-          (best == free_.size() || free_[i].capacity() < free_[best].capacity())) {
+      if (free_[i].capacity() >= size && (best == free_.size() || free_[i].capacity() < free_[best].capacity())) {
         best = i;
       }
     }
@@ -154,9 +153,8 @@ ReadOp::Step ReadOp::on_result(int64_t res, const FileTable& files, StatsCounter
   }
   uint64_t skip = req.offset - target_offset;
   uint64_t available = done > skip ? done - skip : 0;
-  status = format_error(
-      files.path(req.file), req.offset, absl::StrCat(req.length, " bytes"),
-      absl::StrCat("only ", available, " bytes before the end of the file (file shrank?)"));
+  status = format_error(files.path(req.file), req.offset, absl::StrCat(req.length, " bytes"),
+                        absl::StrCat("only ", available, " bytes before the end of the file (file shrank?)"));
   return Step::kFailed;
 }
 
@@ -185,18 +183,15 @@ absl::Status validate_requests(const FileTable& files, std::span<const ReadReque
     const ReadRequest& r = requests[i];
     if (r.file >= n) {
       return absl::InvalidArgumentError(absl::StrCat("read request ", i, " (user_data ", r.user_data,
-                                                     "): unknown file id ", r.file, ", the table has ",
-                                                     n, " files"));
+                                                     "): unknown file id ", r.file, ", the table has ", n, " files"));
     }
     if (r.dest == nullptr && r.length > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset,
-                                                     ": read request of ", r.length,
-                                                     " bytes has no destination"));
+      return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset, ": read request of ",
+                                                     r.length, " bytes has no destination"));
     }
     if (r.offset + r.length < r.offset) {
-      return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset,
-                                                     ": read of ", r.length,
-                                                     " bytes overflows the offset range"));
+      return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset, ": read of ",
+                                                     r.length, " bytes overflows the offset range"));
     }
   }
   return absl::OkStatus();
@@ -206,8 +201,8 @@ ReadCompletion failed_completion(const ReadRequest& req, const FileTable& files,
                                  StatsCounters& stats) {
   const std::string prefix = absl::StrCat(files.path(req.file), ": ");
   if (absl::StartsWith(status.message(), prefix)) {
-    status = absl::Status(status.code(), absl::StrCat(prefix, "at offset ", req.offset, ": ",
-                                                      status.message().substr(prefix.size())));
+    status = absl::Status(status.code(),
+                          absl::StrCat(prefix, "at offset ", req.offset, ": ", status.message().substr(prefix.size())));
   }
   StatsCounters::add(stats.errors);
   StatsCounters::add(stats.completions);

@@ -61,20 +61,17 @@ class BouncePool {
 
 /// Atomic counters behind IoStats.
 struct StatsCounters {
-  std::atomic<uint64_t> requests{0}, completions{0}, errors{0}, bytes{0}, device_bytes{0},
-      reads{0}, short_reads{0}, eagain{0}, eintr{0}, submit_calls{0}, peak_bytes_in_kernel{0},
-      completed_at_submit{0};
+  std::atomic<uint64_t> requests{0}, completions{0}, errors{0}, bytes{0}, device_bytes{0}, reads{0}, short_reads{0},
+      eagain{0}, eintr{0}, submit_calls{0}, peak_bytes_in_kernel{0}, completed_at_submit{0};
   IoStats snapshot() const;
-  static void add(std::atomic<uint64_t>& c, uint64_t n = 1) {
-    c.fetch_add(n, std::memory_order_relaxed);
-  }
+  static void add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 };
 
 /// One request in flight.
 struct ReadOp {
   ReadRequest req;
   FileTable::Pin pin;
-  AlignedBuffer bounce;  // O_DIRECT with an unaligned extent or dest
+  AlignedBuffer bounce;         // O_DIRECT with an unaligned extent or dest
   std::byte* target = nullptr;  // where the reads land
   uint64_t target_offset = 0;   // file offset of target[0]
   uint64_t target_length = 0;   // bytes to ask for
@@ -82,11 +79,11 @@ struct ReadOp {
   uint64_t done = 0;            // bytes of target read so far
   uint32_t retries = 0;
   bool direct = false;
-  int fixed = -1;               // io_uring: index of the registered buffer used as bounce
-  uint64_t in_kernel = 0;       // io_uring: length of the read in the ring
-  int fixed_file = -1;          // io_uring: the file's index in the ring's registered files
-  bool prepared = false;        // io_uring: file and target set up (pinned or registered)
-  absl::Status status;          // set when the op fails
+  int fixed = -1;          // io_uring: index of the registered buffer used as bounce
+  uint64_t in_kernel = 0;  // io_uring: length of the read in the ring
+  int fixed_file = -1;     // io_uring: the file's index in the ring's registered files
+  bool prepared = false;   // io_uring: file and target set up (pinned or registered)
+  absl::Status status;     // set when the op fails
 
   /// Sets target/need for buffered or O_DIRECT reading. When O_DIRECT needs
   /// a bounce buffer it uses `fixed_buf` (a registered buffer of
@@ -123,8 +120,8 @@ class ReadFaultInjector {
   /// fewer bytes than were read (whole 4096-byte blocks with O_DIRECT),
   /// -EINTR or -EAGAIN is always safe: the rest is read again. -EIO fails
   /// the request. Called concurrently from backend threads.
-  virtual int64_t on_read(const ReadRequest& req, uint64_t offset, std::byte* target, uint64_t length,
-                          bool direct, int64_t res) = 0;
+  virtual int64_t on_read(const ReadRequest& req, uint64_t offset, std::byte* target, uint64_t length, bool direct,
+                          int64_t res) = 0;
 };
 /// Installs `injector` for every backend in the process (nullptr removes
 /// it). Set it while no read is in flight; it must outlive those reads.
@@ -142,8 +139,8 @@ ReadCompletion failed_completion(const ReadRequest& req, const FileTable& files,
 /// Backend factories (defined in uring_backend.cc / pread_backend.cc).
 absl::StatusOr<std::unique_ptr<IoBackend>> make_uring_backend(std::shared_ptr<FileTable> files,
                                                               const IoOptions& options);
-std::unique_ptr<IoBackend> make_pread_backend(std::shared_ptr<FileTable> files,
-                                              const IoOptions& options, uint32_t threads);
+std::unique_ptr<IoBackend> make_pread_backend(std::shared_ptr<FileTable> files, const IoOptions& options,
+                                              uint32_t threads);
 /// Sets up a small ring and reads one byte through it; the error says why not.
 absl::Status probe_io_uring();
 

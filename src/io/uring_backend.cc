@@ -14,7 +14,6 @@
 // instead registered with the ring on first use (IoOptions::register_files)
 // and held open by one pin each until the backend goes.
 
-
 #include <liburing.h>
 #include <unistd.h>
 
@@ -42,14 +41,16 @@ std::string errno_text(int err) { return absl::StrCat(std::strerror(err), " (err
 class UringBackend final : public IoBackend {
  public:
   UringBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t depth)
-      : files_(std::move(files)), direct_(options.direct), depth_(depth),
-        max_bytes_(options.max_bytes_in_flight), want_registered_(options.register_files) {}
+      : files_(std::move(files)),
+        direct_(options.direct),
+        depth_(depth),
+        max_bytes_(options.max_bytes_in_flight),
+        want_registered_(options.register_files) {}
 
   absl::Status init() {
     int ret = io_uring_queue_init(depth_, &ring_, 0);
     if (ret < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("io_uring_queue_init(", depth_, ") failed: ", errno_text(-ret)));
+      return absl::UnavailableError(absl::StrCat("io_uring_queue_init(", depth_, ") failed: ", errno_text(-ret)));
     }
     ring_ok_ = true;
     if (direct_) register_bounce_buffers();
@@ -99,8 +100,7 @@ class UringBackend final : public IoBackend {
     return absl::OkStatus();
   }
 
-  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
-              std::chrono::nanoseconds timeout) override {
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
     using Clock = std::chrono::steady_clock;
     bool forever = timeout >= std::chrono::hours(24 * 365);
     Clock::time_point deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
@@ -310,9 +310,7 @@ class UringBackend final : public IoBackend {
           pending_.push_front(slot);  // the remainder, ahead of new work
           break;
         case ReadOp::Step::kDone:
-        case ReadOp::Step::kFailed:
-          complete(slot, op.finish(&pool_, stats_));
-          break;
+        case ReadOp::Step::kFailed: complete(slot, op.finish(&pool_, stats_)); break;
       }
     }
     io_uring_cq_advance(&ring_, seen);
@@ -324,9 +322,9 @@ class UringBackend final : public IoBackend {
   uint64_t max_bytes_;          // bytes in the kernel at once (0: no limit)
   uint64_t bytes_in_ring_ = 0;  // ... now
   bool want_registered_;
-  std::vector<bool> registered_;                    // file id -> in the ring's file table (empty: not used)
-  std::vector<FileTable::Pin> registered_pins_;     // ... held open until the backend goes
-  uint64_t registered_redirections_ = 0;            // files_->redirections() when they were registered
+  std::vector<bool> registered_;                 // file id -> in the ring's file table (empty: not used)
+  std::vector<FileTable::Pin> registered_pins_;  // ... held open until the backend goes
+  uint64_t registered_redirections_ = 0;         // files_->redirections() when they were registered
   struct io_uring ring_ {};
   bool ring_ok_ = false;
 
@@ -337,11 +335,11 @@ class UringBackend final : public IoBackend {
   StatsCounters stats_;
   std::vector<std::unique_ptr<ReadOp>> ops_;  // slot -> op (user_data is the slot)
   std::vector<uint32_t> free_slots_;
-  std::deque<uint32_t> pending_;        // accepted, not in the ring
-  std::deque<ReadCompletion> ready_;    // done, not reaped
-  size_t in_ring_ = 0;                  // SQEs prepared or in the kernel
-  size_t unsubmitted_ = 0;              // ... of which not yet submitted
-  size_t in_flight_ = 0;                // accepted, not reaped
+  std::deque<uint32_t> pending_;      // accepted, not in the ring
+  std::deque<ReadCompletion> ready_;  // done, not reaped
+  size_t in_ring_ = 0;                // SQEs prepared or in the kernel
+  size_t unsubmitted_ = 0;            // ... of which not yet submitted
+  size_t in_flight_ = 0;              // accepted, not reaped
 };
 
 }  // namespace
@@ -362,8 +360,7 @@ absl::Status probe_io_uring() {
     if (ret == -ENOSYS) hint = " (kernel without io_uring)";
     if (ret == -EPERM) hint = " (refused: seccomp sandbox or kernel.io_uring_disabled)";
     if (ret == -ENOMEM) hint = " (RLIMIT_MEMLOCK too small for the ring?)";
-    return absl::UnavailableError(
-        absl::StrCat("io_uring_queue_init failed: ", errno_text(-ret), hint));
+    return absl::UnavailableError(absl::StrCat("io_uring_queue_init failed: ", errno_text(-ret), hint));
   }
   absl::Status status;
   int fds[2];
@@ -383,16 +380,13 @@ absl::Status probe_io_uring() {
       struct __kernel_timespec ts {};
       ts.tv_sec = 1;
       if (ret != 1) {
-        status = absl::UnavailableError(
-            absl::StrCat("io_uring_submit of a probe read failed: ",
-                         ret < 0 ? errno_text(-ret) : absl::StrCat("returned ", ret)));
+        status = absl::UnavailableError(absl::StrCat("io_uring_submit of a probe read failed: ",
+                                                     ret < 0 ? errno_text(-ret) : absl::StrCat("returned ", ret)));
       } else if ((ret = io_uring_wait_cqe_timeout(&ring, &cqe, &ts)) < 0) {
-        status = absl::UnavailableError(
-            absl::StrCat("no completion for an io_uring probe read: ", errno_text(-ret)));
+        status = absl::UnavailableError(absl::StrCat("no completion for an io_uring probe read: ", errno_text(-ret)));
       } else if (cqe->res != 1 || in != 'x') {
         status = absl::UnavailableError(absl::StrCat(
-            "io_uring probe read returned ",
-            cqe->res < 0 ? errno_text(-cqe->res) : absl::StrCat(cqe->res, " bytes"),
+            "io_uring probe read returned ", cqe->res < 0 ? errno_text(-cqe->res) : absl::StrCat(cqe->res, " bytes"),
             " (IORING_OP_READ unsupported?)"));
         io_uring_cqe_seen(&ring, cqe);
       } else {

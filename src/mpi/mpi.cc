@@ -15,9 +15,9 @@ absl::Status mpi_error(const char* call, int code) {
   return absl::InternalError(absl::StrCat("MPI: ", call, " failed: ", absl::string_view(text, len)));
 }
 
-#define DLFEED_MPI_CALL(call)                                  \
-  do {                                                         \
-    const int dlfeed_mpi_rc_ = (call);                         \
+#define DLFEED_MPI_CALL(call)                                                   \
+  do {                                                                          \
+    const int dlfeed_mpi_rc_ = (call);                                          \
     if (dlfeed_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, dlfeed_mpi_rc_); \
   } while (0)
 
@@ -105,8 +105,8 @@ absl::StatusOr<std::vector<std::string>> Job::gather(const std::string& mine, in
     return absl::ResourceExhaustedError(absl::StrCat("MPI gather: ", total, " bytes in all, at most 2^31-1"));
   }
   std::string all(static_cast<size_t>(total), '\0');
-  DLFEED_MPI_CALL(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, root,
-                              comm_));
+  DLFEED_MPI_CALL(
+      MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, root, comm_));
   std::vector<std::string> out;
   for (size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(static_cast<size_t>(displs[r]), sizes[r]));
   return out;
@@ -130,7 +130,8 @@ absl::StatusOr<counters::Snapshot> Job::reduce(const counters::Snapshot& mine, i
   std::vector<counters::Snapshot> ranks;
   for (size_t r = 0; r < all->size(); ++r) {
     auto s = counters::Snapshot::deserialize((*all)[r]);
-    if (!s.ok()) return absl::DataLossError(absl::StrCat("MPI reduce: rank ", r, "'s snapshot: ", s.status().message()));
+    if (!s.ok())
+      return absl::DataLossError(absl::StrCat("MPI reduce: rank ", r, "'s snapshot: ", s.status().message()));
     ranks.push_back(*std::move(s));
   }
   return counters::merge_ranks(ranks);

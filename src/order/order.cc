@@ -30,8 +30,8 @@ absl::Status FileLayout::validate() const {
   }
   for (size_t f = 1; f < file_begin.size(); ++f) {
     if (file_begin[f] < file_begin[f - 1]) {
-      return absl::InvalidArgumentError(absl::StrCat("file layout: file_begin decreases at file ", f - 1,
-                                                     " (", file_begin[f - 1], " then ", file_begin[f], ")"));
+      return absl::InvalidArgumentError(absl::StrCat("file layout: file_begin decreases at file ", f - 1, " (",
+                                                     file_begin[f - 1], " then ", file_begin[f], ")"));
     }
   }
   return absl::OkStatus();
@@ -105,8 +105,7 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
-absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
-                                                               const OrderSpec& spec) {
+absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout, const OrderSpec& spec) {
   DLFEED_RETURN_IF_ERROR(layout.validate());
   if (spec.world_size == 0) return absl::InvalidArgumentError("order: world_size must be >= 1");
   if (spec.rank >= spec.world_size) {
@@ -121,8 +120,7 @@ absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout&
     if (it == r.factories.end()) {
       std::string known;
       for (const auto& [name, f] : r.factories) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-      return absl::NotFoundError(
-          absl::StrCat("unknown order strategy '", spec.strategy, "' (known: ", known, ")"));
+      return absl::NotFoundError(absl::StrCat("unknown order strategy '", spec.strategy, "' (known: ", known, ")"));
     }
     factory = it->second;
   }
@@ -130,8 +128,7 @@ absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout&
   if (order == nullptr) return absl::InternalError(absl::StrCat("strategy '", spec.strategy, "' returned null"));
   const auto bounds = order->rank_bounds();
   if (!bounds.empty()) {
-    bool ok = bounds.size() == size_t{spec.world_size} + 1 && bounds.front() == 0 &&
-              bounds.back() == order->size();
+    bool ok = bounds.size() == size_t{spec.world_size} + 1 && bounds.front() == 0 && bounds.back() == order->size();
     for (size_t i = 1; ok && i < bounds.size(); ++i) ok = bounds[i] >= bounds[i - 1];
     if (!ok) {
       return absl::InternalError(absl::StrCat("strategy '", spec.strategy, "' returned bad rank bounds"));
@@ -193,8 +190,7 @@ class Reader {
   }
   bool at_end() const { return p_ == s_.size(); }
   absl::Status error(absl::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("order state: at byte ", p_, " of ", s_.size(), ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat("order state: at byte ", p_, " of ", s_.size(), ": ", what));
   }
 
  private:
@@ -238,7 +234,7 @@ absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
   DLFEED_ASSIGN_OR_RETURN(const uint8_t version, r.byte());
   if (version != kStateVersion && version != kStateVersionGlobalStart) {
     return absl::InvalidArgumentError(absl::StrCat("order state: version ", version, ", this build reads versions ",
-                                                    kStateVersion, " and ", kStateVersionGlobalStart));
+                                                   kStateVersion, " and ", kStateVersionGlobalStart));
   }
   DLFEED_ASSIGN_OR_RETURN(st.position, r.varint());
   DLFEED_ASSIGN_OR_RETURN(st.spec.seed, r.varint());
@@ -282,9 +278,11 @@ absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const 
     c.size_ = spec.drop_last ? left / w : (left + w - 1) / w;
   } else {
     if (spec.global_start != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "order: strategy '", spec.strategy, "' partitions samples by rank (its order depends on the world size), "
-          "so it cannot start at global position ", spec.global_start, "; elastic restarts need a strided order"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("order: strategy '", spec.strategy,
+                       "' partitions samples by rank (its order depends on the world size), "
+                       "so it cannot start at global position ",
+                       spec.global_start, "; elastic restarts need a strided order"));
     }
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint64_t r = 0; r < w; ++r) {
@@ -296,10 +294,11 @@ absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const 
     c.part_size_ = c.bounds_[spec.rank + 1] - c.begin_;
     c.size_ = spec.drop_last ? lo : hi;
     if (c.size_ > 0 && lo == 0) {  // refused on every rank alike
-      return absl::InvalidArgumentError(absl::StrCat(
-          "order: strategy '", spec.strategy,
-          "' gives some rank no samples, so its shard cannot be padded; use drop_last or fewer ranks "
-          "(world_size ", w, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("order: strategy '", spec.strategy,
+                       "' gives some rank no samples, so its shard cannot be padded; use drop_last or fewer ranks "
+                       "(world_size ",
+                       w, ")"));
     }
   }
   c.global_ = std::move(global);
@@ -357,8 +356,7 @@ std::vector<uint64_t> OrderCursor::peek(uint64_t n) const {
 
 absl::Status OrderCursor::seek(uint64_t position) {
   if (position > size_) {
-    return absl::OutOfRangeError(
-        absl::StrCat("order: position ", position, " is past the rank's ", size_, " ids"));
+    return absl::OutOfRangeError(absl::StrCat("order: position ", position, " is past the rank's ", size_, " ids"));
   }
   pos_ = position;
   return absl::OkStatus();

@@ -32,9 +32,8 @@ OrderStats score(std::span<const uint64_t> order, const FileLayout& layout, uint
   if (n >= 2) {
     std::vector<uint64_t> by_id(n);
     std::iota(by_id.begin(), by_id.end(), uint64_t{0});
-    std::sort(by_id.begin(), by_id.end(), [&](uint64_t a, uint64_t b) {
-      return order[a] != order[b] ? order[a] < order[b] : a < b;
-    });
+    std::sort(by_id.begin(), by_id.end(),
+              [&](uint64_t a, uint64_t b) { return order[a] != order[b] ? order[a] < order[b] : a < b; });
     std::vector<double> id_rank(n);
     for (uint64_t i = 0; i < n;) {
       uint64_t j = i;

@@ -15,13 +15,13 @@ namespace order_detail {
 namespace {
 
 // Stream tags: one per independent draw, so strategies never share a stream.
-constexpr uint64_t kFilePermTag = 0x66696c655f706572ULL;    // "file_per"
-constexpr uint64_t kLocalTag = 0x6c6f63616c5f7368ULL;       // "local_sh" (+ rank)
-constexpr uint64_t kBufferTag = 0x6275666665725f73ULL;      // "buffer_s"
-constexpr uint64_t kBlockPermTag = 0x626c6f636b5f7065ULL;   // "block_pe"
-constexpr uint64_t kWindowTag = 0x77696e646f775f73ULL;      // "window_s"
-constexpr uint64_t kGlobalTag = 0x676c6f62616c5f73ULL;      // "global_s"
-constexpr uint64_t kFeistelTag = 0x6665697374656c5fULL;     // "feistel_"
+constexpr uint64_t kFilePermTag = 0x66696c655f706572ULL;   // "file_per"
+constexpr uint64_t kLocalTag = 0x6c6f63616c5f7368ULL;      // "local_sh" (+ rank)
+constexpr uint64_t kBufferTag = 0x6275666665725f73ULL;     // "buffer_s"
+constexpr uint64_t kBlockPermTag = 0x626c6f636b5f7065ULL;  // "block_pe"
+constexpr uint64_t kWindowTag = 0x77696e646f775f73ULL;     // "window_s"
+constexpr uint64_t kGlobalTag = 0x676c6f62616c5f73ULL;     // "global_s"
+constexpr uint64_t kFeistelTag = 0x6665697374656c5fULL;    // "feistel_"
 
 using OrderOr = absl::StatusOr<std::unique_ptr<GlobalOrder>>;
 
@@ -48,9 +48,7 @@ class SequentialOrder : public GlobalOrder {
   explicit SequentialOrder(uint64_t n) : n_(n) {}
   uint64_t size() const override { return n_; }
   uint64_t at(uint64_t pos) const override { return pos; }
-  void fill(uint64_t pos, std::span<uint64_t> out) const override {
-    std::iota(out.begin(), out.end(), pos);
-  }
+  void fill(uint64_t pos, std::span<uint64_t> out) const override { std::iota(out.begin(), out.end(), pos); }
 
  private:
   uint64_t n_;
@@ -237,8 +235,8 @@ OrderOr make_explicit(const FileLayout& layout, const OrderSpec& spec) {
   const auto& ids = *spec.params.indices;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] >= layout.num_samples()) {
-      return absl::OutOfRangeError(absl::StrCat("explicit order: indices[", i, "] = ", ids[i],
-                                                " is not below the ", layout.num_samples(), " samples"));
+      return absl::OutOfRangeError(absl::StrCat("explicit order: indices[", i, "] = ", ids[i], " is not below the ",
+                                                layout.num_samples(), " samples"));
     }
   }
   return std::make_unique<ExplicitOrder>(spec.params.indices);

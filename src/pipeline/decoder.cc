@@ -13,7 +13,6 @@
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
-
 Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
                  std::shared_ptr<BufferPool> pool, counters::Counters* counters)
     : indices_(indices), field_names_(field_names), pool_(std::move(pool)), counters_(counters) {}
@@ -93,9 +92,9 @@ void Decoder::decode_reads(Work& w) const {
         }
         const uint64_t want = out.offsets[i + 1] - out.offsets[i];
         if (d->bytes.size() != want) {
-          errs[i] = format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
-                                 absl::StrCat(want, " decoded bytes for sample ", ref.item),
-                                 absl::StrCat(d->bytes.size()));
+          errs[i] =
+              format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
+                           absl::StrCat(want, " decoded bytes for sample ", ref.item), absl::StrCat(d->bytes.size()));
           return;
         }
         if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);

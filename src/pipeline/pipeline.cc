@@ -77,30 +77,25 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
     tsan_handshake();
     arena_->arena.execute([&] {
       tbb::parallel_pipeline(
-          tokens,
-          tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order,
-                                        [&](tbb::flow_control& fc) -> Work* {
-                                          tsan_handshake();
-                                          Work* token = source.next();
-                                          if (token == nullptr) fc.stop();
-                                          tsan_handshake();
-                                          return token;
-                                        }) &
-              tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel,
-                                             [&](Work* w) {
-                                               tsan_handshake();
-                                               if (w) decoder.decode(*w);
-                                               tsan_handshake();
-                                               return w;
-                                             }) &
-              tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {
-                tsan_handshake();
-                if (w) {
-                  std::shared_ptr<Work> keep = std::move(w->self);
-                  if (!stop) collator.collate(*w);
-                }
-                tsan_handshake();
-              }));
+          tokens, tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& fc) -> Work* {
+                    tsan_handshake();
+                    Work* token = source.next();
+                    if (token == nullptr) fc.stop();
+                    tsan_handshake();
+                    return token;
+                  }) & tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel, [&](Work* w) {
+                    tsan_handshake();
+                    if (w) decoder.decode(*w);
+                    tsan_handshake();
+                    return w;
+                  }) & tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {
+                    tsan_handshake();
+                    if (w) {
+                      std::shared_ptr<Work> keep = std::move(w->self);
+                      if (!stop) collator.collate(*w);
+                    }
+                    tsan_handshake();
+                  }));
     });
     tsan_handshake();
   } catch (const std::exception& e) {

@@ -71,13 +71,14 @@ absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_one(const std::string& spe
   }
   uint64_t n = 0;
   if (!value.empty() && absl::SimpleAtoi(value, &n)) {
-    if (kind == "depth" && mult == 1 && n >= 1 && n <= 1'000'000) return make_fixed_depth_policy(static_cast<uint32_t>(n));
+    if (kind == "depth" && mult == 1 && n >= 1 && n <= 1'000'000)
+      return make_fixed_depth_policy(static_cast<uint32_t>(n));
     if (kind == "budget" && n >= 1) return make_byte_budget_policy(n * mult);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "bad prefetch policy '", spec,
-      "': expected off, depth:N (batches), budget:BYTES (e.g. budget:512M), or limits joined by commas "
-      "(depth:8,budget:256M)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad prefetch policy '", spec,
+                   "': expected off, depth:N (batches), budget:BYTES (e.g. budget:512M), or limits joined by commas "
+                   "(depth:8,budget:256M)"));
 }
 
 }  // namespace

@@ -15,13 +15,13 @@
 #include <set>
 #include <thread>
 
+#include "../thread_name.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/order/random.h"
-#include "../thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::staging {
 namespace {
@@ -87,7 +87,9 @@ struct Stager::Impl {
 };
 
 Stager::Stager(StageOptions options, std::vector<Source> sources, Observer observer)
-    : options_(std::move(options)), sources_(std::move(sources)), observer_(std::move(observer)),
+    : options_(std::move(options)),
+      sources_(std::move(sources)),
+      observer_(std::move(observer)),
       impl_(std::make_unique<Impl>()) {
   impl_->status.assign(sources_.size(), FileStatus::kPending);
   impl_->stats.files = sources_.size();
@@ -99,8 +101,8 @@ absl::StatusOr<std::unique_ptr<Stager>> Stager::create(StageOptions options, std
   if (options.dir.empty()) return absl::InvalidArgumentError("stage: no folder given");
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(options.dir, ": cannot create the staging folder: ",
-                                                          ec.message()));
+  if (ec)
+    return absl::PermissionDeniedError(absl::StrCat(options.dir, ": cannot create the staging folder: ", ec.message()));
   if (!std::filesystem::is_directory(options.dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(options.dir, ": the staging folder is not a directory"));
   }
@@ -176,11 +178,26 @@ void Stager::run() {
     StageStats& st = impl_->stats;
     const uint64_t size = sources_[i].size;
     switch (s) {
-      case FileStatus::kStaged: ++st.staged; st.bytes_staged += size; break;
-      case FileStatus::kReused: ++st.reused; st.bytes_staged += size; break;
-      case FileStatus::kSkippedLimit: ++st.skipped_limit; st.bytes_skipped += size; break;
-      case FileStatus::kSkippedSpace: ++st.skipped_space; st.bytes_skipped += size; break;
-      case FileStatus::kFailed: ++st.failed; st.bytes_skipped += size; break;
+      case FileStatus::kStaged:
+        ++st.staged;
+        st.bytes_staged += size;
+        break;
+      case FileStatus::kReused:
+        ++st.reused;
+        st.bytes_staged += size;
+        break;
+      case FileStatus::kSkippedLimit:
+        ++st.skipped_limit;
+        st.bytes_skipped += size;
+        break;
+      case FileStatus::kSkippedSpace:
+        ++st.skipped_space;
+        st.bytes_skipped += size;
+        break;
+      case FileStatus::kFailed:
+        ++st.failed;
+        st.bytes_skipped += size;
+        break;
       default: break;
     }
   }

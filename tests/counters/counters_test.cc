@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed::counters {
@@ -421,7 +421,8 @@ TEST(LoaderCounters, BytesRequestsAndEpochs) {
   EXPECT_EQ(names["decode"], 24);
   EXPECT_EQ(names["step"], 24);
   for (auto& [tid, v] : per) {
-    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
+    std::sort(v.begin(), v.end(),
+              [](auto& a, auto& b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
     std::vector<uint64_t> stack;
     for (auto [a, z] : v) {
       while (!stack.empty() && stack.back() <= a) stack.pop_back();

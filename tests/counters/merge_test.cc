@@ -232,8 +232,10 @@ TEST(Trace, PidAndProcessNameFromOptions) {
   Counters c(o);
   c.trace("step", "consumer", 10, 20);
   const std::string chrome = c.trace_string(TraceFormat::kChrome);
-  EXPECT_NE(chrome.find("\"name\":\"process_name\",\"ph\":\"M\",\"pid\":3,\"tid\":0,\"args\":{\"name\":\"dlfeed rank 3\"}"),
-            std::string::npos) << chrome;
+  EXPECT_NE(
+      chrome.find("\"name\":\"process_name\",\"ph\":\"M\",\"pid\":3,\"tid\":0,\"args\":{\"name\":\"dlfeed rank 3\"}"),
+      std::string::npos)
+      << chrome;
   EXPECT_NE(chrome.find("\"name\":\"step\",\"cat\":\"consumer\",\"ph\":\"X\",\"pid\":3,"), std::string::npos) << chrome;
   const std::string dft = c.trace_string(TraceFormat::kDfTracer);
   EXPECT_NE(dft.find("\"name\":\"step\",\"cat\":\"consumer\",\"pid\":3,"), std::string::npos) << dft;

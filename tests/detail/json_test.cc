@@ -29,10 +29,10 @@ void expect_round_trip(double v) {
 }
 
 TEST(JsonNumber, ReadsBackAsTheSameDouble) {
-  for (double v : {0.0, -0.0, 1.0, -1.0, 0.1, 1.0 / 3.0, 2.0 / 3.0, 12.5, 99.99999999999, 123456789012345.0,
-                   9007199254740993.0, 1e21, 1e-7, 6.02214076e23, 1.5e300,
-                   std::numeric_limits<double>::max(), std::numeric_limits<double>::min(),
-                   std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::epsilon()}) {
+  for (double v :
+       {0.0, -0.0, 1.0, -1.0, 0.1, 1.0 / 3.0, 2.0 / 3.0, 12.5, 99.99999999999, 123456789012345.0, 9007199254740993.0,
+        1e21, 1e-7, 6.02214076e23, 1.5e300, std::numeric_limits<double>::max(), std::numeric_limits<double>::min(),
+        std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::epsilon()}) {
     expect_round_trip(v);
   }
   std::mt19937_64 rng(15);
@@ -75,7 +75,7 @@ TEST(JsonQuote, EscapesQuotesBackslashesAndControlCharacters) {
   EXPECT_EQ(json_quote("a\"b\\c"), "\"a\\\"b\\\\c\"");
   EXPECT_EQ(json_quote("l1\nl2\r\tx"), "\"l1\\nl2\\r\\tx\"");
   EXPECT_EQ(json_quote(std::string("\x01\x1f\0z", 4)), "\"\\u0001\\u001f\\u0000z\"");
-  EXPECT_EQ(json_quote("\x7f"), "\"\x7f\"");                 // DEL needs no escape
+  EXPECT_EQ(json_quote("\x7f"), "\"\x7f\"");                              // DEL needs no escape
   EXPECT_EQ(json_quote("d\xc3\xa9j\xc3\xa0"), "\"d\xc3\xa9j\xc3\xa0\"");  // UTF-8 as it is
   std::string s = "{\"k\":";
   json_append_quoted(s, "v\n");

@@ -50,8 +50,13 @@ TEST(Faults, RetryableFaultsNeverChangeAByte) {
   // Short reads, EINTR, EAGAIN storms and late completions are all survivable:
   // every epoch must be complete and byte-exact, on every backend.
   const std::string root = scratch_dir();
-  Faults faults({.short_read = 0.3, .eintr = 0.1, .eagain = 0.02, .storm_length = 30, .latency = 0.05,
-                 .latency_spike = std::chrono::milliseconds(5), .seed = 7});
+  Faults faults({.short_read = 0.3,
+                 .eintr = 0.1,
+                 .eagain = 0.02,
+                 .storm_length = 30,
+                 .latency = 0.05,
+                 .latency_spike = std::chrono::milliseconds(5),
+                 .seed = 7});
   const bool direct = direct_io_works(root);
   for (const DatasetCase& c : standard_cases()) {
     const Dataset d = make_dataset(c, root, 5, 7);
@@ -91,8 +96,14 @@ TEST(Faults, FatalFaultsEndTheEpochNamingFileAndOffset) {
   // a file and an offset, never with a wrong sample; the next epoch starts
   // clean.
   const std::string root = scratch_dir();
-  Faults faults({.short_read = 0.2, .eintr = 0.05, .eagain = 0.01, .read_eio = 0.01, .eio = 0.01,
-                 .wrong_length = 0.01, .latency = 0.05, .latency_spike = std::chrono::milliseconds(3),
+  Faults faults({.short_read = 0.2,
+                 .eintr = 0.05,
+                 .eagain = 0.01,
+                 .read_eio = 0.01,
+                 .eio = 0.01,
+                 .wrong_length = 0.01,
+                 .latency = 0.05,
+                 .latency_spike = std::chrono::milliseconds(3),
                  .seed = 11});
   uint64_t errors = 0, complete = 0;
   std::set<std::string> kinds;
@@ -163,10 +174,12 @@ TEST(Faults, EachFatalFaultAloneGivesItsOwnClearError) {
 TEST(Faults, FilesChangedWhileReadingGiveAnErrorNeverWrongData) {
   const std::string root = scratch_dir();
   enum class Change { kTruncate, kDelete, kReplace, kReplaceSameBytes, kRewriteInPlace, kAppend };
-  const std::map<Change, const char*> names = {
-      {Change::kTruncate, "truncate"}, {Change::kDelete, "delete"},
-      {Change::kReplace, "replace"},   {Change::kReplaceSameBytes, "replace with the same bytes"},
-      {Change::kRewriteInPlace, "rewrite in place"}, {Change::kAppend, "append"}};
+  const std::map<Change, const char*> names = {{Change::kTruncate, "truncate"},
+                                               {Change::kDelete, "delete"},
+                                               {Change::kReplace, "replace"},
+                                               {Change::kReplaceSameBytes, "replace with the same bytes"},
+                                               {Change::kRewriteInPlace, "rewrite in place"},
+                                               {Change::kAppend, "append"}};
   int n = 0;
   for (const DatasetCase& c : {standard_cases()[0], standard_cases()[3], standard_cases()[5]}) {
     for (IoKind io : backends()) {
@@ -184,12 +197,8 @@ TEST(Faults, FilesChangedWhileReadingGiveAnErrorNeverWrongData) {
           if (batch != 1) return;
           const std::string tmp = victim + ".new";
           switch (change) {
-            case Change::kTruncate:
-              ASSERT_EQ(::truncate(victim.c_str(), 64), 0);
-              break;
-            case Change::kDelete:
-              std::filesystem::remove(victim);
-              break;
+            case Change::kTruncate: ASSERT_EQ(::truncate(victim.c_str(), 64), 0); break;
+            case Change::kDelete: std::filesystem::remove(victim); break;
             case Change::kReplace:
               std::filesystem::copy_file(other.files[4], tmp);
               std::filesystem::rename(tmp, victim);
@@ -222,8 +231,8 @@ TEST(Faults, FilesChangedWhileReadingGiveAnErrorNeverWrongData) {
         // content from another file is never handed out as this one's.
         ASSERT_FALSE(r.error.ok()) << label(d, io) << " " << name << ": the change went unnoticed";
         EXPECT_CONTAINS(r.error.message(), victim);
-        if (change == Change::kReplace || change == Change::kRewriteInPlace ||
-            change == Change::kReplaceSameBytes || change == Change::kAppend) {
+        if (change == Change::kReplace || change == Change::kRewriteInPlace || change == Change::kReplaceSameBytes ||
+            change == Change::kAppend) {
           EXPECT_CONTAINS(r.error.message(), "replaced or modified while being read");
         }
         EXPECT_LT(r.ids.size(), 35u);
@@ -409,8 +418,17 @@ TEST(Limits, ALoaderDestroyedAtAnyPointLeavesNoThreadOrDescriptor) {
   }
   ASSERT_EQ(settled_dlfeed_threads(), 0);
   const int fds = count_fds();
-  enum Point { kCreated, kStarted, kMidEpoch, kInALatencySpike, kAfterError, kAfterEpoch, kRestorePending,
-               kKeepingEverything, kPoints };
+  enum Point {
+    kCreated,
+    kStarted,
+    kMidEpoch,
+    kInALatencySpike,
+    kAfterError,
+    kAfterEpoch,
+    kRestorePending,
+    kKeepingEverything,
+    kPoints
+  };
   Faults faults({});
   for (IoKind io : backends()) {
     for (int point = 0; point < kPoints; ++point) {
@@ -426,12 +444,9 @@ TEST(Limits, ALoaderDestroyedAtAnyPointLeavesNoThreadOrDescriptor) {
       auto loader = Loader::create(o).value();
       std::vector<std::shared_ptr<const Batch>> kept;
       switch (point) {
-        case kCreated:
-          break;
+        case kCreated: break;
         case kStarted:
-        case kInALatencySpike:
-          ASSERT_TRUE(loader->start_epoch(0).ok());
-          break;
+        case kInALatencySpike: ASSERT_TRUE(loader->start_epoch(0).ok()); break;
         case kMidEpoch:
           ASSERT_TRUE(loader->start_epoch(0).ok());
           for (int i = 0; i < 3; ++i) kept.push_back(loader->next().value());
@@ -442,9 +457,7 @@ TEST(Limits, ALoaderDestroyedAtAnyPointLeavesNoThreadOrDescriptor) {
           ASSERT_TRUE(failed);
           break;
         }
-        case kAfterEpoch:
-          ASSERT_TRUE(run_epoch(*loader, d, 0).error.ok());
-          break;
+        case kAfterEpoch: ASSERT_TRUE(run_epoch(*loader, d, 0).error.ok()); break;
         case kRestorePending: {
           ASSERT_TRUE(loader->start_epoch(1).ok());
           kept.push_back(loader->next().value());

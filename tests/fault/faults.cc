@@ -136,8 +136,7 @@ class FaultyBackend final : public IoBackend {
     return absl::OkStatus();
   }
 
-  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
-              std::chrono::nanoseconds timeout) override {
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
     using Clock = std::chrono::steady_clock;
     const bool forever = timeout == std::chrono::nanoseconds::max();
     const Clock::time_point deadline = forever ? Clock::time_point::max() : Clock::now() + timeout;
@@ -234,8 +233,7 @@ Faults::Faults(FaultSpec spec) : spec_(spec), injector_(std::make_unique<ReadInj
 Faults::~Faults() { detail::set_read_fault_injector(nullptr); }
 
 IoBackendFactory Faults::factory() {
-  return [this](std::shared_ptr<FileTable> files, IoOptions options)
-             -> absl::StatusOr<std::unique_ptr<IoBackend>> {
+  return [this](std::shared_ptr<FileTable> files, IoOptions options) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
     auto inner = make_io_backend(files, options);
     if (!inner.ok()) return inner.status();
     return wrap(*std::move(inner), std::move(files));

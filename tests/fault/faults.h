@@ -36,7 +36,7 @@ struct FaultSpec {
   double eintr = 0;       // the read returns -EINTR
   double eagain = 0;      // a storm: this and the next storm_length reads return -EAGAIN
   uint32_t storm_length = 20;
-  double read_eio = 0;    // the read returns -EIO
+  double read_eio = 0;  // the read returns -EIO
   // Per completion, in FaultyBackend.
   double eio = 0;           // an OK completion becomes an EIO error
   double wrong_length = 0;  // an OK completion reports fewer or more bytes

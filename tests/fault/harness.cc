@@ -62,8 +62,7 @@ LoaderOptions options_for(const Dataset& d) {
   return o;
 }
 
-EpochResult run_epoch(Loader& loader, const Dataset& d, uint64_t epoch,
-                      const std::function<void(uint64_t)>& on_batch) {
+EpochResult run_epoch(Loader& loader, const Dataset& d, uint64_t epoch, const std::function<void(uint64_t)>& on_batch) {
   EpochResult r;
   absl::Status st = loader.start_epoch(epoch);
   if (!st.ok()) {
@@ -95,7 +94,8 @@ EpochResult run_epoch(Loader& loader, const Dataset& d, uint64_t epoch,
         if (lab.size() == 8) std::memcpy(&label, lab.data(), 8);
         const int64_t want_label = d.c.dlio ? 0 : gen::sample_label(id);
         if (label != want_label) {
-          r.wrong.push_back(absl::StrCat("epoch ", epoch, " sample ", id, ": label ", label, ", expected ", want_label));
+          r.wrong.push_back(
+              absl::StrCat("epoch ", epoch, " sample ", id, ": label ", label, ", expected ", want_label));
         }
       }
     }
@@ -175,8 +175,8 @@ void describe_threads() {
     return;
   }
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // let gdb, our child, attach to us
-  const std::string cmd = absl::StrCat("gdb -p ", ::getpid(),
-                                       " -batch -nx -q -ex 'thread apply all bt 30' 2>&1 | grep -v '^\\[' >&2");
+  const std::string cmd =
+      absl::StrCat("gdb -p ", ::getpid(), " -batch -nx -q -ex 'thread apply all bt 30' 2>&1 | grep -v '^\\[' >&2");
   std::fflush(stderr);
   (void)std::system(cmd.c_str());
 }

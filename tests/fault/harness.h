@@ -16,8 +16,8 @@
 
 #include "absl/status/status.h"
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 #include "dlfeed/loader.h"
+#include "gen/generate.h"
 
 namespace dlfeed::fault {
 
@@ -55,10 +55,10 @@ LoaderOptions options_for(const Dataset& d);
 
 /// One epoch as the consumer saw it.
 struct EpochResult {
-  std::vector<uint64_t> ids;        // delivered, in order
-  absl::Status error;               // the error that ended it, or OK
-  std::vector<std::string> wrong;   // samples whose bytes or label were not the generator's
-  bool ended_after_error = true;    // next() after the error said "epoch over"
+  std::vector<uint64_t> ids;       // delivered, in order
+  absl::Status error;              // the error that ended it, or OK
+  std::vector<std::string> wrong;  // samples whose bytes or label were not the generator's
+  bool ended_after_error = true;   // next() after the error said "epoch over"
 };
 
 /// Runs epoch `epoch` to its end (or its error), checking every sample.

@@ -57,16 +57,26 @@ bool parse(int argc, char** argv, Flags& f) {
     const size_t eq = a.find('=');
     const std::string key = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
     bool ok = true;
-    if (key == "--seconds") ok = absl::SimpleAtod(value, &f.seconds);
-    else if (key == "--iterations") ok = absl::SimpleAtoi(value, &f.iterations);
-    else if (key == "--seed") ok = absl::SimpleAtoi(value, &f.seed);
-    else if (key == "--files") ok = absl::SimpleAtoi(value, &f.files);
-    else if (key == "--samples-per-file") ok = absl::SimpleAtoi(value, &f.per_file);
-    else if (key == "--dir") f.dir = value;
-    else if (key == "--rss-growth-mb") ok = absl::SimpleAtoi(value, &f.rss_growth_mb);
-    else if (key == "--hang-seconds") ok = absl::SimpleAtoi(value, &f.hang_seconds);
-    else if (key == "--verbose") f.verbose = true;
-    else ok = false;
+    if (key == "--seconds")
+      ok = absl::SimpleAtod(value, &f.seconds);
+    else if (key == "--iterations")
+      ok = absl::SimpleAtoi(value, &f.iterations);
+    else if (key == "--seed")
+      ok = absl::SimpleAtoi(value, &f.seed);
+    else if (key == "--files")
+      ok = absl::SimpleAtoi(value, &f.files);
+    else if (key == "--samples-per-file")
+      ok = absl::SimpleAtoi(value, &f.per_file);
+    else if (key == "--dir")
+      f.dir = value;
+    else if (key == "--rss-growth-mb")
+      ok = absl::SimpleAtoi(value, &f.rss_growth_mb);
+    else if (key == "--hang-seconds")
+      ok = absl::SimpleAtoi(value, &f.hang_seconds);
+    else if (key == "--verbose")
+      f.verbose = true;
+    else
+      ok = false;
     if (!ok) {
       std::fprintf(stderr, "dlfeed_soak: bad flag '%s' (see the comment at the top of tests/fault/soak.cc)\n",
                    a.c_str());
@@ -87,11 +97,17 @@ const Profile kProfiles[] = {
     {"retryable", {.short_read = 0.3, .eintr = 0.05, .eagain = 0.01, .storm_length = 40}, false},
     {"latency", {.latency = 0.2, .latency_spike = std::chrono::milliseconds(4)}, false},
     {"mixed",
-     {.short_read = 0.2, .eintr = 0.02, .eagain = 0.005, .read_eio = 0.002, .eio = 0.002, .wrong_length = 0.002,
-      .latency = 0.05, .latency_spike = std::chrono::milliseconds(2)},
+     {.short_read = 0.2,
+      .eintr = 0.02,
+      .eagain = 0.005,
+      .read_eio = 0.002,
+      .eio = 0.002,
+      .wrong_length = 0.002,
+      .latency = 0.05,
+      .latency_spike = std::chrono::milliseconds(2)},
      true},
 };
-const char* const kStrategies[] = {"sequential", "file_shuffle", "local_shuffle", "buffered_shuffle",
+const char* const kStrategies[] = {"sequential",    "file_shuffle",   "local_shuffle", "buffered_shuffle",
                                    "block_shuffle", "global_shuffle", "global_feistel"};
 const char* const kPrefetch[] = {"off", "depth:1", "depth:8", "budget:64K"};
 
@@ -146,10 +162,9 @@ int run(const Flags& flags) {
     o.prefetch = kPrefetch[pick(std::size(kPrefetch))];
     o.max_open_files = pick(2) ? 0 : 1 + pick(3);
     o.memory_budget = pick(2) ? (1u << 30) : 4096 + pick(64 << 10);
-    const std::string what =
-        absl::StrCat("iteration ", iterations, ": ", d.c.name, " ", io_kind_name(o.io.kind), " ", o.order.strategy,
-                     " rank ", o.order.rank, "/", o.order.world_size, " batch ", o.batch_size, " ", o.prefetch,
-                     " faults ", prof.name);
+    const std::string what = absl::StrCat("iteration ", iterations, ": ", d.c.name, " ", io_kind_name(o.io.kind), " ",
+                                          o.order.strategy, " rank ", o.order.rank, "/", o.order.world_size, " batch ",
+                                          o.batch_size, " ", o.prefetch, " faults ", prof.name);
     if (flags.verbose) std::fprintf(stderr, "%s\n", what.c_str());
     Watchdog dog(std::chrono::seconds(flags.hang_seconds), what);
     {
@@ -213,8 +228,8 @@ int run(const Flags& flags) {
           ++failed;
           const std::string msg(r.error.message());
           errors_by_kind[msg.find("a completion reporting") != std::string::npos ? "wrong length"
-                         : msg.find("Input/output error") != std::string::npos ? "EIO"
-                                                                                : "other"]++;
+                         : msg.find("Input/output error") != std::string::npos   ? "EIO"
+                                                                                 : "other"]++;
           if (!prof.may_fail) problem(absl::StrCat(what, " epoch ", epoch, ": an error without a fatal fault: ", msg));
         }
       }

@@ -15,8 +15,9 @@ namespace dlfeed::example {
 namespace {
 
 // EXPECT_CONTAINS(text, part) without gmock.
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(std::string(part)), std::string::npos) << "\"" << (text) << "\" lacks \"" << (part) << "\""
+#define EXPECT_CONTAINS(text, part)                                       \
+  EXPECT_NE(std::string(text).find(std::string(part)), std::string::npos) \
+      << "\"" << (text) << "\" lacks \"" << (part) << "\""
 namespace w = wire;
 
 using testing::as_bytes;
@@ -63,8 +64,7 @@ std::vector<std::byte> example_of(const std::vector<std::pair<std::string, std::
 
 TEST(ExampleTest, SerializerMatchesTensorFlowBytes) {
   // tf.train.Example(features={'a': Int64List([1, -1, 300]), 'f': FloatList([1.5])}).SerializeToString()
-  const auto tf = from_hex(
-      "0a270a160a016112111a0f0a0d01ffffffffffffffffff01ac020a0d0a0166120812060a040000c03f");
+  const auto tf = from_hex("0a270a160a016112111a0f0a0d01ffffffffffffffffff01ac020a0d0a0166120812060a040000c03f");
   const int64_t ints[] = {1, -1, 300};
   const float floats[] = {1.5f};
   EXPECT_EQ(ExampleBuilder().add_int64s("a", ints).add_floats("f", floats).serialize(), tf);
@@ -216,7 +216,10 @@ TEST(ExampleTest, EmptyBufferIsAnEmptyExample) {
 TEST(ExampleTest, TruncatedAnywhereIsAnErrorWithOffset) {
   const float floats[] = {1.f, 2.f};
   const int64_t ints[] = {300, -1};
-  auto ex = ExampleBuilder().add_bytes("image", as_bytes("abcdefgh")).add_floats("f", floats).add_int64s("i", ints)
+  auto ex = ExampleBuilder()
+                .add_bytes("image", as_bytes("abcdefgh"))
+                .add_floats("f", floats)
+                .add_int64s("i", ints)
                 .serialize();
   const Context ctx{"rec.tfrecord", 100};
   for (size_t cut = 1; cut < ex.size(); ++cut) {
@@ -296,8 +299,11 @@ TEST(ExampleTest, RandomGarbageNeverCrashes) {
   std::mt19937_64 rng(7);
   const float floats[] = {1.f, 2.f};
   const int64_t ints[] = {1, 2, 3};
-  const auto valid = ExampleBuilder().add_bytes("image", as_bytes("0123456789")).add_floats("f", floats)
-                         .add_int64s("i", ints).serialize();
+  const auto valid = ExampleBuilder()
+                         .add_bytes("image", as_bytes("0123456789"))
+                         .add_floats("f", floats)
+                         .add_int64s("i", ints)
+                         .serialize();
   for (int iter = 0; iter < 20000; ++iter) {
     std::vector<std::byte> buf;
     if (iter % 2 == 0) {

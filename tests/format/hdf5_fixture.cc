@@ -57,18 +57,29 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
   std::vector<hsize_t> chunk;
   for (absl::string_view opt : absl::StrSplit(options, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(opt, absl::MaxSplits('=', 1));
-    if (kv.first == "append") append = true;
-    else if (kv.first == "earliest") latest = false;
-    else if (kv.first == "compact") compact = true;
-    else if (kv.first == "shuffle") shuffle = true;
-    else if (kv.first == "fletcher32") fletcher = true;
-    else if (kv.first == "direct") direct = true;
-    else if (kv.first == "string") string_type = true;
-    else if (kv.first == "scalar") scalar = true;
-    else if (kv.first == "deflate") { if (!absl::SimpleAtoi(kv.second, &deflate)) deflate = 4; }
-    else if (kv.first == "fill") { if (!absl::SimpleAtoi(kv.second, &fill)) fill = 0; }
-    else if (kv.first == "userblock") { if (!absl::SimpleAtoi(kv.second, &userblock)) userblock = 512; }
-    else if (kv.first == "chunk") {
+    if (kv.first == "append")
+      append = true;
+    else if (kv.first == "earliest")
+      latest = false;
+    else if (kv.first == "compact")
+      compact = true;
+    else if (kv.first == "shuffle")
+      shuffle = true;
+    else if (kv.first == "fletcher32")
+      fletcher = true;
+    else if (kv.first == "direct")
+      direct = true;
+    else if (kv.first == "string")
+      string_type = true;
+    else if (kv.first == "scalar")
+      scalar = true;
+    else if (kv.first == "deflate") {
+      if (!absl::SimpleAtoi(kv.second, &deflate)) deflate = 4;
+    } else if (kv.first == "fill") {
+      if (!absl::SimpleAtoi(kv.second, &fill)) fill = 0;
+    } else if (kv.first == "userblock") {
+      if (!absl::SimpleAtoi(kv.second, &userblock)) userblock = 512;
+    } else if (kv.first == "chunk") {
       for (absl::string_view c : absl::StrSplit(kv.second, 'x')) {
         uint64_t v = 0;
         if (!absl::SimpleAtoi(c, &v)) return absl::InvalidArgumentError(absl::StrCat("bad chunk option ", opt));
@@ -97,7 +108,8 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
   if (!type.ok() || !space.ok() || !dcpl.ok()) return write_failed(path, "making type and dataspace");
   if (compact) H5Pset_layout(dcpl.get(), H5D_COMPACT);
   if (!chunk.empty()) {
-    if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0) return write_failed(path, "H5Pset_chunk");
+    if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0)
+      return write_failed(path, "H5Pset_chunk");
     if (shuffle) H5Pset_shuffle(dcpl.get());
     if (deflate >= 0) H5Pset_deflate(dcpl.get(), static_cast<unsigned>(deflate));
     if (fletcher) H5Pset_fletcher32(dcpl.get());
@@ -110,7 +122,8 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
   if (!dset.ok()) return write_failed(path, absl::StrCat("creating dataset '", name, "'"));
   if (string_type) return absl::OkStatus();
   if (scalar) {
-    if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0) return write_failed(path, "write");
+    if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()) < 0)
+      return write_failed(path, "write");
     return absl::OkStatus();
   }
 
@@ -118,12 +131,12 @@ absl::Status write_hdf5_custom(const std::string& path, const std::string& name,
   uint64_t row_elems = 1;
   for (size_t d = 1; d < dims.size(); ++d) row_elems *= dims[d];
   if ((row_end > row_begin || direct) && data.size() != (dims.empty() ? 0 : dims[0]) * row_elems * es) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": test data has ", data.size(), " bytes, dims need ",
-                                                   dims[0] * row_elems * es));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": test data has ", data.size(), " bytes, dims need ", dims[0] * row_elems * es));
   }
   if (!direct) {
-    if (row_end > row_begin &&
-        write_rows(dset.get(), type.get(), hdims, row_begin, row_end - row_begin, data.data() + row_begin * row_elems * es) < 0) {
+    if (row_end > row_begin && write_rows(dset.get(), type.get(), hdims, row_begin, row_end - row_begin,
+                                          data.data() + row_begin * row_elems * es) < 0) {
       return write_failed(path, "H5Dwrite");
     }
     return absl::OkStatus();

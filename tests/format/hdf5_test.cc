@@ -212,14 +212,22 @@ TEST(Hdf5, AChunkStoredLargerThanAChunkIsAnErrorNotAnOverrun) {
 TEST(Hdf5, EveryDtypeInEveryLayout) {
   const std::vector<DType> types = {
       DType::boolean(),
-      {DType::Kind::kInt, 1, false},   {DType::Kind::kUInt, 1, false},
-      {DType::Kind::kInt, 2, false},   {DType::Kind::kInt, 2, true},
-      {DType::Kind::kUInt, 2, false},  {DType::Kind::kInt, 4, false},
-      {DType::Kind::kInt, 4, true},    {DType::Kind::kUInt, 4, true},
-      {DType::Kind::kInt, 8, false},   {DType::Kind::kUInt, 8, true},
-      {DType::Kind::kFloat, 2, false}, {DType::Kind::kFloat, 2, true},
-      {DType::Kind::kFloat, 4, false}, {DType::Kind::kFloat, 4, true},
-      {DType::Kind::kFloat, 8, false}, {DType::Kind::kFloat, 8, true},
+      {DType::Kind::kInt, 1, false},
+      {DType::Kind::kUInt, 1, false},
+      {DType::Kind::kInt, 2, false},
+      {DType::Kind::kInt, 2, true},
+      {DType::Kind::kUInt, 2, false},
+      {DType::Kind::kInt, 4, false},
+      {DType::Kind::kInt, 4, true},
+      {DType::Kind::kUInt, 4, true},
+      {DType::Kind::kInt, 8, false},
+      {DType::Kind::kUInt, 8, true},
+      {DType::Kind::kFloat, 2, false},
+      {DType::Kind::kFloat, 2, true},
+      {DType::Kind::kFloat, 4, false},
+      {DType::Kind::kFloat, 4, true},
+      {DType::Kind::kFloat, 8, false},
+      {DType::Kind::kFloat, 8, true},
   };
   int i = 0;
   for (const DType& t : types) {

@@ -1,5 +1,5 @@
-#include <filesystem>
 #include "dlfeed/format/npy.h"
+#include <filesystem>
 
 #include <cstring>
 
@@ -26,14 +26,19 @@ std::string read_one(const SampleIndex& index, uint64_t id) {
 }
 
 TEST(DType, ParsesNumpyDescriptorsAndNames) {
-  struct Case { const char* text; DType::Kind kind; int size; bool big; };
+  struct Case {
+    const char* text;
+    DType::Kind kind;
+    int size;
+    bool big;
+  };
   const Case cases[] = {
-      {"|b1", DType::Kind::kBool, 1, false}, {"<i1", DType::Kind::kInt, 1, false},
-      {"<i2", DType::Kind::kInt, 2, false},  {">i4", DType::Kind::kInt, 4, true},
-      {"<i8", DType::Kind::kInt, 8, false},  {"|u1", DType::Kind::kUInt, 1, false},
-      {">u2", DType::Kind::kUInt, 2, true},  {"<u4", DType::Kind::kUInt, 4, false},
-      {"<u8", DType::Kind::kUInt, 8, false}, {"<f2", DType::Kind::kFloat, 2, false},
-      {">f4", DType::Kind::kFloat, 4, true}, {"<f8", DType::Kind::kFloat, 8, false},
+      {"|b1", DType::Kind::kBool, 1, false},      {"<i1", DType::Kind::kInt, 1, false},
+      {"<i2", DType::Kind::kInt, 2, false},       {">i4", DType::Kind::kInt, 4, true},
+      {"<i8", DType::Kind::kInt, 8, false},       {"|u1", DType::Kind::kUInt, 1, false},
+      {">u2", DType::Kind::kUInt, 2, true},       {"<u4", DType::Kind::kUInt, 4, false},
+      {"<u8", DType::Kind::kUInt, 8, false},      {"<f2", DType::Kind::kFloat, 2, false},
+      {">f4", DType::Kind::kFloat, 4, true},      {"<f8", DType::Kind::kFloat, 8, false},
       {"float32", DType::Kind::kFloat, 4, false}, {"uint16", DType::Kind::kUInt, 2, false},
       {"bool", DType::Kind::kBool, 1, false},
   };
@@ -103,13 +108,13 @@ TEST(NpyHeader, ErrorsNameTheOffsetAndWhatWasExpected) {
   r = parse_npy_header(as_bytes(bad_version), "f.npy", 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("version"), std::string::npos);
-  for (const char* dict : {"{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }",
-                           "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }",
-                           "{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2,), }",
-                           "{'descr': '<i4', 'shape': (2,), }",
-                           "{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }",
-                           "{'descr': '<i4', 'fortran_order': False, 'shape': (2, -1), }",
-                           "{'descr': '<i4', 'fortran_order': False, 'shape': (2,"}) {
+  for (const char* dict :
+       {"{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }",
+        "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }",
+        "{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2,), }", "{'descr': '<i4', 'shape': (2,), }",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2, -1), }",
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (2,"}) {
     std::string h = "\x93NUMPY\x01";
     h.push_back(0);
     std::string d = dict;
@@ -158,9 +163,12 @@ INSTANTIATE_TEST_SUITE_P(AllDTypesBothAxes, NpyFiles,
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param);
                            for (char& c : name) {
-                             if (c == '<') c = 'L';
-                             else if (c == '>') c = 'B';
-                             else if (c == '|') c = 'N';
+                             if (c == '<')
+                               c = 'L';
+                             else if (c == '>')
+                               c = 'B';
+                             else if (c == '|')
+                               c = 'N';
                            }
                            return name + (std::get<1>(info.param) == SampleAxis::kLast ? "_last" : "_first");
                          });
@@ -267,8 +275,9 @@ TEST(NpyFile, ZeroDimensionalAndEmptyArrays) {
   write_all(dir + "/empty_samples.npy", make_npy_header(DType::u8(), Shape{1000000000000, 0}));
   auto z = open_file(dir + "/empty_samples.npy", {});
   ASSERT_FALSE(z.ok());
-  EXPECT_NE(std::string(z.status().message()).find("expected samples of at least one element, found 1000000000000 "
-                                                    "empty samples"),
+  EXPECT_NE(std::string(z.status().message())
+                .find("expected samples of at least one element, found 1000000000000 "
+                      "empty samples"),
             std::string::npos)
       << z.status();
   FormatOptions last;

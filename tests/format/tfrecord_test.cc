@@ -11,16 +11,16 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "test_util.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/format.h"
 #include "gen/generate.h"
+#include "test_util.h"
 
-#define EXPECT_CONTAINS(text, part)                                                          \
-  EXPECT_NE(std::string(text).find(std::string(part)), std::string::npos)                    \
+#define EXPECT_CONTAINS(text, part)                                       \
+  EXPECT_NE(std::string(text).find(std::string(part)), std::string::npos) \
       << "\"" << (text) << "\" lacks \"" << (part) << "\""
 
 namespace dlfeed {
@@ -34,8 +34,7 @@ using testing::from_hex;
 class TfRecordTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(DLFEED_TEST_TMPDIR) / "tfrecord" /
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = fs::path(DLFEED_TEST_TMPDIR) / "tfrecord" / ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -376,7 +375,8 @@ TEST_F(TfRecordTest, IdxInIndexDirAndDlioPlace) {
   ASSERT_TRUE(files.ok()) << files.status();
   ASSERT_EQ(files->size(), 2u);
   const std::string f0 = (*files)[0];
-  const std::string dlio_idx = (fs::path(ds.dir) / "index" / "train" / (fs::path(f0).filename().string() + ".idx")).string();
+  const std::string dlio_idx =
+      (fs::path(ds.dir) / "index" / "train" / (fs::path(f0).filename().string() + ".idx")).string();
   ASSERT_TRUE(fs::exists(dlio_idx));
   EXPECT_EQ(tfrecord::find_idx(f0, FormatOptions{}), dlio_idx);
   auto idx = open_tfrecord(f0, FormatOptions{});
@@ -501,7 +501,8 @@ TEST_F(TfRecordTest, BadLengthCrc) {
   write_bytes(p, bytes);
   auto r = open_tfrecord(p, FormatOptions{});
   ASSERT_FALSE(r.ok());
-  EXPECT_CONTAINS(r.status().message(), absl::StrCat(p, ": at offset ", recs[1].offset + 8, ": expected length CRC 0x"));
+  EXPECT_CONTAINS(r.status().message(),
+                  absl::StrCat(p, ": at offset ", recs[1].offset + 8, ": expected length CRC 0x"));
   EXPECT_CONTAINS(r.status().message(), "header is corrupt");
   FormatOptions off;
   off.verify_crc = false;
@@ -531,7 +532,8 @@ TEST_F(TfRecordTest, BadPayloadCrc) {
   auto s = read_sample(*idx, 2, raw, scratch);
   ASSERT_FALSE(s.ok());
   const std::string msg(s.status().message());
-  EXPECT_CONTAINS(msg, absl::StrCat(p, ": at offset ", recs[2].offset + recs[2].length - 4, ": expected payload CRC 0x"));
+  EXPECT_CONTAINS(msg,
+                  absl::StrCat(p, ": at offset ", recs[2].offset + recs[2].length - 4, ": expected payload CRC 0x"));
   EXPECT_CONTAINS(msg, absl::StrCat("record at offset ", recs[2].offset));
   EXPECT_CONTAINS(msg, ", found 0x");
   FormatOptions off;
@@ -559,7 +561,8 @@ TEST_F(TfRecordTest, LengthPastEof) {
   write_bytes(p, bytes);
   auto r = open_tfrecord(p, FormatOptions{});
   ASSERT_FALSE(r.ok());
-  EXPECT_CONTAINS(r.status().message(), absl::StrCat(p, ": at offset ", recs[1].offset, ": expected record 1 with a ", huge));
+  EXPECT_CONTAINS(r.status().message(),
+                  absl::StrCat(p, ": at offset ", recs[1].offset, ": expected record 1 with a ", huge));
   EXPECT_CONTAINS(r.status().message(), "points past the end of the file");
 }
 
@@ -576,7 +579,8 @@ TEST_F(TfRecordTest, GarbageExampleBytes) {
   auto s = read_sample(*idx, 1, raw, scratch);
   ASSERT_FALSE(s.ok());
   const uint64_t payload_at = idx->samples[1].extents[0].offset + kHeaderSize;
-  EXPECT_CONTAINS(s.status().message(), absl::StrCat(p, ": at offset ", payload_at + 1, ": expected field 1 of 127 bytes"));
+  EXPECT_CONTAINS(s.status().message(),
+                  absl::StrCat(p, ": at offset ", payload_at + 1, ": expected field 1 of 127 bytes"));
   EXPECT_CONTAINS(s.status().message(), "byte 1 of the tf.train.Example");
 
   // Garbage in the first record fails at open.
@@ -663,8 +667,8 @@ TEST(CompressionTest, DetectByMagicNotName) {
       EXPECT_NE(tfrecord::detect_compression(h, 100), Compression::kZlib);
     }
   }
-  EXPECT_EQ(tfrecord::detect_compression(from_hex("8801"), 100), Compression::kNone);  // CINFO 8
-  EXPECT_EQ(tfrecord::detect_compression(from_hex("78bb"), 100), Compression::kNone);  // FDICT
+  EXPECT_EQ(tfrecord::detect_compression(from_hex("8801"), 100), Compression::kNone);    // CINFO 8
+  EXPECT_EQ(tfrecord::detect_compression(from_hex("78bb"), 100), Compression::kNone);    // FDICT
   EXPECT_EQ(tfrecord::detect_compression(from_hex("1f8b09"), 100), Compression::kNone);  // not deflate
 }
 
@@ -733,8 +737,8 @@ TEST(CompressionTest, CheckpointsAndRandomAccessInflate) {
         const Extent e = ix->extent(k);
         std::span<const std::byte> raw(z.data() + e.offset, e.length);
         std::vector<std::byte> out(ext[k].length);
-        absl::Status st = tfrecord::inflate_at(ix->points[ix->record_point[k]], ix->record_point[k], raw,
-                                               ext[k].offset, out, id, p);
+        absl::Status st =
+            tfrecord::inflate_at(ix->points[ix->record_point[k]], ix->record_point[k], raw, ext[k].offset, out, id, p);
         EXPECT_TRUE(st.ok()) << "record " << k << ": " << st;
         EXPECT_TRUE(std::equal(out.begin(), out.end(), plain.begin() + ext[k].offset)) << "record " << k;
       };

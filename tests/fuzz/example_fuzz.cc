@@ -67,8 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         decoded = v.size();
         break;
       }
-      case FeatureKind::kNone:
-        break;
+      case FeatureKind::kNone: break;
     }
     fuzz::check_error_names(st, "input.tfrecord", "decode list");
     if (st.ok() && count.ok() && f->kind != FeatureKind::kNone && *count != decoded) {

@@ -82,8 +82,7 @@ void check_index(const SampleIndex& index, const std::string& path, uint64_t siz
     const SampleRef& ref = index.samples[id];
     const uint64_t want = ref.nbytes();
     if (want != 0 && s->bytes.size() != want) {
-      fail(absl::StrCat(path, ": sample ", id, " decoded to ", s->bytes.size(), " bytes, its index entry says ",
-                        want));
+      fail(absl::StrCat(path, ": sample ", id, " decoded to ", s->bytes.size(), " bytes, its index entry says ", want));
     }
     const int64_t elems = num_elements(s->shape);
     if (elems >= 0 && static_cast<uint64_t>(elems) * s->dtype.size != s->bytes.size()) {

@@ -120,8 +120,10 @@ std::vector<Field> find_fields(const std::string& path, const std::string& bytes
       // size; v1 B-tree key: size, filter mask, offsets, then the address).
       const size_t lo = p >= 64 ? p - 64 : 0, hi = std::min(bytes.size(), p + 24);
       for (size_t q = lo; q + 4 <= hi; ++q) {
-        if (q + 8 <= hi && load(bytes, q, 8) == size) fields.push_back({q, 8});
-        else if (load(bytes, q, 4) == size) fields.push_back({q, 4});
+        if (q + 8 <= hi && load(bytes, q, 8) == size)
+          fields.push_back({q, 8});
+        else if (load(bytes, q, 4) == size)
+          fields.push_back({q, 4});
       }
     }
   }
@@ -172,8 +174,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (sel & 0x80) v = load(bytes, f.pos, f.width) + static_cast<uint64_t>(static_cast<int16_t>(v & 0xffff));
     store(bytes, f.pos, f.width, v);
   }
-  const std::string path = fuzz::write_input("input.h5", reinterpret_cast<const uint8_t*>(bytes.data()),
-                                             bytes.size());
+  const std::string path = fuzz::write_input("input.h5", reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   for (const char* name : {"records", "labels"}) {
     FormatOptions o;
     o.name = name;

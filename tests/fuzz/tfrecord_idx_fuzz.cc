@@ -13,8 +13,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dlfeed;
   if (size < 5) return 0;
-  const uint32_t idx_len = uint32_t(data[0]) | uint32_t(data[1]) << 8 | uint32_t(data[2]) << 16 |
-                           uint32_t(data[3]) << 24;
+  const uint32_t idx_len =
+      uint32_t(data[0]) | uint32_t(data[1]) << 8 | uint32_t(data[2]) << 16 | uint32_t(data[3]) << 24;
   const uint8_t flags = data[4];
   data += 5;
   size -= 5;

@@ -94,7 +94,8 @@ TEST(CheckedBackend, WrongByteCountsBecomeErrorsNamingFileAndOffset) {
   EXPECT_CONTAINS(r.done[0].status.message(),
                   "/data/shard-7.npz: at offset 1000: expected 100 bytes read, found a completion reporting 99 bytes "
                   "from the scripted backend");
-  EXPECT_CONTAINS(r.done[1].status.message(), "at offset 2000: expected 100 bytes read, found a completion reporting 101");
+  EXPECT_CONTAINS(r.done[1].status.message(),
+                  "at offset 2000: expected 100 bytes read, found a completion reporting 101");
   EXPECT_TRUE(r.done[2].status.ok());
 }
 
@@ -116,7 +117,9 @@ TEST(CheckedBackend, LostRequestsFailInsteadOfHanging) {
     if (c.user_data == 41) lost = &c;
   }
   ASSERT_NE(lost, nullptr);
-  EXPECT_CONTAINS(lost->status.message(), "/data/shard-7.npz: at offset 2000: expected a completion for the read of 100 bytes, found none: the scripted backend dropped the request");
+  EXPECT_CONTAINS(lost->status.message(),
+                  "/data/shard-7.npz: at offset 2000: expected a completion for the read of 100 bytes, found none: the "
+                  "scripted backend dropped the request");
 }
 
 }  // namespace

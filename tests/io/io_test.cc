@@ -19,20 +19,20 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include "../../src/io/read_op.h"  // ReadOp's step, unit-tested below
 #include "absl/strings/str_cat.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
-#include <sys/resource.h>
 
 namespace dlfeed {
 namespace {
 
 // EXPECT_CONTAINS(text, part) without gmock.
-#define EXPECT_CONTAINS(text, part)                                              \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                     \
+#define EXPECT_CONTAINS(text, part)                          \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
       << "'" << std::string(text) << "' does not contain '" << (part) << "'"
 using std::chrono::milliseconds;
 
@@ -57,8 +57,8 @@ std::string write_file(const std::string& dir, uint32_t f, uint64_t size) {
 ::testing::AssertionResult matches(uint32_t f, uint64_t offset, const std::byte* got, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     if (got[i] != content(f, offset + i)) {
-      return ::testing::AssertionFailure() << "file " << f << " offset " << offset + i << " (byte "
-                                           << i << " of the extent at " << offset << ")";
+      return ::testing::AssertionFailure()
+             << "file " << f << " offset " << offset + i << " (byte " << i << " of the extent at " << offset << ")";
     }
   }
   return ::testing::AssertionSuccess();
@@ -148,10 +148,10 @@ TEST_P(IoTest, RandomExtentsReadBackExactly) {
     uint32_t f = rng() % sizes.size();
     uint64_t off = rng() % sizes[f];
     uint64_t len = rng() % std::min<uint64_t>(sizes[f] - off + 1, 70000);
-    if (i % 50 == 0) off = 0, len = sizes[f];           // whole file
-    if (i % 50 == 1) len = sizes[f] - off;              // up to EOF exactly
-    if (i % 50 == 2) len = 0;                           // empty
-    bufs[i].assign(len + 1, std::byte{0xEE});           // +1: a guard byte
+    if (i % 50 == 0) off = 0, len = sizes[f];  // whole file
+    if (i % 50 == 1) len = sizes[f] - off;     // up to EOF exactly
+    if (i % 50 == 2) len = 0;                  // empty
+    bufs[i].assign(len + 1, std::byte{0xEE});  // +1: a guard byte
     reqs[i] = {f, off, len, bufs[i].data(), static_cast<uint64_t>(i)};
     total += len;
   }
@@ -234,12 +234,8 @@ TEST_P(IoTest, PageCacheHitsCountAsCompletedAtSubmit) {
   for (const auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
   const IoStats st = io->stats();
   switch (GetParam().kind) {
-    case IoKind::kSync:
-      EXPECT_EQ(st.completed_at_submit, 64u);
-      break;
-    case IoKind::kThreadPool:
-      EXPECT_EQ(st.completed_at_submit, 0u);
-      break;
+    case IoKind::kSync: EXPECT_EQ(st.completed_at_submit, 64u); break;
+    case IoKind::kThreadPool: EXPECT_EQ(st.completed_at_submit, 0u); break;
     default:
       EXPECT_GE(st.completed_at_submit, 32u) << "cached 4 KiB reads should complete inline";
       EXPECT_LE(st.completed_at_submit, st.reads);
@@ -333,9 +329,9 @@ TEST_P(IoTest, PastEndOfFileIsAnErrorCompletion) {
   auto io = make(table);
   ASSERT_TRUE(io);
   std::vector<std::byte> a(2000), b(100), c(500);
-  std::vector<ReadRequest> reqs = {{0, 9000, 2000, a.data(), 1},   // 1000 available
-                                   {0, 20000, 100, b.data(), 2},   // none
-                                   {0, 9500, 500, c.data(), 3}};   // fine: ends at EOF
+  std::vector<ReadRequest> reqs = {{0, 9000, 2000, a.data(), 1},  // 1000 available
+                                   {0, 20000, 100, b.data(), 2},  // none
+                                   {0, 9500, 500, c.data(), 3}};  // fine: ends at EOF
   ASSERT_TRUE(io->submit(reqs).ok());
   auto done = reap_all(*io);
   ASSERT_EQ(done.size(), 3u);
@@ -575,15 +571,34 @@ TEST(FileTable, RegistersOnceOpensLazilyEvictsLru) {
   EXPECT_EQ(table.path(1), paths[1]);
   EXPECT_EQ(table.stats().opens, 0u);  // lazily
 
-  { auto p = table.pin(0); ASSERT_TRUE(p.ok()); EXPECT_GE(p->fd(), 0); }
-  { auto p = table.pin(1); ASSERT_TRUE(p.ok()); }
-  { auto p = table.pin(0); ASSERT_TRUE(p.ok()); }  // hit; 1 is now least recent
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok());
+    EXPECT_GE(p->fd(), 0);
+  }
+  {
+    auto p = table.pin(1);
+    ASSERT_TRUE(p.ok());
+  }
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok());
+  }  // hit; 1 is now least recent
   EXPECT_EQ(table.stats().opens, 2u);
-  { auto p = table.pin(2); ASSERT_TRUE(p.ok()); }  // evicts 1
+  {
+    auto p = table.pin(2);
+    ASSERT_TRUE(p.ok());
+  }  // evicts 1
   EXPECT_EQ(table.stats().evictions, 1u);
-  { auto p = table.pin(0); ASSERT_TRUE(p.ok()); }  // still open
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok());
+  }  // still open
   EXPECT_EQ(table.stats().opens, 3u);
-  { auto p = table.pin(1); ASSERT_TRUE(p.ok()); }  // reopened
+  {
+    auto p = table.pin(1);
+    ASSERT_TRUE(p.ok());
+  }  // reopened
   EXPECT_EQ(table.stats().opens, 4u);
   EXPECT_EQ(table.stats().open_now, 2u);
   EXPECT_EQ(table.pin(9).status().code(), absl::StatusCode::kInvalidArgument);
@@ -599,8 +614,14 @@ TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
   table.add(a);
   table.add(b);
   table.add(c);
-  { auto p = table.pin(0); ASSERT_TRUE(p.ok()) << p.status(); }
-  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }  // evicts a
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }
+  {
+    auto p = table.pin(1);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }  // evicts a
   // a: renamed over by another file of the same size.
   const std::string other = write_file(dir + "/..", 7, 100);
   std::filesystem::rename(other, a);
@@ -618,11 +639,17 @@ TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
   EXPECT_CONTAINS(std::string(pc.status().message()), "100 bytes");
   EXPECT_CONTAINS(std::string(pc.status().message()), "104 bytes");
   // b: untouched, reopened fine; a file missing at add() is accepted at its first open.
-  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }
+  {
+    auto p = table.pin(1);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }
   const uint32_t late = table.add(dir + "/late.bin");
   write_file(dir, 3, 10);
   std::filesystem::rename(dir + "/file-3.bin", dir + "/late.bin");
-  { auto p = table.pin(late); ASSERT_TRUE(p.ok()) << p.status(); }
+  {
+    auto p = table.pin(late);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }
   EXPECT_EQ(table.stats().open_now, 1u);  // refused opens are closed again
 }
 
@@ -637,8 +664,14 @@ TEST(FileTable, ARedirectedFileIsHeldToItsCopysIdentity) {
   table.add(a);
   table.add(b);
   ASSERT_TRUE(table.redirect(0, copy).ok());
-  { auto p = table.pin(0); ASSERT_TRUE(p.ok()) << p.status(); }  // another inode than a: fine
-  { auto p = table.pin(1); ASSERT_TRUE(p.ok()) << p.status(); }  // evicts the copy
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }  // another inode than a: fine
+  {
+    auto p = table.pin(1);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }  // evicts the copy
   {
     std::ofstream f(copy, std::ios::binary | std::ios::app);
     f << "more";

@@ -13,17 +13,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/order/order.h"
 #include "format/test_util.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {
 namespace {
 
-#define EXPECT_CONTAINS(text, part)                                              \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                     \
+#define EXPECT_CONTAINS(text, part)                          \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
       << "'" << std::string(text) << "' does not contain '" << (part) << "'"
 
 /// A generated dataset and its index.

@@ -4,17 +4,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "gen/generate.h"
 #include "format/test_util.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {
@@ -40,8 +40,7 @@ const DatasetCase kDatasets[] = {
 constexpr uint64_t kSeed = 5;
 const Shape kShape{6, 5};
 
-std::string make_dataset(const DatasetCase& c, const std::string& root, uint64_t files = 5,
-                         uint64_t per_file = 7) {
+std::string make_dataset(const DatasetCase& c, const std::string& root, uint64_t files = 5, uint64_t per_file = 7) {
   gen::DatasetSpec spec =
       testing::dataset_spec(root + "/" + c.name, c.format, files, per_file, kShape, DType::f32(), kSeed);
   spec.dlio_layout = c.dlio;
@@ -413,7 +412,7 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
       LoaderOptions o = options_for(c, path);
       o.io.kind = io;
       o.io_engines = taken == 1 ? 1 : 3;  // several engines with reads in flight, too
-      o.io_spread_always = taken == 5;
+      o.tuning.io_spread_always = taken == 5;
       auto loader = Loader::create(o).value();
       ASSERT_TRUE(loader->start_epoch(0).ok());
       std::shared_ptr<const Batch> kept;
@@ -436,7 +435,7 @@ TEST(Loader, BatchesSpreadOverIoEnginesArriveExactlyOnceAndInOrder) {
       LoaderOptions o = options_for(c, path);
       o.io.kind = io;
       o.io_engines = 3;
-      o.io_spread_always = true;
+      o.tuning.io_spread_always = true;
       o.order.strategy = "global_shuffle";
       o.order.seed = 3;
       auto loader = Loader::create(o);
@@ -451,7 +450,8 @@ TEST(Loader, BatchesSpreadOverIoEnginesArriveExactlyOnceAndInOrder) {
       }
       const LoaderStats st = (**loader).stats();
       EXPECT_EQ(st.io_engines, 3u);
-      EXPECT_EQ(st.batches_spread, 2u * 33) << "of 50 batches an epoch, those not numbered 0 mod 3 go to the other engines";
+      EXPECT_EQ(st.batches_spread, 2u * 33)
+          << "of 50 batches an epoch, those not numbered 0 mod 3 go to the other engines";
       EXPECT_EQ(st.batches, 100u);
     }
   }

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {
@@ -332,7 +332,7 @@ TEST(Staging, FourRanksSharingAFolderReadEveryonesCopies) {
     ids.clear();
     read_batches(*l, -1, ids);
     epoch1.insert(ids.begin(), ids.end());
-    EXPECT_EQ(l->stats().files_read_staged, kFiles);  // its own 2 and the others' 6
+    EXPECT_EQ(l->stats().files_read_staged, kFiles);                   // its own 2 and the others' 6
     const counters::EpochReport e = l->counters_snapshot().epochs[1];  // a copy: the snapshot is a temporary
     EXPECT_EQ(e.bytes_read_staged, e.bytes_read);
   }

@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/mpi/mpi.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "support/dataset.h"
 
@@ -213,7 +213,8 @@ TEST(Staging, CopiesMatchAndLaterEpochsReadThem) {
   auto loader = Loader::create(o).value();
   // What every epoch must hash to: each sample once, with its true bytes.
   uint64_t want = 0;
-  for (uint64_t id = 0; id < kN; ++id) want += std::hash<std::string>()(expected_bytes(id)) * 0x9E3779B97F4A7C15ull + id;
+  for (uint64_t id = 0; id < kN; ++id)
+    want += std::hash<std::string>()(expected_bytes(id)) * 0x9E3779B97F4A7C15ull + id;
   uint64_t hash[3] = {0, 0, 0};
   std::vector<uint64_t> ids[3];
   for (int e = 0; e < 3; ++e) {
@@ -245,7 +246,7 @@ TEST(Staging, CopiesMatchAndLaterEpochsReadThem) {
     if (e > 0) EXPECT_EQ(staged, read_bytes) << "epoch " << e << ": every file has a copy on this node";
   }
   const uint64_t owned = (kFiles - static_cast<uint64_t>(g_job->rank()) + g_job->size() - 1) / g_job->size();
-  EXPECT_EQ(loader->stats().stage.staged, owned);  // files rank, rank + W, ...
+  EXPECT_EQ(loader->stats().stage.staged, owned);        // files rank, rank + W, ...
   EXPECT_EQ(loader->stats().files_read_staged, kFiles);  // its own and its neighbours' copies
 }
 

@@ -18,9 +18,8 @@
 namespace dlfeed {
 namespace {
 
-const std::vector<std::string> kBuiltins = {"sequential",    "file_shuffle",   "local_shuffle",
-                                            "buffered_shuffle", "block_shuffle", "global_shuffle",
-                                            "global_feistel"};
+const std::vector<std::string> kBuiltins = {"sequential",    "file_shuffle",   "local_shuffle", "buffered_shuffle",
+                                            "block_shuffle", "global_shuffle", "global_feistel"};
 // Strategies whose global order does not depend on the world size.
 const std::vector<std::string> kStrided = {"sequential",    "file_shuffle",   "buffered_shuffle",
                                            "block_shuffle", "global_shuffle", "global_feistel"};
@@ -131,12 +130,9 @@ TEST(Random, GoldenOrders) {
     got.push_back(line);
   }
   const std::vector<std::string> want = {
-      "sequential: 0 1 2 3 4 5 6 7 8 9",
-      "file_shuffle: 5 6 7 8 9 0 1 2 3 4",
-      "local_shuffle: 1 8 0 5 7 4 9 2 3 6",
-      "buffered_shuffle: 6 7 9 5 1 2 0 3 8 4",
-      "block_shuffle: 7 9 8 6 1 0 3 2 5 4",
-      "global_shuffle: 0 2 4 9 3 7 6 5 1 8",
+      "sequential: 0 1 2 3 4 5 6 7 8 9",     "file_shuffle: 5 6 7 8 9 0 1 2 3 4",
+      "local_shuffle: 1 8 0 5 7 4 9 2 3 6",  "buffered_shuffle: 6 7 9 5 1 2 0 3 8 4",
+      "block_shuffle: 7 9 8 6 1 0 3 2 5 4",  "global_shuffle: 0 2 4 9 3 7 6 5 1 8",
       "global_feistel: 5 8 2 3 0 9 7 4 6 1",
   };
   EXPECT_EQ(got, want);
@@ -310,7 +306,8 @@ TEST(Order, GlobalOrderDoesNotDependOnWorldSize) {
 }
 
 TEST(Order, ResumeAtEveryPosition) {
-  const std::vector<FileLayout> small = {FileLayout::uniform(3, 7), FileLayout::from_sizes(std::vector<uint64_t>{4, 1, 0, 9, 2, 5})};
+  const std::vector<FileLayout> small = {FileLayout::uniform(3, 7),
+                                         FileLayout::from_sizes(std::vector<uint64_t>{4, 1, 0, 9, 2, 5})};
   for (const auto& layout : small) {
     for (const auto& s : kBuiltins) {
       for (uint32_t world : {1u, 3u}) {
@@ -329,8 +326,7 @@ TEST(Order, ResumeAtEveryPosition) {
               EXPECT_EQ(resumed->remaining(), all.size() - p);
               std::vector<uint64_t> rest;
               while (auto id = resumed->next()) rest.push_back(*id);
-              ASSERT_TRUE(std::equal(rest.begin(), rest.end(), all.begin() + static_cast<ptrdiff_t>(p),
-                                     all.end()))
+              ASSERT_TRUE(std::equal(rest.begin(), rest.end(), all.begin() + static_cast<ptrdiff_t>(p), all.end()))
                   << s << " p=" << p;
               ASSERT_EQ(rest.size(), all.size() - p);
               c->next();
@@ -381,8 +377,9 @@ TEST(Order, CursorPeekAndBatches) {
       std::vector<uint64_t> got, batch(4);
       while (size_t k = c->next(std::span<uint64_t>(batch))) {
         got.insert(got.end(), batch.begin(), batch.begin() + static_cast<ptrdiff_t>(k));
-        EXPECT_EQ(c->peek(3), std::vector<uint64_t>(all.begin() + static_cast<ptrdiff_t>(got.size()),
-                                                     all.begin() + static_cast<ptrdiff_t>(std::min(got.size() + 3, all.size()))));
+        EXPECT_EQ(c->peek(3),
+                  std::vector<uint64_t>(all.begin() + static_cast<ptrdiff_t>(got.size()),
+                                        all.begin() + static_cast<ptrdiff_t>(std::min(got.size() + 3, all.size()))));
       }
       EXPECT_EQ(got, all) << s;
       EXPECT_TRUE(c->done());
@@ -523,15 +520,19 @@ TEST(Strategy, UserRegisteredStrategy) {
    private:
     uint64_t n_;
   };
-  ASSERT_TRUE(register_strategy("test_reverse", [](const FileLayout& l, const OrderSpec&)
-                                                    -> absl::StatusOr<std::unique_ptr<GlobalOrder>> {
-                return std::make_unique<Reverse>(l.num_samples());
-              }).ok());
-  EXPECT_EQ(register_strategy("test_reverse", [](const FileLayout& l, const OrderSpec&)
-                                                  -> absl::StatusOr<std::unique_ptr<GlobalOrder>> {
-              return std::make_unique<Reverse>(l.num_samples());
-            }).code(),
-            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(
+      register_strategy("test_reverse",
+                        [](const FileLayout& l, const OrderSpec&) -> absl::StatusOr<std::unique_ptr<GlobalOrder>> {
+                          return std::make_unique<Reverse>(l.num_samples());
+                        })
+          .ok());
+  EXPECT_EQ(
+      register_strategy("test_reverse",
+                        [](const FileLayout& l, const OrderSpec&) -> absl::StatusOr<std::unique_ptr<GlobalOrder>> {
+                          return std::make_unique<Reverse>(l.num_samples());
+                        })
+          .code(),
+      absl::StatusCode::kAlreadyExists);
   const auto names = strategy_names();
   EXPECT_NE(std::find(names.begin(), names.end(), "test_reverse"), names.end());
   EXPECT_EQ(ranks_ids(FileLayout::uniform(1, 6), make_spec("test_reverse", 0, 0, 1, 2)),

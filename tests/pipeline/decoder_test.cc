@@ -46,7 +46,8 @@ struct Stage {
     for (size_t i = 0; i < w.ids.size(); ++i) {
       auto want = dlfeed::testing::read_bytes(indices[0], w.ids[i]);
       ASSERT_TRUE(want.ok()) << want.status();
-      const std::string got(reinterpret_cast<const char*>(f.bytes.data()) + f.offsets[i], f.offsets[i + 1] - f.offsets[i]);
+      const std::string got(reinterpret_cast<const char*>(f.bytes.data()) + f.offsets[i],
+                            f.offsets[i + 1] - f.offsets[i]);
       EXPECT_EQ(got, *want) << "sample " << w.ids[i];
     }
     EXPECT_EQ(w.batch->sample_ids, w.ids);

@@ -139,13 +139,14 @@ TEST(IoEngine, ReadsABatchInPiecesAndCallsBackOnce) {
   auto engine = rig.engine(/*max_piece=*/4096);
   std::vector<std::byte> a(50'000), b(123);
   int calls = 0;
-  absl::Status s = run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}, {rig.id, 99'877, b.size(), b.data(), 0}},
-                             &calls);
+  absl::Status s =
+      run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}, {rig.id, 99'877, b.size(), b.data(), 0}}, &calls);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(calls, 1);
   for (uint64_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], std::byte((1000 + k) * 7 % 251)) << k;
   for (uint64_t k = 0; k < b.size(); ++k) ASSERT_EQ(b[k], std::byte((99'877 + k) * 7 % 251)) << k;
-  for (int k = 0; k < 5000 && engine->stats().requests < 14; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int k = 0; k < 5000 && engine->stats().requests < 14; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const IoStats st = engine->stats();
   EXPECT_EQ(st.requests, 13u + 1u) << "50,000 bytes in pieces of 4096, then one small read";
   EXPECT_EQ(st.bytes, 50'123u);

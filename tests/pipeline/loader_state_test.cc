@@ -7,10 +7,10 @@
 
 #include <string>
 
-#include "gen/generate.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/loader_state.h"
 #include "format/test_util.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {
@@ -81,8 +81,8 @@ TEST(LoaderState, RefusesWhatIsNotALoaderState) {
   ASSERT_TRUE(c.ok());
   const std::string bare = c->state();  // an order state, not a loader's
   EXPECT_FALSE(is_loader_state(bare));
-  for (const std::string& bad : {std::string(), std::string("dlf"), std::string("dlfL"), bare,
-                                 std::string("XlfL\x01") + bare}) {
+  for (const std::string& bad :
+       {std::string(), std::string("dlf"), std::string("dlfL"), bare, std::string("XlfL\x01") + bare}) {
     auto s = decode_loader_state(bad);
     ASSERT_FALSE(s.ok()) << "accepted " << bad.size() << " bytes";
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);

@@ -47,8 +47,8 @@ struct Rig {
     EXPECT_TRUE(backend.ok());
     engines.add(std::make_unique<detail::IoEngine>(std::move(*backend), &counters, 0, 0));
     planner = std::make_unique<Planner>(indices, file_ids, PlannerOptions{batch, false, {}}, &counters);
-    parts = {planner.get(), budget, {policy.get(), 1 << 30, pool.get()}, pool.get(), nullptr, &engines,
-             &counters, &stop, &failed};
+    parts = {planner.get(), budget, {policy.get(), 1 << 30, pool.get()}, pool.get(), nullptr, &engines, &counters,
+             &stop,         &failed};
   }
   OrderCursor cursor(const std::string& strategy) {
     OrderSpec spec;

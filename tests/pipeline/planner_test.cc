@@ -33,9 +33,7 @@ class TestSource : public SampleSource {
 // An index of `files` files; add() appends samples to the last file.
 struct IndexBuilder {
   SampleIndex index;
-  explicit IndexBuilder(bool identity = true) {
-    index.sources.push_back(std::make_unique<TestSource>(identity));
-  }
+  explicit IndexBuilder(bool identity = true) { index.sources.push_back(std::make_unique<TestSource>(identity)); }
   void file(const std::string& name) {
     index.files.push_back(name);
     if (index.files.size() > 1) index.file_begin.push_back(index.samples.size());

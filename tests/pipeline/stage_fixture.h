@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 #include "format/test_util.h"
+#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "pipeline/work.h"
 

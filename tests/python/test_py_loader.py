@@ -91,7 +91,7 @@ def test_batches_spread_over_io_engines_match_what_the_writer_wrote(learnable, f
     root, x, y = learnable[fmt]
     loader = dlfeed.Loader(root, batch_size=8, strategy="global_shuffle", seed=4, io_engines=3,
                            io_spread_always=True, **loader_kwargs(fmt))
-    assert (loader.options.io_engines, loader.options.io_spread_always) == (3, True)
+    assert (loader.options.io_engines, loader.options.tuning.io_spread_always) == (3, True)
     for _ in range(2):
         seen = []
         for batch in loader:

@@ -53,7 +53,7 @@ TEST(Stager, CopiesAreByteExactAndPublishedUnderTheirNamesOnly) {
   auto st = Stager::create({root + "/stage/deeper", UINT64_MAX, true}, src, obs);
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_TRUE(fs::is_directory(root + "/stage/deeper"));  // created
-  EXPECT_EQ((*st)->staged_path(0), "");                    // nothing before start()
+  EXPECT_EQ((*st)->staged_path(0), "");                   // nothing before start()
   (*st)->start();
   (*st)->wait();
   const StageStats s = (*st)->stats();

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "dlfeed/gen/generate.h"
+#include "gen/generate.h"
 
 namespace dlfeed::testing {
 
@@ -23,8 +23,8 @@ struct GeneratedDataset {
 
 /// `files` x `per_file` samples of `shape` and `dtype` under `dir`, flat and
 /// stored (set dlio_layout, compression, ... on the result for others).
-inline gen::DatasetSpec dataset_spec(std::string dir, FileFormat format, uint64_t files, uint64_t per_file,
-                                     Shape shape, DType dtype, uint64_t seed) {
+inline gen::DatasetSpec dataset_spec(std::string dir, FileFormat format, uint64_t files, uint64_t per_file, Shape shape,
+                                     DType dtype, uint64_t seed) {
   gen::DatasetSpec spec;
   spec.dir = std::move(dir);
   spec.format = format;

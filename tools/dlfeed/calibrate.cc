@@ -16,8 +16,8 @@
 #include "command.h"
 #include "common_format.h"
 #include "dlfeed/error.h"
-#include "io/raw_read.h"
 #include "dlfeed/order/order.h"
+#include "io/raw_read.h"
 #include "json.h"
 #include "workloads.h"
 
@@ -95,17 +95,17 @@ int run_calibrate(const std::vector<std::string>& args) {
   OrderSpec spec = value_or_throw(order_spec_from_flags());
   c.seed = spec.seed;
   c.evicted_files = index.num_files();
-  const std::string out = absl::GetFlag(FLAGS_out).empty() ? default_calibration_path(paths, c.dataset)
-                                                           : absl::GetFlag(FLAGS_out);
+  const std::string out =
+      absl::GetFlag(FLAGS_out).empty() ? default_calibration_path(paths, c.dataset) : absl::GetFlag(FLAGS_out);
 
-  std::printf("calibrating %s: %s, %s of field '%s' (%s per sample on average); cold cache, at most %s and %g s "
-              "per measurement\n",
-              absl::StrJoin(paths, " ").c_str(), c.dataset.describe().c_str(), bytes_str(c.dataset_bytes).c_str(),
-              c.field.c_str(),
-              bytes_str(c.dataset.samples ? c.dataset_bytes / c.dataset.samples : 0).c_str(),
-              c.max_bytes ? absl::StrFormat("%.0f MiB", max_mb).c_str() : "the whole order", c.max_seconds);
-  std::printf("%-12s %-16s %-14s %9s %9s %8s %9s %10s\n", "pattern", "strategy", "reader", "samples", "MiB",
-              "seconds", "MiB/s", "samples/s");
+  std::printf(
+      "calibrating %s: %s, %s of field '%s' (%s per sample on average); cold cache, at most %s and %g s "
+      "per measurement\n",
+      absl::StrJoin(paths, " ").c_str(), c.dataset.describe().c_str(), bytes_str(c.dataset_bytes).c_str(),
+      c.field.c_str(), bytes_str(c.dataset.samples ? c.dataset_bytes / c.dataset.samples : 0).c_str(),
+      c.max_bytes ? absl::StrFormat("%.0f MiB", max_mb).c_str() : "the whole order", c.max_seconds);
+  std::printf("%-12s %-16s %-14s %9s %9s %8s %9s %10s\n", "pattern", "strategy", "reader", "samples", "MiB", "seconds",
+              "MiB/s", "samples/s");
   const std::vector<std::string> patterns = absl::StrSplit(absl::GetFlag(FLAGS_patterns), ',', absl::SkipEmpty());
   for (const std::string& pattern : patterns) {
     if (c.find(pattern)) continue;
@@ -138,8 +138,8 @@ int run_calibrate(const std::vector<std::string>& args) {
       pl.readers.push_back(std::move(rr));
     }
     if (!(pl.limit_mib_per_s > 0)) {
-      throw Error(absl::FailedPreconditionError(absl::StrCat(
-          absl::StrJoin(paths, " "), ": pattern ", pattern, " read nothing measurable (empty samples?)")));
+      throw Error(absl::FailedPreconditionError(
+          absl::StrCat(absl::StrJoin(paths, " "), ": pattern ", pattern, " read nothing measurable (empty samples?)")));
     }
     c.patterns.push_back(std::move(pl));
   }
@@ -150,9 +150,10 @@ int run_calibrate(const std::vector<std::string>& args) {
   }
   std::printf("limits: %s\n", absl::StrJoin(limits, ", ").c_str());
   if (c.resident_bytes_after_evict > 0) {
-    std::printf("note: %s stayed cached after dropping the pages (a file system that ignores POSIX_FADV_DONTNEED, "
-                "such as tmpfs?): these are page-cache speeds, not the device's\n",
-                bytes_str(c.resident_bytes_after_evict).c_str());
+    std::printf(
+        "note: %s stayed cached after dropping the pages (a file system that ignores POSIX_FADV_DONTNEED, "
+        "such as tmpfs?): these are page-cache speeds, not the device's\n",
+        bytes_str(c.resident_bytes_after_evict).c_str());
   }
   std::error_code ec;
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path(), ec);

@@ -75,14 +75,15 @@ std::string Calibration::to_json() const {
   for (size_t i = 0; i < patterns.size(); ++i) {
     const PatternLimit& p = patterns[i];
     absl::StrAppend(&s, i ? "," : "", "\n    ", json_quote(p.pattern), ": {\"strategy\": ", json_quote(p.strategy),
-                    ", \"limit_mib_per_s\": ", json_number(p.limit_mib_per_s), ", \"limit_reader\": ",
-                    json_quote(p.limit_reader), ", \"readers\": {");
+                    ", \"limit_mib_per_s\": ", json_number(p.limit_mib_per_s),
+                    ", \"limit_reader\": ", json_quote(p.limit_reader), ", \"readers\": {");
     for (size_t k = 0; k < p.readers.size(); ++k) {
       const ReaderResult& r = p.readers[k];
       absl::StrAppend(&s, k ? ", " : "", "\n      ", json_quote(r.reader), ": {\"queue_depth\": ", r.queue_depth,
-                      ", \"samples\": ", r.result.samples, ", \"requests\": ", r.result.requests, ", \"bytes\": ",
-                      r.result.bytes, ", \"seconds\": ", json_number(r.result.seconds), ", \"mib_per_s\": ",
-                      json_number(r.result.mib_per_s()), ", \"samples_per_s\": ", json_number(r.result.samples_per_s()),
+                      ", \"samples\": ", r.result.samples, ", \"requests\": ", r.result.requests,
+                      ", \"bytes\": ", r.result.bytes, ", \"seconds\": ", json_number(r.result.seconds),
+                      ", \"mib_per_s\": ", json_number(r.result.mib_per_s()),
+                      ", \"samples_per_s\": ", json_number(r.result.samples_per_s()),
                       ", \"truncated\": ", r.result.truncated ? "true" : "false", "}");
     }
     s += "}}";
@@ -110,8 +111,7 @@ absl::StatusOr<uint64_t> count(const Json& obj, absl::string_view key, const std
   DLFEED_ASSIGN_OR_RETURN(const Json* v, json_member(obj, key, T::kNumber, path, where));
   const double d = v->number();
   if (!(d >= 0) || d != std::floor(d) || d > 1.8e19) {
-    return format_error(path, v->offset(), absl::StrCat(where, ".", key, " to be a whole number >= 0"),
-                        json_number(d));
+    return format_error(path, v->offset(), absl::StrCat(where, ".", key, " to be a whole number >= 0"), json_number(d));
   }
   return static_cast<uint64_t>(d);
 }
@@ -133,8 +133,7 @@ absl::StatusOr<Calibration> load_calibration(const std::string& path) {
   DLFEED_ASSIGN_OR_RETURN(c.dataset.samples, count(*ds, "samples", path, "dataset"));
   DLFEED_ASSIGN_OR_RETURN(c.dataset_bytes, count(*ds, "bytes", path, "dataset"));
   DLFEED_ASSIGN_OR_RETURN(const Json* fp, json_member(*ds, "fingerprint", T::kString, path, "dataset"));
-  if (fp->string().size() != 16 ||
-      fp->string().find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (fp->string().size() != 16 || fp->string().find_first_not_of("0123456789abcdef") != std::string::npos) {
     return format_error(path, fp->offset(), "dataset.fingerprint to be 16 lowercase hex digits",
                         absl::StrCat("\"", fp->string(), "\""));
   }

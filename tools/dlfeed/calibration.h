@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "io/raw_read.h"
 #include "dlfeed/sample.h"
+#include "io/raw_read.h"
 
 namespace dlfeed::cli {
 

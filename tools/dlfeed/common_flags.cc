@@ -22,7 +22,8 @@ ABSL_FLAG(bool, drop_last, false, "Equal shards by dropping the order's tail (de
 ABSL_FLAG(uint64_t, buffer_size, 1024, "buffered_shuffle: shuffle buffer in samples");
 ABSL_FLAG(uint64_t, block_size, 64, "block_shuffle: samples per block");
 ABSL_FLAG(uint64_t, window, 16, "block_shuffle: blocks per shuffling window");
-ABSL_FLAG(uint64_t, batch_size, 32, "Samples per batch (run: the loader's batch; order --stats: for distinct files per batch)");
+ABSL_FLAG(uint64_t, batch_size, 32,
+          "Samples per batch (run: the loader's batch; order --stats: for distinct files per batch)");
 
 // Datasets (run, calibrate).
 ABSL_FLAG(std::string, fields, "",

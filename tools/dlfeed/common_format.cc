@@ -45,20 +45,27 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
   o.format = *f;
   o.name = absl::GetFlag(FLAGS_name);
   const std::string axis = absl::GetFlag(FLAGS_axis);
-  if (axis == "first") o.axis = SampleAxis::kFirst;
-  else if (axis == "last") o.axis = SampleAxis::kLast;
-  else if (axis == "auto") o.axis = SampleAxis::kAuto;
-  else return absl::InvalidArgumentError(absl::StrCat("bad --axis '", axis, "': expected first, last or auto"));
+  if (axis == "first")
+    o.axis = SampleAxis::kFirst;
+  else if (axis == "last")
+    o.axis = SampleAxis::kLast;
+  else if (axis == "auto")
+    o.axis = SampleAxis::kAuto;
+  else
+    return absl::InvalidArgumentError(absl::StrCat("bad --axis '", axis, "': expected first, last or auto"));
   const std::string layout = absl::GetFlag(FLAGS_layout);
   SampleAxis by_layout = SampleAxis::kAuto;
-  if (layout == "dlio") by_layout = SampleAxis::kLast;
-  else if (layout == "plain" || layout == "flat") by_layout = SampleAxis::kFirst;
+  if (layout == "dlio")
+    by_layout = SampleAxis::kLast;
+  else if (layout == "plain" || layout == "flat")
+    by_layout = SampleAxis::kFirst;
   else if (layout != "auto") {
     return absl::InvalidArgumentError(absl::StrCat("bad --layout '", layout, "': expected dlio, plain or auto"));
   }
   if (by_layout != SampleAxis::kAuto) {
     if (o.axis != SampleAxis::kAuto && o.axis != by_layout) {
-      return absl::InvalidArgumentError(absl::StrCat("--layout ", layout, " and --axis ", axis, " contradict each other"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--layout ", layout, " and --axis ", axis, " contradict each other"));
     }
     o.axis = by_layout;
   }
@@ -99,8 +106,8 @@ absl::StatusOr<OrderSpec> order_spec_from_flags() {
   spec.params.block_size = absl::GetFlag(FLAGS_block_size);
   spec.params.window = absl::GetFlag(FLAGS_window);
   if (spec.world_size == 0 || spec.rank >= spec.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("--rank ", spec.rank, " must be below --world-size ",
-                                                   spec.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank ", spec.rank, " must be below --world-size ", spec.world_size));
   }
   return spec;
 }

@@ -48,9 +48,12 @@ int run_generate(const std::vector<std::string>& args) {
   spec.sample_shape = value_or_throw(parse_shape(absl::GetFlag(FLAGS_shape)));
   spec.dtype = value_or_throw(DType::parse(absl::GetFlag(FLAGS_dtype)));
   const std::string comp = absl::GetFlag(FLAGS_compression);
-  if (comp == "none") spec.compression = gen::Compression::kNone;
-  else if (comp == "deflate" || comp == "gzip" || comp == "zlib") spec.compression = gen::Compression::kDeflate;
-  else throw Error(absl::InvalidArgumentError(absl::StrCat("bad --compression '", comp, "': expected none or deflate")));
+  if (comp == "none")
+    spec.compression = gen::Compression::kNone;
+  else if (comp == "deflate" || comp == "gzip" || comp == "zlib")
+    spec.compression = gen::Compression::kDeflate;
+  else
+    throw Error(absl::InvalidArgumentError(absl::StrCat("bad --compression '", comp, "': expected none or deflate")));
   spec.level = absl::GetFlag(FLAGS_level);
   spec.chunk_samples = absl::GetFlag(FLAGS_chunk_samples);
   spec.hdf5_shuffle = absl::GetFlag(FLAGS_hdf5_shuffle);
@@ -74,9 +77,9 @@ int run_generate(const std::vector<std::string>& args) {
 }
 
 std::vector<FlagGroup> generate_flags() {
-  return {flag_group("", FLAGS_dir, FLAGS_format, FLAGS_layout, FLAGS_files, FLAGS_valid_files,
-                     FLAGS_samples_per_file, FLAGS_shape, FLAGS_dtype, FLAGS_compression, FLAGS_level,
-                     FLAGS_chunk_samples, FLAGS_hdf5_shuffle, FLAGS_hdf5_datasets, FLAGS_seed, FLAGS_prefix)};
+  return {flag_group("", FLAGS_dir, FLAGS_format, FLAGS_layout, FLAGS_files, FLAGS_valid_files, FLAGS_samples_per_file,
+                     FLAGS_shape, FLAGS_dtype, FLAGS_compression, FLAGS_level, FLAGS_chunk_samples, FLAGS_hdf5_shuffle,
+                     FLAGS_hdf5_datasets, FLAGS_seed, FLAGS_prefix)};
 }
 
 }  // namespace

@@ -39,9 +39,9 @@ void print_json(const SampleIndex& index, int64_t limit) {
     if (source_file[r.source] < 0) source_file[r.source] = r.file;
   }
   for (size_t i = 0; i < index.sources.size(); ++i) {
-    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", source_file[i], ", \"layout\": ",
-                    json_quote(index.sources[i]->layout()), ", \"describe\": ",
-                    json_quote(index.sources[i]->describe()), "}");
+    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", source_file[i],
+                    ", \"layout\": ", json_quote(index.sources[i]->layout()),
+                    ", \"describe\": ", json_quote(index.sources[i]->describe()), "}");
   }
   o += "\n  ],\n  \"samples\": [";
   const uint64_t n = limit < 0 ? index.size() : std::min<uint64_t>(index.size(), limit);

@@ -144,10 +144,14 @@ class JsonParser {
     for (int k = 0; k < 4; ++k) {
       const char h = s_[i_ + k];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<uint32_t>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<uint32_t>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<uint32_t>(h - 'A' + 10);
-      else return error("4 hex digits after \\u");
+      if (h >= '0' && h <= '9')
+        v |= static_cast<uint32_t>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        v |= static_cast<uint32_t>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= static_cast<uint32_t>(h - 'A' + 10);
+      else
+        return error("4 hex digits after \\u");
     }
     i_ += 4;
     *cp = v;
@@ -194,9 +198,7 @@ class JsonParser {
           append_utf8(out, cp);
           break;
         }
-        default:
-          --i_;
-          return error("one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u");
+        default: --i_; return error("one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u");
       }
     }
   }
@@ -267,15 +269,15 @@ absl::StatusOr<Json> Json::parse(absl::string_view text, absl::string_view path)
   return JsonParser(text, path).document();
 }
 
-absl::StatusOr<const Json*> json_member(const Json& obj, absl::string_view key, Json::Type t,
-                                        absl::string_view path, absl::string_view where) {
+absl::StatusOr<const Json*> json_member(const Json& obj, absl::string_view key, Json::Type t, absl::string_view path,
+                                        absl::string_view where) {
   if (obj.type() != Json::Type::kObject) {
     return format_error(path, obj.offset(), absl::StrCat(where, " to be an object"), json_type_name(obj.type()));
   }
   const Json* m = obj.find(key);
   if (m == nullptr) {
-    return format_error(path, obj.offset(), absl::StrCat(where, " to have a member \"", key, "\" (", json_type_name(t), ")"),
-                        "none");
+    return format_error(path, obj.offset(),
+                        absl::StrCat(where, " to have a member \"", key, "\" (", json_type_name(t), ")"), "none");
   }
   if (m->type() != t) {
     return format_error(path, m->offset(), absl::StrCat(where, ".", key, " to be ", json_type_name(t)),
@@ -293,8 +295,6 @@ absl::StatusOr<std::string> read_text_file(const std::string& path) {
   return ss.str();
 }
 
-absl::Status write_text_file(const std::string& path, absl::string_view text) {
-  return gen::write_file(path, text);
-}
+absl::Status write_text_file(const std::string& path, absl::string_view text) { return gen::write_file(path, text); }
 
 }  // namespace dlfeed::cli

@@ -57,8 +57,8 @@ using detail::json_quote;
 
 /// Member `key` of `obj` checked to be of type `t`; otherwise an error
 /// "PATH: at offset N: expected KEY to be T, found ..." (or "... has no KEY").
-absl::StatusOr<const Json*> json_member(const Json& obj, absl::string_view key, Json::Type t,
-                                        absl::string_view path, absl::string_view where);
+absl::StatusOr<const Json*> json_member(const Json& obj, absl::string_view key, Json::Type t, absl::string_view path,
+                                        absl::string_view where);
 
 /// Reads a whole file (errors name it).
 absl::StatusOr<std::string> read_text_file(const std::string& path);

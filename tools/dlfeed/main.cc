@@ -1,6 +1,6 @@
 // The dlfeed command line: `dlfeed <command> [flags] [args]`.
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -28,17 +28,17 @@ namespace {
 std::set<std::string> g_given_flags;
 }  // namespace
 
-bool flag_given(const std::string& name) {
-  return g_given_flags.count(name) > 0;
-}
+bool flag_given(const std::string& name) { return g_given_flags.count(name) > 0; }
 
 namespace {
 
 constexpr int kUsageError = 2;  // a missing or unknown command, flag or argument
 
 std::string overview() {
-  std::string s = "dlfeed: a data loader for deep-learning training.\n\nUsage: dlfeed <command> [flags] [args]\n\nCommands:\n";
-  for (const auto& [name, c] : registry()) s += absl::StrCat("  ", name, std::string(12 - std::min<size_t>(11, name.size()), ' '), c.summary, "\n");
+  std::string s =
+      "dlfeed: a data loader for deep-learning training.\n\nUsage: dlfeed <command> [flags] [args]\n\nCommands:\n";
+  for (const auto& [name, c] : registry())
+    s += absl::StrCat("  ", name, std::string(12 - std::min<size_t>(11, name.size()), ' '), c.summary, "\n");
   s += "\nRun `dlfeed <command> --help` for a command's flags.\n";
   return s;
 }
@@ -95,7 +95,8 @@ std::string flags_help(const std::vector<const absl::CommandLineFlag*>& flags) {
   std::sort(named.begin(), named.end());
   std::string out;
   for (const auto& [name, f] : named) {
-    const std::string def = f->IsOfType<std::string>() ? absl::StrCat("\"", f->DefaultValue(), "\"") : f->DefaultValue();
+    const std::string def =
+        f->IsOfType<std::string>() ? absl::StrCat("\"", f->DefaultValue(), "\"") : f->DefaultValue();
     const std::string text = absl::StrCat(name, " (", f->Help(), "); default: ", def, ";");
     // Wrapped at 80 columns, continuation lines indented further.
     std::string line = "    ";
@@ -129,7 +130,8 @@ void print_usage(const std::string& name, const Command& c, const std::string& m
     }
     if (g.flags.empty()) continue;
     any = true;
-    absl::StrAppend(&s, "\n  ", g.title.empty() ? absl::StrCat("Flags of ", name) : g.title, ":\n", flags_help(g.flags));
+    absl::StrAppend(&s, "\n  ", g.title.empty() ? absl::StrCat("Flags of ", name) : g.title, ":\n",
+                    flags_help(g.flags));
   }
   if (mode == "match" && !any) absl::StrAppend(&s, "\nNo flag of ", name, " matches '", match, "'.\n");
   if (mode != "match" && !any) absl::StrAppend(&s, "\n", name, " takes no flags.\n");
@@ -233,8 +235,8 @@ std::vector<std::string> parse_flags(const std::string& name, const Command& c, 
 }  // namespace dlfeed::cli
 
 int main(int argc, char** argv) {
-  using dlfeed::cli::registry;
   using dlfeed::cli::kUsageError;
+  using dlfeed::cli::registry;
   // `dlfeed help CMD` is `dlfeed CMD --help`.
   std::vector<char*> help_of;
   if (argc == 3 && std::strcmp(argv[1], "help") == 0) {

@@ -37,8 +37,8 @@ dlfeed::FileLayout layout_from_flags() {
   const uint64_t files = absl::GetFlag(FLAGS_files);
   const uint64_t per = absl::GetFlag(FLAGS_samples_per_file);
   if (files == 0 || per == 0) {
-    throw dlfeed::Error(absl::InvalidArgumentError(
-        "give --dataset PATH, or --files N and --samples-per-file M (both >= 1)"));
+    throw dlfeed::Error(
+        absl::InvalidArgumentError("give --dataset PATH, or --files N and --samples-per-file M (both >= 1)"));
   }
   return dlfeed::FileLayout::uniform(files, per);
 }
@@ -61,10 +61,10 @@ int run_order(const std::vector<std::string>& args) {
     std::vector<uint64_t> ids(n);
     cursor.next(std::span<uint64_t>(ids));
     const auto stats = dlfeed::score(ids, layout, absl::GetFlag(FLAGS_batch_size));
-    std::string out = absl::StrCat("strategy: ", spec.strategy, "\nseed: ", spec.seed, "\nepoch: ", spec.epoch,
-                                   "\nrank: ", spec.rank, "\nworld_size: ", spec.world_size,
-                                   "\nsamples: ", layout.num_samples(), "\nfiles: ", layout.num_files(),
-                                   "\nrank_length: ", cursor.size(), "\n");
+    std::string out =
+        absl::StrCat("strategy: ", spec.strategy, "\nseed: ", spec.seed, "\nepoch: ", spec.epoch, "\nrank: ", spec.rank,
+                     "\nworld_size: ", spec.world_size, "\nsamples: ", layout.num_samples(),
+                     "\nfiles: ", layout.num_files(), "\nrank_length: ", cursor.size(), "\n");
     out += dlfeed::format_stats(stats);
     std::fputs(out.c_str(), stdout);
     return 0;

@@ -23,37 +23,46 @@
 ABSL_FLAG(std::string, out_dir, ".", "Folder for the PNG files");
 ABSL_FLAG(std::string, python, "",
           "Python with matplotlib (default: $DLFEED_PYTHON, else the source tree's .venv, else python3)");
-ABSL_FLAG(std::string, script, "", "The drawing script (default: $DLFEED_REPORT_SCRIPT, else tools/dlfeed_report.py)");
+ABSL_FLAG(std::string, script, "",
+          "The drawing script (default: $DLFEED_REPORT_SCRIPT, else share/dlfeed/dlfeed_report.py beside bin/)");
 
 namespace dlfeed::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The source tree this binary was built from (report.cc is tools/dlfeed/report.cc).
-fs::path source_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+// Where this binary is: <prefix>/bin/dlfeed installed (a wheel's or a
+// venv's bin/ too), <build>/tools/dlfeed in a build tree.
+fs::path self_dir() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : self.parent_path();
+}
 
+// The drawing script sits at <prefix>/share/dlfeed/dlfeed_report.py: installed
+// there, and copied to <build>/share/dlfeed/ by the build.
 std::string find_script() {
   std::string s = absl::GetFlag(FLAGS_script);
   if (!s.empty()) return s;
   if (const char* e = std::getenv("DLFEED_REPORT_SCRIPT"); e && *e) return e;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates = {source_root() / "tools" / "dlfeed_report.py"};
-  if (!ec) candidates.push_back(self.parent_path().parent_path() / "share" / "dlfeed" / "dlfeed_report.py");
-  for (const fs::path& p : candidates) {
-    if (fs::exists(p, ec)) return p.string();
-  }
-  return candidates[0].string();
+  return (self_dir().parent_path() / "share" / "dlfeed" / "dlfeed_report.py").string();
 }
 
+// The Python to draw with: $DLFEED_PYTHON, the python beside this binary (a
+// venv's or a wheel's bin/), the interpreter the build was configured with,
+// else python3 on PATH.
 std::string find_python() {
   std::string s = absl::GetFlag(FLAGS_python);
   if (!s.empty()) return s;
   if (const char* e = std::getenv("DLFEED_PYTHON"); e && *e) return e;
   std::error_code ec;
-  const fs::path venv = source_root() / ".venv" / "bin" / "python";
-  if (fs::exists(venv, ec)) return venv.string();
+  std::vector<fs::path> candidates = {self_dir() / "python"};
+#ifdef DLFEED_CONFIGURED_PYTHON
+  candidates.push_back(DLFEED_CONFIGURED_PYTHON);
+#endif
+  for (const fs::path& p : candidates) {
+    if (!p.empty() && fs::exists(p, ec)) return p.string();
+  }
   return "python3";
 }
 
@@ -71,8 +80,9 @@ int run_report(const std::vector<std::string>& args) {
     (head.rfind("{\"schema\":\"dlfeed.counters/", 0) == 0 ? summary : trace) = a;
   }
   if (summary.empty() && trace.empty()) {
-    std::fprintf(stderr, "dlfeed report: give a summary (dlfeed run --summary-json) and/or a trace "
-                         "(dlfeed run --trace) file, and --out-dir DIR\n");
+    std::fprintf(stderr,
+                 "dlfeed report: give a summary (dlfeed run --summary-json) and/or a trace "
+                 "(dlfeed run --trace) file, and --out-dir DIR\n");
     return 2;
   }
   const std::string python = find_python();

@@ -34,9 +34,9 @@
 #include "common_format.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
-#include "io/raw_read.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/order/random.h"
+#include "io/raw_read.h"
 #include "json.h"
 #include "run_scale.h"
 #include "workloads.h"
@@ -48,8 +48,9 @@ ABSL_FLAG(double, compute_ms, 0.0,
 ABSL_FLAG(double, compute_stdev_ms, 0.0,
           "Standard deviation of the compute per step: each step draws normal(--compute-ms, this) truncated at "
           "0 (negative draws are drawn again), from a generator seeded by --seed");
-ABSL_FLAG(std::string, io, "auto", "I/O backend: auto (io_uring if it works, else thread_pool), io_uring, "
-                                   "thread_pool, sync");
+ABSL_FLAG(std::string, io, "auto",
+          "I/O backend: auto (io_uring if it works, else thread_pool), io_uring, "
+          "thread_pool, sync");
 ABSL_FLAG(uint32_t, queue_depth, 64, "io_uring queue depth");
 ABSL_FLAG(uint64_t, max_in_flight_mb, 16, "io_uring: most MiB of reads in the kernel at once (0: no limit)");
 ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
@@ -63,7 +64,8 @@ ABSL_FLAG(std::string, prefetch, "depth:8,budget:256M",
           "Prefetch policy: off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
 ABSL_FLAG(uint64_t, memory_budget_mb, 1024, "Most MiB of batches in flight (reads and decoded batches)");
 ABSL_FLAG(uint64_t, max_gap, 64 * 1024, "Coalesce extents of a file at most this many bytes apart");
-ABSL_FLAG(uint64_t, max_read, 4 << 20, "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
+ABSL_FLAG(uint64_t, max_read, 4 << 20,
+          "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
 ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
 ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
@@ -196,10 +198,9 @@ struct Efficiency {
   /// every layout, where a MiB/s of extents would not be bytes delivered (a
   /// DLIO-layout NPZ sample's extent spans every sample of its array).
   double limit_samples_per_s() const {
-    const double per_sample = calibration.dataset.samples
-                                  ? static_cast<double>(calibration.dataset_bytes) /
-                                        static_cast<double>(calibration.dataset.samples)
-                                  : 0;
+    const double per_sample = calibration.dataset.samples ? static_cast<double>(calibration.dataset_bytes) /
+                                                                static_cast<double>(calibration.dataset.samples)
+                                                          : 0;
     return per_sample > 0 ? limit.limit_mib_per_s * 1048576.0 / per_sample : 0;
   }
 };
@@ -239,7 +240,8 @@ RunConfig configure(const std::vector<std::string>& args) {
     o.format = c.workload->format_options();
     o.fields = fields.empty() ? c.workload->base->fields : fields;
   } else {
-    if (args.empty()) throw Error(absl::InvalidArgumentError("give a dataset file or folder, or --workload (see --help)"));
+    if (args.empty())
+      throw Error(absl::InvalidArgumentError("give a dataset file or folder, or --workload (see --help)"));
     o.paths = args;
     o.format = value_or_throw(format_options_from_flags());
     o.fields = fields;
@@ -261,7 +263,7 @@ RunConfig configure(const std::vector<std::string>& args) {
   o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
   o.io.threads = absl::GetFlag(FLAGS_io_threads);
   o.io_engines = absl::GetFlag(FLAGS_io_engines);
-  o.io_spread_always = absl::GetFlag(FLAGS_io_spread_always);
+  o.tuning.io_spread_always = absl::GetFlag(FLAGS_io_spread_always);
   o.io.direct = absl::GetFlag(FLAGS_direct);
   o.prefetch = absl::GetFlag(FLAGS_prefetch);
   o.memory_budget = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
@@ -301,11 +303,11 @@ std::optional<Efficiency> find_calibration(const RunConfig& c, const Loader& loa
   e.auto_detected = automatic;
   e.calibration = value_or_throw(load_calibration(path));
   if (e.calibration.dataset.fingerprint != id.fingerprint) {
-    const std::string what = absl::StrCat(
-        path, ": this calibration was measured on another dataset (", e.calibration.dataset.describe(),
-        e.calibration.paths.empty() ? "" : absl::StrCat(" at ", absl::StrJoin(e.calibration.paths, " ")),
-        "), not on ", absl::StrJoin(c.loader.paths, " "), " (", id.describe(), "); run `dlfeed calibrate ",
-        absl::StrJoin(c.loader.paths, " "), "` first");
+    const std::string what =
+        absl::StrCat(path, ": this calibration was measured on another dataset (", e.calibration.dataset.describe(),
+                     e.calibration.paths.empty() ? "" : absl::StrCat(" at ", absl::StrJoin(e.calibration.paths, " ")),
+                     "), not on ", absl::StrJoin(c.loader.paths, " "), " (", id.describe(), "); run `dlfeed calibrate ",
+                     absl::StrJoin(c.loader.paths, " "), "` first");
     if (!automatic) throw Error(absl::FailedPreconditionError(what));
     std::printf("note: %s\n", what.c_str());  // stale default file: no efficiency, not an error
     return std::nullopt;
@@ -329,7 +331,9 @@ std::optional<Efficiency> find_calibration(const RunConfig& c, const Loader& loa
 class Trainer {
  public:
   Trainer(Loader& loader, const RunConfig& c, const ScaleOut& scale)
-      : loader_(loader), config_(c), scale_(scale),
+      : loader_(loader),
+        config_(c),
+        scale_(scale),
         compute_(c.compute_mean_s, c.compute_stdev_s, c.loader.order.seed) {}
 
   EpochResult run_epoch(uint64_t e) {
@@ -369,8 +373,8 @@ class Trainer {
       const double t = compute_.next();
       counters::ScopedTimer region(loader_.counters(), counters::Region::kCompute);
       const auto start = Clock::now();
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(t)));
+      std::this_thread::sleep_until(start +
+                                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t)));
       measured_.add(std::chrono::duration<double>(Clock::now() - start).count());
     }
     scale_.end_step(loader_.counters());  // under MPI: DLIO's barrier per step
@@ -438,9 +442,9 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
       secs > 0 ? (r.after.bytes_read - r.before.bytes_read) / secs / 1048576.0 : 0,
       static_cast<unsigned long long>(r.after.read_requests - r.before.read_requests),
       static_cast<unsigned long long>(r.after.extents - r.before.extents), r.stall_s);
-  std::string line = absl::StrFormat(
-      "  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed", e.au_percent,
-      e.samples_per_s, io_mib_per_s(e), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
+  std::string line =
+      absl::StrFormat("  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed",
+                      e.au_percent, e.samples_per_s, io_mib_per_s(e), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
   if (auto x = efficiency_of(e, eff)) {
     absl::StrAppend(&line, absl::StrFormat("; efficiency %.1f%% of %s", *x * 100, limit_str(e, *eff)));
   }
@@ -449,13 +453,12 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
 
 std::string report_json(const counters::EpochReport& e, const std::optional<Efficiency>& eff) {
   const std::optional<double> x = efficiency_of(e, eff);
-  return absl::StrCat("{\"epoch\":", e.epoch, ",\"au_percent\":", json_number(e.au_percent),
-                      ",\"samples_per_s\":", json_number(e.samples_per_s),
-                      ",\"io_mib_per_s\":", json_number(io_mib_per_s(e)),
-                      ",\"read_mib_per_s\":", json_number(e.read_mib_per_s),
-                      ",\"delivered_mib_per_s\":", json_number(e.delivered_mib_per_s),
-                      ",\"io_hidden_s\":", json_number(e.io_hidden_s), ",\"io_exposed_s\":", json_number(e.io_exposed_s),
-                      ",\"efficiency\":", x ? json_number(*x) : "null", "}");
+  return absl::StrCat(
+      "{\"epoch\":", e.epoch, ",\"au_percent\":", json_number(e.au_percent),
+      ",\"samples_per_s\":", json_number(e.samples_per_s), ",\"io_mib_per_s\":", json_number(io_mib_per_s(e)),
+      ",\"read_mib_per_s\":", json_number(e.read_mib_per_s),
+      ",\"delivered_mib_per_s\":", json_number(e.delivered_mib_per_s), ",\"io_hidden_s\":", json_number(e.io_hidden_s),
+      ",\"io_exposed_s\":", json_number(e.io_exposed_s), ",\"efficiency\":", x ? json_number(*x) : "null", "}");
 }
 
 /// The "run" section of the summary JSON (docs/workloads.md).
@@ -469,16 +472,16 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
     std::vector<std::string> dims;
     for (int64_t d : w.sample_shape) dims.push_back(absl::StrCat(d));
     workload = absl::StrCat("{\"name\":", json_quote(w.base->name), ",\"scale\":", json_number(w.scale),
-                            ",\"files\":", w.files, ",\"samples_per_file\":", w.samples_per_file,
-                            ",\"sample_shape\":[", absl::StrJoin(dims, ","), "],\"dtype\":",
-                            json_quote(w.base->dtype.name()), ",\"sample_bytes\":", w.sample_bytes(),
-                            ",\"dataset_bytes\":", w.dataset_bytes(), ",\"compute_s\":", json_number(w.compute_s), "}");
+                            ",\"files\":", w.files, ",\"samples_per_file\":", w.samples_per_file, ",\"sample_shape\":[",
+                            absl::StrJoin(dims, ","), "],\"dtype\":", json_quote(w.base->dtype.name()),
+                            ",\"sample_bytes\":", w.sample_bytes(), ",\"dataset_bytes\":", w.dataset_bytes(),
+                            ",\"compute_s\":", json_number(w.compute_s), "}");
   }
   const ComputeModel& m = t.compute();
   const std::string compute = absl::StrCat(
       "{\"distribution\":\"", m.stdev() > 0 ? "normal" : "fixed", "\",\"mean_ms\":", json_number(m.mean() * 1e3),
-      ",\"stdev_ms\":", json_number(m.stdev() * 1e3), ",\"seed\":", c.loader.order.seed,
-      ",\"steps\":", m.drawn().n, ",\"drawn_mean_ms\":", json_number(m.drawn().mean * 1e3),
+      ",\"stdev_ms\":", json_number(m.stdev() * 1e3), ",\"seed\":", c.loader.order.seed, ",\"steps\":", m.drawn().n,
+      ",\"drawn_mean_ms\":", json_number(m.drawn().mean * 1e3),
       ",\"drawn_stdev_ms\":", json_number(m.drawn().stdev() * 1e3), ",\"drawn_total_s\":", json_number(m.drawn().sum),
       ",\"measured_mean_ms\":", json_number(t.measured().mean * 1e3),
       ",\"measured_stdev_ms\":", json_number(t.measured().stdev() * 1e3),
@@ -486,11 +489,12 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
   std::string calibration = "null";
   if (eff) {
     const PatternLimit& p = eff->limit;
-    calibration = absl::StrCat("{\"file\":", json_quote(eff->calibration.file), ",\"pattern\":", json_quote(p.pattern),
-                               ",\"strategy\":", json_quote(p.strategy), ",\"limit_mib_per_s\":",
-                               json_number(p.limit_mib_per_s), ",\"limit_samples_per_s\":",
-                               json_number(eff->limit_samples_per_s()), ",\"limit_reader\":", json_quote(p.limit_reader),
-                               ",\"auto_detected\":", eff->auto_detected ? "true" : "false", "}");
+    calibration =
+        absl::StrCat("{\"file\":", json_quote(eff->calibration.file), ",\"pattern\":", json_quote(p.pattern),
+                     ",\"strategy\":", json_quote(p.strategy), ",\"limit_mib_per_s\":", json_number(p.limit_mib_per_s),
+                     ",\"limit_samples_per_s\":", json_number(eff->limit_samples_per_s()),
+                     ",\"limit_reader\":", json_quote(p.limit_reader),
+                     ",\"auto_detected\":", eff->auto_detected ? "true" : "false", "}");
   }
   std::vector<std::string> epochs;
   for (size_t i = 0; i < snap.epochs.size(); ++i) {
@@ -502,29 +506,29 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
   const counters::EpochReport& all = snap.total;
   return absl::StrCat(
       "{\"schema\":\"dlfeed.run/1\",\"paths\":[", absl::StrJoin(paths, ","), "],\"workload\":", workload,
-      ",\"fields\":[", absl::StrJoin(loader.field_names(), ",", [](std::string* out, const std::string& f) {
-        out->append(json_quote(f));
-      }),
-      "],\"strategy\":", json_quote(c.loader.order.strategy), ",\"pattern\":",
-      json_quote(eff ? eff->limit.pattern : pattern_class(c.loader.order.strategy)), ",\"batch_size\":",
-      c.loader.batch_size, ",\"epochs_run\":", snap.epochs.size(), ",\"evict\":", c.evict ? "true" : "false",
-      ",\"io_backend\":", json_quote(loader.stats().io_backend), ",\"record_bytes\":",
-      json_number(record_bytes_of(loader)), ",\"delivered_bytes_per_sample\":",
+      ",\"fields\":[",
+      absl::StrJoin(loader.field_names(), ",",
+                    [](std::string* out, const std::string& f) { out->append(json_quote(f)); }),
+      "],\"strategy\":", json_quote(c.loader.order.strategy),
+      ",\"pattern\":", json_quote(eff ? eff->limit.pattern : pattern_class(c.loader.order.strategy)),
+      ",\"batch_size\":", c.loader.batch_size, ",\"epochs_run\":", snap.epochs.size(),
+      ",\"evict\":", c.evict ? "true" : "false", ",\"io_backend\":", json_quote(loader.stats().io_backend),
+      ",\"record_bytes\":", json_number(record_bytes_of(loader)), ",\"delivered_bytes_per_sample\":",
       json_number(all.samples ? static_cast<double>(all.bytes_delivered) / static_cast<double>(all.samples) : 0),
-      ",\"compute\":", compute,
-      ",\"calibration\":", calibration, ",\"epochs\":[", absl::StrJoin(epochs, ","),
+      ",\"compute\":", compute, ",\"calibration\":", calibration, ",\"epochs\":[", absl::StrJoin(epochs, ","),
       "],\"total\":", report_json(snap.total, eff), "}");
 }
 
 void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, uint64_t total_samples, double total_s,
                   const std::optional<Efficiency>& eff, const ScaleOut& scale) {
   const LoaderStats st = loader.stats();
-  std::printf("total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
-              "buffers %llu allocated, %llu reused; %llu batches on more I/O engines (of %u)\n",
-              static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
-              st.peak_in_flight_bytes / 1048576.0, c.loader.memory_budget / 1048576.0,
-              static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses),
-              static_cast<unsigned long long>(st.batches_spread), st.io_engines);
+  std::printf(
+      "total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
+      "buffers %llu allocated, %llu reused; %llu batches on more I/O engines (of %u)\n",
+      static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
+      st.peak_in_flight_bytes / 1048576.0, c.loader.memory_budget / 1048576.0,
+      static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses),
+      static_cast<unsigned long long>(st.batches_spread), st.io_engines);
   if (c.checksum) {
     uint64_t sum = t.checksum(), samples = total_samples;
     scale.reduce_checksum(sum, samples);  // under MPI: the job's
@@ -538,9 +542,10 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
                 limit_str(snap.total, *eff).c_str(), eff->calibration.file.c_str(),
                 c.evict ? "" : "; warm page cache (no --evict), so it may exceed 100%");
     if (snap.total.au_percent > 90 && !c.quiet) {
-      std::printf("note: AU is %.1f%%: compute, not the loader, sets the pace; efficiency measures the loader "
-                  "when the run is I/O-bound (less compute)\n",
-                  snap.total.au_percent);
+      std::printf(
+          "note: AU is %.1f%%: compute, not the loader, sets the pace; efficiency measures the loader "
+          "when the run is I/O-bound (less compute)\n",
+          snap.total.au_percent);
     }
   }
   std::printf("\n%s", snap.summary_table().c_str());
@@ -563,7 +568,7 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
 }
 
 int run_run(const std::vector<std::string>& args) {
-  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();  // MPI, staging (run_scale.h)
+  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();              // MPI, staging (run_scale.h)
   RunConfig config = scale->root_first([&] { return configure(args); });  // a preset's dataset: made once
   scale->configure(config.loader);
   const RunConfig& c = config;
@@ -591,10 +596,10 @@ int run_run(const std::vector<std::string>& args) {
   const std::optional<Efficiency> eff = find_calibration(c, *loader);
   if (!c.quiet) {
     std::printf("compute: %s per step; cache: %s\n",
-                c.compute_stdev_s > 0
-                    ? absl::StrFormat("normal(%.3f ms, %.3f ms) truncated at 0", c.compute_mean_s * 1e3,
-                                      c.compute_stdev_s * 1e3).c_str()
-                    : absl::StrFormat("%.3f ms", c.compute_mean_s * 1e3).c_str(),
+                c.compute_stdev_s > 0 ? absl::StrFormat("normal(%.3f ms, %.3f ms) truncated at 0",
+                                                        c.compute_mean_s * 1e3, c.compute_stdev_s * 1e3)
+                                            .c_str()
+                                      : absl::StrFormat("%.3f ms", c.compute_mean_s * 1e3).c_str(),
                 c.evict ? "cold (pages dropped before each epoch)" : "as it is (no --evict)");
     if (eff) {
       std::printf("calibration: %s (%s pattern: limit %.1f MiB/s of sample extents, %.0f samples/s, %s)\n",
@@ -619,14 +624,17 @@ int run_run(const std::vector<std::string>& args) {
 }
 
 std::vector<FlagGroup> run_flags() {
-  return {flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_compute_ms, FLAGS_compute_stdev_ms,
-                     FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum, FLAGS_quiet, FLAGS_evict, FLAGS_calibration,
-                     FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events,
-                     FLAGS_trace_io_sample),
-          flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
-                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
-                     FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_threads),
-          workload_flags(), format_flags(), order_flags(), scale_out_flags()};
+  return {
+      flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_compute_ms, FLAGS_compute_stdev_ms,
+                 FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum, FLAGS_quiet, FLAGS_evict, FLAGS_calibration,
+                 FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events, FLAGS_trace_io_sample),
+      flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
+                 FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
+                 FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_threads),
+      workload_flags(),
+      format_flags(),
+      order_flags(),
+      scale_out_flags()};
 }
 
 }  // namespace

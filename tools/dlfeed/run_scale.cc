@@ -2,9 +2,9 @@
 // dlfeed::mpi and launched by an MPI launcher, and node-local staging.
 #include "run_scale.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -38,8 +38,8 @@ ABSL_FLAG(bool, stage_wait, false,
 namespace dlfeed::cli {
 
 FlagGroup scale_out_flags() {
-  return flag_group("MPI and staging flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print,
-                    FLAGS_stage_to, FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait);
+  return flag_group("MPI and staging flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print, FLAGS_stage_to,
+                    FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait);
 }
 
 namespace {
@@ -98,8 +98,9 @@ std::unique_ptr<ScaleOut> ScaleOut::begin() {
         "--mpi=on: this dlfeed was built without MPI (configure with an MPI implementation installed)"));
   }
   if (mode == "auto" && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))) {
-    std::fprintf(stderr, "dlfeed run: started by an MPI launcher, but this dlfeed was built without MPI: "
-                         "every process runs as --rank/--world-size say\n");
+    std::fprintf(stderr,
+                 "dlfeed run: started by an MPI launcher, but this dlfeed was built without MPI: "
+                 "every process runs as --rank/--world-size say\n");
   }
 #endif
   return s;
@@ -160,18 +161,19 @@ counters::Snapshot ScaleOut::summary(const Loader& loader, const std::string& js
   const LoaderStats st = loader.stats();
   if (!loader.options().stage.dir.empty()) {
     const staging::StageStats& g = st.stage;
-    std::printf("stage: %s: %llu of %llu owned files staged (%llu copied, %llu reused), %.1f MiB; %llu skipped "
-                "(%llu over the %s limit, %llu no space), %llu failed%s%s; %llu of %llu files read from copies at "
-                "the last epoch start\n",
-                loader.options().stage.dir.c_str(), static_cast<unsigned long long>(g.staged + g.reused),
-                static_cast<unsigned long long>(g.files), static_cast<unsigned long long>(g.staged),
-                static_cast<unsigned long long>(g.reused), g.bytes_staged / 1048576.0,
-                static_cast<unsigned long long>(g.skipped_limit + g.skipped_space),
-                static_cast<unsigned long long>(g.skipped_limit),
-                absl::GetFlag(FLAGS_stage_limit).empty() ? "(no)" : absl::GetFlag(FLAGS_stage_limit).c_str(),
-                static_cast<unsigned long long>(g.skipped_space), static_cast<unsigned long long>(g.failed),
-                g.first_error.empty() ? "" : ": ", g.first_error.c_str(),
-                static_cast<unsigned long long>(st.files_read_staged), static_cast<unsigned long long>(st.files));
+    std::printf(
+        "stage: %s: %llu of %llu owned files staged (%llu copied, %llu reused), %.1f MiB; %llu skipped "
+        "(%llu over the %s limit, %llu no space), %llu failed%s%s; %llu of %llu files read from copies at "
+        "the last epoch start\n",
+        loader.options().stage.dir.c_str(), static_cast<unsigned long long>(g.staged + g.reused),
+        static_cast<unsigned long long>(g.files), static_cast<unsigned long long>(g.staged),
+        static_cast<unsigned long long>(g.reused), g.bytes_staged / 1048576.0,
+        static_cast<unsigned long long>(g.skipped_limit + g.skipped_space),
+        static_cast<unsigned long long>(g.skipped_limit),
+        absl::GetFlag(FLAGS_stage_limit).empty() ? "(no)" : absl::GetFlag(FLAGS_stage_limit).c_str(),
+        static_cast<unsigned long long>(g.skipped_space), static_cast<unsigned long long>(g.failed),
+        g.first_error.empty() ? "" : ": ", g.first_error.c_str(), static_cast<unsigned long long>(st.files_read_staged),
+        static_cast<unsigned long long>(st.files));
   }
 #if DLFEED_WITH_MPI
   if (job_) {

@@ -61,6 +61,7 @@ const std::vector<Workload>& workloads() {
   // compute_s is per step (one batch of the rank). The first four are the
   // DLIO benchmark's configurations (REFERENCE.md); DeepCAM and the HEP CNN
   // have no DLIO configuration: their batch and step time are estimates.
+  // clang-format off
   static const std::vector<Workload> table = {
       {"unet3d", FileFormat::kNpz, 168, 1, dlio_square(146600628), DType::u8(), 7, 0.323, {"x"}, 0.01,
        "DLIO unet3d_h100.yaml: 168 NPZ files of one ~146.6 MB sample, batch 7, 0.323 s/step"},
@@ -78,6 +79,7 @@ const std::vector<Workload>& workloads() {
        0.000625, "HEP CNN benchmark: 2048 HDF5 files, 496 GB (402 samples of 224x224x3 float32 per file); batch 64 "
        "and 0.064 s/step are estimates (about 1000 samples/s per GPU)"},
   };
+  // clang-format on
   return table;
 }
 
@@ -93,9 +95,9 @@ absl::StatusOr<const Workload*> find_workload(const std::string& name) {
 
 absl::StatusOr<ScaledWorkload> scale_workload(const Workload& w, double scale) {
   if (!(scale > 0 && scale <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad --scale ", scale_str(scale), " for workload ", w.name,
-        ": expected a fraction of the published dataset in (0, 1], e.g. ", scale_str(w.default_scale)));
+    return absl::InvalidArgumentError(absl::StrCat("bad --scale ", scale_str(scale), " for workload ", w.name,
+                                                   ": expected a fraction of the published dataset in (0, 1], e.g. ",
+                                                   scale_str(w.default_scale)));
   }
   ScaledWorkload s;
   s.base = &w;
@@ -241,9 +243,9 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
     return DatasetAction::kRegenerated;
   }
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir, ": exists and is not a dlfeed workload dataset (it has no ", kManifestName,
-        "), so it is left alone; choose another --data-dir or remove it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": exists and is not a dlfeed workload dataset (it has no ", kManifestName,
+                     "), so it is left alone; choose another --data-dir or remove it"));
   }
   DLFEED_RETURN_IF_ERROR(generate(w, dir));
   return DatasetAction::kGenerated;
@@ -274,12 +276,13 @@ absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w,
   std::string dir = absl::GetFlag(FLAGS_data_dir);
   if (dir.empty()) dir = w.default_dir();
   if (!quiet) {
-    std::printf("workload %s at scale %s: %llu files x %llu samples of %s %s (%s), batch %u, %.4g s compute/step; "
-                "%s in %s\n",
-                w.base->name.c_str(), scale_str(w.scale).c_str(), static_cast<unsigned long long>(w.files),
-                static_cast<unsigned long long>(w.samples_per_file), shape_str(w.sample_shape).c_str(),
-                w.base->dtype.name().c_str(), bytes_str(w.sample_bytes()).c_str(), w.batch_size, w.compute_s,
-                bytes_str(w.dataset_bytes()).c_str(), dir.c_str());
+    std::printf(
+        "workload %s at scale %s: %llu files x %llu samples of %s %s (%s), batch %u, %.4g s compute/step; "
+        "%s in %s\n",
+        w.base->name.c_str(), scale_str(w.scale).c_str(), static_cast<unsigned long long>(w.files),
+        static_cast<unsigned long long>(w.samples_per_file), shape_str(w.sample_shape).c_str(),
+        w.base->dtype.name().c_str(), bytes_str(w.sample_bytes()).c_str(), w.batch_size, w.compute_s,
+        bytes_str(w.dataset_bytes()).c_str(), dir.c_str());
     std::fflush(stdout);
   }
   DLFEED_ASSIGN_OR_RETURN(DatasetAction action, ensure_dataset(w, dir));
@@ -305,9 +308,9 @@ int run_workloads(const std::vector<std::string>& args) {
     for (const bool published : {true, false}) {
       const ScaledWorkload s =
           value_or_throw(scale_workload(w, published ? 1.0 : (scale == 0 ? w.default_scale : scale)));
-      std::printf("%-10s %-8s %8s %10llu %-16s %-7s %10llu %6u %10.4g %10s  %s\n",
-                  published ? w.name.c_str() : "", format_name(w.format).c_str(),
-                  published ? "1" : scale_str(s.scale).c_str(), static_cast<unsigned long long>(s.files),
+      std::printf("%-10s %-8s %8s %10llu %-16s %-7s %10llu %6u %10.4g %10s  %s\n", published ? w.name.c_str() : "",
+                  format_name(w.format).c_str(), published ? "1" : scale_str(s.scale).c_str(),
+                  static_cast<unsigned long long>(s.files),
                   absl::StrCat(s.samples_per_file, "x", shape_str(s.sample_shape)).c_str(), w.dtype.name().c_str(),
                   static_cast<unsigned long long>(s.sample_bytes()), s.batch_size, s.compute_s,
                   bytes_str(s.dataset_bytes()).c_str(), absl::StrJoin(w.fields, ",").c_str());

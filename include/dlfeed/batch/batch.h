@@ -68,9 +68,7 @@ struct DLFEED_EXPORT BatchField {
   bool ragged() const { return shape.empty(); }
   size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   /// Sample i's bytes.
-  std::span<const std::byte> sample(size_t i) const {
-    return bytes.subspan(offsets[i], offsets[i + 1] - offsets[i]);
-  }
+  std::span<const std::byte> sample(size_t i) const { return bytes.subspan(offsets[i], offsets[i + 1] - offsets[i]); }
   /// Typed view of all elements (T must match dtype's size).
   template <typename T>
   std::span<const T> as() const {

@@ -61,30 +61,30 @@ enum class Kind : uint8_t { kSum, kDistribution, kRate };
 
 /// The recorded counters. Distributions are also summable (sum, count).
 enum class Id : uint8_t {
-  kOpen,            // ns  dist  index one field's files (Loader::create), per field
-  kPlan,            // ns  dist  plan a batch: ids, extents, coalescing (per batch)
-  kAdmitWait,       // ns  dist  planner blocked by prefetch policy / memory budget (per batch)
-  kIoLatency,       // ns  dist  one read: submitted -> completion reaped (per read request)
-  kDecode,          // ns  dist  decode a batch: CRC, inflate, parse, copy into place (per batch)
-  kCollate,         // ns  dist  hand a decoded batch to the consumer queue (per batch)
-  kStall,           // ns  dist  consumer blocked in next() (per call)
-  kCompute,         // ns  dist  user compute regions (per region)
-  kStep,            // ns  dist  step to step (per step)
-  kBytesRead,       // bytes sum  bytes read from files
-  kReadRequests,    // count sum  read requests issued (after coalescing)
-  kExtents,         // count sum  extents asked for (before coalescing)
-  kReadErrors,      // count sum  reads that failed
-  kBatches,         // count sum  batches delivered
-  kSamples,         // count sum  samples delivered
-  kBytesDelivered,  // bytes sum  decoded bytes delivered
-  kIoHidden,        // ns  sum   I/O busy while a compute region ran (read time hidden)
-  kIoExposed,       // ns  sum   I/O busy while the consumer stalled (read time exposed)
-  kDecodeCrc,       // ns  dist  verify a record's CRC32C (per TFRecord sample)
-  kDecodeInflate,   // ns  dist  inflate a deflated NPZ member or HDF5 chunk (per call)
-  kDecodeParse,     // ns  dist  parse a tf.train.Example for the feature (per sample)
-  kBytesReadStaged, // bytes sum  bytes of reads handed to the backend from staged copies (loader stage option)
-  kStageCopied,     // bytes sum  bytes copied into the staging folder
-  kBarrier,         // ns  dist  waiting for the other ranks at the end of a step (Region::kBarrier)
+  kOpen,             // ns  dist  index one field's files (Loader::create), per field
+  kPlan,             // ns  dist  plan a batch: ids, extents, coalescing (per batch)
+  kAdmitWait,        // ns  dist  planner blocked by prefetch policy / memory budget (per batch)
+  kIoLatency,        // ns  dist  one read: submitted -> completion reaped (per read request)
+  kDecode,           // ns  dist  decode a batch: CRC, inflate, parse, copy into place (per batch)
+  kCollate,          // ns  dist  hand a decoded batch to the consumer queue (per batch)
+  kStall,            // ns  dist  consumer blocked in next() (per call)
+  kCompute,          // ns  dist  user compute regions (per region)
+  kStep,             // ns  dist  step to step (per step)
+  kBytesRead,        // bytes sum  bytes read from files
+  kReadRequests,     // count sum  read requests issued (after coalescing)
+  kExtents,          // count sum  extents asked for (before coalescing)
+  kReadErrors,       // count sum  reads that failed
+  kBatches,          // count sum  batches delivered
+  kSamples,          // count sum  samples delivered
+  kBytesDelivered,   // bytes sum  decoded bytes delivered
+  kIoHidden,         // ns  sum   I/O busy while a compute region ran (read time hidden)
+  kIoExposed,        // ns  sum   I/O busy while the consumer stalled (read time exposed)
+  kDecodeCrc,        // ns  dist  verify a record's CRC32C (per TFRecord sample)
+  kDecodeInflate,    // ns  dist  inflate a deflated NPZ member or HDF5 chunk (per call)
+  kDecodeParse,      // ns  dist  parse a tf.train.Example for the feature (per sample)
+  kBytesReadStaged,  // bytes sum  bytes of reads handed to the backend from staged copies (loader stage option)
+  kStageCopied,      // bytes sum  bytes copied into the staging folder
+  kBarrier,          // ns  dist  waiting for the other ranks at the end of a step (Region::kBarrier)
   kCount
 };
 inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
@@ -145,7 +145,7 @@ struct DLFEED_EXPORT CounterValue {
 struct DLFEED_EXPORT EpochReport {
   int64_t epoch = -1;  // -1: the total
   bool complete = false;
-  double wall_s = 0;   // merged over ranks: the slowest rank's
+  double wall_s = 0;      // merged over ranks: the slowest rank's
   double wall_min_s = 0;  // the fastest rank's (== wall_s for one rank)
   uint64_t steps = 0, batches = 0, samples = 0;
   uint64_t bytes_read = 0, bytes_delivered = 0, read_requests = 0, extents = 0;
@@ -272,11 +272,8 @@ inline constexpr SpanKind kDecodeSpan{
     .id = Id::kDecode, .component = Component::kDecode, .name = "decode", .cat = "decode"};
 inline constexpr SpanKind kCollateSpan{
     .id = Id::kCollate, .component = Component::kCollate, .name = "collate", .cat = "collate"};
-inline constexpr SpanKind kStallSpan{.id = Id::kStall,
-                                     .component = Component::kStall,
-                                     .name = "stall",
-                                     .cat = "consumer",
-                                     .io_overlap = Id::kIoExposed};
+inline constexpr SpanKind kStallSpan{
+    .id = Id::kStall, .component = Component::kStall, .name = "stall", .cat = "consumer", .io_overlap = Id::kIoExposed};
 inline constexpr SpanKind kComputeSpan{.id = Id::kCompute,
                                        .component = Component::kCompute,
                                        .name = "compute",
@@ -421,8 +418,8 @@ class DLFEED_EXPORT Counters {
   void region_end(Region r, uint64_t t0, uint64_t t1, uint64_t io_busy_at_t0);
 
   // ---- what the loader records ----
-  void add(Id id, uint64_t v);                   // a sum
-  void sample(Id id, uint64_t v);                // a distribution value
+  void add(Id id, uint64_t v);     // a sum
+  void sample(Id id, uint64_t v);  // a distribution value
   void interval_begin(Component c, uint64_t t) { unions_[static_cast<size_t>(c)].begin(t); }
   void interval_end(Component c, uint64_t t) { unions_[static_cast<size_t>(c)].end(t); }
   uint64_t busy_until(Component c, uint64_t t) const { return unions_[static_cast<size_t>(c)].busy_until(t); }

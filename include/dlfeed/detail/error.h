@@ -15,7 +15,7 @@ namespace dlfeed::inline DLFEED_ABI {
 
 /// "path: at offset N: expected X, found Y" as an InvalidArgument/DataLoss status.
 DLFEED_EXPORT absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
-                          absl::string_view found);
+                                        absl::string_view found);
 
 /// The same shape for a structural problem with no single found value.
 DLFEED_EXPORT absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view what);

@@ -42,6 +42,6 @@ class DLFEED_EXPORT File {
 /// pread until `out` is full; retries EINTR and short reads. Returns bytes
 /// read (fewer only at end of file).
 DLFEED_EXPORT absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset,
-                                  const std::string& path);
+                                                const std::string& path);
 
 }  // namespace dlfeed::detail

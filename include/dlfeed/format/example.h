@@ -52,15 +52,15 @@ struct DLFEED_EXPORT FeatureSlice {
 /// feature (use feature_names() to list what it has). Where a key repeats,
 /// the last entry wins, as protobuf map parsing does.
 DLFEED_EXPORT absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
-                                          const Context& ctx = {});
+                                                        const Context& ctx = {});
 
 /// The feature names of an Example, in wire order, each once.
 DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
-                                                       const Context& ctx = {});
+                                                                     const Context& ctx = {});
 
 /// Decodes a feature's list, appending to `out`. Errors name ctx.base + offset.
 DLFEED_EXPORT absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
-                               const Context& ctx = {});
+                                             const Context& ctx = {});
 DLFEED_EXPORT absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, const Context& ctx = {});
 DLFEED_EXPORT absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out, const Context& ctx = {});
 /// Number of values in a list without decoding them.
@@ -97,11 +97,18 @@ class DLFEED_EXPORT ExampleBuilder {
 
 /// Low-level wire helpers (also used by tests to hand-craft encodings).
 namespace wire {
-enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kStartGroup = 3,
-                           kEndGroup = 4, kFixed32 = 5 };
+enum WireType : uint32_t {
+  kVarint = 0,
+  kFixed64 = 1,
+  kLengthDelimited = 2,
+  kStartGroup = 3,
+  kEndGroup = 4,
+  kFixed32 = 5
+};
 DLFEED_EXPORT void append_varint(std::vector<std::byte>& out, uint64_t v);
 DLFEED_EXPORT void append_tag(std::vector<std::byte>& out, uint32_t field, WireType type);
-DLFEED_EXPORT void append_length_delimited(std::vector<std::byte>& out, uint32_t field, std::span<const std::byte> body);
+DLFEED_EXPORT void append_length_delimited(std::vector<std::byte>& out, uint32_t field,
+                                           std::span<const std::byte> body);
 DLFEED_EXPORT void append_fixed32(std::vector<std::byte>& out, uint32_t v);
 DLFEED_EXPORT void append_fixed64(std::vector<std::byte>& out, uint64_t v);
 }  // namespace wire

@@ -36,8 +36,8 @@ struct DLFEED_EXPORT FormatOptions {
   /// optional fixed shape; without a shape a sample is 1-D.
   DType feature_dtype = DType::u8();
   std::optional<Shape> feature_shape;
-  bool verify_crc = true;  // TFRecord: check both CRC32C of every record
-  bool use_index_files = true;   // TFRecord: read a DALI/DLIO .idx sidecar when present
+  bool verify_crc = true;          // TFRecord: check both CRC32C of every record
+  bool use_index_files = true;     // TFRecord: read a DALI/DLIO .idx sidecar when present
   bool write_index_files = false;  // TFRecord: write the sidecar after a scan
   /// TFRecord: where sidecars live; empty: next to the file as NAME.idx, or
   /// the DLIO place {data}/index/{train|valid}/NAME.idx when that exists.
@@ -64,12 +64,13 @@ DLFEED_EXPORT std::string npy_column_of(const std::string& path);
 /// (npy_column_of), and a name no NPY file has is NotFound, listing the
 /// columns there are.
 DLFEED_EXPORT absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
-                                         const FormatOptions& options);
+                                                       const FormatOptions& options);
 
 /// The fields one file offers: an NPZ's members (without .npy), an HDF5
 /// file's datasets (at most 64, groups walked 4 deep), an NPY file's column.
 /// TFRecord: Unimplemented (features are per record).
-DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path,
+                                                                   const FormatOptions& options);
 DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& path);
 DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& path);
 

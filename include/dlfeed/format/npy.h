@@ -35,12 +35,12 @@ inline constexpr size_t kNpyPreamble = 12;
 /// bytes of an NPY stream (at least 10, or 12 for versions 2 and 3).
 /// `base_offset` is where the stream starts in `path` (for messages).
 DLFEED_EXPORT absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> preamble, absl::string_view path,
-                                         uint64_t base_offset);
+                                                       uint64_t base_offset);
 
 /// Parses a complete NPY header (npy_header_size() bytes). Refuses object and
 /// structured dtypes, and shapes whose byte size overflows.
 DLFEED_EXPORT absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path,
-                                           uint64_t base_offset);
+                                                         uint64_t base_offset);
 
 /// An NPY header as numpy writes it (version 1.0, or 2.0 when the dictionary
 /// does not fit 65535 bytes), padded so the data starts 64-byte aligned.

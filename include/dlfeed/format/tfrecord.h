@@ -51,14 +51,14 @@ DLFEED_EXPORT void append_record(std::vector<std::byte>& out, std::span<const st
 
 /// The payload length a 12-byte header announces; checks the header CRC when
 /// `verify`. `offset` is the header's file offset (for errors).
-DLFEED_EXPORT absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify, absl::string_view path,
-                                      uint64_t offset);
+DLFEED_EXPORT absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify,
+                                                    absl::string_view path, uint64_t offset);
 
 /// The payload of one whole framed record (header + payload + footer),
 /// checking the length against the span and, when `verify`, both CRCs.
 /// Errors name `path` and the file offset (`offset` is the record's).
 DLFEED_EXPORT absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
-                                                          absl::string_view path, uint64_t offset);
+                                                                        absl::string_view path, uint64_t offset);
 
 /// Writes framed records to a file, remembering each record's extent.
 class DLFEED_EXPORT RecordWriter {
@@ -93,7 +93,7 @@ DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> read_idx(const std::string& id
 /// least 16 bytes, records back to back from offset 0 to the end of the file,
 /// and the first and last records' headers announcing the idx lengths.
 DLFEED_EXPORT absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
-                          const detail::File& file, bool verify_crc);
+                                        const detail::File& file, bool verify_crc);
 
 /// Finds the record extents by reading only the 12-byte headers.
 DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc);
@@ -130,9 +130,9 @@ inline constexpr size_t kWindowSize = 32768;
 
 /// A place where inflation can resume: a deflate block boundary.
 struct DLFEED_EXPORT InflatePoint {
-  uint64_t in = 0;   // compressed offset of the first whole byte after the boundary
-  int bits = 0;      // 0..7 bits of byte in-1 that belong to the block
-  uint64_t out = 0;  // inflated offset of the boundary
+  uint64_t in = 0;                // compressed offset of the first whole byte after the boundary
+  int bits = 0;                   // 0..7 bits of byte in-1 that belong to the block
+  uint64_t out = 0;               // inflated offset of the boundary
   std::vector<std::byte> window;  // up to 32 KiB of inflated bytes before `out`
   uint64_t first_byte() const { return in - (bits ? 1 : 0); }
 };
@@ -140,9 +140,9 @@ struct DLFEED_EXPORT InflatePoint {
 /// What the open-time scan of a compressed file finds.
 struct DLFEED_EXPORT CompressedIndex {
   Compression compression = Compression::kNone;
-  std::vector<InflatePoint> points;   // by `out`, the first at the stream's first block
-  std::vector<uint64_t> record_start; // inflated offset of each record (n + 1: the end)
-  std::vector<uint64_t> record_point; // checkpoint of each record
+  std::vector<InflatePoint> points;     // by `out`, the first at the stream's first block
+  std::vector<uint64_t> record_start;   // inflated offset of each record (n + 1: the end)
+  std::vector<uint64_t> record_point;   // checkpoint of each record
   std::vector<uint64_t> record_end_in;  // compressed offset that covers record k's last byte
   uint64_t compressed_size = 0;
   uint64_t inflated_size = 0;
@@ -166,8 +166,8 @@ using RecordVisitor = std::function<absl::Status(uint64_t k, uint64_t offset, st
 /// trailer checksum, trailing bytes, a record cut short) name the file and
 /// the compressed offset.
 DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
-                                                const RecordVisitor& visit = nullptr,
-                                                uint64_t span = kCheckpointSpan);
+                                                              const RecordVisitor& visit = nullptr,
+                                                              uint64_t span = kCheckpointSpan);
 
 /// Inflates the inflated bytes [skip_to, skip_to + out.size()) of a stream
 /// from checkpoint `p`, given `raw`: the file's bytes from p.first_byte().
@@ -176,7 +176,8 @@ DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File
 /// stopped instead of restarting at the checkpoint. Errors name `path` and
 /// the compressed offset.
 DLFEED_EXPORT absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw,
-                        uint64_t skip_to, std::span<std::byte> out, uint64_t stream_id, absl::string_view path);
+                                      uint64_t skip_to, std::span<std::byte> out, uint64_t stream_id,
+                                      absl::string_view path);
 
 /// A process-unique id for inflate_at's continuation (never reused).
 DLFEED_EXPORT uint64_t new_stream_id();
@@ -185,7 +186,7 @@ DLFEED_EXPORT uint64_t new_stream_id();
 /// options write it. `block_every` > 0 ends a deflate block (Z_BLOCK) every
 /// that many input bytes, for tests that need many blocks.
 DLFEED_EXPORT std::vector<std::byte> compress(std::span<const std::byte> data, Compression c, int level = 6,
-                                size_t block_every = 0);
+                                              size_t block_every = 0);
 
 /// Where the sidecar of `data_path` is, if one exists: options.index_dir,
 /// else DATA.idx, else the DLIO place {data}/index/{train|valid}/NAME.idx.

@@ -35,21 +35,21 @@ struct DLFEED_EXPORT ZipDirectory {
   uint64_t entries = 0;
 };
 DLFEED_EXPORT absl::StatusOr<ZipDirectory> parse_zip_end(std::span<const std::byte> tail, uint64_t file_size,
-                                           absl::string_view path);
+                                                         absl::string_view path);
 
 /// Parses the Zip64 end record `z64` (56+ bytes, read at the offset the
 /// locator gives) when parse_zip_end() asked for it.
 DLFEED_EXPORT absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset,
-                                             absl::string_view path);
+                                                           absl::string_view path);
 
 /// Parses `dir`, the central directory read from `dir_offset`.
-DLFEED_EXPORT absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::byte> dir, uint64_t dir_offset,
-                                                           uint64_t entries, uint64_t file_size,
-                                                           absl::string_view path);
+DLFEED_EXPORT absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::byte> dir,
+                                                                         uint64_t dir_offset, uint64_t entries,
+                                                                         uint64_t file_size, absl::string_view path);
 
 /// From the 30-byte local header of `m`, where its data starts.
 DLFEED_EXPORT absl::StatusOr<uint64_t> zip_data_offset(std::span<const std::byte> local_header, const ZipMember& m,
-                                         uint64_t file_size, absl::string_view path);
+                                                       uint64_t file_size, absl::string_view path);
 
 /// zlib's CRC-32 of `bytes` (the checksum zip uses).
 DLFEED_EXPORT uint32_t zip_crc32(std::span<const std::byte> bytes, uint32_t crc = 0);
@@ -57,7 +57,7 @@ DLFEED_EXPORT uint32_t zip_crc32(std::span<const std::byte> bytes, uint32_t crc 
 /// Inflates a raw deflate stream (zip method 8) into `out`, which must be
 /// exactly the expected size; errors name the member and offset.
 DLFEED_EXPORT absl::Status inflate_raw(std::span<const std::byte> in, std::span<std::byte> out, absl::string_view path,
-                         uint64_t offset, absl::string_view what);
+                                       uint64_t offset, absl::string_view what);
 
 /// Writes a zip archive member by member (stored or deflated), with Zip64
 /// local headers as numpy writes them.
@@ -70,7 +70,12 @@ class DLFEED_EXPORT ZipWriter {
  private:
   std::string path_;
   std::string out_;
-  struct Entry { std::string name; uint16_t method; uint32_t crc; uint64_t csize, usize, offset; };
+  struct Entry {
+    std::string name;
+    uint16_t method;
+    uint32_t crc;
+    uint64_t csize, usize, offset;
+  };
   std::vector<Entry> entries_;
 };
 

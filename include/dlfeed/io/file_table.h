@@ -14,8 +14,8 @@
 // Thread-safe: every method may be called from any thread.
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>

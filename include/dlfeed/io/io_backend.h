@@ -69,17 +69,17 @@ struct DLFEED_EXPORT ReadCompletion {
 
 /// Counters of a backend (a snapshot; monotonic since creation).
 struct DLFEED_EXPORT IoStats {
-  uint64_t requests = 0;     // requests accepted by submit()
-  uint64_t completions = 0;  // completions delivered by reap()
-  uint64_t errors = 0;       // ... of which failed
-  uint64_t bytes = 0;        // bytes delivered to dest by successful requests
-  uint64_t device_bytes = 0; // bytes read from files (> bytes with O_DIRECT alignment)
-  uint64_t reads = 0;        // read operations issued (SQEs / pread calls)
-  uint64_t retries = 0;      // short_reads + eagain + eintr
-  uint64_t short_reads = 0;  // reads resubmitted for the remainder
+  uint64_t requests = 0;      // requests accepted by submit()
+  uint64_t completions = 0;   // completions delivered by reap()
+  uint64_t errors = 0;        // ... of which failed
+  uint64_t bytes = 0;         // bytes delivered to dest by successful requests
+  uint64_t device_bytes = 0;  // bytes read from files (> bytes with O_DIRECT alignment)
+  uint64_t reads = 0;         // read operations issued (SQEs / pread calls)
+  uint64_t retries = 0;       // short_reads + eagain + eintr
+  uint64_t short_reads = 0;   // reads resubmitted for the remainder
   uint64_t eagain = 0;
   uint64_t eintr = 0;
-  uint64_t submit_calls = 0; // io_uring_submit calls (io_uring only)
+  uint64_t submit_calls = 0;          // io_uring_submit calls (io_uring only)
   uint64_t peak_bytes_in_kernel = 0;  // most bytes of reads in the ring at once (io_uring only)
   /// Reads complete when the call that submitted them returned: page-cache
   /// hits, which the kernel copies on the submitting thread (io_uring: CQEs
@@ -139,8 +139,7 @@ class DLFEED_EXPORT IoBackend {
   /// were appended, when `timeout` has passed (std::chrono::nanoseconds::max()
   /// waits without limit, zero only drains what is ready), or when nothing is
   /// in flight any more. Returns the number appended.
-  virtual size_t reap(std::vector<ReadCompletion>& out, size_t min_completions,
-                      std::chrono::nanoseconds timeout) = 0;
+  virtual size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) = 0;
 
   /// Requests submitted whose completion has not been reaped yet.
   virtual size_t in_flight() const = 0;
@@ -154,8 +153,7 @@ class DLFEED_EXPORT IoBackend {
 
  protected:
   std::string fallback_reason_;
-  friend absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable>,
-                                                                    IoOptions);
+  friend absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable>, IoOptions);
 };
 
 /// Makes a backend reading the files of `files` (shared: the table outlives
@@ -164,7 +162,7 @@ class DLFEED_EXPORT IoBackend {
 /// back to the thread pool, records fallback_reason() and logs it once per
 /// process to stderr. kIoUring returns Unavailable with the reason instead.
 DLFEED_EXPORT absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
-                                                           IoOptions options = {});
+                                                                         IoOptions options = {});
 
 /// Makes a backend for a table: what LoaderOptions::io_factory holds, so a
 /// caller can put its own backend (or a wrapper around make_io_backend's,
@@ -181,7 +179,7 @@ using IoBackendFactory =
 /// Loader wraps every backend from LoaderOptions::io_factory in it; the
 /// built-in backends keep the contract by construction and are not wrapped.
 DLFEED_EXPORT std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner,
-                                                std::shared_ptr<FileTable> files);
+                                                              std::shared_ptr<FileTable> files);
 
 /// Whether io_uring works in this process (OK) or why not. Cached after the
 /// first call.

@@ -112,8 +112,8 @@ class DLFEED_EXPORT GlobalOrder {
 /// Makes one epoch's global order. Must be a pure function of its arguments
 /// (rank is given for information; only partitioned strategies may use
 /// world_size).
-using StrategyFactory = std::function<absl::StatusOr<std::unique_ptr<GlobalOrder>>(
-    const FileLayout& layout, const OrderSpec& spec)>;
+using StrategyFactory =
+    std::function<absl::StatusOr<std::unique_ptr<GlobalOrder>>(const FileLayout& layout, const OrderSpec& spec)>;
 
 /// Adds a strategy under `name`; AlreadyExists if the name is taken.
 DLFEED_EXPORT absl::Status register_strategy(const std::string& name, StrategyFactory factory);
@@ -121,7 +121,7 @@ DLFEED_EXPORT absl::Status register_strategy(const std::string& name, StrategyFa
 DLFEED_EXPORT std::vector<std::string> strategy_names();
 /// The global order of spec.epoch under spec.strategy.
 DLFEED_EXPORT absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
-                                                               const OrderSpec& spec);
+                                                                             const OrderSpec& spec);
 
 /// A resume point: what state() encodes.
 struct DLFEED_EXPORT OrderState {
@@ -151,9 +151,8 @@ class DLFEED_EXPORT OrderCursor {
   static absl::StatusOr<OrderCursor> create(const FileLayout& layout, const OrderSpec& spec);
   /// Restores a cursor from state(): the same remaining sequence. `indices`
   /// must be the same array when the strategy is explicit.
-  static absl::StatusOr<OrderCursor> from_state(
-      const FileLayout& layout, absl::string_view state,
-      std::shared_ptr<const std::vector<uint64_t>> indices = nullptr);
+  static absl::StatusOr<OrderCursor> from_state(const FileLayout& layout, absl::string_view state,
+                                                std::shared_ptr<const std::vector<uint64_t>> indices = nullptr);
 
   const OrderSpec& spec() const { return spec_; }
   /// Number of ids this rank reads this epoch (equal on all ranks).
@@ -185,9 +184,7 @@ class DLFEED_EXPORT OrderCursor {
   /// The global positions the whole job has consumed when every rank is at
   /// rank position `position`: global_start + position * world_size (strided
   /// strategies; may exceed the global size by the padding).
-  uint64_t consumed_global(uint64_t position) const {
-    return spec_.global_start + position * spec_.world_size;
-  }
+  uint64_t consumed_global(uint64_t position) const { return spec_.global_start + position * spec_.world_size; }
 
   /// The resume state at the current position (see encode_state()).
   std::string state() const;
