@@ -3,10 +3,13 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# `dlfeed report` draws with $DLFEED_PYTHON (else python3 on PATH): this one, which has matplotlib.
+os.environ.setdefault("DLFEED_PYTHON", sys.executable)
 
 
 def dlfeed_binary() -> str:

@@ -22,7 +22,7 @@
 
 ABSL_FLAG(std::string, out_dir, ".", "Folder for the PNG files");
 ABSL_FLAG(std::string, python, "",
-          "Python with matplotlib (default: $DLFEED_PYTHON, else the source tree's .venv, else python3)");
+          "Python with matplotlib (default: $DLFEED_PYTHON, else the python beside this binary, else python3)");
 ABSL_FLAG(std::string, script, "",
           "The drawing script (default: $DLFEED_REPORT_SCRIPT, else share/dlfeed/dlfeed_report.py beside bin/)");
 
@@ -48,21 +48,16 @@ std::string find_script() {
   return (self_dir().parent_path() / "share" / "dlfeed" / "dlfeed_report.py").string();
 }
 
-// The Python to draw with: $DLFEED_PYTHON, the python beside this binary (a
-// venv's or a wheel's bin/), the interpreter the build was configured with,
-// else python3 on PATH.
+// The Python to draw with: --python, $DLFEED_PYTHON, the python beside this
+// binary (a venv's or a wheel's bin/), else python3 on PATH. Nothing from the
+// build machine: the script says what to install when matplotlib is missing.
 std::string find_python() {
   std::string s = absl::GetFlag(FLAGS_python);
   if (!s.empty()) return s;
   if (const char* e = std::getenv("DLFEED_PYTHON"); e && *e) return e;
   std::error_code ec;
-  std::vector<fs::path> candidates = {self_dir() / "python"};
-#ifdef DLFEED_CONFIGURED_PYTHON
-  candidates.push_back(DLFEED_CONFIGURED_PYTHON);
-#endif
-  for (const fs::path& p : candidates) {
-    if (!p.empty() && fs::exists(p, ec)) return p.string();
-  }
+  const fs::path beside = self_dir() / "python";
+  if (!self_dir().empty() && fs::exists(beside, ec)) return beside.string();
   return "python3";
 }
 
