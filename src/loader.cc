@@ -17,6 +17,7 @@
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/prefetch/policy.h"
 #include "io/engine.h"
+#include "io/resident.h"
 #include "loader_state.h"
 #include "pipeline/budget.h"
 #include "pipeline/collator.h"
@@ -53,6 +54,9 @@ struct Loader::Impl {
   std::shared_ptr<const prefetch::PrefetchPolicy> policy;
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
   std::shared_ptr<pipeline::Budget> budget = std::make_shared<pipeline::Budget>();
+  // LoaderOptions::resident: the files held in memory (null: read them).
+  std::shared_ptr<const detail::ResidentFiles> resident;
+  std::string resident_reason;
 
   // The stages, in flow order (built at the end of create()).
   std::unique_ptr<pipeline::Planner> planner;
@@ -98,13 +102,17 @@ struct Loader::Impl {
 
   void build_stages(uint32_t threads) {
     Counters* c = counters.get();
+    // From memory, reading across a gap only copies bytes nobody asked for.
+    prefetch::CoalesceOptions coalesce = options.coalesce;
+    if (resident) coalesce.enabled = false;
     planner = std::make_unique<pipeline::Planner>(
-        indices, file_ids, pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, options.coalesce}, c);
+        indices, file_ids, pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce}, c);
     source.planner = planner.get();
     source.budget = budget;
-    source.rule = {policy.get(), options.memory_budget, pool.get()};
+    const uint64_t held = resident ? resident->bytes() : 0;
+    source.rule = {policy.get(), options.memory_budget > held ? options.memory_budget - held : 0, pool.get()};
     source.pool = pool.get();
-    source.fadvise = options.fadvise_willneed ? files.get() : nullptr;
+    source.fadvise = options.fadvise_willneed && !resident ? files.get() : nullptr;
     source.engines = &engines;
     source.counters = c;
     source.stop = &stop;
@@ -118,6 +126,48 @@ struct Loader::Impl {
     name_thread_once(*counters, "dlfeed pipeline");
     pipeline::Lookahead lookahead(source, std::move(cursor), epoch, first_batch);
     runner->run(lookahead, *decoder, *collator, stop);
+  }
+
+  // LoaderOptions::resident: whether to hold the files in memory; if so,
+  // reads each once, whole.
+  absl::Status hold_in_memory(const LoaderOptions& o) {
+    if (o.resident != "auto" && o.resident != "on" && o.resident != "off") {
+      return absl::InvalidArgumentError(absl::StrCat("loader: resident is auto, on or off, not '", o.resident, "'"));
+    }
+    if (o.resident == "off") {
+      resident_reason = "not held in memory: resident is off";
+      return absl::OkStatus();
+    }
+    std::string why_not;
+    uint64_t total = 0;
+    if (o.io.direct) {
+      why_not = "io.direct asks for the device";
+    } else if (!o.stage.dir.empty()) {
+      why_not = "staging copies the files to stage.dir";
+    } else if (o.io_factory) {
+      why_not = "io_factory makes the backend";
+    } else {
+      for (const std::string& path : file_names) {
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+        total += static_cast<uint64_t>(st.st_size);
+      }
+      if (total > o.memory_budget / 2) {
+        why_not = absl::StrCat("the files' ", total, " bytes are more than half of memory_budget (", o.memory_budget,
+                               " bytes)");
+      }
+    }
+    if (!why_not.empty()) {
+      if (o.resident == "on") return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
+      resident_reason = absl::StrCat("not held in memory: ", why_not);
+      return absl::OkStatus();
+    }
+    std::vector<uint32_t> ids(file_names.size());
+    for (uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
+    DLFEED_ASSIGN_OR_RETURN(resident, detail::ResidentFiles::load(*files, ids));
+    resident_reason = absl::StrCat("held in memory: ", resident->files(), " files, ", resident->bytes(),
+                                   " bytes, read once at create");
+    return absl::OkStatus();
   }
 
   absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
@@ -253,6 +303,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(file_names);
   impl->file_names = std::move(file_names);
+  DLFEED_RETURN_IF_ERROR(impl->hold_in_memory(options));
   // One engine per backend (ring, pread pool), all over the same files.
   uint32_t n_engines = options.io_engines;
   if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
@@ -265,6 +316,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                                                     : make_io_backend(impl->files, options.io));
     if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
     if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
+    if (impl->resident) backend = detail::make_resident_backend(std::move(backend), impl->resident);
     impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k));
   }
   // The look-ahead may block; decode needs a thread too.
@@ -430,6 +482,8 @@ LoaderStats Loader::stats() const {
   if (m.stager) s.stage = m.stager->stats();
   s.files_read_staged = m.files_staged_now;
   s.files = m.file_names.size();
+  s.resident_bytes = m.resident ? m.resident->bytes() : 0;
+  s.resident_reason = m.resident_reason;
   return s;
 }
 

@@ -49,6 +49,9 @@ py::dict stats_dict(const LoaderStats& s) {
   d["io_engines"] = s.io_engines;
   d["batches_spread"] = s.batches_spread;
   d["io_fallback_reason"] = s.io_fallback_reason;
+  d["files"] = s.files;
+  d["resident_bytes"] = s.resident_bytes;
+  d["resident_reason"] = s.resident_reason;
   py::dict st;  // staging (stage_dir)
   st["files"] = s.stage.files;
   st["staged"] = s.stage.staged;

@@ -236,6 +236,9 @@ void bind_loader_options(py::module_& m) {
                      "posix_fadvise(WILLNEED) each batch's reads when it is planned")
       .def_readwrite("memory_budget", &LoaderOptions::memory_budget,
                      "Most bytes of batches in flight (read buffers and decoded batches, held ones included)")
+      .def_readwrite("resident", &LoaderOptions::resident,
+                     "Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at "
+                     "create, then copies from memory), on (or fail saying why not), off")
       .def_readwrite("threads", &LoaderOptions::threads, "Decode threads (0: the machine's cores, at least 2)")
       .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
       .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)");

@@ -115,6 +115,17 @@ struct DLFEED_EXPORT LoaderOptions {
   /// nothing is on the way, one batch is read even over the budget (so a
   /// consumer that keeps many batches gets them one at a time).
   uint64_t memory_budget = 1ull << 30;
+  /// Hold the dataset in memory. "auto" (the default): when all its files
+  /// together fit in half of memory_budget, and nothing asks for the device
+  /// itself (io.direct, stage, io_factory), create() reads each file once,
+  /// whole, and every later read is a copy from memory, with no system call
+  /// per sample (small samples then go at memory speed, and a strided or
+  /// scattered layout is read once, not once per sample). Those bytes come
+  /// out of memory_budget; the rest is for batches in flight. The copy is a
+  /// snapshot: a file changed after create() is not seen. "on": the same, or
+  /// create() fails saying why not; "off": always read the files.
+  /// LoaderStats::resident_bytes says what was chosen.
+  std::string resident = "auto";
   /// oneTBB threads for decode (0: the machine's cores, at least 2).
   uint32_t threads = 0;
   /// Trace events (off by default; the counters themselves are always on).
@@ -146,6 +157,8 @@ struct DLFEED_EXPORT LoaderStats {
   staging::StageStats stage;       // the stager's (LoaderOptions::stage)
   uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)
   uint64_t files = 0;              // distinct files of the dataset (all fields)
+  uint64_t resident_bytes = 0;     // held in memory (LoaderOptions::resident); 0: read from the files
+  std::string resident_reason;     // why the dataset is or is not held in memory
 };
 
 class Loader;

@@ -113,6 +113,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "max_read": Keyword("coalesce.max_read", "max-read"),
     "coalesce": Keyword("coalesce.enabled", "no-coalesce"),
     "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),
+    "resident": Keyword("resident", "resident"),
     "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
     "threads": Keyword("threads", "threads"),
     # trace (counters::TraceOptions)

@@ -59,6 +59,7 @@ LoaderOptions options_for(const Dataset& d) {
   if (d.c.format == FileFormat::kTfRecord) o.format.feature_dtype = d.dtype;
   o.batch_size = 4;
   o.threads = 2;
+  o.resident = "off";  // the faults are in the reads: read the files every epoch
   return o;
 }
 

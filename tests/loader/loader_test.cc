@@ -58,6 +58,7 @@ LoaderOptions options_for(const DatasetCase& c, const std::string& path) {
   if (c.format == FileFormat::kTfRecord) o.format.feature_dtype = DType::parse("<f4").value();
   o.batch_size = 4;
   o.threads = 2;
+  o.resident = "off";  // the read path (ResidentDatasets... tests the other)
   return o;
 }
 
@@ -139,6 +140,57 @@ TEST(Loader, ExactlyOnceByteExactForEveryFormatBackendStrategyAndWorld) {
       }
     }
   }
+}
+
+TEST(Loader, ResidentDatasetsGiveTheSameBatchesAsReadOnes) {
+  const std::string root = scratch_dir();
+  for (const DatasetCase& c : kDatasets) {
+    const std::string path = make_dataset(c, root);
+    for (const char* strategy : {"sequential", "global_shuffle"}) {
+      LoaderOptions o = options_for(c, path);
+      o.order.strategy = strategy;
+      o.order.seed = 3;
+      auto read = Loader::create(o);
+      ASSERT_TRUE(read.ok()) << read.status();
+      EXPECT_EQ((**read).stats().resident_bytes, 0u);
+      EXPECT_NE((**read).stats().resident_reason.find("resident is off"), std::string::npos);
+      o.resident = "auto";
+      auto held = Loader::create(o);
+      ASSERT_TRUE(held.ok()) << held.status();
+      const LoaderStats s = (**held).stats();
+      EXPECT_GT(s.resident_bytes, 0u) << c.name << ": " << s.resident_reason;
+      EXPECT_NE(s.resident_reason.find("held in memory"), std::string::npos) << s.resident_reason;
+      // read_epoch checks every sample's bytes; both give the same order.
+      EXPECT_EQ(read_epoch(**held, c, 1), read_epoch(**read, c, 1)) << c.name << " " << strategy;
+      EXPECT_EQ((**held).stats().samples, 35u);
+    }
+  }
+}
+
+TEST(Loader, ResidentSaysWhyNot) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[3];  // hdf5
+  const std::string path = make_dataset(c, root);
+  LoaderOptions o = options_for(c, path);
+  o.memory_budget = 4096;  // the files are larger than half of it
+  o.resident = "auto";
+  auto loader = Loader::create(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ((**loader).stats().resident_bytes, 0u);
+  EXPECT_NE((**loader).stats().resident_reason.find("more than half of memory_budget"), std::string::npos)
+      << (**loader).stats().resident_reason;
+  o.resident = "on";
+  auto refused = Loader::create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("more than half of memory_budget (4096 bytes)"), std::string::npos)
+      << refused.status();
+  o.memory_budget = 1 << 30;
+  o.io.direct = true;
+  EXPECT_NE(Loader::create(o).status().message().find("io.direct"), std::string::npos);
+  o.io.direct = false;
+  o.resident = "sometimes";
+  EXPECT_EQ(Loader::create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Loader, ResumeMidEpochGivesExactlyTheRemainingBatches) {
@@ -245,6 +297,7 @@ TEST(Loader, LargeRawSamplesAreReadStraightIntoTheBatch) {
       o.fields = {format == FileFormat::kHdf5 ? "records" : "x", format == FileFormat::kHdf5 ? "labels" : "y"};
       o.batch_size = 4;
       o.order.strategy = strategy;
+      o.resident = "off";
       auto loader = Loader::create(o).value();
       ASSERT_TRUE(loader->start_epoch(0).ok());
       std::set<uint64_t> seen;

@@ -86,6 +86,7 @@ SPECIAL = {
     "index_dir": ("/tmp/idx", "/tmp/idx"),
     "io": ("sync", "sync"),
     "prefetch": ("depth:2", "depth:2"),
+    "resident": ("off", "off"),
     "trace_process_name": ("rank 3", "rank 3"),
     "stage_dir": ("/tmp/stage", "/tmp/stage"),
 }

@@ -68,6 +68,9 @@ ABSL_FLAG(uint64_t, max_read, 4 << 20,
           "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
 ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
 ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
+ABSL_FLAG(std::string, resident, "auto",
+          "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
+          "then copies from memory), on (or fail saying why not), off");
 ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
 ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
 ABSL_FLAG(bool, ragged, false,
@@ -271,6 +274,9 @@ RunConfig configure(const std::vector<std::string>& args) {
   o.coalesce.max_read = absl::GetFlag(FLAGS_max_read);
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
+  o.resident = absl::GetFlag(FLAGS_resident);
+  // A cold run measures the device: held in memory, --evict would drop pages no read touches.
+  if (c.evict && o.resident == "auto" && !given("resident")) o.resident = "off";
   o.threads = absl::GetFlag(FLAGS_threads);
   c.trace_path = absl::GetFlag(FLAGS_trace);
   if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &c.trace_format)) {
@@ -593,6 +599,7 @@ int run_run(const std::vector<std::string>& args) {
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
               o.prefetch.c_str(), open_s);
+  std::printf("dataset %s\n", s0.resident_reason.c_str());
   const std::optional<Efficiency> eff = find_calibration(c, *loader);
   if (!c.quiet) {
     std::printf("compute: %s per step; cache: %s\n",
@@ -630,7 +637,7 @@ std::vector<FlagGroup> run_flags() {
                  FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events, FLAGS_trace_io_sample),
       flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
                  FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
-                 FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_threads),
+                 FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_resident, FLAGS_threads),
       workload_flags(),
       format_flags(),
       order_flags(),

@@ -1,0 +1,149 @@
+#include "io/resident.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
+#include "read_op.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+
+absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
+                                                                         const std::vector<uint32_t>& ids) {
+  constexpr uint64_t kPiece = 8 << 20;
+  auto r = std::make_shared<ResidentFiles>();
+  const size_t n = files.size();
+  r->held_.assign(n, 0);
+  r->buffers_.resize(n);
+  r->sizes_.assign(n, 0);
+  r->paths_.resize(n);
+  for (uint32_t id : ids) {
+    if (id >= n || r->held_[id]) continue;
+    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
+    const std::string path = files.path(id);
+    struct stat st;
+    if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    ByteBuffer& buf = r->buffers_[id];
+    buf.resize(size);
+    for (uint64_t off = 0; off < size;) {
+      const uint64_t len = std::min(kPiece, size - off);
+      DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), std::span<std::byte>(buf.data() + off, len), off, path));
+      if (got != len) {
+        return format_error(path, off + got, absl::StrCat(size - off - got, " more bytes (the size fstat gave)"),
+                            "the end of the file (file shrank while it was read)");
+      }
+      off += len;
+    }
+    r->held_[id] = 1;
+    r->sizes_[id] = size;
+    r->paths_[id] = path;
+    r->bytes_ += size;
+    ++r->files_;
+  }
+  return std::shared_ptr<const ResidentFiles>(std::move(r));
+}
+
+namespace {
+
+class ResidentBackend final : public IoBackend {
+ public:
+  ResidentBackend(std::unique_ptr<IoBackend> inner, std::shared_ptr<const ResidentFiles> held)
+      : inner_(std::move(inner)), held_(std::move(held)) {
+    fallback_reason_ = inner_->fallback_reason();
+  }
+
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    // Copies first, in place; the rest go to the inner backend in one call.
+    std::vector<ReadRequest> rest;
+    size_t copied = 0;
+    for (const ReadRequest& r : requests) {
+      if (!held_->has(r.file)) {
+        rest.push_back(r);
+        continue;
+      }
+      if (r.dest == nullptr && r.length > 0) {
+        return absl::InvalidArgumentError(absl::StrCat("read of ", r.length, " bytes with no destination"));
+      }
+    }
+    if (!rest.empty()) DLFEED_RETURN_IF_ERROR(inner_->submit(rest));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ReadRequest& r : requests) {
+      if (!held_->has(r.file)) continue;
+      ReadCompletion c;
+      c.user_data = r.user_data;
+      const uint64_t size = held_->size(r.file);
+      if (r.offset > size || r.length > size - r.offset) {
+        const uint64_t available = r.offset < size ? size - r.offset : 0;
+        c.status = format_error(held_->path(r.file), r.offset, absl::StrCat(r.length, " bytes"),
+                                absl::StrCat("only ", available, " bytes before the end of the file"));
+        ++stats_.errors;
+      } else {
+        if (r.length > 0) std::memcpy(r.dest, held_->data(r.file) + r.offset, r.length);
+        c.bytes = r.length;
+        stats_.bytes += r.length;
+      }
+      ready_.push_back(std::move(c));
+      ++copied;
+    }
+    stats_.requests += copied;
+    stats_.completed_at_submit += copied;
+    return absl::OkStatus();
+  }
+
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
+    size_t got = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      got = ready_.size();
+      stats_.completions += got;
+      for (auto& c : ready_) out.push_back(std::move(c));
+      ready_.clear();
+    }
+    if (inner_->in_flight() == 0) return got;
+    if (got >= min_completions) timeout = std::chrono::nanoseconds::zero();
+    return got + inner_->reap(out, min_completions > got ? min_completions - got : 0, timeout);
+  }
+
+  size_t in_flight() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ready_.size() + inner_->in_flight();
+  }
+
+  std::string name() const override { return inner_->name(); }
+
+  IoStats stats() const override {
+    IoStats s = inner_->stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    s.requests += stats_.requests;
+    s.completions += stats_.completions;
+    s.errors += stats_.errors;
+    s.bytes += stats_.bytes;
+    s.completed_at_submit += stats_.completed_at_submit;
+    return s;
+  }
+
+ private:
+  std::unique_ptr<IoBackend> inner_;
+  std::shared_ptr<const ResidentFiles> held_;
+  mutable std::mutex mu_;
+  std::deque<ReadCompletion> ready_;
+  IoStats stats_;  // of the copies (under mu_)
+};
+
+}  // namespace
+
+std::unique_ptr<IoBackend> make_resident_backend(std::unique_ptr<IoBackend> inner,
+                                                 std::shared_ptr<const ResidentFiles> held) {
+  return std::make_unique<ResidentBackend>(std::move(inner), std::move(held));
+}
+
+}  // namespace dlfeed::detail
