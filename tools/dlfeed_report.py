@@ -10,24 +10,38 @@ timeline.png (from `dlfeed run --trace`, Chrome or DFTracer format): reads in
 flight over time, and the consumer's stalls and compute regions.
 """
 import argparse
+import gzip
 import json
 import os
 import sys
 
 
 def load_trace(path):
-    """X events of a Chrome trace JSON or a DFTracer-style file, ts/dur in s from the first event."""
-    with open(path) as f:
+    """The events of a Chrome trace JSON or a DFTracer file (plain or .gz) as (dlfeed name, ts, dur, args),
+    ts and dur in seconds from the first event: complete events (ph X) and the async reads (ph b/e)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
         text = f.read()
-    if text.lstrip().startswith("{"):
-        events = json.loads(text)["traceEvents"]
+    if text.lstrip().startswith("{\"traceEvents\""):
+        raw = json.loads(text)["traceEvents"]
     else:
-        events = [json.loads(line) for line in text.splitlines() if line.strip() not in ("", "[", "]")]
-    events = [e for e in events if e.get("ph") == "X"]
+        raw = [json.loads(line) for line in text.splitlines() if line.strip() not in ("", "[", "]")]
+    events, begun = [], {}
+    for e in raw:
+        args = e.get("args") or {}
+        # DFTracer lines carry DFTracer's names (POSIX pread ...) and dlfeed's in args["dlfeed"].
+        name = args.get("dlfeed", e.get("name"))
+        if e.get("ph") == "X":
+            events.append((name, float(e["ts"]), float(e["dur"]), args))
+        elif e.get("ph") == "b":
+            begun[e["id"]] = (name, float(e["ts"]), args)
+        elif e.get("ph") == "e" and e.get("id") in begun:
+            name, ts, args = begun.pop(e["id"])
+            events.append((name, ts, float(e["ts"]) - ts, args))
     if not events:
         return []
-    t0 = min(float(e["ts"]) for e in events)
-    return [(e["name"], (float(e["ts"]) - t0) * 1e-6, float(e["dur"]) * 1e-6) for e in events]
+    t0 = min(ts for _, ts, _, _ in events)
+    return [(name, (ts - t0) * 1e-6, dur * 1e-6, args) for name, ts, dur, args in events]
 
 
 def breakdown(summary, out, plt):
@@ -57,7 +71,7 @@ def breakdown(summary, out, plt):
 
 
 def timeline(events, out, plt):
-    reads = [(ts, ts + dur) for name, ts, dur in events if name == "read"]
+    reads = [(ts, ts + dur) for name, ts, dur, _ in events if name == "read"]
     edges = sorted([(a, 1) for a, _ in reads] + [(b, -1) for _, b in reads])
     xs, ys, n = [0.0], [0], 0
     for t, d in edges:
@@ -73,7 +87,7 @@ def timeline(events, out, plt):
     top.set_title("dlfeed: reads in flight, stalls and compute")
     rows = [("stall", "#d62728"), ("compute", "#2ca02c"), ("decode", "#9467bd")]
     for k, (name, color) in enumerate(rows):
-        spans = [(ts, dur) for nm, ts, dur in events if nm == name]
+        spans = [(ts, dur) for nm, ts, dur, _ in events if nm == name]
         bottom.broken_barh(spans, (k - 0.4, 0.8), color=color)
     bottom.set_yticks(range(len(rows)), [r[0] for r in rows])
     bottom.set_xlabel("seconds since the first event")
