@@ -8,17 +8,18 @@
 Each rank's Chrome trace counts time from its own loader's creation; the
 file's otherData.dlfeed_trace.time_base_unix_us says when that was, so the
 events are shifted onto the earliest rank's time base (clocks of different
-nodes are only as aligned as the nodes' clocks). DFTracer traces (.pfw,
-absolute microseconds) are accepted too and converted. The pids (= ranks)
+nodes are only as aligned as the nodes' clocks). DFTracer traces (.pfw or
+.pfw.gz, absolute microseconds) are accepted too and converted. The pids (= ranks)
 are kept. Standard library only."""
 import argparse
+import gzip
 import json
 import sys
 
 
 def load(path):
     """(time base in us since 1970, events with ts relative to that base)."""
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         text = f.read()
     if text.lstrip().startswith("{"):
         doc = json.loads(text)
@@ -38,11 +39,15 @@ def load(path):
             raise SystemExit(f"{path}: line {n}: expected one JSON event per line: {e}")
     if not events:
         raise SystemExit(f"{path}: no events")
-    base = min(int(e["ts"]) for e in events)
+    timed = [int(e["ts"]) for e in events if "ts" in e]  # metadata lines (ph M) have no ts
+    if not timed:
+        raise SystemExit(f"{path}: no timed events")
+    base = min(timed)
     out = []
     for e in events:
         e = {k: v for k, v in e.items() if k != "id"}
-        e["ts"] = int(e["ts"]) - base
+        if "ts" in e:
+            e["ts"] = int(e["ts"]) - base
         if e.get("ph") == "M" and e.get("name") == "dlfeed_trace":
             continue
         out.append(e)

@@ -154,8 +154,10 @@ class Loader:
         self._core.mark_step()
 
     def write_trace(self, path: PathLike, format: str = "chrome") -> None:
-        """Writes the trace (needs ``trace=True``): "chrome" (alias "perfetto") or "dftracer"
-        (alias "pfw") lines."""
+        """Writes the trace: "chrome" (alias "perfetto") or "dftracer" (alias "pfw") lines; a
+        path ending in ".gz" is written gzip-compressed (DFTracer's tools want ``.pfw.gz``).
+        Needs ``trace=True``: without it, raises dlfeed.InvalidArgumentError (a ValueError)
+        saying so, rather than writing an empty trace."""
         self._core.write_trace(os.fspath(path), format)
 
     def close(self) -> None:

@@ -189,14 +189,15 @@ class _Feed:
                              f"({_lengths(parts)}); ragged=/pad= handle a varying first dimension only")
 
 
-def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = None,
+def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader] = None,
             ragged: Union[bool, Sequence[str]] = False, pad: Union[bool, Sequence[str]] = False,
             pad_value: Any = 0, **loader_kwargs: Any) -> Any:
     """A tf.data.Dataset of one dlfeed epoch per iteration.
 
     Elements are a tuple of the fields in order ((x, y) for model.fit), the single
     field's tensor when there is one, or a dict with as_dict=True. Keywords are
-    dlfeed.Loader's; or pass an existing ``loader``. The elements' tensors share the
+    dlfeed.Loader's; or pass an existing ``loader`` instead of paths and keywords
+    (``dataset(loader=L)``). The elements' tensors share the
     batches' memory (no copy): a batch returns to the loader when TensorFlow drops
     its tensors.
 
@@ -208,7 +209,11 @@ def dataset(paths: Any, *, as_dict: bool = False, loader: Optional[Loader] = Non
     """
     _options.check_keywords(loader_kwargs, "dlfeed.tf.dataset()")
     if loader is None:
+        if paths is None:
+            raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
         loader = Loader(paths, **loader_kwargs)
+    elif paths is not None:
+        raise TypeError("dlfeed.tf.dataset(): give either paths or loader=, not both (the loader has its paths)")
     elif loader_kwargs:
         raise TypeError("give either loader= or Loader keywords, not both")
     ragged_fields = _names(ragged, loader, "ragged")

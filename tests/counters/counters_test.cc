@@ -241,7 +241,8 @@ TEST(Trace, BoundedAndNested) {
   EXPECT_NE(chrome.find("\"ts\":0.010,\"dur\":0.050"), std::string::npos) << chrome;
   const std::string df = c.trace_string(TraceFormat::kDfTracer);
   EXPECT_EQ(df.rfind("[\n", 0), 0u);
-  EXPECT_EQ(std::count(df.begin(), df.end(), '\n'), 2 + 1 + 1 + 10);  // [ ], meta, thread name, events
+  // [ ], dlfeed_trace, HH, PR, process_name, a thread name, ai_root, the events
+  EXPECT_EQ(std::count(df.begin(), df.end(), '\n'), 2 + 4 + 1 + 1 + 10);
 }
 
 TEST(Trace, OffByDefault) {

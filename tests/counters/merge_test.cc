@@ -238,7 +238,9 @@ TEST(Trace, PidAndProcessNameFromOptions) {
       << chrome;
   EXPECT_NE(chrome.find("\"name\":\"step\",\"cat\":\"consumer\",\"ph\":\"X\",\"pid\":3,"), std::string::npos) << chrome;
   const std::string dft = c.trace_string(TraceFormat::kDfTracer);
-  EXPECT_NE(dft.find("\"name\":\"step\",\"cat\":\"consumer\",\"pid\":3,"), std::string::npos) << dft;
+  // DFTracer names a step as DLIO's pipeline events (trace_export_test.cc), the process as PR and process_name.
+  EXPECT_NE(dft.find("\"name\":\"step\",\"cat\":\"pipeline\",\"pid\":3,"), std::string::npos) << dft;
+  EXPECT_NE(dft.find("\"name\":\"process_name\",\"cat\":\"dftracer\",\"pid\":3,"), std::string::npos) << dft;
 }
 
 }  // namespace

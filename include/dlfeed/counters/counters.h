@@ -11,7 +11,8 @@
 //   dlfeed::counters::Snapshot s = c.snapshot();   // any thread, any time
 //   std::puts(s.summary_table().c_str());
 //   std::string json = s.to_json();                // docs/counters.md
-//   c.write_trace("run.json", TraceFormat::kChrome);  // when tracing was enabled
+//   c.write_trace("run.json", TraceFormat::kChrome);          // when tracing was enabled
+//   c.write_trace("run.pfw.gz", TraceFormat::kDfTracer);      // gzip: DFTracer's tools read it
 //
 // Recording: each thread writes its own slab of relaxed atomics (one writer
 // per slab: a load and a store, no read-modify-write, no lock, no allocation
@@ -443,7 +444,12 @@ class DLFEED_EXPORT Counters {
   std::vector<TraceEvent> trace_events() const;
   /// Paths by file id, for "fname" in read events (set by the loader).
   void set_file_names(std::vector<std::string> names);
+  /// Writes trace_string(format) to `path`, gzip-compressed when it ends in
+  /// ".gz" (DFTracer's tools want .pfw.gz). FailedPrecondition, saying to
+  /// enable tracing, when it never was (rather than an empty trace).
   absl::Status write_trace(const std::string& path, TraceFormat format = TraceFormat::kChrome) const;
+  /// Chrome: reads on at most 16 "io reads" lanes, the rest as async slices;
+  /// DFTracer: one event per line with DLIO's categories (docs/counters.md).
   std::string trace_string(TraceFormat format = TraceFormat::kChrome) const;
 
   // ---- reading ----
