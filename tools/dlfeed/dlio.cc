@@ -247,7 +247,8 @@ std::vector<std::string> dataset_files(const DlioConfig& c, const std::string& s
         direct.push_back(e.path().string());
       } else if (e.is_directory(ec)) {
         for (const auto& f : fs::directory_iterator(e.path(), ec)) {
-          if (f.is_regular_file(ec) && absl::EndsWith(f.path().filename().string(), ext)) nested.push_back(f.path().string());
+          if (f.is_regular_file(ec) && absl::EndsWith(f.path().filename().string(), ext))
+            nested.push_back(f.path().string());
         }
       }
     }
@@ -261,10 +262,10 @@ std::vector<std::string> dataset_files(const DlioConfig& c, const std::string& s
     std::sort(files.begin(), files.end());
   }
   if (files.size() < want) {
-    throw Error(absl::NotFoundError(absl::StrCat(
-        dir.string(), ": ", files.size(), " ", ext, " files where workload.dataset.num_files_",
-        split == "train" ? "train" : "eval", " asks for ", want,
-        "; generate them with ++workload.workflow.generate_data=True (as DLIO says)")));
+    throw Error(absl::NotFoundError(
+        absl::StrCat(dir.string(), ": ", files.size(), " ", ext, " files where workload.dataset.num_files_",
+                     split == "train" ? "train" : "eval", " asks for ", want,
+                     "; generate them with ++workload.workflow.generate_data=True (as DLIO says)")));
   }
   files.resize(want);
   return files;
@@ -468,9 +469,12 @@ std::string proc_dict(const char* path) {
     if (!kv.count(k)) order.push_back(k);
     kv[k] = v;
   }
-  return absl::StrCat("{", absl::StrJoin(order, ", ", [&](std::string* o, const std::string& k) {
-                        absl::StrAppend(o, json_quote(k), ": ", json_quote(kv[k]));
-                      }), "}");
+  return absl::StrCat("{",
+                      absl::StrJoin(order, ", ",
+                                    [&](std::string* o, const std::string& k) {
+                                      absl::StrAppend(o, json_quote(k), ": ", json_quote(kv[k]));
+                                    }),
+                      "}");
 }
 
 double host_memory_gb() {
@@ -491,7 +495,8 @@ std::string default_output_folder(const DlioConfig& c) {
 
 void print_mapping(const DlioConfig& c, bool all) {
   if (all) {
-    for (const auto& k : c.honoured) std::printf("honoured: %s = %s (%s)\n", k.key.c_str(), k.value.c_str(), k.note.c_str());
+    for (const auto& k : c.honoured)
+      std::printf("honoured: %s = %s (%s)\n", k.key.c_str(), k.value.c_str(), k.note.c_str());
   }
   for (const auto& k : c.ignored) std::printf("ignored: %s (%s)\n", k.key.c_str(), k.note.c_str());
 }
@@ -502,8 +507,7 @@ int run_dlio(const std::vector<std::string>& args) {
         "give a DLIO workload config first: dlfeed dlio CONFIG.yaml [++workload.SECTION.KEY=VALUE ...]"));
   }
   const std::string config_path = args[0];
-  dlio::YamlNode workload =
-      value_or_throw(dlio::parse_yaml(value_or_throw(read_text_file(config_path)), config_path));
+  dlio::YamlNode workload = value_or_throw(dlio::parse_yaml(value_or_throw(read_text_file(config_path)), config_path));
   std::string hydra_dir;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -522,12 +526,14 @@ int run_dlio(const std::vector<std::string>& args) {
   DlioConfig c = value_or_throw(dlio::load_config(workload));
   const bool quiet = absl::GetFlag(FLAGS_quiet);
   const OrderMapping order = map_order(c);
-  std::string out_dir = !c.output_folder.empty() ? c.output_folder : !hydra_dir.empty() ? hydra_dir : default_output_folder(c);
+  std::string out_dir = !c.output_folder.empty() ? c.output_folder
+                        : !hydra_dir.empty()     ? hydra_dir
+                                                 : default_output_folder(c);
 
   std::printf("dlio: %s: model %s, %s, %lld train + %lld eval files x %lld samples, record_length %.0f B, batch %lld\n",
               config_path.c_str(), c.model.c_str(), c.format.c_str(), static_cast<long long>(c.num_files_train),
-              static_cast<long long>(c.num_files_eval), static_cast<long long>(c.num_samples_per_file),
-              c.record_length, static_cast<long long>(c.batch_size));
+              static_cast<long long>(c.num_files_eval), static_cast<long long>(c.num_samples_per_file), c.record_length,
+              static_cast<long long>(c.batch_size));
   std::printf("order: %s seed %llu (%s)\n", order.strategy.c_str(), static_cast<unsigned long long>(order.seed),
               order.why.c_str());
   print_mapping(c, absl::GetFlag(FLAGS_dry_run));
@@ -579,17 +585,18 @@ int run_dlio(const std::vector<std::string>& args) {
                                                         world, " ranks in batches of ", batch)));
   }
 
-  std::unique_ptr<Loader> train_loader = value_or_throw(
-      Loader::create(loader_options(c, train_files, static_cast<uint32_t>(batch), order, *scale)));
+  std::unique_ptr<Loader> train_loader =
+      value_or_throw(Loader::create(loader_options(c, train_files, static_cast<uint32_t>(batch), order, *scale)));
   std::unique_ptr<Loader> eval_loader;
   if (c.do_eval) {
-    eval_loader = value_or_throw(
-        Loader::create(loader_options(c, eval_files, static_cast<uint32_t>(batch_eval), order, *scale)));
+    eval_loader =
+        value_or_throw(Loader::create(loader_options(c, eval_files, static_cast<uint32_t>(batch_eval), order, *scale)));
   }
-  std::printf("train: %llu steps per epoch of %llu samples on each of %d rank(s) (the last partial batch dropped); "
-              "compute %.4g s/step%s\n",
-              static_cast<unsigned long long>(cap), static_cast<unsigned long long>(batch), world, c.computation_time,
-              c.computation_time_stdev > 0 ? absl::StrFormat(" (stdev %.4g s)", c.computation_time_stdev).c_str() : "");
+  std::printf(
+      "train: %llu steps per epoch of %llu samples on each of %d rank(s) (the last partial batch dropped); "
+      "compute %.4g s/step%s\n",
+      static_cast<unsigned long long>(cap), static_cast<unsigned long long>(batch), world, c.computation_time,
+      c.computation_time_stdev > 0 ? absl::StrFormat(" (stdev %.4g s)", c.computation_time_stdev).c_str() : "");
   const bool evict = absl::GetFlag(FLAGS_evict);
 
   Phase train(*train_loader, *scale, ComputeModel(c.computation_time, c.computation_time_stdev, order.seed));
@@ -624,6 +631,7 @@ int run_dlio(const std::vector<std::string>& args) {
     });
     scale->barrier();
     es.secs = since(t0);
+    scale->end_epoch(*train_loader, static_cast<uint64_t>(epoch - 1));  // --stage-wait
     es.end = timestamp();
     train_s += es.secs;
     if (c.do_checkpoint && c.steps_between_checkpoints < 0 && epoch == next_ckpt_epoch) {
@@ -658,17 +666,18 @@ int run_dlio(const std::vector<std::string>& args) {
                   static_cast<long long>(epoch), static_cast<unsigned long long>(es.steps), es.secs, es.au,
                   es.throughput,
                   es.ckpts.empty() ? ""
-                                   : absl::StrFormat("; %zu checkpoint(s), %.1f MB in %.3f s", es.ckpts.size(),
-                                                     [&] {
-                                                       double b = 0;
-                                                       for (const Ckpt& k : es.ckpts) b += k.result.bytes;
-                                                       return b / 1e6;
-                                                     }(),
-                                                     [&] {
-                                                       double s = 0;
-                                                       for (const Ckpt& k : es.ckpts) s += k.result.secs;
-                                                       return s;
-                                                     }())
+                                   : absl::StrFormat(
+                                         "; %zu checkpoint(s), %.1f MB in %.3f s", es.ckpts.size(),
+                                         [&] {
+                                           double b = 0;
+                                           for (const Ckpt& k : es.ckpts) b += k.result.bytes;
+                                           return b / 1e6;
+                                         }(),
+                                         [&] {
+                                           double s = 0;
+                                           for (const Ckpt& k : es.ckpts) s += k.result.secs;
+                                           return s;
+                                         }())
                                          .c_str());
     }
     if (eval && epoch >= next_eval_epoch) {
@@ -693,9 +702,9 @@ int run_dlio(const std::vector<std::string>& args) {
   // The job's metrics: throughput summed over ranks, AU averaged (DLIO's allreduce).
   std::string mine;
   for (const EpochStats& e : epochs) {
-    absl::StrAppend(&mine, absl::StrFormat("%.17g %.17g %.17g %.17g;", e.au, e.throughput,
-                                           e.eval ? e.eval->au_percent() : 0.0,
-                                           e.eval ? e.eval->throughput(batch_eval) : 0.0));
+    absl::StrAppend(&mine,
+                    absl::StrFormat("%.17g %.17g %.17g %.17g;", e.au, e.throughput, e.eval ? e.eval->au_percent() : 0.0,
+                                    e.eval ? e.eval->throughput(batch_eval) : 0.0));
   }
   absl::StrAppend(&mine, "|", host_name());
   const std::vector<std::string> all = scale->gather(mine);
@@ -739,21 +748,21 @@ int run_dlio(const std::vector<std::string>& args) {
   const double mb = c.record_length / 1024.0 / 1024.0;
   const int num_hosts = static_cast<int>(std::max<size_t>(1, hosts.size()));
   const int per_node = std::max(1, world / num_hosts);
-  const double data_per_host_gb = static_cast<double>(static_cast<uint64_t>(per_node) * spf * train_files.size() /
-                                                      static_cast<uint64_t>(world)) *
-                                  c.record_length / 1073741824.0;
+  const double data_per_host_gb =
+      static_cast<double>(static_cast<uint64_t>(per_node) * spf * train_files.size() / static_cast<uint64_t>(world)) *
+      c.record_length / 1073741824.0;
   const double mem_gb = host_memory_gb();
   auto meet = [&](const std::vector<double>& au) { return mean_of(au) >= c.au * 100 ? "success" : "fail"; };
 
-  std::string metric = absl::StrCat(
-      "{\"train_au_percentage\": ", num_list(train_au), ", \"train_au_mean_percentage\": ", json_number(mean_of(train_au)),
-      ", \"train_au_meet_expectation\": ", json_quote(meet(train_au)),
-      ", \"train_au_stdev_percentage\": ", json_number(std_of(train_au)),
-      ", \"train_throughput_samples_per_second\": ", num_list(train_tp),
-      ", \"train_throughput_mean_samples_per_second\": ", json_number(mean_of(train_tp)),
-      ", \"train_throughput_stdev_samples_per_second\": ", json_number(std_of(train_tp)),
-      ", \"train_io_mean_MB_per_second\": ", json_number(mean_of(train_tp) * mb),
-      ", \"train_io_stdev_MB_per_second\": ", json_number(std_of(train_tp) * mb));
+  std::string metric = absl::StrCat("{\"train_au_percentage\": ", num_list(train_au),
+                                    ", \"train_au_mean_percentage\": ", json_number(mean_of(train_au)),
+                                    ", \"train_au_meet_expectation\": ", json_quote(meet(train_au)),
+                                    ", \"train_au_stdev_percentage\": ", json_number(std_of(train_au)),
+                                    ", \"train_throughput_samples_per_second\": ", num_list(train_tp),
+                                    ", \"train_throughput_mean_samples_per_second\": ", json_number(mean_of(train_tp)),
+                                    ", \"train_throughput_stdev_samples_per_second\": ", json_number(std_of(train_tp)),
+                                    ", \"train_io_mean_MB_per_second\": ", json_number(mean_of(train_tp) * mb),
+                                    ", \"train_io_stdev_MB_per_second\": ", json_number(std_of(train_tp) * mb));
   if (c.do_eval) {
     absl::StrAppend(&metric, ", \"eval_au_percentage\": ", num_list(eval_au),
                     ", \"eval_au_mean_percentage\": ", json_number(mean_of(eval_au)),
@@ -784,10 +793,14 @@ int run_dlio(const std::vector<std::string>& args) {
         ", \"checkpoint_MB_per_second\": ", json_number(cs > 0 ? cb / cs / 1048576.0 : 0), "}"));
   }
   auto uses = [](const std::vector<DlioConfig::KeyUse>& v) {
-    return absl::StrCat("[", absl::StrJoin(v, ", ", [](std::string* o, const DlioConfig::KeyUse& k) {
-                          absl::StrAppend(o, "{\"key\": ", json_quote(k.key), ", \"value\": ", json_quote(k.value),
-                                          ", \"note\": ", json_quote(k.note), "}");
-                        }), "]");
+    return absl::StrCat("[",
+                        absl::StrJoin(v, ", ",
+                                      [](std::string* o, const DlioConfig::KeyUse& k) {
+                                        absl::StrAppend(o, "{\"key\": ", json_quote(k.key),
+                                                        ", \"value\": ", json_quote(k.value),
+                                                        ", \"note\": ", json_quote(k.note), "}");
+                                      }),
+                        "]");
   };
   const std::string dlfeed = absl::StrCat(
       "{\"schema\": \"dlfeed.dlio/1\", \"config\": ", json_quote(config_path),
@@ -800,8 +813,8 @@ int run_dlio(const std::vector<std::string>& args) {
       "], \"compute\": {\"drawn_mean_s\": ", json_number(train.compute().drawn().mean),
       ", \"drawn_stdev_s\": ", json_number(train.compute().drawn().stdev()), ", \"steps\": ", train.compute().drawn().n,
       "}, \"honoured\": ", uses(c.honoured), ", \"ignored\": ", uses(c.ignored),
-      ", \"train_counters\": ", train_snap.to_json(), ", \"eval_counters\": ", eval_snap ? eval_snap->to_json() : "null",
-      "}");
+      ", \"train_counters\": ", train_snap.to_json(),
+      ", \"eval_counters\": ", eval_snap ? eval_snap->to_json() : "null", "}");
 
   struct utsname u {};
   ::uname(&u);
@@ -822,18 +835,20 @@ int run_dlio(const std::vector<std::string>& args) {
 
   // per_epoch_stats.json: DLIO's per-epoch record (durations as "%.2f" strings, as DLIO writes them).
   auto span = [](const std::string& s, const std::string& e, double secs) {
-    return absl::StrCat("{\"start\": ", json_quote(s), ", \"end\": ", json_quote(e), ", \"duration\": ",
-                        json_quote(absl::StrFormat("%.2f", secs)), "}");
+    return absl::StrCat("{\"start\": ", json_quote(s), ", \"end\": ", json_quote(e),
+                        ", \"duration\": ", json_quote(absl::StrFormat("%.2f", secs)), "}");
   };
   std::vector<std::string> pes;
   for (size_t e = 0; e < epochs.size(); ++e) {
     const EpochStats& es = epochs[e];
     std::vector<std::string> m = {absl::StrCat("\"start\": ", json_quote(es.start))};
     for (size_t b = 0; b < es.blocks.size(); ++b) {
-      m.push_back(absl::StrCat("\"block", b + 1, "\": ", span(es.blocks[b].start, es.blocks[b].end, es.blocks[b].secs)));
+      m.push_back(
+          absl::StrCat("\"block", b + 1, "\": ", span(es.blocks[b].start, es.blocks[b].end, es.blocks[b].secs)));
     }
     for (size_t k = 0; k < es.ckpts.size(); ++k) {
-      m.push_back(absl::StrCat("\"ckpt", k + 1, "\": ", span(es.ckpts[k].start, es.ckpts[k].end, es.ckpts[k].result.secs)));
+      m.push_back(
+          absl::StrCat("\"ckpt", k + 1, "\": ", span(es.ckpts[k].start, es.ckpts[k].end, es.ckpts[k].result.secs)));
     }
     m.push_back(absl::StrCat("\"end\": ", json_quote(es.end)));
     m.push_back(absl::StrCat("\"duration\": ", json_quote(absl::StrFormat("%.2f", es.secs))));
@@ -850,7 +865,8 @@ int run_dlio(const std::vector<std::string>& args) {
   // DLIO's closing lines, so scripts that grep its log find them here too.
   std::printf("[METRIC] ==========================================================\n");
   std::printf("[METRIC] Number of Simulated Accelerators: %d\n", world);
-  std::printf("[METRIC] Training Accelerator Utilization [AU] (%%): %.4f (%.4f)\n", mean_of(train_au), std_of(train_au));
+  std::printf("[METRIC] Training Accelerator Utilization [AU] (%%): %.4f (%.4f)\n", mean_of(train_au),
+              std_of(train_au));
   std::printf("[METRIC] Training Throughput (samples/second): %.4f (%.4f)\n", mean_of(train_tp), std_of(train_tp));
   std::printf("[METRIC] Training I/O Throughput (MB/second): %.4f (%.4f)\n", mean_of(train_tp) * mb,
               std_of(train_tp) * mb);

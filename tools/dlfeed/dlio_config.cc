@@ -40,8 +40,8 @@ absl::StatusOr<std::string> strip_comment(absl::string_view s, const std::string
   size_t i = 0;
   for (; i < s.size(); ++i) {
     const char c = s[i];
-    const bool token_start = i == 0 || is_space(s[i - 1]) || s[i - 1] == ':' || s[i - 1] == ',' ||
-                             s[i - 1] == '[' || s[i - 1] == '{' || s[i - 1] == '-';
+    const bool token_start = i == 0 || is_space(s[i - 1]) || s[i - 1] == ':' || s[i - 1] == ',' || s[i - 1] == '[' ||
+                             s[i - 1] == '{' || s[i - 1] == '-';
     if (quote) {
       if (quote == '"' && c == '\\') {
         ++i;
@@ -58,7 +58,9 @@ absl::StatusOr<std::string> strip_comment(absl::string_view s, const std::string
       break;
     }
   }
-  if (quote) return error_at(origin, absl::StrCat("a ", quote == '"' ? "double" : "single", "-quoted string is not closed on its line"));
+  if (quote)
+    return error_at(origin,
+                    absl::StrCat("a ", quote == '"' ? "double" : "single", "-quoted string is not closed on its line"));
   return std::string(absl::StripTrailingAsciiWhitespace(s.substr(0, i)));
 }
 
@@ -87,7 +89,8 @@ absl::StatusOr<std::string> read_quoted(absl::string_view s, size_t* pos, const 
         case '"': out += '"'; break;
         case '/': out += '/'; break;
         default:
-          return error_at(origin, absl::StrCat("unsupported escape \\", std::string(1, e), " in a double-quoted string"));
+          return error_at(origin,
+                          absl::StrCat("unsupported escape \\", std::string(1, e), " in a double-quoted string"));
       }
       continue;
     }
@@ -104,9 +107,11 @@ absl::Status check_plain(absl::string_view v, const std::string& origin) {
   if (c == '&' || c == '*') return error_at(origin, absl::StrCat("anchors and aliases are not supported: '", v, "'"));
   if (c == '!') return error_at(origin, absl::StrCat("tags are not supported: '", v, "'"));
   if (c == '|' || c == '>') {
-    return error_at(origin, absl::StrCat("block scalars ('", std::string(1, c), "') are not supported; write the value on one line"));
+    return error_at(origin, absl::StrCat("block scalars ('", std::string(1, c),
+                                         "') are not supported; write the value on one line"));
   }
-  if (c == '@' || c == '`' || c == '%') return error_at(origin, absl::StrCat("a value may not start with '", std::string(1, c), "'"));
+  if (c == '@' || c == '`' || c == '%')
+    return error_at(origin, absl::StrCat("a value may not start with '", std::string(1, c), "'"));
   if (absl::StrContains(v, ": ")) {
     return error_at(origin, absl::StrCat("found a second ': ' in the value '", v, "'; quote the value"));
   }
@@ -173,9 +178,10 @@ class FlowParser {
           ++i_;
           return n;
         }
-        return error_at(origin_, absl::StrCat("expected ',' or '", std::string(1, close), "' in a flow ",
-                                              is_map ? "mapping" : "sequence", ", found ",
-                                              i_ < s_.size() ? absl::StrCat("'", s_.substr(i_, 1), "'") : "the end of the line"));
+        return error_at(
+            origin_, absl::StrCat("expected ',' or '", std::string(1, close), "' in a flow ",
+                                  is_map ? "mapping" : "sequence", ", found ",
+                                  i_ < s_.size() ? absl::StrCat("'", s_.substr(i_, 1), "'") : "the end of the line"));
       }
     }
     return scalar(false);
@@ -261,7 +267,8 @@ class BlockParser {
                                                    " spaces where the enclosing block has fewer)"));
     }
     if (root->kind != YamlNode::Kind::kMap) {
-      return error_at(absl::StrCat(file_, ":", lines_[0].number), "a workload config must be a mapping (key: value lines)");
+      return error_at(absl::StrCat(file_, ":", lines_[0].number),
+                      "a workload config must be a mapping (key: value lines)");
     }
     return root;
   }
@@ -315,7 +322,8 @@ class BlockParser {
       n.map.emplace_back(std::move(key), *std::move(v));
     }
     if (i_ < lines_.size() && lines_[i_].indent > indent) {
-      return error_at(at(lines_[i_]), absl::StrCat("unexpected indentation (", lines_[i_].indent, " spaces; the keys above have ", indent, ")"));
+      return error_at(at(lines_[i_]), absl::StrCat("unexpected indentation (", lines_[i_].indent,
+                                                   " spaces; the keys above have ", indent, ")"));
     }
     return n;
   }
@@ -367,7 +375,8 @@ std::string found(const YamlNode& n) {
     case YamlNode::Kind::kNull: return "nothing";
     case YamlNode::Kind::kMap: return "a mapping";
     case YamlNode::Kind::kList: return absl::StrCat("the sequence ", n.text());
-    case YamlNode::Kind::kScalar: return n.quoted ? absl::StrCat("the string '", n.scalar, "'") : absl::StrCat("'", n.scalar, "'");
+    case YamlNode::Kind::kScalar:
+      return n.quoted ? absl::StrCat("the string '", n.scalar, "'") : absl::StrCat("'", n.scalar, "'");
   }
   return "?";
 }
@@ -454,8 +463,8 @@ using Setter = absl::Status (*)(DlioConfig&, const YamlNode&, const std::string&
 struct Rule {
   const char* section;  // "" for the top level
   const char* key;
-  Setter set;           // nullptr: ignored
-  const char* note;     // how it is honoured, or why it is ignored
+  Setter set;        // nullptr: ignored
+  const char* note;  // how it is honoured, or why it is ignored
 };
 
 #define DLIO_INT(f) [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_int(n, k, &c.f); }
@@ -463,10 +472,8 @@ struct Rule {
 #define DLIO_BOOL(f) [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_bool(n, k, &c.f); }
 #define DLIO_STR(f) [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_string(n, k, &c.f); }
 #define DLIO_LIST(f) [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_int_list(n, k, &c.f); }
-#define DLIO_CHOICE(f, ...)                                                   \
-  [](DlioConfig& c, const YamlNode& n, const std::string& k) {                \
-    return get_choice(n, k, {__VA_ARGS__}, &c.f);                             \
-  }
+#define DLIO_CHOICE(f, ...) \
+  [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_choice(n, k, {__VA_ARGS__}, &c.f); }
 #define DLIO_SHUFFLE(f) DLIO_CHOICE(f, "off", "seed", "random")
 
 const std::vector<Rule>& rules() {
@@ -530,8 +537,7 @@ const std::vector<Rule>& rules() {
       {"train", "epochs", DLIO_INT(epochs), "epochs"},
       {"train", "total_training_steps", DLIO_INT(total_training_steps),
        "steps per epoch at most (DLIO 2.0.0 counts them per epoch)"},
-      {"train", "seed_change_epoch", DLIO_BOOL(seed_change_epoch),
-       "False: every epoch reads epoch 1's order"},
+      {"train", "seed_change_epoch", DLIO_BOOL(seed_change_epoch), "False: every epoch reads epoch 1's order"},
       {"train", "computation_time", DLIO_NUM(computation_time), "emulated compute per step, in seconds"},
       {"train", "computation_time_stdev", DLIO_NUM(computation_time_stdev),
        "normal(computation_time, stdev) per step, redrawn below 0"},
@@ -542,15 +548,13 @@ const std::vector<Rule>& rules() {
       {"evaluation", "epochs_between_evals", DLIO_INT(epochs_between_evals), "epochs between evaluations"},
       {"checkpoint", "checkpoint_folder", DLIO_STR(checkpoint_folder), "where checkpoint files are written"},
       {"checkpoint", "checkpoint_after_epoch", DLIO_INT(checkpoint_after_epoch), "first epoch checkpointed"},
-      {"checkpoint", "epochs_between_checkpoints", DLIO_INT(epochs_between_checkpoints),
-       "epochs between checkpoints"},
+      {"checkpoint", "epochs_between_checkpoints", DLIO_INT(epochs_between_checkpoints), "epochs between checkpoints"},
       {"checkpoint", "steps_between_checkpoints", DLIO_INT(steps_between_checkpoints),
        "checkpoint every N steps of an epoch instead (>= 0)"},
       {"checkpoint", "type", DLIO_CHOICE(checkpoint_type, "rank_zero", "all_ranks"), "which ranks write"},
       {"checkpoint", "checkpoint_mechanism_classname", nullptr, "a Python class; dlfeed writes the bytes itself"},
       {"checkpoint", "model_size", DLIO_INT(model_size), "bytes of the model file per checkpoint"},
-      {"checkpoint", "optimization_groups", DLIO_LIST(optimization_groups),
-       "optimizer file of 3 x sum(groups) bytes"},
+      {"checkpoint", "optimization_groups", DLIO_LIST(optimization_groups), "optimizer file of 3 x sum(groups) bytes"},
       {"checkpoint", "num_layers", DLIO_INT(num_layers), "layer files per checkpoint"},
       {"checkpoint", "layer_parameters", DLIO_LIST(layer_parameters), "bytes of each layer file (their sum)"},
       {"checkpoint", "tensor_parallelism", DLIO_INT(tensor_parallelism), "extra layer files when > 1"},
@@ -616,12 +620,14 @@ std::string YamlNode::text() const {
     case Kind::kNull: return "null";
     case Kind::kScalar: return quoted ? absl::StrCat("'", scalar, "'") : scalar;
     case Kind::kList:
-      return absl::StrCat("[", absl::StrJoin(list, ", ", [](std::string* o, const YamlNode& n) { o->append(n.text()); }),
-                          "]");
+      return absl::StrCat(
+          "[", absl::StrJoin(list, ", ", [](std::string* o, const YamlNode& n) { o->append(n.text()); }), "]");
     case Kind::kMap:
-      return absl::StrCat("{", absl::StrJoin(map, ", ", [](std::string* o, const auto& kv) {
-                            absl::StrAppend(o, kv.first, ": ", kv.second.text());
-                          }), "}");
+      return absl::StrCat(
+          "{",
+          absl::StrJoin(map, ", ",
+                        [](std::string* o, const auto& kv) { absl::StrAppend(o, kv.first, ": ", kv.second.text()); }),
+          "}");
   }
   return "";
 }
@@ -684,7 +690,8 @@ absl::Status apply_override(YamlNode& workload, const std::string& arg) {
       return error_at(origin, absl::StrCat("DLIO's overrides name the workload: write workload.", key,
                                            " (DLIO's Hydra refuses or ignores '", key, "')"));
     }
-    return error_at(origin, absl::StrCat("'", key, "' is not a workload key; overrides look like ++workload.SECTION.KEY=VALUE"));
+    return error_at(
+        origin, absl::StrCat("'", key, "' is not a workload key; overrides look like ++workload.SECTION.KEY=VALUE"));
   }
   std::vector<std::string> parts = absl::StrSplit(key, '.');
   for (const std::string& p : parts) {
