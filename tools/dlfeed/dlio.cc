@@ -196,6 +196,14 @@ void generate(const DlioConfig& c, bool quiet) {
       const int64_t d1 = std::max<int64_t>(1, static_cast<int64_t>(draw.next()));
       const int64_t d2 = std::max<int64_t>(1, static_cast<int64_t>(draw.next()));
       f.sample_shape = {d1, d2};
+      // A stdev far above the record length (e.g. record_length overridden, its stdev not) draws sides
+      // no memory holds; say which keys, rather than fail to allocate.
+      if (static_cast<double>(d1) * static_cast<double>(d2) * static_cast<double>(spf) > 16.0 * (1ull << 30)) {
+        throw Error(absl::InvalidArgumentError(
+            absl::StrCat(f.path, ": drew a ", d1, " x ", d2, " sample (", spf, " per file): over 16 GiB per file; ",
+                         "workload.dataset.record_length_stdev (", c.record_length_stdev,
+                         ") is too large for record_length (", c.record_length, ")")));
+      }
       f.num_samples = spf;
       f.first_global_id = file_no * spf;
       f.seed = 10;
@@ -501,6 +509,9 @@ void print_mapping(const DlioConfig& c, bool all) {
   for (const auto& k : c.ignored) std::printf("ignored: %s (%s)\n", k.key.c_str(), k.note.c_str());
 }
 
+int run_phases(const DlioConfig& c, const std::string& config_path, const OrderMapping& order,
+               const std::string& out_dir, ScaleOut& scale_out);
+
 int run_dlio(const std::vector<std::string>& args) {
   if (args.empty() || dlio::is_override(args[0])) {
     throw Error(absl::InvalidArgumentError(
@@ -530,6 +541,8 @@ int run_dlio(const std::vector<std::string>& args) {
                         : !hydra_dir.empty()     ? hydra_dir
                                                  : default_output_folder(c);
 
+  // Under MPI, ranks other than 0 print nothing from here on (ScaleOut).
+  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();
   std::printf("dlio: %s: model %s, %s, %lld train + %lld eval files x %lld samples, record_length %.0f B, batch %lld\n",
               config_path.c_str(), c.model.c_str(), c.format.c_str(), static_cast<long long>(c.num_files_train),
               static_cast<long long>(c.num_files_eval), static_cast<long long>(c.num_samples_per_file), c.record_length,
@@ -543,7 +556,19 @@ int run_dlio(const std::vector<std::string>& args) {
     return 0;
   }
 
-  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();
+  try {
+    return run_phases(c, config_path, order, out_dir, *scale);
+  } catch (const std::exception& e) {
+    // Said here: an exception leaving with MPI up aborts the job before main() could print it.
+    if (scale->distributed()) std::fprintf(stderr, "dlfeed dlio: error on rank %d: %s\n", scale->rank(), e.what());
+    throw;
+  }
+}
+
+int run_phases(const DlioConfig& c, const std::string& config_path, const OrderMapping& order,
+               const std::string& out_dir, ScaleOut& scale_out) {
+  ScaleOut* scale = &scale_out;
+  const bool quiet = absl::GetFlag(FLAGS_quiet);
   const int rank = scale->rank(), world = scale->size();
   const std::string start_ts = timestamp();
   const auto t_run = Clock::now();
