@@ -106,9 +106,9 @@ def test_another_commands_flag_is_a_usage_error_naming_its_commands(dlfeed, tmp_
     assert "see `dlfeed report --help`" in proc.stderr
     # Either spelling, and the --noFLAG form of a boolean, name the flag as the help does.
     proc = dlfeed.run("inspect", "--no_coalesce", tmp_path, check=False)
-    assert proc.returncode == 2 and "unknown flag --no-coalesce (a flag of run, not of inspect)" in proc.stderr
+    assert proc.returncode == 2 and "unknown flag --no-coalesce (a flag of dlio, run, not of inspect)" in proc.stderr
     proc = dlfeed.run("order", "--nodirect", check=False)
-    assert proc.returncode == 2 and "unknown flag --nodirect (a flag of run, not of order)" in proc.stderr
+    assert proc.returncode == 2 and "unknown flag --nodirect (a flag of dlio, run, not of order)" in proc.stderr
 
 
 def test_flag_values_are_parsed_as_abseil_does(dlfeed):

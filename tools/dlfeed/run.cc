@@ -32,12 +32,14 @@
 #include "calibration.h"
 #include "command.h"
 #include "common_format.h"
+#include "compute_model.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/error.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/order/random.h"
 #include "io/raw_read.h"
 #include "json.h"
+#include "loader_flags.h"
 #include "run_scale.h"
 #include "workloads.h"
 
@@ -48,30 +50,6 @@ ABSL_FLAG(double, compute_ms, 0.0,
 ABSL_FLAG(double, compute_stdev_ms, 0.0,
           "Standard deviation of the compute per step: each step draws normal(--compute-ms, this) truncated at "
           "0 (negative draws are drawn again), from a generator seeded by --seed");
-ABSL_FLAG(std::string, io, "auto",
-          "I/O backend: auto (io_uring if it works, else thread_pool), io_uring, "
-          "thread_pool, sync");
-ABSL_FLAG(uint32_t, queue_depth, 64, "io_uring queue depth");
-ABSL_FLAG(uint64_t, max_in_flight_mb, 16, "io_uring: most MiB of reads in the kernel at once (0: no limit)");
-ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
-ABSL_FLAG(uint32_t, io_engines, 0,
-          "I/O engine threads, each with its own backend; batches go to more than the first only while it "
-          "is busy on the CPU (page-cache hits). 0: 2 on a machine with 2 or more cores");
-ABSL_FLAG(bool, io_spread_always, false,
-          "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
-ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
-ABSL_FLAG(std::string, prefetch, "depth:8,budget:256M",
-          "Prefetch policy: off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
-ABSL_FLAG(uint64_t, memory_budget_mb, 1024, "Most MiB of batches in flight (reads and decoded batches)");
-ABSL_FLAG(uint64_t, max_gap, 64 * 1024, "Coalesce extents of a file at most this many bytes apart");
-ABSL_FLAG(uint64_t, max_read, 4 << 20,
-          "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
-ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
-ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
-ABSL_FLAG(std::string, resident, "auto",
-          "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
-          "then copies from memory), on (or fail saying why not), off");
-ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
 ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
 ABSL_FLAG(bool, ragged, false,
           "Allow samples of different shapes in one field (ragged batches); without it such a dataset is refused");
@@ -116,66 +94,6 @@ uint64_t hash_bytes(std::span<const std::byte> b, uint64_t seed) {
   h = (h ^ tail) * 0x94D049BB133111EBull;
   return h ^ (h >> 31);
 }
-
-/// Running count, mean and standard deviation (Welford).
-struct Moments {
-  uint64_t n = 0;
-  double mean = 0, m2 = 0, sum = 0;
-  void add(double x) {
-    ++n;
-    sum += x;
-    const double d = x - mean;
-    mean += d / static_cast<double>(n);
-    m2 += d * (x - mean);
-  }
-  double stdev() const { return n > 1 ? std::sqrt(m2 / static_cast<double>(n - 1)) : 0; }
-};
-
-/// The emulated compute of one step: fixed, or normal(mean, stdev) truncated
-/// at 0 by drawing again, from SplitMix64 (order/random.h) seeded by --seed
-/// and the Box-Muller transform, so a seed gives the same times everywhere.
-class ComputeModel {
- public:
-  ComputeModel(double mean_s, double stdev_s, uint64_t seed)
-      : mean_(mean_s), stdev_(stdev_s), rng_(derive_key(seed, 0, 0xC0C0C0C0ull)) {}
-
-  double next() {
-    double t = mean_;
-    if (stdev_ > 0) {
-      t = -1;
-      for (int tries = 0; tries < 1000 && t < 0; ++tries) t = mean_ + stdev_ * gaussian();
-      t = std::max(t, 0.0);
-    }
-    drawn_.add(t);
-    return t;
-  }
-  bool active() const { return mean_ > 0 || stdev_ > 0; }
-  double mean() const { return mean_; }
-  double stdev() const { return stdev_; }
-  const Moments& drawn() const { return drawn_; }
-
- private:
-  double uniform01() {  // (0, 1]: 53 random bits
-    return (static_cast<double>(rng_.next() >> 11) + 1.0) * 0x1.0p-53;
-  }
-  double gaussian() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double r = std::sqrt(-2.0 * std::log(uniform01()));
-    const double a = 2.0 * M_PI * uniform01();
-    spare_ = r * std::sin(a);
-    has_spare_ = true;
-    return r * std::cos(a);
-  }
-
-  double mean_, stdev_;
-  SplitMix64 rng_;
-  bool has_spare_ = false;
-  double spare_ = 0;
-  Moments drawn_;
-};
 
 /// Everything a run is made of, resolved from the flags (and the preset).
 struct RunConfig {
@@ -261,23 +179,9 @@ RunConfig configure(const std::vector<std::string>& args) {
   }
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.ragged = absl::GetFlag(FLAGS_ragged);
-  o.io.kind = value_or_throw(parse_io_kind(absl::GetFlag(FLAGS_io)));
-  o.io.queue_depth = absl::GetFlag(FLAGS_queue_depth);
-  o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
-  o.io.threads = absl::GetFlag(FLAGS_io_threads);
-  o.io_engines = absl::GetFlag(FLAGS_io_engines);
-  o.tuning.io_spread_always = absl::GetFlag(FLAGS_io_spread_always);
-  o.io.direct = absl::GetFlag(FLAGS_direct);
-  o.prefetch = absl::GetFlag(FLAGS_prefetch);
-  o.memory_budget = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
-  o.coalesce.max_gap = absl::GetFlag(FLAGS_max_gap);
-  o.coalesce.max_read = absl::GetFlag(FLAGS_max_read);
-  o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
-  o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
-  o.resident = absl::GetFlag(FLAGS_resident);
+  apply_loader_flags(o);
   // A cold run measures the device: held in memory, --evict would drop pages no read touches.
   if (c.evict && o.resident == "auto" && !given("resident")) o.resident = "off";
-  o.threads = absl::GetFlag(FLAGS_threads);
   c.trace_path = absl::GetFlag(FLAGS_trace);
   if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &c.trace_format)) {
     throw Error(absl::InvalidArgumentError(absl::StrCat("--trace-format '", absl::GetFlag(FLAGS_trace_format),
@@ -635,9 +539,7 @@ std::vector<FlagGroup> run_flags() {
       flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_compute_ms, FLAGS_compute_stdev_ms,
                  FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum, FLAGS_quiet, FLAGS_evict, FLAGS_calibration,
                  FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events, FLAGS_trace_io_sample),
-      flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
-                 FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
-                 FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_resident, FLAGS_threads),
+      loader_flags(),
       workload_flags(),
       format_flags(),
       order_flags(),

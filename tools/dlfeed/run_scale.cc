@@ -147,6 +147,16 @@ std::string ScaleOut::rank_path(const std::string& path) const {
   return (p.parent_path() / absl::StrCat(p.stem().string(), ".rank", rank_, p.extension().string())).string();
 }
 
+std::vector<std::string> ScaleOut::gather(const std::string& mine) const {
+#if DLFEED_WITH_MPI
+  if (job_) {
+    std::vector<std::string> all = value_or_throw(job_->job->gather(mine));
+    if (is_root()) return all;
+  }
+#endif
+  return {mine};
+}
+
 void ScaleOut::reduce_checksum([[maybe_unused]] uint64_t& sum, [[maybe_unused]] uint64_t& samples) const {
 #if DLFEED_WITH_MPI
   if (job_) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "command.h"
 #include "dlfeed/counters/counters.h"
@@ -58,6 +59,9 @@ class ScaleOut {
   void end_epoch(const Loader& loader, uint64_t epoch);
   /// PATH for one process; under MPI "stem.rankR.ext" (rank R's own file).
   std::string rank_path(const std::string& path) const;
+  /// Collective: every rank's `mine` on rank 0 (in rank order); elsewhere, and
+  /// without MPI, just {mine}.
+  std::vector<std::string> gather(const std::string& mine) const;
   /// The job's checksum and sample count (sums over the ranks).
   void reduce_checksum(uint64_t& sum, uint64_t& samples) const;
   /// The summary to print and write: this process's, or under MPI the job's

@@ -1,0 +1,59 @@
+// The loader's tuning flags, shared by `dlfeed run` and `dlfeed dlio`.
+#include "loader_flags.h"
+
+#include "absl/flags/flag.h"
+#include "dlfeed/error.h"
+#include "dlfeed/io/io_backend.h"
+
+ABSL_FLAG(std::string, io, "auto",
+          "I/O backend: auto (io_uring if it works, else thread_pool), io_uring, "
+          "thread_pool, sync");
+ABSL_FLAG(uint32_t, queue_depth, 64, "io_uring queue depth");
+ABSL_FLAG(uint64_t, max_in_flight_mb, 16, "io_uring: most MiB of reads in the kernel at once (0: no limit)");
+ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
+ABSL_FLAG(uint32_t, io_engines, 0,
+          "I/O engine threads, each with its own backend; batches go to more than the first only while it "
+          "is busy on the CPU (page-cache hits). 0: 2 on a machine with 2 or more cores");
+ABSL_FLAG(bool, io_spread_always, false,
+          "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
+ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
+ABSL_FLAG(std::string, prefetch, "depth:8,budget:256M",
+          "Prefetch policy: off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
+ABSL_FLAG(uint64_t, memory_budget_mb, 1024, "Most MiB of batches in flight (reads and decoded batches)");
+ABSL_FLAG(uint64_t, max_gap, 64 * 1024, "Coalesce extents of a file at most this many bytes apart");
+ABSL_FLAG(uint64_t, max_read, 4 << 20,
+          "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
+ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
+ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
+ABSL_FLAG(std::string, resident, "auto",
+          "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
+          "then copies from memory), on (or fail saying why not), off");
+ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
+
+namespace dlfeed::cli {
+
+void apply_loader_flags(LoaderOptions& o) {
+  o.io.kind = value_or_throw(parse_io_kind(absl::GetFlag(FLAGS_io)));
+  o.io.queue_depth = absl::GetFlag(FLAGS_queue_depth);
+  o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
+  o.io.threads = absl::GetFlag(FLAGS_io_threads);
+  o.io_engines = absl::GetFlag(FLAGS_io_engines);
+  o.tuning.io_spread_always = absl::GetFlag(FLAGS_io_spread_always);
+  o.io.direct = absl::GetFlag(FLAGS_direct);
+  o.prefetch = absl::GetFlag(FLAGS_prefetch);
+  o.memory_budget = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
+  o.coalesce.max_gap = absl::GetFlag(FLAGS_max_gap);
+  o.coalesce.max_read = absl::GetFlag(FLAGS_max_read);
+  o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
+  o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
+  o.resident = absl::GetFlag(FLAGS_resident);
+  o.threads = absl::GetFlag(FLAGS_threads);
+}
+
+FlagGroup loader_flags() {
+  return flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
+                    FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
+                    FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_resident, FLAGS_threads);
+}
+
+}  // namespace dlfeed::cli

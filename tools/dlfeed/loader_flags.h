@@ -1,0 +1,17 @@
+// The loader's tuning flags (I/O backend, prefetch, memory budget, coalescing,
+// decode threads), shared by the commands that run the loader (`dlfeed run`,
+// `dlfeed dlio`).
+#pragma once
+
+#include "command.h"
+#include "dlfeed/loader.h"
+
+namespace dlfeed::cli {
+
+/// Sets the I/O, prefetch, memory, coalescing and thread fields of `o` from
+/// the flags (throws dlfeed::Error on a bad value).
+void apply_loader_flags(LoaderOptions& o);
+/// The flags apply_loader_flags() reads (for a command's flag list).
+FlagGroup loader_flags();
+
+}  // namespace dlfeed::cli
