@@ -168,6 +168,8 @@ class LoaderOptions:
     """posix_fadvise(WILLNEED) each batch's reads when it is planned"""
     memory_budget: int
     """Most bytes of batches in flight (read buffers and decoded batches, held ones included)"""
+    resident: str
+    """Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at create, then copies from memory), on (or fail saying why not), off"""
     threads: int
     """Decode threads (0: the machine's cores, at least 2)"""
     trace: TraceOptions

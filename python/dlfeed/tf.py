@@ -22,6 +22,7 @@ checks per element.
 from __future__ import annotations
 
 import operator
+import os
 import threading
 from typing import Any, List, Optional, Sequence, Set, Union
 
@@ -213,7 +214,11 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
             raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
         loader = Loader(paths, **loader_kwargs)
     elif paths is not None:
-        raise TypeError("dlfeed.tf.dataset(): give either paths or loader=, not both (the loader has its paths)")
+        # The old spelling dataset(PATHS, loader=L) stays valid when PATHS are L's own.
+        given = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+        if given != list(loader.options.paths):
+            raise TypeError(f"dlfeed.tf.dataset(): paths {given} are not loader='s {list(loader.options.paths)}; "
+                            "give either paths or loader=")
     elif loader_kwargs:
         raise TypeError("give either loader= or Loader keywords, not both")
     ragged_fields = _names(ragged, loader, "ragged")

@@ -62,8 +62,9 @@ def test_tf_dataset_refuses_paths_and_loader_together_or_neither(npy_dir):
     import dlfeed.tf as dtf
 
     loader = dlfeed.Loader(npy_dir, batch_size=16)
+    assert sum(el.shape[0] for el in dtf.dataset(npy_dir, loader=loader)) == 60  # its own paths: the old spelling
     with pytest.raises(TypeError, match="paths or loader="):
-        dtf.dataset(npy_dir, loader=loader)
+        dtf.dataset(str(npy_dir) + "/elsewhere", loader=loader)
     with pytest.raises(TypeError, match="paths, or loader="):
         dtf.dataset()
     with pytest.raises(TypeError, match="not both"):
