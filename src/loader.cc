@@ -128,48 +128,6 @@ struct Loader::Impl {
     runner->run(lookahead, *decoder, *collator, stop);
   }
 
-  // LoaderOptions::resident: whether to hold the files in memory; if so,
-  // reads each once, whole.
-  absl::Status hold_in_memory(const LoaderOptions& o) {
-    if (o.resident != "auto" && o.resident != "on" && o.resident != "off") {
-      return absl::InvalidArgumentError(absl::StrCat("loader: resident is auto, on or off, not '", o.resident, "'"));
-    }
-    if (o.resident == "off") {
-      resident_reason = "not held in memory: resident is off";
-      return absl::OkStatus();
-    }
-    std::string why_not;
-    uint64_t total = 0;
-    if (o.io.direct) {
-      why_not = "io.direct asks for the device";
-    } else if (!o.stage.dir.empty()) {
-      why_not = "staging copies the files to stage.dir";
-    } else if (o.io_factory) {
-      why_not = "io_factory makes the backend";
-    } else {
-      for (const std::string& path : file_names) {
-        struct stat st {};
-        if (::stat(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
-        total += static_cast<uint64_t>(st.st_size);
-      }
-      if (total > o.memory_budget / 2) {
-        why_not = absl::StrCat("the files' ", total, " bytes are more than half of memory_budget (", o.memory_budget,
-                               " bytes)");
-      }
-    }
-    if (!why_not.empty()) {
-      if (o.resident == "on") return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
-      resident_reason = absl::StrCat("not held in memory: ", why_not);
-      return absl::OkStatus();
-    }
-    std::vector<uint32_t> ids(file_names.size());
-    for (uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
-    DLFEED_ASSIGN_OR_RETURN(resident, detail::ResidentFiles::load(*files, ids));
-    resident_reason = absl::StrCat("held in memory: ", resident->files(), " files, ", resident->bytes(),
-                                   " bytes, read once at create");
-    return absl::OkStatus();
-  }
-
   absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
     sources.resize(file_names.size());
     for (uint32_t id = 0; id < file_names.size(); ++id) {
@@ -303,7 +261,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   cnt.set_file_names(file_names);
   impl->file_names = std::move(file_names);
-  DLFEED_RETURN_IF_ERROR(impl->hold_in_memory(options));
+  DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
+  impl->resident = std::move(held.files);
+  impl->resident_reason = std::move(held.reason);
   // One engine per backend (ring, pread pool), all over the same files.
   uint32_t n_engines = options.io_engines;
   if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -50,6 +51,48 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
     ++r->files_;
   }
   return std::shared_ptr<const ResidentFiles>(std::move(r));
+}
+
+absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable& files) {
+  ResidentChoice out;
+  if (o.resident != "auto" && o.resident != "on" && o.resident != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("loader: resident is auto, on or off, not '", o.resident, "'"));
+  }
+  if (o.resident == "off") {
+    out.reason = "not held in memory: resident is off";
+    return out;
+  }
+  std::string why_not;
+  uint64_t total = 0;
+  if (o.io.direct) {
+    why_not = "io.direct asks for the device";
+  } else if (!o.stage.dir.empty()) {
+    why_not = "staging copies the files to stage.dir";
+  } else if (o.io_factory) {
+    why_not = "io_factory makes the backend";
+  } else {
+    for (uint32_t id = 0; id < files.size(); ++id) {
+      const std::string path = files.path(id);
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+      total += static_cast<uint64_t>(st.st_size);
+    }
+    if (total > o.memory_budget / 2) {
+      why_not = absl::StrCat("the files' ", total, " bytes are more than half of memory_budget (", o.memory_budget,
+                             " bytes)");
+    }
+  }
+  if (!why_not.empty()) {
+    if (o.resident == "on") return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
+    out.reason = absl::StrCat("not held in memory: ", why_not);
+    return out;
+  }
+  std::vector<uint32_t> ids(files.size());
+  for (uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
+  DLFEED_ASSIGN_OR_RETURN(out.files, ResidentFiles::load(files, ids));
+  out.reason = absl::StrCat("held in memory: ", out.files->files(), " files, ", out.files->bytes(),
+                            " bytes, read once at create");
+  return out;
 }
 
 namespace {

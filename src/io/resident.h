@@ -17,6 +17,7 @@
 #include "dlfeed/detail/export.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
+#include "dlfeed/loader.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
@@ -44,6 +45,17 @@ class ResidentFiles {
   uint64_t bytes_ = 0;
   size_t files_ = 0;
 };
+
+/// What LoaderOptions::resident decided for a loader over `files`.
+struct ResidentChoice {
+  std::shared_ptr<const ResidentFiles> files;  // null: read the files
+  std::string reason;                          // why (LoaderStats::resident_reason)
+};
+/// Decides (auto: every file of `files` together within half of
+/// memory_budget, and no io.direct, stage or io_factory) and, if so, reads
+/// the files. `on` that cannot be is FailedPrecondition saying why; a value
+/// other than auto, on, off is InvalidArgument.
+absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& options, FileTable& files);
 
 /// A backend that serves reads of held files by copying from `held`, and
 /// hands every other read to `inner`. Completions of copies are ready at

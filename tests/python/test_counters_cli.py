@@ -38,14 +38,14 @@ def run_json(dlfeed, tmp_path, *args):
 def test_bytes_read_equal_the_dataset_and_coalescing_reduces_requests(dlfeed, contiguous, tmp_path):
     want = dataset_bytes(contiguous)
     s, out = run_json(dlfeed, tmp_path, "--fields", "records", "--strategy", "sequential", "--batch-size", 10,
-                      "--no-coalesce", contiguous)
+                      "--no-coalesce", "--resident", "off", contiguous)
     assert s["schema"] == "dlfeed.counters/1"
     e = s["epochs"][0]
     assert e["complete"] and e["samples"] == 120 and e["batches"] == 12 and e["steps"] == 12
     assert e["bytes_read"] == want == s["counters"]["bytes_read"]["value"]
     assert e["read_requests"] == e["extents"] == 120 and e["coalesced_extents"] == 0
     s2, _ = run_json(dlfeed, tmp_path, "--fields", "records", "--strategy", "sequential", "--batch-size", 10,
-                     contiguous)
+                     "--resident", "off", contiguous)
     e2 = s2["epochs"][0]
     assert e2["bytes_read"] == want
     # Sequential batches of 10 contiguous samples, none across a file: one read per batch.

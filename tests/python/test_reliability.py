@@ -15,12 +15,14 @@ FORMATS = ["npz", "hdf5", "tfrecord"]
 def changed_mid_epoch(tmp_path, fmt, change):
     """Reads a 5-file dataset with one descriptor and no read-ahead, applies
     CHANGE to the last file after two batches; returns (batches before the
-    error as (ids, x), the error, the changed path, the samples written)."""
+    error as (ids, x), the error, the changed path, the samples written).
+    The files are read as the epoch goes (resident="off"; held in memory they
+    are a snapshot: test_a_file_changed_while_held_in_memory_...)."""
     root, x, _ = write_dataset(fmt, tmp_path / "d", files=5, per_file=8, seed=0)
     other, _, _ = write_dataset(fmt, tmp_path / "other", files=5, per_file=8, seed=1)
     victim = sorted(root.iterdir())[4]
     loader = dlfeed.Loader(root, **loader_kwargs(fmt), batch_size=4, max_open_files=1, prefetch="off",
-                           strategy="sequential")
+                           strategy="sequential", resident="off")
     seen = []
     with pytest.raises(dlfeed.Error) as e:
         for k, batch in enumerate(loader):
@@ -40,6 +42,27 @@ def delete(victim, _):
 
 def truncate(victim, _):
     os.truncate(victim, 100)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("change", [replace, delete, truncate], ids=["replace", "delete", "truncate"])
+def test_a_file_changed_while_held_in_memory_gives_the_bytes_read_at_create(tmp_path, fmt, change):
+    """A small dataset is held in memory (resident="auto"): it was read once at
+    create, so a file changed afterwards changes nothing: every sample is the
+    one written, never the new file's bytes and never an error."""
+    root, x, _ = write_dataset(fmt, tmp_path / "d", files=5, per_file=8, seed=0)
+    other, _, _ = write_dataset(fmt, tmp_path / "other", files=5, per_file=8, seed=1)
+    victim = sorted(root.iterdir())[4]
+    loader = dlfeed.Loader(root, **loader_kwargs(fmt), batch_size=4, strategy="sequential")
+    assert loader.stats()["resident_bytes"] > 0, loader.stats()["resident_reason"]
+    ids = []
+    for k, batch in enumerate(loader):
+        ids.extend(batch.sample_ids.tolist())
+        for i, xb in zip(batch.sample_ids, batch[0]):
+            np.testing.assert_array_equal(xb, x[i])
+        if k == 1:
+            change(victim, sorted(other.iterdir())[4])
+    assert ids == list(range(40))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

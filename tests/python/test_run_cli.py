@@ -139,7 +139,8 @@ def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
         h["records"] = x
     summary = tmp_path / "s.json"
     got, n, _ = run_checksum(dlfeed, "--io", io, "--fields", "records", "--strategy", "sequential",
-                             "--batch-size", 3, "--max-read", 4 << 20, "--summary-json", summary, path)
+                             "--batch-size", 3, "--max-read", 4 << 20, "--resident", "off", "--summary-json", summary,
+                             path)
     assert (got, n) == (checksum((k, [x[k].tobytes()]) for k in range(3)), 3)
     import json
     e = json.loads(summary.read_text())["epochs"][0]
