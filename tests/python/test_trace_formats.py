@@ -128,3 +128,15 @@ def test_gz_path_is_the_same_trace_compressed(dlfeed, run):
     assert raw[:2] == b"\x1f\x8b"
     doc = json.loads(gzip.decompress(raw))
     assert any(e["name"] == "read" for e in doc["traceEvents"])
+
+
+def test_a_pfw_gz_name_gives_the_dftracer_format_unless_told_otherwise(run, dlfeed):
+    tmp, data, _, _ = run
+    pfw = tmp / "named.pfw.gz"
+    dlfeed.run("run", "--fields", "records", "--batch-size", 64, "--trace", pfw, data)
+    lines = [ln for ln in gzip.decompress(pfw.read_bytes()).decode().splitlines() if ln.strip() not in ("[", "]", "")]
+    first = json.loads(lines[0].rstrip(","))
+    assert "ph" in first and "traceEvents" not in first  # one event per line, not Chrome's object form
+    chrome = tmp / "told.pfw.gz"
+    dlfeed.run("run", "--fields", "records", "--batch-size", 64, "--trace", chrome, "--trace-format", "chrome", data)
+    assert "traceEvents" in json.loads(gzip.decompress(chrome.read_bytes()))

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -67,7 +68,8 @@ ABSL_FLAG(std::string, summary_json, "",
           "this file");
 ABSL_FLAG(std::string, trace, "", "Record trace events and write them to this file");
 ABSL_FLAG(std::string, trace_format, "chrome",
-          "Trace format: chrome (Chrome trace JSON, opens in Perfetto) or dftracer (one event per line)");
+          "Trace format: chrome (Chrome trace JSON, opens in Perfetto) or dftracer (one event per line; the "
+          "default for a --trace ending in .pfw or .pfw.gz)");
 ABSL_FLAG(uint64_t, trace_max_events, 500000, "Most trace events kept (later ones are dropped and counted)");
 ABSL_FLAG(uint32_t, trace_io_sample, 1, "Trace one of every N read requests");
 
@@ -186,6 +188,10 @@ RunConfig configure(const std::vector<std::string>& args) {
   if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &c.trace_format)) {
     throw Error(absl::InvalidArgumentError(absl::StrCat("--trace-format '", absl::GetFlag(FLAGS_trace_format),
                                                         "': expected one of ", counters::trace_format_names())));
+  }
+  // A DFTracer file name (.pfw, .pfw.gz) asks for DFTracer's format unless --trace-format says otherwise.
+  if (!given("trace_format") && (absl::EndsWith(c.trace_path, ".pfw") || absl::EndsWith(c.trace_path, ".pfw.gz"))) {
+    c.trace_format = counters::TraceFormat::kDfTracer;
   }
   o.trace.enabled = !c.trace_path.empty();
   o.trace.max_events = std::max<uint64_t>(1, absl::GetFlag(FLAGS_trace_max_events));
