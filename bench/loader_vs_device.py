@@ -38,7 +38,7 @@ def run_dlfeed(path, strategy, budget_mb, cold, extra=()):
     if cold:
         bl.evict([path])
     cmd = [DLFEED, "run", "--fields", "records", "--strategy", strategy, "--batch-size", 32,
-           "--memory-budget-mb", budget_mb, "--quiet", *extra, path]
+           "--memory-budget-mb", budget_mb, "--quiet", *(["--resident", "off"] if cold else []), *extra, path]
     proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
     out, err = proc.stdout, proc.stderr
     if proc.returncode:

@@ -83,6 +83,8 @@ def dlfeed_kwargs(a):
     kw = dict(fields=a.fields or None, batch_size=a.batch_size, strategy=a.strategy, seed=SEED)
     if a.strategy == "buffered_shuffle":
         kw["buffer_size"] = a.buffer_size
+    if a.cold:
+        kw["resident"] = "off"  # a cold run measures reads: a dataset held in memory would not be read
     return kw
 
 
