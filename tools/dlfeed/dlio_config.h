@@ -1,7 +1,6 @@
-// `dlfeed dlio`'s configuration: a YAML subset parser (enough for the DLIO
-// benchmark's workload configs), Hydra-style overrides, and DLIO's keys
-// mapped to what dlfeed does with each, or why it leaves it out
-// (docs/dlio.md has the table).
+// `dlfeed dlio`'s configuration: Hydra-style overrides on the parsed YAML
+// (yaml_subset.h), and DLIO's keys mapped to what dlfeed does with each, or
+// why it leaves it out (docs/dlio.md has the table).
 #pragma once
 
 #include <cstdint>
@@ -11,35 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "yaml_subset.h"
 
 namespace dlfeed::cli::dlio {
-
-/// One YAML value: a scalar (text as written, quotes removed), a mapping
-/// (keys in file order), a sequence, or null (`key:` with nothing under it).
-/// Remembers where it was written, for errors.
-struct YamlNode {
-  enum class Kind { kNull, kScalar, kMap, kList };
-  Kind kind = Kind::kNull;
-  std::string scalar;
-  bool quoted = false;  // a quoted scalar is always a string
-  std::vector<std::pair<std::string, YamlNode>> map;
-  std::vector<YamlNode> list;
-  std::string origin;  // "FILE:LINE", or "override 'ARG'"
-
-  const YamlNode* find(absl::string_view key) const;
-  YamlNode* find(absl::string_view key);
-  /// The value as YAML would print it (for messages and the resolved config).
-  std::string text() const;
-};
-
-/// Parses the subset of YAML that workload configs use: block mappings
-/// nested by indentation (spaces, any consistent width), block sequences
-/// (`- item`), flow sequences (`[1, 2]`) and flow mappings of scalars,
-/// plain, 'single' and "double" quoted scalars, `#` comments, a leading
-/// `---`. Anything else (tabs in indentation, anchors and aliases, block
-/// scalars `|` `>`, tags, multi-document files, duplicate keys) is an error
-/// "FILE:LINE: what was found, what was expected".
-absl::StatusOr<YamlNode> parse_yaml(absl::string_view text, const std::string& file);
 
 /// Applies one Hydra override to the workload (the mapping under
 /// `workload`): `workload.a.b=V` (the key must exist), `+workload.a.b=V`
