@@ -22,7 +22,7 @@
 #include "hdf5_source.h"
 #include "hdf5_util.h"
 
-namespace dlfeed::detail::h5 {
+namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 namespace {
 
 constexpr uint64_t kMaxChunkCells = uint64_t{1} << 22;  // chunk grid cells indexed

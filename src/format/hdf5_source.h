@@ -19,7 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "dlfeed/format/format.h"
 
-namespace dlfeed::detail::h5 {
+namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 
 /// A failed libhdf5 call on `path`, with libhdf5's own messages; the second
 /// form names the file offset the call was about.
