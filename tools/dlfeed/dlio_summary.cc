@@ -173,32 +173,31 @@ const char* meet(const DlioConfig& c, const std::vector<double>& au) {
   return mean_of(au) >= c.au * 100 ? "success" : "fail";
 }
 
+/// One phase's keys of summary.json's "metric" ("train" or "eval"), each
+/// after ", ": AU and throughput per epoch, their means and deviations.
+void append_phase_metrics(std::string& out, const char* phase, const DlioConfig& c, const std::vector<double>& au,
+                          const std::vector<double>& tp) {
+  const double mb = c.record_length / 1024.0 / 1024.0;
+  const auto key = [&](const char* name, const std::string& value) {
+    absl::StrAppend(&out, ", \"", phase, "_", name, "\": ", value);
+  };
+  key("au_percentage", num_list(au));
+  key("au_mean_percentage", json_number(mean_of(au)));
+  key("au_meet_expectation", json_quote(meet(c, au)));
+  key("au_stdev_percentage", json_number(std_of(au)));
+  key("throughput_samples_per_second", num_list(tp));
+  key("throughput_mean_samples_per_second", json_number(mean_of(tp)));
+  key("throughput_stdev_samples_per_second", json_number(std_of(tp)));
+  key("io_mean_MB_per_second", json_number(mean_of(tp) * mb));
+  key("io_stdev_MB_per_second", json_number(std_of(tp) * mb));
+}
+
 /// summary.json's "metric", as DLIO writes it.
 std::string metric_json(const DlioConfig& c, const JobMetrics& m) {
-  const double mb = c.record_length / 1024.0 / 1024.0;
-  std::string metric =
-      absl::StrCat("{\"train_au_percentage\": ", num_list(m.train_au),
-                   ", \"train_au_mean_percentage\": ", json_number(mean_of(m.train_au)),
-                   ", \"train_au_meet_expectation\": ", json_quote(meet(c, m.train_au)),
-                   ", \"train_au_stdev_percentage\": ", json_number(std_of(m.train_au)),
-                   ", \"train_throughput_samples_per_second\": ", num_list(m.train_tp),
-                   ", \"train_throughput_mean_samples_per_second\": ", json_number(mean_of(m.train_tp)),
-                   ", \"train_throughput_stdev_samples_per_second\": ", json_number(std_of(m.train_tp)),
-                   ", \"train_io_mean_MB_per_second\": ", json_number(mean_of(m.train_tp) * mb),
-                   ", \"train_io_stdev_MB_per_second\": ", json_number(std_of(m.train_tp) * mb));
-  if (c.do_eval) {
-    absl::StrAppend(&metric, ", \"eval_au_percentage\": ", num_list(m.eval_au),
-                    ", \"eval_au_mean_percentage\": ", json_number(mean_of(m.eval_au)),
-                    ", \"eval_au_meet_expectation\": ", json_quote(meet(c, m.eval_au)),
-                    ", \"eval_au_stdev_percentage\": ", json_number(std_of(m.eval_au)),
-                    ", \"eval_throughput_samples_per_second\": ", num_list(m.eval_tp),
-                    ", \"eval_throughput_mean_samples_per_second\": ", json_number(mean_of(m.eval_tp)),
-                    ", \"eval_throughput_stdev_samples_per_second\": ", json_number(std_of(m.eval_tp)),
-                    ", \"eval_io_mean_MB_per_second\": ", json_number(mean_of(m.eval_tp) * mb),
-                    ", \"eval_io_stdev_MB_per_second\": ", json_number(std_of(m.eval_tp) * mb));
-  }
-  metric += "}";
-  return metric;
+  std::string body;
+  append_phase_metrics(body, "train", c, m.train_au, m.train_tp);
+  if (c.do_eval) append_phase_metrics(body, "eval", c, m.eval_au, m.eval_tp);
+  return absl::StrCat("{", body.substr(2), "}");  // without the first ", "
 }
 
 /// summary.json's "dlfeed": how the config was mapped, the phases' times,
