@@ -130,9 +130,7 @@ LoaderOptions loader_options(const DlioConfig& c, const std::vector<std::string>
   o.order.seed = order.seed;
   o.order.drop_last = true;
   if (order.buffer_size) o.order.params.buffer_size = order.buffer_size;
-  apply_loader_flags(o);
-  // --evict measures the device: a dataset held in memory would not be read.
-  if (absl::GetFlag(FLAGS_evict) && o.resident == "auto" && !flag_given("resident")) o.resident = "off";
+  apply_loader_flags(o, absl::GetFlag(FLAGS_evict));
   scale.configure(o);
   return o;
 }

@@ -32,7 +32,7 @@ ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at leas
 
 namespace dlfeed::cli {
 
-void apply_loader_flags(LoaderOptions& o) {
+void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.io.kind = value_or_throw(parse_io_kind(absl::GetFlag(FLAGS_io)));
   o.io.queue_depth = absl::GetFlag(FLAGS_queue_depth);
   o.io.max_bytes_in_flight = absl::GetFlag(FLAGS_max_in_flight_mb) << 20;
@@ -47,6 +47,8 @@ void apply_loader_flags(LoaderOptions& o) {
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
   o.resident = absl::GetFlag(FLAGS_resident);
+  // Held in memory, the dropped pages would never be read.
+  if (cold && o.resident == "auto" && !flag_given("resident")) o.resident = "off";
   o.threads = absl::GetFlag(FLAGS_threads);
 }
 

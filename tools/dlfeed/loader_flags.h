@@ -9,8 +9,10 @@
 namespace dlfeed::cli {
 
 /// Sets the I/O, prefetch, memory, coalescing and thread fields of `o` from
-/// the flags (throws dlfeed::Error on a bad value).
-void apply_loader_flags(LoaderOptions& o);
+/// the flags (throws dlfeed::Error on a bad value). `cold`: the run drops the
+/// files' pages to measure the device (--evict), so the dataset is read, not
+/// held in memory, unless --resident says otherwise.
+void apply_loader_flags(LoaderOptions& o, bool cold);
 /// The flags apply_loader_flags() reads (for a command's flag list).
 FlagGroup loader_flags();
 

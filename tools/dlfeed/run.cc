@@ -181,9 +181,7 @@ RunConfig configure(const std::vector<std::string>& args) {
   }
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.ragged = absl::GetFlag(FLAGS_ragged);
-  apply_loader_flags(o);
-  // A cold run measures the device: held in memory, --evict would drop pages no read touches.
-  if (c.evict && o.resident == "auto" && !given("resident")) o.resident = "off";
+  apply_loader_flags(o, c.evict);
   c.trace_path = absl::GetFlag(FLAGS_trace);
   if (!counters::parse_trace_format(absl::GetFlag(FLAGS_trace_format), &c.trace_format)) {
     throw Error(absl::InvalidArgumentError(absl::StrCat("--trace-format '", absl::GetFlag(FLAGS_trace_format),
