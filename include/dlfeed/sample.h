@@ -2,6 +2,13 @@
 // what the decoded sample is (shape, dtype). Built once at open by a format;
 // after that the bytes are read with plain reads and decoded from memory,
 // with no format library on the hot path.
+//
+// The index holds no object per sample. Each file has one source, and the
+// source computes a sample's extents, shape and dtype from its number: from
+// the array geometry for NPY, stored NPZ and contiguous HDF5 (no memory per
+// sample), from the chunk table for chunked HDF5 (memory per chunk), from a
+// table of record offsets for TFRecord (16 bytes per record). A SampleRef is
+// made on demand (SampleIndex::ref) and is not kept.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +44,8 @@ DLFEED_EXPORT int64_t num_elements(const Shape& shape);
 /// "(2, 3, 4)" as numpy prints shapes.
 DLFEED_EXPORT std::string shape_str(const Shape& shape);
 
-/// One sample as the index knows it, before any byte is read.
+/// One sample as the index knows it, before any byte is read: made on
+/// demand by SampleIndex::ref from its file's source.
 struct DLFEED_EXPORT SampleRef {
   uint32_t file = 0;                       // into SampleIndex::files
   uint32_t source = 0;                     // into SampleIndex::sources: the decoder of this sample
@@ -88,21 +96,58 @@ class DLFEED_EXPORT SampleSource {
   /// after decode), when the source knows them without any sample: what
   /// describes a field whose files hold no sample at all.
   virtual std::optional<std::pair<DType, Shape>> sample_spec() const { return std::nullopt; }
+
+  /// Sets `ref`'s extents, shape and dtype for sample `item` (below
+  /// num_samples()); SampleIndex::ref sets file, source and item. Cheap and
+  /// thread-safe: called per sample on the hot path.
+  virtual void fill(uint64_t item, SampleRef& ref) const = 0;
+  /// The number of samples the source holds.
+  virtual uint64_t num_samples() const = 0;
+  /// True when samples of this source may differ in shape in ways fill()
+  /// knows (a compressed TFRecord's exact per-record shapes): uniform_spec
+  /// then looks at every sample, not only the first.
+  virtual bool shapes_differ() const { return false; }
+  /// Bytes all samples' extents cover on disk (what an epoch reads without
+  /// coalescing). The default sums fill() over every sample.
+  virtual uint64_t total_read_bytes() const;
+  /// Bytes of memory the source holds for its samples (tables of offsets,
+  /// chunks or shapes), for `dlfeed inspect` and the scale benchmark.
+  virtual uint64_t index_bytes() const { return 0; }
 };
 
 /// All samples of a set of files, with file boundaries (for the order stage).
+/// File f's samples are ids [file_begin[f], file_begin[f+1]), and
+/// sources[f] is its source: sample id is item id - file_begin[f] of it.
 struct DLFEED_EXPORT SampleIndex {
   std::vector<std::string> files;
-  std::vector<std::unique_ptr<SampleSource>> sources;
-  std::vector<SampleRef> samples;
-  /// file_begin[f] is the first sample id of file f; file_begin.back() ==
-  /// samples.size(). Samples of a file are contiguous in `samples`.
+  std::vector<std::unique_ptr<SampleSource>> sources;  // one per file
+  /// file_begin[f] is the first sample id of file f; file_begin.back() is
+  /// the number of samples.
   std::vector<uint64_t> file_begin{0};
 
-  uint64_t size() const { return samples.size(); }
+  uint64_t size() const { return file_begin.empty() ? 0 : file_begin.back(); }
+  bool empty() const { return size() == 0; }
   uint64_t num_files() const { return files.size(); }
+  /// The file holding sample `id` (below size()).
+  uint32_t file_of(uint64_t id) const;
+  /// Sample `id` (below size()) as its source describes it.
+  SampleRef ref(uint64_t id) const;
+  /// The same into `out`, reusing its storage.
+  void ref(uint64_t id, SampleRef& out) const;
+  /// The same when the caller knows the file (file_of(id)).
+  void ref_in_file(uint64_t id, uint32_t file, SampleRef& out) const;
+  /// Bytes every sample's extents cover on disk, summed over the sources.
+  uint64_t total_read_bytes() const;
+  /// Memory the sources hold for their samples, plus the file table.
+  uint64_t index_bytes() const;
+  /// Adds one file: its path, its source and its sample count
+  /// (source->num_samples()).
+  void add_file(std::string path, std::unique_ptr<SampleSource> source);
   /// Appends another index (renumbering its files and sources).
   void append(SampleIndex&& other);
+  /// OK when there is one source per file and each source's sample count
+  /// matches file_begin; what a hand-built index must satisfy.
+  absl::Status check() const;
 };
 
 /// What the samples of one field share.

@@ -69,10 +69,11 @@ class ArraySource : public SampleSource {
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override;
 
-  /// Appends one SampleRef per sample to `index` (file 0, source 0);
-  /// `array_offset` is where the NPY stream starts in the file.
-  void add_samples(SampleIndex& index, uint64_t array_offset) const;
-  uint64_t num_samples() const;
+  /// Where the NPY stream starts in the file (0 for an .npy file).
+  void set_array_offset(uint64_t offset) { array_offset_ = offset; }
+  void fill(uint64_t k, SampleRef& ref) const override;
+  uint64_t num_samples() const override;
+  uint64_t total_read_bytes() const override;
 
  private:
   std::string path_;
@@ -83,6 +84,7 @@ class ArraySource : public SampleSource {
   std::string layout_;
   bool deflated_ = false;
   ZipMember member_;
+  uint64_t array_offset_ = 0;
 };
 
 }  // namespace dlfeed::detail

@@ -105,8 +105,14 @@ void list_datasets(hid_t group, const std::string& prefix, int depth, std::vecto
 // Contiguous storage: sample k is one extent; decode is a view of it.
 class ContiguousSource final : public Hdf5Source {
  public:
-  ContiguousSource(DatasetGeometry g, bool allocated) : Hdf5Source(std::move(g)), allocated_(allocated) {}
+  ContiguousSource(DatasetGeometry g, bool allocated, uint64_t offset)
+      : Hdf5Source(std::move(g)), allocated_(allocated), offset_(offset) {}
   std::string layout() const override { return "hdf5:contiguous"; }
+  void fill(uint64_t k, SampleRef& ref) const override {
+    Hdf5Source::fill(k, ref);
+    if (allocated_ && g_.sample_bytes > 0) ref.extents.push_back({offset_ + k * g_.sample_bytes, g_.sample_bytes});
+  }
+  uint64_t total_read_bytes() const override { return allocated_ ? num_samples() * g_.sample_bytes : 0; }
   bool is_identity(const SampleRef& ref) const override { return allocated_ && ref.extents.size() == 1; }
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
@@ -125,6 +131,7 @@ class ContiguousSource final : public Hdf5Source {
 
  private:
   bool allocated_;
+  uint64_t offset_;  // of sample 0's bytes in the file
 };
 
 // Anything else: H5Dread of row k through libhdf5.
@@ -138,6 +145,7 @@ class LibrarySource final : public Hdf5Source {
   }
   std::string layout() const override { return "hdf5:library-read"; }
   bool reads_through_library() const override { return true; }
+  uint64_t total_read_bytes() const override { return 0; }
 
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte>,
                                        std::vector<std::byte>& scratch) const override {
@@ -410,24 +418,6 @@ std::string unsupported_storage(hid_t dcpl, H5D_layout_t layout, const FilterPip
   return "";
 }
 
-// One sample per row of the dataset, with no extents yet.
-SampleIndex row_index(const DatasetGeometry& g) {
-  const uint64_t n = g.dims[0];
-  SampleIndex index;
-  index.files = {g.path};
-  index.file_begin = {0, n};
-  index.samples.resize(n);
-  for (uint64_t k = 0; k < n; ++k) {
-    SampleRef& r = index.samples[k];
-    r.file = 0;
-    r.source = 0;
-    r.item = k;
-    r.shape = g.sample_shape();
-    r.dtype = g.dtype;
-  }
-  return index;
-}
-
 // What a user block adds to HDF5 addresses to make file offsets
 // (H5Dget_offset already adds it; chunk addresses may not).
 uint64_t userblock_of(hid_t file) {
@@ -439,8 +429,7 @@ uint64_t userblock_of(hid_t file) {
 
 // Contiguous storage: sample k is the k-th run of sample_bytes from the
 // data's offset; none when the data was never written (all fill).
-absl::StatusOr<std::unique_ptr<SampleSource>> index_contiguous(hid_t dset, DatasetGeometry& g, uint64_t file_size,
-                                                               std::vector<SampleRef>& samples) {
+absl::StatusOr<std::unique_ptr<SampleSource>> index_contiguous(hid_t dset, DatasetGeometry& g, uint64_t file_size) {
   const uint64_t n = g.dims[0];
   haddr_t off = H5Dget_offset(dset);
   H5Eclear2(H5E_DEFAULT);
@@ -453,11 +442,8 @@ absl::StatusOr<std::unique_ptr<SampleSource>> index_contiguous(hid_t dset, Datas
                                        "' within the file of ", file_size, " bytes"),
                           absl::StrCat("it would end at offset ", end == 0 ? UINT64_MAX : end));
     }
-    for (uint64_t k = 0; k < n; ++k) {
-      if (g.sample_bytes > 0) samples[k].extents.push_back({off + k * g.sample_bytes, g.sample_bytes});
-    }
   }
-  return std::make_unique<ContiguousSource>(std::move(g), allocated);
+  return std::make_unique<ContiguousSource>(std::move(g), allocated, allocated ? off : 0);
 }
 
 }  // namespace
@@ -500,25 +486,25 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   if (layout == H5D_CHUNKED) DLFEED_RETURN_IF_ERROR(read_chunk_shape(dcpl.get(), g));
   if (g.reason.empty()) g.reason = unsupported_storage(dcpl.get(), layout, filters);
 
-  // The samples, then where their bytes are.
-  SampleIndex index = row_index(g);
+  // Where the samples' bytes are: the source computes each one's extents.
+  SampleIndex index;
   if (g.reason.empty() && layout == H5D_CONTIGUOUS) {
-    DLFEED_ASSIGN_OR_RETURN(auto src, index_contiguous(dset.get(), g, file_size, index.samples));
-    index.sources.push_back(std::move(src));
+    DLFEED_ASSIGN_OR_RETURN(auto src, index_contiguous(dset.get(), g, file_size));
+    index.add_file(path, std::move(src));
     return index;
   }
   if (g.reason.empty() && layout == H5D_CHUNKED) {
-    DLFEED_ASSIGN_OR_RETURN(auto src, detail::h5::index_chunked(dset.get(), g, std::move(filters),
-                                                                userblock_of(file.get()), file_size, index.samples));
+    DLFEED_ASSIGN_OR_RETURN(
+        auto src, detail::h5::index_chunked(dset.get(), g, std::move(filters), userblock_of(file.get()), file_size));
     if (src != nullptr) {
-      index.sources.push_back(std::move(src));
+      index.add_file(path, std::move(src));
       return index;
     }
   }
 
   // Fallback: H5Dread through libhdf5 (g.reason says why).
   warn_fallback_once(path, name, g.reason);
-  index.sources.push_back(std::make_unique<LibrarySource>(std::move(g)));
+  index.add_file(path, std::make_unique<LibrarySource>(std::move(g)));
   return index;
 }
 

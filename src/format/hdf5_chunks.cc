@@ -75,6 +75,13 @@ class ChunkedSource final : public Hdf5Source {
     return true;
   }
 
+  void fill(uint64_t k, SampleRef& ref) const override {
+    Hdf5Source::fill(k, ref);
+    // Checked against the file for every chunk row at open.
+    (void)extents_for(k, UINT64_MAX, ref.extents);
+  }
+  uint64_t index_bytes() const override { return cells_.capacity() * sizeof(ChunkEntry); }
+
   /// The extents of sample k: for each stored chunk of its chunk row, the
   /// row's slice of a raw chunk, or the whole stored chunk when filtered.
   absl::Status extents_for(uint64_t k, uint64_t file_size, absl::InlinedVector<Extent, 1>& out) const {
@@ -480,8 +487,7 @@ absl::Status shift_for_userblock(hid_t dset, const DatasetGeometry& g, const Chu
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SampleSource>> index_chunked(hid_t dset, DatasetGeometry& g, FilterPipeline filters,
-                                                            uint64_t userblock, uint64_t file_size,
-                                                            std::vector<SampleRef>& samples) {
+                                                            uint64_t userblock, uint64_t file_size) {
   DLFEED_ASSIGN_OR_RETURN(ChunkGrid grid, chunk_grid(g));
   if (grid.cells > kMaxChunkCells) {
     g.reason = absl::StrCat("its chunk grid has ", grid.cells, " cells, more than dlfeed indexes");
@@ -495,9 +501,15 @@ absl::StatusOr<std::unique_ptr<SampleSource>> index_chunked(hid_t dset, DatasetG
     return std::unique_ptr<SampleSource>();
   }
   DLFEED_RETURN_IF_ERROR(shift_for_userblock(dset, g, grid, userblock, file_size, table));
+  const uint64_t rows_of = std::max<uint64_t>(1, g.chunk[0]);
   auto src = std::make_unique<ChunkedSource>(std::move(g), std::move(filters), std::move(table));
-  for (uint64_t k = 0; k < samples.size(); ++k) {
-    DLFEED_RETURN_IF_ERROR(src->extents_for(k, file_size, samples[k].extents));
+  // Samples of one chunk row share their chunks: checking each row's first
+  // sample checks every sample's extents against the file.
+  absl::InlinedVector<Extent, 1> scratch;
+  const uint64_t n = src->num_samples();
+  for (uint64_t k = 0; k < n; k += rows_of) {
+    scratch.clear();
+    DLFEED_RETURN_IF_ERROR(src->extents_for(k, file_size, scratch));
   }
   return std::unique_ptr<SampleSource>(std::move(src));
 }

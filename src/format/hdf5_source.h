@@ -68,9 +68,13 @@ struct DatasetGeometry {
 
 class Hdf5Source : public SampleSource {
  public:
-  explicit Hdf5Source(DatasetGeometry g) : g_(std::move(g)) {}
-  std::optional<std::pair<DType, Shape>> sample_spec() const override {
-    return std::make_pair(g_.dtype, g_.sample_shape());
+  explicit Hdf5Source(DatasetGeometry g) : g_(std::move(g)), shape_(g_.sample_shape()) {}
+  std::optional<std::pair<DType, Shape>> sample_spec() const override { return std::make_pair(g_.dtype, shape_); }
+  uint64_t num_samples() const override { return g_.dims.empty() ? 0 : g_.dims[0]; }
+  /// Shape and dtype; the extents are the subclass's.
+  void fill(uint64_t, SampleRef& ref) const override {
+    ref.shape = shape_;
+    ref.dtype = g_.dtype;
   }
   std::string describe() const override {
     std::string s = absl::StrCat("dataset '", g_.name, "' shape ", shape_str(g_.full_shape()), " ", g_.dtype.str(),
@@ -91,6 +95,7 @@ class Hdf5Source : public SampleSource {
     return DecodedSample{std::span<const std::byte>(p, n), g_.sample_shape(), g_.dtype};
   }
   DatasetGeometry g_;
+  Shape shape_;  // a sample's shape (dims without the first)
 };
 
 /// The filters dlfeed undoes itself, in the dataset's pipeline order.
@@ -101,13 +106,13 @@ struct FilterPipeline {
 };
 
 /// A chunked dataset (no filters, or shuffle and/or deflate) as byte
-/// extents: lists its chunk table, checks every chunk lies in the file, and
-/// appends sample k's extents to samples[k]. Returns the source (moved out of
-/// `g`), or null with `g.reason` set when the table is too large or costly to
-/// index, so the caller reads through libhdf5. Holds no lock: the caller
-/// holds the HDF5 lock.
+/// extents: lists its chunk table and checks every chunk, and every chunk
+/// row's extents, lie in the file. Returns the source (moved out of `g`),
+/// which computes a sample's extents from the table, or null with
+/// `g.reason` set when the table is too large or costly to index, so the
+/// caller reads through libhdf5. Holds no lock: the caller holds the HDF5
+/// lock.
 absl::StatusOr<std::unique_ptr<SampleSource>> index_chunked(hid_t dset, DatasetGeometry& g, FilterPipeline filters,
-                                                            uint64_t userblock, uint64_t file_size,
-                                                            std::vector<SampleRef>& samples);
+                                                            uint64_t userblock, uint64_t file_size);
 
 }  // namespace dlfeed::detail::h5

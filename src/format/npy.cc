@@ -379,25 +379,21 @@ std::string ArraySource::describe() const {
                       geometry_.contiguous ? "contiguous" : "strided", "), NPY ", header_.major, ".", header_.minor);
 }
 
-void ArraySource::add_samples(SampleIndex& index, uint64_t array_offset) const {
-  const uint64_t n = num_samples();
+void ArraySource::fill(uint64_t k, SampleRef& ref) const {
+  ref.shape = geometry_.dims;
+  ref.dtype = header_.dtype;
   const uint64_t isz = header_.dtype.size;
-  index.samples.reserve(index.samples.size() + n);
-  for (uint64_t k = 0; k < n; ++k) {
-    SampleRef r;
-    r.file = 0;
-    r.source = static_cast<uint32_t>(index.sources.size());
-    r.item = k;
-    r.shape = geometry_.dims;
-    r.dtype = header_.dtype;
-    if (deflated_) {
-      r.extents.push_back({member_.data_offset, member_.compressed_size});
-    } else if (geometry_.span > 0) {
-      r.extents.push_back({array_offset + header_.data_offset + k * geometry_.axis_stride * isz,
+  if (deflated_) {
+    ref.extents.push_back({member_.data_offset, member_.compressed_size});
+  } else if (geometry_.span > 0) {
+    ref.extents.push_back({array_offset_ + header_.data_offset + k * geometry_.axis_stride * isz,
                            static_cast<uint64_t>(geometry_.span) * isz});
-    }
-    index.samples.push_back(std::move(r));
   }
+}
+
+uint64_t ArraySource::total_read_bytes() const {
+  if (deflated_) return num_samples() * member_.compressed_size;
+  return geometry_.span > 0 ? num_samples() * static_cast<uint64_t>(geometry_.span) * header_.dtype.size : 0;
 }
 
 absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::span<std::byte> raw,
@@ -465,12 +461,8 @@ absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOption
   }
   const SampleAxis axis = detail::resolve_axis(options, path);
   DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
-  auto src = std::make_unique<detail::ArraySource>(path, "", h, g, axis, "npy");
   SampleIndex index;
-  index.files.push_back(path);
-  src->add_samples(index, 0);
-  index.sources.push_back(std::move(src));
-  index.file_begin.push_back(index.samples.size());
+  index.add_file(path, std::make_unique<detail::ArraySource>(path, "", h, g, axis, "npy"));
   return index;
 }
 

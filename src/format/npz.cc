@@ -178,11 +178,9 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   auto src =
       std::make_unique<detail::ArraySource>(path, name, h, g, axis, m.method == 8 ? "npz:deflated" : "npz:stored");
   if (m.method == 8) src->set_deflated(m);
+  src->set_array_offset(m.data_offset);
   SampleIndex index;
-  index.files.push_back(path);
-  src->add_samples(index, m.data_offset);
-  index.sources.push_back(std::move(src));
-  index.file_begin.push_back(index.samples.size());
+  index.add_file(path, std::move(src));
   return index;
 }
 

@@ -383,6 +383,46 @@ class TfRecordSource final : public SampleSource {
   std::optional<std::pair<DType, Shape>> sample_spec() const override {
     return std::make_pair(dtype_, feature_shape_ ? *feature_shape_ : Shape{-1});
   }
+
+  /// The records' extents in the file (uncompressed files).
+  void set_records(std::vector<Extent> records) {
+    extents_ = std::move(records);
+    records_ = extents_.size();
+  }
+  /// Each record's element count, learnt by the scan of a compressed file
+  /// (used when no feature shape is given).
+  void set_counts(std::vector<int64_t> counts) { counts_ = std::move(counts); }
+
+  uint64_t num_samples() const override { return records_; }
+  void fill(uint64_t k, SampleRef& ref) const override {
+    ref.dtype = dtype_;
+    if (z_) {
+      ref.extents.push_back(z_->extent(k));
+    } else {
+      ref.extents.push_back(extents_[k]);
+    }
+    if (feature_shape_) {
+      ref.shape = *feature_shape_;
+    } else {
+      ref.shape = {k < counts_.size() ? counts_[k] : -1};
+    }
+  }
+  bool shapes_differ() const override { return !counts_.empty(); }
+  uint64_t total_read_bytes() const override {
+    uint64_t total = 0;
+    if (z_) {
+      for (uint64_t k = 0; k < records_; ++k) total += z_->extent(k).length;
+    } else {
+      for (const Extent& e : extents_) total += e.length;
+    }
+    return total;
+  }
+  uint64_t index_bytes() const override {
+    return extents_.capacity() * sizeof(Extent) + counts_.capacity() * sizeof(int64_t) +
+           (z_ ? z_->window_bytes() + z_->points.size() * sizeof(tfrecord::InflatePoint) +
+                     3 * z_->record_point.size() * sizeof(uint64_t)
+               : 0);
+  }
   std::string describe() const override {
     std::string s = absl::StrCat("feature '", feature_, "' (", example::kind_name(kind_), " as ", dtype_.name());
     if (feature_shape_) absl::StrAppend(&s, ", shape ", shape_str(*feature_shape_));
@@ -529,6 +569,8 @@ class TfRecordSource final : public SampleSource {
   FeatureKind kind_;
   DType dtype_;
   uint64_t records_;
+  std::vector<Extent> extents_;  // uncompressed: record k's framed bytes
+  std::vector<int64_t> counts_;  // compressed without a feature shape: record k's element count
   std::string idx_;
   std::shared_ptr<const tfrecord::CompressedIndex> z_;
   uint64_t stream_id_;
@@ -550,7 +592,7 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
   FeatureKind kind = FeatureKind::kNone;
   DType dtype = options.feature_dtype;
   std::unique_ptr<TfRecordSource> probe;
-  std::vector<Shape> shapes;
+  std::vector<int64_t> counts;
   std::vector<std::byte> scratch;
   auto visit = [&](uint64_t k, uint64_t offset, std::span<const std::byte> framed) -> absl::Status {
     if (k > 0 && options.feature_shape) return absl::OkStatus();  // shapes are given
@@ -563,26 +605,17 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
       dtype = dtype_of(kind, options.feature_dtype);
       probe = std::make_unique<TfRecordSource>(path, options, kind, dtype, 0, "", nullptr, c);
     }
-    shapes.push_back(std::move(s.shape));
+    counts.push_back(s.shape.empty() ? 0 : s.shape[0]);  // 1-D without a feature shape
     return absl::OkStatus();
   };
   DLFEED_ASSIGN_OR_RETURN(tfrecord::CompressedIndex scanned,
                           tfrecord::scan_compressed(file, c, options.verify_crc, visit));
   auto z = std::make_shared<const tfrecord::CompressedIndex>(std::move(scanned));
   const size_t n = z->num_records();
+  auto src = std::make_unique<TfRecordSource>(path, options, kind, dtype, n, "", z);
+  if (!options.feature_shape) src->set_counts(std::move(counts));
   SampleIndex index;
-  index.files = {path};
-  index.sources.push_back(std::make_unique<TfRecordSource>(path, options, kind, dtype, n, "", z));
-  index.samples.reserve(n);
-  for (size_t k = 0; k < n; ++k) {
-    SampleRef ref;
-    ref.item = k;
-    ref.extents = {z->extent(k)};
-    ref.shape = options.feature_shape ? *options.feature_shape : shapes[k];
-    ref.dtype = dtype;
-    index.samples.push_back(std::move(ref));
-  }
-  index.file_begin = {0, n};
+  index.add_file(path, std::move(src));
   return index;
 }
 
@@ -650,21 +683,10 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
     dtype = dtype_of(kind, options.feature_dtype);
   }
 
+  auto src = source_for(kind, dtype);
+  src->set_records(std::move(records));
   SampleIndex index;
-  index.files = {path};
-  index.sources.push_back(source_for(kind, dtype));
-  index.samples.reserve(records.size());
-  for (size_t k = 0; k < records.size(); ++k) {
-    SampleRef ref;
-    ref.file = 0;
-    ref.source = 0;
-    ref.item = k;
-    ref.extents = {records[k]};
-    ref.shape = options.feature_shape ? *options.feature_shape : Shape{-1};
-    ref.dtype = dtype;
-    index.samples.push_back(std::move(ref));
-  }
-  index.file_begin = {0, records.size()};
+  index.add_file(path, std::move(src));
   return index;
 }
 

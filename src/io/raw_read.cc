@@ -39,8 +39,9 @@ struct Piece {
 std::vector<Piece> pieces_of(const SampleIndex& index, std::span<const uint64_t> ids, uint64_t* max_len) {
   std::vector<Piece> out;
   out.reserve(ids.size());
+  SampleRef r;
   for (uint64_t id : ids) {
-    const SampleRef& r = index.samples[id];
+    index.ref(id, r);
     for (size_t k = 0; k < r.extents.size(); ++k) {
       out.push_back(
           {id, static_cast<uint32_t>(k), r.file, r.extents[k].offset, r.extents[k].length, k + 1 == r.extents.size()});
@@ -166,13 +167,14 @@ absl::string_view raw_reader_name(RawReader reader) { return reader == RawReader
 absl::StatusOr<RawReadResult> raw_read(const SampleIndex& index, std::span<const uint64_t> ids,
                                        const RawReadOptions& options) {
   for (uint64_t id : ids) {
-    if (id >= index.samples.size()) {
+    if (id >= index.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("raw_read: sample id ", id, " is not below the dataset's ", index.samples.size(), " samples"));
+          absl::StrCat("raw_read: sample id ", id, " is not below the dataset's ", index.size(), " samples"));
     }
-    if (index.sources[index.samples[id].source]->reads_through_library()) {
+    const uint32_t file = index.file_of(id);
+    if (index.sources[file]->reads_through_library()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(index.files[index.samples[id].file], ": sample ", id,
+          absl::StrCat(index.files[file], ": sample ", id,
                        " has no byte extents (a layout read through libhdf5), so its raw reads cannot be measured"));
     }
   }

@@ -77,7 +77,7 @@ void Decoder::decode_reads(Work& w) const {
         struct End {
           ~End() { tsan_handshake(); }
         } end;
-        const SampleRef& ref = idx.samples[w.ids[i]];
+        const SampleRef& ref = w.refs[i * F + f];
         counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
         if (w.direct[i * F + f]) {
           out.sample_shapes[i] = ref.shape;
@@ -119,7 +119,7 @@ void Decoder::decode_reads(Work& w) const {
           break;
         }
       }
-      out.dtype = n ? idx.samples[w.ids[0]].dtype : DType{};
+      out.dtype = n ? w.refs[f].dtype : DType{};
     } else {
       // Sizes known only after decode (e.g. TFRecord features): in order.
       counters::CurrentScope timed(counters_);
@@ -131,7 +131,7 @@ void Decoder::decode_reads(Work& w) const {
       store.clear();
       out.offsets[0] = 0;
       for (size_t i = 0; i < n; ++i) {
-        const SampleRef& ref = idx.samples[w.ids[i]];
+        const SampleRef& ref = w.refs[i * F + f];
         auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
         if (!d.ok()) {
           w.error = d.status();

@@ -44,7 +44,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   raw_ok.assign(n * F, 0);
   for (size_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < F; ++f) {
-      const SampleRef& ref = indices_[f].samples[w.ids[i]];
+      const SampleRef& ref = w.refs[i * F + f];
       if (!w.known[f] || ref.extents.size() != 1 || !indices_[f].sources[ref.source]->is_identity(ref)) continue;
       raw_ok[i * F + f] = 1;
     }
@@ -57,7 +57,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   small.clear();
   for (size_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < F; ++f) {
-      const SampleRef& ref = indices_[f].samples[w.ids[i]];
+      const SampleRef& ref = w.refs[i * F + f];
       const uint64_t key = (uint64_t{file_ids_[f][ref.file]} << 32) | (i * F + f);
       for (const Extent& e : ref.extents) small.push_back({key, e.offset});
     }
@@ -67,7 +67,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   });
   auto end_of = [&](size_t k) {
     const uint64_t slot = small[k].first & 0xFFFFFFFFu;
-    const SampleRef& ref = indices_[slot % F].samples[w.ids[slot / F]];
+    const SampleRef& ref = w.refs[slot];
     for (const Extent& e : ref.extents) {
       if (e.offset == small[k].second) return e.offset + e.length;
     }
@@ -79,7 +79,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
     // Neighbours: neither goes direct unless it is large.
     for (size_t j : {k, k + 1}) {
       const uint64_t slot = small[j].first & 0xFFFFFFFFu;
-      const SampleRef& ref = indices_[slot % F].samples[w.ids[slot / F]];
+      const SampleRef& ref = w.refs[slot];
       if (ref.extents[0].length < kDirectMinBytes) raw_ok[slot] = 0;
     }
   }
@@ -97,22 +97,26 @@ void Planner::plan(Work& w) {
   w.direct.assign(n * F, 0);
   w.direct_reads.clear();
   w.out.resize(F);
+  w.refs.resize(n * F);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t f = 0; f < F; ++f) indices_[f].ref(w.ids[i], w.refs[i * F + f]);
+  }
   for (size_t f = 0; f < F; ++f) {
     for (size_t i = 0; i < n && w.known[f]; ++i) {
-      for (int64_t d : indices_[f].samples[w.ids[i]].shape) w.known[f] = w.known[f] && d >= 0;
+      for (int64_t d : w.refs[i * F + f].shape) w.known[f] = w.known[f] && d >= 0;
     }
     if (!w.known[f]) continue;
     auto& off = w.out_offsets[f];
     off.resize(n + 1);
     off[0] = 0;
-    for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + indices_[f].samples[w.ids[i]].nbytes();
+    for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + w.refs[i * F + f].nbytes();
   }
   std::vector<uint8_t>& raw_ok = direct_scratch_;
   choose_direct(w, raw_ok);
   for (size_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < F; ++f) {
       w.piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
-      const SampleRef& ref = indices_[f].samples[w.ids[i]];
+      const SampleRef& ref = w.refs[i * F + f];
       const uint32_t file = file_ids_[f][ref.file];
       if (raw_ok[i * F + f]) {
         w.direct[i * F + f] = 1;

@@ -17,6 +17,7 @@
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/prefetch/plan.h"
+#include "dlfeed/sample.h"
 #include "pipeline/budget.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -26,6 +27,9 @@ struct Work {
   uint64_t index = 0;     // the batch's index in the epoch
   uint64_t position = 0;  // the rank position of its first sample
   std::vector<uint64_t> ids;
+  // refs[i * fields + f]: sample i of field f as its index describes it,
+  // made once by the planner for every later stage.
+  std::vector<SampleRef> refs;
   prefetch::ReadPlan plan;
   // piece_begin[i * fields + f] is the first plan piece of sample i, field f.
   std::vector<uint32_t> piece_begin;

@@ -65,7 +65,7 @@ void expect_generated(const SampleIndex& index, const gen::FileSpec& spec) {
   ASSERT_EQ(index.file_begin, (std::vector<uint64_t>{0, spec.num_samples}));
   std::vector<std::byte> raw, scratch;
   for (uint64_t k = 0; k < index.size(); ++k) {
-    const SampleRef& ref = index.samples[k];
+    const SampleRef ref = index.ref(k);
     EXPECT_EQ(ref.item, k);
     EXPECT_EQ(ref.shape, spec.sample_shape);
     EXPECT_EQ(ref.dtype, spec.dtype);
@@ -111,10 +111,10 @@ TEST(Hdf5, ContiguousIsOneExtentAndZeroCopy) {
   EXPECT_FALSE(index->sources[0]->reads_through_library());
   EXPECT_TRUE(absl::StrContains(index->sources[0]->describe(), "records")) << index->sources[0]->describe();
   EXPECT_TRUE(absl::StrContains(index->sources[0]->describe(), "(10, 4, 5)")) << index->sources[0]->describe();
-  const uint64_t off0 = index->samples[0].extents[0].offset;
+  const uint64_t off0 = index->ref(0).extents[0].offset;
   for (uint64_t k = 0; k < index->size(); ++k) {
-    ASSERT_EQ(index->samples[k].extents.size(), 1u);
-    EXPECT_EQ(index->samples[k].extents[0], (Extent{off0 + k * 80, 80}));
+    ASSERT_EQ(index->ref(k).extents.size(), 1u);
+    EXPECT_EQ(index->ref(k).extents[0], (Extent{off0 + k * 80, 80}));
   }
   expect_generated(*index, spec);
   std::vector<std::byte> raw, scratch;
@@ -131,7 +131,8 @@ TEST(Hdf5, ChunkedWholeSamplesAreZeroCopySlices) {
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->sources[0]->layout(), "hdf5:chunked");
   EXPECT_TRUE(absl::StrContains(index->sources[0]->describe(), "chunks (3, 4, 5)")) << index->sources[0]->describe();
-  for (const SampleRef& r : index->samples) {
+  for (uint64_t id = 0; id < index->size(); ++id) {
+    const SampleRef r = index->ref(id);
     ASSERT_EQ(r.extents.size(), 1u);
     EXPECT_EQ(r.extents[0].length, 80u);  // only the sample's rows of its chunk
   }
@@ -151,8 +152,8 @@ TEST(Hdf5, Deflate) {
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->sources[0]->layout(), "hdf5:chunked+deflate");
   // Samples of one chunk read the same compressed chunk.
-  EXPECT_EQ(index->samples[0].extents, index->samples[2].extents);
-  EXPECT_NE(index->samples[0].extents, index->samples[3].extents);
+  EXPECT_EQ(index->ref(0).extents, index->ref(2).extents);
+  EXPECT_NE(index->ref(0).extents, index->ref(3).extents);
   expect_generated(*index, spec);
 }
 
@@ -335,7 +336,7 @@ TEST(Hdf5, ChunksThatDoNotDivideTheSample) {
     auto index = open_hdf5(path, o);
     ASSERT_TRUE(index.ok()) << index.status();
     EXPECT_EQ(index->sources[0]->layout(), c.layout);
-    EXPECT_EQ(index->samples[0].shape, (Shape{5, 7}));
+    EXPECT_EQ(index->ref(0).shape, (Shape{5, 7}));
     expect_rows(*index, data, dims, t);
   }
 }
@@ -351,7 +352,8 @@ TEST(Hdf5, ChunkExtentsAreTheChunksOfTheRow) {
   auto index = open_hdf5(path, o);
   ASSERT_TRUE(index.ok()) << index.status();
   // 3 x 2 chunks in the sample dims, each contributing its row (2*4 int16).
-  for (const SampleRef& r : index->samples) {
+  for (uint64_t id = 0; id < index->size(); ++id) {
+    const SampleRef r = index->ref(id);
     ASSERT_EQ(r.extents.size(), 6u);
     for (const Extent& e : r.extents) EXPECT_EQ(e.length, 16u);
   }
@@ -384,7 +386,7 @@ TEST(Hdf5, UnwrittenChunksAndRowsAreTheFillValue) {
         EXPECT_EQ(bytes_of(*s), std::vector<std::byte>(35, fill)) << k;
       }
     }
-    if (written_any) EXPECT_TRUE(index->samples[9].extents.empty());  // chunk row 3 never written
+    if (written_any) EXPECT_TRUE(index->ref(9).extents.empty());  // chunk row 3 never written
   }
 }
 
@@ -400,8 +402,8 @@ TEST(Hdf5, OneDimensionalDatasetsGiveScalarSamples) {
     o.name = "v";
     auto index = open_hdf5(path, o);
     ASSERT_TRUE(index.ok()) << index.status();
-    EXPECT_TRUE(index->samples[0].shape.empty());
-    EXPECT_EQ(index->samples[0].dtype, t);
+    EXPECT_TRUE(index->ref(0).shape.empty());
+    EXPECT_EQ(index->ref(0).dtype, t);
     expect_rows(*index, data, dims, t);
   }
 }
@@ -426,7 +428,7 @@ TEST(Hdf5, FallbackReadsThroughTheLibrary) {
     EXPECT_TRUE(src.reads_through_library());
     EXPECT_TRUE(absl::StrContains(src.describe(), absl::StrContains(opts, "compact") ? "compact" : "fletcher32"))
         << src.describe();
-    for (const SampleRef& r : index->samples) EXPECT_TRUE(r.extents.empty());
+    for (uint64_t id = 0; id < index->size(); ++id) EXPECT_TRUE(index->ref(id).extents.empty());
     expect_rows(*index, data, dims, t);
 
     // Several threads decoding at once.

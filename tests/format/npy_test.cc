@@ -150,8 +150,8 @@ TEST_P(NpyFiles, GeneratedFilesReadBackEverySample) {
   ASSERT_EQ(index->size(), 7u);
   EXPECT_EQ(index->file_begin, (std::vector<uint64_t>{0, 7}));
   for (uint64_t k = 0; k < 7; ++k) {
-    EXPECT_EQ(index->samples[k].shape, (Shape{3, 5}));
-    EXPECT_EQ(index->samples[k].dtype, dt);
+    EXPECT_EQ(index->ref(k).shape, (Shape{3, 5}));
+    EXPECT_EQ(index->ref(k).dtype, dt);
     EXPECT_EQ(read_one(*index, k), expected_sample(9, 100 + k, dt, {3, 5})) << "sample " << k;
   }
 }
@@ -224,7 +224,7 @@ TEST(NpyFile, TheDlioPlaceAndNameDefaultToTheLastAxis) {
     auto index = open_file(spec.path, {});
     ASSERT_TRUE(index.ok()) << index.status();
     EXPECT_EQ(index->size(), 5u) << name;
-    EXPECT_EQ(index->samples[0].shape, (Shape{4, 4}));
+    EXPECT_EQ(index->ref(0).shape, (Shape{4, 4}));
     EXPECT_EQ(index->sources[0]->layout(), "npy");
     EXPECT_NE(index->sources[0]->describe().find("last axis (the DLIO layout"), std::string::npos);
   }
@@ -235,7 +235,7 @@ TEST(NpyFile, TheDlioPlaceAndNameDefaultToTheLastAxis) {
     auto index = open_file(spec.path, {});
     ASSERT_TRUE(index.ok()) << index.status();
     EXPECT_EQ(index->size(), 4u) << name;
-    EXPECT_EQ(index->samples[0].shape, (Shape{4, 5})) << name;
+    EXPECT_EQ(index->ref(0).shape, (Shape{4, 5})) << name;
   }
 }
 
@@ -305,7 +305,7 @@ TEST(Dataset, FolderOpensEveryDataFileInOrder) {
   EXPECT_EQ(index->size(), 12u);
   EXPECT_EQ(index->file_begin, (std::vector<uint64_t>{0, 4, 8, 12}));
   for (uint64_t g = 0; g < 12; ++g) {
-    EXPECT_EQ(index->samples[g].file, g / 4);
+    EXPECT_EQ(index->ref(g).file, g / 4);
     EXPECT_EQ(read_one(*index, g), expected_sample(42, g, DType::u8(), {2, 2})) << g;
   }
   auto missing = open_dataset({dir + "/nope"}, {});

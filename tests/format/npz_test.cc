@@ -54,7 +54,7 @@ TEST_P(NpzFiles, StoredAndDeflatedReadBackEverySample) {
   auto labels = open_file(spec.path, o);
   ASSERT_TRUE(labels.ok()) << labels.status();
   ASSERT_EQ(labels->size(), 9u);
-  EXPECT_EQ(labels->samples[0].dtype, DType::i64());
+  EXPECT_EQ(labels->ref(0).dtype, DType::i64());
   for (uint64_t k = 0; k < 9; ++k) {
     auto got = read_bytes(*labels, k);
     ASSERT_TRUE(got.ok());
@@ -79,7 +79,7 @@ TEST(NpzFile, StoredMembersAreIndexedByDirectOffset) {
   auto index = open_file(spec.path, {});
   ASSERT_TRUE(index.ok());
   const std::string file = read_all(spec.path);
-  const SampleRef& r = index->samples[4];
+  const SampleRef r = index->ref(4);
   ASSERT_EQ(r.extents.size(), 1u);
   EXPECT_EQ(r.extents[0].length, 6u * 5 * 4);
   EXPECT_EQ(file.substr(r.extents[0].offset, r.extents[0].length), expected_sample(3, 22, spec.dtype, {6, 5}));
@@ -123,7 +123,7 @@ TEST(NpzFile, CorruptDeflateDataAndWrongCrcAreCaught) {
   ASSERT_TRUE(gen::write_npz_file(spec).ok());
   auto clean = open_file(spec.path, {});
   ASSERT_TRUE(clean.ok());
-  const Extent member = clean->samples[0].extents[0];
+  const Extent member = clean->ref(0).extents[0];
   const std::string full = read_all(spec.path);
   // Flip a byte in the middle of the compressed member and, separately, the stored CRC.
   std::string corrupt = full;

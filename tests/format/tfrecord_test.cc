@@ -196,7 +196,7 @@ TEST_F(TfRecordTest, RoundTripByScan) {
   EXPECT_CONTAINS(idx->sources[0]->describe(), "scan");
   std::vector<std::byte> raw, scratch;
   for (size_t k = 0; k < 20; ++k) {
-    const SampleRef& ref = idx->samples[k];
+    const SampleRef ref = idx->ref(k);
     EXPECT_EQ(ref.item, k);
     ASSERT_EQ(ref.extents.size(), 1u);
     EXPECT_EQ(ref.extents[0], recs[k]);
@@ -222,7 +222,7 @@ TEST_F(TfRecordTest, FloatAndInt64Features) {
   opt.feature = "floats";
   auto idx = open_tfrecord(p, opt);
   ASSERT_TRUE(idx.ok()) << idx.status();
-  EXPECT_EQ(idx->samples[2].dtype, DType::f32());
+  EXPECT_EQ(idx->ref(2).dtype, DType::f32());
   std::vector<std::byte> raw, scratch;
   auto s = read_sample(*idx, 2, raw, scratch);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -237,8 +237,8 @@ TEST_F(TfRecordTest, FloatAndInt64Features) {
   opt.feature_shape = Shape{3, 1};
   idx = open_tfrecord(p, opt);
   ASSERT_TRUE(idx.ok()) << idx.status();
-  EXPECT_EQ(idx->samples[0].dtype, DType::i64());
-  EXPECT_EQ(idx->samples[0].shape, (Shape{3, 1}));
+  EXPECT_EQ(idx->ref(0).dtype, DType::i64());
+  EXPECT_EQ(idx->ref(0).shape, (Shape{3, 1}));
   s = read_sample(*idx, 2, raw, scratch);
   ASSERT_TRUE(s.ok()) << s.status();
   int64_t v[3];
@@ -272,9 +272,9 @@ TEST_F(TfRecordTest, BytesFeatureWithDtypeAndShape) {
   opt.feature_shape = Shape{4, 5};
   auto idx = open_tfrecord(p, opt);
   ASSERT_TRUE(idx.ok()) << idx.status();
-  EXPECT_EQ(idx->samples[0].shape, (Shape{4, 5}));
-  EXPECT_EQ(idx->samples[0].dtype, DType::f32());
-  EXPECT_EQ(idx->samples[0].nbytes(), 80u);
+  EXPECT_EQ(idx->ref(0).shape, (Shape{4, 5}));
+  EXPECT_EQ(idx->ref(0).dtype, DType::f32());
+  EXPECT_EQ(idx->ref(0).nbytes(), 80u);
   std::vector<std::byte> raw, scratch, want(80);
   for (uint64_t k = 0; k < 6; ++k) {
     auto s = read_sample(*idx, k, raw, scratch);
@@ -351,9 +351,9 @@ TEST_F(TfRecordTest, IdxNextToFileMatchesScan) {
   EXPECT_CONTAINS(from_idx->sources[0]->describe(), "idx sidecar " + p + ".idx");
   ASSERT_EQ(from_idx->size(), scanned->size());
   for (size_t k = 0; k < recs.size(); ++k) {
-    EXPECT_EQ(from_idx->samples[k].extents, scanned->samples[k].extents);
-    EXPECT_EQ(from_idx->samples[k].shape, scanned->samples[k].shape);
-    EXPECT_EQ(from_idx->samples[k].dtype, scanned->samples[k].dtype);
+    EXPECT_EQ(from_idx->ref(k).extents, scanned->ref(k).extents);
+    EXPECT_EQ(from_idx->ref(k).shape, scanned->ref(k).shape);
+    EXPECT_EQ(from_idx->ref(k).dtype, scanned->ref(k).dtype);
   }
   FormatOptions no_idx;
   no_idx.use_index_files = false;
@@ -578,7 +578,7 @@ TEST_F(TfRecordTest, GarbageExampleBytes) {
   std::vector<std::byte> raw, scratch;
   auto s = read_sample(*idx, 1, raw, scratch);
   ASSERT_FALSE(s.ok());
-  const uint64_t payload_at = idx->samples[1].extents[0].offset + kHeaderSize;
+  const uint64_t payload_at = idx->ref(1).extents[0].offset + kHeaderSize;
   EXPECT_CONTAINS(s.status().message(),
                   absl::StrCat(p, ": at offset ", payload_at + 1, ": expected field 1 of 127 bytes"));
   EXPECT_CONTAINS(s.status().message(), "byte 1 of the tf.train.Example");
@@ -614,7 +614,7 @@ TEST_F(TfRecordTest, MissingFeatureNamesWhatIsThere) {
   std::vector<std::byte> raw, scratch;
   auto s = read_sample(*idx, 1, raw, scratch);
   ASSERT_FALSE(s.ok());
-  EXPECT_CONTAINS(s.status().message(), absl::StrCat(p, ": at offset ", idx->samples[1].extents[0].offset,
+  EXPECT_CONTAINS(s.status().message(), absl::StrCat(p, ": at offset ", idx->ref(1).extents[0].offset,
                                                      ": expected feature 'image' in the tf.train.Example of record 1"));
   EXPECT_CONTAINS(s.status().message(), "only features 'other'");
   // A different kind than the first record's.
@@ -775,13 +775,13 @@ TEST_F(TfRecordTest, GzipAndZlibFilesReadLikePlainOnes) {
       std::vector<std::byte> raw, scratch, raw2, scratch2;
       for (size_t k = 0; k < ext.size(); ++k) {
         // Shapes are exact at open (every record was parsed).
-        EXPECT_GE(got->samples[k].shape[0], 0);
+        EXPECT_GE(got->ref(k).shape[0], 0);
         auto s = read_sample(*got, k, raw, scratch);
         ASSERT_TRUE(s.ok()) << s.status();
         auto t = read_sample(*plain_idx, k, raw2, scratch2);
         ASSERT_TRUE(t.ok());
         EXPECT_EQ(s->shape, t->shape);
-        EXPECT_EQ(got->samples[k].shape, t->shape);
+        EXPECT_EQ(got->ref(k).shape, t->shape);
         EXPECT_EQ(s->dtype, t->dtype);
         EXPECT_TRUE(std::equal(s->bytes.begin(), s->bytes.end(), t->bytes.begin(), t->bytes.end())) << k;
       }
@@ -947,7 +947,7 @@ TEST_F(TfRecordTest, SequenceExampleIsRefused) {
   auto s = read_sample(*r, 1, raw, scratch);
   ASSERT_FALSE(s.ok());
   EXPECT_CONTAINS(s.status().message(), "SequenceExample");
-  const uint64_t tag_at = r->samples[1].extents[0].offset + kHeaderSize + ctx_size;
+  const uint64_t tag_at = r->ref(1).extents[0].offset + kHeaderSize + ctx_size;
   EXPECT_CONTAINS(s.status().message(), p + ": at offset " + std::to_string(tag_at));
 }
 

@@ -57,7 +57,7 @@ RawReadResult read_checked(const Dataset& d, std::span<const uint64_t> ids, RawR
   std::map<std::string, std::string> content;
   for (const std::string& f : d.index.files) content[f] = testing::read_all(f);
   o.on_extent = [&](uint64_t id, size_t k, std::span<const std::byte> bytes) {
-    const SampleRef& r = d.index.samples[id];
+    const SampleRef r = d.index.ref(id);
     ASSERT_LT(k, r.extents.size());
     const Extent& e = r.extents[k];
     ASSERT_EQ(bytes.size(), e.length);
@@ -82,8 +82,8 @@ TEST(RawRead, ReadsEveryExtentOfEverySampleInOrder) {
     const std::vector<uint64_t> ids = rank_order(FileLayout::of(d.index), spec).value();
     uint64_t want_bytes = 0, want_extents = 0;
     for (uint64_t id : ids) {
-      want_bytes += d.index.samples[id].read_bytes();
-      want_extents += d.index.samples[id].extents.size();
+      want_bytes += d.index.ref(id).read_bytes();
+      want_extents += d.index.ref(id).extents.size();
     }
     ASSERT_EQ(want_extents, ids.size());
     ASSERT_EQ(want_bytes, dlio ? 15u * 56 : 24u * 64);
@@ -104,7 +104,7 @@ TEST(RawRead, ReadsEveryExtentOfEverySampleInOrder) {
         // One at a time: exactly the order of ids, extents in order.
         size_t i = 0;
         for (uint64_t id : ids) {
-          for (size_t k = 0; k < d.index.samples[id].extents.size(); ++k, ++i) {
+          for (size_t k = 0; k < d.index.ref(id).extents.size(); ++k, ++i) {
             EXPECT_EQ(seen[i], std::make_pair(id, k));
           }
         }
@@ -140,7 +140,7 @@ TEST(RawRead, MaxBytesStopsAtASampleBoundaryAfterThePrefix) {
 TEST(RawRead, ShortFileFailsNamingTheFileAndOffset) {
   const Dataset d = make(FileFormat::kHdf5, false, 2, 4, {16, 16});
   const std::string victim = d.index.files[1];
-  const uint64_t keep = d.index.samples[5].extents[0].offset + 10;  // sample 5 is cut short
+  const uint64_t keep = d.index.ref(5).extents[0].offset + 10;  // sample 5 is cut short
   std::filesystem::resize_file(victim, keep);
   std::vector<uint64_t> ids(8);
   std::iota(ids.begin(), ids.end(), 0);

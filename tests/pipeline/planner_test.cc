@@ -14,7 +14,7 @@ namespace dlfeed::pipeline {
 namespace {
 
 // Samples whose bytes are the sample (`identity`), or bytes that need a
-// decode the loader cannot skip.
+// decode the loader cannot skip; one file's samples, listed by the test.
 class TestSource : public SampleSource {
  public:
   explicit TestSource(bool identity) : identity_(identity) {}
@@ -25,6 +25,13 @@ class TestSource : public SampleSource {
     return DecodedSample{raw, ref.shape, ref.dtype};
   }
   bool is_identity(const SampleRef& ref) const override { return identity_ && ref.extents.size() == 1; }
+  uint64_t num_samples() const override { return refs.size(); }
+  void fill(uint64_t item, SampleRef& ref) const override {
+    ref.extents = refs[item].extents;
+    ref.shape = refs[item].shape;
+    ref.dtype = refs[item].dtype;
+  }
+  std::vector<SampleRef> refs;
 
  private:
   bool identity_;
@@ -33,23 +40,24 @@ class TestSource : public SampleSource {
 // An index of `files` files; add() appends samples to the last file.
 struct IndexBuilder {
   SampleIndex index;
-  explicit IndexBuilder(bool identity = true) { index.sources.push_back(std::make_unique<TestSource>(identity)); }
+  bool identity;
+  explicit IndexBuilder(bool identity = true) : identity(identity) {}
   void file(const std::string& name) {
+    if (!index.files.empty()) index.file_begin.push_back(index.file_begin.back() + last().refs.size());
     index.files.push_back(name);
-    if (index.files.size() > 1) index.file_begin.push_back(index.samples.size());
+    index.sources.push_back(std::make_unique<TestSource>(identity));
   }
+  TestSource& last() { return static_cast<TestSource&>(*index.sources.back()); }
   void add(std::initializer_list<Extent> extents, Shape shape) {
     SampleRef r;
-    r.file = static_cast<uint32_t>(index.files.size() - 1);
-    r.source = 0;
-    r.item = index.samples.size();
     r.extents.assign(extents.begin(), extents.end());
     r.shape = std::move(shape);
     r.dtype = DType::u8();
-    index.samples.push_back(std::move(r));
+    last().refs.push_back(std::move(r));
   }
   SampleIndex done() {
-    index.file_begin.push_back(index.samples.size());
+    index.file_begin.push_back(index.file_begin.back() + last().refs.size());
+    EXPECT_TRUE(index.check().ok()) << index.check();
     return std::move(index);
   }
 };

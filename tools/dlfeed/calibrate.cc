@@ -84,7 +84,7 @@ int run_calibrate(const std::vector<std::string>& args) {
   c.field = fields.empty() ? (fo.format == FileFormat::kTfRecord ? fo.feature : fo.name) : fields.front();
   if (c.field.empty()) c.field = "data";
   c.dataset = identify(index);
-  for (const SampleRef& r : index.samples) c.dataset_bytes += r.read_bytes();
+  c.dataset_bytes += index.total_read_bytes();
   c.queue_depth = absl::GetFlag(FLAGS_qd);
   const double max_mb = absl::GetFlag(FLAGS_max_mb);
   c.max_bytes = max_mb > 0 ? static_cast<uint64_t>(max_mb * 1048576.0) : 0;

@@ -33,20 +33,15 @@ void print_json(const SampleIndex& index, int64_t limit) {
   o += "],\n  \"file_begin\": [";
   for (size_t i = 0; i < index.file_begin.size(); ++i) absl::StrAppend(&o, i ? ", " : "", index.file_begin[i]);
   o += "],\n  \"sources\": [";
-  // Sources are per file in every format today; find each one's file from its first sample.
-  std::vector<int64_t> source_file(index.sources.size(), -1);
-  for (const auto& r : index.samples) {
-    if (source_file[r.source] < 0) source_file[r.source] = r.file;
-  }
+  // One source per file: source i is file i's.
   for (size_t i = 0; i < index.sources.size(); ++i) {
-    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", source_file[i],
-                    ", \"layout\": ", json_quote(index.sources[i]->layout()),
+    absl::StrAppend(&o, i ? "," : "", "\n    {\"file\": ", i, ", \"layout\": ", json_quote(index.sources[i]->layout()),
                     ", \"describe\": ", json_quote(index.sources[i]->describe()), "}");
   }
   o += "\n  ],\n  \"samples\": [";
   const uint64_t n = limit < 0 ? index.size() : std::min<uint64_t>(index.size(), limit);
   for (uint64_t id = 0; id < n; ++id) {
-    const SampleRef& r = index.samples[id];
+    const SampleRef r = index.ref(id);
     absl::StrAppend(&o, id ? "," : "", "\n    {\"id\": ", id, ", \"file\": ", r.file, ", \"item\": ", r.item,
                     ", \"shape\": ", json_shape(r.shape), ", \"dtype\": \"", r.dtype.str(), "\", \"extents\": [");
     for (size_t e = 0; e < r.extents.size(); ++e) {
@@ -62,19 +57,13 @@ void print_text(const SampleIndex& index, int64_t limit) {
   std::printf("%llu files, %llu samples\n", static_cast<unsigned long long>(index.num_files()),
               static_cast<unsigned long long>(index.size()));
   const uint64_t per_file = limit < 0 ? 10 : static_cast<uint64_t>(limit);
-  std::vector<bool> shown(index.sources.size(), false);
   for (uint64_t f = 0; f < index.num_files(); ++f) {
     const uint64_t b = index.file_begin[f], e = index.file_begin[f + 1];
     std::printf("\nfile %llu: %s\n  %llu samples\n", static_cast<unsigned long long>(f), index.files[f].c_str(),
                 static_cast<unsigned long long>(e - b));
-    for (uint64_t id = b; id < e; ++id) {
-      const SampleRef& r = index.samples[id];
-      if (!shown[r.source]) {
-        shown[r.source] = true;
-        std::printf("  [%s] %s\n", index.sources[r.source]->layout().c_str(),
-                    index.sources[r.source]->describe().c_str());
-      }
-      if (id - b >= per_file) continue;
+    std::printf("  [%s] %s\n", index.sources[f]->layout().c_str(), index.sources[f]->describe().c_str());
+    for (uint64_t id = b; id < e && id - b < per_file; ++id) {
+      const SampleRef r = index.ref(id);
       std::string ext;
       for (const Extent& x : r.extents) absl::StrAppend(&ext, " [", x.offset, ", +", x.length, ")");
       if (r.extents.empty()) ext = " (read through the format library)";

@@ -338,8 +338,7 @@ std::string limit_str(const counters::EpochReport& e, const Efficiency& eff) {
 /// calibrate reads per sample; reported as record_bytes, not a rate's basis).
 double record_bytes_of(const Loader& loader) {
   const SampleIndex& index = loader.index(0);
-  uint64_t total = 0;
-  for (const SampleRef& r : index.samples) total += r.read_bytes();
+  const uint64_t total = index.total_read_bytes();
   return index.size() ? static_cast<double>(total) / static_cast<double>(index.size()) : 0;
 }
 
