@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${DLFEED_FUZZ_SECONDS:-30}
 JOBS=${DLFEED_FUZZ_JOBS:-2}
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(npy npz tfrecord tfrecord_idx example hdf5)
+((${#TARGETS[@]})) || TARGETS=(npy npz tfrecord tfrecord_idx example hdf5 index_cache)
 
 missing=()
 for p in clang libclang-rt-14-dev; do
@@ -48,11 +48,12 @@ TF_CPP_MIN_LOG_LEVEL=2 .venv/bin/python tests/fuzz/make_seeds.py "$B/seeds" --dl
 run_one() {
   local t=$1
   local corpus="$B/corpus/$t" findings="$B/findings/$t" log="$B/logs/$t.log"
-  mkdir -p "$corpus" "$findings" "$B/logs"
+  mkdir -p "$corpus" "$findings" "$B/logs" "$B/seeds/$t"
   local regress=()
   [ -d "tests/fuzz/regressions/$t" ] && regress=("tests/fuzz/regressions/$t")
   # libhdf5 (not ours, not instrumented) keeps allocations across failed opens: no leak checks there.
-  local leaks=1; [ "$t" = hdf5 ] && leaks=0
+  # index_cache writes and indexes HDF5 files too.
+  local leaks=1; [ "$t" = hdf5 ] || [ "$t" = index_cache ] && leaks=0
   if ASAN_OPTIONS="detect_leaks=$leaks:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
      "$B/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=2048 -max_len=65536 \
        -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" "$B/seeds/$t" "${regress[@]}" \

@@ -113,7 +113,10 @@ void bind_format_options(py::module_& m) {
       .def_readwrite("write_index_files", &FormatOptions::write_index_files,
                      "TFRecord: write the .idx sidecar after a scan")
       .def_readwrite("index_dir", &FormatOptions::index_dir,
-                     "TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/");
+                     "TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/")
+      .def_readwrite("index_cache", &FormatOptions::index_cache,
+                     "Persistent dataset index: '' or 'off', 'auto' (in the dataset folder, or ~/.cache/dlfeed), "
+                     "or the cache file's path");
 }
 
 void bind_order_spec(py::module_& m) {

@@ -113,6 +113,12 @@ class DLFEED_EXPORT SampleSource {
   /// Bytes of memory the source holds for its samples (tables of offsets,
   /// chunks or shapes), for `dlfeed inspect` and the scale benchmark.
   virtual uint64_t index_bytes() const { return 0; }
+
+  /// For the dataset index cache (FormatOptions::index_cache): a tag naming
+  /// the source's kind, and its state appended to `out`. An empty tag: the
+  /// source is not cached and its file is indexed again at each open.
+  virtual std::string cache_tag() const { return {}; }
+  virtual void cache_save(std::string& out) const { (void)out; }
 };
 
 /// All samples of a set of files, with file boundaries (for the order stage).

@@ -46,6 +46,8 @@ class FormatOptions:
     """TFRecord: write the .idx sidecar after a scan"""
     index_dir: str
     """TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/"""
+    index_cache: str
+    """Persistent dataset index: '' or 'off', 'auto' (in the dataset folder, or ~/.cache/dlfeed), or the cache file's path"""
 
 class OrderParams:
     """Parameters of the order strategies (C++ OrderParams)."""

@@ -39,6 +39,14 @@ bool in_dlio_layout(const std::string& path);
 /// files in_dlio_layout).
 SampleAxis resolve_axis(const FormatOptions& options, const std::string& path);
 
+class CacheReader;
+class ArraySource;
+/// An ArraySource from its cache_save() bytes, checked as open_npy and
+/// open_npz check a file's header (the cache is untrusted input):
+/// InvalidArgument naming what is wrong.
+absl::StatusOr<std::unique_ptr<ArraySource>> load_array_source(const std::string& path, uint64_t file_size,
+                                                               CacheReader& in);
+
 /// A dense array's samples; raw bytes or a deflated zip member.
 class ArraySource : public SampleSource {
  public:
@@ -74,6 +82,8 @@ class ArraySource : public SampleSource {
   void fill(uint64_t k, SampleRef& ref) const override;
   uint64_t num_samples() const override;
   uint64_t total_read_bytes() const override;
+  std::string cache_tag() const override { return "array"; }
+  void cache_save(std::string& out) const override;
 
  private:
   std::string path_;

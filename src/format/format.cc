@@ -3,6 +3,7 @@
 #include <glob.h>
 #include <algorithm>
 
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
+#include "index_cache.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace fs = std::filesystem;
@@ -231,10 +233,27 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     }
     files = std::move(kept);
   }
+  const std::string cache = detail::index_cache_path(paths, options);
+  detail::CacheHits cached;
+  if (!cache.empty()) cached = detail::read_index_cache(cache, files, options);
+  if (!cached.note.empty()) std::fprintf(stderr, "%s\n", cached.note.c_str());
   SampleIndex all;
-  for (const std::string& f : files) {
-    DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(f, options));
+  size_t indexed_now = 0;  // files a cache entry would have served
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i < cached.files.size() && cached.files[i]) {
+      all.append(std::move(*cached.files[i]));
+      continue;
+    }
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(files[i], options));
+    if (!one.sources.empty() && !one.sources[0]->cache_tag().empty()) ++indexed_now;
     all.append(std::move(one));
+  }
+  if (!cache.empty() && (indexed_now > 0 || !cached.note.empty())) {
+    // Files indexed now (new, changed, or the cache missing or damaged):
+    // write it again.
+    if (absl::Status st = detail::write_index_cache(cache, all, options); !st.ok()) {
+      std::fprintf(stderr, "dlfeed: note: the index cache is not written: %s\n", std::string(st.message()).c_str());
+    }
   }
   return all;
 }

@@ -113,6 +113,15 @@ class ContiguousSource final : public Hdf5Source {
     if (allocated_ && g_.sample_bytes > 0) ref.extents.push_back({offset_ + k * g_.sample_bytes, g_.sample_bytes});
   }
   uint64_t total_read_bytes() const override { return allocated_ ? num_samples() * g_.sample_bytes : 0; }
+  // Data never written (fill values) is indexed from the file each time:
+  // nothing in the file bounds its samples' size for a cache to check.
+  std::string cache_tag() const override { return allocated_ ? "hdf5:contiguous" : ""; }
+  void cache_save(std::string& out) const override {
+    detail::h5::save_geometry(g_, out);
+    detail::CacheWriter w(out);
+    w.u8(allocated_ ? 1 : 0);
+    w.u64(offset_);
+  }
   bool is_identity(const SampleRef& ref) const override { return allocated_ && ref.extents.size() == 1; }
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
@@ -507,5 +516,75 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   index.add_file(path, std::make_unique<LibrarySource>(std::move(g)));
   return index;
 }
+
+namespace detail::h5 {
+
+void save_geometry(const DatasetGeometry& g, std::string& out) {
+  CacheWriter w(out);
+  w.str(g.name);
+  w.u64s(g.dims);
+  w.u64s(g.chunk);
+  w.dtype(g.dtype);
+  w.u64(g.fill.size());
+  out.append(reinterpret_cast<const char*>(g.fill.data()), g.fill.size());
+  w.str(g.filters);
+}
+
+absl::StatusOr<DatasetGeometry> load_geometry(const std::string& path, uint64_t file_size, CacheReader& in) {
+  DatasetGeometry g;
+  g.path = path;
+  g.name = in.str();
+  g.dims = in.u64s();
+  g.chunk = in.u64s();
+  g.dtype = in.dtype();
+  const std::string fill = in.str();  // written as a length and bytes, as str() reads it
+  g.filters = in.str();
+  if (!in.ok() || g.dims.empty() || g.dims.size() > 32 || (!g.chunk.empty() && g.chunk.size() != g.dims.size()) ||
+      (!fill.empty() && fill.size() != g.dtype.size)) {
+    return file_error(path, "an HDF5 dataset entry in the index cache", "a truncated or malformed one");
+  }
+  g.fill.resize(fill.size());
+  std::memcpy(g.fill.data(), fill.data(), fill.size());
+  g.sample_elems = 1;
+  for (size_t d = 1; d < g.dims.size(); ++d) {
+    if (!mul_ok(g.sample_elems, g.dims[d], &g.sample_elems)) {
+      return file_error(path, "a cached dataset shape whose samples fit in 64 bits", shape_str(g.full_shape()));
+    }
+  }
+  if (!mul_ok(g.sample_elems, g.dtype.size, &g.sample_bytes)) {
+    return file_error(path, "a cached dataset shape whose samples fit in 64 bits", shape_str(g.full_shape()));
+  }
+  // open_hdf5's limits, and one of its own: no decoded sample larger than
+  // deflate could make from the whole file (a sample of fill values the
+  // file does not hold is indexed from the file, not taken from a cache).
+  const uint64_t most =
+      std::max<uint64_t>(uint64_t{1} << 20, file_size > kMaxSampleBytes ? kMaxSampleBytes : file_size * 1032);
+  if (g.sample_bytes > std::min(kMaxSampleBytes, most) || g.dims[0] > kMaxSamples) {
+    return file_error(path,
+                      absl::StrCat("cached samples of at most ", std::min(kMaxSampleBytes, most), " bytes, at most ",
+                                   kMaxSamples, " of them, in the file of ", file_size, " bytes"),
+                      absl::StrCat(g.dims[0], " samples of ", g.sample_bytes, " bytes"));
+  }
+  return g;
+}
+
+absl::StatusOr<std::unique_ptr<SampleSource>> load_contiguous(const std::string& path, uint64_t file_size,
+                                                              CacheReader& in) {
+  DLFEED_ASSIGN_OR_RETURN(DatasetGeometry g, load_geometry(path, file_size, in));
+  const bool allocated = in.u8() != 0;
+  const uint64_t off = in.u64();
+  if (!in.ok()) return file_error(path, "an HDF5 contiguous entry in the index cache", "a truncated one");
+  uint64_t total = 0, end = 0;
+  if (allocated && (!mul_ok(g.dims[0], g.sample_bytes, &total) || !add_ok(off, total, &end) || end > file_size)) {
+    return file_error(path, absl::StrCat("cached contiguous data within the file of ", file_size, " bytes"),
+                      absl::StrCat(g.dims[0], " samples of ", g.sample_bytes, " bytes at offset ", off));
+  }
+  if (!allocated) {  // never cached (cache_tag), so a cache that says so is not dlfeed's
+    return file_error(path, "a cached contiguous dataset with data", "one never written (all fill values)");
+  }
+  return std::make_unique<ContiguousSource>(std::move(g), allocated, allocated ? off : 0);
+}
+
+}  // namespace detail::h5
 
 }  // namespace dlfeed

@@ -81,6 +81,21 @@ class ChunkedSource final : public Hdf5Source {
     (void)extents_for(k, UINT64_MAX, ref.extents);
   }
   uint64_t index_bytes() const override { return cells_.capacity() * sizeof(ChunkEntry); }
+  std::string cache_tag() const override { return "hdf5:chunked"; }
+  void cache_save(std::string& out) const override {
+    save_geometry(g_, out);
+    CacheWriter w(out);
+    w.u64(pipeline_.size());
+    for (Filter f : pipeline_) w.u8(static_cast<uint8_t>(f));
+    w.u32(shuffle_size_);
+    w.u64(cells_.size());
+    for (const ChunkEntry& c : cells_) {
+      w.u64(c.addr);
+      w.u64(c.size);
+      w.u32(c.mask);
+      w.u8(c.stored ? 1 : 0);
+    }
+  }
 
   /// The extents of sample k: for each stored chunk of its chunk row, the
   /// row's slice of a raw chunk, or the whole stored chunk when filtered.
@@ -508,6 +523,53 @@ absl::StatusOr<std::unique_ptr<SampleSource>> index_chunked(hid_t dset, DatasetG
   absl::InlinedVector<Extent, 1> scratch;
   const uint64_t n = src->num_samples();
   for (uint64_t k = 0; k < n; k += rows_of) {
+    scratch.clear();
+    DLFEED_RETURN_IF_ERROR(src->extents_for(k, file_size, scratch));
+  }
+  return std::unique_ptr<SampleSource>(std::move(src));
+}
+
+absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& path, uint64_t file_size,
+                                                           CacheReader& in) {
+  DLFEED_ASSIGN_OR_RETURN(DatasetGeometry g, load_geometry(path, file_size, in));
+  FilterPipeline filters;
+  const uint64_t steps = in.u64();
+  if (!in.ok() || steps > 8) return file_error(path, "a cached HDF5 filter pipeline", "a malformed one");
+  for (uint64_t i = 0; i < steps; ++i) {
+    const uint8_t f = in.u8();
+    if (f > static_cast<uint8_t>(Filter::kDeflate)) in.fail();
+    filters.steps.push_back(static_cast<Filter>(f));
+  }
+  filters.shuffle_size = in.u32();
+  const uint64_t n = in.u64();
+  if (!in.ok() || g.chunk.size() != g.dims.size() || n > in.left() / 21) {
+    return file_error(path, "an HDF5 chunked entry in the index cache", "a truncated or malformed one");
+  }
+  // The grid the geometry implies must be the table's, within the limits
+  // open_hdf5 indexes, and every stored chunk must lie in the file.
+  DLFEED_ASSIGN_OR_RETURN(ChunkGrid grid, chunk_grid(g));
+  if (grid.cells != n || grid.cells > kMaxChunkCells) {
+    return file_error(path,
+                      absl::StrCat("a cached chunk table of ", grid.cells, " cells (at most ", kMaxChunkCells, ")"),
+                      absl::StrCat(n, " cells"));
+  }
+  std::vector<ChunkEntry> cells(n);
+  for (ChunkEntry& c : cells) {
+    c.addr = in.u64();
+    c.size = in.u64();
+    c.mask = in.u32();
+    c.stored = in.u8() != 0;
+    uint64_t end = 0;
+    if (c.stored && (!add_ok(c.addr, c.size, &end) || end > file_size)) {
+      return file_error(path, absl::StrCat("cached chunks within the file of ", file_size, " bytes"),
+                        absl::StrCat("a chunk of ", c.size, " bytes at offset ", c.addr));
+    }
+  }
+  if (!in.ok()) return file_error(path, "an HDF5 chunk table in the index cache", "a truncated one");
+  const uint64_t rows_of = std::max<uint64_t>(1, g.chunk[0]);
+  auto src = std::make_unique<ChunkedSource>(std::move(g), std::move(filters), std::move(cells));
+  absl::InlinedVector<Extent, 1> scratch;
+  for (uint64_t k = 0; k < src->num_samples(); k += rows_of) {
     scratch.clear();
     DLFEED_RETURN_IF_ERROR(src->extents_for(k, file_size, scratch));
   }

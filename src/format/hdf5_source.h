@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "dlfeed/format/format.h"
+#include "index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 
@@ -97,6 +98,17 @@ class Hdf5Source : public SampleSource {
   DatasetGeometry g_;
   Shape shape_;  // a sample's shape (dims without the first)
 };
+
+/// A dataset's geometry in the index cache; load_geometry recomputes what
+/// follows from the dims and dtype and refuses sizes that overflow.
+void save_geometry(const DatasetGeometry& g, std::string& out);
+absl::StatusOr<DatasetGeometry> load_geometry(const std::string& path, uint64_t file_size, CacheReader& in);
+/// The cached sources (tags "hdf5:contiguous", "hdf5:chunked"), checked
+/// against the file's size as open_hdf5 checks them.
+absl::StatusOr<std::unique_ptr<SampleSource>> load_contiguous(const std::string& path, uint64_t file_size,
+                                                              CacheReader& in);
+absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& path, uint64_t file_size,
+                                                           CacheReader& in);
 
 /// The filters dlfeed undoes itself, in the dataset's pipeline order.
 enum class Filter : uint8_t { kShuffle, kDeflate };

@@ -16,6 +16,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "gen/generate.h"
+#include "index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace {
@@ -389,6 +390,81 @@ void ArraySource::fill(uint64_t k, SampleRef& ref) const {
     ref.extents.push_back({array_offset_ + header_.data_offset + k * geometry_.axis_stride * isz,
                            static_cast<uint64_t>(geometry_.span) * isz});
   }
+}
+
+void ArraySource::cache_save(std::string& out) const {
+  CacheWriter w(out);
+  w.str(name_);
+  w.u32(static_cast<uint32_t>(header_.major));
+  w.u32(static_cast<uint32_t>(header_.minor));
+  w.dtype(header_.dtype);
+  w.u8(header_.fortran_order ? 1 : 0);
+  w.shape(header_.shape);
+  w.u64(header_.data_offset);
+  w.u8(axis_ == SampleAxis::kLast ? 1 : 0);
+  w.str(layout_);
+  w.u8(deflated_ ? 1 : 0);
+  w.str(member_.name);
+  w.u32(member_.method);
+  w.u32(member_.crc32);
+  w.u64(member_.compressed_size);
+  w.u64(member_.uncompressed_size);
+  w.u64(member_.local_header_offset);
+  w.u64(member_.data_offset);
+  w.u64(array_offset_);
+}
+
+absl::StatusOr<std::unique_ptr<ArraySource>> load_array_source(const std::string& path, uint64_t file_size,
+                                                               CacheReader& in) {
+  std::string name = in.str();
+  NpyHeader h;
+  h.major = static_cast<int>(in.u32());
+  h.minor = static_cast<int>(in.u32());
+  h.dtype = in.dtype();
+  h.fortran_order = in.u8() != 0;
+  h.shape = in.shape();
+  h.data_offset = in.u64();
+  const SampleAxis axis = in.u8() ? SampleAxis::kLast : SampleAxis::kFirst;
+  std::string layout = in.str();
+  const bool deflated = in.u8() != 0;
+  ZipMember m;
+  m.name = in.str();
+  m.method = static_cast<uint16_t>(in.u32());
+  m.crc32 = in.u32();
+  m.compressed_size = in.u64();
+  m.uncompressed_size = in.u64();
+  m.local_header_offset = in.u64();
+  m.data_offset = in.u64();
+  const uint64_t array_offset = in.u64();
+  if (!in.ok()) return file_error(path, "an array entry in the index cache", "a truncated or malformed one");
+  // The checks open_npy and open_npz make on a header, on the cached one.
+  uint64_t elems = 1, bytes = 0, end = 0;
+  for (int64_t d : h.shape) {
+    if (d < 0 || __builtin_mul_overflow(elems, static_cast<uint64_t>(d), &elems)) {
+      return file_error(path, "a cached array shape of sizes 0 or more", shape_str(h.shape));
+    }
+  }
+  if (__builtin_mul_overflow(elems, uint64_t{h.dtype.size}, &bytes) ||
+      __builtin_add_overflow(bytes, h.data_offset, &end)) {
+    return file_error(path, "a cached array that fits in 64-bit offsets", shape_str(h.shape));
+  }
+  if (deflated) {
+    uint64_t member_end = 0;
+    if (__builtin_add_overflow(m.data_offset, m.compressed_size, &member_end) || member_end > file_size ||
+        end > m.uncompressed_size || m.uncompressed_size / 1032 > m.compressed_size + 1) {
+      return file_error(
+          path, absl::StrCat("a cached deflated member within the file of ", file_size, " bytes"),
+          absl::StrCat(m.compressed_size, " bytes at offset ", m.data_offset, " inflating to ", m.uncompressed_size));
+    }
+  } else if (__builtin_add_overflow(end, array_offset, &end) || end > file_size) {
+    return file_error(path, absl::StrCat("cached array data within the file of ", file_size, " bytes"),
+                      absl::StrCat("data ending at offset ", end));
+  }
+  DLFEED_ASSIGN_OR_RETURN(SampleGeometry g, sample_geometry(h, axis, path));
+  auto src = std::make_unique<ArraySource>(path, std::move(name), std::move(h), std::move(g), axis, std::move(layout));
+  if (deflated) src->set_deflated(m);
+  src->set_array_offset(array_offset);
+  return src;
 }
 
 uint64_t ArraySource::total_read_bytes() const {

@@ -24,6 +24,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
+#include "index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace tfrecord {
@@ -408,6 +409,16 @@ class TfRecordSource final : public SampleSource {
     }
   }
   bool shapes_differ() const override { return !counts_.empty(); }
+  // Compressed files are not cached: their checkpoints hold 32 KiB windows.
+  std::string cache_tag() const override { return z_ ? "" : "tfrecord"; }
+  void cache_save(std::string& out) const override {
+    detail::CacheWriter w(out);
+    w.u8(static_cast<uint8_t>(kind_));
+    w.dtype(dtype_);
+    w.str(idx_);
+    w.u64(extents_.size());
+    for (const Extent& e : extents_) w.u64(e.length);  // records lie back to back from offset 0
+  }
   uint64_t total_read_bytes() const override {
     uint64_t total = 0;
     if (z_) {
@@ -620,6 +631,38 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
 }
 
 }  // namespace
+
+namespace detail {
+absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::string& path, uint64_t file_size,
+                                                                   const FormatOptions& options, CacheReader& in) {
+  const uint8_t kind = in.u8();
+  const DType dtype = in.dtype();
+  std::string idx = in.str();
+  const uint64_t n = in.u64();
+  if (!in.ok() || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
+    return file_error(path, "a TFRecord entry in the index cache", "a truncated or malformed one");
+  }
+  // What validate_idx checks of a sidecar: records of 16 bytes or more, back
+  // to back from offset 0 to the end of the file.
+  std::vector<Extent> records(n);
+  uint64_t at = 0;
+  for (Extent& e : records) {
+    e = {at, in.u64()};
+    if (e.length < tfrecord::kOverhead || e.length > file_size - at) {
+      return file_error(path, absl::StrCat("cached records within the file of ", file_size, " bytes"),
+                        absl::StrCat("a record of ", e.length, " bytes at offset ", at));
+    }
+    at += e.length;
+  }
+  if (!in.ok() || at != file_size) {
+    return file_error(path, absl::StrCat("cached records up to the end of the ", file_size, "-byte file"),
+                      absl::StrCat("records ending at ", at));
+  }
+  auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
+  src->set_records(std::move(records));
+  return std::unique_ptr<SampleSource>(std::move(src));
+}
+}  // namespace detail
 
 absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions& options) {
   DLFEED_ASSIGN_OR_RETURN(detail::File file, detail::File::open(path));

@@ -84,6 +84,7 @@ SPECIAL = {
     "feature_dtype": (np.float32, "float32"),
     "feature_shape": ([2, 3], (2, 3)),
     "index_dir": ("/tmp/idx", "/tmp/idx"),
+    "index_cache": ("auto", "auto"),
     "io": ("sync", "sync"),
     "prefetch": ("depth:2", "depth:2"),
     "resident": ("off", "off"),

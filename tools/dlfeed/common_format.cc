@@ -23,6 +23,10 @@ ABSL_FLAG(bool, no_verify_crc, false, "TFRecord: skip the CRC32C checks of recor
 ABSL_FLAG(std::string, index_dir, "", "TFRecord: folder of .idx sidecars (default: next to the file or DLIO's index/)");
 ABSL_FLAG(bool, no_index_files, false, "TFRecord: ignore .idx sidecars and scan the files");
 ABSL_FLAG(bool, write_index, false, "TFRecord: write .idx sidecars after scanning");
+ABSL_FLAG(std::string, index_cache, "",
+          "Persistent dataset index: off (default), auto (.dlfeed-index-HASH in the dataset folder, or under "
+          "~/.cache/dlfeed when that is not writable), or the cache file's path. Reopening reads unchanged "
+          "files' indexes from it");
 
 namespace dlfeed::cli {
 
@@ -82,13 +86,14 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
   o.index_dir = absl::GetFlag(FLAGS_index_dir);
   o.use_index_files = !absl::GetFlag(FLAGS_no_index_files);
   o.write_index_files = absl::GetFlag(FLAGS_write_index);
+  o.index_cache = absl::GetFlag(FLAGS_index_cache);
   return o;
 }
 
 FlagGroup format_flags() {
   return flag_group("Dataset flags", FLAGS_format, FLAGS_name, FLAGS_layout, FLAGS_axis, FLAGS_feature,
                     FLAGS_feature_dtype, FLAGS_feature_shape, FLAGS_no_verify_crc, FLAGS_index_dir,
-                    FLAGS_no_index_files, FLAGS_write_index);
+                    FLAGS_no_index_files, FLAGS_write_index, FLAGS_index_cache);
 }
 
 }  // namespace dlfeed::cli

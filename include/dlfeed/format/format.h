@@ -42,6 +42,13 @@ struct DLFEED_EXPORT FormatOptions {
   /// TFRecord: where sidecars live; empty: next to the file as NAME.idx, or
   /// the DLIO place {data}/index/{train|valid}/NAME.idx when that exists.
   std::string index_dir;
+  /// The persistent dataset index: "" or "off" (none), "auto" (a hidden
+  /// file .dlfeed-index-HASH in the dataset folder when it is one writable
+  /// folder, else under $XDG_CACHE_HOME/dlfeed or ~/.cache/dlfeed), or the
+  /// cache file's path. A later open_dataset reads each unchanged file's
+  /// index from it (same size, mtime, inode and device) and indexes only the
+  /// others; the cache is checked as untrusted input.
+  std::string index_cache;
 };
 
 /// Format of a path by its extension (.npy, .npz, .h5/.hdf5/.hdf/.he5;

@@ -1,0 +1,236 @@
+// The persistent dataset index (FormatOptions::index_cache): a reopen from
+// the cache gives the same index as indexing the files, only changed files
+// are indexed again, and a damaged, stale or lying cache falls back to the
+// files with a note, never to a wrong extent.
+#include "format/index_cache.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/format/format.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace dlfeed {
+namespace {
+
+using testing::expected_sample;
+using testing::read_all;
+using testing::scratch_dir;
+using testing::write_all;
+
+struct Case {
+  const char* name;
+  FileFormat format;
+  gen::Compression compression;
+  uint64_t chunk_samples;
+  bool dlio;
+};
+
+const Case kCases[] = {
+    {"npy", FileFormat::kNpy, gen::Compression::kNone, 0, false},
+    {"npz", FileFormat::kNpz, gen::Compression::kNone, 0, false},
+    {"npz_deflated", FileFormat::kNpz, gen::Compression::kDeflate, 0, false},
+    {"npz_dlio", FileFormat::kNpz, gen::Compression::kNone, 0, true},
+    {"hdf5", FileFormat::kHdf5, gen::Compression::kNone, 0, false},
+    {"hdf5_chunked_deflate", FileFormat::kHdf5, gen::Compression::kDeflate, 3, false},
+    {"tfrecord", FileFormat::kTfRecord, gen::Compression::kNone, 0, false},
+};
+
+testing::GeneratedDataset generate(const std::string& dir, const Case& c, uint64_t per_file = 7) {
+  gen::DatasetSpec spec = testing::dataset_spec(dir, c.format, 5, per_file, Shape{3, 4}, DType::u8(), 11);
+  spec.compression = c.compression;
+  spec.chunk_samples = c.chunk_samples;
+  spec.dlio_layout = c.dlio;
+  auto ds = testing::write_generated(spec);
+  EXPECT_TRUE(ds.ok()) << ds.status();
+  return *ds;
+}
+
+// Every sample of `got` as `want` has it, and its bytes as generated.
+void expect_same(const SampleIndex& want, const SampleIndex& got, const testing::GeneratedDataset& ds) {
+  ASSERT_TRUE(got.check().ok()) << got.check();
+  ASSERT_EQ(got.files, want.files);
+  ASSERT_EQ(got.file_begin, want.file_begin);
+  std::vector<std::byte> raw, scratch;
+  for (uint64_t id = 0; id < want.size(); ++id) {
+    const SampleRef a = want.ref(id), b = got.ref(id);
+    EXPECT_EQ(a.extents.size(), b.extents.size()) << id;
+    for (size_t e = 0; e < a.extents.size() && e < b.extents.size(); ++e) EXPECT_EQ(a.extents[e], b.extents[e]);
+    EXPECT_EQ(a.shape, b.shape) << id;
+    EXPECT_EQ(a.dtype, b.dtype) << id;
+    auto s = read_sample(got, id, raw, scratch);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(s->bytes.data()), s->bytes.size()),
+              expected_sample(ds.spec.seed, id, ds.spec.dtype, ds.spec.sample_shape))
+        << id;
+  }
+  for (size_t f = 0; f < want.num_files(); ++f) {
+    EXPECT_EQ(got.sources[f]->layout(), want.sources[f]->layout());
+    EXPECT_EQ(got.sources[f]->describe(), want.sources[f]->describe());
+  }
+}
+
+class IndexCache : public ::testing::TestWithParam<Case> {};
+
+TEST_P(IndexCache, ReopenGivesTheSameIndexFromTheCacheAlone) {
+  const std::string dir = scratch_dir();
+  const auto ds = generate(dir + "/data", GetParam());
+  FormatOptions plain;
+  auto want = open_dataset({ds.path}, plain);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  FormatOptions cached = plain;
+  cached.index_cache = dir + "/cache.idx";
+  auto first = open_dataset({ds.path}, cached);  // indexes the files, writes the cache
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(std::filesystem::exists(cached.index_cache));
+  expect_same(*want, *first, ds);
+
+  // Every file is served by the cache...
+  auto hits = detail::read_index_cache(cached.index_cache, want->files, cached);
+  EXPECT_EQ(hits.hits, want->num_files()) << hits.note;
+  EXPECT_EQ(hits.note, "");
+  // ... and the reopened index is the files' own.
+  auto again = open_dataset({ds.path}, cached);
+  ASSERT_TRUE(again.ok()) << again.status();
+  expect_same(*want, *again, ds);
+
+  // Other options (another member, another feature): another fingerprint,
+  // so none of it is used.
+  FormatOptions other = cached;
+  other.verify_crc = false;
+  EXPECT_EQ(detail::read_index_cache(cached.index_cache, want->files, other).hits, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, IndexCache, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(IndexCacheFiles, OnlyAChangedFileIsIndexedAgain) {
+  const std::string dir = scratch_dir();
+  const Case c = kCases[6];  // tfrecord
+  auto ds = generate(dir + "/data", c);
+  FormatOptions o;
+  o.index_cache = dir + "/cache.idx";
+  ASSERT_TRUE(open_dataset({ds.path}, o).ok());
+  // File 2 rewritten with more records (new size and mtime), file 4 removed.
+  gen::DatasetSpec bigger = ds.spec;
+  bigger.dir = dir + "/other";
+  bigger.samples_per_file = 9;
+  auto other = testing::write_generated(bigger);
+  ASSERT_TRUE(other.ok());
+  for (const char* ext : {"", ".idx"}) {
+    if (!std::filesystem::exists(other->files[2] + ext)) continue;
+    std::filesystem::copy_file(other->files[2] + ext, ds.files[2] + ext,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::filesystem::remove(ds.files[4]);
+  std::vector<std::string> now(ds.files.begin(), ds.files.begin() + 4);
+  auto hits = detail::read_index_cache(o.index_cache, now, o);
+  EXPECT_EQ(hits.hits, 3u);
+  EXPECT_FALSE(hits.files[2].has_value());
+
+  auto index = open_dataset({ds.path}, o);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->num_files(), 4u);
+  EXPECT_EQ(index->file_begin, (std::vector<uint64_t>{0, 7, 14, 23, 30}));
+  // The cache now knows the new file too.
+  EXPECT_EQ(detail::read_index_cache(o.index_cache, index->files, o).hits, 4u);
+}
+
+TEST(IndexCacheFiles, ADamagedCacheIsNotUsedAndSaysWhy) {
+  const std::string dir = scratch_dir();
+  const auto ds = generate(dir + "/data", kCases[4]);  // hdf5
+  FormatOptions o;
+  o.index_cache = dir + "/cache.idx";
+  auto want = open_dataset({ds.path}, o);
+  ASSERT_TRUE(want.ok());
+  const std::string good = read_all(o.index_cache);
+
+  struct Damage {
+    std::string bytes;
+    const char* why;
+  };
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x20;
+  std::string version = good;
+  version[8] = 9;
+  const Damage damages[] = {
+      {good.substr(0, good.size() / 2), "checksum"},
+      {flipped, "checksum"},
+      {"not a cache at all", "bad magic"},
+      {"", "bad magic"},
+      {version, "version 9"},
+  };
+  for (const Damage& d : damages) {
+    write_all(o.index_cache, d.bytes);
+    auto hits = detail::read_index_cache(o.index_cache, want->files, o);
+    EXPECT_EQ(hits.hits, 0u) << d.why;
+    EXPECT_NE(hits.note.find(o.index_cache), std::string::npos) << hits.note;
+    EXPECT_NE(hits.note.find(d.why), std::string::npos) << hits.note;
+    // The open falls back to the files and repairs the cache.
+    auto index = open_dataset({ds.path}, o);
+    ASSERT_TRUE(index.ok()) << index.status();
+    expect_same(*want, *index, ds);
+    EXPECT_EQ(detail::read_index_cache(o.index_cache, want->files, o).hits, want->num_files()) << d.why;
+  }
+}
+
+TEST(IndexCacheFiles, AnEntryThatLiesAboutItsFileIsRefused) {
+  // A cache written for the files, then the files cut inside their first
+  // sample while the identity check is off (as if size, mtime and inode had
+  // been kept): every entry's extents would pass the end of its file, and
+  // each is refused by its own checks, naming the file.
+  for (const Case& c : kCases) {
+    const std::string dir = scratch_dir() + "/" + c.name;
+    const auto ds = generate(dir + "/data", c);
+    FormatOptions o;
+    auto index = open_dataset({ds.path}, o);
+    ASSERT_TRUE(index.ok()) << index.status();
+    const std::string bytes = detail::encode_index_cache(*index, o);
+    for (uint32_t f = 0; f < index->num_files(); ++f) {
+      // Cut inside the file's first sample.
+      const SampleRef first = index->ref(index->file_begin[f]);
+      ASSERT_FALSE(first.extents.empty()) << c.name;
+      std::filesystem::resize_file(ds.files[f], first.extents[0].offset + 1);
+    }
+    auto hits = detail::decode_index_cache(bytes, "cache.idx", ds.files, o, /*match_identity=*/false);
+    EXPECT_EQ(hits.hits, 0u) << c.name;
+    EXPECT_NE(hits.note.find("fail their checks"), std::string::npos) << c.name << ": " << hits.note;
+    EXPECT_NE(hits.note.find(ds.files[0]), std::string::npos) << c.name << ": " << hits.note;
+  }
+}
+
+TEST(IndexCacheFiles, AutoPutsTheCacheInTheFolderOrTheUserCache) {
+  const std::string dir = scratch_dir();
+  const auto ds = generate(dir + "/data", kCases[0]);
+  FormatOptions o;
+  o.index_cache = "auto";
+  const std::string beside = detail::index_cache_path({ds.path}, o);
+  EXPECT_EQ(std::filesystem::path(beside).parent_path(), std::filesystem::path(ds.path));
+  EXPECT_EQ(std::filesystem::path(beside).filename().string().rfind(".dlfeed-index-", 0), 0u) << beside;
+  ASSERT_TRUE(open_dataset({ds.path}, o).ok());
+  EXPECT_TRUE(std::filesystem::exists(beside));
+  // The hidden cache file is not data: the next listing ignores it.
+  auto again = open_dataset({ds.path}, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->num_files(), 5u);
+  // Another field, another cache; several paths go to the user's cache folder.
+  FormatOptions y = o;
+  y.name = "y";
+  EXPECT_NE(detail::index_cache_path({ds.path}, y), beside);
+  setenv("XDG_CACHE_HOME", (dir + "/xdg").c_str(), 1);
+  const std::string two = detail::index_cache_path({ds.files[0], ds.files[1]}, o);
+  EXPECT_EQ(two.rfind(dir + "/xdg/dlfeed/dlfeed-index-", 0), 0u) << two;
+  unsetenv("XDG_CACHE_HOME");
+  o.index_cache = "off";
+  EXPECT_EQ(detail::index_cache_path({ds.path}, o), "");
+}
+
+}  // namespace
+}  // namespace dlfeed
