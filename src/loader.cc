@@ -227,7 +227,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     fo.name = name;
     if (!name.empty()) fo.feature = name;
     counters::Span open_span(&cnt, counters::kOpenSpan);
-    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, open_dataset(options.paths, fo));
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
+                                                                  : open_dataset(options.paths, fo));
+    DLFEED_RETURN_IF_ERROR(idx.check());
     open_span.args(impl->indices.size(), idx.num_files());
     open_span.end();
     if (!impl->indices.empty()) {

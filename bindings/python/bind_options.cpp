@@ -213,6 +213,7 @@ void bind_loader_options(py::module_& m) {
 
   describe<LoaderOptions>("LoaderOptions",
                           {{"io_factory", "a C++ callback making I/O backends"},
+                           {"index_opener", "a C++ callback opening the index (mpi::Job::share_index)"},
                            {"prefetch_policy", "a C++ plug-in object (prefetch::PrefetchPolicy); use prefetch"}});
   py::class_<LoaderOptions>(m, "LoaderOptions", "Everything a Loader is built from (C++ LoaderOptions).")
       .def(py::init<>())

@@ -94,6 +94,12 @@ struct DLFEED_EXPORT LoaderOptions {
   /// backend made here is checked against the IoBackend contract
   /// (make_checked_backend), so a faulty one gives errors, not bad batches.
   IoBackendFactory io_factory;
+  /// Opens the index of each field (called once per field, in field order,
+  /// with options.paths and that field's format options); empty (the
+  /// default) calls open_dataset. mpi::Job::share_index sets it so that one
+  /// rank indexes the files and the others receive the index.
+  std::function<absl::StatusOr<SampleIndex>(const std::vector<std::string>& paths, const FormatOptions& format)>
+      index_opener;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
   /// How far to read ahead of the consumer: "off", "depth:N" (batches),

@@ -548,6 +548,15 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& pa
   // The grid the geometry implies must be the table's, within the limits
   // open_hdf5 indexes, and every stored chunk must lie in the file.
   DLFEED_ASSIGN_OR_RETURN(ChunkGrid grid, chunk_grid(g));
+  // A decoded chunk is at most what deflate makes of the whole file (the
+  // decode allocates two of them).
+  const uint64_t most =
+      std::max<uint64_t>(uint64_t{1} << 20, file_size > (uint64_t{1} << 40) ? UINT64_MAX : file_size * 1032);
+  if (grid.chunk_bytes > most) {
+    return file_error(path,
+                      absl::StrCat("cached chunks of at most ", most, " bytes for the file of ", file_size, " bytes"),
+                      absl::StrCat(grid.chunk_bytes, " bytes"));
+  }
   if (grid.cells != n || grid.cells > kMaxChunkCells) {
     return file_error(path,
                       absl::StrCat("a cached chunk table of ", grid.cells, " cells (at most ", kMaxChunkCells, ")"),

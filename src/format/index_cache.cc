@@ -66,8 +66,7 @@ std::string fingerprint(const FormatOptions& o) {
   std::string s = absl::StrCat("format=", format_name(o.format), ";axis=", static_cast<int>(o.axis), ";name=", o.name,
                                ";feature=", o.feature, ";feature_dtype=", o.feature_dtype.str(), ";feature_shape=");
   if (o.feature_shape) absl::StrAppend(&s, shape_str(*o.feature_shape));
-  absl::StrAppend(&s, ";verify_crc=", o.verify_crc, ";use_index_files=", o.use_index_files,
-                  ";index_dir=", o.index_dir);
+  absl::StrAppend(&s, ";verify_crc=", o.verify_crc, ";use_index_files=", o.use_index_files, ";index_dir=", o.index_dir);
   return s;
 }
 
@@ -113,14 +112,17 @@ std::string index_cache_path(const std::vector<std::string>& paths, const Format
   return absl::StrCat(user_cache_dir(), "/", name.substr(1));
 }
 
-std::string encode_index_cache(const SampleIndex& index, const FormatOptions& options) {
+namespace {
+// The cache's bytes; with all_files, files without a cache tag too (an
+// empty tag and state: the receiver indexes them itself).
+std::string encode(const SampleIndex& index, const FormatOptions& options, bool all_files) {
   std::string body;
   CacheWriter w(body);
   w.str(kAbi);
   w.str(fingerprint(options));
   std::vector<size_t> cached;
   for (size_t f = 0; f < index.num_files(); ++f) {
-    if (!index.sources[f]->cache_tag().empty()) cached.push_back(f);
+    if (all_files || !index.sources[f]->cache_tag().empty()) cached.push_back(f);
   }
   w.u64(cached.size());
   std::string state;
@@ -132,12 +134,18 @@ std::string encode_index_cache(const SampleIndex& index, const FormatOptions& op
     w.u64(id.mtime_ns);
     w.u64(id.inode);
     w.u64(id.device);
-    w.str(index.sources[f]->cache_tag());
+    const std::string tag = index.sources[f]->cache_tag();
+    w.str(tag);
     state.clear();
-    index.sources[f]->cache_save(state);
+    if (!tag.empty()) index.sources[f]->cache_save(state);
     w.str(state);
   }
   return index_cache_header(body) + body;
+}
+}  // namespace
+
+std::string encode_index_cache(const SampleIndex& index, const FormatOptions& options) {
+  return encode(index, options, false);
 }
 
 std::string index_cache_header(const std::string& body) {
@@ -149,8 +157,7 @@ std::string index_cache_header(const std::string& body) {
 }
 
 CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_path,
-                             const std::vector<std::string>& files, const FormatOptions& options,
-                             bool match_identity) {
+                             const std::vector<std::string>& files, const FormatOptions& options, bool match_identity) {
   CacheHits out;
   out.files.resize(files.size());
   auto unusable = [&](const std::string& why) -> CacheHits {
@@ -209,9 +216,9 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
     ++out.hits;
   }
   if (!bad.empty()) {
-    out.note = absl::StrCat("dlfeed: note: the index cache ", cache_path,
-                            " has entries that fail their checks; those files are indexed again: ",
-                            absl::StrJoin(bad, "; "));
+    out.note =
+        absl::StrCat("dlfeed: note: the index cache ", cache_path,
+                     " has entries that fail their checks; those files are indexed again: ", absl::StrJoin(bad, "; "));
   }
   return out;
 }
@@ -222,8 +229,8 @@ CacheHits read_index_cache(const std::string& cache_path, const std::vector<std:
   if (fd < 0) {
     CacheHits none;
     none.files.resize(files.size());
-    if (errno != ENOENT) none.note = absl::StrCat("dlfeed: note: cannot read the index cache ", cache_path, ": ",
-                                                  std::strerror(errno));
+    if (errno != ENOENT)
+      none.note = absl::StrCat("dlfeed: note: cannot read the index cache ", cache_path, ": ", std::strerror(errno));
     return none;
   }
   std::string bytes;
@@ -276,3 +283,55 @@ absl::Status write_index_cache(const std::string& cache_path, const SampleIndex&
 }
 
 }  // namespace dlfeed::detail
+
+namespace dlfeed::inline DLFEED_ABI {
+
+std::string encode_index(const SampleIndex& index, const FormatOptions& options) {
+  return detail::encode(index, options, true);
+}
+
+absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatOptions& options) {
+  using detail::CacheReader;
+  auto bad = [](const std::string& why) { return absl::DataLossError(absl::StrCat("decode_index: ", why)); };
+  if (bytes.size() < detail::kHeaderBytes || std::memcmp(bytes.data(), detail::kMagic, sizeof(detail::kMagic)) != 0) {
+    return bad("not an encoded index (bad magic)");
+  }
+  CacheReader head(std::string_view(bytes).substr(sizeof(detail::kMagic), 8));
+  const uint32_t version = head.u32();
+  const uint32_t crc = head.u32();
+  const std::string_view body = std::string_view(bytes).substr(detail::kHeaderBytes);
+  if (version != detail::kCacheVersion || detail::crc32c(body.data(), body.size()) != crc) {
+    return bad("version or checksum mismatch (damaged in transit?)");
+  }
+  CacheReader in(body);
+  const std::string abi = in.str();
+  const std::string fp = in.str();
+  const uint64_t n = in.u64();
+  if (!in.ok() || abi != detail::kAbi || fp != detail::fingerprint(options) || n > in.left() / 48) {
+    return bad(absl::StrCat("encoded by dlfeed ", abi, " for options '", fp, "'; expected ", detail::kAbi, " and '",
+                            detail::fingerprint(options), "'"));
+  }
+  SampleIndex index;
+  for (uint64_t e = 0; e < n; ++e) {
+    const std::string path = in.str();
+    const uint64_t size = in.u64();
+    in.u64();  // mtime, inode, device: the sender's stat, not checked here
+    in.u64();
+    in.u64();
+    const std::string tag = in.str();
+    const std::string state = in.str();
+    if (!in.ok()) return bad(absl::StrCat("entry ", e, " is truncated"));
+    if (tag.empty()) {  // a source that is not encoded: index the file here
+      DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(path, options));
+      index.append(std::move(one));
+      continue;
+    }
+    CacheReader sr(state);
+    DLFEED_ASSIGN_OR_RETURN(auto src, detail::load_source(tag, path, size, options, sr));
+    if (!sr.at_end()) return bad(absl::StrCat(path, ": extra bytes after the source's state"));
+    index.add_file(path, std::move(src));
+  }
+  return index;
+}
+
+}  // namespace dlfeed

@@ -73,6 +73,15 @@ DLFEED_EXPORT std::string npy_column_of(const std::string& path);
 DLFEED_EXPORT absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths,
                                                        const FormatOptions& options);
 
+/// An index as bytes, for another process to use without reading the
+/// files' headers (mpi::Job::share_index sends it from one rank to the
+/// others): every file's path, size and source state, or only its path for
+/// the sources that are indexed again (compressed TFRecord, HDF5 read
+/// through libhdf5). The receiver checks each state against the size it was
+/// sent (no file system call) and indexes the others itself.
+DLFEED_EXPORT std::string encode_index(const SampleIndex& index, const FormatOptions& options);
+DLFEED_EXPORT absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatOptions& options);
+
 /// The fields one file offers: an NPZ's members (without .npy), an HDF5
 /// file's datasets (at most 64, groups walked 4 deep), an NPY file's column.
 /// TFRecord: Unimplemented (features are per record).
