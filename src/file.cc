@@ -7,13 +7,22 @@
 #include <cerrno>
 #include <utility>
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
+namespace {
+std::atomic<uint64_t> g_opens{0};
+}  // namespace
+
+uint64_t file_opens() { return g_opens.load(std::memory_order_relaxed); }
+
 absl::StatusOr<File> File::open(const std::string& path) {
+  g_opens.fetch_add(1, std::memory_order_relaxed);
   File f;
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

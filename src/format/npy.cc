@@ -438,9 +438,13 @@ absl::StatusOr<std::unique_ptr<ArraySource>> load_array_source(const std::string
   const uint64_t array_offset = in.u64();
   if (!in.ok()) return file_error(path, "an array entry in the index cache", "a truncated or malformed one");
   // The checks open_npy and open_npz make on a header, on the cached one.
-  uint64_t elems = 1, bytes = 0, end = 0;
+  uint64_t elems = 1, bytes = 0, end = 0, strided = 1;
   for (int64_t d : h.shape) {
-    if (d < 0 || __builtin_mul_overflow(elems, static_cast<uint64_t>(d), &elems)) {
+    // Strides multiply the sizes of 1 or more (an empty dimension too): they
+    // must fit as parse_npy_header makes sure for a file's header.
+    if (d < 0 || __builtin_mul_overflow(elems, static_cast<uint64_t>(d), &elems) ||
+        __builtin_mul_overflow(strided, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &strided) ||
+        strided > static_cast<uint64_t>(INT64_MAX)) {
       return file_error(path, "a cached array shape of sizes 0 or more", shape_str(h.shape));
     }
   }

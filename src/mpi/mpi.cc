@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/format/format.h"
 
 namespace dlfeed::inline DLFEED_ABI::mpi {
 namespace {
@@ -110,6 +111,30 @@ absl::StatusOr<std::vector<std::string>> Job::gather(const std::string& mine, in
   std::vector<std::string> out;
   for (size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(static_cast<size_t>(displs[r]), sizes[r]));
   return out;
+}
+
+void Job::share_index(LoaderOptions& options, int root) const {
+  options.index_opener = [this, root](const std::vector<std::string>& paths,
+                                      const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
+    // The root's index as bytes, or its error: a status code byte, then the
+    // encoded index or the message.
+    absl::StatusOr<SampleIndex> mine = absl::UnknownError("not the root");
+    std::string msg;
+    if (rank_ == root) {
+      mine = open_dataset(paths, format);
+      msg.push_back(static_cast<char>(mine.status().code()));
+      msg += mine.ok() ? encode_index(*mine, format) : std::string(mine.status().message());
+    }
+    auto got = broadcast(msg, root);
+    if (!got.ok()) return got.status();
+    if (rank_ == root) return mine;
+    if (got->empty()) return absl::DataLossError("MPI share_index: an empty message from the root");
+    const auto code = static_cast<absl::StatusCode>(static_cast<unsigned char>((*got)[0]));
+    if (code != absl::StatusCode::kOk) {
+      return absl::Status(code, absl::StrCat("rank ", root, " (indexing for the job): ", got->substr(1)));
+    }
+    return decode_index(got->substr(1), format);
+  };
 }
 
 absl::StatusOr<std::string> Job::broadcast(const std::string& bytes, int root) const {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/mpi/mpi.h"
 #include "gen/generate.h"
@@ -131,6 +132,47 @@ TEST(Shards, DisjointAndCoveringForEveryStrategy) {
     const std::multiset<uint64_t> seen = gather_ids(ids);
     if (g_job->rank() == 0) expect_each_once(seen, strategy);
   }
+}
+
+// share_index: the job opens each file's header once (on rank 0), not once
+// per rank, and every rank still reads exactly its shard's samples.
+TEST(ShareIndex, OneRankOpensTheFilesForTheJob) {
+  const std::string path = dataset();
+  auto opens_of_create = [&](bool share, std::unique_ptr<Loader>* out) {
+    LoaderOptions o = options(path, "global_shuffle");
+    if (share) g_job->share_index(o);
+    const uint64_t before = detail::file_opens();
+    auto loader = Loader::create(o);
+    EXPECT_TRUE(loader.ok()) << loader.status();
+    const uint64_t opens = detail::file_opens() - before;
+    if (loader.ok() && out) *out = std::move(*loader);
+    return opens;
+  };
+  // Without it: every rank opens every file (the job: ranks x files).
+  const uint64_t plain = opens_of_create(false, nullptr);
+  EXPECT_GE(plain, kFiles);
+  EXPECT_EQ(g_job->sum(plain), static_cast<uint64_t>(g_job->size()) * plain);
+  // With it: rank 0 opens them, the others none; the job's opens are one rank's.
+  std::unique_ptr<Loader> loader;
+  const uint64_t shared = opens_of_create(true, &loader);
+  if (g_job->rank() == 0) {
+    EXPECT_EQ(shared, plain);
+  } else {
+    EXPECT_EQ(shared, 0u) << "rank " << g_job->rank();
+  }
+  EXPECT_EQ(g_job->sum(shared), plain);
+  ASSERT_TRUE(loader);
+  EXPECT_EQ(loader->num_samples(), kN);
+  ASSERT_TRUE(loader->start_epoch(0).ok());
+  const std::multiset<uint64_t> seen = gather_ids(read(*loader, -1));
+  if (g_job->rank() == 0) expect_each_once(seen, "shared index");
+
+  // A missing path fails on every rank with the root's error.
+  LoaderOptions bad = options(path + "/missing", "sequential");
+  g_job->share_index(bad);
+  auto failed = Loader::create(bad);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(std::string(failed.status().message()).find("missing"), std::string::npos) << failed.status();
 }
 
 TEST(Reduce, JobSummaryIsTheReductionOfTheRanks) {

@@ -110,7 +110,10 @@ ScaleOut::~ScaleOut() = default;
 
 void ScaleOut::configure(LoaderOptions& o) const {
 #if DLFEED_WITH_MPI
-  if (job_) job_->job->configure(o);
+  if (job_) {
+    job_->job->configure(o);
+    job_->job->share_index(o);  // one rank reads the headers; create is collective here
+  }
 #endif
   o.stage.dir = absl::GetFlag(FLAGS_stage_to);
   const std::string limit = absl::GetFlag(FLAGS_stage_limit);

@@ -63,6 +63,13 @@ class DLFEED_EXPORT Job {
   /// Sets options.order.rank / world_size and the trace's pid (= rank) and
   /// process name ("dlfeed rank R"), so the ranks' traces merge into one view.
   void configure(LoaderOptions& options) const;
+  /// Sets options.index_opener so that `root` indexes the files and sends
+  /// the index to the other ranks (encode_index / decode_index), which then
+  /// read no file header at open: a job's opens and header reads at create
+  /// are one rank's, not one per rank. Loader::create becomes collective
+  /// (every rank creates its loader with the same paths and fields). An
+  /// error on `root` (a missing file, a bad header) is every rank's error.
+  void share_index(LoaderOptions& options, int root = 0) const;
   /// MPI_Barrier.
   absl::Status barrier() const;
   /// The barrier at the end of a training step, as the DLIO benchmark does to
