@@ -544,7 +544,7 @@ absl::StatusOr<DatasetGeometry> load_geometry(const std::string& path, uint64_t 
     return file_error(path, "an HDF5 dataset entry in the index cache", "a truncated or malformed one");
   }
   g.fill.resize(fill.size());
-  std::memcpy(g.fill.data(), fill.data(), fill.size());
+  if (!fill.empty()) std::memcpy(g.fill.data(), fill.data(), fill.size());
   g.sample_elems = 1;
   for (size_t d = 1; d < g.dims.size(); ++d) {
     if (!mul_ok(g.sample_elems, g.dims[d], &g.sample_elems)) {
