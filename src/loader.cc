@@ -57,6 +57,7 @@ struct Loader::Impl {
   // LoaderOptions::resident: the files held in memory (null: read them).
   std::shared_ptr<const detail::ResidentFiles> resident;
   std::string resident_reason;
+  std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
 
   // The stages, in flow order (built at the end of create()).
   std::unique_ptr<pipeline::Planner> planner;
@@ -113,6 +114,8 @@ struct Loader::Impl {
     source.rule = {policy.get(), options.memory_budget > held ? options.memory_budget - held : 0, pool.get()};
     source.pool = pool.get();
     source.fadvise = options.fadvise_willneed && !resident ? files.get() : nullptr;
+    source.resident = resident.get();
+    source.copied_bytes = &resident_copied;
     source.engines = &engines;
     source.counters = c;
     source.stop = &stop;
@@ -431,7 +434,7 @@ LoaderStats Loader::stats() const {
   s.samples = m.samples;
   s.bytes_delivered = m.bytes_delivered;
   const IoStats io = m.engines.stats();
-  s.bytes_read = io.device_bytes ? io.device_bytes : io.bytes;
+  s.bytes_read = (io.device_bytes ? io.device_bytes : io.bytes) + m.resident_copied.load(std::memory_order_relaxed);
   s.read_requests = m.planner->planned_reads();
   s.extents = m.planner->extents();
   s.peak_in_flight_bytes = m.budget->peak();

@@ -573,6 +573,14 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& pa
       return file_error(path, absl::StrCat("cached chunks within the file of ", file_size, " bytes"),
                         absl::StrCat("a chunk of ", c.size, " bytes at offset ", c.addr));
     }
+    // As chunk_table checks: a chunk stored with every filter skipped is the
+    // chunk's bytes, exactly (samples are cut from it by offset).
+    bool raw = true;
+    for (size_t i = 0; i < filters.steps.size(); ++i) raw = raw && (c.mask & (1u << i));
+    if (c.stored && raw && c.size != grid.chunk_bytes) {
+      return file_error(path, absl::StrCat("cached unfiltered chunks of ", grid.chunk_bytes, " bytes"),
+                        absl::StrCat("a chunk of ", c.size, " bytes at offset ", c.addr));
+    }
   }
   if (!in.ok()) return file_error(path, "an HDF5 chunk table in the index cache", "a truncated one");
   const uint64_t rows_of = std::max<uint64_t>(1, g.chunk[0]);

@@ -1,5 +1,10 @@
 #include "pipeline/lookahead.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
+
 #include "record.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -57,16 +62,66 @@ void Lookahead::issue_reads(Work& w) {
   }
   auto batch = std::make_shared<detail::ReadBatch>();
   batch->reads.reserve(w.plan.reads.size() + w.direct_reads.size());
-  for (const prefetch::PlannedRead& r : w.plan.reads) {
-    batch->reads.push_back({r.file, r.offset, r.length, w.raw.data() + r.buffer_offset, 0});
+  counters::Counters* c = parts_.counters;
+  const detail::ResidentFiles* held = parts_.resident;
+  if (held != nullptr && c != nullptr && c->tracing()) held = nullptr;  // read events come from the engine
+  absl::Status copy_status;
+  uint64_t copies = 0, copied = 0;
+  [[maybe_unused]] const uint64_t t0 = held != nullptr && c != nullptr ? detail::now_of(*c) : 0;
+  // A read of a held file is a copy, here and now; any other goes to the engine.
+  auto read = [&](uint32_t file, uint64_t offset, uint64_t length, std::byte* dest) {
+    if (held == nullptr || !held->has(file)) {
+      batch->reads.push_back({file, offset, length, dest, 0});
+      return;
+    }
+    const uint64_t size = held->size(file);
+    if (offset > size || length > size - offset) {
+      const uint64_t available = offset < size ? size - offset : 0;
+      if (copy_status.ok()) {
+        copy_status = format_error(held->path(file), offset, absl::StrCat(length, " bytes"),
+                                   absl::StrCat("only ", available, " bytes before the end of the file"));
+      }
+      return;
+    }
+    const std::byte* from = held->data(file) + offset;
+    switch (length) {  // tiny samples: a fixed-size copy the compiler inlines, not a call
+      case 0: break;
+      case 1: *dest = *from; break;
+      case 2: std::memcpy(dest, from, 2); break;
+      case 4: std::memcpy(dest, from, 4); break;
+      case 8: std::memcpy(dest, from, 8); break;
+      default: std::memcpy(dest, from, length);
+    }
+    ++copies;
+    copied += length;
+  };
+  for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
+  for (const Work::DirectRead& d : w.direct_reads) read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
+  if (copies > 0) {
+    if (parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
+    DLFEED_REC({
+      if (c != nullptr) {
+        // As the engine counts a batch's reads: each one a request with the
+        // batch's latency, its bytes, and the time as I/O busy.
+        const uint64_t t1 = detail::now_of(*c);
+        c->interval_begin(counters::Component::kIo, t0);
+        c->interval_end(counters::Component::kIo, t1);
+        c->add(counters::Id::kReadRequests, copies);
+        c->add(counters::Id::kBytesRead, copied);
+        for (uint64_t i = 0; i < copies; ++i) c->sample(counters::Id::kIoLatency, t1 - t0);
+      }
+    });
   }
-  for (const Work::DirectRead& d : w.direct_reads) {
-    batch->reads.push_back({d.file, d.offset, d.length, w.out[d.field].data() + d.dest, 0});
+  if (batch->reads.empty()) {
+    w.reads_finished(copy_status);
+    return;
   }
   if (parts_.fadvise != nullptr) advise_willneed(*parts_.fadvise, batch->reads);
   // The engine keeps the work (and so the buffers the reads land in) alive
   // until its reads are done.
-  batch->done = [keep = w.self](const absl::Status& s) { keep->reads_finished(s); };
+  batch->done = [keep = w.self, copy_status](const absl::Status& s) {
+    keep->reads_finished(copy_status.ok() ? s : copy_status);
+  };
   parts_.engines->submit(w.index, std::move(batch));
 }
 

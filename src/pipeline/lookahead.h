@@ -17,6 +17,7 @@
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/order/order.h"
 #include "io/engine.h"
+#include "io/resident.h"
 #include "pipeline/budget.h"
 #include "pipeline/planner.h"
 #include "pipeline/work.h"
@@ -34,6 +35,12 @@ struct SourceParts {
   counters::Counters* counters = nullptr;
   const std::atomic<bool>* stop = nullptr;    // the epoch is cancelled
   const std::atomic<bool>* failed = nullptr;  // a batch failed: plan no more
+  // Non-null: the files held in memory (LoaderOptions::resident). Reads of
+  // them are copied here, a batch at a time, instead of going through an I/O
+  // engine one request per extent (unless tracing, whose read events come
+  // from the engine); `copied_bytes` counts them for LoaderStats::bytes_read.
+  const detail::ResidentFiles* resident = nullptr;
+  std::atomic<uint64_t>* copied_bytes = nullptr;
 };
 
 /// One epoch's source: batches of `cursor` from `first_batch` on.
