@@ -1,0 +1,95 @@
+"""The persistent dataset index (index_cache="auto"), on files numpy, h5py and
+TensorFlow wrote: a reopen reads the same values, a file rewritten between
+runs is indexed again (never an old extent over new bytes), and a damaged
+cache is reported and not used."""
+import glob
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+import dlfeed
+
+
+def all_samples(loader, field=0):
+    out = {}
+    for batch in loader:
+        for i, sid in enumerate(batch.sample_ids):
+            out[int(sid)] = np.array(batch[field][i])
+    return out
+
+
+def write_npz(path, first, n):
+    np.savez(path, x=np.arange(first, first + n * 6, dtype=np.float32).reshape(n, 2, 3))
+
+
+def write_h5(path, first, n, chunks=None):
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(first, first + n * 6, dtype=np.int32).reshape(n, 2, 3), chunks=chunks,
+                         compression="gzip" if chunks else None)
+
+
+@pytest.mark.parametrize("kind", ["npz", "h5", "h5_chunked"])
+def test_reopen_from_the_cache_reads_the_same_and_sees_a_rewritten_file(tmp_path, kind):
+    ext = "npz" if kind == "npz" else "h5"
+    for i in range(4):
+        p = tmp_path / f"part{i}.{ext}"
+        if kind == "npz":
+            write_npz(p, 100 * i, 5)
+        else:
+            write_h5(p, 100 * i, 5, chunks=(2, 2, 3) if kind == "h5_chunked" else None)
+    kw = dict(name="x", batch_size=4, index_cache="auto")
+    first = all_samples(dlfeed.Loader(tmp_path, **kw))
+    caches = glob.glob(str(tmp_path / ".dlfeed-index-*"))
+    assert len(caches) == 1, os.listdir(tmp_path)
+    again = all_samples(dlfeed.Loader(tmp_path, **kw))
+    assert first.keys() == again.keys() and len(first) == 20
+    for k in first:
+        np.testing.assert_array_equal(first[k], again[k])
+    np.testing.assert_array_equal(again[6].ravel(), np.arange(106, 112))  # file 1, sample 1
+
+    # File 2 rewritten with other values and more samples: the cache entry is stale.
+    p = tmp_path / f"part2.{ext}"
+    if kind == "npz":
+        write_npz(p, 5000, 7)
+    else:
+        write_h5(p, 5000, 7, chunks=(2, 2, 3) if kind == "h5_chunked" else None)
+    fresh = all_samples(dlfeed.Loader(tmp_path, **kw))
+    assert len(fresh) == 22
+    np.testing.assert_array_equal(fresh[10].ravel(), np.arange(5000, 5006))
+    np.testing.assert_array_equal(fresh[21].ravel(), np.arange(300 + 24, 300 + 30))  # file 3's last
+
+
+def test_tfrecord_written_by_tensorflow_from_the_cache(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    values = [np.arange(k, k + 8, dtype=np.uint8).tobytes() for k in range(30)]
+    for f in range(3):
+        with tf.io.TFRecordWriter(str(tmp_path / f"d{f}.tfrecord")) as w:
+            for v in values[f * 10:(f + 1) * 10]:
+                ex = tf.train.Example(features=tf.train.Features(
+                    feature={"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))}))
+                w.write(ex.SerializeToString())
+    cache = tmp_path / "elsewhere" / "my.idx"
+    kw = dict(batch_size=8, index_cache=str(cache))
+    for _ in range(2):  # written, then read from
+        got = all_samples(dlfeed.Loader(tmp_path, **kw))
+        assert cache.exists()
+        assert [got[k].tobytes() for k in range(30)] == values
+
+
+def test_a_damaged_cache_is_reported_and_not_used(tmp_path, capfd):
+    for i in range(3):
+        write_npz(tmp_path / f"p{i}.npz", 10 * i, 4)
+    kw = dict(name="x", batch_size=4, index_cache="auto")
+    want = all_samples(dlfeed.Loader(tmp_path, **kw))
+    (cache,) = glob.glob(str(tmp_path / ".dlfeed-index-*"))
+    data = bytearray(open(cache, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(cache, "wb").write(bytes(data))
+    capfd.readouterr()
+    got = all_samples(dlfeed.Loader(tmp_path, **kw))
+    err = capfd.readouterr().err
+    assert "is not used" in err and "checksum" in err and cache in err, err
+    for k in want:
+        np.testing.assert_array_equal(want[k], got[k])
