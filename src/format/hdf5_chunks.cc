@@ -248,6 +248,7 @@ class ChunkedSource final : public Hdf5Source {
   // HDF5's shuffle stores byte b of every element together; put them back.
   void unshuffle(const std::byte* in, uint64_t len, std::byte* out) const {
     const uint64_t es = shuffle_size_;
+    if (len == 0) return;  // an empty stored chunk (its length is checked after the filters)
     if (es <= 1 || len < es) {
       std::memcpy(out, in, len);
       return;
