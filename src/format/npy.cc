@@ -298,12 +298,11 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
     g.dims.push_back(h.shape[i]);
     g.strides.push_back(strides[i]);
   }
-  int64_t span = 1;
   bool empty = false;
-  for (size_t i = 0; i < g.dims.size(); ++i) {
-    if (g.dims[i] == 0) empty = true;
-    span += (g.dims[i] - 1) * g.strides[i];
-  }
+  for (size_t i = 0; i < g.dims.size(); ++i) empty = empty || g.dims[i] == 0;
+  // An empty sample spans nothing (and (0 - 1) x stride would count backwards).
+  int64_t span = 1;
+  for (size_t i = 0; i < g.dims.size() && !empty; ++i) span += (g.dims[i] - 1) * g.strides[i];
   // Empty samples cost no bytes, so nothing in the file would bound how many
   // a header can claim (a 128-byte file announcing 10^12 of them): refused.
   if (empty && h.shape[a] > 0) {
