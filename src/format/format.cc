@@ -7,6 +7,7 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -310,6 +311,8 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
       std::vector<std::string> found;
       auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
       if (ec) return io_error(p, "opendir", ec.value());
+      // The entry's type comes from the directory listing (d_type): no stat
+      // per entry, but for symlinks and file systems that leave it unknown.
       for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) return io_error(p, "readdir", ec.value());
         if (it->is_directory() && it->path().filename() == "index") {
@@ -328,7 +331,7 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
                                       : absl::StrCat("no ", format_name(options.format), " file");
         return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
       }
-      files.insert(files.end(), found.begin(), found.end());
+      files.insert(files.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
     } else if (fs::exists(p, ec)) {
       files.push_back(p);
     } else {
