@@ -120,3 +120,22 @@ def test_tf_adaptor_quick_reports_every_system(tmp_path):
     assert set(res["fit"]) == {"dlfeed_tf", "tf_data"}
     assert all(len(v) == 2 and min(v) > 0 for v in res["fit"].values())  # model.fit: 2 timed epochs each
     assert "| dlfeed.tf.dataset |" in out
+
+
+def test_scale_quick_measures_every_format(tmp_path):
+    need_built("tools/dlfeed")
+    results_path = tmp_path / "scale.json"
+    out = run_script("bench/scale.py", "--quick", "--data", tmp_path / "data", "--json", results_path)
+    res = json.loads(results_path.read_text())
+    for series, sizes in (("files", {100, 1000}), ("samples", {10_000, 100_000})):
+        rows = res[series]
+        assert {r["format"] for r in rows} == {"tfrecord", "hdf5", "npz", "npy"}, series
+        for fmt in ("tfrecord", "hdf5", "npz", "npy"):
+            got = {r["files"] if series == "files" else r["samples"] for r in rows if r["format"] == fmt}
+            assert got == sizes, (series, fmt)
+        for r in rows:
+            new = r["results"]["new"]
+            assert new["first_s"] > 0 and new["reopen_s"] > 0 and new["rss_mib"] > 0, r
+    # The datasets are gone (only the plots stay) and the markdown has a row per point.
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["scale_files.png", "scale_samples.png"]
+    assert out.count("| TFRecord (+.idx) |") == 4

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Scale: how the index build (first open), the reopen and the peak RSS of
+opening a dataset grow with its files and with its samples (issue 16).
+
+Each point is `dlfeed run --epochs 0 --resident off --summary-json` over a
+dataset `dlfeed generate` wrote with tiny samples: the "open" span of the
+summary is open_dataset (listing the folder, indexing every file); the peak
+RSS is the process's (os.wait4). *First open*: the page, inode and dentry
+caches dropped before (`echo 3 > /proc/sys/vm/drop_caches`, as root; without
+root only the files' pages are dropped, with posix_fadvise, and the table
+says so). *Reopen*: the same command again at once, everything cached.
+
+Two series, for TFRecord (DLIO layout, with .idx sidecars), HDF5, NPZ, NPY:
+  files:   10^2 .. 10^5 files of 1 sample (--files-max);
+  samples: 4 files of 10^4 .. 10^7 samples in all (--samples-max).
+
+    .venv/bin/python bench/scale.py --base /tmp/base/build   # before/after; docs/performance.md + docs/img/scale_*.png
+    .venv/bin/python bench/scale.py --quick                  # small, warm only, prints (under a minute)
+
+Datasets go under --data (default /tmp/scale-data), one at a time, and are
+deleted after their points unless --keep (the 10^5-file ones take ~0.4-0.8 GB
+each on disk).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import _benchlib as bl
+from _benchlib import DLFEED, ROOT
+
+FORMATS = ["tfrecord", "hdf5", "npz", "npy"]
+LABEL = {"tfrecord": "TFRecord (+.idx)", "hdf5": "HDF5", "npz": "NPZ", "npy": "NPY"}
+SECTION = "bench/scale"
+
+
+def gen_args(fmt: str, files: int, per_file: int) -> List:
+    # One uint8 element per sample (4 for HDF5/NPY/NPZ rows, 16 bytes of
+    # image for TFRecord): the index, not the data, is what is measured.
+    args: List = ["--format", fmt, "--files", files, "--samples-per-file", per_file, "--dtype", "uint8"]
+    if fmt == "tfrecord":
+        return args + ["--layout", "dlio", "--shape", "16"]  # train/ + index/train/NAME.idx, as DLIO writes
+    return args + ["--shape", "4"]
+
+
+def data_path(root: pathlib.Path, fmt: str) -> pathlib.Path:
+    return root / "train" if fmt == "tfrecord" else root
+
+
+def can_drop_caches() -> bool:
+    return os.geteuid() == 0 and os.access("/proc/sys/vm/drop_caches", os.W_OK)
+
+
+def drop_caches(path: pathlib.Path, root_ok: bool) -> None:
+    if root_ok:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    else:
+        bl.evict([path])
+
+
+def open_once(binary: pathlib.Path, path: pathlib.Path) -> Dict[str, float]:
+    """One `dlfeed run --epochs 0`: open span (s), process wall (s), peak RSS (MiB)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        js = pathlib.Path(tmp) / "summary.json"
+        t = time.perf_counter()
+        _, peak_kib = bl.run_measured([binary, "run", "--epochs", 0, "--resident", "off", "--quiet",
+                                       "--summary-json", js, path], timeout=3600)
+        wall = time.perf_counter() - t
+        summary = json.loads(js.read_text())
+    return {"open_s": summary["counters"]["open_ns"]["value"] / 1e9, "wall_s": wall, "rss_mib": peak_kib / 1024}
+
+
+def measure(binaries: Dict[str, pathlib.Path], path: pathlib.Path, repeats: int, cold: bool, root_ok: bool
+            ) -> Dict[str, Dict[str, float]]:
+    """Per build: medians of first open (cold when `cold`) and reopen (warm)."""
+    got: Dict[str, Dict[str, List[float]]] = {k: {"first_s": [], "reopen_s": [], "rss_mib": [], "wall_s": []}
+                                              for k in binaries}
+    for r in range(repeats):
+        for key in bl.rotated(list(binaries), r):
+            if cold:
+                drop_caches(path, root_ok)
+            first = open_once(binaries[key], path)
+            again = open_once(binaries[key], path)
+            got[key]["first_s"].append(first["open_s"])
+            got[key]["wall_s"].append(first["wall_s"])
+            got[key]["reopen_s"].append(again["open_s"])
+            got[key]["rss_mib"].append(max(first["rss_mib"], again["rss_mib"]))
+    return {k: {m: bl.median(v) for m, v in d.items()} for k, d in got.items()}
+
+
+def run_series(name: str, points: List[Dict], binaries, data: pathlib.Path, a, root_ok: bool) -> List[Dict]:
+    rows = []
+    for p in points:
+        root = data / f"{name}-{p['format']}-{p['files']}x{p['per_file']}"
+        t = time.perf_counter()
+        bl.generate(root, gen_args(p["format"], p["files"], p["per_file"]), dlfeed=binaries["new"])
+        gen_s = time.perf_counter() - t
+        samples = p["files"] * p["per_file"]
+        big = p["files"] > 10_000 or samples > 1_000_000
+        repeats = 1 if (a.quick or big) else a.repeats
+        res = measure(binaries, data_path(root, p["format"]), repeats, a.cold, root_ok)
+        row = {**p, "samples": samples, "repeats": repeats, "gen_s": gen_s, "results": res}
+        rows.append(row)
+        per = (p["files"], "files") if name == "files" else (samples, "samples")
+        parts = [f"{k}: first {v['first_s']:.3f} s ({per[0] / v['first_s']:,.0f} {per[1]}/s), reopen "
+                 f"{v['reopen_s']:.3f} s, RSS {v['rss_mib']:.0f} MiB" for k, v in res.items()]
+        print(f"{name} {LABEL[p['format']]} {p['files']:,} files x {p['per_file']:,}: " + "; ".join(parts),
+              flush=True)
+        if not a.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def plot(rows: List[Dict], x_key: str, x_label: str, out: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    metrics = [("first_s", "first open (s)"), ("reopen_s", "reopen, warm (s)"), ("rss_mib", "peak RSS (MiB)")]
+    colors = dict(zip(FORMATS, ["tab:blue", "tab:orange", "tab:green", "tab:red"]))
+    builds = sorted({k for r in rows for k in r["results"]}, key=lambda k: k != "base")
+    for ax, (m, label) in zip(axes, metrics):
+        for fmt in FORMATS:
+            pts = [r for r in rows if r["format"] == fmt]
+            if not pts:
+                continue
+            for build in builds:
+                xs = [r[x_key] for r in pts if build in r["results"]]
+                ys = [r["results"][build][m] for r in pts if build in r["results"]]
+                ax.plot(xs, ys, marker="o" if build == "new" else "x", linestyle="-" if build == "new" else "--",
+                        color=colors[fmt], label=f"{LABEL[fmt]} ({build})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def cell(r: Dict, m: str, fmt_fn) -> str:
+    res = r["results"]
+    if "base" in res:
+        return f"{fmt_fn(res['base'][m])} → {fmt_fn(res['new'][m])}"
+    return fmt_fn(res["new"][m])
+
+
+def table(rows: List[Dict], per: str) -> List[str]:
+    has_base = any("base" in r["results"] for r in rows)
+    arrow = " (base → new)" if has_base else ""
+    unit = "files/s" if per == "files" else "samples/s"
+    lines = [f"| format | files | samples | first open s{arrow} | {unit}, first open{arrow} | reopen s{arrow} | "
+             f"peak RSS MiB{arrow} |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        n = r["files"] if per == "files" else r["samples"]
+        lines.append(f"| {LABEL[r['format']]} | {r['files']:,} | {r['samples']:,} | "
+                     f"{cell(r, 'first_s', lambda v: f'{v:.3f}')} | {cell(r, 'first_s', lambda v: f'{n / v:,.0f}')} | "
+                     f"{cell(r, 'reopen_s', lambda v: f'{v:.3f}')} | {cell(r, 'rss_mib', lambda v: f'{v:,.0f}')} |")
+    return lines
+
+
+def resolve_binary(p: str) -> pathlib.Path:
+    path = pathlib.Path(p)
+    if path.is_dir():
+        path = path / "tools" / "dlfeed"
+    if not path.exists():
+        sys.exit(f"{path}: no dlfeed binary")
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", default="", help="build folder (or dlfeed binary) to compare against")
+    ap.add_argument("--new", default=str(DLFEED), help="build folder (or dlfeed binary) measured")
+    ap.add_argument("--data", default="/tmp/scale-data")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--files-max", type=int, default=100_000)
+    ap.add_argument("--samples-max", type=int, default=10_000_000)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per point (1 for points over 10^4 files "
+                                                           "or 10^6 samples)")
+    ap.add_argument("--no-cold", dest="cold", action="store_false", help="do not drop caches before first opens")
+    ap.add_argument("--keep", action="store_true", help="keep the generated datasets")
+    ap.add_argument("--quick", action="store_true", help="10^2-10^3 files, 10^4-10^5 samples, warm; prints only")
+    ap.add_argument("--json", default="", help="results (default: DATA/scale.json)")
+    ap.add_argument("--doc", default=str(ROOT / "docs" / "performance.md"))
+    ap.add_argument("--img", default=str(ROOT / "docs" / "img"))
+    a = ap.parse_args()
+    if a.quick:
+        a.cold = False
+        a.files_max = min(a.files_max, 1_000)
+        a.samples_max = min(a.samples_max, 100_000)
+    binaries = {"new": resolve_binary(a.new)}
+    if a.base:
+        binaries = {"base": resolve_binary(a.base), **binaries}
+    bl.require(binaries["new"], targets="dlfeed_cli")
+    formats = [f for f in a.formats.split(",") if f]
+    data = pathlib.Path(a.data)
+    data.mkdir(parents=True, exist_ok=True)
+    root_ok = can_drop_caches()
+    m = bl.machine()
+    print(f"{bl.machine_line(m)}, commit {bl.git_commit()}; builds: "
+          + ", ".join(f"{k} {v}" for k, v in binaries.items()), flush=True)
+
+    files_pts = [{"format": f, "files": n, "per_file": 1} for f in formats
+                 for n in (100, 1_000, 10_000, 100_000, 1_000_000) if n <= a.files_max]
+    samples_pts = [{"format": f, "files": 4, "per_file": n // 4} for f in formats
+                   for n in (10_000, 100_000, 1_000_000, 10_000_000, 100_000_000) if n <= a.samples_max]
+    results = {"machine": m, "commit": bl.git_commit(), "quick": a.quick, "cold": a.cold,
+               "cold_how": "drop_caches" if root_ok else "fadvise", "builds": {k: str(v) for k, v in binaries.items()},
+               "files": run_series("files", files_pts, binaries, data, a, root_ok),
+               "samples": run_series("samples", samples_pts, binaries, data, a, root_ok)}
+    m["load_end"] = f"{os.getloadavg()[0]:.1f}"
+    bl.dump_json(pathlib.Path(a.json) if a.json else data / "scale.json", results)
+
+    img = pathlib.Path(a.img) if not a.quick else data
+    plot(results["files"], "files", "files (1 sample each)", img / "scale_files.png",
+         "Opening N one-sample files" + (" (dashed: base)" if a.base else ""))
+    plot(results["samples"], "samples", "samples (in 4 files)", img / "scale_samples.png",
+         "Opening 4 files of N samples in all" + (" (dashed: base)" if a.base else ""))
+
+    if not a.cold:
+        first = "first open: the first run after generating (warm)"
+    elif root_ok:
+        first = "first open: page, inode and dentry caches dropped before (`echo 3 > /proc/sys/vm/drop_caches`)"
+    else:
+        first = ("first open: the files' pages dropped with posix_fadvise (not root: inode and dentry caches "
+                 "stay warm)")
+    builds = ", ".join(f"*{k}*: `{v}`" for k, v in binaries.items())
+    doc = pathlib.Path(a.doc)
+    rel = os.path.relpath(img, doc.parent)
+    lines = [
+        "## Scale: index build, reopen and memory (bench/scale.py)",
+        "",
+        f"{bl.machine_line(m)}, commit {results['commit']}, by",
+        "",
+        f"    .venv/bin/python bench/scale.py{' --base ' + a.base if a.base else ''}"
+        f"{' --quick' if a.quick else ''}",
+        "",
+        f"Each point: `dlfeed run --epochs 0 --resident off` over a dataset of tiny samples from `dlfeed generate`; "
+        f"times are the summary's `open` span (open_dataset: list the folder, index every file), the RSS is the "
+        f"process's peak. {first}; reopen: the same command again at once. "
+        f"{'One run per point' if a.quick else f'Medians of {a.repeats} runs (1 for points over 10^4 files or 10^6 samples)'}"
+        f"{', builds alternating' if a.base else ''}. Builds: {builds}. TFRecord is DLIO's "
+        "layout (train/ and index/train/NAME.idx sidecars); HDF5 contiguous, NPY and NPZ (stored) flat.",
+        "",
+        "### Against files (1 sample each)",
+        "",
+        *table(results["files"], "files"),
+        "",
+        f"![index build, reopen and RSS against files]({rel}/scale_files.png)",
+        "",
+        "### Against samples (4 files)",
+        "",
+        *table(results["samples"], "samples"),
+        "",
+        f"![index build, reopen and RSS against samples]({rel}/scale_samples.png)",
+    ]
+    body = "\n".join(lines)
+    if a.quick:
+        print(body)
+    else:
+        bl.replace_section(doc, SECTION, body)
+        print(f"wrote {doc} and {img}/scale_*.png")
+
+
+if __name__ == "__main__":
+    main()
