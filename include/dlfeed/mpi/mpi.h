@@ -67,8 +67,10 @@ class DLFEED_EXPORT Job {
   /// the index to the other ranks (encode_index / decode_index), which then
   /// read no file header at open: a job's opens and header reads at create
   /// are one rank's, not one per rank. Loader::create becomes collective
-  /// (every rank creates its loader with the same paths and fields). An
-  /// error on `root` (a missing file, a bad header) is every rank's error.
+  /// (every rank creates its loader with the same paths and fields), and
+  /// the job must outlive the loaders' create calls (the opener refers to
+  /// it). An error on `root` (a missing file, a bad header) is every rank's
+  /// error.
   void share_index(LoaderOptions& options, int root = 0) const;
   /// MPI_Barrier.
   absl::Status barrier() const;
