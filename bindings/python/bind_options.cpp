@@ -107,6 +107,9 @@ void bind_format_options(py::module_& m) {
               o.feature_shape = shape_from_py(v);
           },
           "TFRecord: fixed shape of the feature, or None (1-D)")
+      .def_readwrite("shape_feature", &FormatOptions::shape_feature,
+                     "TFRecord: an int64 feature giving the feature's shape per file ('auto': DLIO's 'size' for files "
+                     "in DLIO's layout; 'off': 1-D; a name: that feature, required)")
       .def_readwrite("verify_crc", &FormatOptions::verify_crc, "TFRecord: check both CRC32C of every record")
       .def_readwrite("use_index_files", &FormatOptions::use_index_files,
                      "TFRecord: read a DALI/DLIO .idx sidecar when present")

@@ -38,6 +38,8 @@ class FormatOptions:
     """TFRecord: element type of bytes_list features (e.g. 'float32' or '<f4')"""
     feature_shape: tuple[int, ...] | None
     """TFRecord: fixed shape of the feature, or None (1-D)"""
+    shape_feature: str
+    """TFRecord: an int64 feature giving the feature's shape per file ('auto': DLIO's 'size' for files in DLIO's layout; 'off': 1-D; a name: that feature, required)"""
     verify_crc: bool
     """TFRecord: check both CRC32C of every record"""
     use_index_files: bool

@@ -94,6 +94,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "feature_dtype": Keyword("format.feature_dtype", "feature-dtype", convert=_dtype_name,
                              note="a name, a descriptor or a numpy dtype"),
     "feature_shape": Keyword("format.feature_shape", "feature-shape", convert=_shape),
+    "shape_feature": Keyword("format.shape_feature", "shape-feature"),
     "verify_crc": Keyword("format.verify_crc", "no-verify-crc"),
     "use_index_files": Keyword("format.use_index_files", "no-index-files"),
     "write_index_files": Keyword("format.write_index_files", "write-index"),

@@ -66,6 +66,7 @@ std::string fingerprint(const FormatOptions& o) {
   std::string s = absl::StrCat("format=", format_name(o.format), ";axis=", static_cast<int>(o.axis), ";name=", o.name,
                                ";feature=", o.feature, ";feature_dtype=", o.feature_dtype.str(), ";feature_shape=");
   if (o.feature_shape) absl::StrAppend(&s, shape_str(*o.feature_shape));
+  absl::StrAppend(&s, ";shape_feature=", o.shape_feature);
   absl::StrAppend(&s, ";verify_crc=", o.verify_crc, ";use_index_files=", o.use_index_files, ";index_dir=", o.index_dir);
   return s;
 }

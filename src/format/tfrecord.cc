@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "array_source.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
@@ -362,7 +365,8 @@ class TfRecordSource final : public SampleSource {
                  tfrecord::Compression compression = tfrecord::Compression::kNone)
       : path_(std::move(path)),
         feature_(options.feature),
-        feature_shape_(options.feature_shape),
+        shape_(options.feature_shape),
+        shape_given_(options.feature_shape.has_value()),
         verify_(options.verify_crc),
         kind_(kind),
         dtype_(dtype),
@@ -382,7 +386,82 @@ class TfRecordSource final : public SampleSource {
   }
 
   std::optional<std::pair<DType, Shape>> sample_spec() const override {
-    return std::make_pair(dtype_, feature_shape_ ? *feature_shape_ : Shape{-1});
+    return std::make_pair(dtype_, shape_ ? *shape_ : Shape{-1});
+  }
+
+  /// Every record's shape in this file, read from its shape feature
+  /// (`from` names it, for describe() and errors).
+  void set_shape(Shape shape, std::string from) {
+    shape_ = std::move(shape);
+    shape_from_ = std::move(from);
+  }
+  void copy_shape_from(const TfRecordSource& other) {
+    shape_ = other.shape_;
+    shape_from_ = other.shape_from_;
+  }
+  bool has_shape() const { return shape_.has_value(); }
+
+  /// Reads this file's shape from the int64 feature `name` of its first
+  /// record (`framed`, at `rec_off`, already checked), whose feature holds
+  /// `count` elements. One value s with s*s == count is [s, s] (DLIO's
+  /// `size`); values whose product is `count` are the shape. Otherwise the
+  /// file stays 1-D: an error when `required`, else a note.
+  absl::Status read_shape_feature(const std::string& name, bool required, std::span<const std::byte> framed,
+                                  uint64_t rec_off, uint64_t count) {
+    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload,
+                            tfrecord::unframe_record(framed, /*verify=*/false, where_, rec_off));
+    const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
+    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, example::find_feature(payload, name, ctx));
+    std::vector<int64_t> values;
+    std::string found;
+    if (slice.kind == FeatureKind::kInt64) {
+      DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
+      found = absl::StrCat("'", name, "' = [", absl::StrJoin(values, ", "), "]");
+    } else if (slice.kind == FeatureKind::kNone) {
+      found = absl::StrCat("no feature '", name, "'");
+    } else {
+      found = absl::StrCat("'", name, "' as a ", example::kind_name(slice.kind));
+    }
+    std::optional<Shape> shape;
+    if (values.size() == 1 && values[0] > 0 &&
+        static_cast<unsigned __int128>(values[0]) * static_cast<uint64_t>(values[0]) == count) {
+      shape = Shape{values[0], values[0]};
+    } else if (!values.empty() && values.size() <= 32) {
+      unsigned __int128 product = 1;  // stays below 2^127: it is checked against count before each step
+      bool ok = true;
+      for (int64_t v : values) {
+        if (v < 0 || product > count) {
+          ok = false;
+          break;
+        }
+        product *= static_cast<uint64_t>(v);
+      }
+      if (ok && product == count) shape = Shape(values.begin(), values.end());
+    }
+    if (shape) {
+      set_shape(*shape, absl::StrCat("from ", found, " in record 0"));
+      return absl::OkStatus();
+    }
+    const std::string expected = absl::StrCat("an int64 feature '", name, "' giving the shape of feature '", feature_,
+                                              "' (", count, " elements) in record 0");
+    if (required && slice.kind == FeatureKind::kNone) {
+      // A name that is not there: NotFound, as a missing feature.
+      return absl::NotFoundError(
+          absl::StrCat(where_, ": at offset ", ctx.base, ": expected ", expected, ", found ", found));
+    }
+    if (required) return format_error(where_, ctx.base + slice.offset, expected, found);
+    shape_from_ = absl::StrCat("1-D: record 0 has ", found, ", not the shape of its ", count, " elements");
+    if (slice.kind != FeatureKind::kNone) {
+      static std::atomic<bool> noted{false};
+      if (!noted.exchange(true)) {
+        std::fprintf(stderr,
+                     "dlfeed: note: %s: feature '%s' stays 1-D: record 0 has %s, which is not the shape of its %llu "
+                     "elements (DLIO writes the nominal side when record_length_stdev > 0) (further such notes are "
+                     "not shown)\n",
+                     path_.c_str(), feature_.c_str(), found.c_str(), static_cast<unsigned long long>(count));
+      }
+    }
+    return absl::OkStatus();
   }
 
   /// The records' extents in the file (uncompressed files).
@@ -402,8 +481,8 @@ class TfRecordSource final : public SampleSource {
     } else {
       ref.extents.push_back(extents_[k]);
     }
-    if (feature_shape_) {
-      ref.shape = *feature_shape_;
+    if (shape_) {
+      ref.shape = *shape_;
     } else {
       ref.shape = {k < counts_.size() ? counts_[k] : -1};
     }
@@ -416,6 +495,13 @@ class TfRecordSource final : public SampleSource {
     w.u8(static_cast<uint8_t>(kind_));
     w.dtype(dtype_);
     w.str(idx_);
+    // A shape read from the shape feature (one given by the options is theirs).
+    const bool derived = shape_ && !shape_given_;
+    w.u8(derived ? 1 : 0);
+    if (derived) {
+      w.shape(*shape_);
+      w.str(shape_from_);
+    }
     w.u64(extents_.size());
     for (const Extent& e : extents_) w.u64(e.length);  // records lie back to back from offset 0
   }
@@ -436,7 +522,8 @@ class TfRecordSource final : public SampleSource {
   }
   std::string describe() const override {
     std::string s = absl::StrCat("feature '", feature_, "' (", example::kind_name(kind_), " as ", dtype_.name());
-    if (feature_shape_) absl::StrAppend(&s, ", shape ", shape_str(*feature_shape_));
+    if (shape_) absl::StrAppend(&s, ", shape ", shape_str(*shape_));
+    if (!shape_from_.empty()) absl::StrAppend(&s, ", ", shape_from_);
     absl::StrAppend(&s, "), ", records_, " records, ");
     if (z_) {
       absl::StrAppend(&s, tfrecord::compression_name(z_->compression), "-compressed (", z_->compressed_size, " bytes, ",
@@ -542,15 +629,16 @@ class TfRecordSource final : public SampleSource {
       }
       case FeatureKind::kNone: break;
     }
-    if (feature_shape_) {
-      const uint64_t want = static_cast<uint64_t>(num_elements(*feature_shape_));
+    if (shape_) {
+      const uint64_t want = static_cast<uint64_t>(num_elements(*shape_));
       if (want != count) {
         return format_error(where_, ctx.base + slice.offset,
                             absl::StrCat("feature '", feature_, "' of record ", item, " with shape ",
-                                         shape_str(*feature_shape_), " = ", want, " elements of ", out.dtype.name()),
+                                         shape_str(*shape_), " = ", want, " elements of ", out.dtype.name(),
+                                         shape_from_.empty() ? "" : absl::StrCat(" (", shape_from_, ")")),
                             absl::StrCat(count, " elements"));
       }
-      out.shape = *feature_shape_;
+      out.shape = *shape_;
     } else {
       out.shape = {static_cast<int64_t>(count)};
     }
@@ -575,7 +663,9 @@ class TfRecordSource final : public SampleSource {
  private:
   std::string path_;
   std::string feature_;
-  std::optional<Shape> feature_shape_;
+  std::optional<Shape> shape_;  // every record's: the options' feature_shape or the shape feature's
+  bool shape_given_;            // shape_ is the options' feature_shape
+  std::string shape_from_;      // where shape_ came from, or why the shape feature gave none
   bool verify_;
   FeatureKind kind_;
   DType dtype_;
@@ -594,6 +684,18 @@ DType dtype_of(FeatureKind kind, DType bytes_dtype) {
   return bytes_dtype;
 }
 
+// The shape feature to read for the feature (of `kind`) of `path`
+// (FormatOptions::shape_feature), or "" for none; *required: its absence or
+// mismatch is an error. "auto" shapes only raw bytes, in DLIO's places.
+std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind, bool* required) {
+  *required = false;
+  const std::string& f = options.shape_feature;
+  if (options.feature_shape || f.empty() || f == "off" || f == options.feature) return "";
+  if (f == "auto") return kind == FeatureKind::kBytes && detail::in_dlio_layout(path) ? "size" : "";
+  *required = true;
+  return f;
+}
+
 // A compressed file: one inflating scan finds the records and checkpoints,
 // checks every record (CRCs, Example, the feature) and learns each record's
 // element count, so sample shapes are exact before any read.
@@ -605,6 +707,8 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
   std::unique_ptr<TfRecordSource> probe;
   std::vector<int64_t> counts;
   std::vector<std::byte> scratch;
+  bool shape_required = false;
+  std::string shape_feature;
   auto visit = [&](uint64_t k, uint64_t offset, std::span<const std::byte> framed) -> absl::Status {
     if (k > 0 && options.feature_shape) return absl::OkStatus();  // shapes are given
     if (!probe) probe = std::make_unique<TfRecordSource>(path, options, kind, dtype, 0, "", nullptr, c);
@@ -615,7 +719,14 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
       kind = found;
       dtype = dtype_of(kind, options.feature_dtype);
       probe = std::make_unique<TfRecordSource>(path, options, kind, dtype, 0, "", nullptr, c);
+      shape_feature = shape_feature_for(options, path, kind, &shape_required);
+      if (!shape_feature.empty()) {
+        // Later records are decoded against the shape, so each must match it.
+        const uint64_t count = s.shape.empty() ? 0 : static_cast<uint64_t>(s.shape[0]);
+        DLFEED_RETURN_IF_ERROR(probe->read_shape_feature(shape_feature, shape_required, framed, offset, count));
+      }
     }
+    if (probe->has_shape()) return absl::OkStatus();
     counts.push_back(s.shape.empty() ? 0 : s.shape[0]);  // 1-D without a feature shape
     return absl::OkStatus();
   };
@@ -624,7 +735,8 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
   auto z = std::make_shared<const tfrecord::CompressedIndex>(std::move(scanned));
   const size_t n = z->num_records();
   auto src = std::make_unique<TfRecordSource>(path, options, kind, dtype, n, "", z);
-  if (!options.feature_shape) src->set_counts(std::move(counts));
+  if (probe) src->copy_shape_from(*probe);
+  if (!src->has_shape()) src->set_counts(std::move(counts));
   SampleIndex index;
   index.add_file(path, std::move(src));
   return index;
@@ -638,8 +750,18 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   const uint8_t kind = in.u8();
   const DType dtype = in.dtype();
   std::string idx = in.str();
+  const uint8_t derived = in.u8();
+  std::optional<Shape> shape;
+  std::string shape_from;
+  if (derived == 1) {
+    shape = in.shape();
+    shape_from = in.str();
+    for (int64_t d : *shape) {
+      if (d < 0) in.fail();  // a shape feature's shape has no unknown dimension
+    }
+  }
   const uint64_t n = in.u64();
-  if (!in.ok() || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
+  if (!in.ok() || derived > 1 || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
     return file_error(path, "a TFRecord entry in the index cache", "a truncated or malformed one");
   }
   // What validate_idx checks of a sidecar: records of 16 bytes or more, back
@@ -659,6 +781,7 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
                       absl::StrCat("records ending at ", at));
   }
   auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
+  if (shape && !options.feature_shape) src->set_shape(std::move(*shape), std::move(shape_from));
   src->set_records(std::move(records));
   return std::unique_ptr<SampleSource>(std::move(src));
 }
@@ -711,6 +834,8 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
   // The first record tells the feature's kind (and so the dtype).
   FeatureKind kind = FeatureKind::kNone;
   DType dtype = options.feature_dtype;
+  uint64_t count0 = 0;           // record 0's element count (1-D)
+  std::vector<std::byte> first;  // record 0's framed bytes
   auto source_for = [&](FeatureKind k, DType d) {
     return std::make_unique<TfRecordSource>(path, options, k, d, records.size(), idx);
   };
@@ -722,11 +847,17 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
     // Example, feature presence, shape) and tells the kind.
     auto probe = source_for(FeatureKind::kNone, options.feature_dtype);
     DLFEED_ASSIGN_OR_RETURN(DecodedSample s, probe->decode_framed(0, raw, records[0].offset, scratch, 0, &kind));
-    (void)s;
     dtype = dtype_of(kind, options.feature_dtype);
+    count0 = s.shape.empty() ? 0 : static_cast<uint64_t>(s.shape[0]);
+    first = std::move(raw);
   }
 
   auto src = source_for(kind, dtype);
+  bool shape_required = false;
+  const std::string shape_feature = shape_feature_for(options, path, kind, &shape_required);
+  if (!shape_feature.empty() && !records.empty()) {
+    DLFEED_RETURN_IF_ERROR(src->read_shape_feature(shape_feature, shape_required, first, records[0].offset, count0));
+  }
   src->set_records(std::move(records));
   SampleIndex index;
   index.add_file(path, std::move(src));

@@ -39,6 +39,11 @@ struct FileSpec {
   bool zero_labels = false;  // DLIO writes all-zero labels
   /// TFRecord: where to write the DALI/DLIO .idx sidecar ("" for none).
   std::string index_path;
+  /// TFRecord: the `size` feature's value; -1: the side of a square 2-D
+  /// sample (as DLIO writes it), else the element count, so that it gives
+  /// the shape (FormatOptions::shape_feature). DLIO's generator writes the
+  /// nominal side even where it drew other sides (record_length_stdev).
+  int64_t size_feature = -1;
 };
 
 /// Fills `out` with the deterministic content of global sample `global_id`

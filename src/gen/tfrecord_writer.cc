@@ -1,6 +1,7 @@
 // Writes a synthetic TFRecord file as the DLIO benchmark does: one
 // tf.train.Example per sample with `image` (the sample's raw bytes) and
-// `size` (its byte count), plus `label` unless labels are DLIO's zeros.
+// `size` (the side of a square sample, as DLIO writes it, else the element
+// count: FileSpec::size_feature), plus `label` unless labels are DLIO's zeros.
 #include <vector>
 
 #include "dlfeed/error.h"
@@ -17,12 +18,15 @@ absl::Status write_tfrecord_file(const FileSpec& spec) {
   DLFEED_ASSIGN_OR_RETURN(tfrecord::RecordWriter writer, tfrecord::RecordWriter::create(spec.path));
   const uint64_t nbytes = static_cast<uint64_t>(num_elements(spec.sample_shape)) * spec.dtype.size;
   std::vector<std::byte> sample(nbytes);
+  const Shape& d = spec.sample_shape;
+  const int64_t size = spec.size_feature >= 0                      ? spec.size_feature
+                       : d.size() == 2 && d[0] == d[1] && d[0] > 0 ? d[0]
+                                                                   : num_elements(d);
   std::vector<std::byte> payload;
   for (uint64_t k = 0; k < spec.num_samples; ++k) {
     const uint64_t g = spec.first_global_id + k;
     fill_sample(spec.seed, g, spec.dtype, sample);
     example::ExampleBuilder b;
-    const int64_t size = static_cast<int64_t>(nbytes);
     b.add_bytes("image", sample);
     b.add_int64s("size", std::span<const int64_t>(&size, 1));
     if (!spec.zero_labels) {

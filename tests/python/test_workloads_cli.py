@@ -45,7 +45,8 @@ def read_tfrecord_images(path):
     for rec in tf.data.TFRecordDataset(str(path)):
         ex = tf.train.Example.FromString(rec.numpy())
         image = ex.features.feature["image"].bytes_list.value[0]
-        assert ex.features.feature["size"].int64_list.value[0] == len(image)
+        side = ex.features.feature["size"].int64_list.value[0]
+        assert side * side == len(image)  # DLIO's size: the side of the square image
         images.append(image)
     return images
 
@@ -166,6 +167,33 @@ def test_a_folder_that_is_not_a_workload_dataset_is_left_alone(dlfeed, tmp_path)
     err = dlfeed.error("run", "--workload", "bert", "--scale", 1e-5, "--data-dir", d)
     assert str(d) in err and "dlfeed-workload.json" in err
     assert (d / "notes.txt").read_text() == "keep me" and sorted(os.listdir(d)) == ["notes.txt"]
+
+
+def test_a_dlio_generated_folder_is_read_as_it_is(dlfeed, tmp_path):
+    """A folder DLIO's generator left (no manifest): TFRecord files written by
+    TensorFlow as DLIO 2.0.0 writes them, sides and counts unlike the preset's."""
+    tf = pytest.importorskip("tensorflow")
+    d = tmp_path / "dlio-data"
+    rng = np.random.default_rng(0)
+    images = []
+    for i in range(3):
+        (d / "train").mkdir(parents=True, exist_ok=True)
+        with tf.io.TFRecordWriter(str(d / "train" / dlio_name(i, 3, "tfrecord"))) as w:
+            for _ in range(8):
+                img = rng.integers(0, 255, size=(30, 30), dtype=np.uint8)
+                feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()])),
+                           "size": tf.train.Feature(int64_list=tf.train.Int64List(value=[30]))}
+                w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+                images.append(img)
+    before = sorted(p.relative_to(d) for p in d.rglob("*"))
+    out = tmp_path / "s.json"
+    proc = dlfeed.run("run", "--workload", "resnet50", "--scale", 1e-5, "--data-dir", d, "--batch-size", 4,
+                      "--compute-ms", 0, "--checksum", "--summary-json", out)
+    assert "DLIO's layout" in proc.stdout and "3 tfrecord files" in proc.stdout, proc.stdout
+    summary = json.loads(out.read_text())
+    assert summary["epochs"][0]["samples"] == 24
+    assert summary["epochs"][0]["bytes_delivered"] == 24 * 30 * 30  # (30, 30) images, not the preset's (21, 21)
+    assert sorted(p.relative_to(d) for p in d.rglob("*")) == before  # nothing written or removed
 
 
 @pytest.mark.parametrize("scale", ["0.0", "-1", "1.5", "nan"])

@@ -55,8 +55,7 @@ int run_calibrate(const std::vector<std::string>& args) {
       return 2;
     }
     const ScaledWorkload w = value_or_throw(workload_from_flags());
-    paths = {value_or_throw(workload_dataset_from_flags(w, false))};
-    fo = w.format_options();
+    paths = {value_or_throw(workload_dataset_from_flags(w, false, &fo))};
     if (fields.empty()) fields = w.base->fields;
   } else {
     if (paths.empty()) {

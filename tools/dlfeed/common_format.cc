@@ -19,6 +19,11 @@ ABSL_FLAG(std::string, axis, "auto",
 ABSL_FLAG(std::string, feature, "image", "TFRecord: the tf.train.Example feature that is the sample");
 ABSL_FLAG(std::string, feature_dtype, "uint8", "TFRecord: element type of a bytes_list feature");
 ABSL_FLAG(std::string, feature_shape, "", "TFRecord: shape of the feature, e.g. 64,64 (default: 1-D)");
+ABSL_FLAG(std::string, shape_feature, "auto",
+          "TFRecord: an int64 feature giving the shape of --feature, per file from its first record (one value s for "
+          "s*s elements is s x s, as DLIO's size; values whose product is the element count are the shape). auto: "
+          "size, for files where and as DLIO's generator writes them, 1-D with a note where size does not describe "
+          "the record; off: 1-D; a name: that feature, an error where it is missing or does not fit");
 ABSL_FLAG(bool, no_verify_crc, false, "TFRecord: skip the CRC32C checks of records");
 ABSL_FLAG(std::string, index_dir, "", "TFRecord: folder of .idx sidecars (default: next to the file or DLIO's index/)");
 ABSL_FLAG(bool, no_index_files, false, "TFRecord: ignore .idx sidecars and scan the files");
@@ -82,6 +87,7 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
     if (!s.ok()) return s.status();
     o.feature_shape = *s;
   }
+  o.shape_feature = absl::GetFlag(FLAGS_shape_feature);
   o.verify_crc = !absl::GetFlag(FLAGS_no_verify_crc);
   o.index_dir = absl::GetFlag(FLAGS_index_dir);
   o.use_index_files = !absl::GetFlag(FLAGS_no_index_files);
@@ -92,7 +98,7 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
 
 FlagGroup format_flags() {
   return flag_group("Dataset flags", FLAGS_format, FLAGS_name, FLAGS_layout, FLAGS_axis, FLAGS_feature,
-                    FLAGS_feature_dtype, FLAGS_feature_shape, FLAGS_no_verify_crc, FLAGS_index_dir,
+                    FLAGS_feature_dtype, FLAGS_feature_shape, FLAGS_shape_feature, FLAGS_no_verify_crc, FLAGS_index_dir,
                     FLAGS_no_index_files, FLAGS_write_index, FLAGS_index_cache);
 }
 

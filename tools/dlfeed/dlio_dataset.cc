@@ -134,6 +134,7 @@ void generate(const DlioConfig& c, bool quiet) {
         fs::create_directories(idx, ec);
         if (ec) throw_if_error(absl::InternalError(absl::StrCat(idx.string(), ": mkdir: ", ec.message())));
         f.index_path = (idx / (fs::path(f.path).filename().string() + ".idx")).string();
+        f.size_feature = side;  // DLIO's `size`: the nominal side, whatever sides it drew
         st = gen::write_tfrecord_file(f);
       }
       throw_if_error(st);

@@ -159,8 +159,7 @@ RunConfig configure(const std::vector<std::string>& args) {
       throw Error(absl::InvalidArgumentError("give either --workload or dataset paths, not both"));
     }
     c.workload = value_or_throw(workload_from_flags());
-    o.paths = {value_or_throw(workload_dataset_from_flags(*c.workload, absl::GetFlag(FLAGS_quiet)))};
-    o.format = c.workload->format_options();
+    o.paths = {value_or_throw(workload_dataset_from_flags(*c.workload, absl::GetFlag(FLAGS_quiet), &o.format))};
     o.fields = fields.empty() ? c.workload->base->fields : fields;
   } else {
     if (args.empty())

@@ -16,6 +16,7 @@
 #include "command.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
+#include "format/array_source.h"
 #include "gen/generate.h"
 #include "json.h"
 
@@ -159,9 +160,13 @@ std::string ScaledWorkload::manifest() const {
                       ",\"seed\":", data_seed, ",\"generator\":", kGeneratorVersion, "}\n");
 }
 
+std::string ScaledWorkload::extension() const {
+  return base->format == FileFormat::kTfRecord ? "tfrecord" : format_name(base->format);
+}
+
 std::vector<std::string> ScaledWorkload::data_files(const std::string& dir) const {
   std::vector<std::string> out;
-  const std::string ext = base->format == FileFormat::kTfRecord ? "tfrecord" : format_name(base->format);
+  const std::string ext = extension();
   for (uint64_t i = 0; i < files; ++i) {
     out.push_back((fs::path(train_dir(dir)) / gen::dlio_file_name("img", i, files, ext)).string());
   }
@@ -178,6 +183,20 @@ uint64_t free_bytes(const fs::path& dir) {
   struct statvfs st {};
   if (p.empty() || ::statvfs(p.c_str(), &st) != 0) return UINT64_MAX;  // unknown: let the writes tell
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+/// How many files of the workload's format DIR/train holds where and as the
+/// DLIO benchmark's generator writes them ({prefix}_{i}_of_{n}.EXT, optionally
+/// in numbered subfolders).
+uint64_t dlio_files_in(const ScaledWorkload& w, const std::string& dir) {
+  std::error_code ec;
+  uint64_t n = 0;
+  const std::string ext = "." + w.extension();
+  for (auto it = fs::recursive_directory_iterator(w.train_dir(dir), ec); !ec && it != fs::end(it); it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (p.extension() == ext && detail::in_dlio_layout(p.string()) && it->is_regular_file(ec)) ++n;
+  }
+  return n;
 }
 
 bool complete(const ScaledWorkload& w, const std::string& dir) {
@@ -243,6 +262,7 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
     return DatasetAction::kRegenerated;
   }
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
+    if (dlio_files_in(w, dir) > 0) return DatasetAction::kDlioLayout;
     return absl::FailedPreconditionError(
         absl::StrCat(dir, ": exists and is not a dlfeed workload dataset (it has no ", kManifestName,
                      "), so it is left alone; choose another --data-dir or remove it"));
@@ -272,7 +292,7 @@ bool workload_given() { return !absl::GetFlag(FLAGS_workload).empty(); }
 
 FlagGroup workload_flags() { return flag_group("Workload preset flags", FLAGS_workload, FLAGS_scale, FLAGS_data_dir); }
 
-absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet) {
+absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet, FormatOptions* format) {
   std::string dir = absl::GetFlag(FLAGS_data_dir);
   if (dir.empty()) dir = w.default_dir();
   if (!quiet) {
@@ -286,6 +306,18 @@ absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w,
     std::fflush(stdout);
   }
   DLFEED_ASSIGN_OR_RETURN(DatasetAction action, ensure_dataset(w, dir));
+  *format = w.format_options();
+  if (action == DatasetAction::kDlioLayout) {
+    format->feature_shape.reset();  // DLIO's sides, from each file's `size`, not the preset's
+    if (!quiet) {
+      std::printf(
+          "dataset: DLIO's layout, not written by dlfeed (no %s): %llu %s files in %s, read as they are; the "
+          "preset's batch size, compute and strategy apply, its file counts and sample shape do not\n",
+          kManifestName, static_cast<unsigned long long>(dlio_files_in(w, dir)), w.extension().c_str(),
+          w.train_dir(dir).c_str());
+    }
+    return w.train_dir(dir);
+  }
   if (!quiet) {
     std::printf("dataset: %s\n", action == DatasetAction::kReused      ? "complete, reused"
                                  : action == DatasetAction::kGenerated ? "generated"

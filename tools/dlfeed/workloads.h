@@ -65,6 +65,8 @@ struct ScaledWorkload {
   FormatOptions format_options() const;
   /// The manifest generated datasets carry: equal manifests, equal files.
   std::string manifest() const;
+  /// The data files' extension (no dot).
+  std::string extension() const;
   /// The data files generation writes, in order.
   std::vector<std::string> data_files(const std::string& dir) const;
 };
@@ -76,13 +78,15 @@ struct ScaledWorkload {
 absl::StatusOr<ScaledWorkload> scale_workload(const Workload& w, double scale);
 
 /// What ensure_dataset() did.
-enum class DatasetAction { kReused, kGenerated, kRegenerated };
+enum class DatasetAction { kReused, kGenerated, kRegenerated, kDlioLayout };
 
 /// Makes sure DIR holds the complete dataset of `w`: reuses it when its
 /// manifest (DIR/dlfeed-workload.json) matches and every file is there,
-/// regenerates it when the manifest differs or a file is missing, and refuses
-/// a non-empty DIR without a manifest (it is not ours to delete) or a
-/// dataset larger than the free space.
+/// regenerates it when the manifest differs or a file is missing, reads a
+/// folder the DLIO benchmark's generator left (no manifest, DIR/train holding
+/// files of the workload's format named and placed as DLIO names them) as it
+/// is (kDlioLayout), and refuses any other non-empty DIR without a manifest
+/// (it is not ours to delete) or a dataset larger than the free space.
 absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std::string& dir);
 
 /// Whether --workload was given.
@@ -91,8 +95,10 @@ bool workload_given();
 absl::StatusOr<ScaledWorkload> workload_from_flags();
 /// Makes sure the dataset of `w` is in --data-dir (default w.default_dir()),
 /// generating it if needed (printing what it does unless `quiet`), and
-/// returns the folder to read (DIR/train).
-absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet);
+/// returns the folder to read (DIR/train); *format: how to index it (a DLIO
+/// folder's TFRecord images are shaped by their `size` feature, not the
+/// preset's shape).
+absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet, FormatOptions* format);
 /// The flags the three above read (for a command's flag list).
 FlagGroup workload_flags();
 

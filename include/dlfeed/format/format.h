@@ -36,6 +36,17 @@ struct DLFEED_EXPORT FormatOptions {
   /// optional fixed shape; without a shape a sample is 1-D.
   DType feature_dtype = DType::u8();
   std::optional<Shape> feature_shape;
+  /// TFRecord: an int64 feature whose values give the feature's shape, per
+  /// file, from its first record (records of a file must all match it):
+  /// one value s where the record holds s*s elements (DLIO's `size`, the
+  /// side of a square image) is [s, s]; values whose product is the element
+  /// count are the shape. "auto" (default): `size`, only for files where
+  /// DLIO's generator puts them (as SampleAxis::kAuto), and a file whose
+  /// `size` does not describe its records (DLIO's record_length_stdev > 0
+  /// writes the nominal side) stays 1-D with a note. A name: that feature,
+  /// and a file without it, or that it does not describe, is an error.
+  /// "" or "off": none (1-D). feature_shape, when set, wins.
+  std::string shape_feature = "auto";
   bool verify_crc = true;          // TFRecord: check both CRC32C of every record
   bool use_index_files = true;     // TFRecord: read a DALI/DLIO .idx sidecar when present
   bool write_index_files = false;  // TFRecord: write the sidecar after a scan
