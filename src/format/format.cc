@@ -249,6 +249,20 @@ absl::StatusOr<SampleIndex> open_files(const std::vector<std::string>& files, co
   return all;
 }
 
+/// A DLIO data_folder (subfolders train/ and valid/, as DLIO's generator
+/// leaves them) is read as its training split, DIR/train, with a note: its
+/// valid/ is the evaluation split. Any other folder is itself.
+std::string training_split(const std::string& dir) {
+  std::error_code ec;
+  const fs::path train = fs::path(dir) / "train";
+  if (!fs::is_directory(train, ec) || !fs::is_directory(fs::path(dir) / "valid", ec)) return dir;
+  std::fprintf(stderr,
+               "dlfeed: note: %s holds train/ and valid/ (a DLIO data folder): reading %s, the training split; "
+               "name %s to read the evaluation split\n",
+               dir.c_str(), train.lexically_normal().c_str(), (fs::path(dir) / "valid").lexically_normal().c_str());
+  return train.string();
+}
+
 bool is_npy(const std::string& path, FileFormat want) {
   if (want != FileFormat::kAuto) return want == FileFormat::kNpy;
   auto f = detect_format(path);
@@ -313,9 +327,10 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     globfree(&g);
   }
   std::vector<std::string> files;
-  for (const std::string& p : expanded) {
+  for (const std::string& given : expanded) {
     std::error_code ec;
-    if (fs::is_directory(p, ec)) {
+    if (fs::is_directory(given, ec)) {
+      const std::string p = training_split(given);
       std::vector<std::string> found;
       auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
       if (ec) return io_error(p, "opendir", ec.value());
@@ -340,10 +355,10 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
         return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
       }
       files.insert(files.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
-    } else if (fs::exists(p, ec)) {
-      files.push_back(p);
+    } else if (fs::exists(given, ec)) {
+      files.push_back(given);
     } else {
-      return absl::NotFoundError(absl::StrCat(p, ": no such file or folder"));
+      return absl::NotFoundError(absl::StrCat(given, ": no such file or folder"));
     }
   }
   // NPY files are columns: a field name picks the files of that column

@@ -4,12 +4,14 @@ is made), no guessed layout, column files, empty datasets, one error class per
 cause."""
 import importlib
 import os
+import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
 import dlfeed
+from conftest import dlfeed_binary
 
 
 def all_samples(loader, field=0, epoch=None):
@@ -337,3 +339,26 @@ def test_inspect_without_a_name_lists_the_fields(dlfeed, tmp_path):
     np.savez(tmp_path / "two.npz", a=np.zeros((2, 3)), b=np.ones(2))
     out = dlfeed.run("inspect", tmp_path / "two.npz").stdout
     assert "a: 2 samples" in out and "b: 2 samples" in out, out
+
+
+def test_a_dlio_data_folder_is_read_as_its_training_split(tmp_path):
+    """DLIO's generator leaves DATA/train and DATA/valid: DATA means train/ only, and says so."""
+    train, valid = tmp_path / "data" / "train", tmp_path / "data" / "valid"
+    train.mkdir(parents=True)
+    valid.mkdir()
+    x_train = np.arange(4 * 4 * 6, dtype=np.uint8).reshape(4, 4, 6)  # DLIO's layout: samples on the last axis
+    np.savez(train / "img_0_of_1.npz", x=x_train, y=np.zeros(6, dtype=np.uint8))
+    np.savez(valid / "img_0_of_1.npz", x=x_train[..., :2] + 100, y=np.zeros(2, dtype=np.uint8))
+    loader = dlfeed.Loader(tmp_path / "data", fields=["x"], batch_size=6)
+    assert loader.num_samples == 6
+    got = all_samples(loader)
+    for sid, value in got.items():
+        np.testing.assert_array_equal(value, x_train[..., sid])
+    def inspect(path):
+        return subprocess.run([dlfeed_binary(), "inspect", str(path)], capture_output=True, text=True, check=True)
+    proc = inspect(tmp_path / "data")
+    assert "a DLIO data folder" in proc.stderr and str(valid) in proc.stderr, proc.stderr
+    assert "6 samples" in proc.stdout, proc.stdout
+    assert "2 samples" in inspect(valid).stdout  # named, valid/ is read
+    # A folder without valid/ is itself, with no note.
+    assert "DLIO data folder" not in inspect(train).stderr

@@ -76,7 +76,9 @@ DLFEED_EXPORT absl::StatusOr<SampleIndex> open_file(const std::string& path, con
 DLFEED_EXPORT std::string npy_column_of(const std::string& path);
 
 /// Indexes a file, a folder (recursively, data files sorted by path; a DLIO
-/// folder's index/ subfolder is skipped), a glob pattern ("data/train/*.npz",
+/// folder's index/ subfolder is skipped, and a folder holding both train/
+/// and valid/, a DLIO data_folder, is read as its train/ with a note on
+/// stderr), a glob pattern ("data/train/*.npz",
 /// matches sorted), or a list of those, in the order given. With a name
 /// (options.name), NPY files are columns: only those of that column count
 /// (npy_column_of), and a name no NPY file has is NotFound, listing the
