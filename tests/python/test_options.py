@@ -83,6 +83,7 @@ SPECIAL = {
     "feature": ("label", "label"),
     "feature_dtype": (np.float32, "float32"),
     "feature_shape": ([2, 3], (2, 3)),
+    "shape_feature": ("size", "size"),
     "index_dir": ("/tmp/idx", "/tmp/idx"),
     "index_cache": ("auto", "auto"),
     "io": ("sync", "sync"),
