@@ -2,7 +2,8 @@
 // length, payload, masked CRC32C of the payload) scanned by open_tfrecord,
 // the first record's tf.train.Example, then sample reads (unframe, CRCs,
 // feature lookup and decode). The first byte picks options: CRC checks on or
-// off (off lets mutations reach the Example parser) and the feature's name.
+// off (off lets mutations reach the Example parser), the feature's name, and
+// a shape feature's.
 #include <cstddef>
 #include <cstdint>
 
@@ -21,6 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.feature = kFeatures[(flags >> 1) & 3];
   if (flags & 8) o.feature_dtype = DType::f32();
   if (flags & 16) o.feature_shape = Shape{2, 3};
+  // A shape feature read from record 0 (skipped where it is the feature itself).
+  if (flags & 32) o.shape_feature = kFeatures[(flags >> 6) & 3];
   auto index = open_tfrecord(path, o);
   if (!index.ok()) {
     fuzz::check_error_names(index.status(), path, "open_tfrecord");
