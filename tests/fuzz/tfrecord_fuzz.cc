@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (flags & 8) o.feature_dtype = DType::f32();
   if (flags & 16) o.feature_shape = Shape{2, 3};
   // A shape feature read from record 0 (skipped where it is the feature itself).
-  if (flags & 32) o.shape_feature = kFeatures[(flags >> 6) & 3];
+  static const char* const kShapeFeatures[] = {"size", "label", "y", "image"};
+  if (flags & 32) o.shape_feature = kShapeFeatures[(flags >> 6) & 3];
   auto index = open_tfrecord(path, o);
   if (!index.ok()) {
     fuzz::check_error_names(index.status(), path, "open_tfrecord");
