@@ -182,6 +182,8 @@ void bind_io_options(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("max_gap", &prefetch::CoalesceOptions::max_gap,
                      "Extents of a file at most this many bytes apart are read as one")
+      .def_readwrite("adaptive_gap", &prefetch::CoalesceOptions::adaptive_gap,
+                     "A batch merges across gaps no longer than its mean extent (at most max_gap); False: max_gap")
       .def_readwrite("max_read", &prefetch::CoalesceOptions::max_read,
                      "Largest merged read in bytes (longer extents are read in pieces of this size)")
       .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled, "False: one read per extent");

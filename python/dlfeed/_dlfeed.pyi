@@ -104,6 +104,8 @@ class CoalesceOptions:
     def __init__(self) -> None: ...
     max_gap: int
     """Extents of a file at most this many bytes apart are read as one"""
+    adaptive_gap: bool
+    """A batch merges across gaps no longer than its mean extent (at most max_gap); False: max_gap"""
     max_read: int
     """Largest merged read in bytes (longer extents are read in pieces of this size)"""
     enabled: bool

@@ -112,6 +112,8 @@ KEYWORDS: Dict[str, Keyword] = {
     "max_open_files": Keyword("max_open_files", python_only=_NO_FLAG),
     "prefetch": Keyword("prefetch", "prefetch"),
     "max_gap": Keyword("coalesce.max_gap", "max-gap"),
+    "adaptive_gap": Keyword("coalesce.adaptive_gap", "max-gap",
+                            note="the command line's --max-gap, when given, is a fixed gap (adaptive_gap=False)"),
     "max_read": Keyword("coalesce.max_read", "max-read"),
     "coalesce": Keyword("coalesce.enabled", "no-coalesce"),
     "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),

@@ -75,7 +75,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   };
   for (size_t k = 0; k + 1 < small.size(); ++k) {
     if ((small[k].first >> 32) != (small[k + 1].first >> 32)) continue;
-    if (small[k + 1].second > end_of(k) + options_.coalesce.max_gap) continue;
+    if (small[k + 1].second > end_of(k) + gap_) continue;
     // Neighbours: neither goes direct unless it is large.
     for (size_t j : {k, k + 1}) {
       const uint64_t slot = small[j].first & 0xFFFFFFFFu;
@@ -83,6 +83,19 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
       if (ref.extents[0].length < kDirectMinBytes) raw_ok[slot] = 0;
     }
   }
+}
+
+uint64_t Planner::batch_gap(const Work& w) const {
+  const uint64_t max_gap = options_.coalesce.max_gap;
+  if (!options_.coalesce.adaptive_gap) return max_gap;
+  uint64_t bytes = 0, count = 0;
+  for (const SampleRef& r : w.refs) {
+    for (const Extent& e : r.extents) {
+      bytes += e.length;
+      ++count;
+    }
+  }
+  return count == 0 ? max_gap : std::min(max_gap, bytes / count);
 }
 
 void Planner::plan(Work& w) {
@@ -111,6 +124,7 @@ void Planner::plan(Work& w) {
     off[0] = 0;
     for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + w.refs[i * F + f].nbytes();
   }
+  gap_ = batch_gap(w);
   std::vector<uint8_t>& raw_ok = direct_scratch_;
   choose_direct(w, raw_ok);
   for (size_t i = 0; i < n; ++i) {
@@ -141,7 +155,9 @@ void Planner::plan(Work& w) {
   uint64_t out_bytes = 0;
   for (size_t f = 0; f < F; ++f) out_bytes += w.known[f] ? w.out_offsets[f][n] : w.unknown_bytes[f];
   w.piece_begin[n * F] = static_cast<uint32_t>(ext.size());
-  w.plan = prefetch::plan_reads(ext, options_.coalesce);
+  prefetch::CoalesceOptions coalesce = options_.coalesce;
+  coalesce.max_gap = gap_;
+  w.plan = prefetch::plan_reads(ext, coalesce);
   extents_.fetch_add(ext.size() + direct_extents, std::memory_order_relaxed);
   planned_reads_.fetch_add(w.plan.reads.size() + w.direct_reads.size(), std::memory_order_relaxed);
   w.ticket = std::make_shared<Ticket>();

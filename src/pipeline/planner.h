@@ -55,10 +55,13 @@ class Planner {
   // decode is the identity) whose sizes are known, unless small and near
   // another extent of the batch.
   void choose_direct(const Work& w, std::vector<uint8_t>& direct);
+  // The gap this batch merges across (CoalesceOptions::adaptive_gap).
+  uint64_t batch_gap(const Work& w) const;
 
   const std::vector<SampleIndex>& indices_;
   const std::vector<std::vector<uint32_t>>& file_ids_;
   PlannerOptions options_;
+  uint64_t gap_ = 0;  // the batch being planned's (batch_gap)
   counters::Counters* counters_;
   std::atomic<uint64_t> extents_{0}, planned_reads_{0};
   // Scratch (one thread at a time).

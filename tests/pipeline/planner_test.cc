@@ -107,6 +107,7 @@ TEST(Planner, TheGapDecidesWhoIsANeighbour) {
   b.add({{100 + 5000, 100}}, {100});
   OneField f(b.done());
   prefetch::CoalesceOptions c;
+  c.adaptive_gap = false;  // max_gap alone
   c.max_gap = 4999;
   EXPECT_EQ(f.plan({0, 1}, c)->direct, (std::vector<uint8_t>{1, 1}));
   c.max_gap = 5000;
@@ -114,6 +115,31 @@ TEST(Planner, TheGapDecidesWhoIsANeighbour) {
   EXPECT_EQ(w->direct, (std::vector<uint8_t>{0, 0}));
   ASSERT_EQ(w->plan.reads.size(), 1u);
   EXPECT_EQ(w->plan.reads[0].length, 5200u) << "the gap is read with them";
+}
+
+TEST(Planner, AnAdaptiveGapIsAtMostTheBatchsMeanExtent) {
+  // Samples of two 500-byte extents (not raw, so none goes direct), 500 and
+  // 501 bytes apart: with a 64 KiB max_gap, a fixed gap reads both gaps, the
+  // adaptive one (the mean extent, 500) only the first.
+  IndexBuilder b;
+  b.file("a");
+  b.add({{0, 500}, {500, 500}}, {1000});
+  b.add({{1500, 500}, {2000, 500}}, {1000});
+  b.add({{3001, 500}, {3501, 500}}, {1000});
+  OneField f(b.done());
+  prefetch::CoalesceOptions c;
+  c.adaptive_gap = false;
+  auto w = f.plan({0, 1, 2}, c);
+  ASSERT_EQ(w->plan.reads.size(), 1u);
+  EXPECT_EQ(w->plan.reads[0].length, 4001u) << "a fixed 64 KiB gap reads both gaps";
+  c.adaptive_gap = true;
+  w = f.plan({0, 1, 2}, c);
+  ASSERT_EQ(w->plan.reads.size(), 2u);
+  EXPECT_EQ(w->plan.reads[0].length, 2500u) << "a 500-byte gap is within the mean extent";
+  EXPECT_EQ(w->plan.reads[1].offset, 3001u) << "a 501-byte gap is not";
+  EXPECT_EQ(w->plan.buffer_bytes, 3500u);
+  c.max_gap = 100;  // the smaller of the two
+  EXPECT_EQ(f.plan({0, 1, 2}, c)->plan.reads.size(), 3u);
 }
 
 TEST(Planner, LargeRawSamplesAlwaysGoDirectAndRunsInBatchOrderMerge) {

@@ -20,7 +20,10 @@ ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
 ABSL_FLAG(std::string, prefetch, "depth:8,budget:256M",
           "Prefetch policy: off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
 ABSL_FLAG(uint64_t, memory_budget_mb, 1024, "Most MiB of batches in flight (reads and decoded batches)");
-ABSL_FLAG(uint64_t, max_gap, 64 * 1024, "Coalesce extents of a file at most this many bytes apart");
+ABSL_FLAG(uint64_t, max_gap, 64 * 1024,
+          "Coalesce extents of a file at most this many bytes apart. Not given: at most 64 KiB and at most the "
+          "batch's mean extent (a read carries at most about as many bytes nobody asked for as it was asked for); "
+          "given: this gap for every batch");
 ABSL_FLAG(uint64_t, max_read, 4 << 20,
           "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
 ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
@@ -43,6 +46,7 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.prefetch = absl::GetFlag(FLAGS_prefetch);
   o.memory_budget = absl::GetFlag(FLAGS_memory_budget_mb) << 20;
   o.coalesce.max_gap = absl::GetFlag(FLAGS_max_gap);
+  o.coalesce.adaptive_gap = !flag_given("max_gap");
   o.coalesce.max_read = absl::GetFlag(FLAGS_max_read);
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);

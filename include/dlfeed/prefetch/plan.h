@@ -42,6 +42,12 @@ struct DLFEED_EXPORT CoalesceOptions {
   uint64_t max_read = 4 * 1024 * 1024;
   /// false: one read per extent, as requested (for measuring the difference).
   bool enabled = true;
+  /// The loader's batches merge across gaps no longer than the batch's mean
+  /// extent (at most max_gap): a read then carries at most about as many
+  /// bytes nobody asked for as it was asked for. 1 KiB samples 1-64 KiB
+  /// apart read 18x their bytes with a fixed 64 KiB gap (docs/performance.md,
+  /// "The coalescing gap"). false: max_gap for every batch.
+  bool adaptive_gap = true;
 };
 
 /// The reads for a window and the view of each requested extent.
