@@ -102,21 +102,22 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
       const uint32_t id = file_ids[f][k];
       // A raw array in a held file is gathered from the held bytes (no copy).
       const bool view = src->unpack_inflated_bytes() == 0 && held && held->has(id);
-      want.push_back({f, k, src, src->unpack_inflated_bytes() > 0 ? src->unpack_inflated_bytes()
-                                  : view                           ? 0
-                                                                   : src->unpack_extent().length});
+      want.push_back({f, k, src,
+                      src->unpack_inflated_bytes() > 0 ? src->unpack_inflated_bytes()
+                      : view                           ? 0
+                                                       : src->unpack_extent().length});
     }
   }
   if (want.empty()) return out;  // nothing deflated or strided: nothing to say
   if (o.unpack == "off") {
-    out.reason = absl::StrCat("not unpacked: unpack is off (", want.size(), " deflated or strided arrays read per sample)");
+    out.reason =
+        absl::StrCat("not unpacked: unpack is off (", want.size(), " deflated or strided arrays read per sample)");
     return out;
   }
   if (o.io.direct || !o.stage.dir.empty() || o.io_factory) {
-    out.reason = absl::StrCat("not unpacked: ",
-                              o.io.direct             ? "io.direct asks for the device"
-                              : !o.stage.dir.empty() ? "staging copies the files to stage.dir"
-                                                      : "io_factory makes the backend");
+    out.reason = absl::StrCat("not unpacked: ", o.io.direct            ? "io.direct asks for the device"
+                                                : !o.stage.dir.empty() ? "staging copies the files to stage.dir"
+                                                                       : "io_factory makes the backend");
     return out;
   }
   const uint64_t half = o.memory_budget / 2;
@@ -142,10 +143,9 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
     u->slots_[c.field][c.file] = std::move(e);
     ++u->files_;
   }
-  const std::string rest =
-      skipped ? absl::StrCat("; ", skipped, " more read per sample (over half of memory_budget, ", o.memory_budget,
-                             " bytes, less the held files)")
-              : "";
+  const std::string rest = skipped ? absl::StrCat("; ", skipped, " more read per sample (over half of memory_budget, ",
+                                                  o.memory_budget, " bytes, less the held files)")
+                                   : "";
   if (u->files_ == 0) {
     out.reason = absl::StrCat("not unpacked: ", want.size(),
                               " deflated or strided arrays read per sample (none fits in half of memory_budget, ",
