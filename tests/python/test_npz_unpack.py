@@ -188,3 +188,23 @@ def test_truncated_deflate_member_names_file_and_offset(tmp_path):
         epoch_samples(loader)
     msg = str(e.value)
     assert str(path) in msg and "offset" in msg and "cut short" in msg, msg
+
+
+@pytest.mark.parametrize("container", ["npy", "npz", "npz_compressed"])
+def test_fortran_order_on_the_first_axis_is_unpacked(tmp_path, container):
+    """A Fortran-ordered array's first-axis samples are strided too: unpacked
+    and gathered into C order, as numpy indexes them."""
+    arr = np.asfortranarray(np.random.default_rng(2).standard_normal((30, 6, 5)).astype("<f8"))
+    path = tmp_path / f"f.{container.split('_')[0]}"
+    if container == "npy":
+        np.save(path, arr)
+    else:
+        (np.savez_compressed if container == "npz_compressed" else np.savez)(path, x=arr)
+    loader = dlfeed.Loader(path, fields="x" if container != "npy" else None, axis="first", batch_size=4,
+                           strategy="global_shuffle", resident="off")
+    assert "unpacked: 1 " in loader.stats()["unpacked_reason"], loader.stats()["unpacked_reason"]
+    got = epoch_samples(loader)
+    assert sorted(got) == list(range(30))
+    for sid, v in got.items():
+        np.testing.assert_array_equal(v, arr[sid])
+    assert loader.stats()["bytes_read"] <= path.stat().st_size
