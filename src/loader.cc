@@ -60,7 +60,7 @@ struct Loader::Impl {
   std::string resident_reason;
   std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
   // LoaderOptions::unpack: arrays read once whole (null: none).
-  std::shared_ptr<const detail::UnpackedFiles> unpacked;
+  std::shared_ptr<detail::UnpackedFiles> unpacked;
   std::string unpacked_reason;
 
   // The stages, in flow order (built at the end of create()).
@@ -328,6 +328,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
     m.resume.reset();
   }
   m.apply_staging();
+  if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
   m.epoch = epoch;
   m.start_position = start;
   m.delivered_samples = 0;

@@ -138,8 +138,9 @@ struct DLFEED_EXPORT LoaderOptions {
   /// last axis; each sample spans nearly the whole array). "auto" (the
   /// default): those that fit, in file order, in half of memory_budget less
   /// the held files (resident) are read once, whole, by the first sample
-  /// decoded from them (a deflated member inflated and CRC-checked then),
-  /// and kept for every later sample and epoch; their bytes come out of
+  /// decoded from them in an epoch (a deflated member inflated and
+  /// CRC-checked then), and kept for the epoch's later samples (each epoch
+  /// reads them once again); their bytes come out of
   /// memory_budget. Not with io.direct, stage or io_factory. The rest, and
   /// everything with "off", is read per sample. LoaderStats::unpacked_bytes
   /// and unpacked_reason say what was chosen.

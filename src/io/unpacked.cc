@@ -80,6 +80,19 @@ absl::StatusOr<DecodedSample> UnpackedFiles::decode(size_t field, const SampleRe
   return e.source->decode_unpacked(ref, e.data, scratch);
 }
 
+void UnpackedFiles::reset() {
+  for (auto& field : slots_) {
+    for (auto& e : field) {
+      if (e == nullptr) continue;
+      std::lock_guard<std::mutex> lock(e->mu);
+      e->loaded = false;
+      e->data = {};
+      e->raw = ByteBuffer();
+      e->inflated = ByteBuffer();
+    }
+  }
+}
+
 absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::vector<SampleIndex>& indices,
                                              const std::vector<std::vector<uint32_t>>& file_ids, FileTable& table,
                                              std::shared_ptr<const ResidentFiles> held, counters::Counters* counters) {
@@ -152,8 +165,8 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
                               o.memory_budget, " bytes, less the held files)");
     return out;
   }
-  out.reason = absl::StrCat("unpacked: ", u->files_, " deflated or strided arrays read once whole, ", u->reserved_,
-                            " bytes kept", rest);
+  out.reason = absl::StrCat("unpacked: ", u->files_, " deflated or strided arrays read once whole per epoch, ",
+                            u->reserved_, " bytes kept", rest);
   out.files = std::move(u);
   return out;
 }

@@ -6,11 +6,14 @@
 // last axis), where each sample spans nearly the whole array. For those,
 // when they fit in what half of memory_budget leaves after the held files
 // (LoaderOptions::resident), the loader keeps the array's data: the first
-// sample decoded from a file reads its member or array once, whole (a copy
-// when the file is held), inflates and checks it, and every later sample of
-// the file, in this epoch or any later one, is gathered from memory. The
-// bytes kept come out of memory_budget at create, as the held files do.
-// Files that do not fit are read per sample as before.
+// sample decoded from a file in an epoch reads its member or array once,
+// whole (a view when the file is held), inflates and checks it, and every
+// later sample of the file in that epoch is gathered from memory. Each epoch
+// starts afresh (reset()), so an epoch reads every array once, as a cold
+// epoch must, and a file changed between epochs is read again, with the
+// checks every read has. The bytes kept come out of
+// memory_budget at create, as the held files do. Files that do not fit are
+// read per sample as before.
 #pragma once
 
 #include <atomic>
@@ -36,8 +39,8 @@ class UnpackedFiles;
 
 /// What LoaderOptions::unpack decided.
 struct UnpackChoice {
-  std::shared_ptr<const UnpackedFiles> files;  // null: nothing unpacked
-  std::string reason;                          // LoaderStats::unpacked_reason
+  std::shared_ptr<UnpackedFiles> files;  // null: nothing unpacked
+  std::string reason;                    // LoaderStats::unpacked_reason
 };
 /// Decides (auto: every deflated or strided array source, in field and file
 /// order, while their bytes fit in half of memory_budget less `held`'s; not
@@ -72,6 +75,10 @@ class UnpackedFiles {
   /// Bytes read (or copied from held files) by loads, and the loads.
   uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
   uint64_t loads() const { return loads_.load(std::memory_order_relaxed); }
+
+  /// Drops every loaded array (the next sample of a file loads it again).
+  /// Only while no decode runs (between epochs).
+  void reset();
 
  private:
   friend absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions&, const std::vector<SampleIndex>&,

@@ -30,7 +30,8 @@ ABSL_FLAG(std::string, resident, "auto",
           "then copies from memory), on (or fail saying why not), off");
 ABSL_FLAG(std::string, unpack, "auto",
           "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half the memory budget, "
-          "less the held files, are read once whole, inflated once, and gathered from memory), off (read per sample)");
+          "less the held files, are read once whole per epoch, inflated once, and gathered from memory), off (read "
+          "per sample)");
 ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
 
 namespace dlfeed::cli {
