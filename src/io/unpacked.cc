@@ -76,7 +76,7 @@ absl::StatusOr<DecodedSample> UnpackedFiles::decode(size_t field, const SampleRe
     std::lock_guard<std::mutex> lock(e.mu);
     if (!e.loaded) DLFEED_RETURN_IF_ERROR(load(e));
   }
-  // Loaded entries never change again: read without the lock.
+  // A loaded entry changes only at reset(), between epochs: read without the lock.
   return e.source->decode_unpacked(ref, e.data, scratch);
 }
 
