@@ -147,6 +147,6 @@ def test_npz_once_quick_reports_every_dataset(tmp_path):
         pytest.skip("the _dlfeed Python extension is not built")
     out = run_script("bench/npz_once.py", "--quick", "--data", tmp_path / "data")
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| dataset")]
-    assert len(rows) == 5, out
+    assert len(rows) == 6, out
     # Unpacked, a DLIO array is read once: read / delivered 1.00.
     assert all(" | 1.00 (" in r for r in rows if r.startswith("| DLIO NP") and "budget" not in r), out
