@@ -12,7 +12,9 @@
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
-absl::Status UnpackedFiles::load(Entry& e) const {
+absl::StatusOr<std::shared_ptr<const UnpackedFiles::Loaded>> UnpackedFiles::load(const Entry& e) const {
+  auto out = std::make_shared<Loaded>();
+  Loaded& l = *out;
   const Extent ext = e.source->unpack_extent();
   const std::string path = table_->path(e.table_id);
   [[maybe_unused]] const uint64_t t0 = counters_ ? now_of(*counters_) : 0;
@@ -28,20 +30,19 @@ absl::Status UnpackedFiles::load(Entry& e) const {
     raw = std::span<const std::byte>(held_->data(e.table_id) + ext.offset, ext.length);
   } else {
     DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, table_->pin(e.table_id));
-    e.raw.resize(ext.length);
+    l.raw.resize(ext.length);
     constexpr uint64_t kPiece = 8 << 20;
     for (uint64_t off = 0; off < ext.length;) {
       const uint64_t len = std::min(kPiece, ext.length - off);
       DLFEED_ASSIGN_OR_RETURN(
-          size_t got, pread_full(pin.fd(), std::span<std::byte>(e.raw.data() + off, len), ext.offset + off, path));
+          size_t got, pread_full(pin.fd(), std::span<std::byte>(l.raw.data() + off, len), ext.offset + off, path));
       if (got != len) {
-        e.raw = ByteBuffer();
         return format_error(path, ext.offset + off + got, absl::StrCat(ext.length - off - got, " more bytes"),
                             "the end of the file (truncated)");
       }
       off += len;
     }
-    raw = std::span<const std::byte>(e.raw.data(), ext.length);
+    raw = std::span<const std::byte>(l.raw.data(), ext.length);
   }
   bytes_read_.fetch_add(ext.length, std::memory_order_relaxed);
   loads_.fetch_add(1, std::memory_order_relaxed);
@@ -57,27 +58,25 @@ absl::Status UnpackedFiles::load(Entry& e) const {
       counters_->sample(counters::Id::kIoLatency, t1 - t0);
     }
   });
-  auto data = e.source->unpack(raw, e.inflated);
-  if (!data.ok()) {
-    e.raw = ByteBuffer();
-    e.inflated = ByteBuffer();
-    return data.status();
-  }
-  if (e.source->unpack_inflated_bytes() > 0) e.raw = ByteBuffer();  // inflated: the compressed bytes are done
-  e.data = *data;
-  e.loaded = true;
-  return absl::OkStatus();
+  DLFEED_ASSIGN_OR_RETURN(l.data, e.source->unpack(raw, l.inflated));
+  if (e.source->unpack_inflated_bytes() > 0) l.raw = ByteBuffer();  // inflated: the compressed bytes are done
+  return std::shared_ptr<const Loaded>(std::move(out));
 }
 
 absl::StatusOr<DecodedSample> UnpackedFiles::decode(size_t field, const SampleRef& ref,
                                                     std::vector<std::byte>& scratch) const {
   Entry& e = *slots_[field][ref.file];
+  std::shared_ptr<const Loaded> l;
   {
+    // The first decode needing the array loads it; the others wait for it.
     std::lock_guard<std::mutex> lock(e.mu);
-    if (!e.loaded) DLFEED_RETURN_IF_ERROR(load(e));
+    if (!e.loaded) {
+      DLFEED_ASSIGN_OR_RETURN(e.loaded, load(e));
+    }
+    l = e.loaded;
   }
-  // A loaded entry changes only at reset(), between epochs: read without the lock.
-  return e.source->decode_unpacked(ref, e.data, scratch);
+  // Gathered outside the lock: `l` keeps the bytes alive.
+  return e.source->decode_unpacked(ref, l->data, scratch);
 }
 
 void UnpackedFiles::reset() {
@@ -85,10 +84,7 @@ void UnpackedFiles::reset() {
     for (auto& e : field) {
       if (e == nullptr) continue;
       std::lock_guard<std::mutex> lock(e->mu);
-      e->loaded = false;
-      e->data = {};
-      e->raw = ByteBuffer();
-      e->inflated = ByteBuffer();
+      e->loaded.reset();
     }
   }
 }

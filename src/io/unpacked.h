@@ -84,16 +84,20 @@ class UnpackedFiles {
   friend absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions&, const std::vector<SampleIndex>&,
                                                       const std::vector<std::vector<uint32_t>>&, FileTable&,
                                                       std::shared_ptr<const ResidentFiles>, counters::Counters*);
+  // One load's bytes: decodes hold a reference while they gather, so
+  // reset() never frees bytes a decode still reads.
+  struct Loaded {
+    ByteBuffer raw;       // the bytes read (a raw array's data; empty for a view of held bytes)
+    ByteBuffer inflated;  // a deflated member, inflated
+    std::span<const std::byte> data;
+  };
   struct Entry {
     const ArraySource* source = nullptr;
     uint32_t table_id = 0;  // FileTable id
     std::mutex mu;
-    bool loaded = false;
-    ByteBuffer raw;       // the bytes read (a raw array's data)
-    ByteBuffer inflated;  // a deflated member, inflated
-    std::span<const std::byte> data;
+    std::shared_ptr<const Loaded> loaded;  // under mu; null until loaded this epoch
   };
-  absl::Status load(Entry& e) const;
+  absl::StatusOr<std::shared_ptr<const Loaded>> load(const Entry& e) const;
 
   std::vector<std::vector<std::unique_ptr<Entry>>> slots_;  // [field][file]
   FileTable* table_ = nullptr;
