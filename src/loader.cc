@@ -18,6 +18,7 @@
 #include "dlfeed/prefetch/policy.h"
 #include "io/engine.h"
 #include "io/resident.h"
+#include "io/unpacked.h"
 #include "loader_state.h"
 #include "pipeline/budget.h"
 #include "pipeline/collator.h"
@@ -58,6 +59,9 @@ struct Loader::Impl {
   std::shared_ptr<const detail::ResidentFiles> resident;
   std::string resident_reason;
   std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
+  // LoaderOptions::unpack: arrays read once whole (null: none).
+  std::shared_ptr<detail::UnpackedFiles> unpacked;
+  std::string unpacked_reason;
 
   // The stages, in flow order (built at the end of create()).
   std::unique_ptr<pipeline::Planner> planner;
@@ -107,10 +111,11 @@ struct Loader::Impl {
     prefetch::CoalesceOptions coalesce = options.coalesce;
     if (resident) coalesce.enabled = false;
     planner = std::make_unique<pipeline::Planner>(
-        indices, file_ids, pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce}, c);
+        indices, file_ids, pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce}, c,
+        unpacked.get());
     source.planner = planner.get();
     source.budget = budget;
-    const uint64_t held = resident ? resident->bytes() : 0;
+    const uint64_t held = (resident ? resident->bytes() : 0) + (unpacked ? unpacked->reserved_bytes() : 0);
     source.rule = {policy.get(), options.memory_budget > held ? options.memory_budget - held : 0, pool.get()};
     source.pool = pool.get();
     source.fadvise = options.fadvise_willneed && !resident ? files.get() : nullptr;
@@ -120,7 +125,7 @@ struct Loader::Impl {
     source.counters = c;
     source.stop = &stop;
     source.failed = &failed;
-    decoder = std::make_unique<pipeline::Decoder>(indices, field_names, pool, c);
+    decoder = std::make_unique<pipeline::Decoder>(indices, field_names, pool, c, unpacked.get());
     collator = std::make_unique<pipeline::Collator>(pool, c, queue, failed);
     runner = std::make_unique<pipeline::Pipeline>(threads);
   }
@@ -269,6 +274,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
+  DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
+                          detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,
+                                                  impl->counters.get()));
+  impl->unpacked = std::move(unpack.files);
+  impl->unpacked_reason = std::move(unpack.reason);
   // One engine per backend (ring, pread pool), all over the same files.
   uint32_t n_engines = options.io_engines;
   if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
@@ -318,6 +328,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
     m.resume.reset();
   }
   m.apply_staging();
+  if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
   m.epoch = epoch;
   m.start_position = start;
   m.delivered_samples = 0;
@@ -434,7 +445,8 @@ LoaderStats Loader::stats() const {
   s.samples = m.samples;
   s.bytes_delivered = m.bytes_delivered;
   const IoStats io = m.engines.stats();
-  s.bytes_read = (io.device_bytes ? io.device_bytes : io.bytes) + m.resident_copied.load(std::memory_order_relaxed);
+  s.bytes_read = (io.device_bytes ? io.device_bytes : io.bytes) + m.resident_copied.load(std::memory_order_relaxed) +
+                 (m.unpacked ? m.unpacked->bytes_read() : 0);
   s.read_requests = m.planner->planned_reads();
   s.extents = m.planner->extents();
   s.peak_in_flight_bytes = m.budget->peak();
@@ -449,6 +461,8 @@ LoaderStats Loader::stats() const {
   s.files = m.file_names.size();
   s.resident_bytes = m.resident ? m.resident->bytes() : 0;
   s.resident_reason = m.resident_reason;
+  s.unpacked_bytes = m.unpacked ? m.unpacked->reserved_bytes() : 0;
+  s.unpacked_reason = m.unpacked_reason;
   return s;
 }
 

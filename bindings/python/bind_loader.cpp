@@ -52,6 +52,8 @@ py::dict stats_dict(const LoaderStats& s) {
   d["files"] = s.files;
   d["resident_bytes"] = s.resident_bytes;
   d["resident_reason"] = s.resident_reason;
+  d["unpacked_bytes"] = s.unpacked_bytes;
+  d["unpacked_reason"] = s.unpacked_reason;
   py::dict st;  // staging (stage_dir)
   st["files"] = s.stage.files;
   st["staged"] = s.stage.staged;

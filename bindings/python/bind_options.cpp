@@ -248,6 +248,10 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("resident", &LoaderOptions::resident,
                      "Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at "
                      "create, then copies from memory), on (or fail saying why not), off")
+      .def_readwrite("unpack", &LoaderOptions::unpack,
+                     "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of "
+                     "memory_budget less the held files are read once whole per epoch, inflated once, kept and "
+                     "gathered from memory), off (read per sample)")
       .def_readwrite("threads", &LoaderOptions::threads, "Decode threads (0: the machine's cores, at least 2)")
       .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
       .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)");

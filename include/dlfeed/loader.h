@@ -132,6 +132,19 @@ struct DLFEED_EXPORT LoaderOptions {
   /// create() fails saying why not; "off": always read the files.
   /// LoaderStats::resident_bytes says what was chosen.
   std::string resident = "auto";
+  /// Unpack arrays that are costly to read per sample: a deflated NPZ member
+  /// (np.savez_compressed; per sample, each would read and inflate the whole
+  /// member) and a strided NPY/NPZ array (the DLIO layout, samples on the
+  /// last axis; each sample spans nearly the whole array). "auto" (the
+  /// default): those that fit, in file order, in half of memory_budget less
+  /// the held files (resident) are read once, whole, by the first sample
+  /// decoded from them in an epoch (a deflated member inflated and
+  /// CRC-checked then), and kept for the epoch's later samples (each epoch
+  /// reads them once again); their bytes come out of
+  /// memory_budget. Not with io.direct, stage or io_factory. The rest, and
+  /// everything with "off", is read per sample. LoaderStats::unpacked_bytes
+  /// and unpacked_reason say what was chosen.
+  std::string unpack = "auto";
   /// oneTBB threads for decode (0: the machine's cores, at least 2).
   uint32_t threads = 0;
   /// Trace events (off by default; the counters themselves are always on).
@@ -165,6 +178,8 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t files = 0;              // distinct files of the dataset (all fields)
   uint64_t resident_bytes = 0;     // held in memory (LoaderOptions::resident); 0: read from the files
   std::string resident_reason;     // why the dataset is or is not held in memory
+  uint64_t unpacked_bytes = 0;     // kept for unpacked arrays (LoaderOptions::unpack), reserved at create
+  std::string unpacked_reason;     // what was unpacked and why (empty: no deflated or strided array)
 };
 
 class Loader;

@@ -176,6 +176,8 @@ class LoaderOptions:
     """Most bytes of batches in flight (read buffers and decoded batches, held ones included)"""
     resident: str
     """Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at create, then copies from memory), on (or fail saying why not), off"""
+    unpack: str
+    """Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of memory_budget less the held files are read once whole per epoch, inflated once, kept and gathered from memory), off (read per sample)"""
     threads: int
     """Decode threads (0: the machine's cores, at least 2)"""
     trace: TraceOptions

@@ -118,6 +118,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "coalesce": Keyword("coalesce.enabled", "no-coalesce"),
     "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),
     "resident": Keyword("resident", "resident"),
+    "unpack": Keyword("unpack", "unpack"),
     "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
     "threads": Keyword("threads", "threads"),
     # trace (counters::TraceOptions)

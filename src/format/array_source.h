@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dlfeed/batch/batch.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
@@ -83,6 +84,27 @@ class ArraySource : public SampleSource {
   uint64_t num_samples() const override;
   uint64_t total_read_bytes() const override;
   std::string cache_tag() const override { return "array"; }
+
+  // Unpacking (LoaderOptions::unpack, src/io/unpacked.h): the whole array
+  // read (and inflated) once, its samples gathered from memory.
+  /// True when that beats reading per sample: a deflated member (each
+  /// sample would read and inflate all of it) or a strided array whose
+  /// samples each span at least twice their own bytes (the DLIO layout:
+  /// each spans nearly the whole array).
+  bool unpack_pays() const;
+  /// What to read for it: the compressed member, or the array's data.
+  Extent unpack_extent() const;
+  /// Bytes it keeps beyond what was read: the inflated member (0 for a raw
+  /// array, whose data is what was read).
+  uint64_t unpack_inflated_bytes() const { return deflated_ ? member_.uncompressed_size : 0; }
+  /// The array's data from the bytes of unpack_extent(): a deflated member
+  /// is inflated into `out` and its CRC-32 checked (the view is into `out`);
+  /// a raw array's data is `raw` itself. Errors name the file and offset.
+  absl::StatusOr<std::span<const std::byte>> unpack(std::span<const std::byte> raw, ByteBuffer& out) const;
+  /// Sample `ref` from the data unpack() gave: a view into it when the
+  /// sample is contiguous there, else gathered into `scratch`.
+  absl::StatusOr<DecodedSample> decode_unpacked(const SampleRef& ref, std::span<const std::byte> data,
+                                                std::vector<std::byte>& scratch) const;
   void cache_save(std::string& out) const override;
 
  private:

@@ -475,44 +475,94 @@ uint64_t ArraySource::total_read_bytes() const {
   return geometry_.span > 0 ? num_samples() * static_cast<uint64_t>(geometry_.span) * header_.dtype.size : 0;
 }
 
+bool ArraySource::unpack_pays() const {
+  if (deflated_) return true;
+  const uint64_t isz = header_.dtype.size;
+  const uint64_t sample = static_cast<uint64_t>(num_elements(geometry_.dims)) * isz;
+  return !geometry_.contiguous && sample > 0 && static_cast<uint64_t>(geometry_.span) * isz >= 2 * sample;
+}
+
+Extent ArraySource::unpack_extent() const {
+  if (deflated_) return {member_.data_offset, member_.compressed_size};
+  return {array_offset_ + header_.data_offset, header_.data_bytes()};
+}
+
+absl::StatusOr<std::span<const std::byte>> ArraySource::unpack(std::span<const std::byte> raw, ByteBuffer& out) const {
+  if (!deflated_) return raw;
+  // Inflate the whole member; check its CRC-32 and size against the directory.
+  out.resize(member_.uncompressed_size);
+  std::span<std::byte> inflated(out.data(), out.size());
+  {
+    counters::StepTimer inflate(counters::Id::kDecodeInflate);
+    DLFEED_RETURN_IF_ERROR(
+        inflate_raw(raw, inflated, path_, member_.data_offset, absl::StrCat("member '", member_.name, "'")));
+  }
+  uint32_t crc = 0;
+  {
+    counters::StepTimer check(counters::Id::kDecodeCrc);
+    crc = zip_crc32(inflated);
+  }
+  if (crc != member_.crc32) {
+    return format_error(path_, member_.data_offset,
+                        absl::StrFormat("CRC-32 %08x of member '%s'", member_.crc32, member_.name),
+                        absl::StrFormat("%08x", crc));
+  }
+  if (header_.data_offset > inflated.size() || header_.data_bytes() > inflated.size() - header_.data_offset) {
+    return format_error(path_, member_.data_offset, "the array's data inside the inflated member",
+                        "a member shorter than its header says");
+  }
+  return std::span<const std::byte>(inflated.data() + header_.data_offset, header_.data_bytes());
+}
+
+absl::StatusOr<DecodedSample> ArraySource::decode_unpacked(const SampleRef& ref, std::span<const std::byte> data,
+                                                           std::vector<std::byte>& scratch) const {
+  const uint64_t isz = header_.dtype.size;
+  const uint64_t out_bytes = ref.nbytes();
+  DecodedSample out{{}, ref.shape, ref.dtype};
+  if (geometry_.span == 0) return out;
+  const uint64_t start = ref.item * geometry_.axis_stride * isz;
+  const uint64_t span = static_cast<uint64_t>(geometry_.span) * isz;
+  if (start > data.size() || span > data.size() - start) {
+    const Extent e = unpack_extent();
+    return format_error(path_, e.offset, absl::StrCat(span, " bytes of sample ", ref.item, " at ", start),
+                        absl::StrCat("array data of ", data.size(), " bytes"));
+  }
+  const std::byte* first = data.data() + start;
+  if (geometry_.contiguous) {
+    out.bytes = std::span<const std::byte>(first, out_bytes);
+    return out;
+  }
+  scratch.resize(out_bytes);
+  gather_strided(first, scratch.data(), geometry_.dims, geometry_.strides, isz);
+  out.bytes = std::span<const std::byte>(scratch.data(), out_bytes);
+  return out;
+}
+
 absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::span<std::byte> raw,
                                                   std::vector<std::byte>& scratch) const {
   const uint64_t isz = header_.dtype.size;
   const uint64_t out_bytes = ref.nbytes();
   DecodedSample out{{}, ref.shape, ref.dtype};
   if (geometry_.span == 0) return out;
-  const std::byte* first = raw.data();
-  std::vector<std::byte> inflated;
   if (deflated_) {
-    // Inflate the whole member; check its CRC-32 and size against the directory.
-    inflated.resize(member_.uncompressed_size);
-    uint32_t crc = 0;
-    {
-      counters::StepTimer inflate(counters::Id::kDecodeInflate);
-      DLFEED_RETURN_IF_ERROR(
-          inflate_raw(raw, inflated, path_, member_.data_offset, absl::StrCat("member '", member_.name, "'")));
+    // Each sample's extent is the whole member: inflate it all (the loader
+    // unpacks it once instead, src/io/unpacked.h).
+    ByteBuffer inflated;
+    DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> data, unpack(raw, inflated));
+    DLFEED_ASSIGN_OR_RETURN(out, decode_unpacked(ref, data, scratch));
+    if (out.bytes.data() != scratch.data()) {  // a view into `inflated`, which goes away
+      scratch.assign(out.bytes.begin(), out.bytes.end());
+      out.bytes = std::span<const std::byte>(scratch.data(), out_bytes);
     }
-    {
-      counters::StepTimer check(counters::Id::kDecodeCrc);
-      crc = zip_crc32(inflated);
-    }
-    if (crc != member_.crc32) {
-      return format_error(path_, member_.data_offset,
-                          absl::StrFormat("CRC-32 %08x of member '%s'", member_.crc32, member_.name),
-                          absl::StrFormat("%08x", crc));
-    }
-    const uint64_t start = header_.data_offset + ref.item * geometry_.axis_stride * isz;
-    if (start + geometry_.span * isz > inflated.size()) {
-      return format_error(path_, member_.data_offset, "sample data inside the inflated member",
-                          "a member shorter than its header says");
-    }
-    first = inflated.data() + start;
-  } else if (raw.size() < static_cast<uint64_t>(geometry_.span) * isz) {
+    return out;
+  }
+  if (raw.size() < static_cast<uint64_t>(geometry_.span) * isz) {
     return format_error(path_, ref.extents.empty() ? 0 : ref.extents[0].offset,
                         absl::StrCat(geometry_.span * isz, " bytes of sample ", ref.item),
                         absl::StrCat(raw.size(), " bytes"));
   }
-  if (geometry_.contiguous && !deflated_) {
+  const std::byte* first = raw.data();
+  if (geometry_.contiguous) {
     out.bytes = std::span<const std::byte>(first, out_bytes);
     return out;
   }

@@ -14,8 +14,15 @@
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
-                 std::shared_ptr<BufferPool> pool, counters::Counters* counters)
-    : indices_(indices), field_names_(field_names), pool_(std::move(pool)), counters_(counters) {}
+                 std::shared_ptr<BufferPool> pool, counters::Counters* counters, const detail::UnpackedFiles* unpacked)
+    : indices_(indices), field_names_(field_names), pool_(std::move(pool)), counters_(counters), unpacked_(unpacked) {}
+
+absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
+                                                  std::vector<std::byte>& scratch) const {
+  const SampleRef& ref = w.refs[i * indices_.size() + f];
+  if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) return unpacked_->decode(f, ref, scratch);
+  return indices_[f].sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+}
 
 std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const {
   const size_t F = indices_.size();
@@ -85,7 +92,7 @@ void Decoder::decode_reads(Work& w) const {
         }
         thread_local ByteBuffer tmp;
         thread_local std::vector<std::byte> scratch;
-        auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+        auto d = decode_one(w, i, f, tmp, scratch);
         if (!d.ok()) {
           errs[i] = d.status();
           return;
@@ -131,8 +138,7 @@ void Decoder::decode_reads(Work& w) const {
       store.clear();
       out.offsets[0] = 0;
       for (size_t i = 0; i < n; ++i) {
-        const SampleRef& ref = w.refs[i * F + f];
-        auto d = idx.sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+        auto d = decode_one(w, i, f, tmp, scratch);
         if (!d.ok()) {
           w.error = d.status();
           break;

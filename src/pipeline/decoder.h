@@ -13,6 +13,7 @@
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/sample.h"
+#include "io/unpacked.h"
 #include "pipeline/work.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -20,9 +21,11 @@ namespace dlfeed::inline DLFEED_ABI::pipeline {
 class Decoder {
  public:
   /// `indices` and `field_names`: one per field; they outlive the decoder.
-  /// `counters` may be null.
+  /// `counters` may be null. Samples of files `unpacked` has (may be null)
+  /// are decoded from it (the planner planned no read for them).
   Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
-          std::shared_ptr<BufferPool> pool, counters::Counters* counters);
+          std::shared_ptr<BufferPool> pool, counters::Counters* counters,
+          const detail::UnpackedFiles* unpacked = nullptr);
 
   /// Waits for `w`'s reads, then decodes every sample of every field
   /// straight into the batch's buffers: w.batch, or w.error (the first
@@ -35,11 +38,15 @@ class Decoder {
   // The bytes of sample i, field f: a view into the read buffer (one extent)
   // or gathered into `tmp` (several extents).
   std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
+  // Sample i of field f decoded (from its bytes read, or its unpacked array).
+  absl::StatusOr<DecodedSample> decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
+                                           std::vector<std::byte>& scratch) const;
 
   const std::vector<SampleIndex>& indices_;
   const std::vector<std::string>& field_names_;
   std::shared_ptr<BufferPool> pool_;
   counters::Counters* counters_;
+  const detail::UnpackedFiles* unpacked_;
 };
 
 }  // namespace dlfeed::pipeline

@@ -12,8 +12,8 @@ using CId = counters::Id;
 using detail::now_of;
 
 Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std::vector<uint32_t>>& file_ids,
-                 PlannerOptions options, counters::Counters* counters)
-    : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters) {}
+                 PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked)
+    : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters), unpacked_(unpacked) {}
 
 std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index) {
   if (cursor.done()) return nullptr;
@@ -58,6 +58,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   for (size_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < F; ++f) {
       const SampleRef& ref = w.refs[i * F + f];
+      if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) continue;  // not read
       const uint64_t key = (uint64_t{file_ids_[f][ref.file]} << 32) | (i * F + f);
       for (const Extent& e : ref.extents) small.push_back({key, e.offset});
     }
@@ -148,6 +149,7 @@ void Planner::plan(Work& w) {
         ++direct_extents;
         continue;
       }
+      if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) continue;  // decoded from the unpacked array
       for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
       if (!w.known[f]) w.unknown_bytes[f] += ref.read_bytes();
     }

@@ -15,6 +15,7 @@
 #include "dlfeed/order/order.h"
 #include "dlfeed/prefetch/plan.h"
 #include "dlfeed/sample.h"
+#include "io/unpacked.h"
 #include "pipeline/work.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -33,8 +34,10 @@ class Planner {
  public:
   /// `indices`: one per field; `file_ids[f][file]`: field f's file as a
   /// FileTable id. Both outlive the planner. `counters` may be null.
+  /// Samples of files `unpacked` has (may be null) need no read: their
+  /// decode gathers them from the unpacked array.
   Planner(const std::vector<SampleIndex>& indices, const std::vector<std::vector<uint32_t>>& file_ids,
-          PlannerOptions options, counters::Counters* counters);
+          PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked = nullptr);
 
   /// The next batch of `cursor` (batch `batch_index` of `epoch`, which then
   /// counts up), planned; null when the cursor is done or only a short last
@@ -63,6 +66,7 @@ class Planner {
   PlannerOptions options_;
   uint64_t gap_ = 0;  // the batch being planned's (batch_gap)
   counters::Counters* counters_;
+  const detail::UnpackedFiles* unpacked_;
   std::atomic<uint64_t> extents_{0}, planned_reads_{0};
   // Scratch (one thread at a time).
   std::vector<uint8_t> direct_scratch_;

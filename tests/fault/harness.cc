@@ -60,6 +60,7 @@ LoaderOptions options_for(const Dataset& d) {
   o.batch_size = 4;
   o.threads = 2;
   o.resident = "off";  // the faults are in the reads: read the files every epoch
+  o.unpack = "off";    // and per sample (an unpacked DLIO array is read once, outside the engines)
   return o;
 }
 

@@ -139,3 +139,14 @@ def test_scale_quick_measures_every_format(tmp_path):
     # The datasets are gone (only the plots stay) and the markdown has a row per point.
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["scale_files.png", "scale_samples.png"]
     assert out.count("| TFRecord (+.idx) |") == 4
+
+
+def test_npz_once_quick_reports_every_dataset(tmp_path):
+    need_built("tools/dlfeed")
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    out = run_script("bench/npz_once.py", "--quick", "--data", tmp_path / "data")
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| dataset")]
+    assert len(rows) == 6, out
+    # Unpacked, a DLIO array is read once: read / delivered 1.00.
+    assert all(" | 1.00 (" in r for r in rows if r.startswith("| DLIO NP") and "budget" not in r), out

@@ -89,6 +89,7 @@ SPECIAL = {
     "io": ("sync", "sync"),
     "prefetch": ("depth:2", "depth:2"),
     "resident": ("off", "off"),
+    "unpack": ("off", "off"),
     "trace_process_name": ("rank 3", "rank 3"),
     "stage_dir": ("/tmp/stage", "/tmp/stage"),
 }

@@ -31,6 +31,10 @@ ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when
 ABSL_FLAG(std::string, resident, "auto",
           "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
           "then copies from memory), on (or fail saying why not), off");
+ABSL_FLAG(std::string, unpack, "auto",
+          "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half the memory budget, "
+          "less the held files, are read once whole per epoch, inflated once, and gathered from memory), off (read "
+          "per sample)");
 ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
 
 namespace dlfeed::cli {
@@ -53,13 +57,15 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.resident = absl::GetFlag(FLAGS_resident);
   // Held in memory, the dropped pages would never be read.
   if (cold && o.resident == "auto" && !flag_given("resident")) o.resident = "off";
+  o.unpack = absl::GetFlag(FLAGS_unpack);
   o.threads = absl::GetFlag(FLAGS_threads);
 }
 
 FlagGroup loader_flags() {
   return flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
-                    FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_resident, FLAGS_threads);
+                    FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_resident, FLAGS_unpack,
+                    FLAGS_threads);
 }
 
 }  // namespace dlfeed::cli

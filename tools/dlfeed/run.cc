@@ -506,6 +506,7 @@ int run_run(const std::vector<std::string>& args) {
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
               o.prefetch.c_str(), open_s);
   std::printf("dataset %s\n", s0.resident_reason.c_str());
+  if (!s0.unpacked_reason.empty()) std::printf("arrays %s\n", s0.unpacked_reason.c_str());
   const std::optional<Efficiency> eff = find_calibration(c, *loader);
   if (!c.quiet) {
     std::printf("compute: %s per step; cache: %s\n",
