@@ -28,6 +28,7 @@
 #include "array_source.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "hdf5_source.h"
 #include "index_codec.h"
@@ -45,15 +46,11 @@ constexpr size_t kHeaderBytes = 16;  // magic, version, crc
 #define DLFEED_STR(x) DLFEED_STR2(x)
 constexpr const char* kAbi = DLFEED_STR(DLFEED_ABI);
 
-// What identifies a file's bytes without reading them.
-struct Identity {
-  uint64_t size = 0, mtime_ns = 0, inode = 0, device = 0;
-  bool operator==(const Identity&) const = default;
-};
+using Identity = FileIdentity;
 
 bool identity_of(const std::string& path, Identity& id) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return false;
+  if (stat_path(path.c_str(), &st) != 0) return false;
   id.size = static_cast<uint64_t>(st.st_size);
   id.mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec);
   id.inode = static_cast<uint64_t>(st.st_ino);
@@ -126,9 +123,14 @@ std::string encode(const SampleIndex& index, const FormatOptions& options, bool 
   }
   w.u64(cached.size());
   std::string state;
+  const bool identified = index.has_identities();  // known from this open's checks: no stat again
   for (size_t f : cached) {
     Identity id;
-    if (!identity_of(index.files[f], id)) id = {};  // a file gone since: an entry that never matches
+    if (identified) {
+      id = index.identities[f];
+    } else if (!identity_of(index.files[f], id)) {
+      id = {};  // a file gone since: an entry that never matches
+    }
     w.str(index.files[f]);
     w.u64(id.size);
     w.u64(id.mtime_ns);
@@ -212,6 +214,7 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
     }
     SampleIndex one;
     one.add_file(path, std::move(*src));
+    one.identities.push_back(now);
     out.files[it->second] = std::move(one);
     ++out.hits;
   }
@@ -314,22 +317,25 @@ absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatO
   SampleIndex index;
   for (uint64_t e = 0; e < n; ++e) {
     const std::string path = in.str();
-    const uint64_t size = in.u64();
-    in.u64();  // mtime, inode, device: the sender's stat, not checked here
-    in.u64();
-    in.u64();
+    FileIdentity id;  // the sender's stat: the loader's file table checks the first open against it
+    id.size = in.u64();
+    id.mtime_ns = in.u64();
+    id.inode = in.u64();
+    in.u64();  // the sender's device number, which may differ on this host (a network file system)
     const std::string tag = in.str();
     const std::string state = in.str();
     if (!in.ok()) return bad(absl::StrCat("entry ", e, " is truncated"));
     if (tag.empty()) {  // a source that is not encoded: index the file here
       DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(path, options));
+      one.identities.assign(one.files.size(), id);
       index.append(std::move(one));
       continue;
     }
     CacheReader sr(state);
-    DLFEED_ASSIGN_OR_RETURN(auto src, detail::load_source(tag, path, size, options, sr));
+    DLFEED_ASSIGN_OR_RETURN(auto src, detail::load_source(tag, path, id.size, options, sr));
     if (!sr.at_end()) return bad(absl::StrCat(path, ": extra bytes after the source's state"));
     index.add_file(path, std::move(src));
+    index.identities.push_back(id);
   }
   return index;
 }

@@ -72,9 +72,13 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     why_not = "io_factory makes the backend";
   } else {
     for (uint32_t id = 0; id < files.size(); ++id) {
+      if (const std::optional<uint64_t> size = files.known_size(id)) {  // from the index: no stat
+        total += *size;
+        continue;
+      }
       const std::string path = files.path(id);
       struct stat st {};
-      if (::stat(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+      if (detail::stat_path(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
       total += static_cast<uint64_t>(st.st_size);
     }
     if (total > o.memory_budget / 2) {

@@ -143,6 +143,45 @@ TEST(IndexCacheFiles, OnlyAChangedFileIsIndexedAgain) {
   EXPECT_EQ(detail::read_index_cache(o.index_cache, index->files, o).hits, 4u);
 }
 
+// The identities an index carries (SampleIndex::identities) are what the
+// loader's file table checks first opens against, instead of a stat per
+// file: a reopen from the cache carries the stats its check made, an
+// encoded index (MPI share_index) the sender's, without its device number.
+TEST(IndexCacheFiles, ReopenAndDecodedIndexCarryEachFilesIdentity) {
+  const std::string dir = scratch_dir();
+  const auto ds = generate(dir + "/data", kCases[6]);  // tfrecord
+  FormatOptions o;
+  auto plain = open_dataset({ds.path}, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_identities());  // indexed from the files: the file table stats them
+  o.index_cache = dir + "/cache.idx";
+  ASSERT_TRUE(open_dataset({ds.path}, o).ok());
+  auto again = open_dataset({ds.path}, o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(again->has_identities());
+  for (size_t f = 0; f < again->num_files(); ++f) {
+    struct stat st {};
+    ASSERT_EQ(::stat(again->files[f].c_str(), &st), 0);
+    const FileIdentity& id = again->identities[f];
+    EXPECT_EQ(id.size, static_cast<uint64_t>(st.st_size));
+    EXPECT_EQ(id.mtime_ns, static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + st.st_mtim.tv_nsec);
+    EXPECT_EQ(id.inode, static_cast<uint64_t>(st.st_ino));
+    EXPECT_EQ(id.device, static_cast<uint64_t>(st.st_dev));
+  }
+  auto decoded = decode_index(encode_index(*again, o), o);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(decoded->has_identities());
+  for (size_t f = 0; f < decoded->num_files(); ++f) {
+    FileIdentity want = again->identities[f];
+    want.device = 0;  // another host's device numbers may differ: not sent on
+    EXPECT_EQ(decoded->identities[f], want) << f;
+  }
+  // An index appended from parts with and without identities has none.
+  SampleIndex mixed = std::move(*decoded);
+  mixed.append(std::move(*plain));
+  EXPECT_FALSE(mixed.has_identities());
+}
+
 TEST(IndexCacheFiles, ADamagedCacheIsNotUsedAndSaysWhy) {
   const std::string dir = scratch_dir();
   const auto ds = generate(dir + "/data", kCases[4]);  // hdf5
