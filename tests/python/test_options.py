@@ -85,6 +85,7 @@ SPECIAL = {
     "feature_shape": ([2, 3], (2, 3)),
     "index_dir": ("/tmp/idx", "/tmp/idx"),
     "index_cache": ("auto", "auto"),
+    "index_cache_check": ("folders", "folders"),
     "io": ("sync", "sync"),
     "prefetch": ("depth:2", "depth:2"),
     "resident": ("off", "off"),
