@@ -342,7 +342,7 @@ def main() -> None:
         print(body)
     else:
         bl.replace_section(doc, SECTION + ("-million" if a.million else ""), body)
-        print(f"wrote {doc} and {img}/scale_*.png")
+        print(f"wrote {doc}" + ("" if a.million else f" and {img}/scale_*.png"))
 
 
 if __name__ == "__main__":

@@ -255,6 +255,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   fto.direct = options.io.direct;
   impl->files = std::make_shared<FileTable>(fto);
   std::vector<std::string> file_names;
+  impl->files->reserve(impl->indices[0].num_files());
   for (const SampleIndex& idx : impl->indices) {
     std::vector<uint32_t> ids;
     const bool identified = idx.has_identities();  // then no stat per file (an MPI rank given the index)

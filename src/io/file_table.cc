@@ -183,6 +183,11 @@ uint32_t FileTable::add(absl::string_view path, const FileIdentity& identity) {
   return it->second;
 }
 
+void FileTable::reserve(size_t n) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->ids.reserve(n);
+}
+
 std::optional<uint64_t> FileTable::known_size(uint32_t id) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (id >= impl_->entries.size() || !impl_->entries[id].identity.known) return std::nullopt;

@@ -84,6 +84,9 @@ class DLFEED_EXPORT FileTable {
   /// stat now; the first open checks the file against it (the device only
   /// when it is not 0). A path already registered keeps its identity.
   uint32_t add(absl::string_view path, const FileIdentity& identity);
+  /// Room for `n` paths registered in all (no rehashing while a loader
+  /// registers 10^6 files).
+  void reserve(size_t n);
   /// The size of `id` as registered, when known (no system call).
   std::optional<uint64_t> known_size(uint32_t id) const;
   /// Number of registered paths; ids are [0, size()).
