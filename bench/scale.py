@@ -16,6 +16,13 @@ Two series, for TFRecord (DLIO layout, with .idx sidecars), HDF5, NPZ, NPY:
 
     .venv/bin/python bench/scale.py --base /tmp/base/build   # before/after; docs/performance.md + docs/img/scale_*.png
     .venv/bin/python bench/scale.py --quick                  # small, warm only, prints (under a minute)
+    .venv/bin/python bench/scale.py --million --formats npy  # the 10^6-file point alone, its own section
+
+Each point also reopens from the index cache (the new build only): `--index-cache
+auto` once to write it, then the reopen with `--index-cache-check files` (a
+stat per file) and with `folders` (a stat per folder: the cached listing).
+A folder changed under 2 s before a listing is not trusted by its mtime, so
+each dataset rests 2.1 s after it is written and after its cache is removed.
 
 Datasets go under --data (default /tmp/scale-data), one at a time, and are
 deleted after their points unless --keep (the 10^5-file ones take ~0.4-0.8 GB
@@ -40,6 +47,7 @@ from _benchlib import DLFEED, ROOT
 FORMATS = ["tfrecord", "hdf5", "npz", "npy"]
 LABEL = {"tfrecord": "TFRecord (+.idx)", "hdf5": "HDF5", "npz": "NPZ", "npy": "NPY"}
 SECTION = "bench/scale"
+SETTLE_S = 2.1  # a folder changed under 2 s before a listing is not trusted by its mtime; 0 with --quick
 
 
 def gen_args(fmt: str, files: int, per_file: int) -> List:
@@ -56,7 +64,14 @@ def data_path(root: pathlib.Path, fmt: str) -> pathlib.Path:
 
 
 def can_drop_caches() -> bool:
-    return os.geteuid() == 0 and os.access("/proc/sys/vm/drop_caches", os.W_OK)
+    if os.geteuid() != 0:
+        return False
+    try:  # root in a container may still be refused
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
 
 
 def drop_caches(path: pathlib.Path, root_ok: bool) -> None:
@@ -68,13 +83,13 @@ def drop_caches(path: pathlib.Path, root_ok: bool) -> None:
         bl.evict([path])
 
 
-def open_once(binary: pathlib.Path, path: pathlib.Path) -> Dict[str, float]:
+def open_once(binary: pathlib.Path, path: pathlib.Path, extra: Optional[List] = None) -> Dict[str, float]:
     """One `dlfeed run --epochs 0`: open span (s), process wall (s), peak RSS (MiB)."""
     with tempfile.TemporaryDirectory() as tmp:
         js = pathlib.Path(tmp) / "summary.json"
         t = time.perf_counter()
         _, peak_kib = bl.run_measured([binary, "run", "--epochs", 0, "--resident", "off", "--quiet",
-                                       "--summary-json", js, path], timeout=3600)
+                                       "--summary-json", js, *(extra or []), path], timeout=3600)
         wall = time.perf_counter() - t
         summary = json.loads(js.read_text())
     return {"open_s": summary["counters"]["open_ns"]["value"] / 1e9, "wall_s": wall, "rss_mib": peak_kib / 1024}
@@ -83,8 +98,9 @@ def open_once(binary: pathlib.Path, path: pathlib.Path) -> Dict[str, float]:
 def measure(binaries: Dict[str, pathlib.Path], path: pathlib.Path, repeats: int, cold: bool, root_ok: bool
             ) -> Dict[str, Dict[str, float]]:
     """Per build: medians of first open (cold when `cold`) and reopen (warm)."""
-    got: Dict[str, Dict[str, List[float]]] = {k: {"first_s": [], "reopen_s": [], "rss_mib": [], "wall_s": []}
-                                              for k in binaries}
+    metrics = ["first_s", "reopen_s", "rss_mib", "wall_s", "cache_write_s", "cached_files_s", "cached_folders_s",
+               "cached_folders_wall_s"]
+    got: Dict[str, Dict[str, List[float]]] = {k: {m: [] for m in metrics} for k in binaries}
     for r in range(repeats):
         for key in bl.rotated(list(binaries), r):
             if cold:
@@ -95,7 +111,20 @@ def measure(binaries: Dict[str, pathlib.Path], path: pathlib.Path, repeats: int,
             got[key]["wall_s"].append(first["wall_s"])
             got[key]["reopen_s"].append(again["open_s"])
             got[key]["rss_mib"].append(max(first["rss_mib"], again["rss_mib"]))
-    return {k: {m: bl.median(v) for m, v in d.items()} for k, d in got.items()}
+            if key != "new":
+                continue
+            # The index cache: written, then reopened with each check.
+            shutil.rmtree(path / ".dlfeed", ignore_errors=True)
+            time.sleep(SETTLE_S)  # the folder settles (a change under 2 s old is not trusted by its mtime)
+            cache = ["--index-cache", "auto"]
+            got[key]["cache_write_s"].append(open_once(binaries[key], path, cache)["open_s"])
+            got[key]["cached_files_s"].append(
+                open_once(binaries[key], path, cache + ["--index-cache-check", "files"])["open_s"])
+            folders = open_once(binaries[key], path, cache + ["--index-cache-check", "folders"])
+            got[key]["cached_folders_s"].append(folders["open_s"])
+            got[key]["cached_folders_wall_s"].append(folders["wall_s"])
+            shutil.rmtree(path / ".dlfeed", ignore_errors=True)
+    return {k: {m: bl.median(v) for m, v in d.items() if v} for k, d in got.items()}
 
 
 def run_series(name: str, points: List[Dict], binaries, data: pathlib.Path, a, root_ok: bool) -> List[Dict]:
@@ -105,6 +134,7 @@ def run_series(name: str, points: List[Dict], binaries, data: pathlib.Path, a, r
         t = time.perf_counter()
         bl.generate(root, gen_args(p["format"], p["files"], p["per_file"]), dlfeed=binaries["new"])
         gen_s = time.perf_counter() - t
+        time.sleep(SETTLE_S)  # the folders settle (see the index cache's listing check)
         samples = p["files"] * p["per_file"]
         big = p["files"] > 10_000 or samples > 1_000_000
         repeats = 1 if (a.quick or big) else a.repeats
@@ -113,7 +143,10 @@ def run_series(name: str, points: List[Dict], binaries, data: pathlib.Path, a, r
         rows.append(row)
         per = (p["files"], "files") if name == "files" else (samples, "samples")
         parts = [f"{k}: first {v['first_s']:.3f} s ({per[0] / v['first_s']:,.0f} {per[1]}/s), reopen "
-                 f"{v['reopen_s']:.3f} s, RSS {v['rss_mib']:.0f} MiB" for k, v in res.items()]
+                 f"{v['reopen_s']:.3f} s, RSS {v['rss_mib']:.0f} MiB"
+                 + (f", cache: write {v['cache_write_s']:.3f} s, reopen checking files {v['cached_files_s']:.3f} s, "
+                    f"folders {v['cached_folders_s']:.3f} s (process {v['cached_folders_wall_s']:.2f} s)"
+                    if "cached_folders_s" in v else "") for k, v in res.items()]
         print(f"{name} {LABEL[p['format']]} {p['files']:,} files x {p['per_file']:,}: " + "; ".join(parts),
               flush=True)
         if not a.keep:
@@ -156,7 +189,9 @@ def plot(rows: List[Dict], x_key: str, x_label: str, out: pathlib.Path, title: s
 
 def cell(r: Dict, m: str, fmt_fn) -> str:
     res = r["results"]
-    if "base" in res:
+    if m not in res["new"]:
+        return "–"
+    if "base" in res and m in res["base"]:
         return f"{fmt_fn(res['base'][m])} → {fmt_fn(res['new'][m])}"
     return fmt_fn(res["new"][m])
 
@@ -166,12 +201,18 @@ def table(rows: List[Dict], per: str) -> List[str]:
     arrow = " (base → new)" if has_base else ""
     unit = "files/s" if per == "files" else "samples/s"
     lines = [f"| format | files | samples | first open s{arrow} | {unit}, first open{arrow} | reopen s{arrow} | "
-             f"peak RSS MiB{arrow} |", "|---|---|---|---|---|---|---|"]
+             f"peak RSS MiB{arrow} | cache: write s | reopen s, check files | reopen s, check folders "
+             f"(process wall) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         n = r["files"] if per == "files" else r["samples"]
+        new = r["results"]["new"]
+        folders = (f"{new['cached_folders_s']:.3f} ({new['cached_folders_wall_s']:.2f})"
+                   if "cached_folders_s" in new else "–")
         lines.append(f"| {LABEL[r['format']]} | {r['files']:,} | {r['samples']:,} | "
                      f"{cell(r, 'first_s', lambda v: f'{v:.3f}')} | {cell(r, 'first_s', lambda v: f'{n / v:,.0f}')} | "
-                     f"{cell(r, 'reopen_s', lambda v: f'{v:.3f}')} | {cell(r, 'rss_mib', lambda v: f'{v:,.0f}')} |")
+                     f"{cell(r, 'reopen_s', lambda v: f'{v:.3f}')} | {cell(r, 'rss_mib', lambda v: f'{v:,.0f}')} | "
+                     f"{cell(r, 'cache_write_s', lambda v: f'{v:.3f}')} | "
+                     f"{cell(r, 'cached_files_s', lambda v: f'{v:.3f}')} | {folders} |")
     return lines
 
 
@@ -197,11 +238,16 @@ def main() -> None:
     ap.add_argument("--no-cold", dest="cold", action="store_false", help="do not drop caches before first opens")
     ap.add_argument("--keep", action="store_true", help="keep the generated datasets")
     ap.add_argument("--quick", action="store_true", help="10^2-10^3 files, 10^4-10^5 samples, warm; prints only")
+    ap.add_argument("--million", action="store_true",
+                    help="only the 10^6-file point (one run each; ~4 GB and 10^6 inodes per format, 2x for "
+                         "TFRecord's sidecars), written to its own section of the doc")
     ap.add_argument("--json", default="", help="results (default: DATA/scale.json)")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "performance.md"))
     ap.add_argument("--img", default=str(ROOT / "docs" / "img"))
     a = ap.parse_args()
     if a.quick:
+        global SETTLE_S
+        SETTLE_S = 0.0  # (the folders-check reopen then lists and checks every file)
         a.cold = False
         a.files_max = min(a.files_max, 1_000)
         a.samples_max = min(a.samples_max, 100_000)
@@ -221,6 +267,9 @@ def main() -> None:
                  for n in (100, 1_000, 10_000, 100_000, 1_000_000) if n <= a.files_max]
     samples_pts = [{"format": f, "files": 4, "per_file": n // 4} for f in formats
                    for n in (10_000, 100_000, 1_000_000, 10_000_000, 100_000_000) if n <= a.samples_max]
+    if a.million:
+        files_pts = [{"format": f, "files": 1_000_000, "per_file": 1} for f in formats]
+        samples_pts = []
     results = {"machine": m, "commit": bl.git_commit(), "quick": a.quick, "cold": a.cold,
                "cold_how": "drop_caches" if root_ok else "fadvise", "builds": {k: str(v) for k, v in binaries.items()},
                "files": run_series("files", files_pts, binaries, data, a, root_ok),
@@ -229,10 +278,11 @@ def main() -> None:
     bl.dump_json(pathlib.Path(a.json) if a.json else data / "scale.json", results)
 
     img = pathlib.Path(a.img) if not a.quick else data
-    plot(results["files"], "files", "files (1 sample each)", img / "scale_files.png",
-         "Opening N one-sample files" + (" (dashed: base)" if a.base else ""))
-    plot(results["samples"], "samples", "samples (in 4 files)", img / "scale_samples.png",
-         "Opening 4 files of N samples in all" + (" (dashed: base)" if a.base else ""))
+    if not a.million:
+        plot(results["files"], "files", "files (1 sample each)", img / "scale_files.png",
+             "Opening N one-sample files" + (" (dashed: base)" if a.base else ""))
+        plot(results["samples"], "samples", "samples (in 4 files)", img / "scale_samples.png",
+             "Opening 4 files of N samples in all" + (" (dashed: base)" if a.base else ""))
 
     if not a.cold:
         first = "first open: the first run after generating (warm)"
@@ -271,12 +321,28 @@ def main() -> None:
         "",
         f"![index build, reopen and RSS against samples]({rel}/scale_samples.png)",
     ]
+    if a.million:
+        lines = [
+            "## Scale: 10^6 files (bench/scale.py --million)",
+            "",
+            f"{bl.machine_line(m)}, commit {results['commit']}, by",
+            "",
+            f"    .venv/bin/python bench/scale.py --million --formats {','.join(formats)}"
+            f"{' --base ' + a.base if a.base else ''}",
+            "",
+            f"As the section below, one run per point: {first}. Cache columns: `--index-cache auto` "
+            "(indexes and writes the cache), then reopened with `--index-cache-check files` (a stat per file) "
+            "and `folders` (a stat per folder, the cached file list), the process's wall time in brackets "
+            "(the open, the loader's file table and order, exit).",
+            "",
+            *table(results["files"], "files"),
+        ]
     body = "\n".join(lines)
     if a.quick:
         print(body)
     else:
-        bl.replace_section(doc, SECTION, body)
-        print(f"wrote {doc} and {img}/scale_*.png")
+        bl.replace_section(doc, SECTION + ("-million" if a.million else ""), body)
+        print(f"wrote {doc}" + ("" if a.million else f" and {img}/scale_*.png"))
 
 
 if __name__ == "__main__":

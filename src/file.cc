@@ -17,9 +17,16 @@ namespace dlfeed::inline DLFEED_ABI::detail {
 
 namespace {
 std::atomic<uint64_t> g_opens{0};
+std::atomic<uint64_t> g_stats{0};
 }  // namespace
 
 uint64_t file_opens() { return g_opens.load(std::memory_order_relaxed); }
+uint64_t file_stats() { return g_stats.load(std::memory_order_relaxed); }
+
+int stat_path(const char* path, struct stat* st) {
+  g_stats.fetch_add(1, std::memory_order_relaxed);
+  return ::stat(path, st);
+}
 
 absl::StatusOr<File> File::open(const std::string& path) {
   g_opens.fetch_add(1, std::memory_order_relaxed);

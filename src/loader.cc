@@ -260,10 +260,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   fto.direct = options.io.direct;
   impl->files = std::make_shared<FileTable>(fto);
   std::vector<std::string> file_names;
+  impl->files->reserve(impl->indices[0].num_files());
   for (const SampleIndex& idx : impl->indices) {
     std::vector<uint32_t> ids;
-    for (const std::string& path : idx.files) {
-      ids.push_back(impl->files->add(path));
+    const bool identified = idx.has_identities();  // then no stat per file (an MPI rank given the index)
+    for (size_t f = 0; f < idx.files.size(); ++f) {
+      const std::string& path = idx.files[f];
+      ids.push_back(identified ? impl->files->add(path, idx.identities[f]) : impl->files->add(path));
       if (file_names.size() <= ids.back()) file_names.resize(ids.back() + 1);
       file_names[ids.back()] = path;
     }

@@ -86,6 +86,13 @@ void SampleIndex::add_file(std::string path, std::unique_ptr<SampleSource> sourc
 
 void SampleIndex::append(SampleIndex&& other) {
   const uint64_t sample_base = size();
+  // Identities stay one per file only while every part has them.
+  if (has_identities() && other.has_identities()) {
+    identities.insert(identities.end(), other.identities.begin(), other.identities.end());
+  } else if (!identities.empty()) {
+    identities.clear();
+    identities.shrink_to_fit();
+  }
   for (auto& f : other.files) files.push_back(std::move(f));
   for (auto& s : other.sources) sources.push_back(std::move(s));
   for (size_t i = 1; i < other.file_begin.size(); ++i) {

@@ -121,6 +121,14 @@ class DLFEED_EXPORT SampleSource {
   virtual void cache_save(std::string& out) const { (void)out; }
 };
 
+/// What identifies a file's bytes without reading them: stat's size, mtime
+/// (ns), inode and device. device 0 means unknown and is not compared (an
+/// identity from another host, whose device numbers may differ).
+struct DLFEED_EXPORT FileIdentity {
+  uint64_t size = 0, mtime_ns = 0, inode = 0, device = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 /// All samples of a set of files, with file boundaries (for the order stage).
 /// File f's samples are ids [file_begin[f], file_begin[f+1]), and
 /// sources[f] is its source: sample id is item id - file_begin[f] of it.
@@ -130,6 +138,13 @@ struct DLFEED_EXPORT SampleIndex {
   /// file_begin[f] is the first sample id of file f; file_begin.back() is
   /// the number of samples.
   std::vector<uint64_t> file_begin{0};
+  /// Each file's identity when the index knows it without asking the file
+  /// system again (from the index cache's check, or from the rank that
+  /// indexed for an MPI job): one per file, else empty or incomplete, and
+  /// then not used. The loader's file table takes them instead of a stat
+  /// per file; a file whose first open finds another identity is an error.
+  std::vector<FileIdentity> identities;
+  bool has_identities() const { return identities.size() == files.size(); }
 
   uint64_t size() const { return file_begin.empty() ? 0 : file_begin.back(); }
   bool empty() const { return size() == 0; }

@@ -50,6 +50,8 @@ class FormatOptions:
     """TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/"""
     index_cache: str
     """Persistent dataset index: '' or 'off', 'auto' (in the dataset folder, or ~/.cache/dlfeed), or the cache file's path"""
+    index_cache_check: str
+    """How a reopen from the cache knows the files are unchanged: 'files' (a stat each) or 'folders' (a stat per folder; files checked at their first read)"""
 
 class OrderParams:
     """Parameters of the order strategies (C++ OrderParams)."""

@@ -100,6 +100,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "write_index_files": Keyword("format.write_index_files", "write-index"),
     "index_dir": Keyword("format.index_dir", "index-dir", convert=os.fspath),
     "index_cache": Keyword("format.index_cache", "index-cache", convert=os.fspath),
+    "index_cache_check": Keyword("format.index_cache_check", "index-cache-check"),
     # I/O (IoOptions) and the pipeline
     "io": Keyword("io.kind", "io"),
     "queue_depth": Keyword("io.queue_depth", "queue-depth"),

@@ -2,9 +2,11 @@
 
 #include <glob.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -307,8 +309,11 @@ absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, co
 
 absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, const FormatOptions& options) {
   // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
+  const std::string cache = detail::index_cache_path(paths, options);
   std::vector<std::string> expanded;
+  bool globbed = false;
   for (const std::string& p : paths) {
+    globbed = globbed || p.find_first_of("*?[") != std::string::npos;
     if (p.find_first_of("*?[") == std::string::npos) {
       expanded.push_back(p);
       continue;
@@ -326,20 +331,73 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     for (size_t i = 0; i < g.gl_pathc; ++i) expanded.push_back(g.gl_pathv[i]);
     globfree(&g);
   }
+  // Folders only (no pattern, no file named): the listing can be the
+  // cache's, when none of the folders changed since it was written.
+  bool folders_only = !globbed && !expanded.empty();
+  for (const std::string& p : expanded) {
+    std::error_code ec;
+    folders_only = folders_only && fs::is_directory(p, ec);
+  }
+  if (options.index_cache_check != "files" && options.index_cache_check != "folders") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index_cache_check is files or folders, not '", options.index_cache_check, "'"));
+  }
+  const std::string listing_key = absl::StrJoin(expanded, "\n");
+  if (!cache.empty() && folders_only && options.index_cache_check == "folders") {
+    if (std::optional<SampleIndex> again = detail::reopen_from_listing(cache, listing_key, options)) {
+      return std::move(*again);
+    }
+  }
+  detail::Listing listing;
+  listing.key = listing_key;
+  timespec listed_at{};
+  ::clock_gettime(CLOCK_REALTIME, &listed_at);
+  const int64_t listed_at_ns = static_cast<int64_t>(listed_at.tv_sec) * 1000000000 + listed_at.tv_nsec;
+  // The cache's own folder (auto: DIR/.dlfeed) made now, before DIR's stamp,
+  // so that the listing this open writes is good for the next one: when
+  // DIR had settled before, its new mtime is this mkdir's.
+  std::string made_in;
+  if (!cache.empty() && folders_only) {
+    std::error_code ec;
+    const fs::path cache_dir = fs::path(cache).parent_path();
+    if (!cache_dir.empty() && !fs::exists(cache_dir, ec)) {
+      for (const std::string& p : expanded) {
+        if (fs::equivalent(p, cache_dir.parent_path(), ec) && detail::stamp_folder(p, listed_at_ns).mtime_ns != 0) {
+          made_in = p;
+        }
+      }
+      fs::create_directories(cache_dir, ec);
+      if (ec) made_in.clear();
+    }
+  }
   std::vector<std::string> files;
   for (const std::string& given : expanded) {
     std::error_code ec;
     if (fs::is_directory(given, ec)) {
       const std::string p = training_split(given);
       std::vector<std::string> found;
+      // Each folder's stamp is taken before it is read (a change after it changes the mtime).
+      if (!cache.empty() && folders_only) {
+        listing.folders.push_back(detail::stamp_folder(p, p == made_in ? INT64_MAX : listed_at_ns));
+        // A DLIO data folder read as its train/: whether it still is one is its own listing.
+        if (p != given) {
+          listing.folders.push_back(detail::stamp_folder(given, given == made_in ? INT64_MAX : listed_at_ns));
+        }
+      }
       auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
       if (ec) return io_error(p, "opendir", ec.value());
       // The entry's type comes from the directory listing (d_type): no stat
       // per entry, but for symlinks and file systems that leave it unknown.
       for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) return io_error(p, "readdir", ec.value());
-        if (it->is_directory() && it->path().filename() == "index") {
-          it.disable_recursion_pending();  // DLIO's TFRecord sidecars
+        if (it->is_directory()) {
+          if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder) {
+            it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache
+            continue;
+          }
+          if (!cache.empty() && folders_only) {
+            listing.folders.push_back(detail::stamp_folder(it->path().string(), listed_at_ns));
+          }
           continue;
         }
         if (!it->is_regular_file()) continue;
@@ -385,7 +443,6 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     }
     files = std::move(kept);
   }
-  const std::string cache = detail::index_cache_path(paths, options);
   detail::CacheHits cached;
   if (!cache.empty()) cached = detail::read_index_cache(cache, files, options);
   if (!cached.note.empty()) std::fprintf(stderr, "%s\n", cached.note.c_str());
@@ -401,8 +458,11 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     for (size_t i = 0; i < files.size() && !stale; ++i) {
       stale = !from_cache[i] && !all.sources[i]->cache_tag().empty();
     }
+    // A listing the next open can take (its folders settled) that the cache lacks.
+    if (folders_only && listing.settled() && cached.listing != listing) stale = true;
     if (stale) {
-      if (absl::Status st = detail::write_index_cache(cache, all, options); !st.ok()) {
+      if (absl::Status st = detail::write_index_cache(cache, all, options, folders_only ? &listing : nullptr);
+          !st.ok()) {
         std::fprintf(stderr, "dlfeed: note: the index cache is not written: %s\n", std::string(st.message()).c_str());
       }
     }

@@ -6,8 +6,11 @@
 //   u32 crc32c    of everything after this field
 //   str abi       DLFEED_ABI's name: another library version's cache is not read
 //   str options   the format options that change an index (fingerprint)
+//   u8 listed     1: the listing follows, and the entries are every listed file
+//     str key, u64 folders, then per folder: str path, u64 mtime_ns, u64 inode
 //   u64 files, then per file:
 //     str path, u64 size, u64 mtime_ns, u64 inode, u64 device, str tag, str state
+//   (an empty tag: a source that is not cached, indexed from its file)
 #include "index_cache.h"
 
 #include <fcntl.h>
@@ -28,6 +31,7 @@
 #include "array_source.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "hdf5_source.h"
 #include "index_codec.h"
@@ -38,24 +42,30 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'I', 'D', 'X', '\r', '\n'};
-constexpr uint32_t kCacheVersion = 1;
+constexpr uint32_t kCacheVersion = 2;
 constexpr size_t kHeaderBytes = 16;  // magic, version, crc
 
 #define DLFEED_STR2(x) #x
 #define DLFEED_STR(x) DLFEED_STR2(x)
 constexpr const char* kAbi = DLFEED_STR(DLFEED_ABI);
 
-// What identifies a file's bytes without reading them.
-struct Identity {
-  uint64_t size = 0, mtime_ns = 0, inode = 0, device = 0;
-  bool operator==(const Identity&) const = default;
-};
+using Identity = FileIdentity;
+
+// The same file as the cache recorded, device aside: a cache beside the
+// data on a shared file system is read by hosts whose device numbers differ.
+bool same_file(const Identity& a, const Identity& b) {
+  return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode;
+}
+
+uint64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
 
 bool identity_of(const std::string& path, Identity& id) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return false;
+  if (stat_path(path.c_str(), &st) != 0) return false;
   id.size = static_cast<uint64_t>(st.st_size);
-  id.mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec);
+  id.mtime_ns = mtime_ns_of(st);
   id.inode = static_cast<uint64_t>(st.st_ino);
   id.device = static_cast<uint64_t>(st.st_dev);
   return true;
@@ -77,7 +87,7 @@ uint64_t fnv1a(absl::string_view s) {
   return h;
 }
 
-absl::StatusOr<std::unique_ptr<SampleSource>> load_source(const std::string& tag, const std::string& path,
+absl::StatusOr<std::unique_ptr<SampleSource>> load_source(std::string_view tag, const std::string& path,
                                                           uint64_t file_size, const FormatOptions& options,
                                                           CacheReader& in) {
   if (tag == "array") {
@@ -88,7 +98,7 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_source(const std::string& tag
   if (tag == "hdf5:chunked") return h5::load_chunked(path, file_size, in);
   if (tag == "tfrecord") return load_tfrecord_source(path, file_size, options, in);
   return file_error(path, "a source kind this version caches (array, hdf5:contiguous, hdf5:chunked, tfrecord)",
-                    absl::StrCat("'", tag, "'"));
+                    absl::StrCat("'", std::string(tag), "'"));
 }
 
 std::string user_cache_dir() {
@@ -106,30 +116,49 @@ std::string index_cache_path(const std::vector<std::string>& paths, const Format
   std::error_code ec;
   for (const std::string& p : paths) abs.push_back(fs::absolute(p, ec).lexically_normal().string());
   const std::string key = absl::StrCat(absl::StrJoin(abs, "\n"), "\n", fingerprint(options));
-  const std::string name = absl::StrFormat(".dlfeed-index-%016x", fnv1a(key));
+  const std::string name = absl::StrFormat("index-%016x", fnv1a(key));
+  // In a folder of its own, so that writing it (a temporary file renamed)
+  // leaves the dataset folder's mtime, which index_cache_check=folders
+  // compares, as it was.
   if (abs.size() == 1 && fs::is_directory(abs[0], ec) && ::access(abs[0].c_str(), W_OK) == 0) {
-    return absl::StrCat(abs[0], "/", name);
+    return absl::StrCat(abs[0], "/", kCacheFolder, "/", name);
   }
-  return absl::StrCat(user_cache_dir(), "/", name.substr(1));
+  return absl::StrCat(user_cache_dir(), "/dlfeed-", name);
 }
 
 namespace {
 // The cache's bytes; with all_files, files without a cache tag too (an
 // empty tag and state: the receiver indexes them itself).
-std::string encode(const SampleIndex& index, const FormatOptions& options, bool all_files) {
+std::string encode(const SampleIndex& index, const FormatOptions& options, bool all_files, const Listing* listing) {
   std::string body;
   CacheWriter w(body);
   w.str(kAbi);
   w.str(fingerprint(options));
+  w.u8(listing ? 1 : 0);
+  if (listing) {
+    all_files = true;  // the entries are the listing
+    w.str(listing->key);
+    w.u64(listing->folders.size());
+    for (const FolderStamp& f : listing->folders) {
+      w.str(f.path);
+      w.u64(f.mtime_ns);
+      w.u64(f.inode);
+    }
+  }
   std::vector<size_t> cached;
   for (size_t f = 0; f < index.num_files(); ++f) {
     if (all_files || !index.sources[f]->cache_tag().empty()) cached.push_back(f);
   }
   w.u64(cached.size());
   std::string state;
+  const bool identified = index.has_identities();  // known from this open's checks: no stat again
   for (size_t f : cached) {
     Identity id;
-    if (!identity_of(index.files[f], id)) id = {};  // a file gone since: an entry that never matches
+    if (identified) {
+      id = index.identities[f];
+    } else if (!identity_of(index.files[f], id)) {
+      id = {};  // a file gone since: an entry that never matches
+    }
     w.str(index.files[f]);
     w.u64(id.size);
     w.u64(id.mtime_ns);
@@ -145,8 +174,48 @@ std::string encode(const SampleIndex& index, const FormatOptions& options, bool 
 }
 }  // namespace
 
-std::string encode_index_cache(const SampleIndex& index, const FormatOptions& options) {
-  return encode(index, options, false);
+std::string encode_index_cache(const SampleIndex& index, const FormatOptions& options, const Listing* listing) {
+  return encode(index, options, false, listing);
+}
+
+// The listing section (after the fingerprint); false when truncated.
+bool read_listing(CacheReader& in, std::optional<Listing>& out) {
+  const uint8_t listed = in.u8();
+  if (!in.ok() || listed > 1) return false;
+  if (listed == 0) return true;
+  Listing l;
+  l.key = in.str();
+  const uint64_t n = in.u64();
+  if (!in.ok() || n > in.left() / 24) return false;
+  l.folders.resize(n);
+  for (FolderStamp& f : l.folders) {
+    f.path = in.str();
+    f.mtime_ns = in.u64();
+    f.inode = in.u64();
+  }
+  if (!in.ok()) return false;
+  out = std::move(l);
+  return true;
+}
+
+bool Listing::settled() const {
+  for (const FolderStamp& f : folders) {
+    if (f.mtime_ns == 0) return false;
+  }
+  return true;
+}
+
+FolderStamp stamp_folder(const std::string& path, int64_t listed_at_ns) {
+  FolderStamp out;
+  out.path = path;
+  struct stat st;
+  if (stat_path(path.c_str(), &st) != 0) return out;
+  out.inode = static_cast<uint64_t>(st.st_ino);
+  const uint64_t m = mtime_ns_of(st);
+  // A folder changed just before its listing might change again within the
+  // same clock tick after it, leaving the same mtime: not trusted.
+  if (static_cast<int64_t>(m) < listed_at_ns - kListingSettleNs) out.mtime_ns = m;
+  return out;
 }
 
 std::string index_cache_header(const std::string& body) {
@@ -180,15 +249,17 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
   CacheReader in(body);
   const std::string abi = in.str();
   const std::string fp = in.str();
+  std::optional<Listing> listing;
+  const bool listing_ok = read_listing(in, listing);
   const uint64_t n = in.u64();
-  if (!in.ok()) return unusable("its header is truncated");
+  if (!in.ok() || !listing_ok) return unusable("its header is truncated");
   if (abi != kAbi) return unusable(absl::StrCat("written by dlfeed ", abi, ", this is ", kAbi));
   if (fp != fingerprint(options)) return unusable("written for other format options");
   if (n > in.left() / 48) return unusable("it claims more entries than it holds");
 
-  std::unordered_map<std::string_view, size_t> want;
-  want.reserve(files.size());
-  for (size_t i = 0; i < files.size(); ++i) want.emplace(files[i], i);
+  out.listing = std::move(listing);
+  std::unordered_map<std::string_view, size_t> want;  // built on the first entry out of order
+  size_t next = 0;
   std::vector<std::string> bad;
   for (uint64_t e = 0; e < n; ++e) {
     const std::string path = in.str();
@@ -200,10 +271,23 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
     const std::string tag = in.str();
     const std::string state = in.str();
     if (!in.ok()) return unusable(absl::StrCat("entry ", e, " is truncated"));
-    const auto it = want.find(path);
-    if (it == want.end() || out.files[it->second]) continue;  // a file no longer listed
+    if (tag.empty()) continue;  // not cached: indexed from its file
+    // The entries are in path order, as the files are listed: look the next
+    // one up first, the map only when the lists differ.
+    size_t at = next < files.size() && files[next] == path ? next : files.size();
+    if (at == files.size()) {
+      if (want.empty()) {
+        want.reserve(files.size());
+        for (size_t i = 0; i < files.size(); ++i) want.emplace(files[i], i);
+      }
+      const auto it = want.find(path);
+      if (it == want.end()) continue;  // a file no longer listed
+      at = it->second;
+    }
+    next = at + 1;
+    if (out.files[at]) continue;
     Identity now;
-    if (!identity_of(path, now) || (match_identity && !(now == cached))) continue;  // changed: indexed again
+    if (!identity_of(path, now) || (match_identity && !same_file(now, cached))) continue;  // changed: indexed again
     CacheReader sr(state);
     auto src = load_source(tag, path, now.size, options, sr);
     if (src.ok() && !sr.at_end()) src = file_error(path, "a cache entry of exactly its source's state", "extra bytes");
@@ -213,7 +297,8 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
     }
     SampleIndex one;
     one.add_file(path, std::move(*src));
-    out.files[it->second] = std::move(one);
+    one.identities.push_back(now);
+    out.files[at] = std::move(one);
     ++out.hits;
   }
   if (!bad.empty()) {
@@ -224,17 +309,11 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
   return out;
 }
 
-CacheHits read_index_cache(const std::string& cache_path, const std::vector<std::string>& files,
-                           const FormatOptions& options) {
+namespace {
+// The cache file's bytes; false (errno set) when it cannot be opened.
+bool read_cache_bytes(const std::string& cache_path, std::string& bytes) {
   const int fd = ::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    CacheHits none;
-    none.files.resize(files.size());
-    if (errno != ENOENT)
-      none.note = absl::StrCat("dlfeed: note: cannot read the index cache ", cache_path, ": ", std::strerror(errno));
-    return none;
-  }
-  std::string bytes;
+  if (fd < 0) return false;
   struct stat st;
   if (::fstat(fd, &st) == 0 && st.st_size > 0) {
     bytes.resize(static_cast<size_t>(st.st_size));
@@ -247,15 +326,91 @@ CacheHits read_index_cache(const std::string& cache_path, const std::vector<std:
     bytes.resize(got);
   }
   ::close(fd);
+  return true;
+}
+}  // namespace
+
+CacheHits read_index_cache(const std::string& cache_path, const std::vector<std::string>& files,
+                           const FormatOptions& options) {
+  std::string bytes;
+  if (!read_cache_bytes(cache_path, bytes)) {
+    CacheHits none;
+    none.files.resize(files.size());
+    if (errno != ENOENT)
+      none.note = absl::StrCat("dlfeed: note: cannot read the index cache ", cache_path, ": ", std::strerror(errno));
+    return none;
+  }
   return decode_index_cache(bytes, cache_path, files, options);
 }
 
-absl::Status write_index_cache(const std::string& cache_path, const SampleIndex& index, const FormatOptions& options) {
-  const std::string bytes = encode_index_cache(index, options);
+std::optional<SampleIndex> reopen_from_listing(const std::string& cache_path, const std::string& key,
+                                               const FormatOptions& options) {
+  std::string bytes;
+  if (!read_cache_bytes(cache_path, bytes)) return std::nullopt;
+  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return std::nullopt;
+  CacheReader head(std::string_view(bytes).substr(sizeof(kMagic), 8));
+  const uint32_t version = head.u32();
+  const uint32_t crc = head.u32();
+  const std::string_view body = std::string_view(bytes).substr(kHeaderBytes);
+  if (version != kCacheVersion || crc32c(body.data(), body.size()) != crc) return std::nullopt;
+  CacheReader in(body);
+  if (in.view() != kAbi || in.view() != fingerprint(options)) return std::nullopt;
+  std::optional<Listing> listing;
+  if (!read_listing(in, listing) || !listing || listing->key != key || !listing->settled()) return std::nullopt;
+  for (const FolderStamp& f : listing->folders) {  // an entry added, removed or renamed changes its folder's mtime
+    struct stat st;
+    if (stat_path(f.path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_ino) != f.inode ||
+        mtime_ns_of(st) != f.mtime_ns) {
+      return std::nullopt;
+    }
+  }
+  const uint64_t n = in.u64();
+  if (!in.ok() || n > in.left() / 48) return std::nullopt;
+  SampleIndex index;
+  index.files.reserve(n);
+  index.sources.reserve(n);
+  index.file_begin.reserve(n + 1);
+  index.identities.reserve(n);
+  std::string path;
+  for (uint64_t e = 0; e < n; ++e) {
+    path = in.view();
+    Identity id;
+    id.size = in.u64();
+    id.mtime_ns = in.u64();
+    id.inode = in.u64();
+    in.u64();  // the device of the host that wrote it: not compared (device 0)
+    const std::string_view tag = in.view();
+    const std::string_view state = in.view();
+    if (!in.ok()) return std::nullopt;
+    if (tag.empty()) {  // not cached: indexed from its file, which must still be the one listed
+      auto one = open_file(path, options);
+      if (!one.ok() || one->num_files() != 1) return std::nullopt;
+      one->identities.assign(1, id);
+      index.append(std::move(*one));
+      continue;
+    }
+    CacheReader sr(state);
+    auto src = load_source(tag, path, id.size, options, sr);
+    if (!src.ok() || !sr.at_end()) return std::nullopt;  // the full open reports it
+    index.add_file(std::move(path), std::move(*src));
+    index.identities.push_back(id);
+    path.clear();
+  }
+  if (!in.at_end()) return std::nullopt;
+  return index;
+}
+
+absl::Status write_index_cache(const std::string& cache_path, const SampleIndex& index, const FormatOptions& options,
+                               const Listing* listing) {
+  const std::string bytes = encode_index_cache(index, options, listing);
   std::error_code ec;
   const fs::path dir = fs::path(cache_path).parent_path();
   if (!dir.empty()) fs::create_directories(dir, ec);
-  const std::string tmp = absl::StrCat(cache_path, ".tmp.", ::getpid());
+  // Host and process: ranks on several nodes of a shared file system may
+  // write the same cache at once (each renames its own complete copy).
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const std::string tmp = absl::StrCat(cache_path, ".tmp.", host, ".", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(tmp, "open", errno);
   size_t put = 0;
@@ -288,7 +443,7 @@ absl::Status write_index_cache(const std::string& cache_path, const SampleIndex&
 namespace dlfeed::inline DLFEED_ABI {
 
 std::string encode_index(const SampleIndex& index, const FormatOptions& options) {
-  return detail::encode(index, options, true);
+  return detail::encode(index, options, true, nullptr);
 }
 
 absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatOptions& options) {
@@ -307,6 +462,8 @@ absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatO
   CacheReader in(body);
   const std::string abi = in.str();
   const std::string fp = in.str();
+  std::optional<detail::Listing> listing;
+  if (!detail::read_listing(in, listing)) return bad("its header is truncated");
   const uint64_t n = in.u64();
   if (!in.ok() || abi != detail::kAbi || fp != detail::fingerprint(options) || n > in.left() / 48) {
     return bad(absl::StrCat("encoded by dlfeed ", abi, " for options '", fp, "'; expected ", detail::kAbi, " and '",
@@ -315,22 +472,25 @@ absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatO
   SampleIndex index;
   for (uint64_t e = 0; e < n; ++e) {
     const std::string path = in.str();
-    const uint64_t size = in.u64();
-    in.u64();  // mtime, inode, device: the sender's stat, not checked here
-    in.u64();
-    in.u64();
+    FileIdentity id;  // the sender's stat: the loader's file table checks the first open against it
+    id.size = in.u64();
+    id.mtime_ns = in.u64();
+    id.inode = in.u64();
+    in.u64();  // the sender's device number, which may differ on this host (a network file system)
     const std::string tag = in.str();
     const std::string state = in.str();
     if (!in.ok()) return bad(absl::StrCat("entry ", e, " is truncated"));
     if (tag.empty()) {  // a source that is not encoded: index the file here
       DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(path, options));
+      one.identities.assign(one.files.size(), id);
       index.append(std::move(one));
       continue;
     }
     CacheReader sr(state);
-    DLFEED_ASSIGN_OR_RETURN(auto src, detail::load_source(tag, path, size, options, sr));
+    DLFEED_ASSIGN_OR_RETURN(auto src, detail::load_source(tag, path, id.size, options, sr));
     if (!sr.at_end()) return bad(absl::StrCat(path, ": extra bytes after the source's state"));
     index.add_file(path, std::move(src));
+    index.identities.push_back(id);
   }
   return index;
 }

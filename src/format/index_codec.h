@@ -79,6 +79,17 @@ class CacheReader {
     pos_ += n;
     return s;
   }
+  /// A string viewed in place (valid while the input is).
+  std::string_view view() {
+    const uint64_t n = u64();
+    if (!ok_ || n > left()) {
+      ok_ = false;
+      return {};
+    }
+    std::string_view v = in_.substr(pos_, n);
+    pos_ += n;
+    return v;
+  }
   /// A dtype the library can produce: a known kind and a size of 1, 2, 4 or 8.
   DType dtype() {
     DType d;

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::inline DLFEED_ABI {
@@ -29,13 +30,26 @@ struct FileTable::Impl {
   // point anywhere in another one.
   struct Identity {
     bool known = false;
+    bool dev_known = false;  // false: an identity from another host (its device numbers may differ)
     dev_t dev = 0;
     ino_t ino = 0;
     off_t size = 0;
     timespec mtime{};
-    static Identity of(const struct stat& st) { return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+    static Identity of(const struct stat& st) { return {true, true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+    static Identity of(const FileIdentity& f) {
+      Identity id;
+      id.known = true;
+      id.dev_known = f.device != 0;
+      id.dev = static_cast<dev_t>(f.device);
+      id.ino = static_cast<ino_t>(f.inode);
+      id.size = static_cast<off_t>(f.size);
+      id.mtime.tv_sec = static_cast<time_t>(f.mtime_ns / 1000000000ull);
+      id.mtime.tv_nsec = static_cast<long>(f.mtime_ns % 1000000000ull);
+      return id;
+    }
+    // `o` is what an open found (its device known).
     bool same(const Identity& o) const {
-      return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+      return (!dev_known || dev == o.dev) && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
              mtime.tv_nsec == o.mtime.tv_nsec;
     }
     std::string str() const {
@@ -145,7 +159,7 @@ uint32_t FileTable::add(absl::string_view path) {
   // Outside the lock: a file that cannot be stat'ed now (missing) gets its
   // identity at its first open instead.
   struct stat st {};
-  const bool known = ::stat(p.c_str(), &st) == 0;
+  const bool known = detail::stat_path(p.c_str(), &st) == 0;
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto [it, inserted] = impl_->ids.try_emplace(p, 0);
   if (inserted) {
@@ -157,11 +171,34 @@ uint32_t FileTable::add(absl::string_view path) {
   return it->second;
 }
 
+uint32_t FileTable::add(absl::string_view path, const FileIdentity& identity) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto [it, inserted] = impl_->ids.try_emplace(std::string(path), 0);
+  if (inserted) {
+    it->second = static_cast<uint32_t>(impl_->entries.size());
+    Impl::Entry& e = impl_->entries.emplace_back();
+    e.path = std::string(path);
+    e.identity = Impl::Identity::of(identity);
+  }
+  return it->second;
+}
+
+void FileTable::reserve(size_t n) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->ids.reserve(n);
+}
+
+std::optional<uint64_t> FileTable::known_size(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (id >= impl_->entries.size() || !impl_->entries[id].identity.known) return std::nullopt;
+  return static_cast<uint64_t>(impl_->entries[id].identity.size);
+}
+
 absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optional<bool> direct) {
   int to_close = -1;
   Impl::Identity copy_identity;
   struct stat st {};
-  if (::stat(std::string(path).c_str(), &st) == 0) copy_identity = Impl::Identity::of(st);
+  if (detail::stat_path(std::string(path).c_str(), &st) == 0) copy_identity = Impl::Identity::of(st);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (id >= impl_->entries.size()) {
@@ -284,7 +321,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     return file_error(path, absl::StrCat("the file registered (", expect.str(), ")"),
                       absl::StrCat(found.str(), ": replaced or modified while being read"));
   }
-  if (!e.identity.known && e.path == path) e.identity = found;
+  if (e.path == path && (!e.identity.known || !e.identity.dev_known)) e.identity = found;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);

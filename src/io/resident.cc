@@ -3,10 +3,16 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +23,14 @@
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
+namespace {
+// Most threads reading files at create (each read mostly waits on the file
+// system on a cold cache, as in the index build), and files per thread below
+// which another is not worth starting.
+constexpr unsigned kMaxLoadThreads = 16;
+constexpr size_t kFilesPerLoadThread = 64;
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
                                                                          const std::vector<uint32_t>& ids) {
   constexpr uint64_t kPiece = 8 << 20;
@@ -26,13 +40,29 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
   r->buffers_.resize(n);
   r->sizes_.assign(n, 0);
   r->paths_.resize(n);
+  std::vector<uint32_t> todo;  // each id once, in the order given
+  todo.reserve(ids.size());
+  std::vector<uint8_t> seen(n, 0);
   for (uint32_t id : ids) {
-    if (id >= n || r->held_[id]) continue;
+    if (id < n && !seen[id]) {
+      seen[id] = 1;
+      todo.push_back(id);
+    }
+  }
+  // Reads file todo[k] into its buffer; each k is one thread's.
+  auto read_one = [&](size_t k) -> absl::Status {
+    const uint32_t id = todo[k];
     DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
     const std::string path = files.path(id);
-    struct stat st;
-    if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    // The size the table checked the open against (no fstat of ours).
+    uint64_t size = 0;
+    if (const std::optional<uint64_t> known = files.known_size(id)) {
+      size = *known;
+    } else {
+      struct stat st;
+      if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
+      size = static_cast<uint64_t>(st.st_size);
+    }
     ByteBuffer& buf = r->buffers_[id];
     buf.resize(size);
     for (uint64_t off = 0; off < size;) {
@@ -44,10 +74,58 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
       }
       off += len;
     }
-    r->held_[id] = 1;
     r->sizes_[id] = size;
     r->paths_[id] = path;
-    r->bytes_ += size;
+    return absl::OkStatus();
+  };
+  // Several threads for many files: on a cold cache (or a parallel file
+  // system) each open and read is a round trip. The error reported is the
+  // first failing file's in the order given, as a serial loop would.
+  const unsigned threads = static_cast<unsigned>(
+      std::clamp<size_t>(todo.size() / kFilesPerLoadThread, 1, std::min<size_t>(kMaxLoadThreads, files.max_open())));
+  std::vector<absl::Status> failed(threads);
+  std::vector<size_t> failed_at(threads, SIZE_MAX);
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> first_failure{SIZE_MAX};
+  auto work = [&](unsigned t) {
+    try {
+      for (size_t k = next.fetch_add(1); k < todo.size() && k < first_failure.load(); k = next.fetch_add(1)) {
+        absl::Status st = read_one(k);
+        if (!st.ok()) {
+          failed[t] = std::move(st);
+          failed_at[t] = k;
+          for (size_t f = first_failure.load(); k < f && !first_failure.compare_exchange_weak(f, k);) {}
+          return;
+        }
+      }
+    } catch (const std::exception& e) {  // std::bad_alloc on a worker would end the process
+      failed[t] = absl::ResourceExhaustedError(absl::StrCat("holding the dataset in memory: ", e.what()));
+      failed_at[t] = 0;
+      first_failure.store(0);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work, t);
+    } catch (const std::system_error&) {
+      break;  // read with the threads there are
+    }
+  }
+  work(0);
+  for (std::thread& t : pool) t.join();
+  size_t worst = SIZE_MAX;
+  absl::Status status;
+  for (unsigned t = 0; t < threads; ++t) {
+    if (failed_at[t] < worst) {
+      worst = failed_at[t];
+      status = failed[t];
+    }
+  }
+  if (!status.ok()) return status;
+  for (uint32_t id : todo) {
+    r->held_[id] = 1;
+    r->bytes_ += r->sizes_[id];
     ++r->files_;
   }
   return std::shared_ptr<const ResidentFiles>(std::move(r));
@@ -72,9 +150,13 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     why_not = "io_factory makes the backend";
   } else {
     for (uint32_t id = 0; id < files.size(); ++id) {
+      if (const std::optional<uint64_t> size = files.known_size(id)) {  // from the index: no stat
+        total += *size;
+        continue;
+      }
       const std::string path = files.path(id);
       struct stat st {};
-      if (::stat(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+      if (detail::stat_path(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
       total += static_cast<uint64_t>(st.st_size);
     }
     if (total > o.memory_budget / 2) {

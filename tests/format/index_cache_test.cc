@@ -7,12 +7,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/format/format.h"
+#include "dlfeed/loader.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -143,6 +146,45 @@ TEST(IndexCacheFiles, OnlyAChangedFileIsIndexedAgain) {
   EXPECT_EQ(detail::read_index_cache(o.index_cache, index->files, o).hits, 4u);
 }
 
+// The identities an index carries (SampleIndex::identities) are what the
+// loader's file table checks first opens against, instead of a stat per
+// file: a reopen from the cache carries the stats its check made, an
+// encoded index (MPI share_index) the sender's, without its device number.
+TEST(IndexCacheFiles, ReopenAndDecodedIndexCarryEachFilesIdentity) {
+  const std::string dir = scratch_dir();
+  const auto ds = generate(dir + "/data", kCases[6]);  // tfrecord
+  FormatOptions o;
+  auto plain = open_dataset({ds.path}, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_identities());  // indexed from the files: the file table stats them
+  o.index_cache = dir + "/cache.idx";
+  ASSERT_TRUE(open_dataset({ds.path}, o).ok());
+  auto again = open_dataset({ds.path}, o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(again->has_identities());
+  for (size_t f = 0; f < again->num_files(); ++f) {
+    struct stat st {};
+    ASSERT_EQ(::stat(again->files[f].c_str(), &st), 0);
+    const FileIdentity& id = again->identities[f];
+    EXPECT_EQ(id.size, static_cast<uint64_t>(st.st_size));
+    EXPECT_EQ(id.mtime_ns, static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + st.st_mtim.tv_nsec);
+    EXPECT_EQ(id.inode, static_cast<uint64_t>(st.st_ino));
+    EXPECT_EQ(id.device, static_cast<uint64_t>(st.st_dev));
+  }
+  auto decoded = decode_index(encode_index(*again, o), o);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(decoded->has_identities());
+  for (size_t f = 0; f < decoded->num_files(); ++f) {
+    FileIdentity want = again->identities[f];
+    want.device = 0;  // another host's device numbers may differ: not sent on
+    EXPECT_EQ(decoded->identities[f], want) << f;
+  }
+  // An index appended from parts with and without identities has none.
+  SampleIndex mixed = std::move(*decoded);
+  mixed.append(std::move(*plain));
+  EXPECT_FALSE(mixed.has_identities());
+}
+
 TEST(IndexCacheFiles, ADamagedCacheIsNotUsedAndSaysWhy) {
   const std::string dir = scratch_dir();
   const auto ds = generate(dir + "/data", kCases[4]);  // hdf5
@@ -206,20 +248,100 @@ TEST(IndexCacheFiles, AnEntryThatLiesAboutItsFileIsRefused) {
   }
 }
 
+// index_cache_check=folders: a reopen takes the cache's file list when the
+// folders' mtimes are as the listing found them (one stat per folder, no
+// listing, no stat or open per file); a file added shows in the folder's
+// mtime and is listed; a file rewritten in place is not seen at open but
+// refused at its first read by the loader (the identity the cache recorded),
+// never read with the old extents.
+TEST(IndexCacheFolders, ReopenTakesTheListingAndAFileChangedInPlaceIsRefusedAtItsRead) {
+  namespace fs = std::filesystem;
+  const std::string dir = scratch_dir();
+  auto ds = generate(dir + "/data", kCases[0]);  // npy, 5 files
+  // Settled: changed long enough ago that a later change shows in its mtime.
+  auto settle = [&] { fs::last_write_time(ds.path, fs::file_time_type::clock::now() - std::chrono::hours(1)); };
+  settle();
+  FormatOptions plain;
+  auto want = open_dataset({ds.path}, plain);
+  ASSERT_TRUE(want.ok()) << want.status();
+  FormatOptions o;
+  o.index_cache = "auto";
+  o.index_cache_check = "folders";
+  ASSERT_TRUE(open_dataset({ds.path}, o).ok());  // indexes, writes the cache with the listing
+  const uint64_t stats0 = detail::file_stats(), opens0 = detail::file_opens();
+  auto again = open_dataset({ds.path}, o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(detail::file_opens() - opens0, 0u) << "a file was opened";
+  EXPECT_LE(detail::file_stats() - stats0, 2u) << "more than the folder was stat'ed";
+  expect_same(*want, *again, ds);
+  ASSERT_TRUE(again->has_identities());
+  EXPECT_EQ(again->identities[0].device, 0u);  // the cache may be another host's: not compared
+
+  // A file added: the folder's mtime moved, so the files are listed (and checked).
+  const std::string extra = ds.path + "/img_zz.npy";
+  fs::copy_file(ds.files[4], extra);
+  auto more = open_dataset({ds.path}, o);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(more->num_files(), 6u);
+  fs::remove(extra);
+  settle();
+  ASSERT_TRUE(open_dataset({ds.path}, o).ok());  // the settled listing is written again
+  const uint64_t opens1 = detail::file_opens();
+  ASSERT_EQ(open_dataset({ds.path}, o)->num_files(), 5u);
+  EXPECT_EQ(detail::file_opens() - opens1, 0u);
+
+  // File 1 rewritten in place with other contents (same name; the folder's
+  // mtime does not change): the reopen takes the cached index, the loader
+  // refuses the file at its first read.
+  gen::DatasetSpec other = ds.spec;
+  other.dir = dir + "/other";
+  other.samples_per_file = 9;
+  auto bigger = testing::write_generated(other);
+  ASSERT_TRUE(bigger.ok());
+  write_all(ds.files[1], read_all(bigger->files[1]));  // O_TRUNC: same inode, the folder's mtime as it was
+  LoaderOptions lo;
+  lo.paths = {ds.path};
+  lo.format = o;
+  lo.batch_size = 64;
+  lo.resident = "off";
+  auto loader = Loader::create(lo);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ((*loader)->num_samples(), want->size()) << "the cached index, not the file's new one";
+  ASSERT_TRUE((*loader)->start_epoch(0).ok());
+  auto batch = (*loader)->next();
+  ASSERT_FALSE(batch.ok()) << "read a file rewritten since the cache";
+  EXPECT_NE(std::string(batch.status().message()).find(ds.files[1]), std::string::npos) << batch.status();
+  EXPECT_NE(std::string(batch.status().message()).find("replaced or modified"), std::string::npos) << batch.status();
+  // With the default check (a stat per file) the same cache sees the change.
+  FormatOptions files = o;
+  files.index_cache_check = "files";
+  auto fresh = open_dataset({ds.path}, files);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->size(), want->size() + 9 - 7);
+  files.index_cache_check = "sometimes";
+  EXPECT_EQ(open_dataset({ds.path}, files).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(IndexCacheFiles, AutoPutsTheCacheInTheFolderOrTheUserCache) {
   const std::string dir = scratch_dir();
   const auto ds = generate(dir + "/data", kCases[0]);
   FormatOptions o;
   o.index_cache = "auto";
   const std::string beside = detail::index_cache_path({ds.path}, o);
-  EXPECT_EQ(std::filesystem::path(beside).parent_path(), std::filesystem::path(ds.path));
-  EXPECT_EQ(std::filesystem::path(beside).filename().string().rfind(".dlfeed-index-", 0), 0u) << beside;
+  EXPECT_EQ(std::filesystem::path(beside).parent_path(), std::filesystem::path(ds.path) / ".dlfeed");
+  EXPECT_EQ(std::filesystem::path(beside).filename().string().rfind("index-", 0), 0u) << beside;
   ASSERT_TRUE(open_dataset({ds.path}, o).ok());
   EXPECT_TRUE(std::filesystem::exists(beside));
-  // The hidden cache file is not data: the next listing ignores it.
+  // The cache's folder is not data: the next listing skips it (even where a
+  // file without an extension would be taken, with an explicit format).
   auto again = open_dataset({ds.path}, o);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->num_files(), 5u);
+  FormatOptions explicit_format = o;
+  explicit_format.format = kCases[0].format;
+  auto named = open_dataset({ds.path}, explicit_format);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->num_files(), 5u);
   // Another field, another cache; several paths go to the user's cache folder.
   FormatOptions y = o;
   y.name = "y";

@@ -20,8 +20,10 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include "../../src/io/read_op.h"  // ReadOp's step, unit-tested below
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
 #include "format/test_util.h"
@@ -651,6 +653,50 @@ TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
     ASSERT_TRUE(p.ok()) << p.status();
   }
   EXPECT_EQ(table.stats().open_now, 1u);  // refused opens are closed again
+}
+
+TEST(FileTable, AnIdentityGivenAtAddIsCheckedAtTheFirstOpenWithoutAStat) {
+  // add(path, identity): the identity came with the index (an MPI rank given
+  // the root's index, the index cache's check), so add() asks the file
+  // system nothing, and the first open must find that file: another one
+  // there is refused. Device 0 (another host's identity) is not compared.
+  std::string dir = testing::scratch_dir();
+  const std::string a = write_file(dir, 0, 100), b = write_file(dir, 1, 100);
+  auto identity = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return FileIdentity{static_cast<uint64_t>(st.st_size),
+                        static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + st.st_mtim.tv_nsec,
+                        static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
+  };
+  FileTable table;
+  FileIdentity ia = identity(a), ib = identity(b);
+  ib.device = 0;  // as from another host
+  const uint64_t stats0 = detail::file_stats();
+  EXPECT_EQ(table.add(a, ia), 0u);
+  EXPECT_EQ(table.add(b, ib), 1u);
+  // What an index of a file since replaced would carry (another inode and mtime).
+  EXPECT_EQ(table.add(dir + "/file-2.bin", FileIdentity{100, 1, ia.inode, ia.device}), 2u);
+  write_file(dir, 2, 100);
+  EXPECT_EQ(detail::file_stats(), stats0) << "add() with an identity must not stat";
+  EXPECT_EQ(table.known_size(0), std::optional<uint64_t>(100));
+  {
+    auto p = table.pin(0);
+    EXPECT_TRUE(p.ok()) << p.status();
+  }
+  {
+    auto p = table.pin(1);  // device unknown: the rest matches
+    EXPECT_TRUE(p.ok()) << p.status();
+  }
+  auto p2 = table.pin(2);
+  ASSERT_FALSE(p2.ok());
+  EXPECT_CONTAINS(std::string(p2.status().message()), "replaced or modified while being read");
+  // A wrong size given at add is refused too.
+  FileTable t2;
+  FileIdentity small = identity(a);
+  small.size = 99;
+  t2.add(a, small);
+  EXPECT_FALSE(t2.pin(0).ok());
 }
 
 TEST(FileTable, ARedirectedFileIsHeldToItsCopysIdentity) {

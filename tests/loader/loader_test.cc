@@ -167,6 +167,36 @@ TEST(Loader, ResidentDatasetsGiveTheSameBatchesAsReadOnes) {
   }
 }
 
+// Holding many files reads them on several threads; a failure is still the
+// first failing file's in file order, as a serial read would report it.
+TEST(Loader, ResidentLoadOfManyFilesReportsTheFirstFailingFile) {
+  const std::string root = scratch_dir();
+  const DatasetCase c{"npy_many", FileFormat::kNpy, false, {}};
+  const std::string path = make_dataset(c, root, /*files=*/300, /*per_file=*/1);
+  LoaderOptions o = options_for(c, path);
+  o.resident = "on";
+  {
+    auto held = Loader::create(o);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ((**held).stats().resident_bytes > 0, true);
+    EXPECT_EQ(read_epoch(**held, c, 0).size(), 300u);
+  }
+  std::vector<std::string> gone;
+  o.index_opener = [&](const std::vector<std::string>& paths, const FormatOptions& f) -> absl::StatusOr<SampleIndex> {
+    auto index = open_dataset(paths, f);
+    if (!index.ok()) return index;
+    for (size_t k : {250u, 120u, 290u}) {  // removed after indexing: their reads fail
+      gone.push_back(index->files[k]);
+      std::filesystem::remove(index->files[k]);
+    }
+    return index;
+  };
+  auto failed = Loader::create(o);
+  ASSERT_FALSE(failed.ok());
+  ASSERT_EQ(gone.size(), 3u);
+  EXPECT_NE(std::string(failed.status().message()).find(gone[1]), std::string::npos) << failed.status();
+}
+
 TEST(Loader, ResidentSaysWhyNot) {
   const std::string root = scratch_dir();
   const DatasetCase& c = kDatasets[3];  // hdf5

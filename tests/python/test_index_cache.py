@@ -41,7 +41,7 @@ def test_reopen_from_the_cache_reads_the_same_and_sees_a_rewritten_file(tmp_path
             write_h5(p, 100 * i, 5, chunks=(2, 2, 3) if kind == "h5_chunked" else None)
     kw = dict(name="x", batch_size=4, index_cache="auto")
     first = all_samples(dlfeed.Loader(tmp_path, **kw))
-    caches = glob.glob(str(tmp_path / ".dlfeed-index-*"))
+    caches = glob.glob(str(tmp_path / ".dlfeed" / "index-*"))
     assert len(caches) == 1, os.listdir(tmp_path)
     again = all_samples(dlfeed.Loader(tmp_path, **kw))
     assert first.keys() == again.keys() and len(first) == 20
@@ -83,7 +83,7 @@ def test_a_damaged_cache_is_reported_and_not_used(tmp_path, capfd):
         write_npz(tmp_path / f"p{i}.npz", 10 * i, 4)
     kw = dict(name="x", batch_size=4, index_cache="auto")
     want = all_samples(dlfeed.Loader(tmp_path, **kw))
-    (cache,) = glob.glob(str(tmp_path / ".dlfeed-index-*"))
+    (cache,) = glob.glob(str(tmp_path / ".dlfeed" / "index-*"))
     data = bytearray(open(cache, "rb").read())
     data[len(data) // 2] ^= 0xFF
     open(cache, "wb").write(bytes(data))

@@ -86,6 +86,7 @@ SPECIAL = {
     "shape_feature": ("size", "size"),
     "index_dir": ("/tmp/idx", "/tmp/idx"),
     "index_cache": ("auto", "auto"),
+    "index_cache_check": ("folders", "folders"),
     "io": ("sync", "sync"),
     "prefetch": ("depth:2", "depth:2"),
     "resident": ("off", "off"),

@@ -39,9 +39,11 @@ DatasetIdentity identify(const SampleIndex& index) {
   id.files = index.num_files();
   id.samples = index.size();
   uint64_t h = FileLayout::of(index).fingerprint();
-  for (const std::string& f : index.files) {
+  const bool identified = index.has_identities();  // sizes known (index cache, MPI root): no stat per file
+  for (size_t i = 0; i < index.files.size(); ++i) {
+    const std::string& f = index.files[i];
     std::error_code ec;
-    const uint64_t size = fs::file_size(f, ec);
+    const uint64_t size = identified ? index.identities[i].size : fs::file_size(f, ec);
     h = hash_string(h, fs::path(f).filename().string());
     h = mix64(h ^ (ec ? UINT64_MAX : size));
   }

@@ -29,9 +29,13 @@ ABSL_FLAG(std::string, index_dir, "", "TFRecord: folder of .idx sidecars (defaul
 ABSL_FLAG(bool, no_index_files, false, "TFRecord: ignore .idx sidecars and scan the files");
 ABSL_FLAG(bool, write_index, false, "TFRecord: write .idx sidecars after scanning");
 ABSL_FLAG(std::string, index_cache, "",
-          "Persistent dataset index: off (default), auto (.dlfeed-index-HASH in the dataset folder, or under "
+          "Persistent dataset index: off (default), auto (.dlfeed/index-HASH in the dataset folder, or under "
           "~/.cache/dlfeed when that is not writable), or the cache file's path. Reopening reads unchanged "
           "files' indexes from it");
+ABSL_FLAG(std::string, index_cache_check, "files",
+          "How a reopen from --index-cache knows the files are unchanged: files (a stat per file; changed "
+          "files are indexed again) or folders (a stat per folder, the cached file list; a file rewritten in "
+          "place since is an error at its first read)");
 
 namespace dlfeed::cli {
 
@@ -93,13 +97,14 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
   o.use_index_files = !absl::GetFlag(FLAGS_no_index_files);
   o.write_index_files = absl::GetFlag(FLAGS_write_index);
   o.index_cache = absl::GetFlag(FLAGS_index_cache);
+  o.index_cache_check = absl::GetFlag(FLAGS_index_cache_check);
   return o;
 }
 
 FlagGroup format_flags() {
   return flag_group("Dataset flags", FLAGS_format, FLAGS_name, FLAGS_layout, FLAGS_axis, FLAGS_feature,
                     FLAGS_feature_dtype, FLAGS_feature_shape, FLAGS_shape_feature, FLAGS_no_verify_crc, FLAGS_index_dir,
-                    FLAGS_no_index_files, FLAGS_write_index, FLAGS_index_cache);
+                    FLAGS_no_index_files, FLAGS_write_index, FLAGS_index_cache, FLAGS_index_cache_check);
 }
 
 }  // namespace dlfeed::cli

@@ -2,6 +2,8 @@
 // and offset.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,6 +20,13 @@ namespace dlfeed::inline DLFEED_ABI::detail {
 /// Files File::open has opened in this process: what indexing costs in
 /// opens (the MPI test checks one rank indexes for the job).
 DLFEED_EXPORT uint64_t file_opens();
+/// Paths stat_path() has stat'ed in this process: the per-file metadata
+/// operations outside indexing (the file table's, the index cache's
+/// identity checks, the resident size sum). The MPI test checks that ranks
+/// given the index do none.
+DLFEED_EXPORT uint64_t file_stats();
+/// ::stat, counted in file_stats().
+int stat_path(const char* path, struct stat* st);
 
 class DLFEED_EXPORT File {
  public:

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 
 #include "dlfeed/detail/export.h"
+#include "dlfeed/sample.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 
@@ -78,6 +79,16 @@ class DLFEED_EXPORT FileTable {
   /// Registers `path` (not opened yet) and returns its id. The same path
   /// registered twice gets the same id.
   uint32_t add(absl::string_view path);
+  /// The same with the file's identity already known (SampleIndex::identities:
+  /// the index cache's check, or the index an MPI job's root shared): no
+  /// stat now; the first open checks the file against it (the device only
+  /// when it is not 0). A path already registered keeps its identity.
+  uint32_t add(absl::string_view path, const FileIdentity& identity);
+  /// Room for `n` paths registered in all (no rehashing while a loader
+  /// registers 10^6 files).
+  void reserve(size_t n);
+  /// The size of `id` as registered, when known (no system call).
+  std::optional<uint64_t> known_size(uint32_t id) const;
   /// Number of registered paths; ids are [0, size()).
   size_t size() const;
   /// The path of `id` ("<invalid file id N>" for an unknown id).
