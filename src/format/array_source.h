@@ -108,6 +108,11 @@ class ArraySource : public SampleSource {
   void cache_save(std::string& out) const override;
 
  private:
+  /// `out` holding the sample whose first element is at `first`: a view
+  /// when the sample is contiguous, else gathered into `scratch`.
+  DecodedSample view_or_gather(const std::byte* first, DecodedSample out, uint64_t out_bytes,
+                               std::vector<std::byte>& scratch) const;
+
   std::string path_;
   std::string name_;
   NpyHeader header_;

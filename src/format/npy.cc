@@ -527,13 +527,17 @@ absl::StatusOr<DecodedSample> ArraySource::decode_unpacked(const SampleRef& ref,
     return format_error(path_, e.offset, absl::StrCat(span, " bytes of sample ", ref.item, " at ", start),
                         absl::StrCat("array data of ", data.size(), " bytes"));
   }
-  const std::byte* first = data.data() + start;
+  return view_or_gather(data.data() + start, std::move(out), out_bytes, scratch);
+}
+
+DecodedSample ArraySource::view_or_gather(const std::byte* first, DecodedSample out, uint64_t out_bytes,
+                                          std::vector<std::byte>& scratch) const {
   if (geometry_.contiguous) {
     out.bytes = std::span<const std::byte>(first, out_bytes);
     return out;
   }
   scratch.resize(out_bytes);
-  gather_strided(first, scratch.data(), geometry_.dims, geometry_.strides, isz);
+  gather_strided(first, scratch.data(), geometry_.dims, geometry_.strides, header_.dtype.size);
   out.bytes = std::span<const std::byte>(scratch.data(), out_bytes);
   return out;
 }
@@ -561,15 +565,7 @@ absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::spa
                         absl::StrCat(geometry_.span * isz, " bytes of sample ", ref.item),
                         absl::StrCat(raw.size(), " bytes"));
   }
-  const std::byte* first = raw.data();
-  if (geometry_.contiguous) {
-    out.bytes = std::span<const std::byte>(first, out_bytes);
-    return out;
-  }
-  scratch.resize(out_bytes);
-  gather_strided(first, scratch.data(), geometry_.dims, geometry_.strides, isz);
-  out.bytes = std::span<const std::byte>(scratch.data(), out_bytes);
-  return out;
+  return view_or_gather(raw.data(), std::move(out), out_bytes, scratch);
 }
 
 }  // namespace detail
