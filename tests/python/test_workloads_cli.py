@@ -189,7 +189,7 @@ def test_a_dlio_generated_folder_is_read_as_it_is(dlfeed, tmp_path):
     out = tmp_path / "s.json"
     proc = dlfeed.run("run", "--workload", "resnet50", "--scale", 1e-5, "--data-dir", d, "--batch-size", 4,
                       "--compute-ms", 0, "--checksum", "--summary-json", out)
-    assert "DLIO's layout" in proc.stdout and "3 tfrecord files" in proc.stdout, proc.stdout
+    assert "DLIO's layout" in proc.stdout and "the tfrecord files in" in proc.stdout, proc.stdout
     summary = json.loads(out.read_text())
     assert summary["epochs"][0]["samples"] == 24
     assert summary["epochs"][0]["bytes_delivered"] == 24 * 30 * 30  # (30, 30) images, not the preset's (21, 21)

@@ -185,18 +185,17 @@ uint64_t free_bytes(const fs::path& dir) {
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
-/// How many files of the workload's format DIR/train holds where and as the
+/// Whether DIR/train holds a file of the workload's format where and as the
 /// DLIO benchmark's generator writes them ({prefix}_{i}_of_{n}.EXT, optionally
-/// in numbered subfolders).
-uint64_t dlio_files_in(const ScaledWorkload& w, const std::string& dir) {
+/// in numbered subfolders). Stops at the first.
+bool has_dlio_files(const ScaledWorkload& w, const std::string& dir) {
   std::error_code ec;
-  uint64_t n = 0;
   const std::string ext = "." + w.extension();
   for (auto it = fs::recursive_directory_iterator(w.train_dir(dir), ec); !ec && it != fs::end(it); it.increment(ec)) {
     const fs::path& p = it->path();
-    if (p.extension() == ext && detail::in_dlio_layout(p.string()) && it->is_regular_file(ec)) ++n;
+    if (p.extension() == ext && detail::in_dlio_layout(p.string()) && it->is_regular_file(ec)) return true;
   }
-  return n;
+  return false;
 }
 
 bool complete(const ScaledWorkload& w, const std::string& dir) {
@@ -262,7 +261,7 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
     return DatasetAction::kRegenerated;
   }
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    if (dlio_files_in(w, dir) > 0) return DatasetAction::kDlioLayout;
+    if (has_dlio_files(w, dir)) return DatasetAction::kDlioLayout;
     return absl::FailedPreconditionError(
         absl::StrCat(dir, ": exists and is not a dlfeed workload dataset (it has no ", kManifestName,
                      "), so it is left alone; choose another --data-dir or remove it"));
@@ -311,10 +310,9 @@ absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w,
     format->feature_shape.reset();  // DLIO's sides, from each file's `size`, not the preset's
     if (!quiet) {
       std::printf(
-          "dataset: DLIO's layout, not written by dlfeed (no %s): %llu %s files in %s, read as they are; the "
+          "dataset: DLIO's layout, not written by dlfeed (no %s): the %s files in %s, read as they are; the "
           "preset's batch size, compute and strategy apply, its file counts and sample shape do not\n",
-          kManifestName, static_cast<unsigned long long>(dlio_files_in(w, dir)), w.extension().c_str(),
-          w.train_dir(dir).c_str());
+          kManifestName, w.extension().c_str(), w.train_dir(dir).c_str());
     }
     return w.train_dir(dir);
   }
