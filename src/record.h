@@ -23,6 +23,18 @@ namespace dlfeed::inline DLFEED_ABI::detail {
 
 #if DLFEED_COUNTERS_ENABLED
 inline uint64_t now_of(const counters::Counters& c) { return c.now(); }
+
+/// Counts `requests` reads of `bytes` in all, done from t0 to t1 without an
+/// I/O engine (copies from held files, unpacked arrays), as an engine counts
+/// a batch's reads: each a request with that latency, the bytes, and the
+/// time as I/O busy. Call it inside DLFEED_REC.
+inline void record_reads(counters::Counters& c, uint64_t t0, uint64_t t1, uint64_t requests, uint64_t bytes) {
+  c.interval_begin(counters::Component::kIo, t0);
+  c.interval_end(counters::Component::kIo, t1);
+  c.add(counters::Id::kReadRequests, requests);
+  c.add(counters::Id::kBytesRead, bytes);
+  for (uint64_t i = 0; i < requests; ++i) c.sample(counters::Id::kIoLatency, t1 - t0);
+}
 #else
 inline uint64_t now_of(const counters::Counters&) { return 0; }
 #endif

@@ -47,16 +47,7 @@ absl::StatusOr<std::shared_ptr<const UnpackedFiles::Loaded>> UnpackedFiles::load
   bytes_read_.fetch_add(ext.length, std::memory_order_relaxed);
   loads_.fetch_add(1, std::memory_order_relaxed);
   DLFEED_REC({
-    if (counters_ != nullptr) {
-      // As the engine counts a read: a request, its bytes, its latency and
-      // the time as I/O busy.
-      const uint64_t t1 = now_of(*counters_);
-      counters_->interval_begin(counters::Component::kIo, t0);
-      counters_->interval_end(counters::Component::kIo, t1);
-      counters_->add(counters::Id::kReadRequests, 1);
-      counters_->add(counters::Id::kBytesRead, ext.length);
-      counters_->sample(counters::Id::kIoLatency, t1 - t0);
-    }
+    if (counters_ != nullptr) record_reads(*counters_, t0, now_of(*counters_), 1, ext.length);  // as the engine counts
   });
   DLFEED_ASSIGN_OR_RETURN(l.data, e.source->unpack(raw, l.inflated));
   if (e.source->unpack_inflated_bytes() > 0) l.raw = ByteBuffer();  // inflated: the compressed bytes are done

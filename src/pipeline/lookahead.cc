@@ -100,16 +100,7 @@ void Lookahead::issue_reads(Work& w) {
   if (copies > 0) {
     if (parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
     DLFEED_REC({
-      if (c != nullptr) {
-        // As the engine counts a batch's reads: each one a request with the
-        // batch's latency, its bytes, and the time as I/O busy.
-        const uint64_t t1 = detail::now_of(*c);
-        c->interval_begin(counters::Component::kIo, t0);
-        c->interval_end(counters::Component::kIo, t1);
-        c->add(counters::Id::kReadRequests, copies);
-        c->add(counters::Id::kBytesRead, copied);
-        for (uint64_t i = 0; i < copies; ++i) c->sample(counters::Id::kIoLatency, t1 - t0);
-      }
+      if (c != nullptr) detail::record_reads(*c, t0, detail::now_of(*c), copies, copied);  // as the engine counts
     });
   }
   if (batch->reads.empty()) {
