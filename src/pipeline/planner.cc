@@ -90,7 +90,11 @@ uint64_t Planner::batch_gap(const Work& w) const {
   const uint64_t max_gap = options_.coalesce.max_gap;
   if (!options_.coalesce.adaptive_gap) return max_gap;
   uint64_t bytes = 0, count = 0;
-  for (const SampleRef& r : w.refs) {
+  const size_t F = indices_.size();
+  for (size_t k = 0; k < w.refs.size(); ++k) {
+    const SampleRef& r = w.refs[k];
+    if (unpacked_ != nullptr && unpacked_->has(k % F, r.file))
+      continue;  // not read: its whole-array extent is no read's size
     for (const Extent& e : r.extents) {
       bytes += e.length;
       ++count;
