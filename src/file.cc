@@ -38,16 +38,21 @@ absl::StatusOr<File> File::open(const std::string& path) {
   if (::fstat(f.fd_, &st) != 0) return io_error(path, "fstat", errno);
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
   f.size_ = static_cast<uint64_t>(st.st_size);
+  f.identity_ = {f.size_,
+                 static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec),
+                 static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
   return f;
 }
 
-File::File(File&& o) noexcept : fd_(std::exchange(o.fd_, -1)), size_(o.size_), path_(std::move(o.path_)) {}
+File::File(File&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), size_(o.size_), identity_(o.identity_), path_(std::move(o.path_)) {}
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(o.fd_, -1);
     size_ = o.size_;
+    identity_ = o.identity_;
     path_ = std::move(o.path_);
   }
   return *this;

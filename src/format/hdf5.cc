@@ -468,9 +468,11 @@ absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& p
 
 absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptions& options) {
   uint64_t file_size = 0;
+  FileIdentity identity;
   {
     DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
     file_size = f.size();
+    identity = f.identity();
   }
   if (file_size == 0) {
     return format_error(path, 0, "an HDF5 file (signature \\211HDF\\r\\n\\032\\n)", "an empty file");
@@ -500,6 +502,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   if (g.reason.empty() && layout == H5D_CONTIGUOUS) {
     DLFEED_ASSIGN_OR_RETURN(auto src, index_contiguous(dset.get(), g, file_size));
     index.add_file(path, std::move(src));
+    index.identities.assign(1, identity);
     return index;
   }
   if (g.reason.empty() && layout == H5D_CHUNKED) {
@@ -507,6 +510,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
         auto src, detail::h5::index_chunked(dset.get(), g, std::move(filters), userblock_of(file.get()), file_size));
     if (src != nullptr) {
       index.add_file(path, std::move(src));
+      index.identities.assign(1, identity);
       return index;
     }
   }
@@ -514,6 +518,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   // Fallback: H5Dread through libhdf5 (g.reason says why).
   warn_fallback_once(path, name, g.reason);
   index.add_file(path, std::make_unique<LibrarySource>(std::move(g)));
+  index.identities.assign(1, identity);
   return index;
 }
 

@@ -588,6 +588,7 @@ absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOption
   DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
   SampleIndex index;
   index.add_file(path, std::make_unique<detail::ArraySource>(path, "", h, g, axis, "npy"));
+  index.identities.assign(1, f.identity());
   return index;
 }
 

@@ -181,6 +181,7 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   src->set_array_offset(m.data_offset);
   SampleIndex index;
   index.add_file(path, std::move(src));
+  index.identities.assign(1, f.identity());
   return index;
 }
 

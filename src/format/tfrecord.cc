@@ -1,6 +1,7 @@
 // TFRecord: framing, sidecars, scanning, and the tf.train.Example source.
 #include "dlfeed/format/tfrecord.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <system_error>
 
@@ -197,20 +199,27 @@ absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& r
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
-  std::ifstream in(idx_path, std::ios::binary);
-  if (!in) return io_error(idx_path, "open", errno);
+namespace {
+
+// A sidecar's text as records; errors name the idx file and line.
+absl::StatusOr<std::vector<Extent>> parse_idx(absl::string_view text, const std::string& idx_path) {
   std::vector<Extent> records;
-  std::string line;
   size_t lineno = 0;
-  while (std::getline(in, line)) {
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    absl::string_view l = absl::StripAsciiWhitespace(text.substr(0, eol));
+    text.remove_prefix(eol == absl::string_view::npos ? text.size() : eol + 1);
     ++lineno;
-    absl::string_view l = absl::StripAsciiWhitespace(line);
     if (l.empty()) continue;
-    std::vector<absl::string_view> parts = absl::StrSplit(l, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    // "offset length": two runs of digits split by spaces or tabs.
+    const size_t gap = l.find_first_of(" \t");
+    absl::string_view a = l.substr(0, gap), b;
+    if (gap != absl::string_view::npos) b = absl::StripLeadingAsciiWhitespace(l.substr(gap));
     Extent e;
-    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &e.offset) || !absl::SimpleAtoi(parts[1], &e.length) ||
-        parts[0][0] == '-' || parts[0][0] == '+' || parts[1][0] == '-' || parts[1][0] == '+') {
+    auto digits = [](absl::string_view v) {
+      return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!digits(a) || !digits(b) || !absl::SimpleAtoi(a, &e.offset) || !absl::SimpleAtoi(b, &e.length)) {
       std::string shown(l.substr(0, 60));
       return absl::DataLossError(absl::StrCat(idx_path, ":", lineno,
                                               ": expected \"offset length\" (two unsigned integers), found \"",
@@ -218,12 +227,94 @@ absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
     }
     records.push_back(e);
   }
-  if (in.bad()) return io_error(idx_path, "read", errno);
   return records;
 }
 
+// The whole of an open file, by reads until a short one (a regular file's
+// end). Returns nullopt for a directory (not a sidecar).
+absl::StatusOr<std::optional<std::string>> read_all(int fd, const std::string& path) {
+  std::string text;
+  constexpr size_t kChunk = 1 << 16;
+  for (;;) {
+    const size_t at = text.size();
+    text.resize(at + kChunk);
+    const ssize_t n = ::read(fd, text.data() + at, kChunk);
+    if (n < 0) {
+      if (errno == EINTR) {
+        text.resize(at);
+        continue;
+      }
+      if (errno == EISDIR) return std::nullopt;
+      return io_error(path, "read", errno);
+    }
+    text.resize(at + static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < kChunk) return text;
+  }
+}
+
+// The places a sidecar of `data_path` may be, in the order they are tried.
+std::vector<std::string> idx_candidates(const std::string& data_path, const FormatOptions& options) {
+  const fs::path data(data_path);
+  const std::string name = data.filename().string() + ".idx";
+  if (!options.index_dir.empty()) return {(fs::path(options.index_dir) / name).string()};
+  std::vector<std::string> out{data_path + ".idx"};
+  std::error_code ec;
+  fs::path folder = data.parent_path();
+  if (folder.empty()) folder = fs::current_path(ec);
+  const std::string split = folder.filename().string();
+  if (split == "train" || split == "valid") out.push_back((folder.parent_path() / "index" / split / name).string());
+  return out;
+}
+
+struct FoundIdx {
+  std::string path;  // "" when there is none
+  std::vector<Extent> records;
+};
+
+// The first sidecar of `data_path` that opens, read and parsed: an open
+// per place tried and one read for a small sidecar, no stat.
+absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOptions& options) {
+  for (std::string& p : idx_candidates(data_path, options)) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) continue;
+      return io_error(p, "open", errno);
+    }
+    absl::StatusOr<std::optional<std::string>> text = read_all(fd, p);
+    ::close(fd);
+    if (!text.ok()) return text.status();
+    if (!text->has_value()) continue;  // a folder of that name
+    DLFEED_ASSIGN_OR_RETURN(std::vector<Extent> records, parse_idx(**text, p));
+    return FoundIdx{std::move(p), std::move(records)};
+  }
+  return FoundIdx{};
+}
+
+// Bytes [offset, offset + out.size()) of `file`, from `head` (its first
+// bytes, already read) when they lie there.
+absl::Status read_at(const detail::File& file, std::span<const std::byte> head, uint64_t offset,
+                     std::span<std::byte> out, absl::string_view what) {
+  if (offset <= head.size() && out.size() <= head.size() - offset) {
+    if (!out.empty()) std::memcpy(out.data(), head.data() + offset, out.size());
+    return absl::OkStatus();
+  }
+  return file.read_exact(offset, out, what);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
+  const int fd = ::open(idx_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error(idx_path, "open", errno);
+  absl::StatusOr<std::optional<std::string>> text = read_all(fd, idx_path);
+  ::close(fd);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return io_error(idx_path, "read", EISDIR);
+  return parse_idx(**text, idx_path);
+}
+
 absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path, const detail::File& file,
-                          bool verify_crc) {
+                          bool verify_crc, std::span<const std::byte> head) {
   const uint64_t size = file.size();
   const std::string& data = file.path();
   if (records.empty()) {
@@ -231,7 +322,7 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
     return idx_error(idx_path, 1, absl::StrCat("records covering the ", size, "-byte data file"),
                      "an empty sidecar (stale or wrong sidecar?)", data);
   }
-  DLFEED_RETURN_IF_ERROR(refuse_compressed(file, absl::StrCat("the sidecar ", idx_path)));
+  if (head.empty()) DLFEED_RETURN_IF_ERROR(refuse_compressed(file, absl::StrCat("the sidecar ", idx_path)));
   uint64_t expected_offset = 0;
   for (size_t i = 0; i < records.size(); ++i) {
     const Extent& e = records[i];
@@ -259,7 +350,7 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
   // The first and last records' headers must announce the idx lengths.
   for (size_t i : {size_t{0}, records.size() - 1}) {
     std::byte header[kHeaderSize];
-    DLFEED_RETURN_IF_ERROR(file.read_exact(records[i].offset, header, "TFRecord header"));
+    DLFEED_RETURN_IF_ERROR(read_at(file, head, records[i].offset, header, "TFRecord header"));
     DLFEED_ASSIGN_OR_RETURN(const uint64_t length, parse_header(header, verify_crc, data, records[i].offset));
     if (length != records[i].length - kOverhead) {
       return idx_error(
@@ -272,14 +363,17 @@ absl::Status validate_idx(const std::vector<Extent>& records, const std::string&
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc) {
+absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc,
+                                                 std::span<const std::byte> head) {
   const uint64_t size = file.size();
   std::vector<Extent> records;
   if (size == 0) return records;
-  DLFEED_RETURN_IF_ERROR(refuse_compressed(file, "a scan of the record headers"));
+  if (head.empty()) DLFEED_RETURN_IF_ERROR(refuse_compressed(file, "a scan of the record headers"));
   constexpr size_t kWindow = 1 << 16;
-  std::vector<std::byte> buf(kWindow);
-  uint64_t buf_off = 0, buf_len = 0;
+  std::vector<std::byte> buf(std::max(kWindow, head.size()));
+  // The head is the first window.
+  if (!head.empty()) std::memcpy(buf.data(), head.data(), head.size());
+  uint64_t buf_off = 0, buf_len = head.size();
   uint64_t off = 0;
   while (off < size) {
     const uint64_t left = size - off;
@@ -325,20 +419,8 @@ absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool 
 
 std::string find_idx(const std::string& data_path, const FormatOptions& options) {
   std::error_code ec;
-  const fs::path data(data_path);
-  const std::string name = data.filename().string() + ".idx";
-  if (!options.index_dir.empty()) {
-    const fs::path p = fs::path(options.index_dir) / name;
-    return fs::is_regular_file(p, ec) ? p.string() : "";
-  }
-  const std::string next_to = data_path + ".idx";
-  if (fs::is_regular_file(next_to, ec)) return next_to;
-  fs::path folder = data.parent_path();
-  if (folder.empty()) folder = fs::current_path(ec);
-  const std::string split = folder.filename().string();
-  if (split == "train" || split == "valid") {
-    const fs::path p = folder.parent_path() / "index" / split / name;
-    if (fs::is_regular_file(p, ec)) return p.string();
+  for (std::string& p : idx_candidates(data_path, options)) {
+    if (fs::is_regular_file(p, ec)) return std::move(p);
   }
   return "";
 }
@@ -355,6 +437,10 @@ std::string idx_path_for_write(const std::string& data_path, const FormatOptions
 // ---- the sample source ----
 
 namespace {
+
+// The bytes open_tfrecord reads at offset 0 at once: DLIO's one-record
+// files, and most records' headers of a small file, fit.
+constexpr size_t kHeadBytes = size_t{1} << 16;
 
 using example::FeatureKind;
 
@@ -739,6 +825,7 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
   if (!src->has_shape()) src->set_counts(std::move(counts));
   SampleIndex index;
   index.add_file(path, std::move(src));
+  index.identities.assign(1, file.identity());
   return index;
 }
 
@@ -800,27 +887,30 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
       }
     }
   }
-  {
-    // GZIP/ZLIB by the first bytes, whatever the file's name.
-    std::byte head[tfrecord::kHeaderSize];
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(file.size(), tfrecord::kHeaderSize));
-    DLFEED_RETURN_IF_ERROR(file.read_exact(0, std::span<std::byte>(head, n), "TFRecord header"));
-    const tfrecord::Compression c = tfrecord::detect_compression(std::span<const std::byte>(head, n), file.size());
-    // Sidecars are ignored for compressed files: their offsets would be of the
-    // inflated stream, and the scan is needed for the checkpoints anyway.
-    if (c != tfrecord::Compression::kNone) return open_compressed(file, c, options);
-  }
+  // One read of the file's first bytes serves the compression check, the
+  // sidecar's header checks, the scan's first window and record 0 when they
+  // lie in it: a small file (DLIO's one-record files) costs one read.
+  std::vector<std::byte> head(std::min<uint64_t>(file.size(), kHeadBytes));
+  DLFEED_RETURN_IF_ERROR(file.read_exact(0, head, "the first bytes of the TFRecord"));
+  // GZIP/ZLIB by the first bytes, whatever the file's name. Sidecars are
+  // ignored for compressed files: their offsets would be of the inflated
+  // stream, and the scan is needed for the checkpoints anyway.
+  const tfrecord::Compression c = tfrecord::detect_compression(head, file.size());
+  if (c != tfrecord::Compression::kNone) return open_compressed(file, c, options);
+  // An empty span means "not read" to the helpers below.
+  const std::span<const std::byte> known(head);
   std::vector<Extent> records;
   std::string idx;
   if (options.use_index_files) {
-    idx = tfrecord::find_idx(path, options);
-    if (!idx.empty()) {
-      DLFEED_ASSIGN_OR_RETURN(records, tfrecord::read_idx(idx));
-      DLFEED_RETURN_IF_ERROR(tfrecord::validate_idx(records, idx, file, options.verify_crc));
+    DLFEED_ASSIGN_OR_RETURN(tfrecord::FoundIdx found, tfrecord::load_idx(path, options));
+    if (!found.path.empty()) {
+      idx = std::move(found.path);
+      records = std::move(found.records);
+      DLFEED_RETURN_IF_ERROR(tfrecord::validate_idx(records, idx, file, options.verify_crc, known));
     }
   }
   if (idx.empty()) {
-    DLFEED_ASSIGN_OR_RETURN(records, tfrecord::scan_records(file, options.verify_crc));
+    DLFEED_ASSIGN_OR_RETURN(records, tfrecord::scan_records(file, options.verify_crc, known));
     if (options.write_index_files) {
       if (!options.index_dir.empty()) {
         std::error_code ec;
@@ -841,7 +931,7 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
   };
   if (!records.empty()) {
     std::vector<std::byte> raw(records[0].length);
-    DLFEED_RETURN_IF_ERROR(file.read_exact(records[0].offset, raw, "TFRecord record 0"));
+    DLFEED_RETURN_IF_ERROR(tfrecord::read_at(file, known, records[0].offset, raw, "TFRecord record 0"));
     std::vector<std::byte> scratch;
     // Decoding the first record with an unknown kind checks it fully (CRCs,
     // Example, feature presence, shape) and tells the kind.
@@ -861,6 +951,7 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
   src->set_records(std::move(records));
   SampleIndex index;
   index.add_file(path, std::move(src));
+  index.identities.assign(1, file.identity());
   return index;
 }
 

@@ -154,23 +154,28 @@ TEST(IndexCacheFiles, ReopenAndDecodedIndexCarryEachFilesIdentity) {
   const std::string dir = scratch_dir();
   const auto ds = generate(dir + "/data", kCases[6]);  // tfrecord
   FormatOptions o;
+  auto expect_stat_identities = [](const SampleIndex& index) {
+    ASSERT_TRUE(index.has_identities());
+    for (size_t f = 0; f < index.num_files(); ++f) {
+      struct stat st {};
+      ASSERT_EQ(::stat(index.files[f].c_str(), &st), 0);
+      const FileIdentity& id = index.identities[f];
+      EXPECT_EQ(id.size, static_cast<uint64_t>(st.st_size));
+      EXPECT_EQ(id.mtime_ns, static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + st.st_mtim.tv_nsec);
+      EXPECT_EQ(id.inode, static_cast<uint64_t>(st.st_ino));
+      EXPECT_EQ(id.device, static_cast<uint64_t>(st.st_dev));
+    }
+  };
+  // Indexed from the files: each identity is the fstat of the file's open
+  // for indexing, so the file table stats none of them again.
   auto plain = open_dataset({ds.path}, o);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_FALSE(plain->has_identities());  // indexed from the files: the file table stats them
+  expect_stat_identities(*plain);
   o.index_cache = dir + "/cache.idx";
   ASSERT_TRUE(open_dataset({ds.path}, o).ok());
   auto again = open_dataset({ds.path}, o);
   ASSERT_TRUE(again.ok()) << again.status();
-  ASSERT_TRUE(again->has_identities());
-  for (size_t f = 0; f < again->num_files(); ++f) {
-    struct stat st {};
-    ASSERT_EQ(::stat(again->files[f].c_str(), &st), 0);
-    const FileIdentity& id = again->identities[f];
-    EXPECT_EQ(id.size, static_cast<uint64_t>(st.st_size));
-    EXPECT_EQ(id.mtime_ns, static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + st.st_mtim.tv_nsec);
-    EXPECT_EQ(id.inode, static_cast<uint64_t>(st.st_ino));
-    EXPECT_EQ(id.device, static_cast<uint64_t>(st.st_dev));
-  }
+  expect_stat_identities(*again);
   auto decoded = decode_index(encode_index(*again, o), o);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_TRUE(decoded->has_identities());
@@ -181,6 +186,7 @@ TEST(IndexCacheFiles, ReopenAndDecodedIndexCarryEachFilesIdentity) {
   }
   // An index appended from parts with and without identities has none.
   SampleIndex mixed = std::move(*decoded);
+  plain->identities.clear();  // a part that does not know them
   mixed.append(std::move(*plain));
   EXPECT_FALSE(mixed.has_identities());
 }

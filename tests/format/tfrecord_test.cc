@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -360,6 +361,69 @@ TEST_F(TfRecordTest, IdxNextToFileMatchesScan) {
   auto rescanned = open_tfrecord(p, no_idx);
   ASSERT_TRUE(rescanned.ok());
   EXPECT_CONTAINS(rescanned->sources[0]->describe(), "scan");
+}
+
+// open_tfrecord reads a file's first 64 KiB at once and takes the record
+// headers, the sidecar's checks and record 0 from there when they lie in it.
+// Files past that read, and a record 0 larger than it, index and decode as
+// the writer laid them out, by scan and by sidecar; a folder in a sidecar's
+// place is passed over for the next place.
+TEST_F(TfRecordTest, FilesPastTheFirstReadIndexBySidecarAndScan) {
+  const std::string many = path("many.tfrecord");
+  const auto recs = write_file(many, 200);  // ~150 KB: records cross 64 KiB
+  ASSERT_GT(recs.back().offset, uint64_t{1} << 17);
+  const std::string big = path("big.tfrecord");
+  std::string huge(100000, '\0');
+  for (size_t i = 0; i < huge.size(); ++i) huge[i] = static_cast<char>(i * 7);
+  std::vector<Extent> big_recs;
+  {
+    auto w = tfrecord::RecordWriter::create(big);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->write(example::ExampleBuilder().add_bytes("image", as_bytes(huge)).serialize()).ok());
+    ASSERT_TRUE(w->write(example_of(3)).ok());
+    ASSERT_TRUE(w->close().ok());
+    big_recs = w->records();
+  }
+  auto check = [&](const SampleIndex& index, const std::vector<Extent>& want, const std::string& first) {
+    ASSERT_EQ(index.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(index.ref(k).extents[0], want[k]) << k;
+    std::vector<std::byte> raw, scratch;
+    auto s = read_sample(index, 0, raw, scratch);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_EQ(s->bytes.size(), first.size());
+    EXPECT_EQ(std::memcmp(s->bytes.data(), first.data(), first.size()), 0);
+  };
+  for (const auto& [p, want, first] : {std::tuple{many, recs, image_of(0)}, std::tuple{big, big_recs, huge}}) {
+    SCOPED_TRACE(p);
+    auto scanned = open_tfrecord(p, FormatOptions{});
+    ASSERT_TRUE(scanned.ok()) << scanned.status();
+    EXPECT_CONTAINS(scanned->sources[0]->describe(), "scan");
+    check(*scanned, want, first);
+    // A folder where the sidecar would be first is not one: the next place is tried.
+    ASSERT_TRUE(fs::create_directories(p + ".idx"));
+    std::ofstream(p + ".idx.txt") << tfrecord::format_idx(want);
+    EXPECT_EQ(tfrecord::find_idx(p, FormatOptions{}), "");
+    auto no_sidecar = open_tfrecord(p, FormatOptions{});
+    ASSERT_TRUE(no_sidecar.ok()) << no_sidecar.status();
+    EXPECT_CONTAINS(no_sidecar->sources[0]->describe(), "scan");
+    fs::remove(p + ".idx");
+    fs::rename(p + ".idx.txt", p + ".idx");
+    auto by_idx = open_tfrecord(p, FormatOptions{});
+    ASSERT_TRUE(by_idx.ok()) << by_idx.status();
+    EXPECT_CONTAINS(by_idx->sources[0]->describe(), "idx sidecar " + p + ".idx");
+    check(*by_idx, want, first);
+    // A sidecar whose last record (past the first read) starts a byte early
+    // is caught by the header read there.
+    std::vector<Extent> lying = want;
+    lying[lying.size() - 2].length -= 1;
+    lying.back().offset -= 1;
+    lying.back().length += 1;
+    std::ofstream(p + ".idx", std::ios::trunc) << tfrecord::format_idx(lying);
+    auto bad = open_tfrecord(p, FormatOptions{});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_CONTAINS(bad.status().message(), p);
+    EXPECT_CONTAINS(bad.status().message(), absl::StrCat(lying.back().offset));
+  }
 }
 
 TEST_F(TfRecordTest, IdxInIndexDirAndDlioPlace) {

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 
 #include "dlfeed/detail/export.h"
+#include "dlfeed/sample.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
@@ -41,6 +42,9 @@ class DLFEED_EXPORT File {
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
+  /// What fstat said at open: the identity the file's index is built
+  /// against (SampleIndex::identities), so nothing stats it again.
+  const FileIdentity& identity() const { return identity_; }
 
   /// Reads exactly out.size() bytes at `offset`; a short file is an error
   /// naming `what` ("NPY header", "zip local header", ...).
@@ -49,6 +53,7 @@ class DLFEED_EXPORT File {
  private:
   int fd_ = -1;
   uint64_t size_ = 0;
+  FileIdentity identity_;
   std::string path_;
 };
 

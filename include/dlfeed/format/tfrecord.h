@@ -92,11 +92,16 @@ DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> read_idx(const std::string& id
 /// Checks sidecar entries against the data file: each within the file, at
 /// least 16 bytes, records back to back from offset 0 to the end of the file,
 /// and the first and last records' headers announcing the idx lengths.
+/// `head`, when not empty, is the file's first bytes, already read by a
+/// caller that found the file uncompressed: headers inside it are not read
+/// again (the same for scan_records).
 DLFEED_EXPORT absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
-                                        const detail::File& file, bool verify_crc);
+                                        const detail::File& file, bool verify_crc,
+                                        std::span<const std::byte> head = {});
 
 /// Finds the record extents by reading only the 12-byte headers.
-DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc);
+DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc,
+                                                               std::span<const std::byte> head = {});
 
 // ---- compressed files (TFRecordWriter with options GZIP or ZLIB) ----
 //
