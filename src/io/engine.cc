@@ -193,6 +193,12 @@ void IoEngine::loop() {
     if (backend_->in_flight() > 0) {
       done.clear();
       backend_->reap(done, 1, std::chrono::milliseconds(1));
+      {
+        // Before any batch's done(): a consumer that sees its batch also
+        // sees its bytes in stats() (Loader::stats, at the end of an epoch).
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        stats_ = backend_->stats();
+      }
       [[maybe_unused]] const uint64_t t_reap = now_of(*counters_);
       [[maybe_unused]] const bool tracing = counters_->tracing();
       for (const ReadCompletion& c : done) {
@@ -221,8 +227,6 @@ void IoEngine::loop() {
           DLFEED_REC(counters_->interval_end(Component::kIo, t_reap));
         }
       }
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_ = backend_->stats();
     }
   }
   // Stopping: every read handed to the backend has completed (active_ is empty).
