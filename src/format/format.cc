@@ -15,13 +15,16 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "index_cache.h"
+#include "open_listed.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace fs = std::filesystem;
@@ -151,8 +154,16 @@ unsigned open_threads(size_t files) {
   return static_cast<unsigned>(std::max<size_t>(n, 1));
 }
 
-absl::StatusOr<SampleIndex> open_one(const std::string& path, const FormatOptions& options) {
+absl::StatusOr<SampleIndex> open_one(const std::string& path, const FormatOptions& options,
+                                     const detail::ListedFile& listed) {
   try {
+    if (listed.no_idx_beside) {
+      FileFormat f = options.format;
+      if (f == FileFormat::kAuto) {
+        DLFEED_ASSIGN_OR_RETURN(f, detect_format(path));
+      }
+      if (f == FileFormat::kTfRecord) return detail::open_tfrecord_listed(path, options, listed);
+    }
     return open_file(path, options);
   } catch (const std::exception& e) {  // std::bad_alloc: on a worker it would end the process
     return absl::ResourceExhaustedError(absl::StrCat(path, ": indexing failed: ", e.what()));
@@ -162,26 +173,28 @@ absl::StatusOr<SampleIndex> open_one(const std::string& path, const FormatOption
 // `ready[i]`, when set, is file i's index already (from the index cache):
 // it is appended in its place and the file is not opened.
 absl::StatusOr<SampleIndex> open_serially(const std::vector<std::string>& files, const FormatOptions& options,
-                                          std::vector<std::optional<SampleIndex>>& ready) {
+                                          std::vector<std::optional<SampleIndex>>& ready,
+                                          const std::vector<detail::ListedFile>& listed) {
   SampleIndex all;
   for (size_t i = 0; i < files.size(); ++i) {
     if (ready[i]) {
       all.append(std::move(*ready[i]));
       continue;
     }
-    DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_file(files[i], options));
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex one, open_one(files[i], options, listed[i]));
     all.append(std::move(one));
   }
   return all;
 }
 
 absl::StatusOr<SampleIndex> open_files(const std::vector<std::string>& files, const FormatOptions& options,
-                                       std::vector<std::optional<SampleIndex>>& ready) {
+                                       std::vector<std::optional<SampleIndex>>& ready,
+                                       const std::vector<detail::ListedFile>& listed) {
   const size_t n = files.size();
   size_t to_open = 0;
   for (const auto& r : ready) to_open += !r.has_value();
   const unsigned threads = open_threads(to_open);
-  if (threads <= 1) return open_serially(files, options, ready);
+  if (threads <= 1) return open_serially(files, options, ready, listed);
   // File i's index goes to slot i % window once file i - window has been
   // appended; slot.ready == i + 1 says it is there.
   struct Slot {
@@ -206,7 +219,7 @@ absl::StatusOr<SampleIndex> open_files(const std::vector<std::string>& files, co
       if (ready[i]) {
         slot.result.emplace(std::move(*ready[i]));  // from the index cache; each i is one thread's
       } else {
-        slot.result.emplace(open_one(files[i], options));
+        slot.result.emplace(open_one(files[i], options, listed[i]));
       }
       slot.ready.store(i + 1, std::memory_order_release);
       slot.ready.notify_one();
@@ -221,7 +234,7 @@ absl::StatusOr<SampleIndex> open_files(const std::vector<std::string>& files, co
       break;  // no more threads to be had: open with those started
     }
   }
-  if (pool.empty()) return open_serially(files, options, ready);
+  if (pool.empty()) return open_serially(files, options, ready, listed);
 
   SampleIndex all;
   absl::Status failed;
@@ -371,10 +384,14 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     }
   }
   std::vector<std::string> files;
+  // Folders read whole here, and those of them holding a *.idx file: a
+  // TFRecord in a listed folder without one has no FILE.idx sidecar to try.
+  absl::flat_hash_set<std::string> listed_folders, idx_folders;
   for (const std::string& given : expanded) {
     std::error_code ec;
     if (fs::is_directory(given, ec)) {
       const std::string p = training_split(given);
+      listed_folders.insert(std::string(absl::StripSuffix(p, "/")));  // entries are "p/name" either way
       std::vector<std::string> found;
       // Each folder's stamp is taken before it is read (a change after it changes the mtime).
       if (!cache.empty() && folders_only) {
@@ -398,10 +415,12 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
           if (!cache.empty() && folders_only) {
             listing.folders.push_back(detail::stamp_folder(it->path().string(), listed_at_ns));
           }
+          listed_folders.insert(it->path().string());
           continue;
         }
         if (!it->is_regular_file()) continue;
         const std::string s = it->path().string();
+        if (absl::EndsWith(s, ".idx")) idx_folders.insert(it->path().parent_path().string());
         if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
         found.push_back(s);
       }
@@ -449,8 +468,15 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
   std::vector<std::optional<SampleIndex>> ready = std::move(cached.files);
   ready.resize(files.size());
   std::vector<uint8_t> from_cache(files.size());
-  for (size_t i = 0; i < files.size(); ++i) from_cache[i] = ready[i].has_value();
-  DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_files(files, options, ready));
+  std::vector<detail::ListedFile> listed(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    from_cache[i] = ready[i].has_value();
+    if (from_cache[i]) continue;
+    const size_t slash = files[i].rfind('/');
+    const absl::string_view parent = absl::string_view(files[i]).substr(0, slash == std::string::npos ? 0 : slash);
+    listed[i].no_idx_beside = listed_folders.contains(parent) && !idx_folders.contains(parent);
+  }
+  DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_files(files, options, ready, listed));
   if (!cache.empty()) {
     // Files indexed now that a cache entry would serve (new, changed, or the
     // cache missing or damaged): write it again.

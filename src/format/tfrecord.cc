@@ -30,6 +30,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "index_codec.h"
+#include "open_listed.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace tfrecord {
@@ -252,12 +253,16 @@ absl::StatusOr<std::optional<std::string>> read_all(int fd, const std::string& p
   }
 }
 
-// The places a sidecar of `data_path` may be, in the order they are tried.
-std::vector<std::string> idx_candidates(const std::string& data_path, const FormatOptions& options) {
+// The places a sidecar of `data_path` may be, in the order they are tried
+// (FILE.idx beside it only when `beside`: the folder listing may know there
+// is none).
+std::vector<std::string> idx_candidates(const std::string& data_path, const FormatOptions& options,
+                                        bool beside = true) {
   const fs::path data(data_path);
   const std::string name = data.filename().string() + ".idx";
   if (!options.index_dir.empty()) return {(fs::path(options.index_dir) / name).string()};
-  std::vector<std::string> out{data_path + ".idx"};
+  std::vector<std::string> out;
+  if (beside) out.push_back(data_path + ".idx");
   std::error_code ec;
   fs::path folder = data.parent_path();
   if (folder.empty()) folder = fs::current_path(ec);
@@ -273,8 +278,8 @@ struct FoundIdx {
 
 // The first sidecar of `data_path` that opens, read and parsed: an open
 // per place tried and one read for a small sidecar, no stat.
-absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOptions& options) {
-  for (std::string& p : idx_candidates(data_path, options)) {
+absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOptions& options, bool beside) {
+  for (std::string& p : idx_candidates(data_path, options, beside)) {
     const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT || errno == ENOTDIR) continue;
@@ -875,6 +880,11 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
 }  // namespace detail
 
 absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatOptions& options) {
+  return detail::open_tfrecord_listed(path, options, detail::ListedFile{});
+}
+
+absl::StatusOr<SampleIndex> detail::open_tfrecord_listed(const std::string& path, const FormatOptions& options,
+                                                         const ListedFile& listed) {
   DLFEED_ASSIGN_OR_RETURN(detail::File file, detail::File::open(path));
   if (options.feature.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": a TFRecord needs the name of the feature to read"));
@@ -902,7 +912,7 @@ absl::StatusOr<SampleIndex> open_tfrecord(const std::string& path, const FormatO
   std::vector<Extent> records;
   std::string idx;
   if (options.use_index_files) {
-    DLFEED_ASSIGN_OR_RETURN(tfrecord::FoundIdx found, tfrecord::load_idx(path, options));
+    DLFEED_ASSIGN_OR_RETURN(tfrecord::FoundIdx found, tfrecord::load_idx(path, options, !listed.no_idx_beside));
     if (!found.path.empty()) {
       idx = std::move(found.path);
       records = std::move(found.records);

@@ -473,6 +473,41 @@ TEST_F(TfRecordTest, IdxInIndexDirAndDlioPlace) {
   EXPECT_CONTAINS(again->sources[0]->describe(), in_dir);
 }
 
+// open_dataset tells each file's open what the folder listing saw: a folder
+// with no *.idx file has no sidecar beside its files to try. Sidecars beside
+// files of a folder that has them, and in DLIO's place, are still found.
+TEST_F(TfRecordTest, FolderListingFindsSidecarsBesideAndInDlioPlace) {
+  const std::string beside = path("beside");
+  fs::create_directories(beside);
+  const auto recs_a = write_file(beside + "/a.tfrecord", 3);
+  write_file(beside + "/b.tfrecord", 2);
+  std::ofstream(beside + "/a.tfrecord.idx") << tfrecord::format_idx(recs_a);
+  auto both = open_dataset({beside}, FormatOptions{});
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->num_files(), 2u);
+  EXPECT_CONTAINS(both->sources[0]->describe(), "idx sidecar " + beside + "/a.tfrecord.idx");
+  EXPECT_CONTAINS(both->sources[1]->describe(), "scan");
+  // The same folder given with a trailing slash.
+  auto slash = open_dataset({beside + "/"}, FormatOptions{});
+  ASSERT_TRUE(slash.ok()) << slash.status();
+  EXPECT_CONTAINS(slash->sources[0]->describe(), "a.tfrecord.idx");
+
+  gen::DatasetSpec ds;
+  ds.dir = path("dlio");
+  ds.format = FileFormat::kTfRecord;
+  ds.files = 3;
+  ds.samples_per_file = 2;
+  ds.sample_shape = {4};
+  ds.dlio_layout = true;
+  ASSERT_TRUE(gen::write_dataset(ds).ok());
+  auto dlio = open_dataset({ds.dir}, FormatOptions{});
+  ASSERT_TRUE(dlio.ok()) << dlio.status();
+  ASSERT_EQ(dlio->num_files(), 3u);
+  for (size_t f = 0; f < 3; ++f) {
+    EXPECT_CONTAINS(dlio->sources[f]->describe(), (fs::path(ds.dir) / "index" / "train").string());
+  }
+}
+
 TEST_F(TfRecordTest, IdxValidationNamesIdxFileAndLine) {
   const std::string p = path("data.tfrecord");
   const auto recs = write_file(p, 5);

@@ -1,0 +1,25 @@
+// Private: what open_dataset's folder listing tells the per-file opens, so
+// that they make no system call the listing already answered.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dlfeed/format/format.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+
+/// What the listing knows of one file.
+struct ListedFile {
+  /// Its folder holds no *.idx file, so no FILE.idx sidecar beside it (a
+  /// TFRecord open does not try one: on a cold cache each failing lookup in
+  /// a folder of 10^6 files is a directory block read).
+  bool no_idx_beside = false;
+};
+
+/// open_tfrecord with what the listing knows (tfrecord.cc).
+absl::StatusOr<SampleIndex> open_tfrecord_listed(const std::string& path, const FormatOptions& options,
+                                                 const ListedFile& listed);
+
+}  // namespace dlfeed::detail
