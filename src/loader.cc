@@ -214,15 +214,22 @@ struct Loader::Impl {
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 
+namespace {
+// LoaderOptions::prefetch "auto": reading, and copying from held files.
+constexpr const char* kReadPrefetch = "depth:8,budget:256M";
+constexpr const char* kHeldPrefetch = "depth:2,budget:256M";
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
   auto impl = std::make_unique<Impl>();
   impl->counters = std::make_shared<Counters>(options.trace);
   Counters& cnt = *impl->counters;
+  // "auto" is resolved once the loader knows whether the files are held.
   if (options.prefetch_policy) {
     impl->policy = options.prefetch_policy;
-  } else {
+  } else if (options.prefetch != "auto") {
     DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
   }
   std::vector<std::string> names = options.fields;
@@ -277,6 +284,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
+  if (impl->policy == nullptr) {
+    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(impl->resident ? kHeldPrefetch : kReadPrefetch));
+  }
   DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
                           detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,
                                                   impl->counters.get()));
@@ -464,6 +474,7 @@ LoaderStats Loader::stats() const {
   s.files = m.file_names.size();
   s.resident_bytes = m.resident ? m.resident->bytes() : 0;
   s.resident_reason = m.resident_reason;
+  s.prefetch = m.policy->name();
   s.unpacked_bytes = m.unpacked ? m.unpacked->reserved_bytes() : 0;
   s.unpacked_reason = m.unpacked_reason;
   return s;

@@ -54,6 +54,7 @@ py::dict stats_dict(const LoaderStats& s) {
   d["resident_reason"] = s.resident_reason;
   d["unpacked_bytes"] = s.unpacked_bytes;
   d["unpacked_reason"] = s.unpacked_reason;
+  d["prefetch"] = s.prefetch;
   py::dict st;  // staging (stage_dir)
   st["files"] = s.stage.files;
   st["staged"] = s.stage.staged;

@@ -103,11 +103,15 @@ struct DLFEED_EXPORT LoaderOptions {
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
   /// How far to read ahead of the consumer: "off", "depth:N" (batches),
-  /// "budget:BYTES", or both ("depth:8,budget:256M"; see prefetch/policy.h).
-  /// Batches the consumer holds do not count against depth:N. The default
-  /// keeps 8 small batches ahead but only 256 MiB of large ones: read-ahead
-  /// beyond that buys no throughput and every batch ahead is a fresh buffer.
-  std::string prefetch = "depth:8,budget:256M";
+  /// "budget:BYTES", or both ("depth:8,budget:256M"; see prefetch/policy.h),
+  /// or "auto". Batches the consumer holds do not count against depth:N.
+  /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
+  /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
+  /// that buys no throughput and every batch ahead is a fresh buffer); and
+  /// "depth:2,budget:256M" when the files are held in memory (`resident`):
+  /// a batch is then copies made at once, with no latency to hide, and the
+  /// first touch of a fresh batch buffer costs more than the copies into it.
+  std::string prefetch = "auto";
   /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
   /// `prefetch` when set. The loader calls it from its planner thread only,
   /// holding a lock, so admit() should answer at once.
@@ -180,6 +184,7 @@ struct DLFEED_EXPORT LoaderStats {
   std::string resident_reason;     // why the dataset is or is not held in memory
   uint64_t unpacked_bytes = 0;     // kept for unpacked arrays (LoaderOptions::unpack), reserved at create
   std::string unpacked_reason;     // what was unpacked and why (empty: no deflated or strided array)
+  std::string prefetch;            // the prefetch policy in use ("auto" resolved), e.g. "depth:2,budget:268435456"
 };
 
 class Loader;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -62,7 +63,11 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
   const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
   g_running.fetch_add(1);
   struct Running {
-    ~Running() { g_running.fetch_sub(1); }
+    bool on = true;
+    void end() {
+      if (std::exchange(on, false)) g_running.fetch_sub(1);
+    }
+    ~Running() { end(); }
   } running;
   try {
     {
@@ -103,6 +108,9 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
     collator.fail(absl::InternalError(absl::StrCat("loader pipeline: ", e.what())));
   }
   source.drop();
+  // Out of parallel_pipeline before the consumer hears that the epoch ended:
+  // a fork() right after its last batch is not one inside a pipeline.
+  running.end();
   collator.end();
 }
 

@@ -249,10 +249,14 @@ def varlen(request, tmp_path):
 
 def test_variable_length_without_an_option_names_the_feature_and_lengths(varlen):
     path, rows = varlen
-    ds = dtf.dataset(path, fields=["tokens", "label"], batch_size=5)
-    with pytest.raises(Exception) as e:
-        for _ in ds:
-            pass
+    # The error is the adaptor's, mid-epoch: the loader's epoch stays open
+    # (tf.data keeps the loader alive) until it is closed. Closed here, so no
+    # later test in this process forks while its pipeline runs.
+    with dlfeed.Loader(path, fields=["tokens", "label"], batch_size=5) as loader:
+        ds = dtf.dataset(loader=loader)
+        with pytest.raises(Exception) as e:
+            for _ in ds:
+                pass
     msg = str(e.value)
     assert "'tokens'" in msg and "different lengths" in msg and "ragged=True" in msg and "pad=True" in msg, msg
     lengths = sorted({len(t) for _, t, _ in rows[:5]})  # the first batch's (sequential order)

@@ -504,7 +504,8 @@ int run_run(const std::vector<std::string>& args) {
   std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
-              o.prefetch.c_str(), open_s);
+              o.prefetch == s0.prefetch ? o.prefetch.c_str() : absl::StrCat(o.prefetch, " (", s0.prefetch, ")").c_str(),
+              open_s);
   std::printf("dataset %s\n", s0.resident_reason.c_str());
   if (!s0.unpacked_reason.empty()) std::printf("arrays %s\n", s0.unpacked_reason.c_str());
   const std::optional<Efficiency> eff = find_calibration(c, *loader);
