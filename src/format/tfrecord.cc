@@ -202,55 +202,91 @@ absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& r
 
 namespace {
 
-// A sidecar's text as records; errors name the idx file and line.
-absl::StatusOr<std::vector<Extent>> parse_idx(absl::string_view text, const std::string& idx_path) {
-  std::vector<Extent> records;
-  size_t lineno = 0;
-  while (!text.empty()) {
-    const size_t eol = text.find('\n');
-    absl::string_view l = absl::StripAsciiWhitespace(text.substr(0, eol));
-    text.remove_prefix(eol == absl::string_view::npos ? text.size() : eol + 1);
-    ++lineno;
-    if (l.empty()) continue;
+// A sidecar's text, fed in pieces as it is read, as records: only the
+// records are kept (a sidecar of 10^7 lines is ~200 MB of text), and errors
+// name the idx file and line.
+class IdxParser {
+ public:
+  explicit IdxParser(const std::string& idx_path) : path_(idx_path) {}
+
+  /// Parses the complete lines of `text` (and the one left from the last
+  /// piece); keeps an unfinished last line for the next piece.
+  absl::Status feed(absl::string_view text) {
+    for (;;) {
+      const size_t eol = text.find('\n');
+      if (eol == absl::string_view::npos) {
+        absl::StrAppend(&tail_, text);
+        return absl::OkStatus();
+      }
+      if (tail_.empty()) {
+        DLFEED_RETURN_IF_ERROR(line(text.substr(0, eol)));
+      } else {
+        absl::StrAppend(&tail_, text.substr(0, eol));
+        DLFEED_RETURN_IF_ERROR(line(tail_));
+        tail_.clear();
+      }
+      text.remove_prefix(eol + 1);
+    }
+  }
+  /// The records, once the last piece was fed (a last line without a newline counts).
+  absl::StatusOr<std::vector<Extent>> finish() {
+    if (!tail_.empty()) {
+      const std::string last = std::move(tail_);
+      tail_.clear();
+      DLFEED_RETURN_IF_ERROR(line(last));
+    }
+    return std::move(records_);
+  }
+
+ private:
+  absl::Status line(absl::string_view raw) {
+    ++lineno_;
+    const absl::string_view l = absl::StripAsciiWhitespace(raw);
+    if (l.empty()) return absl::OkStatus();
     // "offset length": two runs of digits split by spaces or tabs.
     const size_t gap = l.find_first_of(" \t");
-    absl::string_view a = l.substr(0, gap), b;
-    if (gap != absl::string_view::npos) b = absl::StripLeadingAsciiWhitespace(l.substr(gap));
-    Extent e;
+    const absl::string_view a = l.substr(0, gap);
+    const absl::string_view b =
+        gap == absl::string_view::npos ? absl::string_view() : absl::StripLeadingAsciiWhitespace(l.substr(gap));
     auto digits = [](absl::string_view v) {
       return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
     };
+    Extent e;
     if (!digits(a) || !digits(b) || !absl::SimpleAtoi(a, &e.offset) || !absl::SimpleAtoi(b, &e.length)) {
-      std::string shown(l.substr(0, 60));
-      return absl::DataLossError(absl::StrCat(idx_path, ":", lineno,
+      const std::string shown(l.substr(0, 60));
+      return absl::DataLossError(absl::StrCat(path_, ":", lineno_,
                                               ": expected \"offset length\" (two unsigned integers), found \"",
                                               absl::CHexEscape(shown), l.size() > 60 ? "...\"" : "\""));
     }
-    records.push_back(e);
+    records_.push_back(e);
+    return absl::OkStatus();
   }
-  return records;
-}
 
-// The whole of an open file, by reads until a short one (a regular file's
-// end). Returns nullopt for a directory (not a sidecar).
-absl::StatusOr<std::optional<std::string>> read_all(int fd, const std::string& path) {
-  std::string text;
-  constexpr size_t kChunk = 1 << 16;
+  const std::string& path_;
+  std::string tail_;
+  size_t lineno_ = 0;
+  std::vector<Extent> records_;
+};
+
+// The records of the sidecar open as `fd`, read in 64 KiB pieces until a
+// short read (a regular file's end): one read for a small sidecar. nullopt
+// for a folder (not a sidecar).
+absl::StatusOr<std::optional<std::vector<Extent>>> read_idx_fd(int fd, const std::string& path) {
+  IdxParser parser(path);
+  constexpr size_t kPiece = 1 << 16;
+  std::vector<char> buf(kPiece);
   for (;;) {
-    const size_t at = text.size();
-    text.resize(at + kChunk);
-    const ssize_t n = ::read(fd, text.data() + at, kChunk);
+    const ssize_t n = ::read(fd, buf.data(), kPiece);
     if (n < 0) {
-      if (errno == EINTR) {
-        text.resize(at);
-        continue;
-      }
+      if (errno == EINTR) continue;
       if (errno == EISDIR) return std::nullopt;
       return io_error(path, "read", errno);
     }
-    text.resize(at + static_cast<size_t>(n));
-    if (static_cast<size_t>(n) < kChunk) return text;
+    DLFEED_RETURN_IF_ERROR(parser.feed(absl::string_view(buf.data(), static_cast<size_t>(n))));
+    if (static_cast<size_t>(n) < kPiece) break;
   }
+  DLFEED_ASSIGN_OR_RETURN(std::vector<Extent> records, parser.finish());
+  return records;
 }
 
 // The places a sidecar of `data_path` may be, in the order they are tried
@@ -285,12 +321,11 @@ absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOpti
       if (errno == ENOENT || errno == ENOTDIR) continue;
       return io_error(p, "open", errno);
     }
-    absl::StatusOr<std::optional<std::string>> text = read_all(fd, p);
+    absl::StatusOr<std::optional<std::vector<Extent>>> records = read_idx_fd(fd, p);
     ::close(fd);
-    if (!text.ok()) return text.status();
-    if (!text->has_value()) continue;  // a folder of that name
-    DLFEED_ASSIGN_OR_RETURN(std::vector<Extent> records, parse_idx(**text, p));
-    return FoundIdx{std::move(p), std::move(records)};
+    if (!records.ok()) return records.status();
+    if (!records->has_value()) continue;  // a folder of that name
+    return FoundIdx{std::move(p), std::move(**records)};
   }
   return FoundIdx{};
 }
@@ -311,11 +346,11 @@ absl::Status read_at(const detail::File& file, std::span<const std::byte> head, 
 absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
   const int fd = ::open(idx_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io_error(idx_path, "open", errno);
-  absl::StatusOr<std::optional<std::string>> text = read_all(fd, idx_path);
+  absl::StatusOr<std::optional<std::vector<Extent>>> records = read_idx_fd(fd, idx_path);
   ::close(fd);
-  if (!text.ok()) return text.status();
-  if (!text->has_value()) return io_error(idx_path, "read", EISDIR);
-  return parse_idx(**text, idx_path);
+  if (!records.ok()) return records.status();
+  if (!records->has_value()) return io_error(idx_path, "read", EISDIR);
+  return std::move(**records);
 }
 
 absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path, const detail::File& file,

@@ -336,6 +336,24 @@ TEST_F(TfRecordTest, IdxFormatReadWrite) {
     ASSERT_FALSE(back.ok()) << text;
     EXPECT_CONTAINS(back.status().message(), p + ":2: expected \"offset length\"");
   }
+  // Sidecars are read in 64 KiB pieces: lines that straddle a piece's end,
+  // a last line without a newline, and a bad line far in are read as such.
+  std::vector<Extent> many;
+  std::string text;
+  for (uint64_t k = 0; k < 12000; ++k) {
+    many.push_back({k * 40, 40});
+    absl::StrAppend(&text, k * 40, std::string(k % 7 + 1, ' '), 40, k % 3 ? "\n" : "\r\n");
+  }
+  ASSERT_GT(text.size(), size_t{2} << 16);
+  text.pop_back();  // no newline after the last line
+  std::ofstream(p, std::ios::trunc | std::ios::binary) << text;
+  back = tfrecord::read_idx(p);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, many);
+  std::ofstream(p, std::ios::trunc | std::ios::binary) << text << "\n1 x\n";
+  back = tfrecord::read_idx(p);
+  ASSERT_FALSE(back.ok());
+  EXPECT_CONTAINS(back.status().message(), p + ":12001: expected");
 }
 
 TEST_F(TfRecordTest, IdxNextToFileMatchesScan) {
