@@ -297,6 +297,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
   n_engines = std::max(1u, n_engines);
   const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
+  // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
+  const uint64_t split_above = options.io.direct ? 0 : options.coalesce.split_above;
   impl->engines.set_spread_always(options.tuning.io_spread_always);
   for (uint32_t k = 0; k < n_engines; ++k) {
     DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, options.io_factory
@@ -305,7 +307,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
     if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
     if (impl->resident) backend = detail::make_resident_backend(std::move(backend), impl->resident);
-    impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k));
+    impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k,
+                                                         split_above, options.coalesce.split_piece));
   }
   // The look-ahead may block; decode needs a thread too.
   const uint32_t threads = std::max(2u, options.threads ? options.threads : std::thread::hardware_concurrency());

@@ -189,7 +189,10 @@ void bind_io_options(py::module_& m) {
                      "A batch merges across gaps no longer than its mean extent (at most max_gap); False: max_gap")
       .def_readwrite("max_read", &prefetch::CoalesceOptions::max_read,
                      "Largest merged read in bytes (longer extents are read in pieces of this size)")
-      .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled, "False: one read per extent");
+      .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled, "False: one read per extent")
+      .def_readwrite("split_above", &prefetch::CoalesceOptions::split_above,
+                     "Buffered reads longer than this go in split_piece pieces (0: no such split)")
+      .def_readwrite("split_piece", &prefetch::CoalesceOptions::split_piece, "The piece size of split_above");
 }
 
 void bind_loader_options(py::module_& m) {

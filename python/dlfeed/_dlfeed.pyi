@@ -112,6 +112,10 @@ class CoalesceOptions:
     """Largest merged read in bytes (longer extents are read in pieces of this size)"""
     enabled: bool
     """False: one read per extent"""
+    split_above: int
+    """Buffered reads longer than this go in split_piece pieces (0: no such split)"""
+    split_piece: int
+    """The piece size of split_above"""
 
 class TraceOptions:
     """Trace events of the counters (C++ counters::TraceOptions)."""

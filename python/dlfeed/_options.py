@@ -117,6 +117,8 @@ KEYWORDS: Dict[str, Keyword] = {
                             note="the command line's --max-gap, when given, is a fixed gap (adaptive_gap=False)"),
     "max_read": Keyword("coalesce.max_read", "max-read"),
     "coalesce": Keyword("coalesce.enabled", "no-coalesce"),
+    "split_above": Keyword("coalesce.split_above", "split-above"),
+    "split_piece": Keyword("coalesce.split_piece", "split-piece"),
     "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),
     "resident": Keyword("resident", "resident"),
     "unpack": Keyword("unpack", "unpack"),

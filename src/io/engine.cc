@@ -86,8 +86,13 @@ void accumulate(IoStats& a, const IoStats& b) {
 }
 
 IoEngine::IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece,
-                   uint32_t number)
-    : backend_(std::move(backend)), counters_(counters), max_piece_(max_piece), number_(number) {
+                   uint32_t number, uint64_t split_above, uint64_t split_piece)
+    : backend_(std::move(backend)),
+      counters_(counters),
+      max_piece_(max_piece),
+      split_above_(split_above),
+      split_piece_(split_piece),
+      number_(number) {
   thread_ = std::thread([this] { loop(); });
   name_thread(thread_, number_ == 0 ? "dlfeed-io" : absl::StrCat("dlfeed-io", number_).c_str());
 }
@@ -118,11 +123,13 @@ void IoEngine::cancel_pending() {
   for (auto& b : drop) b->done(absl::CancelledError("epoch cancelled"));
 }
 
-// One read as requests of at most max_piece_ bytes; the first carries
-// `user_data` (it stands for the read in the counters' trace), the rest `rest`.
+// One read as requests of at most max_piece_ bytes (split_piece_ for a read
+// longer than split_above_); the first carries `user_data` (it stands for the
+// read in the counters' trace), the rest `rest`.
 void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, uint64_t user_data,
                           uint64_t rest) const {
-  const uint64_t piece = max_piece_ ? max_piece_ : r.length;
+  uint64_t piece = max_piece_ ? max_piece_ : r.length;
+  if (split_above_ != 0 && split_piece_ != 0 && r.length > split_above_) piece = std::min(piece, split_piece_);
   uint64_t at = 0;
   do {
     const uint64_t n = std::min(piece, r.length - at);

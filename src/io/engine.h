@@ -95,10 +95,12 @@ void accumulate(IoStats& a, const IoStats& b);
 class IoEngine {
  public:
   /// Reads longer than `max_piece` are issued as pieces of that size (in file
-  /// order), so the backend can keep several in flight (0: never split).
-  /// `number` names the thread (0: the first engine, which is always used).
-  /// `counters` outlives the engine.
-  IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number);
+  /// order), so the backend can keep several in flight (0: never split);
+  /// reads longer than `split_above` (when not 0) in pieces of `split_piece`
+  /// (CoalesceOptions::split_above). `number` names the thread (0: the first
+  /// engine, which is always used). `counters` outlives the engine.
+  IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number,
+           uint64_t split_above = 0, uint64_t split_piece = 0);
   /// Fails batches not yet submitted (Cancelled), waits for the reads in the
   /// backend, joins the thread.
   ~IoEngine();
@@ -141,6 +143,7 @@ class IoEngine {
   std::unique_ptr<IoBackend> backend_;
   counters::Counters* counters_;
   uint64_t max_piece_;
+  uint64_t split_above_, split_piece_;
   uint32_t number_;
   const std::atomic<uint8_t>* staged_ = nullptr;
   size_t staged_n_ = 0;

@@ -103,12 +103,13 @@ struct Rig {
   counters::Counters counters;
   uint32_t id = 0;
   explicit Rig(const std::string& path) { id = files->add(path); }
-  std::unique_ptr<IoEngine> engine(uint64_t max_piece, uint32_t number = 0) {
+  std::unique_ptr<IoEngine> engine(uint64_t max_piece, uint32_t number = 0, uint64_t split_above = 0,
+                                   uint64_t split_piece = 0) {
     IoOptions o;
     o.kind = IoKind::kThreadPool;
     auto b = make_io_backend(files, o);
     EXPECT_TRUE(b.ok()) << b.status();
-    return std::make_unique<IoEngine>(std::move(*b), &counters, max_piece, number);
+    return std::make_unique<IoEngine>(std::move(*b), &counters, max_piece, number, split_above, split_piece);
   }
 };
 
@@ -150,6 +151,24 @@ TEST(IoEngine, ReadsABatchInPiecesAndCallsBackOnce) {
   const IoStats st = engine->stats();
   EXPECT_EQ(st.requests, 13u + 1u) << "50,000 bytes in pieces of 4096, then one small read";
   EXPECT_EQ(st.bytes, 50'123u);
+}
+
+// CoalesceOptions::split_above: a read longer than it goes in split_piece
+// pieces, a read up to it whole (max_piece still caps both).
+TEST(IoEngine, ReadsLongerThanSplitAboveGoInSplitPieces) {
+  const std::string dir = testing::scratch_dir();
+  Rig rig(make_file(dir, 100'000));
+  auto engine = rig.engine(/*max_piece=*/1 << 20, 0, /*split_above=*/20'000, /*split_piece=*/8192);
+  std::vector<std::byte> a(50'000), b(20'000);
+  absl::Status s = run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}, {rig.id, 60'000, b.size(), b.data(), 0}});
+  ASSERT_TRUE(s.ok()) << s;
+  for (uint64_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], std::byte((1000 + k) * 7 % 251)) << k;
+  for (uint64_t k = 0; k < b.size(); ++k) ASSERT_EQ(b[k], std::byte((60'000 + k) * 7 % 251)) << k;
+  for (int k = 0; k < 5000 && engine->stats().requests < 8; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const IoStats st = engine->stats();
+  EXPECT_EQ(st.requests, 7u + 1u) << "50,000 bytes in pieces of 8192, then 20,000 (not above) whole";
+  EXPECT_EQ(st.bytes, 70'000u);
 }
 
 TEST(IoEngine, AFailedReadFailsItsBatchAfterEveryReadIsBack) {

@@ -28,6 +28,10 @@ ABSL_FLAG(uint64_t, max_gap, 64 * 1024,
 ABSL_FLAG(uint64_t, max_read, 4 << 20,
           "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
 ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
+ABSL_FLAG(uint64_t, split_above, 256 * 1024,
+          "Buffered reads longer than this go in --split-piece pieces (more reads in flight fill more of the "
+          "kernel's read-ahead on a cold cache; 0: no such split)");
+ABSL_FLAG(uint64_t, split_piece, 64 * 1024, "The piece size of --split-above");
 ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(std::string, resident, "auto",
           "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
@@ -54,6 +58,8 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.coalesce.adaptive_gap = !flag_given("max_gap");
   o.coalesce.max_read = absl::GetFlag(FLAGS_max_read);
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
+  o.coalesce.split_above = absl::GetFlag(FLAGS_split_above);
+  o.coalesce.split_piece = absl::GetFlag(FLAGS_split_piece);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
   o.resident = absl::GetFlag(FLAGS_resident);
   // Held in memory, the dropped pages would never be read.
@@ -65,8 +71,8 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
 FlagGroup loader_flags() {
   return flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
-                    FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_fadvise, FLAGS_resident, FLAGS_unpack,
-                    FLAGS_threads);
+                    FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_split_above, FLAGS_split_piece,
+                    FLAGS_fadvise, FLAGS_resident, FLAGS_unpack, FLAGS_threads);
 }
 
 }  // namespace dlfeed::cli
