@@ -131,18 +131,22 @@ def test_errors_name_the_file(dlfeed, tmp_path):
 @pytest.mark.parametrize("io", ["sync", "io_uring"])
 def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
     """Samples written by h5py, 5 MiB each (contiguous): a batch of three is
-    one 15 MiB run in the file, read as pieces of at most --max-read bytes."""
+    one 15 MiB run in the file, read as pieces of at most --max-read bytes, or,
+    by default, of --split-piece bytes (a buffered read over --split-above)."""
+    import json
     rng = np.random.default_rng(7)
     x = rng.integers(0, 255, size=(3, 5 << 20), dtype=np.uint8)
     path = tmp_path / "big.hdf5"
     with h5py.File(path, "w") as h:
         h["records"] = x
-    summary = tmp_path / "s.json"
-    got, n, _ = run_checksum(dlfeed, "--io", io, "--fields", "records", "--strategy", "sequential",
-                             "--batch-size", 3, "--max-read", 4 << 20, "--resident", "off", "--summary-json", summary,
-                             path)
-    assert (got, n) == (checksum((k, [x[k].tobytes()]) for k in range(3)), 3)
-    import json
-    e = json.loads(summary.read_text())["epochs"][0]
-    assert e["bytes_read"] == x.nbytes
-    assert e["read_requests"] == 4  # 15 MiB in pieces of 4 MiB
+    want = checksum((k, [x[k].tobytes()]) for k in range(3))
+    for split, requests in ((["--split-above", 0], 4),  # 15 MiB in pieces of 4 MiB
+                            ([], 240)):  # the default: in pieces of 64 KiB
+        summary = tmp_path / "s.json"
+        got, n, _ = run_checksum(dlfeed, "--io", io, "--fields", "records", "--strategy", "sequential",
+                                 "--batch-size", 3, "--max-read", 4 << 20, "--resident", "off", "--summary-json",
+                                 summary, *split, path)
+        assert (got, n) == (want, 3)
+        e = json.loads(summary.read_text())["epochs"][0]
+        assert e["bytes_read"] == x.nbytes
+        assert e["read_requests"] == requests, split
