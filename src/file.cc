@@ -28,6 +28,15 @@ int stat_path(const char* path, struct stat* st) {
   return ::stat(path, st);
 }
 
+uint64_t mtime_ns_of(const struct stat& st) {
+  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec);
+}
+
+FileIdentity identity_of(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_size), mtime_ns_of(st), static_cast<uint64_t>(st.st_ino),
+          static_cast<uint64_t>(st.st_dev)};
+}
+
 absl::StatusOr<File> File::open(const std::string& path) {
   g_opens.fetch_add(1, std::memory_order_relaxed);
   File f;
@@ -38,9 +47,7 @@ absl::StatusOr<File> File::open(const std::string& path) {
   if (::fstat(f.fd_, &st) != 0) return io_error(path, "fstat", errno);
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
   f.size_ = static_cast<uint64_t>(st.st_size);
-  f.identity_ = {f.size_,
-                 static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec),
-                 static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
+  f.identity_ = identity_of(st);
   return f;
 }
 

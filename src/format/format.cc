@@ -87,7 +87,10 @@ absl::StatusOr<FileFormat> parse_format(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5 or tfrecord)"));
 }
 
-absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options) {
+namespace {
+// open_file with what a folder listing knows of the file.
+absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const FormatOptions& options,
+                                             const detail::ListedFile& listed) {
   FileFormat f = options.format;
   if (f == FileFormat::kAuto) {
     DLFEED_ASSIGN_OR_RETURN(f, detect_format(path));
@@ -96,10 +99,15 @@ absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptio
     case FileFormat::kNpy: return open_npy(path, options);
     case FileFormat::kNpz: return open_npz(path, options);
     case FileFormat::kHdf5: return open_hdf5(path, options);
-    case FileFormat::kTfRecord: return open_tfrecord(path, options);
+    case FileFormat::kTfRecord: return detail::open_tfrecord_listed(path, options, listed);
     case FileFormat::kAuto: break;
   }
   return absl::InternalError("unreachable format");
+}
+}  // namespace
+
+absl::StatusOr<SampleIndex> open_file(const std::string& path, const FormatOptions& options) {
+  return open_listed_file(path, options, detail::ListedFile{});
 }
 
 namespace {
@@ -157,14 +165,7 @@ unsigned open_threads(size_t files) {
 absl::StatusOr<SampleIndex> open_one(const std::string& path, const FormatOptions& options,
                                      const detail::ListedFile& listed) {
   try {
-    if (listed.no_idx_beside) {
-      FileFormat f = options.format;
-      if (f == FileFormat::kAuto) {
-        DLFEED_ASSIGN_OR_RETURN(f, detect_format(path));
-      }
-      if (f == FileFormat::kTfRecord) return detail::open_tfrecord_listed(path, options, listed);
-    }
-    return open_file(path, options);
+    return open_listed_file(path, options, listed);
   } catch (const std::exception& e) {  // std::bad_alloc: on a worker it would end the process
     return absl::ResourceExhaustedError(absl::StrCat(path, ": indexing failed: ", e.what()));
   }

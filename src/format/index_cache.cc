@@ -57,17 +57,11 @@ bool same_file(const Identity& a, const Identity& b) {
   return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode;
 }
 
-uint64_t mtime_ns_of(const struct stat& st) {
-  return static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec);
-}
-
-bool identity_of(const std::string& path, Identity& id) {
+// The identity of `path` as stat finds it now; false when it cannot be stat'ed.
+bool stat_identity(const std::string& path, Identity& id) {
   struct stat st;
   if (stat_path(path.c_str(), &st) != 0) return false;
-  id.size = static_cast<uint64_t>(st.st_size);
-  id.mtime_ns = mtime_ns_of(st);
-  id.inode = static_cast<uint64_t>(st.st_ino);
-  id.device = static_cast<uint64_t>(st.st_dev);
+  id = identity_of(st);
   return true;
 }
 
@@ -156,7 +150,7 @@ std::string encode(const SampleIndex& index, const FormatOptions& options, bool 
     Identity id;
     if (identified) {
       id = index.identities[f];
-    } else if (!identity_of(index.files[f], id)) {
+    } else if (!stat_identity(index.files[f], id)) {
       id = {};  // a file gone since: an entry that never matches
     }
     w.str(index.files[f]);
@@ -287,7 +281,7 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
     next = at + 1;
     if (out.files[at]) continue;
     Identity now;
-    if (!identity_of(path, now) || (match_identity && !same_file(now, cached))) continue;  // changed: indexed again
+    if (!stat_identity(path, now) || (match_identity && !same_file(now, cached))) continue;  // changed: indexed again
     CacheReader sr(state);
     auto src = load_source(tag, path, now.size, options, sr);
     if (src.ok() && !sr.at_end()) src = file_error(path, "a cache entry of exactly its source's state", "extra bytes");

@@ -33,7 +33,6 @@ constexpr size_t kFilesPerLoadThread = 64;
 
 absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
                                                                          const std::vector<uint32_t>& ids) {
-  constexpr uint64_t kPiece = 8 << 20;
   auto r = std::make_shared<ResidentFiles>();
   const size_t n = files.size();
   r->held_.assign(n, 0);
@@ -65,14 +64,10 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
     }
     ByteBuffer& buf = r->buffers_[id];
     buf.resize(size);
-    for (uint64_t off = 0; off < size;) {
-      const uint64_t len = std::min(kPiece, size - off);
-      DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), std::span<std::byte>(buf.data() + off, len), off, path));
-      if (got != len) {
-        return format_error(path, off + got, absl::StrCat(size - off - got, " more bytes (the size fstat gave)"),
-                            "the end of the file (file shrank while it was read)");
-      }
-      off += len;
+    DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), std::span<std::byte>(buf.data(), size), 0, path));
+    if (got != size) {
+      return format_error(path, got, absl::StrCat(size - got, " more bytes (the size fstat gave)"),
+                          "the end of the file (file shrank while it was read)");
     }
     r->sizes_[id] = size;
     r->paths_[id] = path;

@@ -31,16 +31,11 @@ absl::StatusOr<std::shared_ptr<const UnpackedFiles::Loaded>> UnpackedFiles::load
   } else {
     DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, table_->pin(e.table_id));
     l.raw.resize(ext.length);
-    constexpr uint64_t kPiece = 8 << 20;
-    for (uint64_t off = 0; off < ext.length;) {
-      const uint64_t len = std::min(kPiece, ext.length - off);
-      DLFEED_ASSIGN_OR_RETURN(
-          size_t got, pread_full(pin.fd(), std::span<std::byte>(l.raw.data() + off, len), ext.offset + off, path));
-      if (got != len) {
-        return format_error(path, ext.offset + off + got, absl::StrCat(ext.length - off - got, " more bytes"),
-                            "the end of the file (truncated)");
-      }
-      off += len;
+    DLFEED_ASSIGN_OR_RETURN(size_t got,
+                            pread_full(pin.fd(), std::span<std::byte>(l.raw.data(), ext.length), ext.offset, path));
+    if (got != ext.length) {
+      return format_error(path, ext.offset + got, absl::StrCat(ext.length - got, " more bytes"),
+                          "the end of the file (truncated)");
     }
     raw = std::span<const std::byte>(l.raw.data(), ext.length);
   }

@@ -98,6 +98,24 @@ std::string make_file(const std::string& dir, uint64_t size) {
   return path;
 }
 
+// `got` holds make_file's bytes from `offset` on.
+::testing::AssertionResult has_file_bytes(const std::vector<std::byte>& got, uint64_t offset) {
+  for (uint64_t k = 0; k < got.size(); ++k) {
+    if (got[k] != std::byte((offset + k) * 7 % 251)) {
+      return ::testing::AssertionFailure() << "byte " << k << " of a read at offset " << offset;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The engine's stats once it counts `requests` requests (or after 5 s).
+IoStats stats_after(const IoEngine& e, uint64_t requests) {
+  for (int k = 0; k < 5000 && e.stats().requests < requests; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return e.stats();
+}
+
 struct Rig {
   std::shared_ptr<FileTable> files = std::make_shared<FileTable>();
   counters::Counters counters;
@@ -144,11 +162,9 @@ TEST(IoEngine, ReadsABatchInPiecesAndCallsBackOnce) {
       run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}, {rig.id, 99'877, b.size(), b.data(), 0}}, &calls);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(calls, 1);
-  for (uint64_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], std::byte((1000 + k) * 7 % 251)) << k;
-  for (uint64_t k = 0; k < b.size(); ++k) ASSERT_EQ(b[k], std::byte((99'877 + k) * 7 % 251)) << k;
-  for (int k = 0; k < 5000 && engine->stats().requests < 14; ++k)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const IoStats st = engine->stats();
+  ASSERT_TRUE(has_file_bytes(a, 1000));
+  ASSERT_TRUE(has_file_bytes(b, 99'877));
+  const IoStats st = stats_after(*engine, 14);
   EXPECT_EQ(st.requests, 13u + 1u) << "50,000 bytes in pieces of 4096, then one small read";
   EXPECT_EQ(st.bytes, 50'123u);
 }
@@ -162,11 +178,9 @@ TEST(IoEngine, ReadsLongerThanSplitAboveGoInSplitPieces) {
   std::vector<std::byte> a(50'000), b(20'000);
   absl::Status s = run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}, {rig.id, 60'000, b.size(), b.data(), 0}});
   ASSERT_TRUE(s.ok()) << s;
-  for (uint64_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], std::byte((1000 + k) * 7 % 251)) << k;
-  for (uint64_t k = 0; k < b.size(); ++k) ASSERT_EQ(b[k], std::byte((60'000 + k) * 7 % 251)) << k;
-  for (int k = 0; k < 5000 && engine->stats().requests < 8; ++k)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const IoStats st = engine->stats();
+  ASSERT_TRUE(has_file_bytes(a, 1000));
+  ASSERT_TRUE(has_file_bytes(b, 60'000));
+  const IoStats st = stats_after(*engine, 8);
   EXPECT_EQ(st.requests, 7u + 1u) << "50,000 bytes in pieces of 8192, then 20,000 (not above) whole";
   EXPECT_EQ(st.bytes, 70'000u);
 }

@@ -28,6 +28,9 @@ DLFEED_EXPORT uint64_t file_opens();
 DLFEED_EXPORT uint64_t file_stats();
 /// ::stat, counted in file_stats().
 int stat_path(const char* path, struct stat* st);
+/// A stat's mtime in ns, and the identity it gives a file.
+uint64_t mtime_ns_of(const struct stat& st);
+FileIdentity identity_of(const struct stat& st);
 
 class DLFEED_EXPORT File {
  public:
