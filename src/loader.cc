@@ -111,8 +111,9 @@ struct Loader::Impl {
     prefetch::CoalesceOptions coalesce = options.coalesce;
     if (resident) coalesce.enabled = false;
     planner = std::make_unique<pipeline::Planner>(
-        indices, file_ids, pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce}, c,
-        unpacked.get());
+        indices, file_ids,
+        pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.coalesce.enabled}, c,
+        unpacked.get(), resident.get());
     source.planner = planner.get();
     source.budget = budget;
     const uint64_t held = (resident ? resident->bytes() : 0) + (unpacked ? unpacked->reserved_bytes() : 0);
@@ -133,7 +134,7 @@ struct Loader::Impl {
   void run_epoch(OrderCursor cursor, uint64_t first_batch) {
     name_thread_once(*counters, "dlfeed pipeline");
     pipeline::Lookahead lookahead(source, std::move(cursor), epoch, first_batch);
-    runner->run(lookahead, *decoder, *collator, stop);
+    runner->run(lookahead, *decoder, *collator, stop, planner->copies_only());
   }
 
   absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
@@ -217,7 +218,7 @@ Loader::~Loader() = default;
 namespace {
 // LoaderOptions::prefetch "auto": reading, and copying from held files.
 constexpr const char* kReadPrefetch = "depth:8,budget:256M";
-constexpr const char* kHeldPrefetch = "depth:2,budget:256M";
+constexpr const char* kHeldPrefetch = "depth:8,budget:32M";
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
@@ -478,6 +479,7 @@ LoaderStats Loader::stats() const {
   s.resident_bytes = m.resident ? m.resident->bytes() : 0;
   s.resident_reason = m.resident_reason;
   s.prefetch = m.policy->name();
+  s.route = m.planner != nullptr && m.planner->copies_only() ? "gather" : "pipeline";
   s.unpacked_bytes = m.unpacked ? m.unpacked->reserved_bytes() : 0;
   s.unpacked_reason = m.unpacked_reason;
   return s;

@@ -55,6 +55,7 @@ py::dict stats_dict(const LoaderStats& s) {
   d["unpacked_bytes"] = s.unpacked_bytes;
   d["unpacked_reason"] = s.unpacked_reason;
   d["prefetch"] = s.prefetch;
+  d["route"] = s.route;
   py::dict st;  // staging (stage_dir)
   st["files"] = s.stage.files;
   st["staged"] = s.stage.staged;

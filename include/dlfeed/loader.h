@@ -108,9 +108,11 @@ struct DLFEED_EXPORT LoaderOptions {
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
   /// that buys no throughput and every batch ahead is a fresh buffer); and
-  /// "depth:2,budget:256M" when the files are held in memory (`resident`):
+  /// "depth:8,budget:32M" when the files are held in memory (`resident`):
   /// a batch is then copies made at once, with no latency to hide, and the
-  /// first touch of a fresh batch buffer costs more than the copies into it.
+  /// first touch of a fresh batch buffer costs more than the copies into it,
+  /// so only 2 batches of 16 MiB go ahead; tiny batches still go 8 ahead,
+  /// so the copying thread and the consumer do not wake each other for each.
   std::string prefetch = "auto";
   /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
   /// `prefetch` when set. The loader calls it from its planner thread only,
@@ -184,7 +186,12 @@ struct DLFEED_EXPORT LoaderStats {
   std::string resident_reason;     // why the dataset is or is not held in memory
   uint64_t unpacked_bytes = 0;     // kept for unpacked arrays (LoaderOptions::unpack), reserved at create
   std::string unpacked_reason;     // what was unpacked and why (empty: no deflated or strided array)
-  std::string prefetch;            // the prefetch policy in use ("auto" resolved), e.g. "depth:2,budget:268435456"
+  std::string prefetch;            // the prefetch policy in use ("auto" resolved), e.g. "depth:8,budget:268435456"
+  /// How batches are made: "gather" when every file is held and every field
+  /// is raw samples at a fixed stride (NPY, stored NPZ, contiguous HDF5),
+  /// each batch gathered by copies on one thread with nothing to decode;
+  /// else "pipeline" (reads or copies, then oneTBB's decode stage).
+  std::string route;
 };
 
 class Loader;

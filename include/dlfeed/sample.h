@@ -96,6 +96,14 @@ class DLFEED_EXPORT SampleSource {
   /// after decode), when the source knows them without any sample: what
   /// describes a field whose files hold no sample at all.
   virtual std::optional<std::pair<DType, Shape>> sample_spec() const { return std::nullopt; }
+  /// Where the samples sit when every one is a single raw extent at a fixed
+  /// stride, decoded as is (is_identity for each) to sample_spec()'s dtype
+  /// and shape: sample k is the `length` bytes at `offset + k * stride`. The
+  /// loader then places a batch of them without a SampleRef per sample.
+  struct Strided {
+    uint64_t offset = 0, stride = 0, length = 0;
+  };
+  virtual std::optional<Strided> strided() const { return std::nullopt; }
 
   /// Sets `ref`'s extents, shape and dtype for sample `item` (below
   /// num_samples()); SampleIndex::ref sets file, source and item. Cheap and

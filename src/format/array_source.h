@@ -71,6 +71,12 @@ class ArraySource : public SampleSource {
   bool is_identity(const SampleRef& ref) const override {
     return !deflated_ && geometry_.contiguous && ref.extents.size() == 1;
   }
+  std::optional<Strided> strided() const override {
+    if (deflated_ || !geometry_.contiguous || geometry_.span <= 0) return std::nullopt;
+    const uint64_t isz = header_.dtype.size;
+    return Strided{array_offset_ + header_.data_offset, static_cast<uint64_t>(geometry_.axis_stride) * isz,
+                   static_cast<uint64_t>(geometry_.span) * isz};
+  }
   std::string describe() const override;
   std::optional<std::pair<DType, Shape>> sample_spec() const override {
     return std::make_pair(header_.dtype, geometry_.dims);

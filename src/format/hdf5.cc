@@ -123,6 +123,10 @@ class ContiguousSource final : public Hdf5Source {
     w.u64(offset_);
   }
   bool is_identity(const SampleRef& ref) const override { return allocated_ && ref.extents.size() == 1; }
+  std::optional<Strided> strided() const override {
+    if (!allocated_ || g_.sample_bytes == 0) return std::nullopt;
+    return Strided{offset_, g_.sample_bytes, g_.sample_bytes};
+  }
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
     if (!allocated_) {

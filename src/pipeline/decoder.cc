@@ -75,7 +75,18 @@ void Decoder::decode_reads(Work& w) const {
     out.offsets.resize(n + 1);
     out.sample_shapes.resize(n);
     ByteBuffer& store = batch->storage[f];
-    if (known) {
+    if (w.strided) {
+      // Read straight into place, all of one shape: nothing to decode.
+      out.offsets = std::move(w.out_offsets[f]);
+      store = std::move(w.out[f]);
+      auto spec = idx.sources.front()->sample_spec();
+      out.sample_shapes.assign(n, spec->second);
+      out.dtype = spec->first;
+      out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+      out.shape.assign(1, static_cast<int64_t>(n));
+      out.shape.insert(out.shape.end(), spec->second.begin(), spec->second.end());
+      continue;
+    } else if (known) {
       out.offsets = std::move(w.out_offsets[f]);
       store = std::move(w.out[f]);
       std::vector<absl::Status> errs(n);

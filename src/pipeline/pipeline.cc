@@ -59,8 +59,8 @@ Pipeline::Pipeline(uint32_t threads) : threads_(threads), arena_(std::make_uniqu
 
 Pipeline::~Pipeline() = default;
 
-void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop) {
-  const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
+void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
+                   bool in_turn) {
   g_running.fetch_add(1);
   struct Running {
     bool on = true;
@@ -70,6 +70,31 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
     ~Running() { end(); }
   } running;
   try {
+    if (in_turn) {
+      while (Work* w = source.next()) {
+        decoder.decode(*w);
+        std::shared_ptr<Work> keep = std::move(w->self);
+        if (stop) break;
+        collator.collate(*w);
+      }
+    } else {
+      run_stages(source, decoder, collator, stop);
+    }
+  } catch (const std::exception& e) {
+    source.drop();
+    collator.fail(absl::InternalError(absl::StrCat("loader pipeline: ", e.what())));
+  }
+  source.drop();
+  // Out of parallel_pipeline before the consumer hears that the epoch ended:
+  // a fork() right after its last batch is not one inside a pipeline.
+  running.end();
+  collator.end();
+}
+
+void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& collator,
+                          const std::atomic<bool>& stop) {
+  const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
+  {
     {
       // The arena's lazy initialization allocates inside libtbb; doing it
       // under the handshake makes it visible to ThreadSanitizer before
@@ -103,15 +128,7 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
                   }));
     });
     tsan_handshake();
-  } catch (const std::exception& e) {
-    source.drop();
-    collator.fail(absl::InternalError(absl::StrCat("loader pipeline: ", e.what())));
   }
-  source.drop();
-  // Out of parallel_pipeline before the consumer hears that the epoch ended:
-  // a fork() right after its last batch is not one inside a pipeline.
-  running.end();
-  collator.end();
 }
 
 }  // namespace dlfeed::pipeline

@@ -4,7 +4,10 @@
 //                          & decoder [parallel]
 //                          & collator [serial in order])
 //
-// in the loader's task arena, passing Work* tokens.
+// in the loader's task arena, passing Work* tokens. When every batch is only
+// copies from held files (Planner::copies_only), the same three stages run
+// in turn on that thread instead: a batch with nothing to decode gains
+// nothing from a hand-off between threads, and pays for it.
 #pragma once
 
 #include <atomic>
@@ -52,12 +55,16 @@ class Pipeline {
   /// parallel and collated in order, until the source runs dry or `stop` is
   /// raised (later batches are then dropped, not delivered); then the end of
   /// the epoch (after an error from the pipeline itself, that error first)
-  /// goes to the collator's queue.
-  void run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop);
+  /// goes to the collator's queue. `in_turn`: the stages run one batch at a
+  /// time on the calling thread, not in oneTBB's pipeline.
+  void run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
+           bool in_turn = false);
 
   uint32_t threads() const { return threads_; }
 
  private:
+  void run_stages(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop);
+
   struct Arena;
   uint32_t threads_;
   std::unique_ptr<Arena> arena_;

@@ -12,8 +12,43 @@ using CId = counters::Id;
 using detail::now_of;
 
 Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std::vector<uint32_t>>& file_ids,
-                 PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked)
-    : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters), unpacked_(unpacked) {}
+                 PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked,
+                 const detail::ResidentFiles* held)
+    : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters), unpacked_(unpacked) {
+  if (held == nullptr) return;
+  // Strided batches: every file held and not unpacked, every source strided,
+  // of one sample spec per field with exactly the layout's bytes.
+  std::vector<StridedField> fields(indices_.size());
+  for (size_t f = 0; f < indices_.size(); ++f) {
+    const SampleIndex& idx = indices_[f];
+    if (idx.sources.empty()) return;
+    for (uint32_t file = 0; file < idx.sources.size(); ++file) {
+      if (!held->has(file_ids_[f][file]) || (unpacked_ != nullptr && unpacked_->has(f, file))) return;
+      const SampleSource& src = *idx.sources[file];
+      const std::optional<SampleSource::Strided> lay = src.strided();
+      const std::optional<std::pair<DType, Shape>> spec = src.sample_spec();
+      if (!lay || !spec) return;
+      if (file == 0) {
+        fields[f].dtype = spec->first;
+        fields[f].shape = spec->second;
+        for (int64_t d : fields[f].shape) {
+          if (d < 0) return;
+        }
+      } else if (!(spec->first == fields[f].dtype) || spec->second != fields[f].shape) {
+        return;
+      }
+      const uint64_t bytes = static_cast<uint64_t>(num_elements(fields[f].shape)) * fields[f].dtype.size;
+      if (lay->length != bytes || bytes == 0) return;
+      fields[f].files.push_back(*lay);
+    }
+    const auto& begin = idx.file_begin;
+    const uint64_t per = begin[1] - begin[0];
+    bool even = per > 0;
+    for (size_t file = 1; file + 1 < idx.sources.size() && even; ++file) even = begin[file + 1] - begin[file] == per;
+    if (even && begin.back() - begin[begin.size() - 2] <= per) fields[f].per_file = per;
+  }
+  strided_ = std::move(fields);
+}
 
 std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index) {
   if (cursor.done()) return nullptr;
@@ -103,7 +138,62 @@ uint64_t Planner::batch_gap(const Work& w) const {
   return count == 0 ? max_gap : std::min(max_gap, bytes / count);
 }
 
+void Planner::plan_strided(Work& w) {
+  const size_t n = w.ids.size(), F = indices_.size();
+  w.strided = true;
+  w.refs.clear();
+  w.piece_begin.assign(1, 0);
+  w.plan = prefetch::ReadPlan{};
+  w.known.assign(F, 1);
+  w.out_offsets.resize(F);
+  w.unknown_bytes.assign(F, 0);
+  w.direct.assign(n * F, 1);
+  w.direct_reads.clear();
+  w.direct_reads.reserve(n * F);
+  w.out.resize(F);
+  uint64_t out_bytes = 0;
+  for (size_t f = 0; f < F; ++f) {
+    const StridedField& sf = strided_[f];
+    const SampleIndex& idx = indices_[f];
+    const std::vector<uint32_t>& ids_of = file_ids_[f];
+    const uint64_t len = sf.files.front().length;
+    auto& off = w.out_offsets[f];
+    off.resize(n + 1);
+    for (size_t i = 0; i <= n; ++i) off[i] = i * len;
+    out_bytes += n * len;
+    auto& dr = w.direct_reads;
+    const size_t first = dr.size();
+    uint32_t file = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t id = w.ids[i];
+      // Consecutive ids mostly share a file (sequential and file orders).
+      if (sf.per_file != 0) {
+        file = static_cast<uint32_t>(id / sf.per_file);
+      } else if (id < idx.file_begin[file] || id >= idx.file_begin[file + 1]) {
+        file = idx.file_of(id);
+      }
+      const SampleSource::Strided& lay = sf.files[file];
+      const uint64_t at = lay.offset + (id - idx.file_begin[file]) * lay.stride;
+      const uint32_t table_id = ids_of[file];
+      if (options_.merge_runs && dr.size() > first && dr.back().file == table_id &&
+          dr.back().offset + dr.back().length == at) {
+        dr.back().length += len;  // a run of neighbours: one copy
+      } else {
+        dr.push_back({table_id, at, len, static_cast<uint32_t>(f), i * len});
+      }
+    }
+  }
+  extents_.fetch_add(n * F, std::memory_order_relaxed);
+  planned_reads_.fetch_add(w.direct_reads.size(), std::memory_order_relaxed);
+  w.ticket = std::make_shared<Ticket>();
+  w.ticket->bytes = out_bytes;
+}
+
 void Planner::plan(Work& w) {
+  if (copies_only()) {
+    plan_strided(w);
+    return;
+  }
   const size_t n = w.ids.size(), F = indices_.size();
   std::vector<prefetch::ExtentRef>& ext = ext_scratch_;
   ext.clear();

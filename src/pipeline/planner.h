@@ -15,6 +15,7 @@
 #include "dlfeed/order/order.h"
 #include "dlfeed/prefetch/plan.h"
 #include "dlfeed/sample.h"
+#include "io/resident.h"
 #include "io/unpacked.h"
 #include "pipeline/work.h"
 
@@ -28,6 +29,9 @@ struct PlannerOptions {
   uint32_t batch_size = 32;
   bool drop_last_batch = false;
   prefetch::CoalesceOptions coalesce;
+  // Strided batches: neighbours in file and batch become one copy (false:
+  // a copy per sample, as CoalesceOptions::enabled = false asks of reads).
+  bool merge_runs = true;
 };
 
 class Planner {
@@ -36,8 +40,16 @@ class Planner {
   /// FileTable id. Both outlive the planner. `counters` may be null.
   /// Samples of files `unpacked` has (may be null) need no read: their
   /// decode gathers them from the unpacked array.
+  /// When `held` (may be null) holds every file of every field and each
+  /// field's sources are all SampleSource::strided() alike, batches are
+  /// planned as strided ones (Work::strided): no SampleRef per sample.
   Planner(const std::vector<SampleIndex>& indices, const std::vector<std::vector<uint32_t>>& file_ids,
-          PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked = nullptr);
+          PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked = nullptr,
+          const detail::ResidentFiles* held = nullptr);
+
+  /// True when every batch is a strided one: its reads are copies from held
+  /// files straight into the batch, and it has nothing to decode.
+  bool copies_only() const { return !strided_.empty(); }
 
   /// The next batch of `cursor` (batch `batch_index` of `epoch`, which then
   /// counts up), planned; null when the cursor is done or only a short last
@@ -60,6 +72,20 @@ class Planner {
   void choose_direct(const Work& w, std::vector<uint8_t>& direct);
   // The gap this batch merges across (CoalesceOptions::adaptive_gap).
   uint64_t batch_gap(const Work& w) const;
+  // plan() for a strided batch: a direct read per sample (or run of
+  // neighbours) from each field's layout.
+  void plan_strided(Work& w);
+
+  // Per field when copies_only(): each file's layout, and the sample shape.
+  struct StridedField {
+    std::vector<SampleSource::Strided> files;
+    Shape shape;
+    DType dtype;
+    // Samples per file when every file but the last holds that many and the
+    // last no more: a sample's file is then its id / per_file (0: search).
+    uint64_t per_file = 0;
+  };
+  std::vector<StridedField> strided_;
 
   const std::vector<SampleIndex>& indices_;
   const std::vector<std::vector<uint32_t>>& file_ids_;

@@ -27,6 +27,10 @@ struct Work {
   uint64_t index = 0;     // the batch's index in the epoch
   uint64_t position = 0;  // the rank position of its first sample
   std::vector<uint64_t> ids;
+  // Planned without refs (Planner::copies_only): every sample of every field
+  // is a direct read of its strided source's layout, of the sample shape
+  // every source of the field shares (refs, piece_begin and plan are empty).
+  bool strided = false;
   // refs[i * fields + f]: sample i of field f as its index describes it,
   // made once by the planner for every later stage.
   std::vector<SampleRef> refs;

@@ -501,11 +501,11 @@ int run_run(const std::vector<std::string>& args) {
     std::printf("field %s: [%s] %s%s\n", loader->field_names()[f].c_str(), idx.sources[0]->layout().c_str(),
                 idx.sources[0]->describe().c_str(), idx.sources.size() > 1 ? " (the first file's)" : "");
   }
-  std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
+  std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; route: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
               o.prefetch == s0.prefetch ? o.prefetch.c_str() : absl::StrCat(o.prefetch, " (", s0.prefetch, ")").c_str(),
-              open_s);
+              s0.route.c_str(), open_s);
   std::printf("dataset %s\n", s0.resident_reason.c_str());
   if (!s0.unpacked_reason.empty()) std::printf("arrays %s\n", s0.unpacked_reason.c_str());
   const std::optional<Efficiency> eff = find_calibration(c, *loader);
