@@ -1,4 +1,5 @@
 #include "io/resident.h"
+#include "io/stream_copy.h"
 
 #include <sys/stat.h>
 
@@ -207,7 +208,7 @@ class ResidentBackend final : public IoBackend {
                                 absl::StrCat("only ", available, " bytes before the end of the file"));
         ++stats_.errors;
       } else {
-        if (r.length > 0) std::memcpy(r.dest, held_->data(r.file) + r.offset, r.length);
+        if (r.length > 0) copy_large(r.dest, held_->data(r.file) + r.offset, r.length);
         c.bytes = r.length;
         stats_.bytes += r.length;
       }

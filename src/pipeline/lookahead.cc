@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
+#include "io/stream_copy.h"
 
 #include "record.h"
 
@@ -90,7 +91,7 @@ void Lookahead::issue_reads(Work& w) {
       case 2: std::memcpy(dest, from, 2); break;
       case 4: std::memcpy(dest, from, 4); break;
       case 8: std::memcpy(dest, from, 8); break;
-      default: std::memcpy(dest, from, length);
+      default: detail::copy_large(dest, from, length);
     }
     ++copies;
     copied += length;
