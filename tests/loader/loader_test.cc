@@ -174,6 +174,51 @@ TEST(Loader, ResidentDatasetsGiveTheSameBatchesAsReadOnes) {
   }
 }
 
+// Orders are made ahead: create()'s for its epoch, each epoch's next one
+// while it runs. Epochs taken in any sequence, an epoch left half-read, a
+// restore() mid-epoch and an order.epoch other than 0 all get exactly the
+// order stage's ids.
+TEST(Loader, OrdersMadeAheadAreEachEpochsOwn) {
+  const DatasetCase& c = kDatasets[3];  // hdf5
+  const std::string path = make_dataset(c, scratch_dir());
+  auto want = [](uint64_t epoch, uint64_t first_epoch_seed = 9) {
+    OrderSpec spec;
+    spec.strategy = "global_shuffle";
+    spec.seed = first_epoch_seed;
+    spec.epoch = epoch;
+    return rank_order(FileLayout::uniform(5, 7), spec).value();
+  };
+  for (uint64_t first : {uint64_t{0}, uint64_t{4}}) {
+    LoaderOptions o = options_for(c, path);
+    o.order.strategy = "global_shuffle";
+    o.order.seed = 9;
+    o.order.epoch = first;
+    o.batch_size = 4;
+    auto loader = Loader::create(o);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    for (uint64_t e : {first, first + 1, first + 3, first + 2, first + 2, uint64_t{0}, first}) {
+      EXPECT_EQ(read_epoch(**loader, c, e), want(e)) << "epoch " << e << " after order.epoch " << first;
+    }
+    // Half of epoch 7, then its state; a fresh loader resumes it.
+    ASSERT_TRUE((**loader).start_epoch(7).ok());
+    std::vector<uint64_t> ids;
+    for (int b = 0; b < 4; ++b) {
+      auto batch = (**loader).next();
+      ASSERT_TRUE(batch.ok() && *batch);
+      ids.insert(ids.end(), (**batch).sample_ids.begin(), (**batch).sample_ids.end());
+    }
+    const std::string state = (**loader).state();
+    EXPECT_EQ(read_epoch(**loader, c, 8), want(8)) << "epoch 8 after epoch 7 was left half-read";
+    auto resumed = Loader::create(o);
+    ASSERT_TRUE(resumed.ok());
+    ASSERT_TRUE((**resumed).restore(state).ok());
+    const std::vector<uint64_t> rest = read_epoch(**resumed, c, 7);
+    ids.insert(ids.end(), rest.begin(), rest.end());
+    EXPECT_EQ(ids, want(7)) << "epoch 7 resumed";
+    EXPECT_EQ(read_epoch(**resumed, c, 8), want(8));
+  }
+}
+
 // Holding many files reads them on several threads; a failure is still the
 // first failing file's in file order, as a serial read would report it.
 TEST(Loader, ResidentLoadOfManyFilesReportsTheFirstFailingFile) {
