@@ -345,7 +345,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
     if (impl->resident) backend = detail::make_resident_backend(std::move(backend), impl->resident);
     impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k,
-                                                         split_above, options.coalesce.split_piece));
+                                                         split_above, options.coalesce.split_piece,
+                                                         options.coalesce.split_piece_cold));
   }
   // The look-ahead may block; decode needs a thread too.
   const uint32_t threads = std::max(2u, options.threads ? options.threads : std::thread::hardware_concurrency());

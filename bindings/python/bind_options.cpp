@@ -192,7 +192,9 @@ void bind_io_options(py::module_& m) {
       .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled, "False: one read per extent")
       .def_readwrite("split_above", &prefetch::CoalesceOptions::split_above,
                      "Buffered reads longer than this go in split_piece pieces (0: no such split)")
-      .def_readwrite("split_piece", &prefetch::CoalesceOptions::split_piece, "The piece size of split_above");
+      .def_readwrite("split_piece", &prefetch::CoalesceOptions::split_piece, "The piece size of split_above")
+      .def_readwrite("split_piece_cold", &prefetch::CoalesceOptions::split_piece_cold,
+                     "The piece size of split_above while most reads miss the page cache (0: split_piece)");
 }
 
 void bind_loader_options(py::module_& m) {

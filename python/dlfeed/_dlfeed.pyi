@@ -116,6 +116,8 @@ class CoalesceOptions:
     """Buffered reads longer than this go in split_piece pieces (0: no such split)"""
     split_piece: int
     """The piece size of split_above"""
+    split_piece_cold: int
+    """The piece size of split_above while most reads miss the page cache (0: split_piece)"""
 
 class TraceOptions:
     """Trace events of the counters (C++ counters::TraceOptions)."""

@@ -119,6 +119,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "coalesce": Keyword("coalesce.enabled", "no-coalesce"),
     "split_above": Keyword("coalesce.split_above", "split-above"),
     "split_piece": Keyword("coalesce.split_piece", "split-piece"),
+    "split_piece_cold": Keyword("coalesce.split_piece_cold", "split-piece-cold"),
     "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),
     "resident": Keyword("resident", "resident"),
     "unpack": Keyword("unpack", "unpack"),

@@ -43,8 +43,10 @@ bool BusyMeter::update(uint64_t wall_ns, uint64_t cpu_ns, uint64_t reads, uint64
   busy_.store(static_cast<uint32_t>(std::min<uint64_t>(permille, 1000)), std::memory_order_relaxed);
   const uint64_t window_reads = reads - reads_;
   const uint64_t window_hits = hits - hits_total_;
-  hits_.store(window_reads ? static_cast<uint32_t>(std::min<uint64_t>(window_hits * 1000 / window_reads, 1000)) : 0,
-              std::memory_order_relaxed);
+  const uint32_t share =
+      window_reads ? static_cast<uint32_t>(std::min<uint64_t>(window_hits * 1000 / window_reads, 1000)) : 0;
+  hits_.store(share, std::memory_order_relaxed);
+  if (window_reads) last_hits_.store(share, std::memory_order_relaxed);
   wall_ = wall_ns;
   cpu_ = cpu_ns;
   reads_ = reads;
@@ -86,12 +88,13 @@ void accumulate(IoStats& a, const IoStats& b) {
 }
 
 IoEngine::IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece,
-                   uint32_t number, uint64_t split_above, uint64_t split_piece)
+                   uint32_t number, uint64_t split_above, uint64_t split_piece, uint64_t split_piece_cold)
     : backend_(std::move(backend)),
       counters_(counters),
       max_piece_(max_piece),
       split_above_(split_above),
       split_piece_(split_piece),
+      split_piece_cold_(split_piece_cold),
       number_(number) {
   thread_ = std::thread([this] { loop(); });
   name_thread(thread_, number_ == 0 ? "dlfeed-io" : absl::StrCat("dlfeed-io", number_).c_str());
@@ -129,7 +132,12 @@ void IoEngine::cancel_pending() {
 void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, uint64_t user_data,
                           uint64_t rest) const {
   uint64_t piece = max_piece_ ? max_piece_ : r.length;
-  if (split_above_ != 0 && split_piece_ != 0 && r.length > split_above_) piece = std::min(piece, split_piece_);
+  if (split_above_ != 0 && split_piece_ != 0 && r.length > split_above_) {
+    // Cold (the last window's reads mostly waited on the device, or none
+    // yet): the smaller piece.
+    const bool cold = split_piece_cold_ != 0 && meter_.last_hits_permille() < kWarmHits;
+    piece = std::min(piece, cold ? split_piece_cold_ : split_piece_);
+  }
   uint64_t at = 0;
   do {
     const uint64_t n = std::min(piece, r.length - at);

@@ -56,9 +56,12 @@ class BusyMeter {
   uint32_t busy_permille() const { return busy_.load(std::memory_order_relaxed); }
   /// 0 for a window without reads.
   uint32_t hits_permille() const { return hits_.load(std::memory_order_relaxed); }
+  /// The last window's with reads (0 before the first): an idle gap, such
+  /// as the one between two epochs, does not make a warm cache look cold.
+  uint32_t last_hits_permille() const { return last_hits_.load(std::memory_order_relaxed); }
 
  private:
-  std::atomic<uint32_t> busy_{0}, hits_{0};
+  std::atomic<uint32_t> busy_{0}, hits_{0}, last_hits_{0};
   uint64_t wall_ = 0, cpu_ = 0, reads_ = 0, hits_total_ = 0;  // the updating thread only
 };
 
@@ -97,10 +100,12 @@ class IoEngine {
   /// Reads longer than `max_piece` are issued as pieces of that size (in file
   /// order), so the backend can keep several in flight (0: never split);
   /// reads longer than `split_above` (when not 0) in pieces of `split_piece`
-  /// (CoalesceOptions::split_above). `number` names the thread (0: the first
+  /// (CoalesceOptions::split_above), or of `split_piece_cold` (when not 0)
+  /// while fewer than half the engine's recent reads were page-cache hits
+  /// (BusyMeter::hits_permille). `number` names the thread (0: the first
   /// engine, which is always used). `counters` outlives the engine.
   IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number,
-           uint64_t split_above = 0, uint64_t split_piece = 0);
+           uint64_t split_above = 0, uint64_t split_piece = 0, uint64_t split_piece_cold = 0);
   /// Fails batches not yet submitted (Cancelled), waits for the reads in the
   /// backend, joins the thread.
   ~IoEngine();
@@ -143,7 +148,11 @@ class IoEngine {
   std::unique_ptr<IoBackend> backend_;
   counters::Counters* counters_;
   uint64_t max_piece_;
-  uint64_t split_above_, split_piece_;
+  uint64_t split_above_, split_piece_, split_piece_cold_;
+  // Warm, for the split: at least this share (permille) of the last window's
+  // reads were page-cache hits. Cold reads in order still hit often (pages
+  // the kernel read ahead), so the bar is high: a warm cache hits ~100%.
+  static constexpr uint32_t kWarmHits = 950;
   uint32_t number_;
   const std::atomic<uint8_t>* staged_ = nullptr;
   size_t staged_n_ = 0;

@@ -122,12 +122,14 @@ struct Rig {
   uint32_t id = 0;
   explicit Rig(const std::string& path) { id = files->add(path); }
   std::unique_ptr<IoEngine> engine(uint64_t max_piece, uint32_t number = 0, uint64_t split_above = 0,
-                                   uint64_t split_piece = 0) {
+                                   uint64_t split_piece = 0, uint64_t split_piece_cold = 0,
+                                   IoKind kind = IoKind::kThreadPool) {
     IoOptions o;
-    o.kind = IoKind::kThreadPool;
+    o.kind = kind;
     auto b = make_io_backend(files, o);
     EXPECT_TRUE(b.ok()) << b.status();
-    return std::make_unique<IoEngine>(std::move(*b), &counters, max_piece, number, split_above, split_piece);
+    return std::make_unique<IoEngine>(std::move(*b), &counters, max_piece, number, split_above, split_piece,
+                                      split_piece_cold);
   }
 };
 
@@ -183,6 +185,39 @@ TEST(IoEngine, ReadsLongerThanSplitAboveGoInSplitPieces) {
   const IoStats st = stats_after(*engine, 8);
   EXPECT_EQ(st.requests, 7u + 1u) << "50,000 bytes in pieces of 8192, then 20,000 (not above) whole";
   EXPECT_EQ(st.bytes, 70'000u);
+}
+
+// Before the engine has seen its reads hit the page cache (a fresh engine:
+// cold until a window says otherwise) it splits in split_piece_cold pieces;
+// once a window of reads was all hits (the sync backend's reads complete at
+// submit), in split_piece pieces.
+TEST(IoEngine, SplitsInColdPiecesUntilItsReadsHitTheCache) {
+  const std::string dir = testing::scratch_dir();
+  Rig rig(make_file(dir, 100'000));
+  auto engine = rig.engine(/*max_piece=*/1 << 20, 0, /*split_above=*/20'000, /*split_piece=*/8192,
+                           /*split_piece_cold=*/4096, IoKind::kSync);
+  std::vector<std::byte> a(50'000);
+  ASSERT_TRUE(run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}}).ok());
+  ASSERT_TRUE(has_file_bytes(a, 1000));
+  EXPECT_EQ(stats_after(*engine, 13).requests, 13u) << "50,000 bytes in cold pieces of 4096";
+  std::this_thread::sleep_for(std::chrono::nanoseconds(BusyMeter::kWindowNs + 1'000'000));
+  std::fill(a.begin(), a.end(), std::byte{0});
+  ASSERT_TRUE(run_batch(*engine, {{rig.id, 1000, a.size(), a.data(), 0}}).ok());
+  ASSERT_TRUE(has_file_bytes(a, 1000));
+  EXPECT_EQ(stats_after(*engine, 20).requests, 20u) << "then in warm pieces of 8192: 7 more";
+}
+
+TEST(BusyMeter, LastHitsOutlastWindowsWithoutReads) {
+  BusyMeter m;
+  m.start(0, 0);
+  EXPECT_EQ(m.last_hits_permille(), 0u) << "nothing known: cold";
+  EXPECT_TRUE(m.update(10'000'000, 0, 100, 99));
+  EXPECT_EQ(m.last_hits_permille(), 990u);
+  EXPECT_TRUE(m.update(20'000'000, 0, 100, 99)) << "an idle window (between epochs)";
+  EXPECT_EQ(m.hits_permille(), 0u);
+  EXPECT_EQ(m.last_hits_permille(), 990u);
+  EXPECT_TRUE(m.update(30'000'000, 0, 200, 149));
+  EXPECT_EQ(m.last_hits_permille(), 500u);
 }
 
 TEST(IoEngine, AFailedReadFailsItsBatchAfterEveryReadIsBack) {

@@ -141,7 +141,9 @@ def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
         h["records"] = x
     want = checksum((k, [x[k].tobytes()]) for k in range(3))
     for split, requests in ((["--split-above", 0], 4),  # 15 MiB in pieces of 4 MiB
-                            ([], 240)):  # the default: in pieces of 64 KiB
+                            # in pieces of 64 KiB (--split-piece-cold 0: whether the engine
+                            # has yet seen its reads hit the cache does not matter)
+                            (["--split-piece-cold", 0], 240)):
         summary = tmp_path / "s.json"
         got, n, _ = run_checksum(dlfeed, "--io", io, "--fields", "records", "--strategy", "sequential",
                                  "--batch-size", 3, "--max-read", 4 << 20, "--resident", "off", "--summary-json",

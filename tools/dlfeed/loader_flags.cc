@@ -32,6 +32,8 @@ ABSL_FLAG(uint64_t, split_above, 256 * 1024,
           "Buffered reads longer than this go in --split-piece pieces (more reads in flight fill more of the "
           "kernel's read-ahead on a cold cache; 0: no such split)");
 ABSL_FLAG(uint64_t, split_piece, 64 * 1024, "The piece size of --split-above");
+ABSL_FLAG(uint64_t, split_piece_cold, 16 * 1024,
+          "The piece size of --split-above while most reads miss the page cache (0: --split-piece)");
 ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(std::string, resident, "auto",
           "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
@@ -60,6 +62,7 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.coalesce.enabled = !absl::GetFlag(FLAGS_no_coalesce);
   o.coalesce.split_above = absl::GetFlag(FLAGS_split_above);
   o.coalesce.split_piece = absl::GetFlag(FLAGS_split_piece);
+  o.coalesce.split_piece_cold = absl::GetFlag(FLAGS_split_piece_cold);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
   o.resident = absl::GetFlag(FLAGS_resident);
   // Held in memory, the dropped pages would never be read.
@@ -72,7 +75,7 @@ FlagGroup loader_flags() {
   return flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
                     FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_split_above, FLAGS_split_piece,
-                    FLAGS_fadvise, FLAGS_resident, FLAGS_unpack, FLAGS_threads);
+                    FLAGS_split_piece_cold, FLAGS_fadvise, FLAGS_resident, FLAGS_unpack, FLAGS_threads);
 }
 
 }  // namespace dlfeed::cli
