@@ -5,6 +5,7 @@
 #include "dlfeed/loader.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <future>
@@ -93,6 +94,7 @@ struct Loader::Impl {
   // start; options.order does not change after create().
   std::optional<OrderCursor> prepared;
   std::future<absl::StatusOr<OrderCursor>> ahead;  // its destructor waits for it
+  pid_t ahead_pid = 0;                             // the process whose thread makes it
 
   // Staging (options.stage): the stager copies this rank's files; sources[id]
   // is FileTable id's source, stage_index[id] its index in the stager (or -1).
@@ -108,6 +110,7 @@ struct Loader::Impl {
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0};
 
   ~Impl() {
+    abandon_if_forked();
     cancel_epoch();
     engines.clear();  // each drains its reads in flight and joins its thread
     stager.reset();   // stops copying, joins its thread (its observer uses counters)
@@ -211,6 +214,7 @@ struct Loader::Impl {
   // The cursor of `spec` (options.order at another epoch and global_start):
   // one made ahead when it is that one, else made now.
   absl::StatusOr<OrderCursor> take_order(const OrderSpec& spec) {
+    abandon_if_forked();
     auto same = [&](const OrderCursor& c) {
       return c.spec().epoch == spec.epoch && c.spec().global_start == spec.global_start;
     };
@@ -224,16 +228,23 @@ struct Loader::Impl {
     if (found) return *std::move(found);
     return OrderCursor::create(layout, spec);
   }
+  // In a child of fork() the thread making `ahead` does not exist, and
+  // waiting for it (get(), or the future's destructor) would never end: the
+  // future is let go unwaited (a small leak, in the child only).
+  void abandon_if_forked() {
+    if (ahead.valid() && ahead_pid != ::getpid()) new std::future<absl::StatusOr<OrderCursor>>(std::move(ahead));
+  }
   // Starts making epoch `epoch`'s order on a thread of its own, so that the
   // next start_epoch need not wait for it (a global shuffle of 2 M samples
-  // takes ~15 ms): only when its ids take at most 1/16 of the memory budget,
-  // since two orders are then held at once.
+  // took 6-30 ms here): only when its ids take at most 1/16 of the memory
+  // budget, since two orders are then held at once.
   bool small_order() const { return layout.num_samples() * sizeof(uint64_t) <= options.memory_budget / 16; }
   void prepare_order(uint64_t epoch) {
     if (!small_order()) return;
     OrderSpec spec = options.order;
     spec.epoch = epoch;
     ahead = std::async(std::launch::async, [this, spec] { return OrderCursor::create(layout, spec); });
+    ahead_pid = ::getpid();
   }
 
   void cancel_epoch() {

@@ -101,8 +101,8 @@ class IoEngine {
   /// order), so the backend can keep several in flight (0: never split);
   /// reads longer than `split_above` (when not 0) in pieces of `split_piece`
   /// (CoalesceOptions::split_above), or of `split_piece_cold` (when not 0)
-  /// while fewer than half the engine's recent reads were page-cache hits
-  /// (BusyMeter::hits_permille). `number` names the thread (0: the first
+  /// while fewer than 95% of the engine's recent reads were page-cache hits
+  /// (BusyMeter::last_hits_permille). `number` names the thread (0: the first
   /// engine, which is always used). `counters` outlives the engine.
   IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number,
            uint64_t split_above = 0, uint64_t split_piece = 0, uint64_t split_piece_cold = 0);

@@ -1,5 +1,4 @@
 #include "io/resident.h"
-#include "io/stream_copy.h"
 
 #include <sys/stat.h>
 
@@ -21,6 +20,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "read_op.h"
+#include "stream_copy.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 

@@ -95,3 +95,46 @@ def test_h5py_contiguous_is_gathered_and_chunked_is_not(tmp_path, counts):
     assert read.stats()["route"] == "pipeline"
     assert {k: v[0].tobytes() for k, v in epoch(read, ["records", "labels"]).items()} == \
         {k: v[0].tobytes() for k, v in got.items()}
+
+
+def test_a_child_forked_while_the_next_order_is_made_does_not_wait_for_it(tmp_path):
+    """Each epoch makes the next one's order on a thread; a child forked just
+    after an epoch (a torch worker) has no such thread. The child refuses the
+    parent's loader (a clear error), drops it without waiting for that
+    thread (no hang), and a loader of its own gives the parent's epoch 1."""
+    import gc
+    import os
+    import signal
+    n = 1_000_000
+    root = tmp_path / "d"
+    root.mkdir()
+    np.save(root / "a.npy", np.arange(n, dtype=np.int32))
+    loader = dlfeed.Loader(root, batch_size=65536, strategy="global_shuffle", seed=5, resident="auto")
+    for _ in loader:  # epoch 0; epoch 1's order is now being made
+        pass
+    out = tmp_path / "child.npy"
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(60)  # a hang fails the test instead of stopping it
+            try:
+                iter(loader)
+                code = 3  # the parent's loader must be refused here
+            except ValueError as e:
+                assert "before fork()" in str(e), e
+                del loader
+                gc.collect()
+                fresh = dlfeed.Loader(root, batch_size=65536, strategy="global_shuffle", seed=5, resident="auto")
+                np.save(out, np.concatenate([b[0] for b in fresh.iter_epoch(1)]))
+                code = 0
+        except BaseException as e:  # noqa: B036 - reported through the exit code
+            import sys
+            print("child:", repr(e), file=sys.stderr)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    got = np.concatenate([b[0] for b in loader])  # the parent's epoch 1: the order made ahead
+    assert len(np.unique(got)) == n
+    np.testing.assert_array_equal(got, np.load(out))

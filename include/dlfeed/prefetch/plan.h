@@ -57,8 +57,9 @@ struct DLFEED_EXPORT CoalesceOptions {
   /// whole (docs/performance.md, "Cold, in order"). 0: no such split.
   uint64_t split_above = 256 * 1024;
   uint64_t split_piece = 64 * 1024;
-  /// The piece while the I/O engine's recent reads mostly miss the page
-  /// cache (fewer than half complete at submit; its 5 ms windows): cold,
+  /// The piece while the I/O engine's recent reads miss the page cache
+  /// (fewer than 95% complete at submit in its last 5 ms window with reads;
+  /// read-ahead makes cold reads in order hit 70-83%): cold,
   /// smaller pieces keep more read-ahead windows filling (sequential 16 KiB
   /// samples 1.1-1.2x faster than 64 KiB pieces), while warm each piece is a
   /// request's overhead on the copy (0.6-0.9x). 0: split_piece always.
