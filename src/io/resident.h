@@ -24,7 +24,7 @@ namespace dlfeed::inline DLFEED_ABI::detail {
 /// The whole bytes of some of a FileTable's files, read once.
 class ResidentFiles {
  public:
-  /// Reads files `ids` of `files` whole (pread in pieces of at most 8 MiB).
+  /// Reads files `ids` of `files` whole (one pread_full each).
   /// Errors name the file and the offset of the failed read.
   static absl::StatusOr<std::shared_ptr<const ResidentFiles>> load(FileTable& files, const std::vector<uint32_t>& ids);
 

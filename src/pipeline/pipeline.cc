@@ -95,40 +95,38 @@ void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& c
                           const std::atomic<bool>& stop) {
   const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
   {
-    {
-      // The arena's lazy initialization allocates inside libtbb; doing it
-      // under the handshake makes it visible to ThreadSanitizer before
-      // another loader's pipeline thread reads what it made.
+    // The arena's lazy initialization allocates inside libtbb; doing it
+    // under the handshake makes it visible to ThreadSanitizer before
+    // another loader's pipeline thread reads what it made.
 #if defined(__SANITIZE_THREAD__)
-      std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+    std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
 #endif
-      arena_->arena.initialize();
-    }
-    tsan_handshake();
-    arena_->arena.execute([&] {
-      tbb::parallel_pipeline(
-          tokens, tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& fc) -> Work* {
-                    tsan_handshake();
-                    Work* token = source.next();
-                    if (token == nullptr) fc.stop();
-                    tsan_handshake();
-                    return token;
-                  }) & tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel, [&](Work* w) {
-                    tsan_handshake();
-                    if (w) decoder.decode(*w);
-                    tsan_handshake();
-                    return w;
-                  }) & tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {
-                    tsan_handshake();
-                    if (w) {
-                      std::shared_ptr<Work> keep = std::move(w->self);
-                      if (!stop) collator.collate(*w);
-                    }
-                    tsan_handshake();
-                  }));
-    });
-    tsan_handshake();
+    arena_->arena.initialize();
   }
+  tsan_handshake();
+  arena_->arena.execute([&] {
+    tbb::parallel_pipeline(
+        tokens, tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& fc) -> Work* {
+                  tsan_handshake();
+                  Work* token = source.next();
+                  if (token == nullptr) fc.stop();
+                  tsan_handshake();
+                  return token;
+                }) & tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel, [&](Work* w) {
+                  tsan_handshake();
+                  if (w) decoder.decode(*w);
+                  tsan_handshake();
+                  return w;
+                }) & tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {
+                  tsan_handshake();
+                  if (w) {
+                    std::shared_ptr<Work> keep = std::move(w->self);
+                    if (!stop) collator.collate(*w);
+                  }
+                  tsan_handshake();
+                }));
+  });
+  tsan_handshake();
 }
 
 }  // namespace dlfeed::pipeline

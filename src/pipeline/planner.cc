@@ -22,22 +22,22 @@ Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std:
   for (size_t f = 0; f < indices_.size(); ++f) {
     const SampleIndex& idx = indices_[f];
     if (idx.sources.empty()) return;
+    std::optional<std::pair<DType, Shape>> first;  // file 0's, which every file must have
     for (uint32_t file = 0; file < idx.sources.size(); ++file) {
       if (!held->has(file_ids_[f][file]) || (unpacked_ != nullptr && unpacked_->has(f, file))) return;
       const SampleSource& src = *idx.sources[file];
       const std::optional<SampleSource::Strided> lay = src.strided();
       const std::optional<std::pair<DType, Shape>> spec = src.sample_spec();
       if (!lay || !spec) return;
-      if (file == 0) {
-        fields[f].dtype = spec->first;
-        fields[f].shape = spec->second;
-        for (int64_t d : fields[f].shape) {
+      if (!first) {
+        first = spec;
+        for (int64_t d : first->second) {
           if (d < 0) return;
         }
-      } else if (!(spec->first == fields[f].dtype) || spec->second != fields[f].shape) {
+      } else if (!(spec->first == first->first) || spec->second != first->second) {
         return;
       }
-      const uint64_t bytes = static_cast<uint64_t>(num_elements(fields[f].shape)) * fields[f].dtype.size;
+      const uint64_t bytes = static_cast<uint64_t>(num_elements(first->second)) * first->first.size;
       if (lay->length != bytes || bytes == 0) return;
       fields[f].files.push_back(*lay);
     }

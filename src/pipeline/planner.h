@@ -76,11 +76,9 @@ class Planner {
   // neighbours) from each field's layout.
   void plan_strided(Work& w);
 
-  // Per field when copies_only(): each file's layout, and the sample shape.
+  // Per field when copies_only(): each file's layout.
   struct StridedField {
     std::vector<SampleSource::Strided> files;
-    Shape shape;
-    DType dtype;
     // Samples per file when every file but the last holds that many and the
     // last no more: a sample's file is then its id / per_file (0: search).
     uint64_t per_file = 0;
