@@ -109,9 +109,22 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
     }
     return small[k].second;
   };
+  // Whether slots a and b (raw, one extent each) are neighbours in the batch
+  // buffer too: sample b follows sample a in the same field, so one direct
+  // read covers both (plan() merges them) and no copy is needed.
+  auto batch_neighbours = [&](uint64_t a, uint64_t b) {
+    if (!raw_ok[a] || !raw_ok[b] || a % F != b % F) return false;
+    const size_t f = a % F;
+    return w.out_offsets[f][a / F] + w.refs[a].extents[0].length == w.out_offsets[f][b / F];
+  };
   for (size_t k = 0; k + 1 < small.size(); ++k) {
     if ((small[k].first >> 32) != (small[k + 1].first >> 32)) continue;
-    if (small[k + 1].second > end_of(k) + gap_) continue;
+    const uint64_t end = end_of(k);
+    if (small[k + 1].second > end + gap_) continue;
+    if (small[k + 1].second == end &&
+        batch_neighbours(small[k].first & 0xFFFFFFFFu, small[k + 1].first & 0xFFFFFFFFu)) {
+      continue;  // neighbours in file and batch (an order that keeps runs): one direct read
+    }
     // Neighbours: neither goes direct unless it is large.
     for (size_t j : {k, k + 1}) {
       const uint64_t slot = small[j].first & 0xFFFFFFFFu;
@@ -222,6 +235,9 @@ void Planner::plan(Work& w) {
   gap_ = batch_gap(w);
   std::vector<uint8_t>& raw_ok = direct_scratch_;
   choose_direct(w, raw_ok);
+  constexpr size_t kNone = ~size_t{0};
+  std::vector<size_t>& last_direct = last_direct_scratch_;  // per field: its latest direct read
+  last_direct.assign(F, kNone);
   for (size_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < F; ++f) {
       w.piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
@@ -233,11 +249,14 @@ void Planner::plan(Work& w) {
         const uint64_t dest = w.out_offsets[f][i];
         auto& dr = w.direct_reads;
         // Neighbours in the file that are neighbours in the batch (sequential
-        // orders) become one run (the engine issues it in max_read pieces).
-        if (options_.coalesce.enabled && !dr.empty() && dr.back().field == f && dr.back().file == file &&
-            dr.back().offset + dr.back().length == e.offset && dr.back().dest + dr.back().length == dest) {
-          dr.back().length += e.length;
+        // orders) become one run (the engine issues it in max_read pieces);
+        // each field's runs grow apart.
+        const size_t last = last_direct[f];
+        if (options_.coalesce.enabled && last != kNone && dr[last].file == file &&
+            dr[last].offset + dr[last].length == e.offset && dr[last].dest + dr[last].length == dest) {
+          dr[last].length += e.length;
         } else {
+          last_direct[f] = dr.size();
           dr.push_back({file, e.offset, e.length, static_cast<uint32_t>(f), dest});
         }
         ++direct_extents;

@@ -94,6 +94,7 @@ class Planner {
   std::atomic<uint64_t> extents_{0}, planned_reads_{0};
   // Scratch (one thread at a time).
   std::vector<uint8_t> direct_scratch_;
+  std::vector<size_t> last_direct_scratch_;
   std::vector<std::pair<uint64_t, uint64_t>> small_scratch_;
   std::vector<prefetch::ExtentRef> ext_scratch_;
 };

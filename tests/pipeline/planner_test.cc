@@ -86,18 +86,47 @@ TEST(Planner, SmallNeighboursAreCoalescedIsolatedOnesGoDirect) {
   for (uint64_t k = 0; k < 10; ++k) b.add({{k * 1000, 1000}}, {1000});
   b.add({{1'000'000, 1000}}, {1000});  // sample 10: far from the rest
   OneField f(b.done());
-  auto w = f.plan({0, 1, 10});
-  EXPECT_EQ(w->direct, (std::vector<uint8_t>{0, 0, 1}));
+  // Samples 0 and 1 are neighbours in the file, not in the batch.
+  auto w = f.plan({1, 10, 0});
+  EXPECT_EQ(w->direct, (std::vector<uint8_t>{0, 1, 0}));
   ASSERT_EQ(w->plan.reads.size(), 1u);
   EXPECT_EQ(w->plan.reads[0].offset, 0u);
   EXPECT_EQ(w->plan.reads[0].length, 2000u);
   ASSERT_EQ(w->direct_reads.size(), 1u);
   EXPECT_EQ(w->direct_reads[0].offset, 1'000'000u);
   EXPECT_EQ(w->direct_reads[0].length, 1000u);
-  EXPECT_EQ(w->direct_reads[0].dest, 2000u) << "sample 10 is third in the batch";
-  EXPECT_EQ(w->piece_begin, (std::vector<uint32_t>{0, 1, 2, 2}));
+  EXPECT_EQ(w->direct_reads[0].dest, 1000u) << "sample 10 is second in the batch";
+  EXPECT_EQ(w->piece_begin, (std::vector<uint32_t>{0, 1, 1, 2}));
   EXPECT_EQ(w->out_offsets[0], (std::vector<uint64_t>{0, 1000, 2000, 3000}));
   EXPECT_EQ(w->ticket->bytes, 2000u + 3000u) << "read buffer + batch buffer";
+}
+
+TEST(Planner, NeighboursInFileAndBatchAreOneDirectRead) {
+  IndexBuilder b;
+  b.file("a");
+  for (uint64_t k = 0; k < 10; ++k) b.add({{k * 1000, 1000}}, {1000});
+  b.add({{1'000'000, 1000}}, {1000});
+  b.add({{500'000, 1000}}, {1000});  // 11 and 12: far from the rest, neighbours of each other
+  b.add({{501'000, 1000}}, {1000});
+  OneField f(b.done());
+  // 2, 3, 4 follow each other in file and batch; 12 then 11 only in the file.
+  auto w = f.plan({2, 3, 4, 10, 12, 11});
+  EXPECT_EQ(w->direct, (std::vector<uint8_t>{1, 1, 1, 1, 0, 0}));
+  ASSERT_EQ(w->direct_reads.size(), 2u);
+  EXPECT_EQ(w->direct_reads[0].offset, 2000u);
+  EXPECT_EQ(w->direct_reads[0].length, 3000u);
+  EXPECT_EQ(w->direct_reads[0].dest, 0u);
+  EXPECT_EQ(w->direct_reads[1].offset, 1'000'000u);
+  EXPECT_EQ(w->direct_reads[1].dest, 3000u);
+  ASSERT_EQ(w->plan.reads.size(), 1u) << "11 and 12 still coalesce, then are copied";
+  EXPECT_EQ(w->plan.reads[0].offset, 500'000u);
+  EXPECT_EQ(w->plan.reads[0].length, 2000u);
+  EXPECT_EQ(w->ticket->bytes, 2000u + 6000u);
+
+  prefetch::CoalesceOptions off;
+  off.enabled = false;
+  auto each = f.plan({2, 3, 4}, off);
+  EXPECT_EQ(each->direct_reads.size(), 3u) << "no coalescing: a read per sample";
 }
 
 TEST(Planner, TheGapDecidesWhoIsANeighbour) {
@@ -229,17 +258,32 @@ TEST(Planner, FieldsReadTheirOwnFileIds) {
   const std::vector<std::vector<uint32_t>> file_ids = {{7}, {3}};
   Planner p(indices, file_ids, {2, false, {}}, nullptr);
   Work w;
-  w.ids = {0, 1};
+  w.ids = {1, 0};  // neighbours in each file, not in the batch: coalesced, then copied
   p.plan(w);
   ASSERT_EQ(w.plan.reads.size(), 2u) << "two files, each coalesced";
   EXPECT_EQ(w.plan.reads[0].file, 3u);
   EXPECT_EQ(w.plan.reads[0].length, 16u);
   EXPECT_EQ(w.plan.reads[1].file, 7u);
   EXPECT_EQ(w.plan.reads[1].length, 200u);
-  // Slot (sample 1, field 1) is the fourth piece run.
-  EXPECT_EQ(w.plan.pieces[w.piece_begin[1 * 2 + 1]].buffer_offset, w.plan.reads[0].buffer_offset + 8);
+  // Slot (batch sample 0 = id 1, field 1) starts 8 bytes into file 3's read.
+  EXPECT_EQ(w.plan.pieces[w.piece_begin[0 * 2 + 1]].buffer_offset, w.plan.reads[0].buffer_offset + 8);
   EXPECT_EQ(p.extents(), 4u);
   EXPECT_EQ(p.planned_reads(), 2u);
+
+  // In order, each field's samples are one direct read of its own file,
+  // though the fields' slots alternate (sample 0 x, sample 0 y, sample 1 x...).
+  Work in_order;
+  in_order.ids = {0, 1};
+  p.plan(in_order);
+  EXPECT_TRUE(in_order.plan.reads.empty());
+  ASSERT_EQ(in_order.direct_reads.size(), 2u);
+  EXPECT_EQ(in_order.direct_reads[0].file, 7u);
+  EXPECT_EQ(in_order.direct_reads[0].length, 200u);
+  EXPECT_EQ(in_order.direct_reads[0].field, 0u);
+  EXPECT_EQ(in_order.direct_reads[1].file, 3u);
+  EXPECT_EQ(in_order.direct_reads[1].length, 16u);
+  EXPECT_EQ(in_order.direct_reads[1].field, 1u);
+  EXPECT_EQ(p.planned_reads(), 4u);
 }
 
 TEST(Planner, NextCutsBatchesFromTheCursor) {
