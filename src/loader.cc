@@ -265,7 +265,7 @@ Loader::~Loader() = default;
 namespace {
 // LoaderOptions::prefetch "auto": reading, and copying from held files.
 constexpr const char* kReadPrefetch = "depth:8,budget:256M";
-constexpr const char* kHeldPrefetch = "depth:8,budget:32M";
+constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {

@@ -247,7 +247,7 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("tuning", &LoaderOptions::tuning, "For dlfeed's tests and benches; not a stable API")
       .def_readwrite("max_open_files", &LoaderOptions::max_open_files, "Files kept open at once (0: the default)")
       .def_readwrite("prefetch", &LoaderOptions::prefetch,
-                     "Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:32M when the files are held), off, "
+                     "Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, "
                      "depth:N (batches), budget:BYTES, or both joined by a comma")
       .def_readwrite("coalesce", &LoaderOptions::coalesce, "Merging of nearby reads")
       .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed,

@@ -108,11 +108,12 @@ struct DLFEED_EXPORT LoaderOptions {
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
   /// that buys no throughput and every batch ahead is a fresh buffer); and
-  /// "depth:8,budget:32M" when the files are held in memory (`resident`):
+  /// "depth:8,budget:16M" when the files are held in memory (`resident`):
   /// a batch is then copies made at once, with no latency to hide, and the
-  /// first touch of a fresh batch buffer costs more than the copies into it,
-  /// so only 2 batches of 16 MiB go ahead; tiny batches still go 8 ahead,
-  /// so the copying thread and the consumer do not wake each other for each.
+  /// first touch of a fresh batch buffer costs more than the copies into it
+  /// (fewer buffers also stay in the CPU's caches), so only 1 batch of 16 MiB
+  /// goes ahead; tiny batches still go 8 ahead, so the copying thread and
+  /// the consumer do not wake each other for each.
   std::string prefetch = "auto";
   /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
   /// `prefetch` when set. The loader calls it from its planner thread only,

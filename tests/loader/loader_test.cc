@@ -154,7 +154,7 @@ TEST(Loader, ResidentDatasetsGiveTheSameBatchesAsReadOnes) {
       ASSERT_TRUE(read.ok()) << read.status();
       EXPECT_EQ((**read).stats().resident_bytes, 0u);
       EXPECT_NE((**read).stats().resident_reason.find("resident is off"), std::string::npos);
-      // prefetch "auto": 8 batches ahead of reads; of copies from held files, 8 within 32 MiB.
+      // prefetch "auto": 8 batches ahead of reads; of copies from held files, 8 within 16 MiB.
       EXPECT_EQ((**read).stats().prefetch, "depth:8,budget:268435456");
       o.resident = "auto";
       auto held = Loader::create(o);
@@ -162,7 +162,7 @@ TEST(Loader, ResidentDatasetsGiveTheSameBatchesAsReadOnes) {
       const LoaderStats s = (**held).stats();
       EXPECT_GT(s.resident_bytes, 0u) << c.name << ": " << s.resident_reason;
       EXPECT_NE(s.resident_reason.find("held in memory"), std::string::npos) << s.resident_reason;
-      EXPECT_EQ(s.prefetch, "depth:8,budget:33554432");
+      EXPECT_EQ(s.prefetch, "depth:8,budget:16777216");
       // Raw samples at a fixed stride are gathered; the rest go through decode.
       const bool strided = c.name == std::string("npz") || c.name == std::string("hdf5");
       EXPECT_EQ(s.route, strided ? "gather" : "pipeline") << c.name;

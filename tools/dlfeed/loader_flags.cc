@@ -18,7 +18,7 @@ ABSL_FLAG(bool, io_spread_always, false,
           "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
 ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
 ABSL_FLAG(std::string, prefetch, "auto",
-          "Prefetch policy: auto (depth:8,budget:256M when samples are read, depth:8,budget:32M when the files "
+          "Prefetch policy: auto (depth:8,budget:256M when samples are read, depth:8,budget:16M when the files "
           "are held in memory), off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
 ABSL_FLAG(uint64_t, memory_budget_mb, 1024, "Most MiB of batches in flight (reads and decoded batches)");
 ABSL_FLAG(uint64_t, max_gap, 64 * 1024,
