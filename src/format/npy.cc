@@ -195,10 +195,18 @@ absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, ab
   const size_t dict_start = h.major == 1 ? 10 : 12;
   absl::string_view dict(reinterpret_cast<const char*>(header.data()) + dict_start, size - dict_start);
   DLFEED_RETURN_IF_ERROR(DictParser(dict, path, base + dict_start).parse(h));
-  uint64_t n = 1;
+  uint64_t n = 1, strided = 1;
   for (int64_t d : h.shape) {
     if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) {
       return format_error(path, base + dict_start, "a shape whose size fits 64 bits",
+                          absl::StrCat("shape ", shape_str(h.shape)));
+    }
+    // The strides multiply the sizes with an empty dimension counted as 1
+    // (sample_geometry): (0, 10^9, 10^9, 10^9) has no elements but strides
+    // past 63 bits.
+    if (__builtin_mul_overflow(strided, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &strided) ||
+        strided > static_cast<uint64_t>(INT64_MAX)) {
+      return format_error(path, base + dict_start, "a shape whose strides fit 63 bits (empty dimensions as 1)",
                           absl::StrCat("shape ", shape_str(h.shape)));
     }
   }

@@ -114,6 +114,8 @@ TEST(NpyHeader, ErrorsNameTheOffsetAndWhatWasExpected) {
         "{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2,), }", "{'descr': '<i4', 'shape': (2,), }",
         "{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }",
         "{'descr': '<i4', 'fortran_order': False, 'shape': (2, -1), }",
+        // No elements, but strides (empty dimensions as 1) past 63 bits: a fuzz finding.
+        "{'descr': '<u2', 'fortran_order': False, 'shape': (0, 1000000, 1000000, 1000000, 1000001), }",
         "{'descr': '<i4', 'fortran_order': False, 'shape': (2,"}) {
     std::string h = "\x93NUMPY\x01";
     h.push_back(0);
