@@ -87,7 +87,8 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   if (!options_.coalesce.enabled) return;
   // Every extent of the batch, sorted per file: a small raw sample with a
   // neighbour within max_gap stays with the coalesced reads (reading them
-  // together saves more than a copy).
+  // together saves more than a copy), unless the two adjoin in the batch
+  // buffer too (then one direct read does both without the copy).
   std::vector<std::pair<uint64_t, uint64_t>>& small = small_scratch_;  // (file << 32 | slot, offset)
   small.clear();
   for (size_t i = 0; i < n; ++i) {

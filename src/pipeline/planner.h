@@ -68,7 +68,7 @@ class Planner {
  private:
   // Which (sample, field) slots are read directly: raw samples (one extent,
   // decode is the identity) whose sizes are known, unless small and near
-  // another extent of the batch.
+  // another extent of the batch that does not follow it in the batch too.
   void choose_direct(const Work& w, std::vector<uint8_t>& direct);
   // The gap this batch merges across (CoalesceOptions::adaptive_gap).
   uint64_t batch_gap(const Work& w) const;
