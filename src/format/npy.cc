@@ -150,6 +150,25 @@ class DictParser {
   size_t pos_ = 0;
 };
 
+// What of `shape` (sizes 0 or more) does not fit, or null: its element count
+// in 64 bits (set in `elements`), or its strides in 63 bits. The strides
+// multiply the sizes with an empty dimension counted as 1 (sample_geometry),
+// so (0, 10^9, 10^9, 10^9) has no elements but strides past 63 bits.
+const char* shape_overflow(const Shape& shape, uint64_t& elements) {
+  uint64_t strided = 1;
+  elements = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
+      return "a shape whose size fits 64 bits";
+    }
+    if (__builtin_mul_overflow(strided, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &strided) ||
+        strided > static_cast<uint64_t>(INT64_MAX)) {
+      return "a shape whose strides fit 63 bits (empty dimensions as 1)";
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 uint64_t NpyHeader::num_elements() const {
@@ -195,20 +214,9 @@ absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, ab
   const size_t dict_start = h.major == 1 ? 10 : 12;
   absl::string_view dict(reinterpret_cast<const char*>(header.data()) + dict_start, size - dict_start);
   DLFEED_RETURN_IF_ERROR(DictParser(dict, path, base + dict_start).parse(h));
-  uint64_t n = 1, strided = 1;
-  for (int64_t d : h.shape) {
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) {
-      return format_error(path, base + dict_start, "a shape whose size fits 64 bits",
-                          absl::StrCat("shape ", shape_str(h.shape)));
-    }
-    // The strides multiply the sizes with an empty dimension counted as 1
-    // (sample_geometry): (0, 10^9, 10^9, 10^9) has no elements but strides
-    // past 63 bits.
-    if (__builtin_mul_overflow(strided, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &strided) ||
-        strided > static_cast<uint64_t>(INT64_MAX)) {
-      return format_error(path, base + dict_start, "a shape whose strides fit 63 bits (empty dimensions as 1)",
-                          absl::StrCat("shape ", shape_str(h.shape)));
-    }
+  uint64_t n = 0;
+  if (const char* expected = shape_overflow(h.shape, n)) {
+    return format_error(path, base + dict_start, expected, absl::StrCat("shape ", shape_str(h.shape)));
   }
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(n, static_cast<uint64_t>(h.dtype.size), &bytes) || bytes > (uint64_t(1) << 62)) {
@@ -445,15 +453,10 @@ absl::StatusOr<std::unique_ptr<ArraySource>> load_array_source(const std::string
   const uint64_t array_offset = in.u64();
   if (!in.ok()) return file_error(path, "an array entry in the index cache", "a truncated or malformed one");
   // The checks open_npy and open_npz make on a header, on the cached one.
-  uint64_t elems = 1, bytes = 0, end = 0, strided = 1;
-  for (int64_t d : h.shape) {
-    // Strides multiply the sizes of 1 or more (an empty dimension too): they
-    // must fit as parse_npy_header makes sure for a file's header.
-    if (d < 0 || __builtin_mul_overflow(elems, static_cast<uint64_t>(d), &elems) ||
-        __builtin_mul_overflow(strided, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &strided) ||
-        strided > static_cast<uint64_t>(INT64_MAX)) {
-      return file_error(path, "a cached array shape of sizes 0 or more", shape_str(h.shape));
-    }
+  uint64_t elems = 0, bytes = 0, end = 0;
+  if (std::any_of(h.shape.begin(), h.shape.end(), [](int64_t d) { return d < 0; }) ||
+      shape_overflow(h.shape, elems) != nullptr) {
+    return file_error(path, "a cached array shape of sizes 0 or more", shape_str(h.shape));
   }
   if (__builtin_mul_overflow(elems, uint64_t{h.dtype.size}, &bytes) ||
       __builtin_add_overflow(bytes, h.data_offset, &end)) {
