@@ -97,6 +97,26 @@ def test_h5py_contiguous_is_gathered_and_chunked_is_not(tmp_path, counts):
         {k: v[0].tobytes() for k, v in got.items()}
 
 
+# Read, not held: in these orders a sample's neighbour in the file is its
+# neighbour in the batch, so each field's run goes straight into the batch
+# buffer as one read (Planner::choose_direct); batches of 4 cross files.
+@pytest.mark.parametrize("strategy", ["sequential", "file_shuffle"])
+def test_in_order_runs_read_into_the_batch_byte_exact(tmp_path, strategy):
+    x, y = savez_files(tmp_path / "z", [6, 0, 11, 1, 6])
+    r = h5_files(tmp_path / "h", [5, 5, 8])
+    for root, fields, want in ((tmp_path / "z", ["x", "y"], (x, y)),
+                               (tmp_path / "h", ["records", "labels"], (r, np.arange(len(r))))):
+        loader = dlfeed.Loader(root, fields=fields, batch_size=4, strategy=strategy, seed=3, resident="off")
+        assert loader.stats()["route"] == "pipeline"
+        got = epoch(loader, fields)
+        assert sorted(got) == list(range(len(want[0])))
+        for sid, (a, b) in got.items():
+            np.testing.assert_array_equal(a, want[0][sid])
+            assert int(b) == want[1][sid]
+        s = loader.stats()
+        assert s["bytes_read"] == s["bytes_delivered"], s
+
+
 def test_a_child_forked_while_the_next_order_is_made_does_not_wait_for_it(tmp_path):
     """Each epoch makes the next one's order on a thread; a child forked just
     after an epoch (a torch worker) has no such thread. The child refuses the
