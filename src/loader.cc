@@ -274,6 +274,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->counters = std::make_shared<Counters>(options.trace);
   Counters& cnt = *impl->counters;
+  if (options.buffer_allocator) impl->pool->set_allocator(options.buffer_allocator);
   // "auto" is resolved once the loader knows whether the files are held.
   if (options.prefetch_policy) {
     impl->policy = options.prefetch_policy;
@@ -521,6 +522,11 @@ LoaderStats Loader::stats() const {
   s.peak_in_flight_bytes = m.budget->peak();
   s.pool_allocations = m.pool->allocations();
   s.pool_reuses = m.pool->reuses();
+  {
+    std::lock_guard<std::mutex> lock(m.budget->mu);
+    s.lookahead_batches = m.budget->pipeline;
+    s.held_batches = m.budget->batches - m.budget->pipeline;
+  }
   s.io_backend = m.engines.backend().name();
   s.io_fallback_reason = m.engines.backend().fallback_reason();
   s.io_engines = static_cast<uint32_t>(m.engines.size());

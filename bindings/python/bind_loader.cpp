@@ -17,6 +17,7 @@ struct PyLoader {
   std::unique_ptr<Loader> loader;
   std::shared_ptr<const Reshape> reshape;
   uint64_t remaining = 0;  // batches left in the running epoch
+  uint32_t h2d_lane = 0;   // the trace lane of copies to the device (0: none yet)
   pid_t pid = getpid();
 
   PyLoader() = default;
@@ -45,6 +46,8 @@ py::dict stats_dict(const LoaderStats& s) {
   d["peak_in_flight_bytes"] = s.peak_in_flight_bytes;
   d["pool_allocations"] = s.pool_allocations;
   d["pool_reuses"] = s.pool_reuses;
+  d["lookahead_batches"] = s.lookahead_batches;
+  d["held_batches"] = s.held_batches;
   d["io_backend"] = s.io_backend;
   d["io_engines"] = s.io_engines;
   d["batches_spread"] = s.batches_spread;
@@ -163,6 +166,22 @@ void bind_loader(py::module_& m) {
       .def("summary_table", [](PyLoader& self) { return self.get().counters_snapshot().summary_table(); })
       .def("reset_counters", [](PyLoader& self) { self.get().counters().reset(); })
       .def("mark_step", [](PyLoader& self) { self.get().counters().mark_step(); })
+      .def("counters_now", [](PyLoader& self) { return self.get().counters().now(); })
+      .def(
+          "record_h2d",
+          [](PyLoader& self, uint64_t t0, uint64_t ns, uint64_t bytes, uint64_t epoch, uint64_t index) {
+            // The h2d stage (docs/counters.md): one batch's copy to the GPU, timed by the device's
+            // events, on a trace lane of its own that begins when the copy was issued.
+            counters::Counters& c = self.get().counters();
+            c.sample(counters::Id::kH2d, ns);
+            c.add(counters::Id::kH2dBytes, bytes);
+            if (c.tracing()) {
+              if (self.h2d_lane == 0) self.h2d_lane = counters::Counters::new_lane("dlfeed h2d");
+              c.trace_on_lane(self.h2d_lane, "h2d", "h2d", t0, ns, epoch, index, bytes);
+            }
+          },
+          py::arg("t0"), py::arg("ns"), py::arg("bytes"), py::arg("epoch"), py::arg("index"),
+          "Records one batch's copy to the device (the Python device= path) into the counters.")
       .def(
           "compute_begin",
           [](PyLoader& self) {

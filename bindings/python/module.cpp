@@ -29,4 +29,5 @@ PYBIND11_MODULE(_dlfeed, m) {
   bind_io(m);
   bind_batch(m);
   bind_loader(m);
+  bind_memory(m);
 }

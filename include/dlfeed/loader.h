@@ -126,8 +126,15 @@ struct DLFEED_EXPORT LoaderOptions {
   /// consumer still holds included) stay within this: read-ahead stops when
   /// the next batch would not fit. Never a hang: when the consumer waits and
   /// nothing is on the way, one batch is read even over the budget (so a
-  /// consumer that keeps many batches gets them one at a time).
+  /// consumer that keeps many batches gets them one at a time). The prefetch
+  /// policy's byte limit counts only the look-ahead, so batches the consumer
+  /// holds take room from this budget, not from the read-ahead.
   uint64_t memory_budget = 1ull << 30;
+  /// Memory for the batch buffers (null: allocate_buffer's pages). A trainer
+  /// passes e.g. cudaHostAlloc/cudaFreeHost to get page-locked batches, ready
+  /// for asynchronous copies to a GPU; buffers are pooled and reused, so each
+  /// is allocated once. dlfeed itself never calls CUDA.
+  std::shared_ptr<const BufferAllocator> buffer_allocator;
   /// Hold the dataset in memory. "auto" (the default): when all its files
   /// together fit in half of memory_budget, and nothing asks for the device
   /// itself (io.direct, stage, io_factory), create() reads each file once,
@@ -176,9 +183,11 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t peak_in_flight_bytes = 0;
   uint64_t pool_allocations = 0;
   uint64_t pool_reuses = 0;
-  std::string io_backend;       // e.g. "io_uring"
-  uint32_t io_engines = 0;      // I/O engines (LoaderOptions::io_engines)
-  uint64_t batches_spread = 0;  // batches read by an engine other than the first
+  uint64_t lookahead_batches = 0;  // now: admitted (reading, decoding or queued) and not yet handed out
+  uint64_t held_batches = 0;       // now: handed to the consumer and not yet dropped
+  std::string io_backend;          // e.g. "io_uring"
+  uint32_t io_engines = 0;         // I/O engines (LoaderOptions::io_engines)
+  uint64_t batches_spread = 0;     // batches read by an engine other than the first
   std::string io_fallback_reason;
   staging::StageStats stage;       // the stager's (LoaderOptions::stage)
   uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from . import _dlfeed, _options
+from . import _device, _dlfeed, _options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -32,13 +32,37 @@ class Loader:
     :class:`dlfeed.Batch` whose ``batch["x"]`` is a numpy array in dlfeed's memory.
 
     Batches you keep alive count against ``memory_budget`` (not against the
-    read-ahead of ``prefetch``): keeping many only makes the loader read one batch
-    at a time once the budget is full; it never waits forever.
+    read-ahead of ``prefetch``): holding a few does not slow the loader; holding
+    so many that the budget is full makes it read one batch at a time; it never
+    waits forever.
+
+    GPU (docs/python.md): ``device="cuda"`` (or ``"cuda:N"``) yields batches on the
+    device (:class:`dlfeed._device.DeviceBatch`: {field: torch CUDA tensor}, each a
+    DLPack producer), copied on a stream of their own from page-locked pool buffers
+    while the consumer works on the previous batch; ``h2d_budget`` bounds the bytes
+    of copies in flight, ``device_prefetch`` the batches copied ahead.
+    ``pin_memory=True`` registers the pool's buffers page-locked once each (no
+    copy); without CUDA it warns and gives ordinary batches. ``pin_memory`` may
+    also be a ``_dlfeed.page_locked_allocator(register, unregister)`` of your own.
     """
 
-    def __init__(self, paths: Union[PathLike, Iterable[PathLike]], **options: Any) -> None:
+    def __init__(self, paths: Union[PathLike, Iterable[PathLike]], *, device: Any = None, pin_memory: Any = False,
+                 h2d_budget: int = _device.DEFAULT_H2D_BUDGET,
+                 device_prefetch: int = _device.DEFAULT_DEVICE_PREFETCH, **options: Any) -> None:
         # The keywords are _options.KEYWORDS (the signature below lists them for help()).
+        self._device = _device.cuda_device(device)  # a clear error without CUDA, before any work
+        self._h2d_budget = int(h2d_budget)
+        self._device_prefetch = int(device_prefetch)
+        self._copier: Optional[_device.DeviceCopier] = None
         o = _options.build_options(_paths(paths), options)
+        self._pinned = None
+        if isinstance(pin_memory, _dlfeed.PinnedAllocator):
+            self._pinned = pin_memory  # your own register/unregister pair (_dlfeed.page_locked_allocator)
+            o.buffer_allocator = pin_memory
+        elif pin_memory or self._device is not None:
+            self._pinned = _device.pinned_allocator("dlfeed.Loader")
+            if self._pinned is not None:
+                o.buffer_allocator = self._pinned
         shapes: Optional[Mapping[str, Sequence[int]]] = options.get("shapes")
 
         reshape: List[Optional[List[int]]] = []
@@ -65,10 +89,57 @@ class Loader:
         """One epoch: the next one (or the epoch of a restore()d state)."""
         return self.iter_epoch(self._next_epoch)
 
-    def iter_epoch(self, epoch: int) -> "EpochIterator":
+    def iter_epoch(self, epoch: int) -> Any:
         """Starts ``epoch`` (from its beginning, or from a restored position in it)."""
         self._core.start_epoch(int(epoch))
+        if self._device is not None:
+            return self._device_epoch(EpochIterator(self, int(epoch)))
         return EpochIterator(self, int(epoch))
+
+    @property
+    def device(self) -> Any:
+        """The torch.device batches are delivered to, or None (host memory)."""
+        return self._device
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the batch buffers are registered page-locked (pin_memory / device)."""
+        return self._pinned is not None
+
+    def pin_stats(self) -> Dict[str, int]:
+        """Pool buffers registered page-locked so far (each once), their bytes, failures."""
+        p = self._pinned
+        if p is None:
+            return {"registered": 0, "registered_bytes": 0, "failures": 0, "unregistered": 0}
+        return {"registered": p.registered, "registered_bytes": p.registered_bytes, "failures": p.failures,
+                "unregistered": p.unregistered, "last_error": p.last_error}
+
+    def h2d_stats(self) -> Dict[str, Any]:
+        """The copies to the device of the last device epoch: count, bytes, GB/s as timed on the device."""
+        return self._copier.stats() if self._copier is not None else {}
+
+    def device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
+        """Host batches (of this loader) as DeviceBatches on ``device`` (see iter_epoch)."""
+        return self._device_epoch(host)
+
+    def _device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
+        import torch
+
+        core = self._core
+        self._copier = copier = _device.DeviceCopier(self._device, self._h2d_budget, core.record_h2d,
+                                                     core.counters_now)
+
+        def convert(b: Any) -> Any:
+            tensors = {}
+            for name in b.keys():
+                t = b.tensor(name)
+                tensors[name] = [torch.from_dlpack(x) for x in t] if isinstance(t, list) else torch.from_dlpack(t)
+            return tensors, (b.epoch, b.index, b.position, b.sample_ids)
+
+        for out, (epoch, index, position, ids) in _device.feed(host, convert, copier, self._device_prefetch):
+            d = _device.DeviceBatch(out)
+            d.epoch, d.index, d.position, d.sample_ids = epoch, index, position, ids
+            yield d
 
     def __len__(self) -> int:
         return self._core.batches_per_epoch
@@ -125,8 +196,16 @@ class Loader:
     # -- counters (docs/counters.md) ---------------------------------------
     def counters(self) -> Dict[str, Any]:
         """A snapshot of the built-in counters: per-stage latencies, bytes,
-        per-epoch AU, samples/s and MB/s (the JSON of docs/counters.md)."""
-        return json.loads(self._core.counters_json())
+        per-epoch AU, samples/s and MB/s (the JSON of docs/counters.md), and ``h2d``:
+        the copies to the device (device=): copies, seconds (as the device timed
+        them), bytes and GB/s."""
+        c = json.loads(self._core.counters_json())
+        ns = c["counters"].get("h2d_ns", {})
+        nbytes = c["counters"].get("h2d_bytes", {}).get("value", 0)
+        secs = ns.get("value", 0) / 1e9
+        c["h2d"] = {"copies": ns.get("count", 0), "seconds": secs, "bytes": nbytes,
+                    "gb_per_s": nbytes / secs / 1e9 if secs else 0.0}
+        return c
 
     def summary(self) -> str:
         """The human summary table `dlfeed run` prints."""
@@ -212,5 +291,15 @@ class EpochIterator:
             return None
 
 
-Loader.__init__.__signature__ = _options.signature(Union[PathLike, Iterable[PathLike]])  # type: ignore[attr-defined]
+def _signature() -> Any:
+    import inspect
+
+    sig = _options.signature(Union[PathLike, Iterable[PathLike]])
+    gpu = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in (
+        ("device", None), ("pin_memory", False), ("h2d_budget", _device.DEFAULT_H2D_BUDGET),
+        ("device_prefetch", _device.DEFAULT_DEVICE_PREFETCH))]
+    return sig.replace(parameters=list(sig.parameters.values()) + gpu)
+
+
+Loader.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
 Loader.__doc__ = (Loader.__doc__ or "") + "\n    Keywords (field of LoaderOptions: what it does):\n\n" + _options.keyword_help() + "\n"

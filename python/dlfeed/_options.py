@@ -145,6 +145,7 @@ NOT_KEYWORDS: Dict[str, str] = {
     "paths": "dlfeed.Loader's positional argument",
     "order.epoch": "the loader sets it per epoch (for batch in loader; iter_epoch(e))",
     "order.global_start": "the loader sets it when it restores a state saved on another world size",
+    "buffer_allocator": "dlfeed.Loader's pin_memory= and device= set it (page-locked pool buffers)",
 }
 
 

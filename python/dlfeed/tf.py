@@ -192,8 +192,12 @@ class _Feed:
 
 def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader] = None,
             ragged: Union[bool, Sequence[str]] = False, pad: Union[bool, Sequence[str]] = False,
-            pad_value: Any = 0, **loader_kwargs: Any) -> Any:
+            pad_value: Any = 0, device: Optional[str] = None, **loader_kwargs: Any) -> Any:
     """A tf.data.Dataset of one dlfeed epoch per iteration.
+
+    ``device="cuda"`` / ``"cuda:N"`` (or TensorFlow's "/GPU:N") places the elements on
+    that GPU: TensorFlow's prefetch_to_device copies the next batches while the step
+    runs. A RuntimeError when TensorFlow sees no GPU.
 
     Elements are a tuple of the fields in order ((x, y) for model.fit), the single
     field's tensor when there is one, or a dict with as_dict=True. Keywords are
@@ -209,6 +213,7 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
     samples differ in length is an error naming the field and the lengths.
     """
     _options.check_keywords(loader_kwargs, "dlfeed.tf.dataset()")
+    tf_device = _tf_device(device)  # checked before any work
     if loader is None:
         if paths is None:
             raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
@@ -268,4 +273,27 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
 
     ds = tf.data.Dataset.from_tensors(np.int64(0)).map(start).flat_map(one_pass)
     # Known length: Keras then knows the steps per epoch.
-    return ds.apply(tf.data.experimental.assert_cardinality(loader.batches_per_epoch))
+    ds = ds.apply(tf.data.experimental.assert_cardinality(loader.batches_per_epoch))
+    if tf_device is not None:
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(tf_device, buffer_size=2))
+    return ds
+
+
+def _tf_device(device: Optional[str]) -> Optional[str]:
+    """TensorFlow's name of the GPU ``device`` names ("cuda", "cuda:N", "/GPU:N"), or None."""
+    if device is None or str(device).lower() in ("cpu", "/cpu:0"):
+        return None
+    d = str(device)
+    if d.startswith("cuda"):
+        index = int(d.split(":", 1)[1]) if ":" in d else 0
+    elif d.upper().startswith("/GPU") or d.upper().startswith("GPU"):
+        index = int(d.rsplit(":", 1)[1]) if ":" in d else 0
+    else:
+        raise ValueError(f"device={device!r}: expected 'cuda', 'cuda:N' or '/GPU:N'")
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        raise RuntimeError(f"device={device!r}: CUDA is not available to TensorFlow (it sees no GPU: "
+                           "tf.config.list_physical_devices('GPU') is empty)")
+    if index >= len(gpus):
+        raise ValueError(f"device={device!r}: TensorFlow sees {len(gpus)} GPU(s)")
+    return f"/GPU:{index}"

@@ -21,7 +21,6 @@ import os
 import struct
 import sys
 import tempfile
-import warnings
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -186,8 +185,11 @@ class Dataset(torch.utils.data.IterableDataset):
     Keywords are dlfeed.Loader's (fields, batch_size, strategy, seed, ...), plus:
       rank, world_size: this process's shard; default: torch.distributed's when
         initialised, else 0 and 1.
-      pin_memory: copy each tensor to page-locked memory (needs CUDA; ignored with a
-        warning otherwise).
+      pin_memory: batches in page-locked memory: the loader's pool buffers are
+        registered once each, no copy (needs CUDA; ignored with a warning otherwise).
+      device: "cuda" or "cuda:N": yield CUDA tensors, copied on a stream of their own
+        while the step runs on the previous batch (docs/python.md; needs CUDA, a clear
+        error otherwise; not with DataLoader worker processes).
       as_dict: yield {field: tensor, "sample_ids": int64 tensor} instead of a tuple
         (a single tensor when there is one field).
 
@@ -208,9 +210,13 @@ class Dataset(torch.utils.data.IterableDataset):
         world_size: Optional[int] = None,
         pin_memory: bool = False,
         as_dict: bool = False,
+        device: Any = None,
         **loader_kwargs: Any,
     ) -> None:
         super().__init__()
+        from . import _device
+
+        self.device = _device.cuda_device(device)  # a clear error without CUDA, now
         # Checked now, not when the first iteration makes the loader.
         _options.check_keywords(loader_kwargs, "dlfeed.torch.Dataset()")
         self._paths = paths
@@ -228,7 +234,6 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending: Optional[bytes] = None
         self._loader: Optional[Loader] = None
         self._loader_key: Optional[tuple] = None
-        self._warned_pin = False
 
     # -- the loader of this process ------------------------------------------
     def _shard(self) -> tuple:
@@ -240,7 +245,9 @@ class Dataset(torch.utils.data.IterableDataset):
     def _get_loader(self, rank: int, world: int) -> Loader:
         key = (os.getpid(), rank, world)
         if self._loader is None or self._loader_key != key:
-            self._loader = Loader(self._paths, rank=rank, world_size=world, **self._kwargs)
+            pin = self.pin_memory or self.device is not None
+            self._loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
+                                  **self._kwargs)
             self._loader_key = key
         return self._loader
 
@@ -280,8 +287,8 @@ class Dataset(torch.utils.data.IterableDataset):
             t = to_torch(batch, i)
             if keep is not None:
                 t = t[:keep]
-            if self.pin_memory:
-                t = self._pin(t)
+            if self.pin_memory and self.device is None and not self.loader.pinned:
+                t = self._pin(t)  # the pool could not be pinned: a copy
             out.append(t)
         if self.as_dict:
             d: Dict[str, Any] = dict(zip(names, out))
@@ -295,10 +302,7 @@ class Dataset(torch.utils.data.IterableDataset):
             return [self._pin(s) for s in t]
         if torch.cuda.is_available():
             return t.pin_memory()
-        if not self._warned_pin:
-            warnings.warn("dlfeed.torch: pin_memory=True ignored: CUDA is not available", RuntimeWarning)
-            self._warned_pin = True
-        return t
+        return t  # the loader warned: no CUDA
 
     def __iter__(self) -> Iterator[Any]:
         # Not a generator function: the checks and the epoch happen when
@@ -342,6 +346,12 @@ class Dataset(torch.utils.data.IterableDataset):
             if indices is not None:
                 total = len(indices)
             valid = max(0, -(-(total - rank) // world))
+        if self.device is not None:
+            if in_worker:
+                raise ValueError("dlfeed.torch.Dataset(device=...): the copies to the GPU run in the training "
+                                 "process; use num_workers=0 (dlfeed's own threads read and decode)")
+            yield from self._device_epoch(loader, epoch, direct)
+            return
         for batch in loader.iter_epoch(epoch):
             keep = None
             if valid is not None and batch.position + len(batch) > valid:
@@ -351,6 +361,20 @@ class Dataset(torch.utils.data.IterableDataset):
             yield self._convert(batch, keep)
             del batch
         if direct:  # a worker generation took its epoch when it started
+            self._record.set_next(epoch + 1)
+
+    def _device_epoch(self, loader: Loader, epoch: int, direct: bool) -> Iterator[Any]:
+        for d in loader.iter_epoch(epoch):
+            names = d.keys()
+            out: List[Any] = [d[n] for n in names]
+            if self.as_dict:
+                dd: Dict[str, Any] = dict(zip(names, out))
+                dd["sample_ids"] = torch.from_numpy(d.sample_ids.astype("int64"))
+                yield dd
+            else:
+                yield out[0] if len(out) == 1 else tuple(out)
+            del d, out
+        if direct:
             self._record.set_next(epoch + 1)
 
     # -- resume ---------------------------------------------------------------

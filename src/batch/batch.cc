@@ -102,12 +102,14 @@ struct BufferPool::State {
   uint64_t cached = 0;  // sum of free buffers' capacities
   uint64_t allocations = 0;
   uint64_t reuses = 0;
+  std::shared_ptr<const BufferAllocator> allocator;
 };
 
 std::shared_ptr<BufferPool::State> BufferPool::make_state() { return std::make_shared<State>(); }
 
 ByteBuffer BufferPool::take(size_t size) {
   if (size == 0) return ByteBuffer();
+  std::shared_ptr<const BufferAllocator> allocator;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     // Best fit: the smallest cached buffer that is big enough, and not more
@@ -132,15 +134,26 @@ ByteBuffer BufferPool::take(size_t size) {
       return b;
     }
     ++state_->allocations;
+    allocator = state_->allocator;
   }
-  ByteBuffer b;
+  ByteBuffer b{DefaultInitAllocator<std::byte>(std::move(allocator))};
   b.resize(size);
   return b;
+}
+
+void BufferPool::set_allocator(std::shared_ptr<const BufferAllocator> allocator) {
+  std::vector<ByteBuffer> drop;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->allocator = std::move(allocator);
+  drop.swap(state_->free);
+  state_->cached = 0;
 }
 
 void BufferPool::give(ByteBuffer&& buffer) {
   if (buffer.capacity() == 0) return;
   std::lock_guard<std::mutex> lock(state_->mu);
+  // A buffer of another allocator (made before set_allocator) is not kept.
+  if (buffer.get_allocator().source != state_->allocator) return;
   if (state_->free.size() >= max_cached_) {
     // Drop the smallest to keep the big ones.
     auto smallest = std::min_element(state_->free.begin(), state_->free.end(),

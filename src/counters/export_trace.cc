@@ -52,6 +52,7 @@ std::string detail_members(const TraceEvent& e, const std::vector<std::string>& 
   if (n == "epoch") return absl::StrCat("\"epoch\":", e.a0, ",\"complete\":", e.a1 ? "true" : "false");
   if (n == "open") return absl::StrCat("\"field\":", e.a0, ",\"files\":", e.a1);
   if (n == "stage") return absl::StrCat("\"fname\":", json_quote(file_name(files, e.a0)), ",\"size\":", e.a1);
+  if (n == "h2d") return absl::StrCat("\"epoch\":", e.a0, ",\"batch\":", e.a1, ",\"size\":", e.a2);
   return "";
 }
 
@@ -82,6 +83,7 @@ constexpr DfName kDfNames[] = {
     {"open", "reader", "index.open"},           // dfanalyzer reader (cat reader, *.open)
     {"stage", "storage", "stage"},
     {"barrier", "comm", "barrier"},
+    {"h2d", "device", "h2d"},  // a batch's copy to the GPU (Python device=)
 };
 
 DfName df_name(const TraceEvent& e) {

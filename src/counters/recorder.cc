@@ -40,6 +40,9 @@ const CounterInfo kInfo[kNumIds] = {
     {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
     {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
      "waiting for the other ranks at the end of a step (emulated all-reduce)"},
+    {"h2d_ns", Unit::kNanoseconds, Kind::kDistribution,
+     "copy a batch to the GPU, start to end as the device timed it (Python device=)"},
+    {"h2d_bytes", Unit::kBytes, Kind::kSum, "bytes copied to the GPU (Python device=)"},
 };
 
 const char* const kComponentNames[kNumComponents] = {"plan", "io", "decode", "collate", "stall", "compute"};

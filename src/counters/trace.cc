@@ -81,8 +81,22 @@ void Counters::set_tracing(bool on) {
   trace_on_.store(on, std::memory_order_release);
 }
 
+uint32_t Counters::new_lane(const std::string& name) {
+  const uint32_t t = g_next_thread.fetch_add(1);
+  std::lock_guard<std::mutex> lock(thread_names_mu());
+  thread_names()[t] = name;
+  return t;
+}
+
 void Counters::trace(const char* name, const char* cat, uint64_t ts, uint64_t dur, uint64_t a0, uint64_t a1,
                      uint64_t a2) {
+  if constexpr (!kEnabled) return;
+  if (!tracing()) return;
+  trace_on_lane(thread_index(), name, cat, ts, dur, a0, a1, a2);
+}
+
+void Counters::trace_on_lane(uint32_t lane, const char* name, const char* cat, uint64_t ts, uint64_t dur, uint64_t a0,
+                             uint64_t a1, uint64_t a2) {
   if constexpr (!kEnabled) return;
   if (!tracing()) return;
   const uint64_t i = trace_next_.fetch_add(1, kRelaxed);
@@ -91,7 +105,7 @@ void Counters::trace(const char* name, const char* cat, uint64_t ts, uint64_t du
     return;
   }
   detail::TraceSlot& s = trace_slots_[i];
-  s.tid = thread_index();
+  s.tid = lane;
   s.name = name;
   s.cat = cat;
   s.ts = ts;

@@ -9,7 +9,10 @@ void Budget::release(uint64_t n, bool in_pipeline) {
     std::lock_guard<std::mutex> lock(mu);
     batches -= 1;
     bytes -= n;
-    if (in_pipeline) pipeline -= 1;
+    if (in_pipeline) {
+      pipeline -= 1;
+      pipeline_bytes -= n;
+    }
   }
   cv.notify_all();
 }
@@ -35,6 +38,7 @@ void Ticket::handed_over() {
   {
     std::lock_guard<std::mutex> lock(budget->mu);
     budget->pipeline -= 1;
+    budget->pipeline_bytes -= bytes;
     in_pipeline = false;
   }
   budget->cv.notify_all();
@@ -48,7 +52,11 @@ bool admit(const std::shared_ptr<Budget>& budget, Ticket& ticket, const AdmitRul
     auto fits = [&] {
       const Budget& b = *budget;
       if (b.pipeline == 0 && b.consumer_waiting) return true;
-      if (!rule.policy->admit({b.pipeline, b.bytes, b.consumer_waiting}, bytes)) return false;
+      // The policy bounds the look-ahead: batches the consumer holds count
+      // against the memory budget below, never against the policy's bytes
+      // (they did once, and 8 held 38 MB batches left a 256 MB read-ahead
+      // room for one batch at a time: the loader starved).
+      if (!rule.policy->admit(b.in_flight(), bytes)) return false;
       if (b.batches == 0) return true;
       if (b.bytes + bytes > rule.memory_budget) return false;
       if (rule.pool != nullptr) rule.pool->trim_to(rule.memory_budget - b.bytes - bytes);
@@ -59,6 +67,7 @@ bool admit(const std::shared_ptr<Budget>& budget, Ticket& ticket, const AdmitRul
     budget->batches += 1;
     budget->bytes += bytes;
     budget->pipeline += 1;
+    budget->pipeline_bytes += bytes;
     budget->peak_bytes = std::max(budget->peak_bytes, budget->bytes);
   }
   ticket.budget = budget;  // from now on the ticket releases the bytes

@@ -21,13 +21,16 @@ namespace dlfeed::inline DLFEED_ABI::pipeline {
 struct Budget {
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t batches = 0;   // admitted and not yet dropped by the consumer
-  uint64_t bytes = 0;     // ... and their bytes: what the memory budget bounds
-  uint64_t pipeline = 0;  // admitted and not yet handed to the consumer: the look-ahead
+  uint64_t batches = 0;         // admitted and not yet dropped by the consumer
+  uint64_t bytes = 0;           // ... and their bytes: what the memory budget bounds
+  uint64_t pipeline = 0;        // admitted and not yet handed to the consumer: the look-ahead
+  uint64_t pipeline_bytes = 0;  // ... and their bytes: what a prefetch policy's byte limit bounds
   bool consumer_waiting = false;
   uint64_t peak_bytes = 0;
 
   void release(uint64_t n, bool in_pipeline);
+  /// The policy's view: the look-ahead (batches and bytes), not the batches the consumer holds.
+  prefetch::InFlight in_flight() const { return {pipeline, pipeline_bytes, consumer_waiting, bytes}; }
   void set_consumer_waiting(bool waiting);
   /// Sets `flag` under the mutex and wakes every waiter. admit() tests its
   /// stop flag under the mutex before it waits, so a stop raised here cannot

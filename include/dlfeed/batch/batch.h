@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <span>
@@ -24,17 +25,49 @@ namespace dlfeed::inline DLFEED_ABI {
 DLFEED_EXPORT void* allocate_buffer(size_t bytes);
 DLFEED_EXPORT void free_buffer(void* p, size_t bytes) noexcept;
 
+/// A user's memory for the batch pool's buffers (LoaderOptions::buffer_allocator),
+/// e.g. cudaHostAlloc/cudaFreeHost, or allocate_buffer then cudaHostRegister:
+/// page-locked batches without dlfeed linking CUDA. The pool reuses its
+/// buffers, so each is allocated (and pinned) once. allocate(bytes) returns
+/// 64-byte aligned memory or throws (std::bad_alloc); free(p, bytes) gets the
+/// same bytes back. Both may run on any loader thread, and after the loader
+/// is gone (a batch may outlive it), so they must stay valid as long as the
+/// object does (the buffers hold it by a shared_ptr).
+struct DLFEED_EXPORT BufferAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* p, size_t bytes)> free;
+};
+
 /// An allocator for batch buffers: 64-byte aligned (what TensorFlow and
 /// SIMD code want from a zero-copy tensor), and resize() leaves new bytes
-/// uninitialised, since reads or decode overwrite them anyway.
+/// uninitialised, since reads or decode overwrite them anyway. `source`:
+/// the user's BufferAllocator (null: allocate_buffer); it moves with the
+/// buffer, so a buffer is always freed by what allocated it.
 template <typename T>
 struct DefaultInitAllocator {
   using value_type = T;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
   DefaultInitAllocator() noexcept = default;
+  explicit DefaultInitAllocator(std::shared_ptr<const BufferAllocator> s) noexcept : source(std::move(s)) {}
   template <typename U>
-  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(allocate_buffer(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) noexcept { free_buffer(p, n * sizeof(T)); }
+  DefaultInitAllocator(const DefaultInitAllocator<U>& o) noexcept : source(o.source) {}
+  T* allocate(size_t n) {
+    if (source) {
+      void* p = source->allocate(n * sizeof(T));
+      if (p == nullptr) throw std::bad_alloc();
+      return static_cast<T*>(p);
+    }
+    return static_cast<T*>(allocate_buffer(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (source) {
+      source->free(p, n * sizeof(T));
+    } else {
+      free_buffer(p, n * sizeof(T));
+    }
+  }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -44,9 +77,10 @@ struct DefaultInitAllocator {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
   template <typename U>
-  bool operator==(const DefaultInitAllocator<U>&) const noexcept {
-    return true;
+  bool operator==(const DefaultInitAllocator<U>& o) const noexcept {
+    return source == o.source;
   }
+  std::shared_ptr<const BufferAllocator> source;
 };
 
 /// A byte buffer that grows without zero-filling.
@@ -110,6 +144,9 @@ struct DLFEED_EXPORT Batch {
 class DLFEED_EXPORT BufferPool {
  public:
   explicit BufferPool(size_t max_cached = 64) : max_cached_(max_cached) {}
+  /// Buffers allocated from now on come from `allocator` (null: allocate_buffer);
+  /// cached ones made by another are freed, so every buffer handed out is the new kind's.
+  void set_allocator(std::shared_ptr<const BufferAllocator> allocator);
   /// A buffer of exactly `size` bytes (contents unspecified), reusing a
   /// cached one whose capacity is at least `size` and at most twice it when
   /// there is one; size 0 gives an empty buffer and takes nothing.

@@ -86,6 +86,8 @@ enum class Id : uint8_t {
   kBytesReadStaged,  // bytes sum  bytes of reads handed to the backend from staged copies (loader stage option)
   kStageCopied,      // bytes sum  bytes copied into the staging folder
   kBarrier,          // ns  dist  waiting for the other ranks at the end of a step (Region::kBarrier)
+  kH2d,              // ns  dist  one batch's copy to the GPU, as the device timed it (per batch; Python device=)
+  kH2dBytes,         // bytes sum  bytes copied to the GPU
   kCount
 };
 inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
@@ -470,6 +472,13 @@ class DLFEED_EXPORT Counters {
   static uint32_t thread_index();
   /// Names the calling thread in traces (e.g. "dlfeed io").
   static void set_thread_name(const std::string& name);
+  /// A trace lane of its own named `name` (e.g. "dlfeed h2d"), for events a
+  /// thread records on behalf of work that runs elsewhere (copies on a GPU
+  /// stream): pass it to trace_on_lane.
+  static uint32_t new_lane(const std::string& name);
+  /// trace(), on `lane` (new_lane) instead of the calling thread's.
+  void trace_on_lane(uint32_t lane, const char* name, const char* cat, uint64_t ts, uint64_t dur, uint64_t a0 = 0,
+                     uint64_t a1 = 0, uint64_t a2 = 0);
 
  private:
   struct Raw;

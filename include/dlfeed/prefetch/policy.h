@@ -15,12 +15,16 @@
 namespace dlfeed::inline DLFEED_ABI::prefetch {
 
 /// The look-ahead now: batches admitted (reads issued or done) and not yet
-/// handed to the consumer; the bytes of every batch not yet dropped (the
-/// consumer's included); and whether the consumer is waiting for a batch.
+/// handed to the consumer, and their bytes; whether the consumer is waiting
+/// for a batch; and the bytes of every batch not yet dropped (the look-ahead
+/// and the batches the consumer holds: LoaderOptions::memory_budget bounds
+/// these). Batches the consumer holds are not look-ahead: holding some must
+/// not shrink the read-ahead (the memory budget still bounds them).
 struct DLFEED_EXPORT InFlight {
   uint64_t batches = 0;
   uint64_t bytes = 0;
   bool consumer_waiting = false;
+  uint64_t total_bytes = 0;
 };
 
 /// Decides whether the next batch may start reading.
@@ -38,7 +42,7 @@ class DLFEED_EXPORT PrefetchPolicy {
 DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_off_policy();
 /// At most `depth` batches read ahead of the consumer.
 DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_fixed_depth_policy(uint32_t depth);
-/// Read ahead while all batches' bytes (the consumer's included) fit in `budget_bytes`.
+/// Read ahead while the look-ahead's bytes (not the consumer's batches) fit in `budget_bytes`.
 DLFEED_EXPORT std::unique_ptr<PrefetchPolicy> make_byte_budget_policy(uint64_t budget_bytes);
 
 /// Admits a batch when every one of `parts` does (e.g. depth and bytes).

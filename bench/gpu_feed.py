@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""Feeding the GPU (issue 28): the targets, measured side by side in one run.
+
+    python bench/gpu_feed.py OUT_DIR            # a GPU machine: under 5 minutes, data included
+    python bench/gpu_feed.py OUT_DIR --quick    # any machine: small data, under 2 minutes on a CPU
+
+Data: ImageNet-like decoded tensors in HDF5 written by h5py (3x224x224 uint8 + an
+int64 label; 16 files x 1,024 samples, 2.47 GB; --quick: 4 x 128), global shuffle,
+batch 256 (--quick: 32). Cases, each a few seconds:
+
+- cpu:        dlfeed.Loader, CPU only (io_engines = min(8, cores)): the CPU side's rate
+- held_k:     the same, holding the last k batches (k = 0, 2, 4, 8): the loader must not starve
+- h2d_raw:    torch copies of one batch's bytes, pageable and pinned: the link
+- device:     dlfeed.Loader(device="cuda"): pinned pool, copies on their own stream
+- torch_dev:  dlfeed.torch.Dataset(device="cuda")
+- torch_dl:   PyTorch DataLoader + h5py, 8 workers, pin_memory=True, .cuda(non_blocking=True)
+- cold_cat / cold_device: pages dropped (root), sequential read of the files vs dlfeed to the GPU
+- au:         a 20 ms matmul step per batch on the GPU; AU = step time / wall time
+
+Without CUDA the device cases are skipped, saying so, and the CPU cases run (the
+held batches, pin_memory's warning, device="cuda"'s error). Writes
+OUT_DIR/gpu_feed.json and OUT_DIR/gpu_feed.md.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+RES: List[Dict[str, Any]] = []
+T0 = time.perf_counter()
+
+
+def log(case: str, **kw: Any) -> Dict[str, Any]:
+    kw = {"case": case, **kw, "t": round(time.perf_counter() - T0, 1)}
+    RES.append(kw)
+    print(json.dumps(kw), flush=True)
+    return kw
+
+
+def find(case: str) -> Dict[str, Any]:
+    for r in RES:
+        if r["case"] == case and "error" not in r:
+            return r
+    return {}
+
+
+def safe(fn):
+    def wrap(case: str, *a: Any, **k: Any) -> Dict[str, Any]:
+        try:
+            return fn(case, *a, **k)
+        except Exception as e:  # one failing case must not end the run
+            return log(case, error=f"{type(e).__name__}: {str(e)[:400]}")
+    return wrap
+
+
+def drop_caches() -> bool:
+    subprocess.run(["sync"], check=False)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def make_data(folder: str, files: int, per: int) -> List[str]:
+    import h5py
+
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for k in range(files):
+        p = os.path.join(folder, f"part_{k:03d}.h5")
+        paths.append(p)
+        if os.path.exists(p):
+            try:
+                with h5py.File(p, "r") as h:
+                    if h["image"].shape == (per, 3, 224, 224):
+                        continue
+            except (OSError, KeyError):
+                pass
+        rng = np.random.default_rng(k)
+        with h5py.File(p, "w") as h:
+            h.create_dataset("image", data=rng.integers(0, 255, (per, 3, 224, 224), dtype=np.uint8))
+            h.create_dataset("label", data=rng.integers(0, 1000, (per,), dtype=np.int64))
+    return paths
+
+
+def warm(paths: List[str]) -> None:
+    for p in paths:
+        with open(p, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+SAMPLE = 3 * 224 * 224 + 8
+
+
+class Bench:
+    def __init__(self, a: argparse.Namespace) -> None:
+        import torch
+
+        self.torch = torch
+        self.quick = a.quick
+        self.cuda = torch.cuda.is_available() and not a.cpu
+        self.data = os.path.join(a.data, "img")
+        self.files, self.per = (4, 128) if a.quick else (16, 1024)
+        self.batch = 32 if a.quick else 256
+        self.limit = 1.0 if a.quick else a.seconds
+        self.engines = min(8, os.cpu_count() or 2)
+
+    def loader(self, **kw: Any) -> Any:
+        import dlfeed
+
+        return dlfeed.Loader(self.data, fields=["image", "label"], batch_size=self.batch, strategy="global_shuffle",
+                             seed=3, io_engines=self.engines, **kw)
+
+    def run_loader(self, case: str, hold: int = 0, device: Optional[str] = None, skip: int = 0,
+                   epochs: int = 1000, limit: Optional[float] = None, cold: bool = False, **kw: Any) -> Dict[str, Any]:
+        """Iterate (epochs or limit seconds); the first `skip` batches are not timed (pool warm-up)."""
+        limit = self.limit if limit is None else limit
+        L = self.loader(device=device, **kw)
+        dropped = drop_caches() if cold else None
+        held: collections.deque = collections.deque()
+        n = b = 0
+        seen = 0
+        t = time.perf_counter()
+        done = False
+        for e in range(epochs):
+            for batch in L.iter_epoch(e):
+                seen += 1
+                if seen == skip:
+                    n = b = 0
+                    t = time.perf_counter()
+                    continue
+                x = batch["image"]
+                n += int(x.shape[0])
+                b += int(x.shape[0]) * SAMPLE
+                held.append(batch)
+                while len(held) > hold:
+                    held.popleft()
+                del batch, x
+                if time.perf_counter() - t > limit:
+                    done = True
+                    break
+            if done:
+                break
+        if device is not None:
+            self.torch.cuda.synchronize()
+        s = time.perf_counter() - t
+        held.clear()
+        st = L.stats()
+        extra = {"h2d": L.h2d_stats(), "pin": L.pin_stats()} if device is not None else {}
+        c = L.counters()
+        L.close()
+        return log(case, samples_s=round(n / s), gb_s=round(b / s / 1e9, 3), samples=n, seconds=round(s, 2),
+                   hold=hold, device=device, cold=cold, dropped=dropped, io_engines=st["io_engines"],
+                   route=st["route"], pool_allocations=st["pool_allocations"], au=_au(c), **extra)
+
+    # -- CPU parts --------------------------------------------------------------
+    def cpu_cases(self) -> None:
+        safe(self.run_loader)("cpu", skip=2)
+        for k in (0, 2, 4, 8):
+            safe(self.run_loader)(f"held_{k}", hold=k, skip=2)
+        safe(self.run_loader)("held_0_again", hold=0, skip=2)  # the first k=0 ran on a cooler machine
+        safe(self.no_cuda_behaviour)("no_cuda")
+
+    def no_cuda_behaviour(self, case: str) -> Dict[str, Any]:
+        """What a CPU-only machine does with device= and pin_memory=."""
+        import dlfeed
+        import dlfeed.torch
+
+        if self.cuda:
+            return log(case, skipped="CUDA is available here")
+        msg = ""
+        try:
+            dlfeed.torch.Dataset(self.data, fields=["image", "label"], batch_size=self.batch, device="cuda")
+        except RuntimeError as e:
+            msg = str(e)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            L = self.loader(pin_memory=True)
+            first = next(iter(L))
+            ok = first["image"].shape[0] == self.batch
+            L.close()
+        warned = [str(x.message) for x in w if "pin_memory" in str(x.message)]
+        return log(case, device_error=msg, pin_warning=warned[:1], pin_batches_ok=bool(ok))
+
+    # -- device parts -------------------------------------------------------------
+    def h2d_raw(self, case: str) -> Dict[str, Any]:
+        torch = self.torch
+        nb = self.batch * SAMPLE
+        out = {}
+        for pinned in (False, True):
+            src = torch.empty(nb, dtype=torch.uint8, pin_memory=pinned)
+            src.fill_(1)
+            for _ in range(3):
+                src.cuda(non_blocking=pinned)
+            torch.cuda.synchronize()
+            k = 40
+            t = time.perf_counter()
+            for _ in range(k):
+                g = src.cuda(non_blocking=pinned)
+            torch.cuda.synchronize()
+            out["pinned" if pinned else "pageable"] = round(nb * k / (time.perf_counter() - t) / 1e9, 2)
+            del g, src
+        return log(case, gb_s=out["pinned"], pageable_gb_s=out["pageable"], mb=round(nb / 1e6, 1))
+
+    def torch_dataset(self, case: str) -> Dict[str, Any]:
+        import dlfeed.torch
+
+        ds = dlfeed.torch.Dataset(self.data, fields=["image", "label"], batch_size=self.batch,
+                                  strategy="global_shuffle", seed=3, io_engines=self.engines, device="cuda")
+        n = seen = 0
+        t = time.perf_counter()
+        while True:
+            for x, y in ds:
+                seen += 1
+                if seen == 8:
+                    n, t = 0, time.perf_counter()
+                    continue
+                n += int(x.shape[0])
+                if time.perf_counter() - t > self.limit:
+                    break
+            else:
+                continue
+            break
+        self.torch.cuda.synchronize()
+        s = time.perf_counter() - t
+        on = str(x.device)
+        ds.loader.close()
+        return log(case, samples_s=round(n / s), gb_s=round(n * SAMPLE / s / 1e9, 3), tensor_device=on)
+
+    def torch_dl(self, case: str, workers: int, cold: bool = False) -> Dict[str, Any]:
+        torch = self.torch
+        ds = H5Images(self.data)
+        dl = torch.utils.data.DataLoader(ds, batch_size=self.batch, shuffle=True, num_workers=workers,
+                                         pin_memory=self.cuda, prefetch_factor=4 if workers else None)
+        if cold:
+            drop_caches()
+        n = 0
+        it = iter(dl)
+        t = time.perf_counter()
+        for x, y in it:
+            if self.cuda:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            n += int(x.shape[0])
+            if time.perf_counter() - t > self.limit:
+                break
+        if self.cuda:
+            torch.cuda.synchronize()
+        s = time.perf_counter() - t
+        del it, dl
+        return log(case, samples_s=round(n / s), gb_s=round(n * SAMPLE / s / 1e9, 3), workers=workers, cold=cold)
+
+    def cold_cat(self, case: str) -> Dict[str, Any]:
+        if not drop_caches():
+            return log(case, skipped="cannot drop the page cache (not root): cold cases skipped")
+        t = time.perf_counter()
+        tot = 0
+        for f in sorted(os.listdir(self.data)):
+            with open(os.path.join(self.data, f), "rb", buffering=0) as fh:
+                while True:
+                    chunk = fh.read(8 << 20)
+                    if not chunk:
+                        break
+                    tot += len(chunk)
+        s = time.perf_counter() - t
+        return log(case, gb_s=round(tot / s / 1e9, 3), gb=round(tot / 1e9, 2))
+
+    def au(self, case: str) -> Dict[str, Any]:
+        """20 ms of GPU work per step (a matmul loop), the loader alone much faster."""
+        torch = self.torch
+        a = torch.randn(2048, 2048, device="cuda")
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(20):
+            a = (a @ a) * 1e-3
+        torch.cuda.synchronize()
+        per = (time.perf_counter() - t) / 20
+        reps = max(1, round(0.020 / per))
+        L = self.loader(device="cuda")
+        steps = 0
+        step_s = 0.0
+        t_start = None
+        limit = max(self.limit, 4.0)
+        e = 0
+        while t_start is None or time.perf_counter() - t_start < limit:
+            for batch in L.iter_epoch(e):
+                t0 = time.perf_counter()
+                if steps == 5:
+                    t_start, step_s = t0, 0.0  # the first steps warm the pool
+                with L.compute():
+                    x = batch["image"]
+                    z = a
+                    for _ in range(reps):
+                        z = (z @ a) * 1e-3
+                    float((z.sum() + x[0, 0, 0, 0].float()).item())  # the step ends as a loss.item() does
+                step_s += time.perf_counter() - t0
+                steps += 1
+                del batch, x
+                if t_start is not None and time.perf_counter() - t_start > limit:
+                    break
+            e += 1
+        wall = time.perf_counter() - t_start
+        c = L.counters()
+        L.close()
+        return log(case, au_pct=round(100 * step_s / wall, 2), counters_au=_au(c), step_ms=round(1000 * step_s /
+                   max(1, steps - 5), 2), steps=steps - 5, matmul_reps=reps)
+
+    def device_cases(self) -> None:
+        safe(self.h2d_raw)("h2d_raw")
+        safe(self.run_loader)("device", device="cuda", skip=8)
+        safe(self.torch_dataset)("torch_dev")
+        safe(self.torch_dl)("torch_dl_w8", 8)
+        safe(self.au)("au")
+        r = safe(self.cold_cat)("cold_cat")
+        if "gb_s" in r:
+            safe(self.run_loader)("cold_device", device="cuda", epochs=1, limit=120, cold=True, resident="off")
+            safe(self.run_loader)("cold_cpu", epochs=1, limit=120, cold=True, resident="off")
+
+
+class H5Images:
+    """What a PyTorch user writes: open per worker, one sample per __getitem__."""
+
+    def __init__(self, folder: str) -> None:
+        import h5py
+
+        self.paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".h5"))
+        with h5py.File(self.paths[0], "r") as h:
+            self.per = h["image"].shape[0]
+        self.h: Optional[List[Any]] = None
+
+    def __len__(self) -> int:
+        return len(self.paths) * self.per
+
+    def __getitem__(self, i: int) -> Any:
+        import h5py
+        import torch
+
+        if self.h is None:
+            self.h = [h5py.File(p, "r") for p in self.paths]
+        f, j = divmod(i, self.per)
+        return torch.from_numpy(self.h[f]["image"][j]), int(self.h[f]["label"][j])
+
+
+def _au(c: Dict[str, Any]) -> Optional[float]:
+    try:
+        return c["total"]["au_percent"]
+    except (KeyError, TypeError):
+        return None
+
+
+def targets(cuda: bool) -> List[Dict[str, Any]]:
+    """The issue's targets from the results (None: not measured)."""
+    out = []
+
+    def ratio(name: str, got: Optional[float], want: float, note: str) -> None:
+        out.append({"target": name, "value": None if got is None else round(got, 3), "want": want,
+                    "met": None if got is None else got >= want, "note": note})
+
+    cpu, dev, raw = find("cpu"), find("device"), find("h2d_raw")
+    h0 = [find("held_0").get("samples_s"), find("held_0_again").get("samples_s")]
+    h0 = [x for x in h0 if x]
+    h8 = find("held_8").get("samples_s")
+    ratio("8 held / none (CPU-only loader)", h8 / statistics.median(h0) if h8 and h0 else None, 0.9,
+          "median of the two k=0 runs")
+    if dev and cpu and raw:
+        ratio("GPU delivered / min(CPU-only, pinned copy)", dev["gb_s"] / min(cpu["gb_s"], raw["gb_s"]), 0.9,
+              f"CPU-only {cpu['gb_s']} GB/s, pinned copy {raw['gb_s']} GB/s, delivered {dev['gb_s']} GB/s")
+    else:
+        ratio("GPU delivered / min(CPU-only, pinned copy)", None, 0.9, "no CUDA" if not cuda else "a case failed")
+    tdl = find("torch_dl_w8")
+    ratio("dlfeed to GPU / DataLoader+h5py w8 pin_memory", dev["samples_s"] / tdl["samples_s"]
+          if dev and tdl.get("samples_s") else None, 5.0, "")
+    cc, cd = find("cold_cat"), find("cold_device")
+    ratio("cold: to GPU / sequential read", cd["gb_s"] / cc["gb_s"] if cd and cc.get("gb_s") else None, 0.9,
+          cc.get("skipped", ""))
+    au = find("au")
+    ratio("AU, 20 ms GPU step", au.get("au_pct"), 99.0, f"counters' AU {au.get('counters_au')}" if au else "")
+    return out
+
+
+def write(out_dir: str, cuda: bool, skipped: str) -> None:
+    tg = targets(cuda)
+    with open(os.path.join(out_dir, "gpu_feed.json"), "w") as f:
+        json.dump({"results": RES, "targets": tg, "skipped": skipped}, f, indent=1)
+    lines = ["# bench/gpu_feed.py", ""]
+    info = find("info")
+    lines.append(f"Machine: {info.get('gpu', 'no GPU')}, {info.get('cores')} cores, {info.get('mem_gib')} GiB; "
+                 f"torch {info.get('torch')}; total {time.perf_counter() - T0:.0f} s." + (f" {skipped}" if skipped
+                                                                                         else ""))
+    lines += ["", "| target | value | want | met | note |", "|---|---|---|---|---|"]
+    for t in tg:
+        lines.append(f"| {t['target']} | {t['value']} | >= {t['want']} | {t['met']} | {t['note']} |")
+    lines += ["", "| case | samples/s | GB/s | details |", "|---|---|---|---|"]
+    for r in RES:
+        if r["case"] in ("info", "data"):
+            continue
+        rest = {k: v for k, v in r.items() if k not in ("case", "samples_s", "gb_s", "t")}
+        lines.append(f"| {r['case']} | {r.get('samples_s', '')} | {r.get('gb_s', '')} | {json.dumps(rest)} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "gpu_feed.md"), "w") as f:
+        f.write(text)
+    print("\n" + text, flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--quick", action="store_true", help="small data; the device parts only where CUDA is")
+    ap.add_argument("--cpu", action="store_true", help="skip the device parts even where CUDA is")
+    ap.add_argument("--data", default="/tmp/gf28")
+    ap.add_argument("--seconds", type=float, default=5.0, help="seconds per timed case (not --quick)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    import dlfeed
+    import torch
+
+    b = Bench(a)
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    log("info", cores=os.cpu_count(), cuda=b.cuda, torch=torch.__version__, dlfeed=getattr(dlfeed, "__version__", "?"),
+        gpu=torch.cuda.get_device_name(0) if b.cuda else None, mem_gib=round(mem, 1), quick=a.quick)
+    t = time.perf_counter()
+    paths = make_data(b.data, b.files, b.per)
+    warm(paths)
+    log("data", files=b.files, samples=b.files * b.per, gb=round(b.files * b.per * SAMPLE / 1e9, 2),
+        seconds=round(time.perf_counter() - t, 1))
+    b.cpu_cases()
+    skipped = ""
+    if b.cuda:
+        warm(paths)
+        b.device_cases()
+    else:
+        skipped = ("No CUDA here: the device parts (h2d copies, delivery to the GPU, DataLoader to the GPU, "
+                   "cold, AU) were skipped.")
+        print(skipped, flush=True)
+        safe(b.torch_dl)("torch_dl_w2_cpu", 2)
+    write(a.out, b.cuda, skipped)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

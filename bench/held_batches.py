@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The loader's rate with k batches held by the consumer (issue 28).
+
+A consumer that keeps a few batches alive (a copy queue to a GPU, gradient
+accumulation, its own prefetch) must not slow the loader: the prefetch policy's
+byte limit counts only the look-ahead, the memory budget counts both. This runs
+one dlfeed.Loader epoch per (k, round) over ImageNet-like HDF5 files (3x224x224
+uint8 + an int64 label, warm page cache, global shuffle, batch 256), holding the
+last k batches, in alternating rounds, and prints the median samples/s per k and
+its ratio to k = 0.
+
+    python bench/held_batches.py [--data DIR] [--rounds 3] [--ks 0,1,2,4,8] [--files 8 --per-file 512]
+                                 [--json OUT.json] [--io-engines N]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List
+
+import numpy as np
+
+
+def make_images(folder: str, files: int, per: int) -> List[str]:
+    """ImageNet-like decoded tensors written by h5py: image uint8 (per, 3, 224, 224), label int64."""
+    import h5py
+
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(1)
+    paths = []
+    for k in range(files):
+        p = os.path.join(folder, f"part_{k:03d}.h5")
+        paths.append(p)
+        if os.path.exists(p):
+            with h5py.File(p, "r") as h:
+                if h["image"].shape[0] == per:
+                    continue
+        with h5py.File(p, "w") as h:
+            h.create_dataset("image", data=rng.integers(0, 255, (per, 3, 224, 224), dtype=np.uint8))
+            h.create_dataset("label", data=rng.integers(0, 1000, (per,), dtype=np.int64))
+    return paths
+
+
+def warm(paths: List[str]) -> None:
+    for p in paths:
+        with open(p, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def rate_holding(folder: str, k: int, epoch: int, io_engines: int = 0, limit_s: float = 0.0) -> Dict[str, float]:
+    """One epoch (or limit_s seconds) of a CPU-only dlfeed.Loader, the last k batches kept alive."""
+    import dlfeed
+
+    kw = {"io_engines": io_engines} if io_engines else {}
+    with dlfeed.Loader(folder, fields=["image", "label"], batch_size=256, strategy="global_shuffle", seed=3,
+                       **kw) as loader:
+        held: collections.deque = collections.deque()
+        n = 0
+        ahead = []
+        t0 = time.perf_counter()
+        for b in loader.iter_epoch(epoch):
+            n += len(b)
+            held.append(b)
+            while len(held) > k:
+                held.popleft()
+            ahead.append(loader.stats()["lookahead_batches"])
+            if limit_s and time.perf_counter() - t0 > limit_s:
+                break
+        s = time.perf_counter() - t0
+        held.clear()
+        st = loader.stats()
+    return {"samples_s": n / s, "samples": n, "seconds": s, "lookahead_median": statistics.median(ahead),
+            "pool_allocations": st["pool_allocations"], "peak_in_flight_mb": st["peak_in_flight_bytes"] / 1e6}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="/tmp/dlfeed_held/img")
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--per-file", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ks", default="0,1,2,4,8")
+    ap.add_argument("--io-engines", type=int, default=0)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    ks = [int(x) for x in a.ks.split(",")]
+    paths = make_images(a.data, a.files, a.per_file)
+    warm(paths)
+    rates: Dict[int, List[float]] = {k: [] for k in ks}
+    detail: Dict[int, List[Dict[str, float]]] = {k: [] for k in ks}
+    for r in range(a.rounds):
+        order = ks[r % len(ks):] + ks[:r % len(ks)]  # alternate which k runs first
+        for k in order:
+            res = rate_holding(a.data, k, epoch=r, io_engines=a.io_engines)
+            rates[k].append(res["samples_s"])
+            detail[k].append(res)
+            print(json.dumps({"round": r, "k": k, **{n: round(v, 2) for n, v in res.items()}}), flush=True)
+    base = statistics.median(rates[ks[0]])
+    print(f"\n{a.files} files x {a.per_file} samples of 3x224x224 uint8, warm, global shuffle, batch 256; "
+          f"median of {a.rounds} rounds (cores: {os.cpu_count()})")
+    print("| k held | samples/s | vs k=0 | look-ahead batches (median) |\n|---|---|---|---|")
+    out = {}
+    for k in ks:
+        med = statistics.median(rates[k])
+        look = statistics.median(d["lookahead_median"] for d in detail[k])
+        out[k] = {"samples_s": med, "ratio": med / base, "lookahead": look, "rounds": rates[k]}
+        print(f"| {k} | {med:,.0f} | {med / base:.2f} | {look:g} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
