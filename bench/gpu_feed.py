@@ -36,6 +36,13 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+try:  # an installed dlfeed (the GPU machine: a wheel), else this checkout's build
+    import dlfeed  # noqa: F401
+except ImportError:
+    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [os.path.join(_root, "python"),
+                    os.path.join(os.environ.get("DLFEED_BUILD_DIR", os.path.join(_root, "build")), "python")]
+
 RES: List[Dict[str, Any]] = []
 T0 = time.perf_counter()
 
@@ -179,7 +186,7 @@ class Bench:
         import dlfeed
         import dlfeed.torch
 
-        if self.cuda:
+        if self.torch.cuda.is_available():
             return log(case, skipped="CUDA is available here")
         msg = ""
         try:

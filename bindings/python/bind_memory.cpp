@@ -104,7 +104,7 @@ void bind_memory(py::module_& m) {
       [](LoaderOptions& o, const std::optional<PinnedAllocator>& a) {
         o.buffer_allocator = a ? a->allocator : nullptr;
       },
-      "Set a PinnedAllocator (dlfeed.page_locked_allocator) or None; reads back whether one is set.");
+      "Set a PinnedAllocator (_dlfeed.page_locked_allocator) or None; reads back whether one is set.");
 }
 
 }  // namespace dlfeed::python

@@ -192,6 +192,8 @@ class LoaderOptions:
     """Trace events (the counters themselves are always on)"""
     stage: StageOptions
     """Node-local staging (off while stage.dir is empty)"""
+    buffer_allocator: bool
+    """Set a PinnedAllocator (dlfeed.page_locked_allocator) or None; reads back whether one is set."""
 
 def _option_structs() -> dict:
     """{struct name: (its C++ member count, {member not bound: why})} of the option structs bound here."""
@@ -292,6 +294,9 @@ class Loader:
     def summary_table(self) -> str: ...
     def reset_counters(self) -> None: ...
     def mark_step(self) -> None: ...
+    def counters_now(self) -> int: ...
+    def record_h2d(self, t0: typing.SupportsInt | typing.SupportsIndex, ns: typing.SupportsInt | typing.SupportsIndex, bytes: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, index: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """Records one batch's copy to the device (the Python device= path) into the counters."""
     def compute_begin(self) -> tuple[int, int]:
         """Starts a compute region on this thread; returns a token for compute_end."""
     def compute_end(self, t0: typing.SupportsInt | typing.SupportsIndex, io_busy_at_t0: typing.SupportsInt | typing.SupportsIndex) -> None: ...
@@ -302,3 +307,19 @@ class Loader:
         """Stops the pipeline and joins its threads (batches already handed out stay valid)."""
     def _abandon(self) -> None:
         """After fork(): forget the parent's loader without joining threads that do not exist here."""
+
+class PinnedAllocator:
+    """Batch buffers registered page-locked once each (private: use pin_memory=True)."""
+    @property
+    def registered(self) -> int: ...
+    @property
+    def registered_bytes(self) -> int: ...
+    @property
+    def failures(self) -> int: ...
+    @property
+    def last_error(self) -> int: ...
+    @property
+    def unregistered(self) -> int: ...
+
+def page_locked_allocator(register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex, min_bytes: typing.SupportsInt | typing.SupportsIndex = ..., flags: typing.SupportsInt | typing.SupportsIndex = ...) -> PinnedAllocator:
+    """An allocator for the batch pool that registers each buffer of at least min_bytes with register_fn(ptr, bytes, flags) -> int (cudaHostRegister's address; flags 1: portable) and unregisters it with unregister_fn(ptr) (cudaHostUnregister's) before freeing it."""

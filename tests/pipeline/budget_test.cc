@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "dlfeed/prefetch/policy.h"
 #include "gtest/gtest.h"
@@ -151,6 +152,39 @@ TEST(Budget, CachedFreeBuffersAreTrimmedToFit) {
   EXPECT_EQ(pool.cached_bytes(), cached);
   ASSERT_TRUE(admit(budget, *b, rule, false, stop));
   EXPECT_LE(pool.cached_bytes(), uint64_t{40} << 10) << "free buffers must fit in what the batches leave";
+}
+
+TEST(Budget, BatchesTheConsumerHoldsDoNotCountAgainstThePolicysBytes) {
+  // budget:400 leaves room for 4 batches of 100 bytes ahead; 8 held batches
+  // (800 bytes, within the 1 MiB memory budget) must not take that room.
+  auto budget = std::make_shared<Budget>();
+  auto pol = policy("depth:16,budget:400");
+  const AdmitRule rule{pol.get(), 1 << 20, nullptr};
+  std::atomic<bool> stop{false};
+  std::vector<std::shared_ptr<Ticket>> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(ticket(100));
+    ASSERT_TRUE(admit(budget, *held.back(), rule, false, stop)) << i;
+    held.back()->handed_over();
+  }
+  EXPECT_EQ(budget->pipeline_bytes, 0u);
+  EXPECT_EQ(budget->bytes, 800u);
+  std::vector<std::shared_ptr<Ticket>> ahead;
+  while (true) {
+    auto t = ticket(100);
+    if (!admit(budget, *t, rule, false, stop)) break;
+    ahead.push_back(t);
+  }
+  EXPECT_EQ(ahead.size(), 4u) << "the read-ahead with 8 batches held is the same as with none";
+  EXPECT_EQ(budget->pipeline_bytes, 400u);
+  EXPECT_EQ(budget->in_flight().total_bytes, 1200u);
+  // A batch handed over frees its look-ahead room; one dropped frees its memory.
+  ahead.front()->handed_over();
+  EXPECT_EQ(budget->pipeline_bytes, 300u);
+  ahead.clear();
+  held.clear();
+  EXPECT_EQ(budget->pipeline_bytes, 0u);
+  EXPECT_EQ(budget->bytes, 0u);
 }
 
 }  // namespace

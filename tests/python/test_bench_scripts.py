@@ -150,3 +150,29 @@ def test_npz_once_quick_reports_every_dataset(tmp_path):
     assert len(rows) == 6, out
     # Unpacked, a DLIO array is read once: read / delivered 1.00.
     assert all(" | 1.00 (" in r for r in rows if r.startswith("| DLIO NP") and "budget" not in r), out
+
+
+def test_gpu_feed_quick_runs_the_cpu_parts_and_says_what_it_skipped(tmp_path):
+    for mod in ("torch", "h5py"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed: bench/gpu_feed.py needs PyTorch and h5py")
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    import torch
+
+    out_dir = tmp_path / "out"
+    out = run_script("bench/gpu_feed.py", out_dir, "--quick", "--cpu", "--data", tmp_path / "data", timeout=120)
+    res = json.loads((out_dir / "gpu_feed.json").read_text())
+    cases = {r["case"]: r for r in res["results"]}
+    for case in ("cpu", "held_0", "held_2", "held_4", "held_8", "held_0_again"):
+        assert "error" not in cases[case], cases[case]
+        assert cases[case]["samples_s"] > 0 and cases[case]["hold"] == int(case.split("_")[1]), cases[case]
+    assert "skipped" in res and "device parts" in res["skipped"] and "skipped" in out
+    targets = {t["target"]: t for t in res["targets"]}
+    assert targets["8 held / none (CPU-only loader)"]["value"] > 0
+    assert targets["GPU delivered / min(CPU-only, pinned copy)"]["value"] is None  # not measured without CUDA
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in cases["no_cuda"]["device_error"]
+        assert cases["no_cuda"]["pin_warning"] and cases["no_cuda"]["pin_batches_ok"]
+    md = (out_dir / "gpu_feed.md").read_text()
+    assert "| held_8 |" in md and "| target |" in md
