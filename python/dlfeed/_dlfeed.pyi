@@ -193,7 +193,7 @@ class LoaderOptions:
     stage: StageOptions
     """Node-local staging (off while stage.dir is empty)"""
     buffer_allocator: bool
-    """Set a PinnedAllocator (dlfeed.page_locked_allocator) or None; reads back whether one is set."""
+    """Set a PinnedAllocator (_dlfeed.page_locked_allocator) or None; reads back whether one is set."""
 
 def _option_structs() -> dict:
     """{struct name: (its C++ member count, {member not bound: why})} of the option structs bound here."""
