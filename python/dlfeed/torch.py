@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import multiprocessing.context
+import collections
 import os
 import struct
 import sys
@@ -352,7 +353,13 @@ class Dataset(torch.utils.data.IterableDataset):
                                  "process; use num_workers=0 (dlfeed's own threads read and decode)")
             yield from self._device_epoch(loader, epoch, direct)
             return
+        # Pinned pool buffers: a copy the trainer issues itself (x.cuda(non_blocking=True))
+        # reads the batch's buffer after the tensor may be dropped; keep the last two
+        # batches alive so the pool does not reuse a buffer a copy still reads.
+        recent: Any = collections.deque(maxlen=2) if loader.pinned else None
         for batch in loader.iter_epoch(epoch):
+            if recent is not None:
+                recent.append(batch)
             keep = None
             if valid is not None and batch.position + len(batch) > valid:
                 keep = max(0, valid - batch.position)

@@ -6,7 +6,6 @@ the counters and onto a trace lane of its own, and held batches do not shrink th
 read-ahead. Files are written by h5py; batches are checked byte for byte."""
 import ctypes
 import json
-import os
 import threading
 
 import h5py
