@@ -80,11 +80,19 @@ def pinned_allocator(where: str) -> Optional[Any]:
     None with a warning (no CUDA: ordinary batches)."""
     try:
         import torch
+        import torch.utils.data
     except ImportError:
         torch = None
     if torch is None or not torch.cuda.is_available():
         warnings.warn(f"{where}: pin_memory=True ignored: CUDA is not available; batches are in ordinary "
                       "(pageable) memory", RuntimeWarning, stacklevel=3)
+        return None
+    if torch.utils.data.get_worker_info() is not None:
+        # A DataLoader worker process: CUDA cannot start in a forked child, and the
+        # copies run in the training process anyway (DataLoader(pin_memory=True) pins there).
+        warnings.warn(f"{where}: pin_memory=True ignored in a DataLoader worker process; pin in the training "
+                      "process (DataLoader(..., pin_memory=True)) or use device= with num_workers=0",
+                      RuntimeWarning, stacklevel=3)
         return None
     torch.cuda.init()  # the runtime is loaded and its context made before a loader thread registers
     fns = _cudart_functions()
