@@ -118,10 +118,6 @@ class Loader:
         """The copies to the device of the last device epoch: count, bytes, GB/s as timed on the device."""
         return self._copier.stats() if self._copier is not None else {}
 
-    def device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
-        """Host batches (of this loader) as DeviceBatches on ``device`` (see iter_epoch)."""
-        return self._device_epoch(host)
-
     def _device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
         import torch
 

@@ -15,9 +15,9 @@ the workers share; see _EpochRecord).
 """
 from __future__ import annotations
 
+import collections
 import fcntl
 import multiprocessing.context
-import collections
 import os
 import struct
 import sys
@@ -281,14 +281,14 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending = None
 
     # -- iteration ------------------------------------------------------------
-    def _convert(self, batch: Any, keep: Optional[int]) -> Any:
+    def _convert(self, batch: Any, keep: Optional[int], copy_to_pin: bool = False) -> Any:
         names = batch.keys()
         out: List[Any] = []
         for i in range(len(names)):
             t = to_torch(batch, i)
             if keep is not None:
                 t = t[:keep]
-            if self.pin_memory and self.device is None and not self.loader.pinned:
+            if copy_to_pin:
                 t = self._pin(t)  # the pool could not be pinned: a copy
             out.append(t)
         if self.as_dict:
@@ -365,7 +365,7 @@ class Dataset(torch.utils.data.IterableDataset):
                 keep = max(0, valid - batch.position)
                 if keep == 0:
                     continue
-            yield self._convert(batch, keep)
+            yield self._convert(batch, keep, self.pin_memory and not loader.pinned)
             del batch
         if direct:  # a worker generation took its epoch when it started
             self._record.set_next(epoch + 1)
