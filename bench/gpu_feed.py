@@ -149,7 +149,8 @@ class Bench:
         t = time.perf_counter()
         done = False
         for e in range(epochs):
-            for batch in L.iter_epoch(e):
+            it = L.iter_epoch(e)
+            for batch in it:
                 seen += 1
                 if seen == skip:
                     n = b = 0
@@ -167,6 +168,8 @@ class Bench:
                     break
             if done:
                 break
+        if hasattr(it, "close"):
+            it.close()  # a device epoch left early: its copies finish and are recorded now
         if device is not None:
             self.torch.cuda.synchronize()
         s = time.perf_counter() - t
@@ -310,7 +313,8 @@ class Bench:
         limit = max(self.limit, 4.0)
         e = 0
         while t_start is None or time.perf_counter() - t_start < limit:
-            for batch in L.iter_epoch(e):
+            it = L.iter_epoch(e)
+            for batch in it:
                 t0 = time.perf_counter()
                 if steps == 5:
                     t_start, step_s = t0, 0.0  # the first steps warm the pool
@@ -327,6 +331,7 @@ class Bench:
                     break
             e += 1
         wall = time.perf_counter() - t_start
+        it.close()
         c = L.counters()
         L.close()
         return log(case, au_pct=round(100 * step_s / wall, 2), counters_au=_au(c), step_ms=round(1000 * step_s /

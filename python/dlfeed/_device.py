@@ -197,7 +197,10 @@ class DeviceCopier:
         self.bytes += c.nbytes
         self.copy_ns += ns
         if self.record is not None:
-            self.record(c.t0, ns, c.nbytes, c.epoch, c.index)
+            try:
+                self.record(c.t0, ns, c.nbytes, c.epoch, c.index)
+            except ValueError:  # the loader was closed while copies were in flight: nothing to record into
+                self.record = None
         c.host = None  # the host batch's buffers return to dlfeed's pool now
 
     def close(self) -> None:
