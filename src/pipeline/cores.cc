@@ -78,8 +78,8 @@ std::optional<uint32_t> cores_of_cfs(absl::string_view quota, absl::string_view 
   return cores_of_quota(*q, *p);
 }
 
-std::optional<std::string> cgroup_path_of(absl::string_view proc_self_cgroup, bool* v1) {
-  std::optional<std::string> v1_path;
+CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup) {
+  CgroupPaths out;
   for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipWhitespace())) {
     // "ID:CONTROLLERS:PATH"; the path may hold ':' itself.
     const size_t a = line.find(':');
@@ -88,24 +88,21 @@ std::optional<std::string> cgroup_path_of(absl::string_view proc_self_cgroup, bo
     const absl::string_view controllers = line.substr(a + 1, b - a - 1);
     const std::string path(absl::StripAsciiWhitespace(line.substr(b + 1)));
     if (line.substr(0, a) == "0" && controllers.empty()) {
-      if (v1) *v1 = false;
-      return path;
+      if (!out.v2) out.v2 = path;
+      continue;
     }
     for (absl::string_view c : absl::StrSplit(controllers, ',')) {
-      if (c == "cpu" && !v1_path) v1_path = path;
+      if (c == "cpu" && !out.v1_cpu) out.v1_cpu = path;
     }
   }
-  if (v1_path && v1) *v1 = true;
-  return v1_path;
+  return out;
 }
 
-uint32_t usable_cores(const CoreSources& from) {
-  uint32_t cores = from.affinity ? from.affinity : affinity_cores();
-  const std::optional<std::string> self = read_text(from.proc_self_cgroup);
-  bool v1 = false;
-  const std::optional<std::string> path = self ? cgroup_path_of(*self, &v1) : std::nullopt;
-  if (!path) return std::max(1u, cores);
-  for (const std::string& dir : self_and_parents(*path)) {
+namespace {
+// The smallest quota of the cgroup at `path` and its parents, v2 or v1.
+std::optional<uint32_t> quota_along(const CoreSources& from, const std::string& path, bool v1) {
+  std::optional<uint32_t> least;
+  for (const std::string& dir : self_and_parents(path)) {
     std::optional<uint32_t> quota;
     if (!v1) {
       if (const auto t = read_text(from.cgroup_root + dir + "/cpu.max")) quota = cores_of_cpu_max(*t);
@@ -119,7 +116,22 @@ uint32_t usable_cores(const CoreSources& from) {
         }
       }
     }
-    if (quota) cores = std::min(cores, *quota);
+    if (quota && (!least || *quota < *least)) least = quota;
+  }
+  return least;
+}
+}  // namespace
+
+uint32_t usable_cores(const CoreSources& from) {
+  uint32_t cores = from.affinity ? from.affinity : affinity_cores();
+  const std::optional<std::string> self = read_text(from.proc_self_cgroup);
+  if (!self) return std::max(1u, cores);
+  const CgroupPaths paths = cgroup_paths_of(*self);
+  if (paths.v2) {
+    if (const auto q = quota_along(from, *paths.v2, false)) cores = std::min(cores, *q);
+  }
+  if (paths.v1_cpu) {
+    if (const auto q = quota_along(from, *paths.v1_cpu, true)) cores = std::min(cores, *q);
   }
   return std::max(1u, cores);
 }

@@ -23,10 +23,13 @@ namespace dlfeed::inline DLFEED_ABI::pipeline {
 std::optional<uint32_t> cores_of_cpu_max(absl::string_view text);
 /// The same for cgroup v1: cpu.cfs_quota_us and cpu.cfs_period_us texts.
 std::optional<uint32_t> cores_of_cfs(absl::string_view quota, absl::string_view period);
-/// The cgroup's path of this process from /proc/self/cgroup text: the v2
-/// line ("0::/a/b"), else the v1 line whose controllers include "cpu"
-/// (`v1` then true); nullopt when there is neither.
-std::optional<std::string> cgroup_path_of(absl::string_view proc_self_cgroup, bool* v1);
+/// This process's cgroups from /proc/self/cgroup text: the v2 line's path
+/// ("0::/a/b") and the v1 line's whose controllers include "cpu" (a hybrid
+/// system has both; the quota is wherever a cpu controller is mounted).
+struct CgroupPaths {
+  std::optional<std::string> v2, v1_cpu;
+};
+CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup);
 
 /// Where the cores are read from (tests give a folder of their own).
 struct CoreSources {
@@ -44,10 +47,10 @@ uint32_t process_cores();
 
 /// LoaderOptions defaults for a process with `cores` cores.
 struct MachineDefaults {
-  uint32_t io_engines;     // 2 on 1-3 cores (1 on 1), then cores / 2, up to 16
-  uint32_t threads;        // decode threads: the cores, at least 2
-  uint32_t read_depth;     // read prefetch "auto": depth (8, or 2 per engine)
-  uint64_t read_budget;    // and its budget (256 MiB, or 32 MiB per engine)
+  uint32_t io_engines;   // 2 on 1-3 cores (1 on 1), then cores / 2, up to 16
+  uint32_t threads;      // decode threads: the cores, at least 2
+  uint32_t read_depth;   // read prefetch "auto": depth (8, or 2 per engine)
+  uint64_t read_budget;  // and its budget (256 MiB, or 32 MiB per engine)
 };
 MachineDefaults machine_defaults(uint32_t cores);
 

@@ -36,15 +36,18 @@ TEST(Cores, CfsQuotaOfMinusOneLimitsNothing) {
   EXPECT_EQ(cores_of_cfs("x", "100000"), std::nullopt);
 }
 
-TEST(Cores, CgroupPathIsTheV2LineElseTheV1CpuLine) {
-  bool v1 = true;
-  EXPECT_EQ(cgroup_path_of("0::/user.slice/job-7\n", &v1), "/user.slice/job-7");
-  EXPECT_FALSE(v1);
-  const std::string hybrid = "12:memory:/m\n4:cpu,cpuacct:/docker/abc\n0::/other\n";
-  EXPECT_EQ(cgroup_path_of(hybrid, &v1), "/other");  // a v2 line wins (the unified hierarchy)
-  EXPECT_EQ(cgroup_path_of("12:memory:/m\n4:cpuacct,cpu:/docker/abc\n", &v1), "/docker/abc");
-  EXPECT_TRUE(v1);
-  EXPECT_EQ(cgroup_path_of("12:memory:/m\n3:cpuset:/s\n", &v1), std::nullopt);  // cpuset is not cpu
+TEST(Cores, CgroupPathsAreTheV2LineAndTheV1CpuLine) {
+  const CgroupPaths v2 = cgroup_paths_of("0::/user.slice/job-7\n");
+  EXPECT_EQ(v2.v2, "/user.slice/job-7");
+  EXPECT_EQ(v2.v1_cpu, std::nullopt);
+  // Hybrid (v1 controllers and the unified hierarchy), as this VM has.
+  const CgroupPaths hybrid = cgroup_paths_of("12:memory:/m\n4:cpu,cpuacct:/docker/abc\n0::/other\n");
+  EXPECT_EQ(hybrid.v2, "/other");
+  EXPECT_EQ(hybrid.v1_cpu, "/docker/abc");
+  EXPECT_EQ(cgroup_paths_of("12:memory:/m\n4:cpuacct,cpu:/d:x\n").v1_cpu, "/d:x");  // ':' in a path
+  const CgroupPaths none = cgroup_paths_of("12:memory:/m\n3:cpuset:/s\n");          // cpuset is not cpu
+  EXPECT_EQ(none.v2, std::nullopt);
+  EXPECT_EQ(none.v1_cpu, std::nullopt);
 }
 
 TEST(Cores, QuotaOfTheCgroupOrAParentCapsTheAffinity) {
@@ -73,6 +76,13 @@ TEST(Cores, QuotaOfTheCgroupOrAParentCapsTheAffinity) {
   EXPECT_EQ(usable_cores(s), 6u);
   write(s.cgroup_root + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
   EXPECT_EQ(usable_cores(s), 8u);
+
+  // Hybrid: the v2 line's cgroup has no cpu.max (no cpu controller there);
+  // the v1 cpu controller's quota counts.
+  write(s.proc_self_cgroup, "5:cpu,cpuacct:/docker/abc\n0::/\n");
+  write(s.cgroup_root + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "500000\n");
+  std::filesystem::remove(s.cgroup_root + "/cpu.max");
+  EXPECT_EQ(usable_cores(s), 5u);
 
   s.proc_self_cgroup = root + "/missing";
   EXPECT_EQ(usable_cores(s), 8u);  // no cgroup file: the affinity
