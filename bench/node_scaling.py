@@ -259,7 +259,7 @@ def table(results: dict, n: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="folder for node_scaling.json and node_scaling.md")
+    ap.add_argument("--out", help="folder for node_scaling.json and node_scaling.md (required)")
     ap.add_argument("--data", help="folder for the datasets (default OUT/data; reused when present)")
     ap.add_argument("--quick", action="store_true", help="small data, 1 round, fewer cases (< 2 min on 2 cores)")
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default 2; 1 with --quick)")
@@ -272,6 +272,8 @@ def main() -> None:
         kw = json.loads(a.child_args)
         print(json.dumps(CHILDREN[a.child](**kw)))
         return
+    if not a.out:
+        ap.error("--out is required")
 
     n = cores()
     out = pathlib.Path(a.out)
