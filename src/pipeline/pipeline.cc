@@ -106,6 +106,14 @@ Pipeline::~Pipeline() {
 }
 
 void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
+  {
+    // As in run_stages: the lazy initialization under the handshake (TSan).
+#if defined(__SANITIZE_THREAD__)
+    std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+#endif
+    arena_->arena.initialize();
+  }
+  tsan_handshake();
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
   arena_->arena.execute([&] {
@@ -120,6 +128,7 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
           tbb::simple_partitioner());
     });
   });
+  tsan_handshake();
 }
 
 void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
