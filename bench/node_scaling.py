@@ -321,9 +321,10 @@ def main() -> None:
             "total_s": total_s, "data": data}
     (out / "node_scaling.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = [f"# node_scaling ({n} cores usable, {os.cpu_count()} CPUs on the host; dlfeed {version})", "",
-          f"Command: `python bench/node_scaling.py --out {a.out}{' --quick' if a.quick else ''}`; "
+          f"Command: `python bench/node_scaling.py {' '.join(sys.argv[1:])}`; "
           f"{rounds} round(s), >= {seconds} s per case, medians; total {total_s:.0f} s "
-          f"(data {data['generate_s']:.0f} s).", "", table(results, n)]
+          f"(data {data['generate_s']:.0f} s). `threads` below 2 runs as 2 (the source may block; decode "
+          "needs a thread too); `used` is what the loader reports (LoaderStats).", "", table(results, n)]
     (out / "node_scaling.md").write_text("\n".join(md))
     print("\n".join(md))
 
