@@ -206,7 +206,9 @@ BENCHMARK(BM_ExampleParseAll)->Arg(32 << 10);
 
 // ------------------------------------------------------------------ CRC32C
 
-// range(0): bytes; range(1): 0 = portable (slicing-by-8), 1 = hardware (SSE4.2).
+// range(0): bytes; range(1): 0 = portable (slicing-by-8), 1 = hardware (SSE4.2
+// crc32 in three interleaved chains, combined by PCLMUL). Target: >= 15 GB/s
+// on one core for 147 KiB (a 3x224x224 uint8 record).
 void BM_Crc32c(benchmark::State& state) {
   const size_t n = static_cast<size_t>(state.range(0));
   const bool hw = state.range(1) != 0;
@@ -224,6 +226,6 @@ void BM_Crc32c(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n));
   state.SetLabel(hw ? "hardware" : "portable");
 }
-BENCHMARK(BM_Crc32c)->ArgsProduct({{64, 4 << 10, 128 << 10}, {0, 1}});
+BENCHMARK(BM_Crc32c)->ArgsProduct({{64, 4 << 10, 128 << 10, 150528, 1 << 20}, {0, 1}});
 
 }  // namespace

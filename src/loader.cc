@@ -24,6 +24,7 @@
 #include "loader_state.h"
 #include "pipeline/budget.h"
 #include "pipeline/collator.h"
+#include "pipeline/cores.h"
 #include "pipeline/decoder.h"
 #include "pipeline/lookahead.h"
 #include "pipeline/pipeline.h"
@@ -140,6 +141,8 @@ struct Loader::Impl {
     decoder = std::make_unique<pipeline::Decoder>(indices, field_names, pool, c, unpacked.get());
     collator = std::make_unique<pipeline::Collator>(pool, c, queue, failed);
     runner = std::make_unique<pipeline::Pipeline>(threads);
+    source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
+    source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
   }
 
   void run_epoch(OrderCursor cursor, uint64_t first_batch) {
@@ -263,9 +266,12 @@ Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 
 namespace {
-// LoaderOptions::prefetch "auto": reading, and copying from held files.
-constexpr const char* kReadPrefetch = "depth:8,budget:256M";
+// LoaderOptions::prefetch "auto" when copying from held files; when reading,
+// "depth:8,budget:256M" up to 4 engines, more with more (pipeline/cores.h).
 constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
+std::string read_prefetch(const pipeline::MachineDefaults& d) {
+  return absl::StrCat("depth:", d.read_depth, ",budget:", d.read_budget);
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
@@ -333,8 +339,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
+  const pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
   if (impl->policy == nullptr) {
-    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(impl->resident ? kHeldPrefetch : kReadPrefetch));
+    DLFEED_ASSIGN_OR_RETURN(impl->policy,
+                            prefetch::parse_policy(impl->resident ? kHeldPrefetch : read_prefetch(machine)));
   }
   DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
                           detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,
@@ -343,7 +351,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->unpacked_reason = std::move(unpack.reason);
   // One engine per backend (ring, pread pool), all over the same files.
   uint32_t n_engines = options.io_engines;
-  if (n_engines == 0) n_engines = options.io_factory ? 1 : std::min(2u, std::thread::hardware_concurrency());
+  if (n_engines == 0) n_engines = options.io_factory ? 1 : machine.io_engines;
   n_engines = std::max(1u, n_engines);
   const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
   // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
@@ -361,7 +369,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                                          options.coalesce.split_piece_cold));
   }
   // The look-ahead may block; decode needs a thread too.
-  const uint32_t threads = std::max(2u, options.threads ? options.threads : std::thread::hardware_concurrency());
+  const uint32_t threads = std::max(2u, options.threads ? options.threads : machine.threads);
   // Validate the order options now rather than at the first epoch; the
   // cursor's length is the rank's samples per epoch (a global shuffle builds
   // its whole permutation here, so it is kept rather than rebuilt on demand).
@@ -530,6 +538,9 @@ LoaderStats Loader::stats() const {
   s.io_backend = m.engines.backend().name();
   s.io_fallback_reason = m.engines.backend().fallback_reason();
   s.io_engines = static_cast<uint32_t>(m.engines.size());
+  s.threads = m.runner->threads();
+  s.decode_peak = m.runner->peak_decoding();
+  s.cores = pipeline::process_cores();
   s.batches_spread = m.engines.batches_spread();
   if (m.stager) s.stage = m.stager->stats();
   s.files_read_staged = m.files_staged_now;

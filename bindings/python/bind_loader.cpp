@@ -50,6 +50,9 @@ py::dict stats_dict(const LoaderStats& s) {
   d["held_batches"] = s.held_batches;
   d["io_backend"] = s.io_backend;
   d["io_engines"] = s.io_engines;
+  d["threads"] = s.threads;
+  d["cores"] = s.cores;
+  d["decode_peak"] = s.decode_peak;
   d["batches_spread"] = s.batches_spread;
   d["io_fallback_reason"] = s.io_fallback_reason;
   d["files"] = s.files;

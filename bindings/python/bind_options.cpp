@@ -243,7 +243,8 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("io", &LoaderOptions::io, "The I/O backend's options")
       .def_readwrite("io_engines", &LoaderOptions::io_engines,
                      "I/O engine threads, each with its own backend; more than the first are used only while it "
-                     "is busy on the CPU. 0: 2 on a machine with 2 or more cores")
+                     "is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 "
+                     "core, 2 on 2-5, cores/2 up to 16")
       .def_readwrite("tuning", &LoaderOptions::tuning, "For dlfeed's tests and benches; not a stable API")
       .def_readwrite("max_open_files", &LoaderOptions::max_open_files, "Files kept open at once (0: the default)")
       .def_readwrite("prefetch", &LoaderOptions::prefetch,
@@ -261,7 +262,9 @@ void bind_loader_options(py::module_& m) {
                      "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of "
                      "memory_budget less the held files are read once whole per epoch, inflated once, kept and "
                      "gathered from memory), off (read per sample)")
-      .def_readwrite("threads", &LoaderOptions::threads, "Decode threads (0: the machine's cores, at least 2)")
+      .def_readwrite("threads", &LoaderOptions::threads,
+                     "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process "
+                     "may use, at least 2); this loader's own")
       .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
       .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)");
 }

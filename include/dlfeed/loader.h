@@ -85,8 +85,10 @@ struct DLFEED_EXPORT LoaderOptions {
   /// (reads served from the page cache, where the kernel's copy runs on the
   /// thread that submits, io_uring included), batches go round all engines,
   /// until together they are busy less than half of one thread again (reads
-  /// waiting on the device, which more rings do not make faster). 0: 2 on a
-  /// machine with at least 2 cores, 1 with io_factory; 1: one engine.
+  /// waiting on the device, which more rings do not make faster). 0: from
+  /// the cores the process may use (its CPU affinity and cgroup quota, not
+  /// the host's): 1 on 1 core, 2 on 2-5, then cores / 2 up to 16; 1 with
+  /// io_factory. 1: one engine.
   uint32_t io_engines = 0;
   /// Knobs for dlfeed's own tests and measurements (not a stable API).
   detail::LoaderTuning tuning;
@@ -107,7 +109,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// or "auto". Batches the consumer holds do not count against depth:N.
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
-  /// that buys no throughput and every batch ahead is a fresh buffer); and
+  /// that buys no throughput and every batch ahead is a fresh buffer), with
+  /// more than 4 I/O engines 2 batches and 32 MiB per engine; and
   /// "depth:8,budget:16M" when the files are held in memory (`resident`):
   /// a batch is then copies made at once, with no latency to hide, and the
   /// first touch of a fresh batch buffer costs more than the copies into it
@@ -159,7 +162,10 @@ struct DLFEED_EXPORT LoaderOptions {
   /// everything with "off", is read per sample. LoaderStats::unpacked_bytes
   /// and unpacked_reason say what was chosen.
   std::string unpack = "auto";
-  /// oneTBB threads for decode (0: the machine's cores, at least 2).
+  /// oneTBB threads for decode, and for the copies from held files when
+  /// there are more than 2 cores (0: the cores the process may use, at least
+  /// 2). They are this loader's own (a task arena of its size), whatever
+  /// other loaders the process holds.
   uint32_t threads = 0;
   /// Trace events (off by default; the counters themselves are always on).
   counters::TraceOptions trace;
@@ -187,6 +193,9 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t held_batches = 0;       // now: handed to the consumer and not yet dropped
   std::string io_backend;          // e.g. "io_uring"
   uint32_t io_engines = 0;         // I/O engines (LoaderOptions::io_engines)
+  uint32_t threads = 0;            // the loader's decode arena (LoaderOptions::threads, as used)
+  uint32_t cores = 0;              // cores the process may use (affinity and cgroup quota), which the defaults follow
+  uint32_t decode_peak = 0;        // the most batches in the decode stage at once
   uint64_t batches_spread = 0;     // batches read by an engine other than the first
   std::string io_fallback_reason;
   staging::StageStats stage;       // the stager's (LoaderOptions::stage)

@@ -169,7 +169,7 @@ class LoaderOptions:
     io: IoOptions
     """The I/O backend's options"""
     io_engines: int
-    """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: 2 on a machine with 2 or more cores"""
+    """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 core, 2 on 2-5, cores/2 up to 16"""
     tuning: LoaderTuning
     """For dlfeed's tests and benches; not a stable API"""
     max_open_files: int
@@ -187,7 +187,7 @@ class LoaderOptions:
     unpack: str
     """Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of memory_budget less the held files are read once whole per epoch, inflated once, kept and gathered from memory), off (read per sample)"""
     threads: int
-    """Decode threads (0: the machine's cores, at least 2)"""
+    """Decode threads, also spreading copies from held files when more than 2 (0: the cores the process may use, at least 2); this loader's own"""
     trace: TraceOptions
     """Trace events (the counters themselves are always on)"""
     stage: StageOptions

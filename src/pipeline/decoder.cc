@@ -3,6 +3,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -28,9 +29,14 @@ std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tm
   const size_t F = indices_.size();
   const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
   if (e == b) return {};
-  if (e == b + 1) {
-    const auto& p = w.plan.pieces[b];
-    return {w.raw.data() + p.buffer_offset, p.length};
+  // One piece, or pieces that lie end to end in the read buffer (a long read
+  // split in pieces): a view, no copy.
+  uint64_t end = w.plan.pieces[b].buffer_offset + w.plan.pieces[b].length;
+  uint32_t k = b + 1;
+  for (; k < e && w.plan.pieces[k].buffer_offset == end; ++k) end += w.plan.pieces[k].length;
+  if (k == e) {
+    const uint64_t begin = w.plan.pieces[b].buffer_offset;
+    return {w.raw.data() + begin, end - begin};
   }
   uint64_t total = 0;
   for (uint32_t k = b; k < e; ++k) total += w.plan.pieces[k].length;
@@ -139,28 +145,7 @@ void Decoder::decode_reads(Work& w) const {
       }
       out.dtype = n ? w.refs[f].dtype : DType{};
     } else {
-      // Sizes known only after decode (e.g. TFRecord features): in order.
-      counters::CurrentScope timed(counters_);
-      ByteBuffer tmp;
-      std::vector<std::byte> scratch;
-      // Decoded sizes are close to the bytes read (TFRecord features): a
-      // buffer of that capacity usually takes every sample without growing.
-      store = pool_->take(w.unknown_bytes[f]);
-      store.clear();
-      out.offsets[0] = 0;
-      for (size_t i = 0; i < n; ++i) {
-        auto d = decode_one(w, i, f, tmp, scratch);
-        if (!d.ok()) {
-          w.error = d.status();
-          break;
-        }
-        const uint64_t at = store.size();
-        store.resize(at + d->bytes.size());
-        if (!d->bytes.empty()) std::memcpy(store.data() + at, d->bytes.data(), d->bytes.size());
-        out.offsets[i + 1] = store.size();
-        out.sample_shapes[i] = d->shape;
-        if (i == 0) out.dtype = d->dtype;
-      }
+      decode_unknown(w, f, out, store);
     }
     if (!w.error.ok()) break;
     out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
@@ -177,6 +162,72 @@ void Decoder::decode_reads(Work& w) const {
     return;
   }
   w.batch = std::move(batch);
+}
+
+void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
+  // Sizes known only after decode (e.g. TFRecord features without a shape).
+  // Sample 0 is decoded first and its size taken as every sample's guess;
+  // the others are decoded in parallel, each copied into place at once
+  // while its bytes are in the CPU's caches when its size matches. When one
+  // does not, the sizes are added up in order and every sample copied again
+  // from its decoded bytes (each sample keeps buffers of its own for that).
+  // The first error in sample order is the batch's.
+  const size_t n = w.ids.size();
+  if (n == 0) return;
+  std::vector<absl::StatusOr<DecodedSample>> decoded(n, absl::UnknownError("not decoded"));
+  std::vector<ByteBuffer> tmps(n);
+  std::vector<std::vector<std::byte>> scratches(n);
+  {
+    counters::CurrentScope timed(counters_);
+    decoded[0] = decode_one(w, 0, f, tmps[0], scratches[0]);
+  }
+  if (!decoded[0].ok()) {
+    w.error = decoded[0].status();
+    return;
+  }
+  const uint64_t guess = decoded[0]->bytes.size();
+  store = pool_->take(guess * n);
+  std::atomic<bool> misfit{false};
+  auto copy = [&](size_t i, uint64_t at) {
+    const std::span<const std::byte> b = decoded[i]->bytes;
+    if (!b.empty()) std::memcpy(store.data() + at, b.data(), b.size());
+  };
+  auto one = [&](size_t i) {
+    tsan_handshake();
+    if (i > 0) {
+      counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
+      decoded[i] = decode_one(w, i, f, tmps[i], scratches[i]);
+    }
+    if (decoded[i].ok() && decoded[i]->bytes.size() == guess) {
+      copy(i, guess * i);
+    } else {
+      misfit.store(true, std::memory_order_relaxed);
+    }
+    tsan_handshake();
+  };
+  if (n < 8) {
+    for (size_t i = 0; i < n; ++i) one(i);
+  } else {
+    tsan_handshake();
+    // Isolated, as decode_reads' loop: no other pipeline task on this stack.
+    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
+    tsan_handshake();
+  }
+  out.offsets[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!decoded[i].ok()) {
+      w.error = decoded[i].status();
+      return;
+    }
+    out.offsets[i + 1] = out.offsets[i] + decoded[i]->bytes.size();
+    out.sample_shapes[i] = decoded[i]->shape;
+  }
+  out.dtype = decoded[0]->dtype;
+  if (misfit.load(std::memory_order_relaxed)) {  // sizes differ: lay them out again
+    pool_->give(std::move(store));
+    store = pool_->take(out.offsets[n]);
+    for (size_t i = 0; i < n; ++i) copy(i, out.offsets[i]);
+  }
 }
 
 }  // namespace dlfeed::pipeline

@@ -35,8 +35,10 @@ class Decoder {
 
  private:
   void decode_reads(Work& w) const;
-  // The bytes of sample i, field f: a view into the read buffer (one extent)
-  // or gathered into `tmp` (several extents).
+  // Field f of a batch whose sample sizes are known only after decode.
+  void decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const;
+  // The bytes of sample i, field f: a view into the read buffer (one extent,
+  // or pieces end to end there) or gathered into `tmp` (several extents).
   std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
   // Sample i of field f decoded (from its bytes read, or its unpacked array).
   absl::StatusOr<DecodedSample> decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,

@@ -1,5 +1,6 @@
 #include "pipeline/lookahead.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,11 @@
 #include "record.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace {
+constexpr uint64_t kCopyPiece = 1 << 20;         // a deferred copy's largest piece
+constexpr uint64_t kSpreadAtLeast = 1 << 20;     // a batch copying less stays on one thread
+constexpr uint64_t kBytesPerThread = 256 << 10;  // and one with more gets at most a thread per this many
+}  // namespace
 
 Lookahead::Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch)
     : parts_(parts), cursor_(std::move(cursor)), epoch_(epoch), batch_index_(first_batch) {}
@@ -44,6 +50,35 @@ void Lookahead::drop() {
   staged_ = nullptr;
 }
 
+void Lookahead::flush_copies(uint64_t bytes) {
+  auto copy = [](const Copy& c) {
+    if (c.length >= 16) {
+      detail::copy_large(c.dest, c.from, c.length);
+    } else {
+      std::memcpy(c.dest, c.from, c.length);
+    }
+  };
+  const uint64_t threads = std::min<uint64_t>(parts_.copy_threads, bytes / kBytesPerThread);
+  if (bytes < kSpreadAtLeast || threads < 2 || copies_.size() < 2) {
+    for (const Copy& c : copies_) copy(c);
+    copies_.clear();
+    return;
+  }
+  // Consecutive copies in `threads` groups of about the same bytes.
+  std::vector<size_t> starts{0};
+  const uint64_t share = (bytes + threads - 1) / threads;
+  uint64_t acc = 0;
+  for (size_t i = 0; i < copies_.size(); ++i) {
+    if (acc >= share * starts.size() && i > starts.back()) starts.push_back(i);
+    acc += copies_[i].length;
+  }
+  starts.push_back(copies_.size());
+  parts_.spread(starts.size() - 1, [&](size_t g) {
+    for (size_t i = starts[g]; i < starts[g + 1]; ++i) copy(copies_[i]);
+  });
+  copies_.clear();
+}
+
 bool Lookahead::admit_and_read(Work& w, bool wait) {
   // Only a wait is timed (trace events of 1 µs or more).
   counters::Span span(wait ? parts_.counters : nullptr, counters::kAdmitWaitSpan);
@@ -66,6 +101,7 @@ void Lookahead::issue_reads(Work& w) {
   counters::Counters* c = parts_.counters;
   const detail::ResidentFiles* held = parts_.resident;
   if (held != nullptr && c != nullptr && c->tracing()) held = nullptr;  // read events come from the engine
+  const bool defer = held != nullptr && parts_.copy_threads > 1 && parts_.spread;
   absl::Status copy_status;
   uint64_t copies = 0, copied = 0;
   [[maybe_unused]] const uint64_t t0 = held != nullptr && c != nullptr ? detail::now_of(*c) : 0;
@@ -85,6 +121,14 @@ void Lookahead::issue_reads(Work& w) {
       return;
     }
     const std::byte* from = held->data(file) + offset;
+    ++copies;
+    copied += length;
+    if (defer) {
+      for (uint64_t done = 0; done < length; done += kCopyPiece) {  // large runs split, to spread
+        copies_.push_back({dest + done, from + done, std::min(kCopyPiece, length - done)});
+      }
+      return;
+    }
     switch (length) {  // tiny samples: a fixed-size copy the compiler inlines, not a call
       case 0: break;
       case 1: *dest = *from; break;
@@ -93,11 +137,10 @@ void Lookahead::issue_reads(Work& w) {
       case 8: std::memcpy(dest, from, 8); break;
       default: detail::copy_large(dest, from, length);
     }
-    ++copies;
-    copied += length;
   };
   for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
   for (const Work::DirectRead& d : w.direct_reads) read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
+  if (defer) flush_copies(copied);
   if (copies > 0) {
     if (parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
     DLFEED_REC({

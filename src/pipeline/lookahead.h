@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
@@ -41,6 +43,12 @@ struct SourceParts {
   // from the engine); `copied_bytes` counts them for LoaderStats::bytes_read.
   const detail::ResidentFiles* resident = nullptr;
   std::atomic<uint64_t>* copied_bytes = nullptr;
+  // More than 1: a batch's copies from held files (1 MiB and more of them)
+  // are spread over up to this many threads by `spread` (body(0) ..
+  // body(n - 1) in parallel, returning when all are done: the pipeline's
+  // arena); else they are made one after another on the planner's thread.
+  uint32_t copy_threads = 1;
+  std::function<void(size_t n, const std::function<void(size_t)>& body)> spread;
 };
 
 /// One epoch's source: batches of `cursor` from `first_batch` on.
@@ -64,6 +72,16 @@ class Lookahead {
   // buffers and issues its reads.
   bool admit_and_read(Work& w, bool wait);
   void issue_reads(Work& w);
+  // Makes copies_ (deferred copies from held files), spread when there are
+  // enough bytes, and clears them.
+  void flush_copies(uint64_t bytes);
+
+  struct Copy {
+    std::byte* dest;
+    const std::byte* from;
+    uint64_t length;
+  };
+  std::vector<Copy> copies_;
 
   SourceParts parts_;
   OrderCursor cursor_;

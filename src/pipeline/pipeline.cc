@@ -1,5 +1,8 @@
 #include "pipeline/pipeline.h"
 
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/task_arena.h>
 
@@ -48,16 +51,93 @@ absl::Status fork_check() {
       "before the parent iterates, or after its loaders finished their epoch or were closed"));
 }
 
+namespace {
+// oneTBB's workers are one process-wide pool: its size is fixed when the
+// first arena starts (the default: the cores less one), and a later arena
+// asking for more gets only what is left ("The number of workers is
+// currently limited to 1"). So that each loader's arena gets the threads it
+// was made with, whatever others live, the pool is sized here to the sum of
+// every live arena's workers (at least oneTBB's default), through one
+// global_control replaced as loaders come and go.
+struct WorkerPool {
+  std::mutex mu;
+  uint64_t workers = 0;  // of live arenas: threads - 1 each (the thread that runs the epoch is the other)
+  std::unique_ptr<tbb::global_control> control;
+  size_t allowed = 0;
+
+  void change(int64_t delta) {
+    std::lock_guard<std::mutex> lock(mu);
+    workers = static_cast<uint64_t>(static_cast<int64_t>(workers) + delta);
+    const size_t dflt = static_cast<size_t>(std::max(1, tbb::info::default_concurrency()));
+    const size_t want = std::max(dflt, static_cast<size_t>(workers) + 1);
+    if (workers == 0) {
+      control.reset();  // no loader: oneTBB's own default again
+      allowed = 0;
+      return;
+    }
+    if (want == allowed) return;
+    // The smallest of live controls applies: the new one is made first, so
+    // growing takes effect when the old one goes.
+    auto next = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, want);
+    control = std::move(next);
+    allowed = want;
+  }
+};
+WorkerPool& worker_pool() {
+  static WorkerPool* pool = new WorkerPool;  // never destroyed: loaders may outlive static destruction
+  return *pool;
+}
+}  // namespace
+
 struct Pipeline::Arena {
   explicit Arena(uint32_t threads) : arena(static_cast<int>(threads)) {}
   tbb::task_arena arena;
 };
 
-Pipeline::Pipeline(uint32_t threads) : threads_(threads), arena_(std::make_unique<Arena>(threads)) {
+Pipeline::Pipeline(uint32_t threads) : threads_(threads) {
   register_fork_handler();
+  worker_pool().change(static_cast<int64_t>(threads_) - 1);
+  arena_ = std::make_unique<Arena>(threads);
 }
 
-Pipeline::~Pipeline() = default;
+Pipeline::~Pipeline() {
+  arena_.reset();
+  worker_pool().change(-(static_cast<int64_t>(threads_) - 1));
+}
+
+void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
+  {
+    // As in run_stages: the lazy initialization under the handshake (TSan).
+#if defined(__SANITIZE_THREAD__)
+    std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+#endif
+    arena_->arena.initialize();
+  }
+  tsan_handshake();
+  // Isolated: while it waits, the calling thread (the pipeline's source
+  // stage, say) takes none of the pipeline's other tasks.
+  arena_->arena.execute([&] {
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(
+          size_t(0), n,
+          [&](size_t i) {
+            tsan_handshake();
+            body(i);
+            tsan_handshake();
+          },
+          tbb::simple_partitioner());
+    });
+  });
+  tsan_handshake();
+}
+
+void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
+  const uint32_t now = decoding_.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint32_t peak = peak_decoding_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_decoding_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
+  decoder.decode(w);
+  decoding_.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
                    bool in_turn) {
@@ -114,7 +194,7 @@ void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& c
                   return token;
                 }) & tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel, [&](Work* w) {
                   tsan_handshake();
-                  if (w) decoder.decode(*w);
+                  if (w) decode_counted(decoder, *w);
                   tsan_handshake();
                   return w;
                 }) & tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -45,7 +46,8 @@ absl::Status fork_check();
 class Pipeline {
  public:
   /// An arena of `threads` (at least 2: the source may block, and decode
-  /// needs a thread too).
+  /// needs a thread too), its own whatever other pipelines the process
+  /// holds: oneTBB's worker pool is grown to serve them all.
   explicit Pipeline(uint32_t threads);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
@@ -61,13 +63,20 @@ class Pipeline {
            bool in_turn = false);
 
   uint32_t threads() const { return threads_; }
+  /// body(0) .. body(n - 1), spread over this pipeline's arena (joined by
+  /// the calling thread); returns when all are done.
+  void parallel(size_t n, const std::function<void(size_t)>& body);
+  /// The most batches seen in the decode stage at once (this pipeline's).
+  uint32_t peak_decoding() const { return peak_decoding_.load(std::memory_order_relaxed); }
 
  private:
+  void decode_counted(const Decoder& decoder, Work& w);
   void run_stages(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop);
 
   struct Arena;
   uint32_t threads_;
   std::unique_ptr<Arena> arena_;
+  std::atomic<uint32_t> decoding_{0}, peak_decoding_{0};
 };
 
 }  // namespace dlfeed::pipeline

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -126,6 +127,34 @@ TEST(Crc32cTest, HardwareEqualsPortableOnEveryLengthAndAlignment) {
           << "start " << start << " n " << n;
     }
   }
+}
+
+// The hardware path runs three chains over 24 KiB and 768-byte blocks and
+// combines them: lengths on and around each block boundary, at every
+// alignment, equal the one-chain table loop.
+TEST(Crc32cTest, HardwareEqualsPortableAcrossThreeWayBlocks) {
+  if (!detail::crc32c_hardware_available()) GTEST_SKIP() << "no SSE4.2 and PCLMUL";
+  std::mt19937 rng(7);
+  std::vector<uint8_t> buf(200000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  const size_t big = 3 * 8192, small = 3 * 256;
+  for (size_t start = 0; start < 9; ++start) {
+    for (size_t base : {small, 2 * small, big, big + small, 2 * big, 6 * big + 5 * small, size_t{150528}}) {
+      for (size_t n : {base - 9, base - 1, base, base + 1, base + 8, base + 63}) {
+        ASSERT_EQ(detail::crc32c_extend_hardware(0xdeadbeef, buf.data() + start, n),
+                  detail::crc32c_extend_portable(0xdeadbeef, buf.data() + start, n))
+            << "start " << start << " n " << n;
+      }
+    }
+  }
+  // Extending in uneven pieces equals one pass.
+  const uint32_t whole = detail::crc32c(buf.data(), buf.size());
+  uint32_t pieces = 0;
+  for (size_t at = 0, step = 1; at < buf.size(); at += step, step = step * 3 + 1) {
+    pieces = detail::crc32c_extend(pieces, buf.data() + at, std::min(step, buf.size() - at));
+  }
+  EXPECT_EQ(pieces, whole);
+  EXPECT_EQ(whole, detail::crc32c_extend_portable(0, buf.data(), buf.size()));
 }
 
 // ---- framing ----

@@ -177,3 +177,23 @@ def test_gpu_feed_quick_runs_the_cpu_parts_and_says_what_it_skipped(tmp_path):
         assert cases["no_cuda"]["pin_warning"] and cases["no_cuda"]["pin_batches_ok"]
     md = (out_dir / "gpu_feed.md").read_text()
     assert "| held_8 |" in md and "| target |" in md
+
+
+def test_node_scaling_quick_measures_every_case(tmp_path):
+    """bench/node_scaling.py from the Python API alone: every case measured, JSON and markdown written."""
+    for mod in ("torch", "h5py"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} is not installed")
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    out = tmp_path / "ns"
+    run_script("bench/node_scaling.py", "--out", out, "--quick", "--seconds", 0.2)
+    res = json.loads((out / "node_scaling.json").read_text())
+    groups = {key.split("|")[0] for key in res["results"]}
+    assert len(groups) == 4, groups
+    for key, r in res["results"].items():
+        assert r["errors"] == [], (key, r["errors"])
+        assert len(r["rates"]) == 1 and r["rates"][0] > 0, key
+    held = res["results"]["B held vs read (defaults)|held (resident=on)"]
+    assert held["used"]["route"] == "gather"
+    assert "node_scaling" in (out / "node_scaling.md").read_text()

@@ -179,3 +179,43 @@ def test_truncated_file_is_reported(dlfeed, tmp_path):
     path.write_bytes(data[:offsets[1][0] + 20])
     err = dlfeed.error("inspect", path)
     assert str(path) in err and f"at offset {offsets[1][0]}" in err and "truncated" in err
+
+
+def test_records_of_different_sizes_batch_byte_exact_and_the_first_error_wins(tmp_path):
+    """Without a shape a record's size is known only once decoded: batches
+    whose samples all have the first one's size, batches where some differ,
+    and one whose first sample is the odd one all come out byte-exact; of
+    two corrupt records in a batch, the error names the earlier one."""
+    import dlfeed as dl
+
+    path = tmp_path / "sizes.tfrecord"
+    odd = {3, 10, 24, 30}
+    images = []
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for k in range(40):
+            image = bytes((k * 7 + j) % 256 for j in range(20 if k in odd else 12))
+            w.write(_example(image, [float(k)], [k]))
+            images.append(image)
+    loader = dl.Loader(path, fields=["image", "ints"], batch_size=8, strategy="sequential", ragged=True)
+    got = []
+    for b in loader:
+        ids = [int(i) for i in b.sample_ids]
+        arrays = b["image"]
+        for i, k in enumerate(ids):
+            assert bytes(np.asarray(arrays[i]).tobytes()) == images[k], f"record {k}"
+            assert int(np.asarray(b["ints"][i]).reshape(-1)[0]) == k
+        got += ids
+    assert got == list(range(40))
+
+    offsets = _record_offsets(path)
+    data = bytearray(path.read_bytes())
+    for k in (13, 11):  # both in batch 1 (records 8-15)
+        at = data.index(images[k], offsets[k][0]) + 1
+        data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+    loader = dl.Loader(path, fields=["image"], batch_size=8, strategy="sequential", ragged=True)
+    with pytest.raises(Exception) as e:
+        for _ in loader:
+            pass
+    footer = offsets[11][0] + offsets[11][1] - 4
+    assert str(path) in str(e.value) and f"at offset {footer}" in str(e.value), str(e.value)

@@ -13,7 +13,8 @@ ABSL_FLAG(uint64_t, max_in_flight_mb, 16, "io_uring: most MiB of reads in the ke
 ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
 ABSL_FLAG(uint32_t, io_engines, 0,
           "I/O engine threads, each with its own backend; batches go to more than the first only while it "
-          "is busy on the CPU (page-cache hits). 0: 2 on a machine with 2 or more cores");
+          "is busy on the CPU (page-cache hits). 0: from the cores the process may use (affinity and cgroup quota): 1 "
+          "on 1 core, 2 on 2-5, cores/2 up to 16");
 ABSL_FLAG(bool, io_spread_always, false,
           "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
 ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
@@ -42,7 +43,9 @@ ABSL_FLAG(std::string, unpack, "auto",
           "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half the memory budget, "
           "less the held files, are read once whole per epoch, inflated once, and gathered from memory), off (read "
           "per sample)");
-ABSL_FLAG(uint32_t, threads, 0, "Decode threads (0: the machine's cores, at least 2)");
+ABSL_FLAG(uint32_t, threads, 0,
+          "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process may use, "
+          "at least 2); this loader's own");
 
 namespace dlfeed::cli {
 

@@ -1,0 +1,160 @@
+#include "pipeline/cores.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace {
+
+std::optional<int64_t> parse_int(absl::string_view s) {
+  s = absl::StripAsciiWhitespace(s);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<uint32_t> cores_of_quota(int64_t quota, int64_t period) {
+  if (quota <= 0 || period <= 0) return std::nullopt;
+  const int64_t cores = (quota + period - 1) / period;  // 1.5 cores of time: 2 threads can use it
+  return static_cast<uint32_t>(std::clamp<int64_t>(cores, 1, 1 << 20));
+}
+
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+uint32_t affinity_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<uint32_t>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Each cgroup from `path` up to the root: "/a/b" -> "/a/b", "/a", "".
+std::vector<std::string> self_and_parents(std::string path) {
+  std::vector<std::string> out;
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  for (;;) {
+    out.push_back(path);
+    const size_t slash = path.rfind('/');
+    if (slash == std::string::npos || path.empty()) break;
+    path.resize(slash);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<uint32_t> cores_of_cpu_max(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(absl::StripAsciiWhitespace(text), ' ', absl::SkipEmpty());
+  if (parts.empty() || parts[0] == "max") return std::nullopt;
+  const std::optional<int64_t> quota = parse_int(parts[0]);
+  const std::optional<int64_t> period = parts.size() > 1 ? parse_int(parts[1]) : std::optional<int64_t>(100000);
+  if (!quota || !period) return std::nullopt;
+  return cores_of_quota(*quota, *period);
+}
+
+std::optional<uint32_t> cores_of_cfs(absl::string_view quota, absl::string_view period) {
+  const std::optional<int64_t> q = parse_int(quota), p = parse_int(period);
+  if (!q || !p) return std::nullopt;
+  return cores_of_quota(*q, *p);
+}
+
+CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup) {
+  CgroupPaths out;
+  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipWhitespace())) {
+    // "ID:CONTROLLERS:PATH"; the path may hold ':' itself.
+    const size_t a = line.find(':');
+    const size_t b = a == absl::string_view::npos ? a : line.find(':', a + 1);
+    if (b == absl::string_view::npos) continue;
+    const absl::string_view controllers = line.substr(a + 1, b - a - 1);
+    const std::string path(absl::StripAsciiWhitespace(line.substr(b + 1)));
+    if (line.substr(0, a) == "0" && controllers.empty()) {
+      if (!out.v2) out.v2 = path;
+      continue;
+    }
+    for (absl::string_view c : absl::StrSplit(controllers, ',')) {
+      if (c == "cpu" && !out.v1_cpu) out.v1_cpu = path;
+    }
+  }
+  return out;
+}
+
+namespace {
+// The smallest quota of the cgroup at `path` and its parents, v2 or v1.
+std::optional<uint32_t> quota_along(const CoreSources& from, const std::string& path, bool v1) {
+  std::optional<uint32_t> least;
+  for (const std::string& dir : self_and_parents(path)) {
+    std::optional<uint32_t> quota;
+    if (!v1) {
+      if (const auto t = read_text(from.cgroup_root + dir + "/cpu.max")) quota = cores_of_cpu_max(*t);
+    } else {
+      for (const char* mount : {"/cpu,cpuacct", "/cpu"}) {
+        const std::string base = from.cgroup_root + mount + dir;
+        const auto q = read_text(base + "/cpu.cfs_quota_us"), p = read_text(base + "/cpu.cfs_period_us");
+        if (q && p) {
+          quota = cores_of_cfs(*q, *p);
+          break;
+        }
+      }
+    }
+    if (quota && (!least || *quota < *least)) least = quota;
+  }
+  return least;
+}
+}  // namespace
+
+uint32_t usable_cores(const CoreSources& from) {
+  uint32_t cores = from.affinity ? from.affinity : affinity_cores();
+  const std::optional<std::string> self = read_text(from.proc_self_cgroup);
+  if (!self) return std::max(1u, cores);
+  const CgroupPaths paths = cgroup_paths_of(*self);
+  if (paths.v2) {
+    if (const auto q = quota_along(from, *paths.v2, false)) cores = std::min(cores, *q);
+  }
+  if (paths.v1_cpu) {
+    if (const auto q = quota_along(from, *paths.v1_cpu, true)) cores = std::min(cores, *q);
+  }
+  return std::max(1u, cores);
+}
+
+uint32_t process_cores() {
+  static const uint32_t cores = [] {
+    if (const char* env = std::getenv("DLFEED_CORES")) {
+      const std::optional<int64_t> v = parse_int(env);
+      if (v && *v > 0) return static_cast<uint32_t>(std::min<int64_t>(*v, 1 << 20));
+    }
+    return usable_cores(CoreSources{});
+  }();
+  return cores;
+}
+
+MachineDefaults machine_defaults(uint32_t cores) {
+  cores = std::max(1u, cores);
+  MachineDefaults d{};
+  d.io_engines = cores == 1 ? 1 : std::clamp(cores / 2, 2u, 16u);
+  d.threads = std::max(2u, cores);
+  d.read_depth = std::max(8u, 2 * d.io_engines);
+  d.read_budget = std::max<uint64_t>(256ull << 20, uint64_t{d.io_engines} * (32ull << 20));
+  return d;
+}
+
+}  // namespace dlfeed::pipeline

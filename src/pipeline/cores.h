@@ -1,0 +1,57 @@
+// Private: how many cores this process may use, and the defaults that follow
+// from them (LoaderOptions io_engines, threads (which the held gather's
+// copies use too) and the read prefetch when left at 0 / "auto").
+//
+// The count is the CPUs in the process's affinity mask (sched_getaffinity),
+// capped by its cgroup's CPU quota: cgroup v2 cpu.max ("QUOTA PERIOD" or
+// "max PERIOD"), or v1 cpu.cfs_quota_us / cpu.cfs_period_us (-1: none), each
+// rounded up to whole cores, at least 1. Not the host's core count: a
+// container limited to 4 of a 64-core host's CPUs gets 4.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+/// Cores a cgroup v2 cpu.max text allows ("200000 100000" -> 2, "150000
+/// 100000" -> 2 rounded up, "max 100000" -> none); nullopt when unlimited or
+/// not understood (then the quota limits nothing).
+std::optional<uint32_t> cores_of_cpu_max(absl::string_view text);
+/// The same for cgroup v1: cpu.cfs_quota_us and cpu.cfs_period_us texts.
+std::optional<uint32_t> cores_of_cfs(absl::string_view quota, absl::string_view period);
+/// This process's cgroups from /proc/self/cgroup text: the v2 line's path
+/// ("0::/a/b") and the v1 line's whose controllers include "cpu" (a hybrid
+/// system has both; the quota is wherever a cpu controller is mounted).
+struct CgroupPaths {
+  std::optional<std::string> v2, v1_cpu;
+};
+CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup);
+
+/// Where the cores are read from (tests give a folder of their own).
+struct CoreSources {
+  std::string proc_self_cgroup = "/proc/self/cgroup";
+  std::string cgroup_root = "/sys/fs/cgroup";  // v2 unified; v1 controllers under it ("cpu,cpuacct", "cpu")
+  uint32_t affinity = 0;                       // 0: sched_getaffinity of this process
+};
+/// Cores the process may use: the affinity count capped by the quota of its
+/// cgroup (and of each parent cgroup up to the root), at least 1.
+uint32_t usable_cores(const CoreSources& from);
+/// usable_cores() of this process, read once and kept (DLFEED_CORES, a
+/// positive integer in the environment, overrides it: to measure a smaller
+/// machine's defaults on a larger one).
+uint32_t process_cores();
+
+/// LoaderOptions defaults for a process with `cores` cores.
+struct MachineDefaults {
+  uint32_t io_engines;   // 2 on 1-3 cores (1 on 1), then cores / 2, up to 16
+  uint32_t threads;      // decode threads: the cores, at least 2
+  uint32_t read_depth;   // read prefetch "auto": depth (8, or 2 per engine)
+  uint64_t read_budget;  // and its budget (256 MiB, or 32 MiB per engine)
+};
+MachineDefaults machine_defaults(uint32_t cores);
+
+}  // namespace dlfeed::pipeline

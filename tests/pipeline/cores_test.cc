@@ -1,0 +1,119 @@
+// The cores a process may use (affinity and cgroup quota) and the loader
+// defaults that follow from them: deterministic inputs, cgroup files written
+// to a folder of the test's own.
+#include "pipeline/cores.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "format/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dlfeed::pipeline {
+namespace {
+
+void write(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+TEST(Cores, CpuMaxIsTheQuotaInWholeCoresRoundedUp) {
+  EXPECT_EQ(cores_of_cpu_max("200000 100000\n"), 2u);
+  EXPECT_EQ(cores_of_cpu_max("150000 100000"), 2u);  // 1.5 cores of time: 2 threads can use it
+  EXPECT_EQ(cores_of_cpu_max("50000 100000"), 1u);
+  EXPECT_EQ(cores_of_cpu_max("1600000 100000"), 16u);
+  EXPECT_EQ(cores_of_cpu_max("400000"), 4u);  // period left out: the kernel's default, 100 ms
+  EXPECT_EQ(cores_of_cpu_max("max 100000\n"), std::nullopt);
+  EXPECT_EQ(cores_of_cpu_max(""), std::nullopt);
+  EXPECT_EQ(cores_of_cpu_max("lots 100000"), std::nullopt);
+  EXPECT_EQ(cores_of_cpu_max("0 100000"), std::nullopt);
+}
+
+TEST(Cores, CfsQuotaOfMinusOneLimitsNothing) {
+  EXPECT_EQ(cores_of_cfs("-1\n", "100000\n"), std::nullopt);
+  EXPECT_EQ(cores_of_cfs("300000\n", "100000\n"), 3u);
+  EXPECT_EQ(cores_of_cfs("250000", "100000"), 3u);
+  EXPECT_EQ(cores_of_cfs("x", "100000"), std::nullopt);
+}
+
+TEST(Cores, CgroupPathsAreTheV2LineAndTheV1CpuLine) {
+  const CgroupPaths v2 = cgroup_paths_of("0::/user.slice/job-7\n");
+  EXPECT_EQ(v2.v2, "/user.slice/job-7");
+  EXPECT_EQ(v2.v1_cpu, std::nullopt);
+  // Hybrid (v1 controllers and the unified hierarchy), as this VM has.
+  const CgroupPaths hybrid = cgroup_paths_of("12:memory:/m\n4:cpu,cpuacct:/docker/abc\n0::/other\n");
+  EXPECT_EQ(hybrid.v2, "/other");
+  EXPECT_EQ(hybrid.v1_cpu, "/docker/abc");
+  EXPECT_EQ(cgroup_paths_of("12:memory:/m\n4:cpuacct,cpu:/d:x\n").v1_cpu, "/d:x");  // ':' in a path
+  const CgroupPaths none = cgroup_paths_of("12:memory:/m\n3:cpuset:/s\n");          // cpuset is not cpu
+  EXPECT_EQ(none.v2, std::nullopt);
+  EXPECT_EQ(none.v1_cpu, std::nullopt);
+}
+
+TEST(Cores, QuotaOfTheCgroupOrAParentCapsTheAffinity) {
+  const std::string root = testing::scratch_dir() + "/cores";
+  std::filesystem::remove_all(root);
+  CoreSources s;
+  s.proc_self_cgroup = root + "/proc_self_cgroup";
+  s.cgroup_root = root + "/sys";
+  s.affinity = 16;
+  write(s.proc_self_cgroup, "0::/kubepods/pod1/c\n");
+  write(s.cgroup_root + "/kubepods/pod1/c/cpu.max", "max 100000\n");
+  EXPECT_EQ(usable_cores(s), 16u);  // no quota anywhere: the affinity
+  write(s.cgroup_root + "/kubepods/pod1/cpu.max", "400000 100000\n");
+  EXPECT_EQ(usable_cores(s), 4u);  // the parent's quota
+  write(s.cgroup_root + "/kubepods/pod1/c/cpu.max", "250000 100000\n");
+  EXPECT_EQ(usable_cores(s), 3u);  // the smallest along the way
+  s.affinity = 2;
+  EXPECT_EQ(usable_cores(s), 2u);  // 2 CPUs in the mask, whatever the quota
+
+  // cgroup v1: cpu,cpuacct controller.
+  write(s.proc_self_cgroup, "5:cpu,cpuacct:/docker/abc\n");
+  s.affinity = 8;
+  EXPECT_EQ(usable_cores(s), 8u);  // no files: no quota
+  write(s.cgroup_root + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "600000\n");
+  write(s.cgroup_root + "/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(usable_cores(s), 6u);
+  write(s.cgroup_root + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+  EXPECT_EQ(usable_cores(s), 8u);
+
+  // Hybrid: the v2 line's cgroup has no cpu.max (no cpu controller there);
+  // the v1 cpu controller's quota counts.
+  write(s.proc_self_cgroup, "5:cpu,cpuacct:/docker/abc\n0::/\n");
+  write(s.cgroup_root + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "500000\n");
+  std::filesystem::remove(s.cgroup_root + "/cpu.max");
+  EXPECT_EQ(usable_cores(s), 5u);
+
+  s.proc_self_cgroup = root + "/missing";
+  EXPECT_EQ(usable_cores(s), 8u);  // no cgroup file: the affinity
+}
+
+TEST(Cores, ThisProcessHasAtLeastOneAndNoMoreThanItsAffinity) {
+  const uint32_t n = usable_cores(CoreSources{});
+  EXPECT_GE(n, 1u);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_LE(n, static_cast<uint32_t>(CPU_COUNT(&set)));
+}
+
+TEST(Cores, DefaultsKeepTwoCoresAsTheyWereAndGrowWithMore) {
+  const MachineDefaults one = machine_defaults(1), two = machine_defaults(2);
+  EXPECT_EQ(one.io_engines, 1u);
+  EXPECT_EQ(one.threads, 2u);
+  EXPECT_EQ(two.io_engines, 2u);  // the defaults before they followed the cores
+  EXPECT_EQ(two.threads, 2u);
+  EXPECT_EQ(two.read_depth, 8u);
+  EXPECT_EQ(two.read_budget, 256ull << 20);
+  EXPECT_EQ(machine_defaults(4).io_engines, 2u);
+  const MachineDefaults sixteen = machine_defaults(16);
+  EXPECT_EQ(sixteen.io_engines, 8u);
+  EXPECT_EQ(sixteen.threads, 16u);
+  EXPECT_EQ(sixteen.read_depth, 16u);
+  EXPECT_EQ(sixteen.read_budget, 256ull << 20);
+  EXPECT_EQ(machine_defaults(128).io_engines, 16u);
+  EXPECT_EQ(machine_defaults(128).read_budget, 512ull << 20);
+}
+
+}  // namespace
+}  // namespace dlfeed::pipeline
