@@ -70,6 +70,11 @@ class Loader:
         self._core.start_epoch(int(epoch))
         return EpochIterator(self, int(epoch))
 
+    def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
+        """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
+        self._core.start_epoch(int(epoch), int(position))
+        return EpochIterator(self, int(epoch))
+
     def __len__(self) -> int:
         return self._core.batches_per_epoch
 
@@ -158,6 +163,10 @@ class Loader:
         path ending in ".gz" is written gzip-compressed (DFTracer's tools want ``.pfw.gz``).
         Needs ``trace=True``: without it, raises dlfeed.InvalidArgumentError (a ValueError)
         saying so, rather than writing an empty trace."""
+        if not self.options.trace.enabled:
+            raise _dlfeed.InvalidArgumentError(
+                f"{os.fspath(path)}: no trace to write: this loader was made without trace=True "
+                "(dlfeed.Loader(..., trace=True) records the trace events)")
         self._core.write_trace(os.fspath(path), format)
 
     def close(self) -> None:

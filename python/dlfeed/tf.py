@@ -212,6 +212,10 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
     if loader is None:
         if paths is None:
             raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
+        if (ragged or pad) and loader_kwargs.get("ragged") is None:
+            # Fields whose samples differ in shape are what ragged=/pad= are for:
+            # the loader must accept them too.
+            loader_kwargs["ragged"] = True
         loader = Loader(paths, **loader_kwargs)
     elif paths is not None:
         # The old spelling dataset(PATHS, loader=L) stays valid when PATHS are L's own.

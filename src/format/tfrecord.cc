@@ -590,6 +590,20 @@ class TfRecordSource final : public SampleSource {
     return absl::OkStatus();
   }
 
+  /// The "auto" shape feature's verdict on this file: 1 shaped by it, -1
+  /// left 1-D by it, 0 not asked (shapes given, or no shape feature).
+  int auto_verdict() const {
+    if (shape_given_ || shape_from_.empty()) return 0;
+    return shape_ ? 1 : -1;
+  }
+  /// Back to 1-D: another file of the field is not described by its shape
+  /// feature, and a field has one shaping rule.
+  void unshape(std::string why) {
+    if (shape_ && z_) counts_.assign(records_, num_elements(*shape_));  // every record matched the shape
+    shape_.reset();
+    shape_from_ = std::move(why);
+  }
+
   /// The records' extents in the file (uncompressed files).
   void set_records(std::vector<Extent> records) {
     extents_ = std::move(records);
@@ -872,6 +886,31 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
 }  // namespace
 
 namespace detail {
+void one_shape_rule(SampleIndex& index, const FormatOptions& options) {
+  if (options.shape_feature != "auto" || options.feature_shape) return;
+  std::vector<TfRecordSource*> shaped;
+  const TfRecordSource* flat = nullptr;  // the first file its `size` does not describe
+  uint32_t flat_file = 0;
+  for (uint32_t f = 0; f < index.sources.size(); ++f) {
+    auto* src = dynamic_cast<TfRecordSource*>(index.sources[f].get());
+    if (src == nullptr) continue;
+    const int verdict = src->auto_verdict();
+    if (verdict > 0) shaped.push_back(src);
+    if (verdict < 0 && flat == nullptr) {
+      flat = src;
+      flat_file = f;
+    }
+  }
+  if (flat == nullptr || shaped.empty()) return;
+  const std::string why = absl::StrCat("1-D: the field's shape feature does not describe the records of ",
+                                       index.files[flat_file], ", so no file of the field is shaped by it");
+  std::fprintf(stderr,
+               "dlfeed: note: feature '%s' stays 1-D in all %zu files: its shape feature does not describe the "
+               "records of %s (DLIO's record_length_stdev > 0), so the %zu files it describes are 1-D too\n",
+               options.feature.c_str(), index.sources.size(), index.files[flat_file].c_str(), shaped.size());
+  for (TfRecordSource* src : shaped) src->unshape(why);
+}
+
 absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::string& path, uint64_t file_size,
                                                                    const FormatOptions& options, CacheReader& in) {
   const uint8_t kind = in.u8();

@@ -244,6 +244,21 @@ FileTableStats FileTable::stats() const {
   return s;
 }
 
+absl::Status FileTable::check_open_files() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const Impl::Entry& e : impl_->entries) {
+    if (e.fd < 0 || e.stale || !e.identity.known) continue;
+    struct stat st {};
+    if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
+    const Impl::Identity found = Impl::Identity::of(st);
+    if (!e.identity.same(found)) {
+      return file_error(e.path, absl::StrCat("the file registered (", e.identity.str(), ")"),
+                        absl::StrCat(found.str(), ": rewritten in place while the loader held it open"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FileTable::Pin> FileTable::pin(uint32_t id) { return pin_impl(id, true); }
 absl::StatusOr<FileTable::Pin> FileTable::try_pin(uint32_t id) { return pin_impl(id, false); }
 
