@@ -106,7 +106,10 @@ class IndexedBinarySource final : public SampleSource {
     return true;
   }
   std::optional<std::pair<DType, Shape>> sample_spec() const override {
-    return std::make_pair(dtype_, Shape{n_ && min_len_ == max_len_ ? static_cast<int64_t>(min_len_) : -1});
+    // Lengths that differ are differences between samples (ragged), not a
+    // dimension known only after decode: no spec, so uniform_spec sees them.
+    if (min_len_ != max_len_) return std::nullopt;
+    return std::make_pair(dtype_, Shape{n_ ? static_cast<int64_t>(min_len_) : -1});
   }
   std::optional<Strided> strided() const override {
     if (!offsets_.empty() || n_ == 0) return std::nullopt;

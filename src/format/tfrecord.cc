@@ -596,6 +596,11 @@ class TfRecordSource final : public SampleSource {
     if (shape_given_ || shape_from_.empty()) return 0;
     return shape_ ? 1 : -1;
   }
+  /// The shape feature's verdict that this file stays 1-D (from the index cache).
+  void set_flat_verdict(std::string why) {
+    shape_.reset();
+    shape_from_ = std::move(why);
+  }
   /// Back to 1-D: another file of the field is not described by its shape
   /// feature, and a field has one shaping rule.
   void unshape(std::string why) {
@@ -635,13 +640,13 @@ class TfRecordSource final : public SampleSource {
     w.u8(static_cast<uint8_t>(kind_));
     w.dtype(dtype_);
     w.str(idx_);
-    // A shape read from the shape feature (one given by the options is theirs).
-    const bool derived = shape_ && !shape_given_;
-    w.u8(derived ? 1 : 0);
-    if (derived) {
-      w.shape(*shape_);
-      w.str(shape_from_);
-    }
+    // A shape read from the shape feature (one given by the options is
+    // theirs): 1; the feature's verdict that the file stays 1-D (what
+    // one_shape_rule needs of every file): 2; neither: 0.
+    const int verdict = auto_verdict();
+    w.u8(verdict > 0 ? 1 : verdict < 0 ? 2 : 0);
+    if (verdict > 0) w.shape(*shape_);
+    if (verdict != 0) w.str(shape_from_);
     w.u64(extents_.size());
     for (const Extent& e : extents_) w.u64(e.length);  // records lie back to back from offset 0
   }
@@ -921,13 +926,13 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   std::string shape_from;
   if (derived == 1) {
     shape = in.shape();
-    shape_from = in.str();
     for (int64_t d : *shape) {
       if (d < 0) in.fail();  // a shape feature's shape has no unknown dimension
     }
   }
+  if (derived == 1 || derived == 2) shape_from = in.str();
   const uint64_t n = in.u64();
-  if (!in.ok() || derived > 1 || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
+  if (!in.ok() || derived > 2 || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
     return file_error(path, "a TFRecord entry in the index cache", "a truncated or malformed one");
   }
   // What validate_idx checks of a sidecar: records of 16 bytes or more, back
@@ -948,6 +953,7 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   }
   auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
   if (shape && !options.feature_shape) src->set_shape(std::move(*shape), std::move(shape_from));
+  if (derived == 2 && !options.feature_shape) src->set_flat_verdict(std::move(shape_from));
   src->set_records(std::move(records));
   return std::unique_ptr<SampleSource>(std::move(src));
 }

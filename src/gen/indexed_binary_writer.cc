@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
 #include "dlfeed/format/indexed_binary.h"
 #include "gen/generate.h"
 

@@ -324,7 +324,8 @@ def test_indexed_binary_workloads(dlfeed, workloads, tmp_path, name, ext):
     samples = read_dlio_indexed(tmp_path / "data" / "train" / f"img_1_of_2.{ext}")
     assert len(samples) == 20 and {len(s) for s in samples} == {256}
     # dlfeed reads what DLIO's reader reads, byte for byte.
-    loader = dlfeed.Loader(tmp_path / "data" / "train" / f"img_1_of_2.{ext}", batch_size=20)
+    lib = pytest.importorskip("dlfeed")  # the Python package (the fixture `dlfeed` is the command line)
+    loader = lib.Loader(tmp_path / "data" / "train" / f"img_1_of_2.{ext}", batch_size=20)
     batch = next(iter(loader))
     assert [np.array(batch[0][k]).tobytes() for k in range(20)] == samples
     s = summary_of(tmp_path)

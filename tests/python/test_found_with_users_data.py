@@ -59,6 +59,11 @@ def test_cosmoflow_with_record_length_stdev_is_one_d_for_the_whole_field(tmp_pat
     for sid, value in got.items():
         assert value.ndim == 1
         np.testing.assert_array_equal(value, want[sid].reshape(-1))
+    # The index cache keeps each file's verdict, so a reopen from it applies the rule too.
+    for _ in range(2):
+        cached = dlfeed.Loader(train, fields=["image"], batch_size=1, index_cache=str(tmp_path / "cache"))
+        assert cached.field_specs()[0][2] == (None,)
+        assert {k: v.tolist() for k, v in ids_and_values(cached).items()} == {k: v.tolist() for k, v in got.items()}
     # The square file alone keeps its shape (the rule is per field, not a change of the default).
     alone = dlfeed.Loader(train / "img_0_of_2.tfrecord", fields=["image"], batch_size=1)
     assert alone.field_specs()[0][2] == (12, 12)
