@@ -343,3 +343,11 @@ def test_indexed_binary_workloads(dlfeed, workloads, tmp_path, name, ext):
         # Every 4 steps of each epoch: model, optimizer (3 x 30 bytes), 2 layers (7 bytes each).
         assert ckpt["model-1-4-0.pt"] == 100 and ckpt["optimizer-2-8-0.pt"] == 90 and ckpt["layer-1-1-8-0.pt"] == 7
         assert len(ckpt) == 2 * 2 * 4
+
+
+def test_all_fourteen_shipped_workloads_are_accepted(dlfeed, workloads):
+    names = sorted(p.name for p in workloads.glob("*.yaml"))
+    assert len(names) == 14 and {"dlrm.yaml", "megatron_deepspeed.yaml"} <= set(names)
+    for name in names:
+        out = dlfeed.run("dlio", workloads / name, "--dry-run").stdout
+        assert "data:" in out and "refused" not in out, (name, out)
