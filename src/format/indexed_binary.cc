@@ -86,8 +86,7 @@ class IndexedBinarySource final : public SampleSource {
 
   std::string layout() const override { return absl::StrCat("indexed_binary:", kind_); }
   std::string describe() const override {
-    const std::string lens = min_len_ == max_len_ ? absl::StrCat(min_len_)
-                                                  : absl::StrCat(min_len_, "..", max_len_);
+    const std::string lens = min_len_ == max_len_ ? absl::StrCat(min_len_) : absl::StrCat(min_len_, "..", max_len_);
     return absl::StrCat(kind_, " indexed binary: ", n_, " sequences of ", lens, " ", dtype_.name(),
                         " elements (1-D samples), index ", index_desc_);
   }
@@ -148,8 +147,7 @@ template <typename T>
 absl::StatusOr<std::vector<T>> read_array(const detail::File& file, uint64_t offset, uint64_t count,
                                           absl::string_view what) {
   std::vector<T> out(count);
-  DLFEED_RETURN_IF_ERROR(
-      file.read_exact(offset, std::as_writable_bytes(std::span<T>(out.data(), out.size())), what));
+  DLFEED_RETURN_IF_ERROR(file.read_exact(offset, std::as_writable_bytes(std::span<T>(out.data(), out.size())), what));
   return out;
 }
 
@@ -189,7 +187,8 @@ absl::StatusOr<std::unique_ptr<SampleSource>> open_megatron(const detail::File& 
                           read_array<uint64_t>(idx, h.pointers_offset(), h.sequences, "the sequence pointers"));
   for (size_t k = 0; k < lengths.size(); ++k) {
     if (lengths[k] > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-      return format_error(idx_path, h.lengths_offset() + 4 * k, absl::StrCat("sequence ", k, "'s length (an int32 >= 0)"),
+      return format_error(idx_path, h.lengths_offset() + 4 * k,
+                          absl::StrCat("sequence ", k, "'s length (an int32 >= 0)"),
                           absl::StrCat(static_cast<int32_t>(lengths[k])));
     }
   }
@@ -202,17 +201,17 @@ absl::StatusOr<std::unique_ptr<SampleSource>> open_megatron(const detail::File& 
   for (size_t d = 0; d < docs.size(); ++d) {
     const bool last = d + 1 == docs.size();
     if (docs[d] < prev || docs[d] > h.sequences || (d == 0 && docs[d] != 0) || (last && docs[d] != h.sequences)) {
-      return format_error(
-          idx_path, h.documents_offset() + 8 * d,
-          absl::StrCat("document index entry ", d, ": ",
-                       d == 0 ? "0" : last ? absl::StrCat(h.sequences, " (the sequence count)")
-                                           : absl::StrCat("a sequence number from ", prev, " to ", h.sequences)),
-          absl::StrCat(static_cast<int64_t>(docs[d])));
+      return format_error(idx_path, h.documents_offset() + 8 * d,
+                          absl::StrCat("document index entry ", d, ": ",
+                                       d == 0 ? "0"
+                                       : last ? absl::StrCat(h.sequences, " (the sequence count)")
+                                              : absl::StrCat("a sequence number from ", prev, " to ", h.sequences)),
+                          absl::StrCat(static_cast<int64_t>(docs[d])));
     }
     prev = docs[d];
   }
-  return std::unique_ptr<SampleSource>(std::make_unique<IndexedBinarySource>(
-      data.path(), idx_path, "megatron", h.dtype, std::move(pointers), std::move(lengths)));
+  return std::unique_ptr<SampleSource>(std::make_unique<IndexedBinarySource>(data.path(), idx_path, "megatron", h.dtype,
+                                                                             std::move(pointers), std::move(lengths)));
 }
 
 absl::StatusOr<std::unique_ptr<SampleSource>> open_dlio(const detail::File& data, const std::string& off_path,
@@ -241,11 +240,11 @@ absl::StatusOr<std::unique_ptr<SampleSource>> open_dlio(const detail::File& data
     }
     lengths[k] = static_cast<uint32_t>(sizes[k]);
   }
-  DLFEED_RETURN_IF_ERROR(check_within(offsets, lengths, DType::u8(), data.size(), data.path(), off_path,
-                                      [](size_t k) { return 8 * k; }));
-  return std::unique_ptr<SampleSource>(std::make_unique<IndexedBinarySource>(
-      data.path(), absl::StrCat(off_path, " + ", sz_path), "dlio", DType::u8(), std::move(offsets),
-      std::move(lengths)));
+  DLFEED_RETURN_IF_ERROR(
+      check_within(offsets, lengths, DType::u8(), data.size(), data.path(), off_path, [](size_t k) { return 8 * k; }));
+  return std::unique_ptr<SampleSource>(
+      std::make_unique<IndexedBinarySource>(data.path(), absl::StrCat(off_path, " + ", sz_path), "dlio", DType::u8(),
+                                            std::move(offsets), std::move(lengths)));
 }
 
 }  // namespace
@@ -266,7 +265,8 @@ absl::StatusOr<MegatronIdxHeader> parse_megatron_idx_header(std::span<const std:
   const uint8_t code = static_cast<uint8_t>(head[17]);
   std::optional<DType> dtype = megatron_dtype(code);
   if (!dtype) {
-    return format_error(idx_path, 17, "a dtype code from 1 to 8 (uint8, int8, int16, int32, int64, float64, float32, uint16)",
+    return format_error(idx_path, 17,
+                        "a dtype code from 1 to 8 (uint8, int8, int16, int32, int64, float64, float32, uint16)",
                         absl::StrCat("code ", code));
   }
   h.dtype = *dtype;
@@ -308,10 +308,10 @@ absl::StatusOr<SampleIndex> open_indexed_binary(const std::string& path, const F
   for (const std::string& p : idx) {
     std::error_code ec;
     if (!fs::exists(p, ec)) {
-      return absl::NotFoundError(absl::StrCat(path, ": expected its index ", p, " beside it (",
-                                              idx.size() == 1 ? "Megatron-LM's PREFIX.bin + PREFIX.idx"
-                                                              : "DLIO's NAME + NAME.off.idx + NAME.sz.idx",
-                                              "), found no such file"));
+      return absl::NotFoundError(absl::StrCat(
+          path, ": expected its index ", p, " beside it (",
+          idx.size() == 1 ? "Megatron-LM's PREFIX.bin + PREFIX.idx" : "DLIO's NAME + NAME.off.idx + NAME.sz.idx",
+          "), found no such file"));
     }
   }
   absl::StatusOr<std::unique_ptr<SampleSource>> src =

@@ -43,9 +43,9 @@ inline constexpr size_t kMegatronIdxHeaderSize = 34;
 
 /// What a Megatron-LM .idx header says, checked against the file's size.
 struct DLFEED_EXPORT MegatronIdxHeader {
-  DType dtype;             // the .bin's element type
-  uint64_t sequences = 0;  // S: the samples
-  uint64_t documents = 0;  // D: entries of the document index
+  DType dtype;              // the .bin's element type
+  uint64_t sequences = 0;   // S: the samples
+  uint64_t documents = 0;   // D: entries of the document index
   bool multimodal = false;  // the file ends with a mode byte per sequence
   uint64_t lengths_offset() const { return kMegatronIdxHeaderSize; }
   uint64_t pointers_offset() const { return lengths_offset() + 4 * sequences; }
