@@ -27,7 +27,7 @@ class FormatOptions:
     """How files are turned into samples (C++ FormatOptions)."""
     def __init__(self) -> None: ...
     format: str
-    """auto (by extension), npy, npz, hdf5 or tfrecord"""
+    """auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary"""
     axis: str
     """Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as DLIO's generator writes them)"""
     name: str
