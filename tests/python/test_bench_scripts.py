@@ -150,3 +150,10 @@ def test_npz_once_quick_reports_every_dataset(tmp_path):
     assert len(rows) == 6, out
     # Unpacked, a DLIO array is read once: read / delivered 1.00.
     assert all(" | 1.00 (" in r for r in rows if r.startswith("| DLIO NP") and "budget" not in r), out
+
+
+def test_indexed_binary_quick_reports_both_readers(tmp_path):
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    out = run_script("bench/indexed_binary.py", "--quick")
+    assert "dlfeed epoch" in out and "megatron epoch" in out and "sequences/s" in out, out
