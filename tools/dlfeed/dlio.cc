@@ -357,8 +357,9 @@ int run_phases(const DlioConfig& c, const std::string& config_path, const OrderM
   r.start_ts = timestamp();
   const auto t_run = Clock::now();
   // DLIO's StatsCounter refuses a total_training_steps the configured data
-  // cannot give when it is made, before generate_data writes anything.
-  if (!c.generate_only) check_training_steps(c, static_cast<uint64_t>(c.num_files_train), scale.size());
+  // cannot give when it is made (in DLIOBenchmark.__init__, whatever the
+  // workflow), before generate_data writes anything.
+  check_training_steps(c, static_cast<uint64_t>(c.num_files_train), scale.size());
   if (c.generate_data) {
     const auto t0 = Clock::now();
     if (scale.is_root()) generate(c, absl::GetFlag(FLAGS_quiet));
