@@ -206,7 +206,9 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
     ``ragged=True`` gives such fields as tf.RaggedTensor [batch, None, ...];
     ``pad=True`` pads each batch's samples to its longest with ``pad_value``. Either
     may name the fields instead (``ragged=["tokens"]``). Without them, a batch whose
-    samples differ in length is an error naming the field and the lengths.
+    samples differ in length is an error naming the field and the lengths. Given
+    either, the loader made from paths also takes files whose samples differ in
+    shape (Loader's ``ragged=True``, unless ``ragged`` is among its keywords).
     """
     _options.check_keywords(loader_kwargs, "dlfeed.tf.dataset()")
     if loader is None:
