@@ -208,13 +208,13 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
     may name the fields instead (``ragged=["tokens"]``). Without them, a batch whose
     samples differ in length is an error naming the field and the lengths. Given
     either, the loader made from paths also takes files whose samples differ in
-    shape (Loader's ``ragged=True``, unless ``ragged`` is among its keywords).
+    shape (it is made with Loader's ``ragged=True``).
     """
     _options.check_keywords(loader_kwargs, "dlfeed.tf.dataset()")
     if loader is None:
         if paths is None:
             raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
-        if (ragged or pad) and loader_kwargs.get("ragged") is None:
+        if ragged or pad:
             # Fields whose samples differ in shape are what ragged=/pad= are for:
             # the loader must accept them too.
             loader_kwargs["ragged"] = True
