@@ -164,9 +164,10 @@ class Loader:
         Needs ``trace=True``: without it, raises dlfeed.InvalidArgumentError (a ValueError)
         saying so, rather than writing an empty trace."""
         if not self.options.trace.enabled:
-            raise _dlfeed.InvalidArgumentError(
-                f"{os.fspath(path)}: no trace to write: this loader was made without trace=True "
-                "(dlfeed.Loader(..., trace=True) records the trace events)")
+            # The C++ message names every way to enable tracing (the command line's
+            # too); a Python caller gets the Python one. 9: FAILED_PRECONDITION.
+            _dlfeed._raise_status(9, f"{os.fspath(path)}: no trace to write: this loader was made without "
+                                     "trace=True (dlfeed.Loader(..., trace=True) records the trace events)")
         self._core.write_trace(os.fspath(path), format)
 
     def close(self) -> None:

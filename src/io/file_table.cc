@@ -252,8 +252,10 @@ absl::Status FileTable::check_open_files() const {
     if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
     const Impl::Identity found = Impl::Identity::of(st);
     if (!e.identity.same(found)) {
-      return file_error(e.path, absl::StrCat("the file registered (", e.identity.str(), ")"),
-                        absl::StrCat(found.str(), ": rewritten in place while the loader held it open"));
+      return file_error(
+          e.path, absl::StrCat("the file registered (", e.identity.str(), ")"),
+          absl::StrCat(found.str(),
+                       ": changed in place (rewritten, truncated or appended to) while the loader held it open"));
     }
   }
   return absl::OkStatus();

@@ -148,7 +148,7 @@ def test_a_file_rewritten_in_place_under_an_open_loader_is_named(tmp_path):
     with pytest.raises(dlfeed.DataError) as e:
         list(loader)
     msg = str(e.value)
-    assert str(path) in msg and "rewritten in place" in msg, msg
+    assert str(path) in msg and "changed in place" in msg, msg
 
 
 def test_small_ones(tmp_path):
