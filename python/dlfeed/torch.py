@@ -275,7 +275,8 @@ class Dataset(torch.utils.data.IterableDataset):
         return self._get_loader(rank, world)
 
     def __len__(self) -> int:
-        """Batches per epoch of this rank (without DataLoader workers)."""
+        """Batches per epoch of this rank: what a DataLoader over it yields too, with
+        or without workers."""
         return len(self.loader)
 
     @property
