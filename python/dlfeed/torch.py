@@ -292,20 +292,17 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending = None
 
     # -- iteration ------------------------------------------------------------
-    def _convert(self, batch: Any, keep: Optional[int]) -> Any:
+    def _convert(self, batch: Any) -> Any:
         names = batch.keys()
         out: List[Any] = []
         for i in range(len(names)):
             t = to_torch(batch, i)
-            if keep is not None:
-                t = t[:keep]
             if self.pin_memory:
                 t = self._pin(t)
             out.append(t)
         if self.as_dict:
             d: Dict[str, Any] = dict(zip(names, out))
-            ids = torch.from_numpy(batch.sample_ids.astype("int64"))
-            d[_IDS_KEY] = ids[:keep] if keep is not None else ids
+            d[_IDS_KEY] = torch.from_numpy(batch.sample_ids.astype("int64"))
             return d
         return out[0] if len(out) == 1 else tuple(out)
 
@@ -365,11 +362,11 @@ class Dataset(torch.utils.data.IterableDataset):
                     batch = next(it, None)
                     if batch is None:
                         break
-                    yield self._convert(batch, None)
+                    yield self._convert(batch)
                     del batch
             return
         for batch in loader.iter_epoch(epoch):
-            yield self._convert(batch, None)
+            yield self._convert(batch)
             del batch
         if direct:  # a worker generation took its epoch when it started
             self._record.set_next(epoch + 1)
