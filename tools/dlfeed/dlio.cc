@@ -401,6 +401,11 @@ int run_dlio(const std::vector<std::string>& args) {
   std::printf("order: %s seed %llu (%s)\n", order.strategy.c_str(), static_cast<unsigned long long>(order.seed),
               order.why.c_str());
   print_mapping(c, absl::GetFlag(FLAGS_dry_run));
+  if (c.do_checkpoint && c.framework == "tensorflow") {
+    std::printf(
+        "note: checkpoints are written at their full sizes; DLIO 2.0.0's tf.train.Checkpoint saves none of its "
+        "tensors (about 330 B a file whatever model_size says; docs/dlio.md)\n");
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     std::printf("data: %s/train for training, %s/valid for evaluation; output: %s\n", c.data_dir().c_str(),
                 c.data_dir().c_str(), out_dir.c_str());
