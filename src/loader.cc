@@ -288,6 +288,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
   }
   std::vector<std::string> names = options.fields;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader: field '", names[i], "' is named twice in fields; name each field once"));
+    }
+  }
   if (names.empty()) {
     const FileFormat f = options.format.format;
     names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
@@ -392,6 +398,10 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   Impl& m = *impl_;
   m.cancel_epoch();
   DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
+  // A file rewritten in place under a descriptor held since the last epoch
+  // (reopens are checked as they open): an error naming it, not new bytes
+  // decoded with the old index.
+  DLFEED_RETURN_IF_ERROR(m.files->check_open_files());
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;
@@ -477,6 +487,13 @@ EpochRange::iterator::iterator(Loader* loader) : loader_(loader) { ++*this; }
 EpochRange::iterator& EpochRange::iterator::operator++() {
   current_ = value_or_throw(loader_->next());
   return *this;
+}
+
+absl::Status Loader::start_epoch_at(uint64_t epoch, uint64_t position) {
+  Impl& m = *impl_;
+  m.cancel_epoch();
+  m.resume = detail::ResumePoint{epoch, 0, position};
+  return start_epoch(epoch);
 }
 
 std::string Loader::state() const {

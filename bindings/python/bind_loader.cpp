@@ -101,13 +101,13 @@ void bind_loader(py::module_& m) {
            py::arg("options"), py::arg("shapes") = std::vector<std::optional<std::vector<int64_t>>>{})
       .def(
           "start_epoch",
-          [](PyLoader& self, uint64_t epoch) {
+          [](PyLoader& self, uint64_t epoch, uint64_t position) {
             Loader& l = self.get();
             absl::Status st;
             std::string state;
             {
               py::gil_scoped_release nogil;
-              st = l.start_epoch(epoch);
+              st = position == 0 ? l.start_epoch(epoch) : l.start_epoch_at(epoch, position);
               state = l.state();
             }
             check(st);
@@ -121,7 +121,7 @@ void bind_loader(py::module_& m) {
             uint64_t total = l.batches_per_epoch();
             self.remaining = total > done ? total - done : 0;
           },
-          py::arg("epoch"))
+          py::arg("epoch"), py::arg("position") = 0)
       .def("next",
            [](PyLoader& self) -> py::object {
              Loader& l = self.get();

@@ -81,7 +81,7 @@ void bind_format_options(py::module_& m) {
       .def_property(
           "format", [](const FormatOptions& o) { return format_name(o.format); },
           [](FormatOptions& o, const std::string& s) { o.format = unwrap(parse_format(s)); },
-          "auto (by extension), npy, npz, hdf5 or tfrecord")
+          "auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary")
       .def_property(
           "axis", [](const FormatOptions& o) { return axis_name(o.axis); },
           [](FormatOptions& o, const std::string& s) { o.axis = parse_axis(s); },

@@ -15,6 +15,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/format.h"
+#include "dlfeed/format/indexed_binary.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord.h"
 #include "dlfeed/format/zip.h"

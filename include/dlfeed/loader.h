@@ -258,6 +258,11 @@ class DLFEED_EXPORT Loader {
   /// Starts `epoch` from its beginning (or from the restore()d position when
   /// the pending state is for this epoch). A running epoch is cancelled.
   absl::Status start_epoch(uint64_t epoch);
+  /// Starts `epoch` at this rank's sample position `position` (<= its
+  /// samples per epoch): the batches from position / batch_size on, as
+  /// start_epoch(epoch) would give them (how dlfeed.torch's DataLoader
+  /// workers each read a contiguous run of the rank's batches).
+  absl::Status start_epoch_at(uint64_t epoch, uint64_t position);
   /// The next batch, nullptr at the end of the epoch, or the first error of
   /// any stage (naming file, offset and cause); after an error the epoch is over.
   absl::StatusOr<std::shared_ptr<const Batch>> next();

@@ -27,7 +27,7 @@ class FormatOptions:
     """How files are turned into samples (C++ FormatOptions)."""
     def __init__(self) -> None: ...
     format: str
-    """auto (by extension), npy, npz, hdf5 or tfrecord"""
+    """auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary"""
     axis: str
     """Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as DLIO's generator writes them)"""
     name: str
@@ -271,7 +271,7 @@ class Batch:
 class Loader:
     """The C++ loader (private: use dlfeed.Loader)."""
     def __init__(self, options: LoaderOptions, shapes: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None] = ...) -> None: ...
-    def start_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def start_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex, position: typing.SupportsInt | typing.SupportsIndex = ...) -> None: ...
     def next(self) -> typing.Any:
         """The next batch of the running epoch, or None at its end."""
     def state(self) -> bytes: ...

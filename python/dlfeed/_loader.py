@@ -137,6 +137,11 @@ class Loader:
             d.epoch, d.index, d.position, d.sample_ids = epoch, index, position, ids
             yield d
 
+    def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
+        """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
+        self._core.start_epoch(int(epoch), int(position))
+        return EpochIterator(self, int(epoch))
+
     def __len__(self) -> int:
         return self._core.batches_per_epoch
 
@@ -233,6 +238,11 @@ class Loader:
         path ending in ".gz" is written gzip-compressed (DFTracer's tools want ``.pfw.gz``).
         Needs ``trace=True``: without it, raises dlfeed.InvalidArgumentError (a ValueError)
         saying so, rather than writing an empty trace."""
+        if not self.options.trace.enabled:
+            # The C++ message names every way to enable tracing (the command line's
+            # too); a Python caller gets the Python one. 9: FAILED_PRECONDITION.
+            _dlfeed._raise_status(9, f"{os.fspath(path)}: no trace to write: this loader was made without "
+                                     "trace=True (dlfeed.Loader(..., trace=True) records the trace events)")
         self._core.write_trace(os.fspath(path), format)
 
     def close(self) -> None:

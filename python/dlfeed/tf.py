@@ -210,13 +210,19 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
     ``ragged=True`` gives such fields as tf.RaggedTensor [batch, None, ...];
     ``pad=True`` pads each batch's samples to its longest with ``pad_value``. Either
     may name the fields instead (``ragged=["tokens"]``). Without them, a batch whose
-    samples differ in length is an error naming the field and the lengths.
+    samples differ in length is an error naming the field and the lengths. Given
+    either, the loader made from paths also takes files whose samples differ in
+    shape (it is made with Loader's ``ragged=True``).
     """
     _options.check_keywords(loader_kwargs, "dlfeed.tf.dataset()")
     tf_device = _tf_device(device)  # checked before any work
     if loader is None:
         if paths is None:
             raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
+        if ragged or pad:
+            # Fields whose samples differ in shape are what ragged=/pad= are for:
+            # the loader must accept them too.
+            loader_kwargs["ragged"] = True
         loader = Loader(paths, **loader_kwargs)
     elif paths is not None:
         # The old spelling dataset(PATHS, loader=L) stays valid when PATHS are L's own.

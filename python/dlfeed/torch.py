@@ -9,9 +9,11 @@
 No DataLoader worker processes are needed: dlfeed's C++ threads read and decode.
 Rank and world size come from torch.distributed when it is initialised (or pass
 them). Wrapped in a DataLoader(ds, batch_size=None, num_workers=K) anyway, each
-worker reads its own disjoint part of this rank's shard, no sample is read
-twice, and each DataLoader iteration is the next epoch (a file-backed counter
-the workers share; see _EpochRecord).
+worker reads its own contiguous run of this rank's batches (the batches a
+direct iteration gives, whatever K: drop_last_batch drops only the rank's last
+partial batch, and len(DataLoader) is right), no sample is read twice, and each
+DataLoader iteration is the next epoch (a file-backed counter the workers share;
+see _EpochRecord).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from . import _options
 from ._loader import Loader
 
 __all__ = ["Dataset", "to_torch"]
+
+_IDS_KEY = "sample_ids"  # as_dict's key for dlfeed's sample ids (a field of that name is refused)
 
 
 def to_torch(batch: Any, index: Union[int, str]) -> Any:
@@ -230,6 +234,9 @@ class Dataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = int(rank), int(world_size)
         self.pin_memory = bool(pin_memory)
         self.as_dict = bool(as_dict)
+        fields = loader_kwargs.get("fields")
+        if fields is not None and not isinstance(fields, str):
+            self._check_names(list(fields))
         self._record = _EpochRecord(0)
         self._worker_iterations = 0  # in a worker process: iterations it made (persistent workers)
         self._pending: Optional[bytes] = None
@@ -238,19 +245,30 @@ class Dataset(torch.utils.data.IterableDataset):
 
     # -- the loader of this process ------------------------------------------
     def _shard(self) -> tuple:
+        # DataLoader workers read the rank's own order (the loader each makes is
+        # the one a direct iteration makes); each takes a contiguous run of its
+        # batches (_epoch), so the batches do not depend on the number of workers.
         info = torch.utils.data.get_worker_info()
-        if info is None or info.num_workers <= 1:
-            return self.rank, self.world_size, False
-        return (self.rank * info.num_workers + info.id, self.world_size * info.num_workers, True)
+        return self.rank, self.world_size, info is not None and info.num_workers > 1
 
     def _get_loader(self, rank: int, world: int) -> Loader:
         key = (os.getpid(), rank, world)
         if self._loader is None or self._loader_key != key:
             pin = self.pin_memory or self.device is not None
-            self._loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
-                                  **self._kwargs)
+            loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
+                            **self._kwargs)
+            self._check_names(loader.field_names)
+            self._loader = loader
             self._loader_key = key
         return self._loader
+
+    def _check_names(self, names: Sequence[str]) -> None:
+        # as_dict's own key never hides a field of the user's data.
+        if self.as_dict and _IDS_KEY in names:
+            raise ValueError(
+                f"dlfeed.torch.Dataset(as_dict=True): the data has a field named {_IDS_KEY!r}, the key as_dict "
+                f"gives dlfeed's sample ids; read it with as_dict=False (a tuple of the fields, in the order of "
+                f"fields=), or select the other fields with fields=")
 
     def __getstate__(self) -> Dict[str, Any]:
         d = dict(self.__dict__)
@@ -265,7 +283,8 @@ class Dataset(torch.utils.data.IterableDataset):
         return self._get_loader(rank, world)
 
     def __len__(self) -> int:
-        """Batches per epoch of this rank (without DataLoader workers)."""
+        """Batches per epoch of this rank: what a DataLoader over it yields too, with
+        or without workers."""
         return len(self.loader)
 
     @property
@@ -281,20 +300,17 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending = None
 
     # -- iteration ------------------------------------------------------------
-    def _convert(self, batch: Any, keep: Optional[int], copy_to_pin: bool = False) -> Any:
+    def _convert(self, batch: Any, copy_to_pin: bool = False) -> Any:
         names = batch.keys()
         out: List[Any] = []
         for i in range(len(names)):
             t = to_torch(batch, i)
-            if keep is not None:
-                t = t[:keep]
             if copy_to_pin:
                 t = self._pin(t)  # the pool could not be pinned: a copy
             out.append(t)
         if self.as_dict:
             d: Dict[str, Any] = dict(zip(names, out))
-            ids = torch.from_numpy(batch.sample_ids.astype("int64"))
-            d["sample_ids"] = ids[:keep] if keep is not None else ids
+            d[_IDS_KEY] = torch.from_numpy(batch.sample_ids.astype("int64"))
             return d
         return out[0] if len(out) == 1 else tuple(out)
 
@@ -338,15 +354,6 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def _epoch(self, loader: Loader, epoch: int, rank: int, world: int, in_worker: bool,
                direct: bool) -> Iterator[Any]:
-        # With worker processes, padding (the last positions of the global order
-        # read again to make shards equal) would duplicate samples: trim it.
-        valid = None
-        if in_worker and not loader.options.order.drop_last:
-            total = loader.num_samples
-            indices = loader.options.order.params.indices
-            if indices is not None:
-                total = len(indices)
-            valid = max(0, -(-(total - rank) // world))
         if self.device is not None:
             if in_worker:
                 raise ValueError("dlfeed.torch.Dataset(device=...): the copies to the GPU run in the training "
@@ -357,15 +364,29 @@ class Dataset(torch.utils.data.IterableDataset):
         # reads the batch's buffer after the tensor may be dropped; keep the last two
         # batches alive so the pool does not reuse a buffer a copy still reads.
         recent: Any = collections.deque(maxlen=2) if loader.pinned else None
+        copy_to_pin = self.pin_memory and not loader.pinned
+        if in_worker:
+            # Worker k of K reads the rank's batches [k*n/K, (k+1)*n/K) of the n a
+            # direct iteration gives (drop_last_batch drops only the rank's last
+            # partial batch): the same batches whatever K, len(DataLoader) true.
+            info = torch.utils.data.get_worker_info()
+            n = len(loader)
+            first, end = info.id * n // info.num_workers, (info.id + 1) * n // info.num_workers
+            if first < end:
+                it = loader._iter_epoch_at(epoch, first * loader.options.batch_size)
+                for _ in range(end - first):
+                    batch = next(it, None)
+                    if batch is None:
+                        break
+                    if recent is not None:
+                        recent.append(batch)
+                    yield self._convert(batch, copy_to_pin)
+                    del batch
+            return
         for batch in loader.iter_epoch(epoch):
             if recent is not None:
                 recent.append(batch)
-            keep = None
-            if valid is not None and batch.position + len(batch) > valid:
-                keep = max(0, valid - batch.position)
-                if keep == 0:
-                    continue
-            yield self._convert(batch, keep, self.pin_memory and not loader.pinned)
+            yield self._convert(batch, copy_to_pin)
             del batch
         if direct:  # a worker generation took its epoch when it started
             self._record.set_next(epoch + 1)
@@ -376,7 +397,7 @@ class Dataset(torch.utils.data.IterableDataset):
             out: List[Any] = [d[n] for n in names]
             if self.as_dict:
                 dd: Dict[str, Any] = dict(zip(names, out))
-                dd["sample_ids"] = torch.from_numpy(d.sample_ids.astype("int64"))
+                dd[_IDS_KEY] = torch.from_numpy(d.sample_ids.astype("int64"))
                 yield dd
             else:
                 yield out[0] if len(out) == 1 else tuple(out)

@@ -2,6 +2,7 @@
 
 #include <glob.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
+#include "dlfeed/format/indexed_binary.h"
 #include "index_cache.h"
 #include "open_listed.h"
 
@@ -40,6 +42,7 @@ absl::StatusOr<FileFormat> detect_format(const std::string& path) {
     return e == ".tfrecord" || e == ".tfrecords" || e == ".tfrec" || e == ".tfr";
   };
   if (is_tfrecord(ext)) return FileFormat::kTfRecord;
+  if (!gz && is_indexed_binary_name(path)) return FileFormat::kIndexedBinary;
   if (!gz) {
     if (ext == ".npy") return FileFormat::kNpy;
     if (ext == ".npz") return FileFormat::kNpz;
@@ -47,8 +50,8 @@ absl::StatusOr<FileFormat> detect_format(const std::string& path) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": cannot tell the format from the extension '", gz ? ext + ".gz" : ext,
-                   "' (expected .npy, .npz, .h5/.hdf5, or .tfrecord/.tfrecords/.tfrec/.tfr, the last also + .gz); "
-                   "pass the format explicitly"));
+                   "' (expected .npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec/.tfr (also + .gz), "
+                   ".indexed_binary/.mmap_indexed_binary, or .bin with its .idx); pass the format explicitly"));
 }
 
 namespace {
@@ -73,6 +76,7 @@ std::string format_name(FileFormat f) {
     case FileFormat::kNpz: return "npz";
     case FileFormat::kHdf5: return "hdf5";
     case FileFormat::kTfRecord: return "tfrecord";
+    case FileFormat::kIndexedBinary: return "indexed_binary";
   }
   return "?";
 }
@@ -84,7 +88,9 @@ absl::StatusOr<FileFormat> parse_format(absl::string_view name) {
   if (n == "npz") return FileFormat::kNpz;
   if (n == "hdf5" || n == "h5") return FileFormat::kHdf5;
   if (n == "tfrecord" || n == "tfrecords") return FileFormat::kTfRecord;
-  return absl::InvalidArgumentError(absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5 or tfrecord)"));
+  if (n == "indexed_binary" || n == "mmap_indexed_binary" || n == "megatron") return FileFormat::kIndexedBinary;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5, tfrecord or indexed_binary)"));
 }
 
 namespace {
@@ -100,6 +106,7 @@ absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const Form
     case FileFormat::kNpz: return open_npz(path, options);
     case FileFormat::kHdf5: return open_hdf5(path, options);
     case FileFormat::kTfRecord: return detail::open_tfrecord_listed(path, options, listed);
+    case FileFormat::kIndexedBinary: return open_indexed_binary(path, options);
     case FileFormat::kAuto: break;
   }
   return absl::InternalError("unreachable format");
@@ -316,6 +323,7 @@ absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, co
     case FileFormat::kNpy: return std::vector<std::string>{npy_column_of(path)};
     case FileFormat::kNpz: return npz_member_names(path);
     case FileFormat::kHdf5: return hdf5_dataset_names(path);
+    case FileFormat::kIndexedBinary: return std::vector<std::string>{"data"};
     default: break;
   }
   return absl::UnimplementedError(absl::StrCat(path, ": fields are listed for NPY, NPZ and HDF5 files"));
@@ -359,6 +367,7 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
   const std::string listing_key = absl::StrJoin(expanded, "\n");
   if (!cache.empty() && folders_only && options.index_cache_check == "folders") {
     if (std::optional<SampleIndex> again = detail::reopen_from_listing(cache, listing_key, options)) {
+      detail::one_shape_rule(*again, options);
       return std::move(*again);
     }
   }
@@ -402,15 +411,23 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
           listing.folders.push_back(detail::stamp_folder(given, given == made_in ? INT64_MAX : listed_at_ns));
         }
       }
-      auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
+      // Directory links are followed (a DLIO train/ linked elsewhere).
+      auto it = fs::recursive_directory_iterator(
+          p, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
       if (ec) return io_error(p, "opendir", ec.value());
       // The entry's type comes from the directory listing (d_type): no stat
       // per entry, but for symlinks and file systems that leave it unknown.
+      // Each folder once (by device and inode): a link back up, or to a
+      // folder walked already, adds no file twice and ends no walk in ELOOP.
+      absl::flat_hash_set<std::pair<dev_t, ino_t>> walked;
+      if (struct stat st; ::stat(p.c_str(), &st) == 0) walked.insert({st.st_dev, st.st_ino});
       for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) return io_error(p, "readdir", ec.value());
         if (it->is_directory()) {
-          if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder) {
-            it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache
+          struct stat st;
+          if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder ||
+              (::stat(it->path().c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second)) {
+            it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache, a folder seen
             continue;
           }
           if (!cache.empty() && folders_only) {
@@ -428,7 +445,8 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
       std::sort(found.begin(), found.end());
       if (found.empty()) {
         const std::string kinds = options.format == FileFormat::kAuto
-                                      ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec)"
+                                      ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec, "
+                                        ".indexed_binary, .bin + .idx)"
                                       : absl::StrCat("no ", format_name(options.format), " file");
         return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
       }
@@ -494,6 +512,8 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
       }
     }
   }
+  // After the cache is written: its entries keep each file's own verdict.
+  detail::one_shape_rule(all, options);
   return all;
 }
 

@@ -344,8 +344,10 @@ absl::StatusOr<DatasetGeometry> read_geometry(const std::string& path, const std
   H5S_class_t sclass = H5Sget_simple_extent_type(space.get());
   int rank = H5Sget_simple_extent_ndims(space.get());
   if (sclass != H5S_SIMPLE || rank < 1) {
-    return file_error(path, absl::StrCat("dataset '", name, "' with at least one dimension (samples along axis 0)"),
-                      sclass == H5S_NULL ? "a null dataspace" : "a 0-dimensional (scalar) dataset");
+    // A valid file dlfeed does not read as samples: InvalidArgument (docs/formats.md), not DataLoss.
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected dataset '", name, "' with at least one dimension (samples along axis 0), found ",
+                     sclass == H5S_NULL ? "a null dataspace" : "a 0-dimensional (scalar) dataset"));
   }
   std::vector<hsize_t> hdims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space.get(), hdims.data(), nullptr);

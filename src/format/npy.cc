@@ -290,7 +290,9 @@ SampleAxis resolve_axis(const FormatOptions& options, const std::string& path) {
 
 absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis axis, absl::string_view path) {
   if (h.shape.empty()) {
-    return file_error(path, "an array with at least one dimension (the sample axis)", "a 0-d scalar array");
+    // A valid file dlfeed does not read as samples: InvalidArgument (docs/formats.md), not DataLoss.
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": expected an array with at least one dimension (the sample axis), found a 0-d scalar array"));
   }
   const size_t nd = h.shape.size();
   std::vector<int64_t> strides(nd);

@@ -22,4 +22,9 @@ struct ListedFile {
 absl::StatusOr<SampleIndex> open_tfrecord_listed(const std::string& path, const FormatOptions& options,
                                                  const ListedFile& listed);
 
+/// A TFRecord field's "auto" shape feature (FormatOptions::shape_feature)
+/// holds for the whole field: when one file's `size` does not describe its
+/// records, every file of the field is 1-D (tfrecord.cc).
+void one_shape_rule(SampleIndex& index, const FormatOptions& options);
+
 }  // namespace dlfeed::detail

@@ -590,6 +590,25 @@ class TfRecordSource final : public SampleSource {
     return absl::OkStatus();
   }
 
+  /// The "auto" shape feature's verdict on this file: 1 shaped by it, -1
+  /// left 1-D by it, 0 not asked (shapes given, or no shape feature).
+  int auto_verdict() const {
+    if (shape_given_ || shape_from_.empty()) return 0;
+    return shape_ ? 1 : -1;
+  }
+  /// The shape feature's verdict that this file stays 1-D (from the index cache).
+  void set_flat_verdict(std::string why) {
+    shape_.reset();
+    shape_from_ = std::move(why);
+  }
+  /// Back to 1-D: another file of the field is not described by its shape
+  /// feature, and a field has one shaping rule.
+  void unshape(std::string why) {
+    if (shape_ && z_) counts_.assign(records_, num_elements(*shape_));  // every record matched the shape
+    shape_.reset();
+    shape_from_ = std::move(why);
+  }
+
   /// The records' extents in the file (uncompressed files).
   void set_records(std::vector<Extent> records) {
     extents_ = std::move(records);
@@ -621,13 +640,13 @@ class TfRecordSource final : public SampleSource {
     w.u8(static_cast<uint8_t>(kind_));
     w.dtype(dtype_);
     w.str(idx_);
-    // A shape read from the shape feature (one given by the options is theirs).
-    const bool derived = shape_ && !shape_given_;
-    w.u8(derived ? 1 : 0);
-    if (derived) {
-      w.shape(*shape_);
-      w.str(shape_from_);
-    }
+    // A shape read from the shape feature (one given by the options is
+    // theirs): 1; the feature's verdict that the file stays 1-D (what
+    // one_shape_rule needs of every file): 2; neither: 0.
+    const int verdict = auto_verdict();
+    w.u8(verdict > 0 ? 1 : verdict < 0 ? 2 : 0);
+    if (verdict > 0) w.shape(*shape_);
+    if (verdict != 0) w.str(shape_from_);
     w.u64(extents_.size());
     for (const Extent& e : extents_) w.u64(e.length);  // records lie back to back from offset 0
   }
@@ -872,6 +891,31 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
 }  // namespace
 
 namespace detail {
+void one_shape_rule(SampleIndex& index, const FormatOptions& options) {
+  if (options.shape_feature != "auto" || options.feature_shape) return;
+  std::vector<TfRecordSource*> shaped;
+  const TfRecordSource* flat = nullptr;  // the first file its `size` does not describe
+  uint32_t flat_file = 0;
+  for (uint32_t f = 0; f < index.sources.size(); ++f) {
+    auto* src = dynamic_cast<TfRecordSource*>(index.sources[f].get());
+    if (src == nullptr) continue;
+    const int verdict = src->auto_verdict();
+    if (verdict > 0) shaped.push_back(src);
+    if (verdict < 0 && flat == nullptr) {
+      flat = src;
+      flat_file = f;
+    }
+  }
+  if (flat == nullptr || shaped.empty()) return;
+  const std::string why = absl::StrCat("1-D: the field's shape feature does not describe the records of ",
+                                       index.files[flat_file], ", so no file of the field is shaped by it");
+  std::fprintf(stderr,
+               "dlfeed: note: feature '%s' stays 1-D in all %zu files: its shape feature does not describe the "
+               "records of %s (DLIO's record_length_stdev > 0), so the %zu files it describes are 1-D too\n",
+               options.feature.c_str(), index.sources.size(), index.files[flat_file].c_str(), shaped.size());
+  for (TfRecordSource* src : shaped) src->unshape(why);
+}
+
 absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::string& path, uint64_t file_size,
                                                                    const FormatOptions& options, CacheReader& in) {
   const uint8_t kind = in.u8();
@@ -882,13 +926,13 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   std::string shape_from;
   if (derived == 1) {
     shape = in.shape();
-    shape_from = in.str();
     for (int64_t d : *shape) {
       if (d < 0) in.fail();  // a shape feature's shape has no unknown dimension
     }
   }
+  if (derived == 1 || derived == 2) shape_from = in.str();
   const uint64_t n = in.u64();
-  if (!in.ok() || derived > 1 || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
+  if (!in.ok() || derived > 2 || kind > static_cast<uint8_t>(FeatureKind::kInt64) || n > in.left() / 8) {
     return file_error(path, "a TFRecord entry in the index cache", "a truncated or malformed one");
   }
   // What validate_idx checks of a sidecar: records of 16 bytes or more, back
@@ -909,6 +953,7 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   }
   auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
   if (shape && !options.feature_shape) src->set_shape(std::move(*shape), std::move(shape_from));
+  if (derived == 2 && !options.feature_shape) src->set_flat_verdict(std::move(shape_from));
   src->set_records(std::move(records));
   return std::unique_ptr<SampleSource>(std::move(src));
 }

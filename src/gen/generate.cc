@@ -36,6 +36,7 @@ std::string extension(FileFormat f) {
     case FileFormat::kNpz: return "npz";
     case FileFormat::kHdf5: return "hdf5";
     case FileFormat::kTfRecord: return "tfrecord";
+    case FileFormat::kIndexedBinary: return "indexed_binary";
     case FileFormat::kAuto: break;
   }
   return "bin";
@@ -161,6 +162,7 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
           }
           st = write_tfrecord_file(f);
           break;
+        case FileFormat::kIndexedBinary: st = write_indexed_binary_file(f); break;
         case FileFormat::kAuto: break;
       }
       DLFEED_RETURN_IF_ERROR(st);

@@ -61,6 +61,8 @@ absl::Status write_npy_file(const FileSpec& spec);
 absl::Status write_npz_file(const FileSpec& spec);
 absl::Status write_hdf5_file(const FileSpec& spec);
 absl::Status write_tfrecord_file(const FileSpec& spec);
+/// DLIO's indexed_binary layout: spec.path, spec.path.off.idx, spec.path.sz.idx.
+absl::Status write_indexed_binary_file(const FileSpec& spec);
 
 /// A whole dataset, as `dlfeed generate` writes it.
 struct DatasetSpec {

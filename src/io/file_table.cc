@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
@@ -74,7 +75,8 @@ struct FileTable::Impl {
   mutable std::mutex mu;
   std::deque<Entry> entries;
   absl::flat_hash_map<std::string, uint32_t> ids;
-  std::list<uint32_t> lru;  // front: least recently used
+  std::list<uint32_t> lru;                 // front: least recently used
+  absl::flat_hash_set<uint32_t> open_ids;  // entries whose fd >= 0 (check_open_files asks these only)
   size_t open = 0;
   size_t opening = 0;
   FileTableStats stats;
@@ -90,6 +92,7 @@ struct FileTable::Impl {
   bool evict_one(std::vector<int>& to_close) {
     if (lru.empty()) return false;
     Entry& e = entries[lru.front()];
+    open_ids.erase(lru.front());
     lru.pop_front();
     e.in_lru = false;
     to_close.push_back(std::exchange(e.fd, -1));
@@ -215,6 +218,7 @@ absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optio
       if (e.pins == 0) {
         impl_->lru_remove(e);
         to_close = std::exchange(e.fd, -1);
+        impl_->open_ids.erase(id);
         --impl_->open;
       } else {
         e.stale = true;
@@ -244,6 +248,24 @@ FileTableStats FileTable::stats() const {
   return s;
 }
 
+absl::Status FileTable::check_open_files() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (uint32_t id : impl_->open_ids) {
+    const Impl::Entry& e = impl_->entries[id];
+    if (e.fd < 0 || e.stale || !e.identity.known) continue;
+    struct stat st {};
+    if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
+    const Impl::Identity found = Impl::Identity::of(st);
+    if (!e.identity.same(found)) {
+      return file_error(
+          e.path, absl::StrCat("the file registered (", e.identity.str(), ")"),
+          absl::StrCat(found.str(),
+                       ": changed in place (rewritten, truncated or appended to) while the loader held it open"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<FileTable::Pin> FileTable::pin(uint32_t id) { return pin_impl(id, true); }
 absl::StatusOr<FileTable::Pin> FileTable::try_pin(uint32_t id) { return pin_impl(id, false); }
 
@@ -265,6 +287,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
       // file): they keep the old file until they let go; this pin gets the
       // new path. Handing out the old fd would read the redirected-away file.
       e.retired.emplace_back(std::exchange(e.fd, -1), std::exchange(e.pins, 0));
+      im.open_ids.erase(id);
       e.stale = false;
     }
     if (e.fd >= 0) {  // hit
@@ -328,6 +351,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     im.lru_remove(e);
   } else {
     e.fd = fd;
+    im.open_ids.insert(id);
     im.note_open();
     // Redirected while we opened the old path: serve this read, then close it.
     if (e.path != path) e.stale = true;
@@ -359,6 +383,7 @@ void FileTable::unpin(uint32_t id, int fd) {
       // Redirected while this read held it: the next pin opens the new path.
       e.stale = false;
       to_close.push_back(std::exchange(e.fd, -1));
+      im.open_ids.erase(id);
       --im.open;
     } else if (e.pins == 0) {
       e.lru_it = im.lru.insert(im.lru.end(), id);

@@ -163,6 +163,32 @@ def hdf5_seeds(out):
                  bytes([base, sel]) + struct.pack("<q", delta))
 
 
+def indexed_binary_seeds(out):
+    """indexed_binary_fuzz.cc's input: <flags><u32 index length><index><data>.
+    Megatron-LM's .idx as its _IndexWriter writes it (every dtype code, with and
+    without the multimodal modes); DLIO's .off.idx + .sz.idx (flag bit 0) as its
+    IndexedBinaryGenerator writes them, offsets restarting per written piece too."""
+    rng = np.random.default_rng(3)
+    codes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
+             8: np.uint16}
+    for code, dtype in codes.items():
+        for modes in (False, True):
+            lengths = [int(n) for n in rng.integers(1, 6, size=4)]
+            seqs = [rng.integers(0, 100, n).astype(dtype) for n in lengths]
+            pointers = np.cumsum([0] + [s.nbytes for s in seqs[:-1]]).astype(np.int64)
+            docs = np.array([0, 2, 4], np.int64)
+            idx = (b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(seqs), len(docs))
+                   + np.array(lengths, np.int32).tobytes() + pointers.tobytes() + docs.tobytes()
+                   + (np.zeros(len(seqs), np.int8).tobytes() if modes else b""))
+            save(out, "indexed_binary", f"megatron_{code}_{int(modes)}",
+                 bytes([0]) + struct.pack("<I", len(idx)) + idx + b"".join(s.tobytes() for s in seqs))
+    n, size = 5, 6
+    for name, offsets in (("strided", list(range(0, n * size, size))), ("restarted", [0, 6, 12, 0, 6])):
+        idx = struct.pack(f"<{n}Q", *offsets) + struct.pack(f"<{n}Q", *([size] * n))
+        save(out, "indexed_binary", f"dlio_{name}", bytes([1]) + struct.pack("<I", len(idx)) + idx
+             + rng.integers(0, 255, n * size, dtype=np.uint8).tobytes())
+
+
 def dlfeed_seeds(out, tmp, binary):
     """Files dlfeed's own generator writes, one small dataset per format."""
     for fmt, target, ext in (("npy", "npy", ".npy"), ("npz", "npz", ".npz"), ("tfrecord", "tfrecord", ".tfrecord")):
@@ -188,6 +214,7 @@ def main():
         npy_seeds(args.out)
         npz_seeds(args.out, tmp)
         hdf5_seeds(args.out)
+        indexed_binary_seeds(args.out)
         tf_seeds(args.out, tmp)
         if args.dlfeed and os.path.exists(args.dlfeed):
             dlfeed_seeds(args.out, tmp, args.dlfeed)

@@ -655,6 +655,44 @@ TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
   EXPECT_EQ(table.stats().open_now, 1u);  // refused opens are closed again
 }
 
+TEST(FileTable, AFileRewrittenInPlaceUnderAnOpenDescriptorIsFoundByCheckOpenFiles) {
+  // The same inode rewritten in place (same size, new bytes): the descriptor
+  // held open reads the new bytes, so the table's check (the loader's, at
+  // each epoch's start) must name it; files not open are not asked.
+  std::string dir = testing::scratch_dir();
+  FileTable table;
+  const std::string a = write_file(dir, 0, 100), b = write_file(dir, 1, 100);
+  table.add(a);
+  table.add(b);
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }  // a stays open (unpinned, in the LRU)
+  EXPECT_TRUE(table.check_open_files().ok());
+  struct stat before {};
+  ASSERT_EQ(::stat(a.c_str(), &before), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a new mtime on coarse clocks too
+  {
+    std::fstream f(a, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(10);
+    f << "rewritten";
+  }
+  struct stat after {};
+  ASSERT_EQ(::stat(a.c_str(), &after), 0);
+  ASSERT_EQ(before.st_ino, after.st_ino);
+  const absl::Status st = table.check_open_files();
+  ASSERT_FALSE(st.ok());
+  EXPECT_CONTAINS(std::string(st.message()), a + ": expected the file registered (inode ");
+  EXPECT_CONTAINS(std::string(st.message()),
+                  "changed in place (rewritten, truncated or appended to) while the loader held it open");
+  // b was never opened: its check is its first open's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  { std::ofstream(b, std::ios::binary | std::ios::app) << "x"; }
+  auto pb = table.pin(1);
+  ASSERT_FALSE(pb.ok());
+  EXPECT_CONTAINS(std::string(pb.status().message()), b);
+}
+
 TEST(FileTable, AnIdentityGivenAtAddIsCheckedAtTheFirstOpenWithoutAStat) {
   // add(path, identity): the identity came with the index (an MPI rank given
   // the root's index, the index cache's check), so add() asks the file

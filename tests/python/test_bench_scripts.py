@@ -197,3 +197,10 @@ def test_node_scaling_quick_measures_every_case(tmp_path):
     held = res["results"]["B held vs read (defaults)|held (resident=on)"]
     assert held["used"]["route"] == "gather"
     assert "node_scaling" in (out / "node_scaling.md").read_text()
+
+
+def test_indexed_binary_quick_reports_both_readers(tmp_path):
+    if not list((build_dir() / "python" / "dlfeed").glob("_dlfeed*.so")):
+        pytest.skip("the _dlfeed Python extension is not built")
+    out = run_script("bench/indexed_binary.py", "--quick")
+    assert "dlfeed epoch" in out and "megatron epoch" in out and "sequences/s" in out, out

@@ -287,3 +287,70 @@ def test_usage_errors(dlfeed, workloads, tmp_path):
     err = dlio(dlfeed, workloads / "bert_v100.yaml", tmp_path, "++workload.workflow.generate_data=True",
                "workload.dataset.num_files_train=1", "workload.dataset.num_samples_per_file=48", check=False).stderr
     assert "only enough data for 1 steps but 1000 wanted" in err
+
+
+def read_dlio_indexed(path):
+    """The samples of a DLIO indexed binary file, read as DLIO's IndexedBinaryReader
+    reads them: offsets and sizes (int64) from NAME.off.idx and NAME.sz.idx."""
+    data = path.read_bytes()
+    offsets = np.fromfile(f"{path}.off.idx", dtype=np.int64)
+    sizes = np.fromfile(f"{path}.sz.idx", dtype=np.int64)
+    return [data[o:o + s] for o, s in zip(offsets, sizes)]
+
+
+@pytest.mark.parametrize("name,ext", [("dlrm", "indexed_binary"), ("megatron_deepspeed", "mmap_indexed_binary")])
+def test_indexed_binary_workloads(dlfeed, workloads, tmp_path, name, ext):
+    """DLIO's last two shipped workloads: dlrm (indexed_binary) and megatron_deepspeed
+    (mmap_indexed_binary), generated in DLIO's layout, trained, checkpointed."""
+    small = ["workload.dataset.num_files_train=2", "workload.dataset.num_samples_per_file=20",
+             "workload.dataset.record_length=256", "workload.reader.batch_size=4", "workload.train.epochs=2",
+             "workload.train.computation_time=0.001"]
+    if name == "dlrm":
+        # dlrm's total_training_steps (32768) is more than 2 x 20 samples give: refused before any file is written.
+        err = dlio(dlfeed, workloads / "dlrm.yaml", tmp_path, "++workload.workflow.generate_data=True", *small,
+                   check=False).stderr
+        assert "only enough data for 10 steps but 32768 wanted" in err, err
+        assert not (tmp_path / "data").exists()
+        extra = ["workload.train.total_training_steps=6", "++workload.workflow.checkpoint=True",
+                 "++workload.checkpoint.checkpoint_after_epoch=1", "++workload.checkpoint.model_size=100",
+                 "++workload.checkpoint.layer_parameters=[5]"]
+    else:
+        extra = ["workload.checkpoint.steps_between_checkpoints=4", "workload.checkpoint.model_size=100",
+                 "workload.checkpoint.optimization_groups=[10, 20]", "workload.checkpoint.num_layers=2",
+                 "workload.checkpoint.layer_parameters=[3, 4]"]
+    dlio(dlfeed, workloads / f"{name}.yaml", tmp_path, "++workload.workflow.generate_data=True", *small, *extra)
+    files = sorted(p.name for p in (tmp_path / "data" / "train").iterdir())
+    assert files == [f"img_{i}_of_2.{ext}{s}" for i in range(2) for s in ("", ".off.idx", ".sz.idx")]
+    samples = read_dlio_indexed(tmp_path / "data" / "train" / f"img_1_of_2.{ext}")
+    assert len(samples) == 20 and {len(s) for s in samples} == {256}
+    # dlfeed reads what DLIO's reader reads, byte for byte.
+    lib = pytest.importorskip("dlfeed")  # the Python package (the fixture `dlfeed` is the command line)
+    loader = lib.Loader(tmp_path / "data" / "train" / f"img_1_of_2.{ext}", batch_size=20)
+    batch = next(iter(loader))
+    assert [np.array(batch[0][k]).tobytes() for k in range(20)] == samples
+    s = summary_of(tmp_path)
+    check_summary(s, epochs=2, record_length=256, au=0.90, files_train=2, spf=20)
+    steps = 6 if name == "dlrm" else 10
+    assert [e["steps"] for e in s["dlfeed"]["epochs"]] == [steps, steps]
+    ckpt = {f.name: f.stat().st_size for f in (tmp_path / "ckpt").iterdir()}
+    if name == "dlrm":
+        assert ckpt == {"model-1-6-0.pt": 100, "model-2-6-0.pt": 100, "layer-0-1-6-0.pt": 5, "layer-0-2-6-0.pt": 5}
+        # DLIO writes the epoch-end checkpoint inside the epoch: the epoch ends after it.
+        stats = json.loads((tmp_path / "out" / "per_epoch_stats.json").read_text())
+        for e in ("1", "2"):
+            assert stats[e]["end"] >= stats[e]["ckpt1"]["end"], stats[e]
+    else:
+        # Every 4 steps of each epoch: model, optimizer (3 x 30 bytes), 2 layers (7 bytes each).
+        assert ckpt["model-1-4-0.pt"] == 100 and ckpt["optimizer-2-8-0.pt"] == 90 and ckpt["layer-1-1-8-0.pt"] == 7
+        assert len(ckpt) == 2 * 2 * 4
+
+
+def test_all_fourteen_shipped_workloads_are_accepted(dlfeed, workloads):
+    names = sorted(p.name for p in workloads.glob("*.yaml"))
+    assert len(names) == 14 and {"dlrm.yaml", "megatron_deepspeed.yaml"} <= set(names)
+    for name in names:
+        out = dlfeed.run("dlio", workloads / name, "--dry-run").stdout
+        assert "data:" in out and "refused" not in out, (name, out)
+    # bert checkpoints with TensorFlow: the one difference from DLIO kept on purpose is said.
+    out = dlfeed.run("dlio", workloads / "bert_v100.yaml", "--dry-run").stdout
+    assert "DLIO 2.0.0's tf.train.Checkpoint saves none of its tensors" in out, out

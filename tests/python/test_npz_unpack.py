@@ -224,4 +224,7 @@ def test_a_file_truncated_between_epochs_is_read_again_and_refused(tmp_path):
     os.truncate(victim, 200)
     with pytest.raises(dlfeed.Error) as e:
         epoch_samples(loader)
-    assert str(victim) in str(e.value) and "offset" in str(e.value), str(e.value)
+    # Named at the next epoch's start (the descriptor held open sees the new size), or
+    # by the short read that names the offset.
+    msg = str(e.value)
+    assert str(victim) in msg and ("offset" in msg or "changed in place" in msg), msg

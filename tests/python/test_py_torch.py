@@ -142,16 +142,15 @@ def shuffled(root, **kw):
 
 def reference_order(root, epoch, workers):
     """The ids a DataLoader over shuffled() yields in `epoch`, from dlfeed.Loader
-    alone: worker w reads shard w of `workers` (padding trimmed), and the
-    DataLoader takes one batch from each worker in turn."""
+    alone: the batches a direct iteration gives, worker w of K taking the run
+    [w*n//K, (w+1)*n//K) of its n batches, and the DataLoader taking one batch
+    from each worker in turn."""
     kw = dict(batch_size=16, strategy="global_shuffle", seed=3, **loader_kwargs("npz"))
+    batches = [[int(i) for i in b.sample_ids] for b in dlfeed.Loader(root, **kw).iter_epoch(epoch)]
     if workers == 0:
-        return [int(i) for b in dlfeed.Loader(root, **kw).iter_epoch(epoch) for i in b.sample_ids]
-    parts = []
-    for w in range(workers):
-        loader = dlfeed.Loader(root, rank=w, world_size=workers, **kw)
-        ids = [int(i) for b in loader.iter_epoch(epoch) for i in b.sample_ids][:-(-(N_EPOCH_TEST - w) // workers)]
-        parts.append([ids[k:k + 16] for k in range(0, len(ids), 16)])
+        return [i for b in batches for i in b]
+    n = len(batches)
+    parts = [batches[w * n // workers:(w + 1) * n // workers] for w in range(workers)]
     out = []
     for k in range(max(map(len, parts))):
         for p in parts:

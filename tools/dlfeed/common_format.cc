@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-ABSL_FLAG(std::string, format, "auto", "File format: auto (by extension), npy, npz, hdf5, tfrecord");
+ABSL_FLAG(std::string, format, "auto", "File format: auto (by extension), npy, npz, hdf5, tfrecord, indexed_binary");
 ABSL_FLAG(std::string, name, "",
           "NPZ member (default x) or HDF5 dataset (default records, else records_0) holding the samples");
 ABSL_FLAG(std::string, layout, "auto",

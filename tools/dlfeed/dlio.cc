@@ -161,6 +161,21 @@ DlioConfig load_workload(const std::vector<std::string>& args, std::string* hydr
   return value_or_throw(load_config(workload));
 }
 
+/// The steps of an epoch over `files` training files: DLIO's
+/// floor(samples / batch / ranks), or total_training_steps, which must not
+/// exceed it (an error, as DLIO's exit).
+uint64_t check_training_steps(const DlioConfig& c, uint64_t files, int world) {
+  const uint64_t max_steps = static_cast<uint64_t>(c.num_samples_per_file) * files /
+                             static_cast<uint64_t>(c.batch_size) / static_cast<uint64_t>(world);
+  if (c.total_training_steps <= 0) return max_steps;
+  if (static_cast<uint64_t>(c.total_training_steps) > max_steps) {
+    throw Error(absl::InvalidArgumentError(absl::StrCat("workload.train.total_training_steps: only enough data for ",
+                                                        max_steps, " steps but ", c.total_training_steps,
+                                                        " wanted (DLIO stops here too, before generating data)")));
+  }
+  return static_cast<uint64_t>(c.total_training_steps);
+}
+
 /// What training and evaluation read: the files, the steps per epoch, the loaders.
 struct Data {
   std::vector<std::string> train_files, eval_files;
@@ -181,16 +196,7 @@ Data open_data(const DlioConfig& c, const OrderMapping& order, const ScaleOut& s
   d.spf = static_cast<uint64_t>(c.num_samples_per_file);
   d.batch = static_cast<uint64_t>(c.batch_size);
   d.batch_eval = static_cast<uint64_t>(c.batch_size_eval);
-  const uint64_t max_steps = d.spf * d.train_files.size() / d.batch / static_cast<uint64_t>(world);
-  d.cap = max_steps;
-  if (c.total_training_steps > 0) {
-    if (static_cast<uint64_t>(c.total_training_steps) > max_steps) {
-      throw Error(absl::InvalidArgumentError(absl::StrCat("workload.train.total_training_steps: only enough data for ",
-                                                          max_steps, " steps but ", c.total_training_steps,
-                                                          " wanted (DLIO stops here too)")));
-    }
-    d.cap = static_cast<uint64_t>(c.total_training_steps);
-  }
+  d.cap = check_training_steps(c, d.train_files.size(), world);
   d.eval_cap = d.spf * d.eval_files.size() / d.batch_eval / static_cast<uint64_t>(world);
   if (d.cap == 0) {
     throw Error(absl::InvalidArgumentError(absl::StrCat("no full batch: ", d.spf * d.train_files.size(),
@@ -232,7 +238,6 @@ class EpochLoop {
       EpochStats es;
       const uint64_t order_epoch = r_.order.same_every_epoch ? 0 : static_cast<uint64_t>(epoch - 1);
       train_epoch(epoch, order_epoch, es);
-      checkpoint_after_epoch(epoch, es);
       tally(epoch, es);
       if (eval_ && epoch >= next_eval_epoch_) evaluate(order_epoch, es);
       r_.epochs.push_back(std::move(es));
@@ -266,6 +271,9 @@ class EpochLoop {
       return true;
     });
     scale_.barrier();
+    // DLIO's _train writes the epoch-end checkpoint before end_train: the
+    // epoch's end and time include it.
+    checkpoint_after_epoch(epoch, es);
     es.secs = since(t0);
     scale_.end_epoch(*d_.train_loader, static_cast<uint64_t>(epoch - 1));  // --stage-wait
     es.end = timestamp();
@@ -348,6 +356,10 @@ int run_phases(const DlioConfig& c, const std::string& config_path, const OrderM
   r.order = order;
   r.start_ts = timestamp();
   const auto t_run = Clock::now();
+  // DLIO's StatsCounter refuses a total_training_steps the configured data
+  // cannot give when it is made (in DLIOBenchmark.__init__, whatever the
+  // workflow), before generate_data writes anything.
+  check_training_steps(c, static_cast<uint64_t>(c.num_files_train), scale.size());
   if (c.generate_data) {
     const auto t0 = Clock::now();
     if (scale.is_root()) generate(c, absl::GetFlag(FLAGS_quiet));
@@ -389,6 +401,11 @@ int run_dlio(const std::vector<std::string>& args) {
   std::printf("order: %s seed %llu (%s)\n", order.strategy.c_str(), static_cast<unsigned long long>(order.seed),
               order.why.c_str());
   print_mapping(c, absl::GetFlag(FLAGS_dry_run));
+  if (c.do_checkpoint && c.framework == "tensorflow") {
+    std::printf(
+        "note: checkpoints are written at their full sizes; DLIO 2.0.0's tf.train.Checkpoint saves none of its "
+        "tensors (about 330 B a file whatever model_size says; docs/dlio.md)\n");
+  }
   if (absl::GetFlag(FLAGS_dry_run)) {
     std::printf("data: %s/train for training, %s/valid for evaluation; output: %s\n", c.data_dir().c_str(),
                 c.data_dir().c_str(), out_dir.c_str());

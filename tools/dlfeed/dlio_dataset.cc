@@ -129,6 +129,8 @@ void generate(const DlioConfig& c, bool quiet) {
         f.label_name = "labels";
         f.chunk_samples = c.enable_chunking ? 1 : 0;
         st = gen::write_hdf5_file(f);
+      } else if (c.format == "indexed_binary" || c.format == "mmap_indexed_binary") {
+        st = gen::write_indexed_binary_file(f);  // NAME.EXT + .off.idx + .sz.idx, as DLIO's generator
       } else {
         const fs::path idx = fs::path(c.data_dir()) / "index" / split;
         fs::create_directories(idx, ec);

@@ -33,7 +33,7 @@ int run_generate(const std::vector<std::string>& args) {
   }
   spec.format = value_or_throw(parse_format(absl::GetFlag(FLAGS_format)));
   if (spec.format == FileFormat::kAuto) {
-    std::fprintf(stderr, "dlfeed generate: give --format npy|npz|hdf5|tfrecord\n");
+    std::fprintf(stderr, "dlfeed generate: give --format npy|npz|hdf5|tfrecord|indexed_binary\n");
     return 2;
   }
   std::string layout = absl::GetFlag(FLAGS_layout);
@@ -84,7 +84,8 @@ std::vector<FlagGroup> generate_flags() {
 
 }  // namespace
 
-DLFEED_COMMAND(generate, "write a synthetic dataset (npy, npz, hdf5, tfrecord; --layout dlio for DLIO's layout)",
+DLFEED_COMMAND(generate,
+               "write a synthetic dataset (npy, npz, hdf5, tfrecord, indexed_binary; --layout dlio for DLIO's layout)",
                "[DIR]", run_generate, generate_flags);
 
 }  // namespace dlfeed::cli

@@ -13,7 +13,7 @@
 namespace dlfeed::inline DLFEED_ABI {
 
 /// The on-disk formats dlfeed indexes.
-enum class FileFormat { kAuto, kNpy, kNpz, kHdf5, kTfRecord };
+enum class FileFormat { kAuto, kNpy, kNpz, kHdf5, kTfRecord, kIndexedBinary };
 
 /// Which axis of an array enumerates samples.
 enum class SampleAxis {
@@ -72,7 +72,9 @@ struct DLFEED_EXPORT FormatOptions {
 };
 
 /// Format of a path by its extension (.npy, .npz, .h5/.hdf5/.hdf/.he5;
-/// .tfrecord/.tfrecords/.tfrec/.tfr, each also with .gz appended).
+/// .tfrecord/.tfrecords/.tfrec/.tfr, each also with .gz appended;
+/// .indexed_binary/.mmap_indexed_binary, and .bin with its .idx beside it:
+/// format/indexed_binary.h).
 DLFEED_EXPORT absl::StatusOr<FileFormat> detect_format(const std::string& path);
 DLFEED_EXPORT std::string format_name(FileFormat f);
 DLFEED_EXPORT absl::StatusOr<FileFormat> parse_format(absl::string_view name);

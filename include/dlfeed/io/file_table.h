@@ -117,6 +117,11 @@ class DLFEED_EXPORT FileTable {
   /// to be released.
   absl::StatusOr<Pin> try_pin(uint32_t id);
 
+  /// Checks every descriptor open now against its file's identity (one
+  /// fstat each): a file rewritten in place since (same inode, other size
+  /// or modification time) is an error naming it. A closed file is checked
+  /// when it is opened again; the loader calls this at each epoch's start.
+  absl::Status check_open_files() const;
   size_t max_open() const { return max_open_; }
   bool direct() const { return direct_; }
   FileTableStats stats() const;

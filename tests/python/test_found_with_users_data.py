@@ -1,0 +1,171 @@
+"""What trying users' own data and DLIO's found (issue 26): a TFRecord field's
+shape rule holds for the whole field, DLIO folders behind links, a field named
+like an internal key, ragged= through dlfeed.tf, DataLoader workers with
+drop_last_batch, a file rewritten under an open loader, and the small ones.
+Fixtures are written by numpy, h5py and TensorFlow as users and DLIO write them."""
+import os
+import pathlib
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+import dlfeed
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def write_dlio_tfrecord(path, d1, d2, size, n, seed, compression=None):
+    """n records as DLIO's TFRecordGenerator writes them (`image` raw bytes,
+    `size` the nominal side); returns the images."""
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = []
+    with tf.io.TFRecordWriter(str(path), options=compression) as w:
+        for _ in range(n):
+            img = rng.integers(0, 255, size=(d1, d2), dtype=np.uint8)
+            feature = {
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()])),
+                "size": tf.train.Feature(int64_list=tf.train.Int64List(value=[size])),
+            }
+            w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+            images.append(img)
+    return images
+
+
+def ids_and_values(loader, field=0):
+    out = {}
+    for batch in loader:
+        values = batch[field]
+        for i, sid in enumerate(batch.sample_ids):
+            out[int(sid)] = np.array(values[i])
+    return out
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_cosmoflow_with_record_length_stdev_is_one_d_for_the_whole_field(tmp_path, compression):
+    # DLIO's cosmoflow with record_length_stdev: sides drawn per file, `size` the
+    # nominal 12. One file's draw came out 12 x 12 (its `size` describes it), the
+    # other's 10 x 14 (it does not): every file of the field is then 1-D, no ragged.
+    train = tmp_path / "cosmoflow" / "train"
+    want = write_dlio_tfrecord(train / "img_0_of_2.tfrecord", 12, 12, 12, 1, seed=1, compression=compression)
+    want += write_dlio_tfrecord(train / "img_1_of_2.tfrecord", 10, 14, 12, 1, seed=2, compression=compression)
+    loader = dlfeed.Loader(train, fields=["image"], batch_size=1)
+    assert loader.field_specs()[0][2] == (None,)
+    got = ids_and_values(loader)
+    assert sorted(got) == [0, 1]
+    for sid, value in got.items():
+        assert value.ndim == 1
+        np.testing.assert_array_equal(value, want[sid].reshape(-1))
+    # The index cache keeps each file's verdict, so a reopen from it applies the rule too.
+    for _ in range(2):
+        cached = dlfeed.Loader(train, fields=["image"], batch_size=1, index_cache=str(tmp_path / "cache"))
+        assert cached.field_specs()[0][2] == (None,)
+        assert {k: v.tolist() for k, v in ids_and_values(cached).items()} == {k: v.tolist() for k, v in got.items()}
+    # The square file alone keeps its shape (the rule is per field, not a change of the default).
+    alone = dlfeed.Loader(train / "img_0_of_2.tfrecord", fields=["image"], batch_size=1)
+    assert alone.field_specs()[0][2] == (12, 12)
+
+
+def test_a_dlio_folder_whose_train_is_a_link_is_read(tmp_path):
+    real = tmp_path / "elsewhere" / "train_files"
+    real.mkdir(parents=True)
+    for i in range(2):
+        np.savez(real / f"img_{i}_of_2.npz", x=np.full((4, 4, 3), i, dtype=np.uint8), y=np.zeros(3, np.int64))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train").symlink_to(real, target_is_directory=True)  # and no valid/
+    (data / "train_again").symlink_to(data, target_is_directory=True)  # a loop: walked once
+    loader = dlfeed.Loader(data, fields=["x"], batch_size=6)
+    assert loader.num_samples == 6
+    batch = next(iter(loader))
+    assert sorted(np.array(batch[0])[:, 0, 0].tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+def test_a_field_named_sample_ids_is_never_hidden_by_as_dict(tmp_path):
+    torch = pytest.importorskip("torch")
+    import dlfeed.torch as dtorch
+
+    path = tmp_path / "users.npz"
+    np.savez(path, x=np.arange(12, dtype=np.float32).reshape(4, 3), sample_ids=np.array([7, 8, 9, 10]))
+    with pytest.raises(ValueError, match="field named 'sample_ids'"):
+        dtorch.Dataset(path, fields=["x", "sample_ids"], batch_size=2, as_dict=True)
+    ds = dtorch.Dataset(path, fields="sample_ids", batch_size=2, as_dict=True)  # known when the loader is made
+    with pytest.raises(ValueError, match="field named 'sample_ids'"):
+        next(iter(ds))
+    # As a tuple, the user's member is what it is.
+    x, ids = next(iter(dtorch.Dataset(path, fields=["x", "sample_ids"], batch_size=4)))
+    assert ids.tolist() == [7, 8, 9, 10] and torch.equal(x, torch.arange(12, dtype=torch.float32).reshape(4, 3))
+
+
+def test_tf_dataset_passes_ragged_to_the_loader_it_makes(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    import dlfeed.tf as dtf
+
+    np.save(tmp_path / "x_000.npy", np.arange(6, dtype=np.int32).reshape(2, 3))
+    np.save(tmp_path / "x_001.npy", np.arange(10, dtype=np.int32).reshape(2, 5))
+    ds = dtf.dataset(tmp_path, fields=["x"], ragged=True, batch_size=4)
+    (batch,) = list(ds)
+    assert isinstance(batch, tf.RaggedTensor)
+    assert batch.to_list() == [[0, 1, 2], [3, 4, 5], [0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_dataloader_workers_give_the_ranks_batches_with_drop_last_batch(tmp_path, workers):
+    torch = pytest.importorskip("torch")
+    import dlfeed.torch as dtorch
+
+    np.save(tmp_path / "x.npy", np.arange(1000, dtype=np.int64))
+    kw = dict(batch_size=64, strategy="global_shuffle", seed=4, drop_last_batch=True)
+    direct = [tuple(b.tolist()) for b in dtorch.Dataset(tmp_path / "x.npy", **kw)]
+    assert len(direct) == 1000 // 64
+    ds = dtorch.Dataset(tmp_path / "x.npy", **kw)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+    assert len(dl) == 15
+    got = [tuple(b.tolist()) for b in dl]
+    assert len(got) == len(dl) and all(len(b) == 64 for b in got)
+    assert sorted(got) == sorted(direct)  # the same batches, whatever the number of workers
+    # Without drop_last_batch the rank's one partial batch is the last worker's.
+    kw["drop_last_batch"] = False
+    dl = torch.utils.data.DataLoader(dtorch.Dataset(tmp_path / "x.npy", **kw), batch_size=None, num_workers=workers)
+    sizes = sorted(len(b) for b in dl)
+    assert len(sizes) == len(dl) == 16 and sizes[0] == 1000 - 15 * 64 and sizes[1:] == [64] * 15
+
+
+def test_a_file_rewritten_in_place_under_an_open_loader_is_named(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(64, dtype=np.float32).reshape(16, 4))
+    loader = dlfeed.Loader(path, batch_size=4, resident="off")
+    first = [np.array(b[0]) for b in loader]
+    assert len(first) == 4
+    inode = path.stat().st_ino
+    time.sleep(0.02)
+    with open(path, "r+b") as f:  # in place: same inode, new header and bytes (float64 now)
+        np.lib.format.write_array(f, np.arange(32, dtype=np.float64).reshape(8, 4))
+    assert path.stat().st_ino == inode
+    with pytest.raises(dlfeed.DataError) as e:
+        list(loader)
+    msg = str(e.value)
+    assert str(path) in msg and "changed in place" in msg, msg
+
+
+def test_small_ones(tmp_path):
+    np.savez(tmp_path / "d.npz", a=np.zeros((4, 2), np.float32), b=np.ones(4, np.int64))
+    with pytest.raises(dlfeed.InvalidArgumentError, match="field 'a' is named twice"):
+        dlfeed.Loader(tmp_path / "d.npz", fields=["a", "a"])
+    loader = dlfeed.Loader(tmp_path / "d.npz", fields=["a"])
+    with pytest.raises(dlfeed.InvalidArgumentError) as e:
+        loader.write_trace(tmp_path / "t.json")
+    assert "trace=True" in str(e.value) and "--trace" not in str(e.value)
+    # A 0-d array: a valid file dlfeed does not read as samples (docs/formats.md: InvalidArgumentError).
+    np.save(tmp_path / "scalar.npy", np.float32(1))
+    with pytest.raises(dlfeed.InvalidArgumentError) as e:
+        dlfeed.Loader(tmp_path / "scalar.npy")
+    assert "scalar.npy" in str(e.value) and "0-d" in str(e.value)
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        f.create_dataset("scalar", data=np.float32(1))
+    with pytest.raises(dlfeed.InvalidArgumentError) as e:
+        dlfeed.Loader(tmp_path / "s.h5", name="scalar")
+    assert "s.h5" in str(e.value) and "0-dimensional" in str(e.value)
