@@ -498,8 +498,9 @@ int run_run(const std::vector<std::string>& args) {
   for (size_t f = 0; f < loader->field_names().size(); ++f) {  // what each field is, as read (layout, axis)
     const SampleIndex& idx = loader->index(f);
     if (idx.sources.empty()) continue;
-    std::printf("field %s: [%s] %s%s\n", loader->field_names()[f].c_str(), idx.sources[0]->layout().c_str(),
-                idx.sources[0]->describe().c_str(), idx.sources.size() > 1 ? " (the first file's)" : "");
+    std::printf("field %s: %s; [%s] %s%s\n", loader->field_names()[f].c_str(), samples_per_file_str(idx).c_str(),
+                idx.sources[0]->layout().c_str(), idx.sources[0]->describe().c_str(),
+                idx.sources.size() > 1 ? " (the first file's)" : "");
   }
   std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; route: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
