@@ -15,7 +15,7 @@
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
 
-constexpr absl::string_view kTagPrefix = "whole+";
+constexpr std::string_view kTagPrefix = "whole+";
 
 class WholeSource final : public SampleSource {
  public:
@@ -60,7 +60,8 @@ class WholeSource final : public SampleSource {
   std::string layout() const override { return inner_->layout(); }
   std::string describe() const override {
     std::string d = inner_->describe();
-    absl::ConsumeSuffix(&d, ", samples along axis 0");
+    constexpr absl::string_view kAlong = ", samples along axis 0";
+    if (absl::EndsWith(d, kAlong)) d.resize(d.size() - kAlong.size());
     return absl::StrCat(d, ", the whole dataset one sample (axis none)");
   }
   std::string sample_axis() const override { return "axis none"; }
@@ -133,11 +134,11 @@ std::unique_ptr<SampleSource> whole_of(std::unique_ptr<SampleSource> inner) {
 }
 
 std::string whole_tag(const std::string& inner_tag) {
-  return inner_tag.empty() ? std::string() : absl::StrCat(kTagPrefix, inner_tag);
+  return inner_tag.empty() ? std::string() : std::string(kTagPrefix) + inner_tag;
 }
 
 std::string inner_tag_of(std::string_view tag) {
-  return absl::StartsWith(tag, kTagPrefix) ? std::string(tag.substr(kTagPrefix.size())) : std::string();
+  return tag.starts_with(kTagPrefix) ? std::string(tag.substr(kTagPrefix.size())) : std::string();
 }
 
 }  // namespace dlfeed::detail
