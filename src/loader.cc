@@ -308,13 +308,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
         break;
       }
       if (idx.file_begin != first.file_begin) {
-        return absl::InvalidArgumentError(absl::StrCat("loader: field '", name, "' has ", idx.size(), " samples in ",
-                                                       idx.num_files(), " files but field '", impl->field_names[0],
-                                                       "' has ", first.size(), " in ", first.num_files(),
-                                                       "; every field needs the same samples per file (", name, ": ",
-                                                       samples_per_file_str(idx), "; ", impl->field_names[0], ": ",
-                                                       samples_per_file_str(first),
-                                                       "; axis none reads each array as one sample)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
+            impl->field_names[0], "' has ", first.size(), " in ", first.num_files(),
+            "; every field needs the same samples per file (", name, ": ", samples_per_file_str(idx), "; ",
+            impl->field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
       }
     }
     impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);

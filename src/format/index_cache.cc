@@ -69,8 +69,8 @@ bool stat_identity(const std::string& path, Identity& id) {
 // The options that change what a file's index is.
 std::string fingerprint(const FormatOptions& o) {
   std::string s = absl::StrCat("format=", format_name(o.format), ";axis=", static_cast<int>(o.axis), ";name=", o.name,
-                               ";file_pattern=", o.file_pattern,
-                               ";feature=", o.feature, ";feature_dtype=", o.feature_dtype.str(), ";feature_shape=");
+                               ";file_pattern=", o.file_pattern, ";feature=", o.feature,
+                               ";feature_dtype=", o.feature_dtype.str(), ";feature_shape=");
   if (o.feature_shape) absl::StrAppend(&s, shape_str(*o.feature_shape));
   absl::StrAppend(&s, ";shape_feature=", o.shape_feature);
   absl::StrAppend(&s, ";verify_crc=", o.verify_crc, ";use_index_files=", o.use_index_files, ";index_dir=", o.index_dir);

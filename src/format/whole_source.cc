@@ -108,8 +108,8 @@ class WholeSource final : public SampleSource {
       }
       DLFEED_ASSIGN_OR_RETURN(DecodedSample d, inner_->decode(r, raw.subspan(pos, len), row_scratch));
       if (d.bytes.size() != row_bytes_) {
-        return absl::DataLossError(absl::StrCat(describe(), ": row ", k, " decoded to ", d.bytes.size(),
-                                                " bytes, expected ", row_bytes_));
+        return absl::DataLossError(
+            absl::StrCat(describe(), ": row ", k, " decoded to ", d.bytes.size(), " bytes, expected ", row_bytes_));
       }
       if (row_bytes_ > 0) std::memcpy(scratch.data() + k * row_bytes_, d.bytes.data(), row_bytes_);
       pos += len;

@@ -110,7 +110,8 @@ absl::Status write_deepcam_file(const std::string& path, uint64_t h, uint64_t w,
     data_stats[k] = static_cast<float>(mean);
     data_stats[channels + k] = static_cast<float>(hi);
     data_stats[2 * channels + k] = static_cast<float>(lo);
-    data_stats[3 * channels + k] = static_cast<float>(std::sqrt(std::max(0.0, s2 / static_cast<double>(pixels) - mean * mean)));
+    data_stats[3 * channels + k] =
+        static_cast<float>(std::sqrt(std::max(0.0, s2 / static_cast<double>(pixels) - mean * mean)));
   }
   for (float l : labels) label_stats[static_cast<size_t>(l)] += 1.0f / static_cast<float>(pixels);
 

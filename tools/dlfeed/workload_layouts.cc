@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "gen/generate.h"
 #include "workloads.h"
@@ -75,9 +76,8 @@ absl::Status write_reference_dataset(const ScaledWorkload& w, const std::string&
     const Shape& s = w.sample_shape;  // (H, W, C)
     gen::DeepCamStats stats(static_cast<size_t>(s[2]));
     for (uint64_t i = 0; i < files.size(); ++i) {
-      DLFEED_RETURN_IF_ERROR(gen::write_deepcam_file(files[i], static_cast<uint64_t>(s[0]),
-                                                     static_cast<uint64_t>(s[1]), static_cast<uint64_t>(s[2]),
-                                                     w.data_seed, i, &stats));
+      DLFEED_RETURN_IF_ERROR(gen::write_deepcam_file(files[i], static_cast<uint64_t>(s[0]), static_cast<uint64_t>(s[1]),
+                                                     static_cast<uint64_t>(s[2]), w.data_seed, i, &stats));
     }
     return gen::write_deepcam_stats((fs::path(dir) / "stats.h5").string(), stats);
   }

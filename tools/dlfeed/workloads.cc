@@ -159,12 +159,12 @@ FormatOptions ScaledWorkload::format_options() const {
 std::string ScaledWorkload::manifest() const {
   std::vector<std::string> dims;
   for (int64_t d : sample_shape) dims.push_back(absl::StrCat(d));
-  return absl::StrCat("{\"schema\":\"dlfeed.workload/1\",\"workload\":", json_quote(base->name),
-                      ",\"scale\":", json_number(scale), ",\"format\":", json_quote(format_name(base->format)),
-                      ",\"layout\":", json_quote(layout_name(base->layout)), ",\"files\":", files, ",\"samples_per_file\":", samples_per_file,
-                      ",\"sample_shape\":[", absl::StrJoin(dims, ","), "],\"dtype\":", json_quote(base->dtype.name()),
-                      ",\"sample_bytes\":", sample_bytes(), ",\"dataset_bytes\":", dataset_bytes(),
-                      ",\"seed\":", data_seed, ",\"generator\":", kGeneratorVersion, "}\n");
+  return absl::StrCat(
+      "{\"schema\":\"dlfeed.workload/1\",\"workload\":", json_quote(base->name), ",\"scale\":", json_number(scale),
+      ",\"format\":", json_quote(format_name(base->format)), ",\"layout\":", json_quote(layout_name(base->layout)),
+      ",\"files\":", files, ",\"samples_per_file\":", samples_per_file, ",\"sample_shape\":[", absl::StrJoin(dims, ","),
+      "],\"dtype\":", json_quote(base->dtype.name()), ",\"sample_bytes\":", sample_bytes(),
+      ",\"dataset_bytes\":", dataset_bytes(), ",\"seed\":", data_seed, ",\"generator\":", kGeneratorVersion, "}\n");
 }
 
 std::string ScaledWorkload::extension() const {
