@@ -360,13 +360,13 @@ int run_workloads(const std::vector<std::string>& args) {
     return 2;
   }
   const double scale = absl::GetFlag(FLAGS_scale);
-  std::printf("%-10s %-8s %8s %10s %-16s %-7s %10s %6s %10s %10s  %s\n", "workload", "format", "scale", "files",
+  std::printf("%-14s %-8s %8s %10s %-20s %-7s %10s %6s %10s %10s  %s\n", "workload", "format", "scale", "files",
               "sample", "dtype", "bytes", "batch", "compute_s", "dataset", "fields");
   for (const Workload& w : workloads()) {
     for (const bool published : {true, false}) {
       const ScaledWorkload s =
           value_or_throw(scale_workload(w, published ? 1.0 : (scale == 0 ? w.default_scale : scale)));
-      std::printf("%-10s %-8s %8s %10llu %-16s %-7s %10llu %6u %10.4g %10s  %s\n", published ? w.name.c_str() : "",
+      std::printf("%-14s %-8s %8s %10llu %-20s %-7s %10llu %6u %10.4g %10s  %s\n", published ? w.name.c_str() : "",
                   format_name(w.format).c_str(), published ? "1" : scale_str(s.scale).c_str(),
                   static_cast<unsigned long long>(s.files),
                   absl::StrCat(s.samples_per_file, "x", shape_str(s.sample_shape)).c_str(), w.dtype.name().c_str(),
@@ -375,7 +375,7 @@ int run_workloads(const std::vector<std::string>& args) {
     }
   }
   std::printf("\nsample = samples per file x the shape of one sample. Sources:\n");
-  for (const Workload& w : workloads()) std::printf("  %-10s %s\n", w.name.c_str(), w.source.c_str());
+  for (const Workload& w : workloads()) std::printf("  %-14s %s\n", w.name.c_str(), w.source.c_str());
   return 0;
 }
 
