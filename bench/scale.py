@@ -234,7 +234,7 @@ def one_sample_hdf5(binary: pathlib.Path, a) -> None:
                 js = pathlib.Path(tmp) / "s.json"
                 _, peak = bl.run_measured([binary, "run", "--epochs", 1, "--compute-ms", 0, "--resident", "off",
                                            "--strategy", "global_shuffle", "--batch-size", 64, "--fields",
-                                           "records_0", "--quiet", "--summary-json", js, *ways[way], root],
+                                           "records,labels", "--quiet", "--summary-json", js, *ways[way], root],
                                           timeout=7200)
                 summary = json.loads(js.read_text())
             got[way]["open_s"].append(summary["counters"]["open_ns"]["value"] / 1e9)
@@ -252,7 +252,7 @@ def one_sample_hdf5(binary: pathlib.Path, a) -> None:
         "",
         f"{n:,} HDF5 files of one (8, 8, 4) float32 sample each (`dlfeed generate --format hdf5 --samples-per-file "
         f"1`, written in {gen_s:.0f} s), warm; `dlfeed run --epochs 1 --resident off --strategy global_shuffle "
-        f"--batch-size 64 --compute-ms 0`, the same files read as one sample per file (`--axis none`) and as "
+        f"--batch-size 64 --compute-ms 0 --fields records,labels`, the same files read as one sample per file (`--axis none`) and as "
         f"today (axis 0, one row each), alternating, medians of {a.repeats}. Start-up is the summary's open span "
         "(list the folder, index every file through libhdf5); the epoch is the first epoch's wall time.",
         "",
