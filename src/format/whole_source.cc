@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -123,8 +124,8 @@ class WholeSource final : public SampleSource {
   DType dtype_;
   Shape shape_;  // (rows,) + a row's shape
   uint64_t row_bytes_ = 0;
-  std::vector<Extent> extents_;  // the rows' extents in order, adjacent ones merged
-  bool identity_ = false;        // one extent whose bytes are the sample as it is
+  absl::InlinedVector<Extent, 1> extents_;  // the rows' extents in order, adjacent ones merged
+  bool identity_ = false;                   // one extent whose bytes are the sample as it is
 };
 
 }  // namespace
