@@ -358,6 +358,13 @@ def test_deepcam_preset_writes_deepcams_files(dlfeed, tmp_path):
     assert summary["epochs"][0]["samples"] == 16
     manifest = json.loads((d / "dlfeed-workload.json").read_text())
     assert manifest["layout"] == "deepcam"
+    # The preset's own folder proves its layout (the marker): read one sample per file without --axis.
+    again = dlfeed.run("run", "--fields", "climate/data,climate/labels_0", "--compute-ms", 0, d / "train").stdout
+    assert "written by the deepcam preset" in again and "dataset: 16 samples in 16 files" in again, again
+    # A copy of the files without the marker is a user's folder: axis 0 stays, and the header says so.
+    (d / "dlfeed-workload.json").rename(d / "marker.json")
+    plain = dlfeed.run("run", "--fields", "climate/data,climate/labels_0", "--compute-ms", 0, d / "train").stdout
+    assert "67 samples per file along axis 0" in plain, plain
 
 
 def test_deepcam_preset_runs_on_a_users_folder(dlfeed, tmp_path):

@@ -167,6 +167,11 @@ RunConfig configure(const std::vector<std::string>& args) {
     o.paths = args;
     o.format = value_or_throw(format_options_from_flags());
     o.fields = fields;
+    // A folder the deepcam preset wrote (its marker says so) is one sample per file: no guess.
+    if (!given("axis") && args.size() == 1 && preset_layout_of(args[0]) == WorkloadLayout::kDeepCam) {
+      o.format.axis = SampleAxis::kNone;
+      std::printf("dataset: written by the deepcam preset (dlfeed-workload.json): axis none, one sample per file\n");
+    }
   }
   // A preset supplies the batch, compute and strategy a flag does not.
   o.batch_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_batch_size));

@@ -10,6 +10,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "gen/generate.h"
+#include "json.h"
 #include "workloads.h"
 
 namespace dlfeed::cli {
@@ -92,6 +93,22 @@ std::string find_reference_files(const ScaledWorkload& w, const std::string& dir
   if (holds_reference_file(w.base->layout, train)) return train.string();
   if (holds_reference_file(w.base->layout, dir)) return dir;
   return "";
+}
+
+std::optional<WorkloadLayout> preset_layout_of(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec).lexically_normal();
+  for (const fs::path& dir : {p, p.parent_path()}) {
+    const fs::path marker = dir / "dlfeed-workload.json";
+    if (!fs::is_regular_file(marker, ec)) continue;
+    absl::StatusOr<std::string> text = read_text_file(marker.string());
+    if (!text.ok()) return std::nullopt;
+    for (WorkloadLayout l : {WorkloadLayout::kDeepCam, WorkloadLayout::kCosmoFlow, WorkloadLayout::kDlio}) {
+      if (absl::StrContains(*text, absl::StrCat("\"layout\":\"", layout_name(l), "\""))) return l;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 FormatOptions reference_format(const Workload& w, const Shape& shape) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,11 @@ std::string find_reference_files(const ScaledWorkload& w, const std::string& dir
 /// climate/data and climate/labels_0; CosmoFlow: TFRecord feature x as int16
 /// of `shape`.
 FormatOptions reference_format(const Workload& w, const Shape& shape);
+/// The layout a preset wrote into the folder holding `path` (DIR or DIR/train
+/// with DIR/dlfeed-workload.json, the marker generation writes last), or
+/// nullopt when no preset wrote it: what lets `dlfeed run DIR/train` read a
+/// preset's DeepCAM files one sample per file without a guess.
+std::optional<WorkloadLayout> preset_layout_of(const std::string& path);
 /// "layout": DLIO's or the reference's, for the manifest and messages.
 std::string layout_name(WorkloadLayout l);
 
