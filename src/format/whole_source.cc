@@ -41,11 +41,19 @@ class WholeSource final : public SampleSource {
     }
     bool all_identity = true;
     SampleRef r;
+    absl::InlinedVector<Extent, 1> last;
     for (uint64_t k = 0; k < rows_; ++k) {
       r.extents.clear();
       r.item = k;
       inner_->fill(k, r);
       all_identity = all_identity && inner_->is_identity(r);
+      // The rows of one chunk row name the same chunks: read once, decoded row by row.
+      if (k > 0 && r.extents == last) {
+        ++groups_.back().rows;
+        continue;
+      }
+      last = r.extents;
+      groups_.push_back({1, r.read_bytes()});
       for (const Extent& e : r.extents) {
         // Only exactly adjacent runs merge, so the bytes read stay the rows' bytes in order.
         if (!extents_.empty() && extents_.back().offset + extents_.back().length == e.offset) {
@@ -84,7 +92,9 @@ class WholeSource final : public SampleSource {
     for (const Extent& e : extents_) n += e.length;
     return n;
   }
-  uint64_t index_bytes() const override { return inner_->index_bytes() + extents_.capacity() * sizeof(Extent); }
+  uint64_t index_bytes() const override {
+    return inner_->index_bytes() + extents_.capacity() * sizeof(Extent) + groups_.capacity() * sizeof(Group);
+  }
   std::string cache_tag() const override { return whole_tag(inner_->cache_tag()); }
   void cache_save(std::string& out) const override { inner_->cache_save(out); }
 
@@ -93,38 +103,61 @@ class WholeSource final : public SampleSource {
     const uint64_t out_bytes = row_bytes_ * rows_;
     if (identity_) return DecodedSample{std::span<const std::byte>(raw.data(), out_bytes), shape_, dtype_};
     scratch.resize(out_bytes);
-    thread_local std::vector<std::byte> row_scratch;
     SampleRef r;
     r.file = ref.file;
     r.source = ref.source;
-    uint64_t pos = 0;
-    for (uint64_t k = 0; k < rows_; ++k) {
-      r.extents.clear();
-      r.item = k;
-      inner_->fill(k, r);
-      const uint64_t len = r.read_bytes();
-      if (pos + len > raw.size()) {
-        return absl::DataLossError(absl::StrCat(describe(), ": row ", k, " needs bytes ", pos, " to ", pos + len,
-                                                " of the sample's ", raw.size()));
+    if (groups_.empty()) {  // read through libhdf5: each row by its own H5Dread, no bytes here
+      for (uint64_t k = 0; k < rows_; ++k) DLFEED_RETURN_IF_ERROR(put_row(k, {}, r, scratch.data()));
+    }
+    thread_local std::vector<std::byte> shared;
+    uint64_t pos = 0, k = 0;
+    for (const Group& g : groups_) {
+      if (pos + g.raw_bytes > raw.size()) {
+        return absl::DataLossError(absl::StrCat(describe(), ": row ", k, " needs bytes ", pos, " to ",
+                                                pos + g.raw_bytes, " of the sample's ", raw.size()));
       }
-      DLFEED_ASSIGN_OR_RETURN(DecodedSample d, inner_->decode(r, raw.subspan(pos, len), row_scratch));
-      if (d.bytes.size() != row_bytes_) {
-        return absl::DataLossError(
-            absl::StrCat(describe(), ": row ", k, " decoded to ", d.bytes.size(), " bytes, expected ", row_bytes_));
+      const std::span<std::byte> bytes = raw.subspan(pos, g.raw_bytes);
+      for (uint64_t j = 0; j < g.rows; ++j, ++k) {
+        if (g.rows == 1) {
+          DLFEED_RETURN_IF_ERROR(put_row(k, bytes, r, scratch.data()));
+          continue;
+        }
+        shared.assign(bytes.begin(), bytes.end());  // a decoder may transform its bytes in place
+        DLFEED_RETURN_IF_ERROR(put_row(k, shared, r, scratch.data()));
       }
-      if (row_bytes_ > 0) std::memcpy(scratch.data() + k * row_bytes_, d.bytes.data(), row_bytes_);
-      pos += len;
+      pos += g.raw_bytes;
     }
     return DecodedSample{std::span<const std::byte>(scratch.data(), out_bytes), shape_, dtype_};
   }
 
  private:
+  // Row k decoded by the inner source from `bytes` (its extents' bytes) into its place in `out`.
+  absl::Status put_row(uint64_t k, std::span<std::byte> bytes, SampleRef& r, std::byte* out) const {
+    thread_local std::vector<std::byte> row_scratch;
+    r.extents.clear();
+    r.item = k;
+    inner_->fill(k, r);
+    DLFEED_ASSIGN_OR_RETURN(DecodedSample d, inner_->decode(r, bytes, row_scratch));
+    if (d.bytes.size() != row_bytes_) {
+      return absl::DataLossError(
+          absl::StrCat(describe(), ": row ", k, " decoded to ", d.bytes.size(), " bytes, expected ", row_bytes_));
+    }
+    if (row_bytes_ > 0) std::memcpy(out + k * row_bytes_, d.bytes.data(), row_bytes_);
+    return absl::OkStatus();
+  }
+
+  /// Consecutive rows that read the same extents (the rows of one chunk row).
+  struct Group {
+    uint64_t rows = 0, raw_bytes = 0;
+  };
+
   std::unique_ptr<SampleSource> inner_;
   uint64_t rows_ = 0;
   DType dtype_;
   Shape shape_;  // (rows,) + a row's shape
   uint64_t row_bytes_ = 0;
   absl::InlinedVector<Extent, 1> extents_;  // the rows' extents in order, adjacent ones merged
+  std::vector<Group> groups_;               // empty for one strided run or a library read
   bool identity_ = false;                   // one extent whose bytes are the sample as it is
 };
 

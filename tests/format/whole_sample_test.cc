@@ -2,6 +2,7 @@
 // (FormatOptions::file_pattern): issue 26.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -69,6 +70,17 @@ TEST(AxisNone, ChunkedDeflatedDatasetIsAssembledRowByRow) {
   ASSERT_EQ(whole->size(), 1u);
   EXPECT_EQ(whole->ref(0).shape, (Shape{5, 3, 4}));
   EXPECT_EQ(*read_bytes(*whole, 0), rows_of(*rows));
+  // Each chunk (two rows each) is read once, not once per row.
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;
+  for (uint64_t k = 0; k < rows->size(); ++k) {
+    for (const Extent& e : rows->ref(k).extents) chunks.push_back({e.offset, e.length});
+  }
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  uint64_t once = 0;
+  for (const auto& c : chunks) once += c.second;
+  EXPECT_EQ(chunks.size(), 3u);
+  EXPECT_EQ(whole->ref(0).read_bytes(), once);
 }
 
 TEST(AxisNone, TheIndexCacheKeepsWholeSources) {
