@@ -91,6 +91,9 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_source(std::string_view tag, 
     return std::unique_ptr<SampleSource>(std::move(src));
   }
   if (const std::string inner = inner_tag_of(tag); !inner.empty()) {
+    if (!inner_tag_of(inner).empty()) {  // one level only: an untrusted cache must not recurse at will
+      return file_error(path, "a whole-dataset entry over one source kind", absl::StrCat("'", std::string(tag), "'"));
+    }
     DLFEED_ASSIGN_OR_RETURN(auto src, load_source(inner, path, file_size, options, in));
     return whole_of(std::move(src));
   }
