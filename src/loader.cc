@@ -18,6 +18,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/prefetch/policy.h"
+#include "field_patterns.h"
 #include "io/engine.h"
 #include "io/resident.h"
 #include "io/unpacked.h"
@@ -298,10 +299,14 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     const FileFormat f = options.format.format;
     names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
   }
-  for (const std::string& name : names) {
+  std::vector<detail::FieldEntry> entries;
+  for (const std::string& entry : names) {
+    DLFEED_ASSIGN_OR_RETURN(detail::FieldEntry field, detail::parse_field_entry(entry));
+    const std::string& name = field.name;
     FormatOptions fo = options.format;
-    fo.name = name;
-    if (!name.empty()) fo.feature = name;
+    fo.name = field.pattern.empty() ? name : options.format.name;  // a pattern names files, not a member
+    fo.file_pattern = field.pattern;
+    if (!name.empty() && field.pattern.empty()) fo.feature = name;
     counters::Span open_span(&cnt, counters::kOpenSpan);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
                                                                   : open_dataset(options.paths, fo));
@@ -310,17 +315,24 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     open_span.end();
     if (!impl->indices.empty()) {
       const SampleIndex& first = impl->indices[0];
+      for (size_t k = 0; k < entries.size(); ++k) {  // the first field of a pattern pairs with every other
+        if (entries[k].pattern.empty()) continue;
+        DLFEED_RETURN_IF_ERROR(detail::check_paired(impl->indices[k], entries[k], idx, field));
+        break;
+      }
       if (idx.file_begin != first.file_begin) {
-        return absl::InvalidArgumentError(absl::StrCat("loader: field '", name, "' has ", idx.size(), " samples in ",
-                                                       idx.num_files(), " files but field '", impl->field_names[0],
-                                                       "' has ", first.size(), " in ", first.num_files(),
-                                                       "; every field needs the same samples per file"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
+            impl->field_names[0], "' has ", first.size(), " in ", first.num_files(),
+            "; every field needs the same samples per file (", name, ": ", samples_per_file_str(idx), "; ",
+            impl->field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
       }
     }
     impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
     DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, impl->field_names.back(), options.ragged));
     impl->field_specs.push_back(std::move(spec));
     impl->indices.push_back(std::move(idx));
+    entries.push_back(std::move(field));
   }
   impl->layout = FileLayout::of(impl->indices[0]);
   FileTableOptions fto;

@@ -40,6 +40,23 @@ uint64_t SampleSource::total_read_bytes() const {
   return total;
 }
 
+std::string samples_per_file_str(const SampleIndex& index) {
+  const uint64_t n = index.num_files();
+  if (n == 0 || index.sources.size() != n) return "no file";
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (uint64_t f = 0; f < n; ++f) {
+    const uint64_t k = index.file_begin[f + 1] - index.file_begin[f];
+    lo = std::min(lo, k);
+    hi = std::max(hi, k);
+  }
+  const std::string along = index.sources[0]->sample_axis();
+  const std::string count = lo == hi ? absl::StrCat(lo) : absl::StrCat(lo, " to ", hi);
+  const std::string noun = hi == 1 ? "sample" : "samples";
+  if (along == "axis none") return absl::StrCat(count, " ", noun, " per file (axis none)");
+  if (along == "records") return absl::StrCat(count, " ", noun, " per file (one per record)");
+  return absl::StrCat(count, " ", noun, " per file along ", along);
+}
+
 uint32_t SampleIndex::file_of(uint64_t id) const {
   // The last file whose first sample is at or before id (files of no
   // samples share their begin with the next file, and are skipped).

@@ -58,22 +58,6 @@ void describe(const std::string& name, std::map<std::string, std::string> unboun
   struct_infos()[name] = StructInfo{member_count<T>(), std::move(unbound)};
 }
 
-std::string axis_name(SampleAxis a) {
-  switch (a) {
-    case SampleAxis::kFirst: return "first";
-    case SampleAxis::kLast: return "last";
-    default: return "auto";
-  }
-}
-
-SampleAxis parse_axis(const std::string& s) {
-  if (s == "first") return SampleAxis::kFirst;
-  if (s == "last") return SampleAxis::kLast;
-  if (s == "auto") return SampleAxis::kAuto;
-  check(absl::InvalidArgumentError("bad axis '" + s + "': expected first, last or auto"));
-  return SampleAxis::kAuto;
-}
-
 void bind_format_options(py::module_& m) {
   describe<FormatOptions>("FormatOptions");
   py::class_<FormatOptions>(m, "FormatOptions", "How files are turned into samples (C++ FormatOptions).")
@@ -84,11 +68,15 @@ void bind_format_options(py::module_& m) {
           "auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary")
       .def_property(
           "axis", [](const FormatOptions& o) { return axis_name(o.axis); },
-          [](FormatOptions& o, const std::string& s) { o.axis = parse_axis(s); },
-          "Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as "
-          "DLIO's generator writes them)")
+          [](FormatOptions& o, const std::string& s) { o.axis = unwrap(parse_axis(s)); },
+          "Sample axis of arrays: first, last (NPY/NPZ: DLIO's layout), none (each NPY file, NPZ member or HDF5 "
+          "dataset is one whole sample) or auto (NPY/NPZ: last only for files where and as DLIO's generator writes "
+          "them; HDF5: axis 0)")
       .def_readwrite("name", &FormatOptions::name,
                      "NPZ member or HDF5 dataset of the single field (HDF5: 'records', else 'records_0')")
+      .def_readwrite("file_pattern", &FormatOptions::file_pattern,
+                     "A file-name pattern with one '*': only the matching files, ordered by what '*' matched "
+                     "(fields={name: pattern} sets it per field)")
       .def_readwrite("feature", &FormatOptions::feature, "TFRecord: the tf.train.Example feature that is the sample")
       .def_property(
           "feature_dtype", [](const FormatOptions& o) { return o.feature_dtype.name(); },

@@ -64,7 +64,11 @@ struct DLFEED_EXPORT LoaderOptions {
   /// Every field must have the same number of samples per file, and one
   /// dtype in all its files. NPY files are columns: field "x" reads x.npy (or
   /// its shards x_000.npy, x_001.npy...), "y" reads y.npy; without fields
-  /// every NPY file belongs to the one field, named "data".
+  /// every NPY file belongs to the one field, named "data". A field
+  /// "NAME=PATTERN" (e.g. "x=*_data.npy", "y=*_label.npy") reads the files
+  /// whose name matches PATTERN (one '*'), and the files of such fields pair
+  /// by folder and what the '*' matched; a file without its partner is an
+  /// error naming it (FormatOptions::file_pattern).
   std::vector<std::string> fields;
   /// Samples of one field may differ in shape (batches are then ragged:
   /// BatchField::ragged()). Off: such a dataset is refused at create(),

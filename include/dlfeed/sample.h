@@ -77,6 +77,10 @@ class DLFEED_EXPORT SampleSource {
   virtual std::string layout() const = 0;
   /// One line describing the source (name, shape, dtype, sample axis).
   virtual std::string describe() const = 0;
+  /// How its samples are cut from what the file holds: "axis 0", "the last
+  /// axis", "axis none" (the whole array one sample), or "records" (the
+  /// default: each record of the file is a sample, as in TFRecord).
+  virtual std::string sample_axis() const { return "records"; }
   /// Decodes `ref` from `raw`, the bytes of its extents concatenated in
   /// order. The result views `raw` where it can (zero copy) or `scratch`.
   /// `raw` is mutable so decoders may transform in place.
@@ -178,6 +182,11 @@ struct DLFEED_EXPORT SampleIndex {
   /// matches file_begin; what a hand-built index must satisfy.
   absl::Status check() const;
 };
+
+/// How many samples a file gives, along what, so that a misread shows at a
+/// glance: "1 sample per file (axis none)", "2304 samples per file along
+/// axis 0", "1 to 709 samples per file along axis 0", "no file".
+DLFEED_EXPORT std::string samples_per_file_str(const SampleIndex& index);
 
 /// What the samples of one field share.
 struct DLFEED_EXPORT FieldSpec {

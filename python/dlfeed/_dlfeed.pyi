@@ -29,9 +29,11 @@ class FormatOptions:
     format: str
     """auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary"""
     axis: str
-    """Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as DLIO's generator writes them)"""
+    """Sample axis of arrays: first, last (NPY/NPZ: DLIO's layout), none (each NPY file, NPZ member or HDF5 dataset is one whole sample) or auto (NPY/NPZ: last only for files where and as DLIO's generator writes them; HDF5: axis 0)"""
     name: str
     """NPZ member or HDF5 dataset of the single field (HDF5: 'records', else 'records_0')"""
+    file_pattern: str
+    """A file-name pattern with one '*': only the matching files, ordered by what '*' matched (fields={name: pattern} sets it per field)"""
     feature: str
     """TFRecord: the tf.train.Example feature that is the sample"""
     feature_dtype: str

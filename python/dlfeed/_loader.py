@@ -67,7 +67,7 @@ class Loader:
 
         reshape: List[Optional[List[int]]] = []
         if shapes:
-            names = list(o.fields) if o.fields else None
+            names = [f.split("=", 1)[0] for f in o.fields] if o.fields else None  # "x=*_data.npy": field x
             for key, shape in shapes.items():
                 if names is None:
                     if len(shapes) != 1:

@@ -37,7 +37,12 @@ class Keyword(NamedTuple):
 
 
 def _fields(v: Any) -> List[str]:
-    return [v] if isinstance(v, str) else list(v)
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, Mapping):
+        # {name: file pattern}: the C++ loader's "NAME=PATTERN" fields, paired by what '*' matched.
+        return [f"{name}={os.fspath(pattern)}" for name, pattern in v.items()]
+    return list(v)
 
 
 def _strategy(v: str) -> str:
@@ -70,7 +75,9 @@ def _shape(v: Any) -> Tuple[int, ...]:
 _NO_FLAG = "no `dlfeed run` flag yet"
 
 KEYWORDS: Dict[str, Keyword] = {
-    "fields": Keyword("fields", "fields", convert=_fields, note="a name or a list of names"),
+    "fields": Keyword("fields", "fields", convert=_fields,
+                      note="a name, a list of names, or {name: file pattern} ({'x': '*_data.npy', 'y': "
+                           "'*_label.npy'}: files paired by what '*' matched; --fields x=*_data.npy,y=*_label.npy)"),
     "batch_size": Keyword("batch_size", "batch-size"),
     "drop_last_batch": Keyword("drop_last_batch", "drop-last-batch"),
     "ragged": Keyword("ragged", "ragged"),
@@ -146,6 +153,7 @@ NOT_KEYWORDS: Dict[str, str] = {
     "order.epoch": "the loader sets it per epoch (for batch in loader; iter_epoch(e))",
     "order.global_start": "the loader sets it when it restores a state saved on another world size",
     "buffer_allocator": "dlfeed.Loader's pin_memory= and device= set it (page-locked pool buffers)",
+    "format.file_pattern": "set per field by fields={name: file pattern}",
 }
 
 

@@ -25,7 +25,8 @@ struct SampleGeometry {
   bool contiguous = false;       // C-ordered and dense: zero-copy
 };
 
-/// Geometry of samples of `h` along `axis` (kFirst or kLast).
+/// Geometry of samples of `h` along `axis` (kFirst or kLast), or of the
+/// whole array as one sample (kNone).
 absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis axis, absl::string_view path);
 
 /// Copies a strided sample into C order: `src` points at the sample's first element.
@@ -68,6 +69,9 @@ class ArraySource : public SampleSource {
   }
 
   std::string layout() const override { return layout_; }
+  std::string sample_axis() const override {
+    return axis_ == SampleAxis::kNone ? "axis none" : axis_ == SampleAxis::kLast ? "the last axis" : "axis 0";
+  }
   bool is_identity(const SampleRef& ref) const override {
     return !deflated_ && geometry_.contiguous && ref.extents.size() == 1;
   }

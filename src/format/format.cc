@@ -27,6 +27,7 @@
 #include "dlfeed/format/indexed_binary.h"
 #include "index_cache.h"
 #include "open_listed.h"
+#include "whole_source.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace fs = std::filesystem;
@@ -93,6 +94,37 @@ absl::StatusOr<FileFormat> parse_format(absl::string_view name) {
       absl::StrCat("unknown format '", name, "' (expected npy, npz, hdf5, tfrecord or indexed_binary)"));
 }
 
+std::string axis_name(SampleAxis a) {
+  switch (a) {
+    case SampleAxis::kFirst: return "first";
+    case SampleAxis::kLast: return "last";
+    case SampleAxis::kAuto: return "auto";
+    case SampleAxis::kNone: return "none";
+  }
+  return "?";
+}
+
+absl::StatusOr<SampleAxis> parse_axis(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "first" || n == "0") return SampleAxis::kFirst;
+  if (n == "last" || n == "-1") return SampleAxis::kLast;
+  if (n == "auto") return SampleAxis::kAuto;
+  if (n == "none") return SampleAxis::kNone;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad axis '", name, "': expected first, last (the DLIO layout), none (the whole array one sample) or auto"));
+}
+
+std::optional<std::string> pattern_stem(const std::string& path, absl::string_view pattern) {
+  const size_t star = pattern.find('*');
+  if (star == absl::string_view::npos) return std::nullopt;
+  const absl::string_view head = pattern.substr(0, star), tail = pattern.substr(star + 1);
+  const std::string name = fs::path(path).filename().string();
+  if (name.size() < head.size() + tail.size() || !absl::StartsWith(name, head) || !absl::EndsWith(name, tail)) {
+    return std::nullopt;
+  }
+  return name.substr(head.size(), name.size() - head.size() - tail.size());
+}
+
 namespace {
 // open_file with what a folder listing knows of the file.
 absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const FormatOptions& options,
@@ -104,7 +136,14 @@ absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const Form
   switch (f) {
     case FileFormat::kNpy: return open_npy(path, options);
     case FileFormat::kNpz: return open_npz(path, options);
-    case FileFormat::kHdf5: return open_hdf5(path, options);
+    case FileFormat::kHdf5: {
+      DLFEED_ASSIGN_OR_RETURN(SampleIndex index, open_hdf5(path, options));
+      if (options.axis == SampleAxis::kNone) {
+        for (auto& src : index.sources) src = detail::whole_of(std::move(src));
+        index.file_begin = {0, 1};
+      }
+      return index;
+    }
     case FileFormat::kTfRecord: return detail::open_tfrecord_listed(path, options, listed);
     case FileFormat::kIndexedBinary: return open_indexed_binary(path, options);
     case FileFormat::kAuto: break;
@@ -286,6 +325,38 @@ std::string training_split(const std::string& dir) {
   return train.string();
 }
 
+// The files whose name matches `pattern` (one '*'), ordered by folder, then
+// by what the '*' matched: the order every field of another pattern over
+// the same files has, so that their files pair one by one.
+absl::StatusOr<std::vector<std::string>> files_of_pattern(std::vector<std::string> files, const std::string& pattern,
+                                                          const std::vector<std::string>& given) {
+  if (std::count(pattern.begin(), pattern.end(), '*') != 1 || pattern.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("file pattern '", pattern,
+                                                   "': expected a file name with exactly one '*' (e.g. *_data.npy), "
+                                                   "which pairs the files of several fields"));
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, std::string>> kept;  // ((folder, stem), path)
+  for (std::string& f : files) {
+    if (std::optional<std::string> stem = pattern_stem(f, pattern)) {
+      kept.push_back({{fs::path(f).parent_path().string(), std::move(*stem)}, std::move(f)});
+    }
+  }
+  if (kept.empty()) {
+    std::vector<std::string> names;
+    for (const std::string& f : files) names.push_back(fs::path(f).filename().string());
+    const size_t shown = std::min<size_t>(names.size(), 12);
+    std::string there = names.empty() ? "no data file" : absl::StrJoin(names.begin(), names.begin() + shown, ", ");
+    if (names.size() > shown) absl::StrAppend(&there, " and ", names.size() - shown, " more");
+    return absl::NotFoundError(absl::StrCat(absl::StrJoin(given, ", "), ": no file matches the pattern '", pattern,
+                                            "'; the data files there are ", there));
+  }
+  std::sort(kept.begin(), kept.end());
+  std::vector<std::string> out;
+  out.reserve(kept.size());
+  for (auto& k : kept) out.push_back(std::move(k.second));
+  return out;
+}
+
 bool is_npy(const std::string& path, FileFormat want) {
   if (want != FileFormat::kAuto) return want == FileFormat::kNpy;
   auto f = detect_format(path);
@@ -457,10 +528,12 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
       return absl::NotFoundError(absl::StrCat(given, ": no such file or folder"));
     }
   }
-  // NPY files are columns: a field name picks the files of that column
-  // (x.npy, or its shards x_000.npy, x_001.npy, ...). Without a name every
-  // NPY file belongs to the one field.
-  if (!options.name.empty()) {
+  if (!options.file_pattern.empty()) {
+    DLFEED_ASSIGN_OR_RETURN(files, files_of_pattern(std::move(files), options.file_pattern, expanded));
+  } else if (!options.name.empty()) {
+    // NPY files are columns: a field name picks the files of that column
+    // (x.npy, or its shards x_000.npy, x_001.npy, ...). Without a name every
+    // NPY file belongs to the one field.
     std::vector<std::string> kept, columns;
     bool any_npy = false;
     for (const std::string& f : files) {

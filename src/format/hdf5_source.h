@@ -72,6 +72,7 @@ class Hdf5Source : public SampleSource {
   explicit Hdf5Source(DatasetGeometry g) : g_(std::move(g)), shape_(g_.sample_shape()) {}
   std::optional<std::pair<DType, Shape>> sample_spec() const override { return std::make_pair(g_.dtype, shape_); }
   uint64_t num_samples() const override { return g_.dims.empty() ? 0 : g_.dims[0]; }
+  std::string sample_axis() const override { return "axis 0"; }
   /// Shape and dtype; the extents are the subclass's.
   void fill(uint64_t, SampleRef& ref) const override {
     ref.shape = shape_;

@@ -12,6 +12,7 @@
 //     str path, u64 size, u64 mtime_ns, u64 inode, u64 device, str tag, str state
 //   (an empty tag: a source that is not cached, indexed from its file)
 #include "index_cache.h"
+#include "whole_source.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -68,7 +69,8 @@ bool stat_identity(const std::string& path, Identity& id) {
 // The options that change what a file's index is.
 std::string fingerprint(const FormatOptions& o) {
   std::string s = absl::StrCat("format=", format_name(o.format), ";axis=", static_cast<int>(o.axis), ";name=", o.name,
-                               ";feature=", o.feature, ";feature_dtype=", o.feature_dtype.str(), ";feature_shape=");
+                               ";file_pattern=", o.file_pattern, ";feature=", o.feature,
+                               ";feature_dtype=", o.feature_dtype.str(), ";feature_shape=");
   if (o.feature_shape) absl::StrAppend(&s, shape_str(*o.feature_shape));
   absl::StrAppend(&s, ";shape_feature=", o.shape_feature);
   absl::StrAppend(&s, ";verify_crc=", o.verify_crc, ";use_index_files=", o.use_index_files, ";index_dir=", o.index_dir);
@@ -87,6 +89,13 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_source(std::string_view tag, 
   if (tag == "array") {
     DLFEED_ASSIGN_OR_RETURN(auto src, load_array_source(path, file_size, in));
     return std::unique_ptr<SampleSource>(std::move(src));
+  }
+  if (const std::string inner = inner_tag_of(tag); !inner.empty()) {
+    if (!inner_tag_of(inner).empty()) {  // one level only: an untrusted cache must not recurse at will
+      return file_error(path, "a whole-dataset entry over one source kind", absl::StrCat("'", std::string(tag), "'"));
+    }
+    DLFEED_ASSIGN_OR_RETURN(auto src, load_source(inner, path, file_size, options, in));
+    return whole_of(std::move(src));
   }
   if (tag == "hdf5:contiguous") return h5::load_contiguous(path, file_size, in);
   if (tag == "hdf5:chunked") return h5::load_chunked(path, file_size, in);

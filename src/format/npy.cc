@@ -288,7 +288,29 @@ SampleAxis resolve_axis(const FormatOptions& options, const std::string& path) {
   return in_dlio_layout(path) ? SampleAxis::kLast : SampleAxis::kFirst;
 }
 
+// The whole array as one sample (SampleAxis::kNone): its own shape and
+// strides, any rank (a 0-d array too).
+SampleGeometry whole_geometry(const NpyHeader& h, std::vector<int64_t> strides, int64_t elems) {
+  SampleGeometry g;
+  g.dims = h.shape;
+  g.strides = std::move(strides);
+  g.axis_stride = std::max<int64_t>(elems, 1);
+  bool empty = false;
+  for (int64_t d : g.dims) empty = empty || d == 0;
+  int64_t span = 1;
+  for (size_t i = 0; i < g.dims.size() && !empty; ++i) span += (g.dims[i] - 1) * g.strides[i];
+  g.span = empty ? 0 : span;
+  g.contiguous = true;
+  int64_t expect = 1;
+  for (size_t i = g.dims.size(); i-- > 0;) {
+    if (g.dims[i] != 1 && g.strides[i] != expect) g.contiguous = false;
+    expect *= g.dims[i];
+  }
+  return g;
+}
+
 absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis axis, absl::string_view path) {
+  if (h.shape.empty() && axis == SampleAxis::kNone) return whole_geometry(h, {}, 1);
   if (h.shape.empty()) {
     // A valid file dlfeed does not read as samples: InvalidArgument (docs/formats.md), not DataLoss.
     return absl::InvalidArgumentError(absl::StrCat(
@@ -308,6 +330,7 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
       s *= std::max<int64_t>(h.shape[i], 1);
     }
   }
+  if (axis == SampleAxis::kNone) return whole_geometry(h, std::move(strides), s);
   const size_t a = axis == SampleAxis::kLast ? nd - 1 : 0;
   SampleGeometry g;
   g.axis_stride = strides[a];
@@ -386,14 +409,17 @@ void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, con
 }
 
 uint64_t ArraySource::num_samples() const {
+  if (axis_ == SampleAxis::kNone) return 1;
   const size_t a = axis_ == SampleAxis::kLast ? header_.shape.size() - 1 : 0;
   return static_cast<uint64_t>(header_.shape[a]);
 }
 
 std::string ArraySource::describe() const {
   return absl::StrCat(name_.empty() ? "" : absl::StrCat("member '", name_, "' "), "array ", shape_str(header_.shape),
-                      " ", header_.dtype.str(), header_.fortran_order ? " fortran-order" : "", ", samples on the ",
-                      axis_ == SampleAxis::kLast ? "last axis (the DLIO layout; " : "first axis (",
+                      " ", header_.dtype.str(), header_.fortran_order ? " fortran-order" : "",
+                      axis_ == SampleAxis::kNone   ? ", the whole array one sample (axis none; "
+                      : axis_ == SampleAxis::kLast ? ", samples on the last axis (the DLIO layout; "
+                                                   : ", samples on the first axis (",
                       geometry_.contiguous ? "contiguous" : "strided", "), NPY ", header_.major, ".", header_.minor);
 }
 
@@ -418,7 +444,7 @@ void ArraySource::cache_save(std::string& out) const {
   w.u8(header_.fortran_order ? 1 : 0);
   w.shape(header_.shape);
   w.u64(header_.data_offset);
-  w.u8(axis_ == SampleAxis::kLast ? 1 : 0);
+  w.u8(axis_ == SampleAxis::kNone ? 2 : axis_ == SampleAxis::kLast ? 1 : 0);
   w.str(layout_);
   w.u8(deflated_ ? 1 : 0);
   w.str(member_.name);
@@ -441,7 +467,8 @@ absl::StatusOr<std::unique_ptr<ArraySource>> load_array_source(const std::string
   h.fortran_order = in.u8() != 0;
   h.shape = in.shape();
   h.data_offset = in.u64();
-  const SampleAxis axis = in.u8() ? SampleAxis::kLast : SampleAxis::kFirst;
+  const uint8_t axis_tag = in.u8();
+  const SampleAxis axis = axis_tag == 2 ? SampleAxis::kNone : axis_tag == 1 ? SampleAxis::kLast : SampleAxis::kFirst;
   std::string layout = in.str();
   const bool deflated = in.u8() != 0;
   ZipMember m;

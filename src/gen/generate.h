@@ -2,6 +2,7 @@
 // the DLIO benchmark's on-disk layout available exactly.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -85,6 +86,31 @@ struct DatasetSpec {
 
 /// Writes every file of `spec`; returns the data files written, in order.
 absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec);
+
+// Reference workloads: the files their reference code reads.
+
+/// Running per-channel statistics of DeepCAM samples, for stats.h5.
+struct DeepCamStats {
+  explicit DeepCamStats(size_t channels)
+      : minval(channels, INFINITY), maxval(channels, -INFINITY), sum(channels, 0), sqsum(channels, 0) {}
+  void add(const float* hwc, uint64_t pixels);
+  std::vector<double> minval, maxval, sum, sqsum;
+  double count = 0;
+};
+
+/// One DeepCAM sample file as MLPerf HPC's DeepCAM reads it: group climate/
+/// with data (h, w, channels) float32 (HWC), data_stats (4, channels),
+/// labels_0 and labels_1 (h, w) float32 of 0/1/2, labels_*_stats (7, 1);
+/// contiguous, no filters, h5py's default file format. Adds the sample to
+/// `stats` (may be null).
+absl::Status write_deepcam_file(const std::string& path, uint64_t h, uint64_t w, uint64_t channels, uint64_t seed,
+                                uint64_t index, DeepCamStats* stats);
+/// DeepCAM's stats.h5: climate/{count,mean,sqmean,minval,maxval}, (channels,) float64.
+absl::Status write_deepcam_stats(const std::string& path, const DeepCamStats& stats);
+/// One CosmoFlow sample as MLPerf HPC's cosmoflow reads it: a GZIP TFRecord
+/// of one tf.train.Example, `x` bytes of int16 of `shape` (128,128,128,4 at
+/// full size), `y` float_list[4].
+absl::Status write_cosmoflow_file(const std::string& path, const Shape& shape, uint64_t seed, uint64_t index);
 
 /// The file name DLIO gives file i of n: "{prefix}_{i:0W}_of_{n}.{ext}".
 std::string dlio_file_name(const std::string& prefix, uint64_t i, uint64_t n, const std::string& ext);

@@ -136,7 +136,8 @@ def test_inspect_and_run_say_which_axis_was_chosen(dlfeed, tmp_path):
     assert "last axis (the DLIO layout" in dlfeed.run("inspect", train).stdout
     assert "first axis" in dlfeed.run("inspect", tmp_path / "plain.npy").stdout
     out = dlfeed.run("run", train).stdout
-    assert "field data: [npy]" in out and "last axis (the DLIO layout" in out, out
+    assert "field data: 3 samples per file along the last axis; [npy]" in out, out
+    assert "last axis (the DLIO layout" in out, out
     out = dlfeed.run("run", "--layout", "dlio", tmp_path / "plain.npy").stdout
     assert "dataset: 2 samples" in out, out
 

@@ -27,8 +27,9 @@ ABSL_FLAG(uint64_t, batch_size, 32,
 
 // Datasets (run, calibrate).
 ABSL_FLAG(std::string, fields, "",
-          "Comma-separated fields of a sample (NPZ members, HDF5 datasets, TFRecord features), e.g. x,y; "
-          "default: the one --name/--feature selects (calibrate measures the first)");
+          "Comma-separated fields of a sample (NPZ members, HDF5 datasets, TFRecord features), e.g. x,y, or "
+          "NAME=PATTERN fields read from the files a pattern with one '*' matches, paired by what '*' matched "
+          "as in x=*_data.npy,y=*_label.npy; default: the one --name/--feature selects (calibrate measures the first)");
 // Output files (inspect, calibrate).
 ABSL_FLAG(std::string, out, "",
           "Output file: inspect --dump-sample's bytes (- for stdout); calibrate's JSON (default: "

@@ -15,7 +15,9 @@ ABSL_FLAG(std::string, layout, "auto",
           "(NPY/NPZ samples on the last axis), plain (first axis), or auto (the DLIO layout only for files where and "
           "as DLIO's generator writes them: {data}/train/ or valid/ and names {prefix}_{i}_of_{n})");
 ABSL_FLAG(std::string, axis, "auto",
-          "Sample axis of NPY/NPZ arrays: first, last (the DLIO benchmark's layout), or auto (as --layout says)");
+          "Sample axis of arrays: first, last (NPY/NPZ: the DLIO benchmark's layout), none (each NPY file, NPZ "
+          "member or HDF5 dataset is one whole sample: DeepCAM's and CDB's HDF5 files, CosmoFlow's NPY pairs), or "
+          "auto (as --layout says; HDF5 datasets: axis 0)");
 ABSL_FLAG(std::string, feature, "image", "TFRecord: the tf.train.Example feature that is the sample");
 ABSL_FLAG(std::string, feature_dtype, "uint8", "TFRecord: element type of a bytes_list feature");
 ABSL_FLAG(std::string, feature_shape, "", "TFRecord: shape of the feature, e.g. 64,64 (default: 1-D)");
@@ -58,14 +60,9 @@ absl::StatusOr<FormatOptions> format_options_from_flags() {
   o.format = *f;
   o.name = absl::GetFlag(FLAGS_name);
   const std::string axis = absl::GetFlag(FLAGS_axis);
-  if (axis == "first")
-    o.axis = SampleAxis::kFirst;
-  else if (axis == "last")
-    o.axis = SampleAxis::kLast;
-  else if (axis == "auto")
-    o.axis = SampleAxis::kAuto;
-  else
-    return absl::InvalidArgumentError(absl::StrCat("bad --axis '", axis, "': expected first, last or auto"));
+  auto parsed_axis = parse_axis(axis);
+  if (!parsed_axis.ok()) return absl::InvalidArgumentError(absl::StrCat("--axis: ", parsed_axis.status().message()));
+  o.axis = *parsed_axis;
   const std::string layout = absl::GetFlag(FLAGS_layout);
   SampleAxis by_layout = SampleAxis::kAuto;
   if (layout == "dlio")

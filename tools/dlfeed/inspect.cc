@@ -26,7 +26,8 @@ std::string json_shape(const Shape& s) {
 
 void print_json(const SampleIndex& index, int64_t limit) {
   std::string o = "{\n  \"num_files\": " + std::to_string(index.num_files()) +
-                  ",\n  \"num_samples\": " + std::to_string(index.size()) + ",\n  \"files\": [";
+                  ",\n  \"num_samples\": " + std::to_string(index.size()) +
+                  ",\n  \"samples_per_file\": " + json_quote(samples_per_file_str(index)) + ",\n  \"files\": [";
   for (size_t i = 0; i < index.files.size(); ++i) {
     absl::StrAppend(&o, i ? ", " : "", json_quote(index.files[i]));
   }
@@ -54,8 +55,8 @@ void print_json(const SampleIndex& index, int64_t limit) {
 }
 
 void print_text(const SampleIndex& index, int64_t limit) {
-  std::printf("%llu files, %llu samples\n", static_cast<unsigned long long>(index.num_files()),
-              static_cast<unsigned long long>(index.size()));
+  std::printf("%llu files, %llu samples: %s\n", static_cast<unsigned long long>(index.num_files()),
+              static_cast<unsigned long long>(index.size()), samples_per_file_str(index).c_str());
   const uint64_t per_file = limit < 0 ? 10 : static_cast<uint64_t>(limit);
   for (uint64_t f = 0; f < index.num_files(); ++f) {
     const uint64_t b = index.file_begin[f], e = index.file_begin[f + 1];
@@ -87,7 +88,8 @@ int print_fields(const std::string& path, const std::vector<std::string>& fields
       std::printf("  %s: not readable as samples: %s\n", field.c_str(), std::string(idx.status().message()).c_str());
       continue;
     }
-    std::printf("  %s: %llu samples", field.c_str(), static_cast<unsigned long long>(idx->size()));
+    std::printf("  %s: %llu samples, %s", field.c_str(), static_cast<unsigned long long>(idx->size()),
+                samples_per_file_str(*idx).c_str());
     if (!idx->sources.empty()) {
       std::printf("; [%s] %s", idx->sources[0]->layout().c_str(), idx->sources[0]->describe().c_str());
     }

@@ -167,6 +167,11 @@ RunConfig configure(const std::vector<std::string>& args) {
     o.paths = args;
     o.format = value_or_throw(format_options_from_flags());
     o.fields = fields;
+    // A folder the deepcam preset wrote (its marker says so) is one sample per file: no guess.
+    if (!given("axis") && args.size() == 1 && preset_layout_of(args[0]) == WorkloadLayout::kDeepCam) {
+      o.format.axis = SampleAxis::kNone;
+      std::printf("dataset: written by the deepcam preset (dlfeed-workload.json): axis none, one sample per file\n");
+    }
   }
   // A preset supplies the batch, compute and strategy a flag does not.
   o.batch_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_batch_size));
@@ -500,8 +505,9 @@ int run_run(const std::vector<std::string>& args) {
   for (size_t f = 0; f < loader->field_names().size(); ++f) {  // what each field is, as read (layout, axis)
     const SampleIndex& idx = loader->index(f);
     if (idx.sources.empty()) continue;
-    std::printf("field %s: [%s] %s%s\n", loader->field_names()[f].c_str(), idx.sources[0]->layout().c_str(),
-                idx.sources[0]->describe().c_str(), idx.sources.size() > 1 ? " (the first file's)" : "");
+    std::printf("field %s: %s; [%s] %s%s\n", loader->field_names()[f].c_str(), samples_per_file_str(idx).c_str(),
+                idx.sources[0]->layout().c_str(), idx.sources[0]->describe().c_str(),
+                idx.sources.size() > 1 ? " (the first file's)" : "");
   }
   std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; route: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),

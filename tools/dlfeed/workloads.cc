@@ -21,7 +21,8 @@
 #include "json.h"
 
 ABSL_FLAG(std::string, workload, "",
-          "A workload preset (unet3d, resnet50, cosmoflow, bert, deepcam, hep; `dlfeed workloads` lists them): "
+          "A workload preset (unet3d, resnet50, cosmoflow, cosmoflow-dlio, bert, deepcam, hep; `dlfeed workloads` "
+          "lists them): "
           "generate its dataset under --data-dir if missing, and use its batch size, compute time and fields "
           "unless given");
 ABSL_FLAG(double, scale, 0,
@@ -69,13 +70,18 @@ const std::vector<Workload>& workloads() {
       {"resnet50", FileFormat::kTfRecord, 1024, 1251, dlio_square(114660), DType::u8(), 400, 0.224, {"image"},
        0.0025, "MLPerf Storage / DLIO resnet50 (H100): 1024 TFRecord files x 1251 samples of ~114.7 KB, batch 400, "
        "0.224 s/step"},
-      {"cosmoflow", FileFormat::kTfRecord, 524288, 1, dlio_square(2828486), DType::u8(), 1, 0.0035, {"image"},
+      {"cosmoflow", FileFormat::kTfRecord, 524288, 1, {128, 128, 128, 4}, DType{DType::Kind::kInt, 2, false}, 4, 0.014, {"x"}, 0.00004,
+       "MLPerf HPC CosmoFlow v1.0: 524,288 GZIP TFRecord files of one Example (x: int16 (128,128,128,4), y: "
+       "float[4]), batch 4 as the reference; 0.014 s/step is DLIO's 0.0035 s per sample x 4",
+       WorkloadLayout::kCosmoFlow},
+      {"cosmoflow-dlio", FileFormat::kTfRecord, 524288, 1, dlio_square(2828486), DType::u8(), 1, 0.0035, {"image"},
        0.0002, "DLIO cosmoflow_h100.yaml: 524,288 TFRecord files of one ~2.83 MB sample, batch 1, 0.0035 s/step"},
       {"bert", FileFormat::kTfRecord, 500, 313532, dlio_square(2500), DType::u8(), 48, 0.968, {"image"}, 0.00002,
        "DLIO bert_v100.yaml: 500 TFRecord files x 313,532 samples of 2,500 B, batch 48, 0.968 s/step (V100)"},
-      {"deepcam", FileFormat::kHdf5, 121266, 1, {768, 1152, 16}, DType::f32(), 2, 0.2, {"records_0", "labels"},
-       0.00005, "MLPerf HPC DeepCAM: 121,266 training samples of 768x1152x16 float32 (56.6 MB), one HDF5 file "
-       "each; batch 2 and 0.2 s/step are estimates (about 10 samples/s per GPU)"},
+      {"deepcam", FileFormat::kHdf5, 121266, 1, {768, 1152, 16}, DType::f32(), 2, 0.2,
+       {"climate/data", "climate/labels_0"}, 0.00005, "MLPerf HPC DeepCAM: 121,266 HDF5 files data-YYYY-MM-DD-HH-R.h5 "
+       "of one sample, climate/data 768x1152x16 float32 (56.6 MB) and climate/labels_0, read with axis none; batch 2 "
+       "as the reference, 0.2 s/step an estimate (about 10 samples/s per GPU)", WorkloadLayout::kDeepCam},
       {"hep", FileFormat::kHdf5, 2048, 402, {224, 224, 3}, DType::f32(), 64, 0.064, {"records_0", "labels"},
        0.000625, "HEP CNN benchmark: 2048 HDF5 files, 496 GB (402 samples of 224x224x3 float32 per file); batch 64 "
        "and 0.064 s/step are estimates (about 1000 samples/s per GPU)"},
@@ -137,6 +143,7 @@ std::string ScaledWorkload::default_dir() const {
 }
 
 FormatOptions ScaledWorkload::format_options() const {
+  if (base->layout != WorkloadLayout::kDlio) return reference_format(*base, sample_shape);
   FormatOptions o;
   o.format = base->format;
   if (base->format == FileFormat::kTfRecord) {
@@ -152,12 +159,12 @@ FormatOptions ScaledWorkload::format_options() const {
 std::string ScaledWorkload::manifest() const {
   std::vector<std::string> dims;
   for (int64_t d : sample_shape) dims.push_back(absl::StrCat(d));
-  return absl::StrCat("{\"schema\":\"dlfeed.workload/1\",\"workload\":", json_quote(base->name),
-                      ",\"scale\":", json_number(scale), ",\"format\":", json_quote(format_name(base->format)),
-                      ",\"layout\":\"dlio\",\"files\":", files, ",\"samples_per_file\":", samples_per_file,
-                      ",\"sample_shape\":[", absl::StrJoin(dims, ","), "],\"dtype\":", json_quote(base->dtype.name()),
-                      ",\"sample_bytes\":", sample_bytes(), ",\"dataset_bytes\":", dataset_bytes(),
-                      ",\"seed\":", data_seed, ",\"generator\":", kGeneratorVersion, "}\n");
+  return absl::StrCat(
+      "{\"schema\":\"dlfeed.workload/1\",\"workload\":", json_quote(base->name), ",\"scale\":", json_number(scale),
+      ",\"format\":", json_quote(format_name(base->format)), ",\"layout\":", json_quote(layout_name(base->layout)),
+      ",\"files\":", files, ",\"samples_per_file\":", samples_per_file, ",\"sample_shape\":[", absl::StrJoin(dims, ","),
+      "],\"dtype\":", json_quote(base->dtype.name()), ",\"sample_bytes\":", sample_bytes(),
+      ",\"dataset_bytes\":", dataset_bytes(), ",\"seed\":", data_seed, ",\"generator\":", kGeneratorVersion, "}\n");
 }
 
 std::string ScaledWorkload::extension() const {
@@ -165,6 +172,7 @@ std::string ScaledWorkload::extension() const {
 }
 
 std::vector<std::string> ScaledWorkload::data_files(const std::string& dir) const {
+  if (base->layout != WorkloadLayout::kDlio) return reference_data_files(*this, dir);
   std::vector<std::string> out;
   const std::string ext = extension();
   for (uint64_t i = 0; i < files; ++i) {
@@ -221,6 +229,12 @@ absl::Status generate(const ScaledWorkload& w, const std::string& dir) {
   if (ec) return io_error(dir, "mkdir", ec.value());
   const std::string partial = (fs::path(dir) / kPartialName).string();
   DLFEED_RETURN_IF_ERROR(write_text_file(partial, w.manifest()));
+  if (w.base->layout != WorkloadLayout::kDlio) {
+    DLFEED_RETURN_IF_ERROR(write_reference_dataset(w, dir));
+    DLFEED_RETURN_IF_ERROR(write_text_file((fs::path(dir) / kManifestName).string(), w.manifest()));
+    fs::remove(partial, ec);
+    return absl::OkStatus();
+  }
   gen::DatasetSpec spec;
   spec.dir = dir;
   spec.format = w.base->format;
@@ -252,7 +266,7 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
     }
     // Ours (it has our manifest) but of other parameters or incomplete:
     // remove what generation writes, then write it again.
-    for (const char* sub : {"train", "valid", "index"}) {
+    for (const char* sub : {"train", "valid", "validation", "index", "stats.h5"}) {
       fs::remove_all(fs::path(dir) / sub, ec);
       if (ec) return io_error((fs::path(dir) / sub).string(), "remove", ec.value());
     }
@@ -261,7 +275,10 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
     return DatasetAction::kRegenerated;
   }
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    if (has_dlio_files(w, dir)) return DatasetAction::kDlioLayout;
+    if (w.base->layout != WorkloadLayout::kDlio && !find_reference_files(w, dir).empty()) {
+      return DatasetAction::kReferenceFiles;
+    }
+    if (w.base->layout == WorkloadLayout::kDlio && has_dlio_files(w, dir)) return DatasetAction::kDlioLayout;
     return absl::FailedPreconditionError(
         absl::StrCat(dir, ": exists and is not a dlfeed workload dataset (it has no ", kManifestName,
                      "), so it is left alone; choose another --data-dir or remove it"));
@@ -306,6 +323,17 @@ absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w,
   }
   DLFEED_ASSIGN_OR_RETURN(DatasetAction action, ensure_dataset(w, dir));
   *format = w.format_options();
+  if (action == DatasetAction::kReferenceFiles) {
+    *format = reference_format(*w.base, w.base->sample_shape);  // the published shape, not the scaled one
+    const std::string found = find_reference_files(w, dir);
+    if (!quiet) {
+      std::printf(
+          "dataset: %s's own files, not written by dlfeed (no %s): %s, read as the reference reads them; the "
+          "preset's batch size, compute and strategy apply, its file counts and sample shape do not\n",
+          w.base->name.c_str(), kManifestName, found.c_str());
+    }
+    return found;
+  }
   if (action == DatasetAction::kDlioLayout) {
     format->feature_shape.reset();  // DLIO's sides, from each file's `size`, not the preset's
     if (!quiet) {
@@ -332,13 +360,13 @@ int run_workloads(const std::vector<std::string>& args) {
     return 2;
   }
   const double scale = absl::GetFlag(FLAGS_scale);
-  std::printf("%-10s %-8s %8s %10s %-16s %-7s %10s %6s %10s %10s  %s\n", "workload", "format", "scale", "files",
+  std::printf("%-14s %-8s %8s %10s %-20s %-7s %10s %6s %10s %10s  %s\n", "workload", "format", "scale", "files",
               "sample", "dtype", "bytes", "batch", "compute_s", "dataset", "fields");
   for (const Workload& w : workloads()) {
     for (const bool published : {true, false}) {
       const ScaledWorkload s =
           value_or_throw(scale_workload(w, published ? 1.0 : (scale == 0 ? w.default_scale : scale)));
-      std::printf("%-10s %-8s %8s %10llu %-16s %-7s %10llu %6u %10.4g %10s  %s\n", published ? w.name.c_str() : "",
+      std::printf("%-14s %-8s %8s %10llu %-20s %-7s %10llu %6u %10.4g %10s  %s\n", published ? w.name.c_str() : "",
                   format_name(w.format).c_str(), published ? "1" : scale_str(s.scale).c_str(),
                   static_cast<unsigned long long>(s.files),
                   absl::StrCat(s.samples_per_file, "x", shape_str(s.sample_shape)).c_str(), w.dtype.name().c_str(),
@@ -347,7 +375,7 @@ int run_workloads(const std::vector<std::string>& args) {
     }
   }
   std::printf("\nsample = samples per file x the shape of one sample. Sources:\n");
-  for (const Workload& w : workloads()) std::printf("  %-10s %s\n", w.name.c_str(), w.source.c_str());
+  for (const Workload& w : workloads()) std::printf("  %-14s %s\n", w.name.c_str(), w.source.c_str());
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,14 @@
 #include "dlfeed/sample.h"
 
 namespace dlfeed::cli {
+
+/// Which files a preset writes and reads: DLIO's emulation (DLIO's layout,
+/// samples as DLIO's generator writes them), or the reference code's own.
+enum class WorkloadLayout {
+  kDlio,
+  kDeepCam,    // data-YYYY-MM-DD-HH-R.h5, climate/data (H,W,16) f4 HWC, labels_0, stats.h5
+  kCosmoFlow,  // GZIP TFRecords, one Example each: x int16 (128,128,128,4), y float[4]
+};
 
 /// One published workload at full size.
 struct Workload {
@@ -29,6 +38,7 @@ struct Workload {
   std::vector<std::string> fields;  // what a trainer reads of a sample
   double default_scale = 0;         // --scale when none is given (a few hundred MB)
   std::string source;               // where the numbers come from
+  WorkloadLayout layout = WorkloadLayout::kDlio;
 
   uint64_t sample_bytes() const;
   uint64_t samples() const { return files * samples_per_file; }
@@ -78,7 +88,28 @@ struct ScaledWorkload {
 absl::StatusOr<ScaledWorkload> scale_workload(const Workload& w, double scale);
 
 /// What ensure_dataset() did.
-enum class DatasetAction { kReused, kGenerated, kRegenerated, kDlioLayout };
+enum class DatasetAction { kReused, kGenerated, kRegenerated, kDlioLayout, kReferenceFiles };
+
+// The reference layouts (workload_layouts.cc).
+/// The layout's data files at `w`'s scale under DIR/train, in order.
+std::vector<std::string> reference_data_files(const ScaledWorkload& w, const std::string& dir);
+/// Writes them (and DeepCAM's DIR/stats.h5).
+absl::Status write_reference_dataset(const ScaledWorkload& w, const std::string& dir);
+/// A user's folder of the reference files (no manifest): DIR/train or DIR
+/// when it holds a data file of the layout (DeepCAM: data-*.h5; CosmoFlow:
+/// *.tfrecord), else "".
+std::string find_reference_files(const ScaledWorkload& w, const std::string& dir);
+/// How the reference files are read: DeepCAM: HDF5, axis none, fields
+/// climate/data and climate/labels_0; CosmoFlow: TFRecord feature x as int16
+/// of `shape`.
+FormatOptions reference_format(const Workload& w, const Shape& shape);
+/// The layout a preset wrote into the folder holding `path` (DIR or DIR/train
+/// with DIR/dlfeed-workload.json, the marker generation writes last), or
+/// nullopt when no preset wrote it: what lets `dlfeed run DIR/train` read a
+/// preset's DeepCAM files one sample per file without a guess.
+std::optional<WorkloadLayout> preset_layout_of(const std::string& path);
+/// "layout": DLIO's or the reference's, for the manifest and messages.
+std::string layout_name(WorkloadLayout l);
 
 /// Makes sure DIR holds the complete dataset of `w`: reuses it when its
 /// manifest (DIR/dlfeed-workload.json) matches and every file is there,

@@ -22,14 +22,29 @@ enum class SampleAxis {
   kAuto,   // kLast for NPY/NPZ files where and as DLIO's generator writes them
            // ({data}/train/ or valid/, optionally a numbered subfolder, named
            // {prefix}_{i}_of_{n} with i zero-padded), else kFirst
+  kNone,   // the whole array is one sample (one sample per file and field:
+           // DeepCAM's and CDB's HDF5 files, CosmoFlow's NPY pairs)
 };
+
+/// "first", "last", "auto", "none".
+DLFEED_EXPORT std::string axis_name(SampleAxis a);
+/// The inverse of axis_name; an error lists the names.
+DLFEED_EXPORT absl::StatusOr<SampleAxis> parse_axis(absl::string_view name);
 
 /// How files are turned into samples. Defaults read DLIO datasets as written.
 struct DLFEED_EXPORT FormatOptions {
   FileFormat format = FileFormat::kAuto;  // kAuto: by file extension
-  SampleAxis axis = SampleAxis::kAuto;    // NPY and NPZ arrays
+  /// NPY and NPZ arrays; HDF5 datasets take kFirst (also for kAuto and
+  /// kLast) or kNone. TFRecord records are samples whatever the axis.
+  SampleAxis axis = SampleAxis::kAuto;
   /// NPZ member ("x"); HDF5 dataset ("records"; if absent, "records_0").
   std::string name;
+  /// A file-name pattern with one '*' ("*_data.npy", "data-*.h5"): only the
+  /// files whose name matches it are read, ordered by folder and then by
+  /// what the '*' matched (so that fields of different patterns pair file
+  /// by file); an NPY file so chosen is not filtered by `name` as a column.
+  /// A pattern no file matches is NotFound, listing what is there.
+  std::string file_pattern;
   /// TFRecord: the tf.train.Example feature that is the sample.
   std::string feature = "image";
   /// TFRecord: element type of the feature's bytes (bytes_list features) and
@@ -85,6 +100,10 @@ DLFEED_EXPORT absl::StatusOr<SampleIndex> open_file(const std::string& path, con
 /// The column an NPY file holds: its name without a shard tag (x.npy and
 /// x_000.npy hold column "x"; x-00001-of-00010.npy too).
 DLFEED_EXPORT std::string npy_column_of(const std::string& path);
+
+/// What the '*' of `pattern` (a file-name pattern with one '*') matched in
+/// the name of `path`, or nullopt when the name does not match.
+DLFEED_EXPORT std::optional<std::string> pattern_stem(const std::string& path, absl::string_view pattern);
 
 /// Indexes a file, a folder (recursively, data files sorted by path; a DLIO
 /// folder's index/ subfolder is skipped, and a folder holding both train/

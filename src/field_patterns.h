@@ -1,0 +1,28 @@
+// Private to the loader: fields given as NAME=PATTERN (LoaderOptions::fields),
+// whose files pair by what the pattern's '*' matched.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+
+/// A field as the user named it: "x" (a member, dataset, column or feature)
+/// or "x=*_data.npy" (the files whose name matches the pattern).
+struct FieldEntry {
+  std::string name;
+  std::string pattern;  // empty: none
+};
+
+/// "x=*_data.npy" -> {x, *_data.npy}; "x" -> {x, ""}. An empty name or a
+/// pattern without exactly one '*' is InvalidArgument.
+absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry);
+
+/// OK when the files of `b` pair one by one with those of `a` by folder and
+/// what '*' matched; else InvalidArgument naming the first file without its
+/// partner and the partner's expected name.
+absl::Status check_paired(const SampleIndex& a, const FieldEntry& fa, const SampleIndex& b, const FieldEntry& fb);
+
+}  // namespace dlfeed::detail
