@@ -9,7 +9,13 @@ API only (a wheel is enough: numpy and h5py; torch for the DataLoader rows):
   C. gzip-chunked HDF5 (64x64x4 float32, a chunk per sample), decode-bound:
      dlfeed.Loader with threads 1, 2, 4, ... up to the cores and the default;
      dlfeed.torch.Dataset (threads = cores) against PyTorch's DataLoader + h5py
-     with workers = cores.
+     with workers = cores, and the `dlfeed run` command on the same data;
+  E. TFRecord (CRC checked) against HDF5, the same 147 KiB samples + label
+     written both ways by `dlfeed generate`, from dlfeed.Loader and `dlfeed run`.
+
+D's and E's command rows, and E itself, need the `dlfeed` command: the wheel's
+(dlfeed/bin/dlfeed), else $DLFEED_BIN, else build/tools/dlfeed; without one
+they are left out and the output says so.
 
 Each rate is samples over the seconds of whole epochs after a warm-up epoch,
 run until at least --seconds have passed; rounds alternate the cases and the
@@ -99,10 +105,63 @@ def make_data(root: pathlib.Path, image_files: int, image_per_file: int, gzip_fi
 
 
 def warm(path: str) -> None:
-    for p in sorted(pathlib.Path(path).glob("*.hdf5")):
+    for p in sorted(q for q in pathlib.Path(path).iterdir() if q.is_file()):
         with open(p, "rb") as f:
             while f.read(16 << 20):
                 pass
+
+
+def dlfeed_command():
+    """The `dlfeed` command: the installed wheel's, $DLFEED_BIN, or an in-tree build's; None if none."""
+    try:
+        from dlfeed import _cli
+
+        exe = _cli.binary()
+        if exe is not None:
+            return str(exe)
+    except Exception:  # noqa: BLE001
+        pass
+    for cand in (os.environ.get("DLFEED_BIN"), pathlib.Path(__file__).resolve().parents[1] / "build/tools/dlfeed"):
+        if cand and pathlib.Path(cand).is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def make_tfrecord_pair(exe: str, root: pathlib.Path, files: int, per_file: int) -> dict:
+    """The same 3x224x224 uint8 samples + label as TFRecord and as HDF5 (`dlfeed generate`, same seed)."""
+    out = {}
+    for fmt in ("tfrecord", "hdf5"):
+        d = root / f"pair_{fmt}_{files}x{per_file}"
+        if not (d / ".done").exists():
+            subprocess.run([exe, "generate", "--dir", str(d), "--format", fmt, "--files", str(files),
+                            "--samples-per-file", str(per_file), "--shape", "3,224,224", "--dtype", "uint8",
+                            "--seed", "7"], check=True, capture_output=True)
+            (d / ".done").write_text("")
+        out[fmt] = str(d)
+    return out
+
+
+def cli_rate(exe: str, path: str, seconds: float, fields: str, batch: int, threads: int = 0) -> dict:
+    """`dlfeed run`: samples over the seconds of its epochs after the first (enough epochs for `seconds`)."""
+    import re
+
+    def run(epochs):
+        cmd = [exe, "run", "--strategy", "global_shuffle", "--epochs", str(epochs), "--fields", fields,
+               "--batch-size", str(batch), "--threads", str(threads), "--resident", "off", path]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        got = [(int(n), float(t)) for n, t in
+               re.findall(r"^epoch \d+: \d+ batches, (\d+) samples in ([\d.]+) s", out, re.M)]
+        if len(got) < 2:
+            raise RuntimeError(out[-1000:])
+        return got
+
+    got = run(3)
+    per_epoch = sum(t for _, t in got[1:]) / (len(got) - 1)
+    if 2 * per_epoch < seconds:
+        got = run(1 + min(200, int(seconds / max(per_epoch, 1e-3)) + 1))
+    later = got[1:]
+    return {"rate": sum(n for n, _ in later) / sum(t for _, t in later), "samples": sum(n for n, _ in later),
+            "seconds": sum(t for _, t in later)}
 
 
 # ------------------------------------------------------------------ dlfeed
@@ -204,7 +263,7 @@ def in_child(kind: str, **kw) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-CHILDREN = {"dlfeed": dlfeed_rate, "dlfeed_torch": dlfeed_torch_rate, "torch": torch_rate}
+CHILDREN = {"dlfeed": dlfeed_rate, "dlfeed_torch": dlfeed_torch_rate, "torch": torch_rate, "cli": cli_rate}
 
 
 # ------------------------------------------------------------------ the run
@@ -236,6 +295,20 @@ def cases(data: dict, n: int, quick: bool) -> list:
                 dict(path=gz, threads=n, batch=64)))
     out.append(("D gzip HDF5, from PyTorch", f"DataLoader+h5py workers={n}", "torch",
                 dict(path=gz, workers=n, batch=64)))
+    exe = data.get("cli")
+    if exe:
+        out.append(("D gzip HDF5, from PyTorch", "`dlfeed run` (default threads)", "cli",
+                    dict(path=gz, exe=exe, fields="records", batch=64)))
+    if data.get("pair"):
+        tf, h5 = data["pair"]["tfrecord"], data["pair"]["hdf5"]
+        out.append(("E TFRecord vs HDF5, 147 KiB + label", "TFRecord, dlfeed.Loader", "dlfeed",
+                    dict(path=tf, fields=["image", "label"], batch_size=256, resident="off")))
+        out.append(("E TFRecord vs HDF5, 147 KiB + label", "HDF5, dlfeed.Loader", "dlfeed",
+                    dict(path=h5, fields=["records", "labels"], batch_size=256, resident="off")))
+        out.append(("E TFRecord vs HDF5, 147 KiB + label", "TFRecord, `dlfeed run`", "cli",
+                    dict(path=tf, exe=exe, fields="image,label", batch=256)))
+        out.append(("E TFRecord vs HDF5, 147 KiB + label", "HDF5, `dlfeed run`", "cli",
+                    dict(path=h5, exe=exe, fields="records,labels", batch=256)))
     return out
 
 
@@ -287,6 +360,18 @@ def main() -> None:
     gz_files, gz_per = (2, 512) if a.quick else (4, 2048)
     t_start = time.perf_counter()
     data = make_data(pathlib.Path(a.data) if a.data else out / "data", img_files, img_per, gz_files, gz_per)
+    data["cli"] = dlfeed_command()
+    if data["cli"]:
+        t0 = time.perf_counter()
+        pair_files, pair_per = (2, 256) if a.quick else (4, 512)
+        data["pair"] = make_tfrecord_pair(data["cli"], pathlib.Path(a.data) if a.data else out / "data", pair_files,
+                                          pair_per)
+        data["generate_s"] += time.perf_counter() - t0
+        for p in data["pair"].values():
+            warm(p)
+    else:
+        print("no `dlfeed` command found (wheel, $DLFEED_BIN, build/tools): the command rows and E are left out",
+              flush=True)
     warm(data["image"])
     warm(data["gzip"])
     print(f"data ready in {data['generate_s']:.1f} s: {data}", flush=True)

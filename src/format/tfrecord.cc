@@ -29,6 +29,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
+#include "format/checked_bytes.h"
 #include "index_codec.h"
 #include "open_listed.h"
 
@@ -686,7 +687,8 @@ class TfRecordSource final : public SampleSource {
                                        std::vector<std::byte>& scratch) const override {
     if (!z_) {
       const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
-      return decode_framed(ref.item, raw, rec_off, scratch, 0);
+      // Another field's decode of this record checked its CRCs (the same bytes).
+      return decode_framed(ref.item, raw, rec_off, scratch, 0, nullptr, !detail::already_checked(raw));
     }
     // Inflate the record from its checkpoint into scratch, then decode it there.
     const uint64_t k = ref.item;
@@ -707,11 +709,11 @@ class TfRecordSource final : public SampleSource {
   /// in scratch before `base`. `kind_out` receives the feature's kind.
   absl::StatusOr<DecodedSample> decode_framed(uint64_t item, std::span<const std::byte> framed, uint64_t rec_off,
                                               std::vector<std::byte>& scratch, size_t base,
-                                              FeatureKind* kind_out = nullptr) const {
+                                              FeatureKind* kind_out = nullptr, bool verify = true) const {
     absl::StatusOr<std::span<const std::byte>> unframed;
     {
       counters::StepTimer crc(counters::Id::kDecodeCrc);  // the framing check is the CRCs
-      unframed = tfrecord::unframe_record(framed, verify_, where_, rec_off);
+      unframed = tfrecord::unframe_record(framed, verify_ && verify, where_, rec_off);
     }
     DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(unframed));
     const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};

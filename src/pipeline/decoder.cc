@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
+#include "format/checked_bytes.h"
 #include "pipeline/pipeline.h"
 #include "record.h"
 
@@ -22,7 +23,34 @@ absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, B
                                                   std::vector<std::byte>& scratch) const {
   const SampleRef& ref = w.refs[i * indices_.size() + f];
   if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) return unpacked_->decode(f, ref, scratch);
-  return indices_[f].sources[ref.source]->decode(ref, raw_of(w, i, f, tmp), scratch);
+  const std::span<std::byte> raw = raw_of(w, i, f, tmp);
+  // The same bytes of the read buffer as an earlier field of this sample,
+  // decoded (and so checked) already: its source need not check them again.
+  bool checked = false;
+  for (size_t g = 0; g < f && !checked && raw.data() != tmp.data(); ++g) {
+    const SampleRef& other = w.refs[i * indices_.size() + g];
+    if (other.source != ref.source || other.file != ref.file) continue;
+    if (unpacked_ != nullptr && unpacked_->has(g, other.file)) continue;
+    const std::span<std::byte> earlier = view_of(w, i, g);
+    checked = earlier.data() == raw.data() && earlier.size() == raw.size();
+  }
+  if (!checked) return indices_[f].sources[ref.source]->decode(ref, raw, scratch);
+  detail::checked_bytes = {raw.data(), raw.size()};
+  auto out = indices_[f].sources[ref.source]->decode(ref, raw, scratch);
+  detail::checked_bytes = {};
+  return out;
+}
+
+std::span<std::byte> Decoder::view_of(Work& w, size_t i, size_t f) const {
+  const size_t F = indices_.size();
+  const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
+  if (e == b) return {};
+  uint64_t end = w.plan.pieces[b].buffer_offset + w.plan.pieces[b].length;
+  uint32_t k = b + 1;
+  for (; k < e && w.plan.pieces[k].buffer_offset == end; ++k) end += w.plan.pieces[k].length;
+  if (k != e) return {};
+  const uint64_t begin = w.plan.pieces[b].buffer_offset;
+  return {w.raw.data() + begin, end - begin};
 }
 
 std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const {
@@ -31,13 +59,7 @@ std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tm
   if (e == b) return {};
   // One piece, or pieces that lie end to end in the read buffer (a long read
   // split in pieces): a view, no copy.
-  uint64_t end = w.plan.pieces[b].buffer_offset + w.plan.pieces[b].length;
-  uint32_t k = b + 1;
-  for (; k < e && w.plan.pieces[k].buffer_offset == end; ++k) end += w.plan.pieces[k].length;
-  if (k == e) {
-    const uint64_t begin = w.plan.pieces[b].buffer_offset;
-    return {w.raw.data() + begin, end - begin};
-  }
+  if (const std::span<std::byte> view = view_of(w, i, f); view.data() != nullptr) return view;
   uint64_t total = 0;
   for (uint32_t k = b; k < e; ++k) total += w.plan.pieces[k].length;
   tmp.resize(total);

@@ -40,6 +40,9 @@ class Decoder {
   // The bytes of sample i, field f: a view into the read buffer (one extent,
   // or pieces end to end there) or gathered into `tmp` (several extents).
   std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
+  // The bytes of sample i, field f when they lie end to end in the read
+  // buffer (a view); else empty.
+  std::span<std::byte> view_of(Work& w, size_t i, size_t f) const;
   // Sample i of field f decoded (from its bytes read, or its unpacked array).
   absl::StatusOr<DecodedSample> decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
                                            std::vector<std::byte>& scratch) const;

@@ -101,7 +101,11 @@ void Lookahead::issue_reads(Work& w) {
   counters::Counters* c = parts_.counters;
   const detail::ResidentFiles* held = parts_.resident;
   if (held != nullptr && c != nullptr && c->tracing()) held = nullptr;  // read events come from the engine
-  const bool defer = held != nullptr && parts_.copy_threads > 1 && parts_.spread;
+  // Copies are gathered to be spread only in batches big enough to spread
+  // (their buffers' bytes); small samples keep the inline copies below.
+  uint64_t batch_bytes = w.plan.buffer_bytes;
+  for (size_t f = 0; f < w.known.size(); ++f) batch_bytes += w.known[f] ? w.out_offsets[f].back() : 0;
+  const bool defer = held != nullptr && parts_.copy_threads > 1 && parts_.spread && batch_bytes >= kSpreadAtLeast;
   absl::Status copy_status;
   uint64_t copies = 0, copied = 0;
   [[maybe_unused]] const uint64_t t0 = held != nullptr && c != nullptr ? detail::now_of(*c) : 0;

@@ -213,9 +213,44 @@ def test_records_of_different_sizes_batch_byte_exact_and_the_first_error_wins(tm
         at = data.index(images[k], offsets[k][0]) + 1
         data[at] ^= 0xFF
     path.write_bytes(bytes(data))
-    loader = dl.Loader(path, fields=["image"], batch_size=8, strategy="sequential", ragged=True)
-    with pytest.raises(Exception) as e:
-        for _ in loader:
-            pass
     footer = offsets[11][0] + offsets[11][1] - 4
-    assert str(path) in str(e.value) and f"at offset {footer}" in str(e.value), str(e.value)
+    # Two fields of one record share its read and its check (the first field's
+    # decode): a corrupt record fails whichever field comes first.
+    for fields in (["image"], ["image", "ints"], ["ints", "image"]):
+        loader = dl.Loader(path, fields=fields, batch_size=8, strategy="sequential", ragged=True)
+        with pytest.raises(Exception) as e:
+            for _ in loader:
+                pass
+        assert str(path) in str(e.value) and f"at offset {footer}" in str(e.value), (fields, str(e.value))
+
+
+def test_large_tf_written_records_pass_the_crc_check_and_a_flip_fails_it(tmp_path):
+    """Records of 1 KiB to 300 KiB written by TensorFlow (its own CRC32C): the
+    three-chain hardware path (24 KiB and 768-byte blocks) agrees with it on
+    every length, and a byte flipped in the largest record is caught."""
+    import dlfeed as dl
+
+    path = tmp_path / "large.tfrecord"
+    rng = np.random.default_rng(3)
+    sizes = [1000, 767, 768, 769, 24575, 24576, 24577, 73728 + 5, 150528, 300000]
+    images = [rng.integers(0, 256, size=n, dtype=np.uint8).tobytes() for n in sizes]
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for k, image in enumerate(images):
+            w.write(_example(image, [float(k)], [k]))
+    loader = dl.Loader(path, fields=["image"], batch_size=4, strategy="sequential", ragged=True)
+    got = {}
+    for b in loader:
+        for i, k in enumerate(int(x) for x in b.sample_ids):
+            got[k] = np.asarray(b["image"][i]).tobytes()
+    assert [got[k] for k in range(len(images))] == images
+
+    offsets = _record_offsets(path)
+    data = bytearray(path.read_bytes())
+    at = data.index(images[-1][100000:100016], offsets[-1][0])
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(Exception) as e:
+        for _ in dl.Loader(path, fields=["image"], batch_size=4, strategy="sequential", ragged=True):
+            pass
+    footer = offsets[-1][0] + offsets[-1][1] - 4
+    assert f"at offset {footer}" in str(e.value) and "payload CRC" in str(e.value), str(e.value)
