@@ -410,6 +410,9 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   Impl& m = *impl_;
   m.cancel_epoch();
   DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
+  // Staged copies first: a file now read from its copy is reopened there, so
+  // its source may change (or be scrambled) without harm.
+  m.apply_staging();
   // A file rewritten in place under a descriptor held since the last epoch
   // (reopens are checked as they open): an error naming it, not new bytes
   // decoded with the old index.
@@ -426,7 +429,6 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
     DLFEED_RETURN_IF_ERROR(cursor.seek(start));
     m.resume.reset();
   }
-  m.apply_staging();
   if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
   m.epoch = epoch;
   m.start_position = start;
