@@ -256,8 +256,17 @@ class DLFEED_EXPORT Loader {
   Loader& operator=(const Loader&) = delete;
 
   /// Starts `epoch` from its beginning (or from the restore()d position when
-  /// the pending state is for this epoch). A running epoch is cancelled.
+  /// the pending state is for this epoch). A running epoch is cancelled,
+  /// except one read ahead by overlap_epochs() that is exactly `epoch` from
+  /// its start with no restore() pending: that one is adopted.
   absl::Status start_epoch(uint64_t epoch);
+  /// On: once epoch e's batches are all planned and read, the pipeline goes
+  /// on reading epoch e + 1 from its start (its batches wait behind e's end),
+  /// so that start_epoch(e + 1) finds them ready. Off by default: a pipeline
+  /// still running after an epoch ended refuses fork() children
+  /// (pipeline::fork_check), and loaders that stage or unpack keep a quiet
+  /// point between epochs (they never read ahead).
+  void set_overlap_epochs(bool on);
   /// The next batch, nullptr at the end of the epoch, or the first error of
   /// any stage (naming file, offset and cause); after an error the epoch is over.
   absl::StatusOr<std::shared_ptr<const Batch>> next();

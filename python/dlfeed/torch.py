@@ -191,6 +191,8 @@ class Dataset(torch.utils.data.IterableDataset):
       device: "cuda" or "cuda:N": yield CUDA tensors, copied on a stream of their own
         while the step runs on the previous batch (docs/python.md; needs CUDA, a clear
         error otherwise; not with DataLoader worker processes).
+      overlap_epochs: read the next epoch while this one's last batches are consumed
+        (dlfeed.Loader's; default: on with device=, else off).
       as_dict: yield {field: tensor, "sample_ids": int64 tensor} instead of a tuple
         (a single tensor when there is one field).
 
@@ -212,6 +214,7 @@ class Dataset(torch.utils.data.IterableDataset):
         pin_memory: bool = False,
         as_dict: bool = False,
         device: Any = None,
+        overlap_epochs: Optional[bool] = None,
         **loader_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -230,6 +233,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = int(rank), int(world_size)
         self.pin_memory = bool(pin_memory)
         self.as_dict = bool(as_dict)
+        self.overlap_epochs = overlap_epochs
         self._record = _EpochRecord(0)
         self._worker_iterations = 0  # in a worker process: iterations it made (persistent workers)
         self._pending: Optional[bytes] = None
@@ -248,7 +252,7 @@ class Dataset(torch.utils.data.IterableDataset):
         if self._loader is None or self._loader_key != key:
             pin = self.pin_memory or self.device is not None
             self._loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
-                                  **self._kwargs)
+                                  overlap_epochs=self.overlap_epochs, **self._kwargs)
             self._loader_key = key
         return self._loader
 
