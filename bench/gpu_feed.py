@@ -212,7 +212,8 @@ class Bench:
         """CPU: the consumer's wait for each batch (the time in next()) while a sleep stands for
         the step, one iter_epoch() per epoch as a training loop writes it."""
         step = 0.010 if self.quick else 0.020
-        L = self.loader(overlap_epochs=overlap)
+        L = self.loader(overlap_epochs=overlap, resident="off")  # read through the engines, as the GPU run does
+        per_epoch = L.batches_per_epoch
         epochs = 3 if self.quick else 4
         at_start: List[float] = []
         mid: List[float] = []
@@ -234,7 +235,7 @@ class Bench:
         ms = lambda v: round(1000 * statistics.median(v), 3) if v else None  # noqa: E731
         return log(case, overlap_epochs=overlap, step_ms=step * 1000, epochs=epochs,
                    wait_ms_epoch_start=ms(at_start), wait_ms_epoch_start_max=round(1000 * max(at_start), 3)
-                   if at_start else None, wait_ms_mid=ms(mid), batches_per_epoch=L.batches_per_epoch)
+                   if at_start else None, wait_ms_mid=ms(mid), batches_per_epoch=per_epoch)
 
     def no_cuda_behaviour(self, case: str) -> Dict[str, Any]:
         """What a CPU-only machine does with device= and pin_memory=."""

@@ -123,8 +123,8 @@ struct Loader::Impl {
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0};
 
   ~Impl() {
+    cancel_epoch();  // first: a pipeline thread reading ahead may be taking an order (chain_order)
     abandon_if_forked();
-    cancel_epoch();
     engines.clear();  // each drains its reads in flight and joins its thread
     stager.reset();   // stops copying, joins its thread (its observer uses counters)
   }

@@ -47,7 +47,7 @@ void Collator::collate(Work& w) {
 void Collator::deliver(Work& w) {
   if (!w.error.ok()) {
     failed_ = true;
-    queue_.push({nullptr, w.error, false, false, nullptr});
+    queue_.push({nullptr, w.error, false, nullptr});
     return;
   }
   // The consumer's handle returns the buffers and the admission when dropped.
@@ -61,7 +61,7 @@ void Collator::deliver(Work& w) {
     holder.reset();
     t.reset();
   });
-  queue_.push({std::move(handed), absl::OkStatus(), false, false, std::move(ticket)});
+  queue_.push({std::move(handed), absl::OkStatus(), false, std::move(ticket)});
 }
 
 }  // namespace dlfeed::pipeline

@@ -24,8 +24,8 @@ struct Delivery {
   std::shared_ptr<const Batch> batch;
   absl::Status error;
   bool end = false;
-  bool chained = false;            // end: the pipeline goes on with the next epoch (overlap_epochs)
   std::shared_ptr<Ticket> ticket;  // the batch's admission (to mark it handed over)
+  bool chained = false;            // end: the pipeline goes on with the next epoch (overlap_epochs)
 };
 
 class DeliveryQueue {
@@ -53,9 +53,9 @@ class Collator {
   /// Hands `w`'s batch (or its error) to the queue.
   void collate(Work& w);
   /// The epoch ended: its last delivery (`chained`: the next epoch's follow).
-  void end(bool chained = false) { queue_.push({nullptr, absl::OkStatus(), true, chained, nullptr}); }
+  void end(bool chained = false) { queue_.push({nullptr, absl::OkStatus(), true, nullptr, chained}); }
   /// The pipeline itself failed.
-  void fail(absl::Status error) { queue_.push({nullptr, std::move(error), false, false, nullptr}); }
+  void fail(absl::Status error) { queue_.push({nullptr, std::move(error), false, nullptr}); }
 
  private:
   void deliver(Work& w);
