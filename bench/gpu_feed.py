@@ -19,7 +19,8 @@ batch 256 (--quick: 32). Cases, each a few seconds:
               epoch; the consumer's wait per step at epoch boundaries and mid-epoch, with
               overlap_epochs off and on (the next epoch read while this one ends)
 - au:         a 20 ms matmul step per batch on the GPU; AU = step time / wall time (and the
-              waits at epoch boundaries and mid-epoch)
+              waits at epoch boundaries and mid-epoch); au_no_overlap: overlap_epochs=False;
+              au_epochs: one iter_epochs() for all epochs
 - cpu_with_copy_load: the CPU-only loader while another thread copies a pinned batch-sized
               buffer to the GPU in a loop on its own stream (memory bandwidth shared?)
 - consumer_overhead: the device feed from held files (resident="on": reads cost little):
@@ -340,8 +341,10 @@ class Bench:
         s = time.perf_counter() - t
         return log(case, gb_s=round(tot / s / 1e9, 3), gb=round(tot / 1e9, 2))
 
-    def au(self, case: str) -> Dict[str, Any]:
-        """20 ms of GPU work per step (a matmul loop), the loader alone much faster."""
+    def au(self, case: str, overlap: Optional[bool] = None, continuous: bool = False) -> Dict[str, Any]:
+        """20 ms of GPU work per step (a matmul loop), the loader alone much faster. One
+        iter_epoch(e) per epoch (overlap_epochs as given; None: the default, on with device=),
+        or `continuous`: one iter_epochs() over all of them."""
         torch = self.torch
         a = torch.randn(2048, 2048, device="cuda")
         for _ in range(5):  # cuBLAS's first calls are not what a step costs
@@ -353,44 +356,58 @@ class Bench:
         torch.cuda.synchronize()
         per = (time.perf_counter() - t) / 20
         reps = max(1, round(0.020 / per))
-        L = self.loader(device="cuda")
+        L = self.loader(device="cuda", overlap_epochs=overlap)
         steps = 0
         step_s = 0.0
         t_start = None
         limit = max(self.limit, 4.0)
-        e = 0
         waits: Dict[str, List[float]] = {"start": [], "mid": []}
         t_end = None
-        while t_start is None or time.perf_counter() - t_start < limit:
-            it = L.iter_epoch(e)
-            first = True
-            for batch in it:
-                t0 = time.perf_counter()
-                if t_end is not None and t_start is not None:
-                    waits["start" if first else "mid"].append(t0 - t_end)  # from the last step's end
-                first = False
-                if steps == 5:
-                    t_start, step_s = t0, 0.0  # the first steps warm the pool
-                with L.compute():
-                    x = batch["image"]
-                    z = a
-                    for _ in range(reps):
-                        z = (z @ a) * 1e-3
-                    float((z.sum() + x[0, 0, 0, 0].float()).item())  # the step ends as a loss.item() does
-                t_end = time.perf_counter()
-                step_s += t_end - t0
-                steps += 1
-                del batch, x
-                if t_start is not None and time.perf_counter() - t_start > limit:
-                    break
-            e += 1
+        epochs = [0]
+
+        def stream() -> Any:
+            """(batch, whether it is its epoch's first)."""
+            if continuous:
+                prev = None
+                for b in L.iter_epochs():
+                    yield b, b.epoch != prev
+                    prev = b.epoch
+                    epochs[0] = b.epoch + 1
+                return
+            while True:
+                first = True
+                for b in L.iter_epoch(epochs[0]):
+                    yield b, first
+                    first = False
+                epochs[0] += 1
+
+        it = stream()
+        for batch, first in it:
+            t0 = time.perf_counter()
+            if t_end is not None and t_start is not None:
+                waits["start" if first else "mid"].append(t0 - t_end)  # from the last step's end
+            if steps == 5:
+                t_start, step_s = t0, 0.0  # the first steps warm the pool
+            with L.compute():
+                x = batch["image"]
+                z = a
+                for _ in range(reps):
+                    z = (z @ a) * 1e-3
+                float((z.sum() + x[0, 0, 0, 0].float()).item())  # the step ends as a loss.item() does
+            t_end = time.perf_counter()
+            step_s += t_end - t0
+            steps += 1
+            del batch, x
+            if t_start is not None and time.perf_counter() - t_start > limit:
+                break
         wall = time.perf_counter() - t_start
-        it.close()
+        it.close()  # the device epoch left early: its copies finish and are recorded now
         c = L.counters()
         L.close()
         ms = lambda v: round(1000 * statistics.median(v), 3) if v else None  # noqa: E731
         return log(case, au_pct=round(100 * step_s / wall, 2), counters_au=_au(c), step_ms=round(1000 * step_s /
-                   max(1, steps - 5), 2), steps=steps - 5, matmul_reps=reps, epochs=e,
+                   max(1, steps - 5), 2), steps=steps - 5, matmul_reps=reps, epochs=epochs[0],
+                   overlap_epochs=overlap, continuous=continuous,
                    wait_ms_epoch_start=ms(waits["start"]), wait_ms_epoch_start_max=round(1000 * max(waits["start"]),
                    3) if waits["start"] else None, wait_ms_mid=ms(waits["mid"]),
                    wait_s_total=round(sum(waits["start"]) + sum(waits["mid"]), 3))
@@ -441,7 +458,9 @@ class Bench:
         safe(self.consumer_overhead)("consumer_overhead")
         safe(self.torch_dataset)("torch_dev")
         safe(self.torch_dl)("torch_dl_w8", 8)
-        safe(self.au)("au")
+        safe(self.au)("au")  # one iter_epoch() per epoch, overlap_epochs on (device='s default)
+        safe(self.au)("au_no_overlap", overlap=False)  # the same with the next epoch read only when asked
+        safe(self.au)("au_epochs", continuous=True)  # one iter_epochs(): copies go on across the boundaries
         r = safe(self.cold_cat)("cold_cat")
         if "gb_s" in r:
             safe(self.run_loader)("cold_device", device="cuda", epochs=1, limit=120, cold=True, resident="off")
@@ -542,7 +561,12 @@ def targets(cuda: bool) -> List[Dict[str, Any]]:
     ratio("cold: to GPU / sequential read", cd["gb_s"] / cc["gb_s"] if cd and cc.get("gb_s") else None, 0.9,
           cc.get("skipped", ""))
     au = find("au")
-    ratio("AU, 20 ms GPU step", au.get("au_pct"), 99.0, f"counters' AU {au.get('counters_au')}" if au else "")
+    ratio("AU, 20 ms GPU step", au.get("au_pct"), 99.0, f"counters' AU {au.get('counters_au')}; wait ms at an "
+          f"epoch's start {au.get('wait_ms_epoch_start')}, mid-epoch {au.get('wait_ms_mid')}" if au else "")
+    for k, what in (("au_no_overlap", "overlap_epochs=False"), ("au_epochs", "one iter_epochs()")):
+        r = find(k)
+        ratio(f"AU, 20 ms GPU step, {what}", r.get("au_pct"), 99.0, f"wait ms at an epoch's start "
+              f"{r.get('wait_ms_epoch_start')}, mid-epoch {r.get('wait_ms_mid')}" if r else "")
     # Diagnostics (no target): why delivery to the GPU may fall short of the CPU-only rate.
     load, again = find("cpu_with_copy_load"), find("cpu_again")
     ratio("diagnostic: CPU-only with a copy loop beside it / CPU-only", load["gb_s"] / again["gb_s"]
