@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -90,6 +91,17 @@ struct Loader::Impl {
   // Pending restore().
   std::optional<detail::ResumePoint> resume;
 
+  // Loader::set_overlap_epochs: the pipeline thread goes on into epoch
+  // `chain_to` (the consumer's epoch + 1) once its epoch is all read.
+  // `ahead_epoch`: the consumer saw a chained end, and that epoch runs; its
+  // cursor at the start is `chained_base` (under order_mu, as the orders
+  // made ahead, which the pipeline thread then takes too).
+  std::atomic<bool> overlap{false};
+  std::atomic<uint64_t> chain_to{0};
+  std::optional<uint64_t> ahead_epoch;
+  std::optional<OrderCursor> chained_base;
+  std::mutex order_mu;
+
   // Orders made before their epoch starts (take_order): the one create()
   // checked, and the next epoch's, made while this one runs when the order
   // is small (prepare_order). Each is used only for exactly its epoch and
@@ -112,8 +124,8 @@ struct Loader::Impl {
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0};
 
   ~Impl() {
+    cancel_epoch();  // first: a pipeline thread reading ahead may be taking an order (chain_order)
     abandon_if_forked();
-    cancel_epoch();
     engines.clear();  // each drains its reads in flight and joins its thread
     stager.reset();   // stops copying, joins its thread (its observer uses counters)
   }
@@ -146,10 +158,34 @@ struct Loader::Impl {
     source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
   }
 
-  void run_epoch(OrderCursor cursor, uint64_t first_batch) {
+  // Epoch `e` from `first_batch`, then (overlap_epochs) the next ones from
+  // their starts while the consumer allows (chain_to).
+  void run_epochs(OrderCursor cursor, uint64_t e, uint64_t first_batch) {
     name_thread_once(*counters, "dlfeed pipeline");
-    pipeline::Lookahead lookahead(source, std::move(cursor), epoch, first_batch);
-    runner->run(lookahead, *decoder, *collator, stop, planner->copies_only());
+    for (;;) {
+      std::optional<OrderCursor> next;
+      auto then = [&]() -> bool {
+        next = chain_order(e + 1);
+        return next.has_value();
+      };
+      pipeline::Lookahead lookahead(source, std::move(cursor), e, first_batch);
+      if (!runner->run(lookahead, *decoder, *collator, stop, planner->copies_only(), then)) return;
+      cursor = *std::move(next);
+      ++e;
+      first_batch = 0;
+    }
+  }
+  // On the pipeline thread: epoch `e`'s cursor from its start when the
+  // pipeline may go on into it; else none.
+  std::optional<OrderCursor> chain_order(uint64_t e) {
+    if (!overlap || failed || stager || unpacked || chain_to.load() != e) return std::nullopt;
+    std::lock_guard<std::mutex> lock(order_mu);
+    OrderSpec spec = options.order;
+    spec.epoch = e;
+    absl::StatusOr<OrderCursor> made = take_order(spec);
+    if (!made.ok()) return std::nullopt;  // start_epoch(e) makes it again and reports the error
+    chained_base = *made;
+    return *std::move(made);
   }
 
   absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
@@ -252,15 +288,18 @@ struct Loader::Impl {
   }
 
   void cancel_epoch() {
-    if (!running) return;
-    DLFEED_REC(counters->end_epoch(counters->now(), /*complete=*/false));
+    if (!running && !pipeline_thread.joinable()) return;
+    if (running) DLFEED_REC(counters->end_epoch(counters->now(), /*complete=*/false));
+    chain_to = 0;
     budget->raise(stop);  // under the budget's mutex: see Budget::raise
     queue.wake();
     engines.cancel_pending();
     if (pipeline_thread.joinable()) pipeline_thread.join();
     queue.clear();
     running = false;
+    ahead_epoch.reset();
   }
+  bool adopt(uint64_t e);
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -406,8 +445,35 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
+// start_epoch(e) of the epoch the pipeline already reads (overlap_epochs),
+// from its start with no restore pending: it goes on, as if started now.
+bool Loader::Impl::adopt(uint64_t e) {
+  if (!ahead_epoch || *ahead_epoch != e || resume) return false;
+  ahead_epoch.reset();
+  {
+    std::lock_guard<std::mutex> lock(order_mu);
+    base_cursor = *std::move(chained_base);
+    chained_base.reset();
+    prepare_order(e + 1);
+  }
+  epoch = e;
+  start_position = 0;
+  delivered_samples = 0;
+  finished = false;
+  running = true;
+  DLFEED_REC(counters->begin_epoch(e, counters->now()));
+  chain_to = e + 1;
+  return true;
+}
+
+void Loader::set_overlap_epochs(bool on) {
+  impl_->overlap = on;
+  if (!on) impl_->chain_to = 0;
+}
+
 absl::Status Loader::start_epoch(uint64_t epoch) {
   Impl& m = *impl_;
+  if (m.adopt(epoch)) return absl::OkStatus();
   m.cancel_epoch();
   DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
   // Staged copies first: a file now read from its copy is reopened there, so
@@ -421,7 +487,9 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;
   if (resuming) spec.global_start = m.resume->global_start;
+  std::unique_lock<std::mutex> order_lock(m.order_mu);  // no pipeline thread runs: for form
   DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, m.take_order(spec));
+  order_lock.unlock();
   m.base_cursor = cursor;
   uint64_t start = 0;
   if (resuming) {
@@ -439,9 +507,11 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.running = true;
   DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
   const uint64_t first_batch = start / m.options.batch_size;
-  m.pipeline_thread = std::thread([&m, cursor, first_batch]() mutable { m.run_epoch(std::move(cursor), first_batch); });
+  m.prepare_order(epoch + 1);  // before the pipeline thread may take it (chain_order)
+  m.chain_to = epoch + 1;
+  m.pipeline_thread =
+      std::thread([&m, cursor, epoch, first_batch]() mutable { m.run_epochs(std::move(cursor), epoch, first_batch); });
   detail::name_thread(m.pipeline_thread, "dlfeed-pipeline");
-  m.prepare_order(epoch + 1);
   return absl::OkStatus();
 }
 
@@ -467,7 +537,11 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   stall.args(m.epoch, m.batches.load());
   [[maybe_unused]] const uint64_t t1 = stall.end();
   if (d.end) {
-    if (m.pipeline_thread.joinable()) m.pipeline_thread.join();
+    if (d.chained) {
+      m.ahead_epoch = m.epoch + 1;  // the pipeline thread goes on with it
+    } else if (m.pipeline_thread.joinable()) {
+      m.pipeline_thread.join();
+    }
     m.running = false;
     m.finished = true;
     DLFEED_REC(c.end_epoch(t1, /*complete=*/true));

@@ -122,6 +122,9 @@ void bind_loader(py::module_& m) {
             self.remaining = total > done ? total - done : 0;
           },
           py::arg("epoch"), py::arg("position") = 0)
+      .def(
+          "set_overlap_epochs", [](PyLoader& self, bool on) { self.get().set_overlap_epochs(on); }, py::arg("on"),
+          "On: the pipeline reads the next epoch once this one is all read; start_epoch(next) adopts it.")
       .def("next",
            [](PyLoader& self) -> py::object {
              Loader& l = self.get();

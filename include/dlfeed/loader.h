@@ -260,13 +260,22 @@ class DLFEED_EXPORT Loader {
   Loader& operator=(const Loader&) = delete;
 
   /// Starts `epoch` from its beginning (or from the restore()d position when
-  /// the pending state is for this epoch). A running epoch is cancelled.
+  /// the pending state is for this epoch). A running epoch is cancelled,
+  /// except one read ahead by overlap_epochs() that is exactly `epoch` from
+  /// its start with no restore() pending: that one is adopted.
   absl::Status start_epoch(uint64_t epoch);
   /// Starts `epoch` at this rank's sample position `position` (<= its
   /// samples per epoch): the batches from position / batch_size on, as
   /// start_epoch(epoch) would give them (how dlfeed.torch's DataLoader
   /// workers each read a contiguous run of the rank's batches).
   absl::Status start_epoch_at(uint64_t epoch, uint64_t position);
+  /// On: once epoch e's batches are all planned and read, the pipeline goes
+  /// on reading epoch e + 1 from its start (its batches wait behind e's end),
+  /// so that start_epoch(e + 1) finds them ready. Off by default: a pipeline
+  /// still running after an epoch ended refuses fork() children
+  /// (pipeline::fork_check), and loaders that stage or unpack keep a quiet
+  /// point between epochs (they never read ahead).
+  void set_overlap_epochs(bool on);
   /// The next batch, nullptr at the end of the epoch, or the first error of
   /// any stage (naming file, offset and cause); after an error the epoch is over.
   absl::StatusOr<std::shared_ptr<const Batch>> next();

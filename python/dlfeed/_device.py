@@ -21,6 +21,9 @@ from . import _dlfeed
 DEFAULT_H2D_BUDGET = 512 << 20
 #: Batches copied ahead of the one the consumer works on.
 DEFAULT_DEVICE_PREFETCH = 2
+#: One copy in this many is timed on the device (two timing events) and recorded
+#: into the counters' h2d stage; the others cost one plain event each.
+DEFAULT_TIME_EVERY = 8
 
 
 def _torch() -> Any:
@@ -120,7 +123,7 @@ class DeviceBatch(dict):
 
 
 class _Copy:
-    __slots__ = ("host", "out", "start", "done", "nbytes", "t0", "epoch", "index")
+    __slots__ = ("host", "start", "done", "nbytes", "t0", "epoch", "index")
 
 
 class DeviceCopier:
@@ -130,11 +133,14 @@ class DeviceCopier:
     the consumer's current stream wait for them; the host batch is kept until the
     copy's event has fired (retire), then dropped. Bytes in flight stay within
     ``budget_bytes`` (a submit waits for the oldest copies when they would not).
-    ``record(t0_ns, ns, bytes, epoch, index)`` receives each finished copy.
+    One copy in ``time_every`` is timed on the device (a start and an end timing
+    event); ``record(t0_ns, ns, bytes, epoch, index)`` receives each timed copy when
+    it has finished. The others get one plain (non-timing) event, and no call.
     """
 
     def __init__(self, device: Any, budget_bytes: int = DEFAULT_H2D_BUDGET,
-                 record: Optional[Callable[..., None]] = None, now: Optional[Callable[[], int]] = None) -> None:
+                 record: Optional[Callable[..., None]] = None, now: Optional[Callable[[], int]] = None,
+                 time_every: int = DEFAULT_TIME_EVERY) -> None:
         torch = _torch()
         self.torch = torch
         self.device = device
@@ -146,8 +152,12 @@ class DeviceCopier:
         self.in_flight = 0
         self.copies = 0
         self.bytes = 0
-        self.copy_ns = 0
+        self.copy_ns = 0  # of the timed copies
+        self.timed = 0
+        self.timed_bytes = 0
         self.waited_ns = 0
+        self.time_every = max(1, int(time_every))
+        self.submitted = 0
 
     def submit(self, host: Any, tensors: Dict[str, Any], epoch: int = 0, index: int = 0) -> Tuple[Dict[str, Any], Any]:
         torch = self.torch
@@ -156,14 +166,17 @@ class DeviceCopier:
             self._retire(block=True)
         c = _Copy()
         c.host, c.nbytes, c.epoch, c.index = host, nbytes, epoch, index
-        c.t0 = self.now() if self.now is not None else 0
+        timed = self.submitted % self.time_every == 0
+        self.submitted += 1
+        c.t0 = self.now() if timed and self.now is not None else 0
         with torch.cuda.stream(self.stream):
-            c.start = torch.cuda.Event(enable_timing=True)
-            c.start.record(self.stream)
+            c.start = None
+            if timed:
+                c.start = torch.cuda.Event(enable_timing=True)
+                c.start.record(self.stream)
             out = {k: _to_device(t, self.device) for k, t in tensors.items()}
-            c.done = torch.cuda.Event(enable_timing=True)
+            c.done = torch.cuda.Event(enable_timing=timed)
             c.done.record(self.stream)
-        c.out = None
         self.pending.append(c)
         self.in_flight += nbytes
         return out, c.done
@@ -191,12 +204,15 @@ class DeviceCopier:
             t = time.perf_counter_ns()
             c.done.synchronize()
             self.waited_ns += time.perf_counter_ns() - t
-        ns = int(c.start.elapsed_time(c.done) * 1e6)
         self.in_flight -= c.nbytes
         self.copies += 1
         self.bytes += c.nbytes
-        self.copy_ns += ns
-        if self.record is not None:
+        if c.start is not None:
+            ns = int(c.start.elapsed_time(c.done) * 1e6)
+            self.timed += 1
+            self.timed_bytes += c.nbytes
+            self.copy_ns += ns
+        if c.start is not None and self.record is not None:
             try:
                 self.record(c.t0, ns, c.nbytes, c.epoch, c.index)
             except ValueError:  # the loader was closed while copies were in flight: nothing to record into
@@ -208,8 +224,9 @@ class DeviceCopier:
             self._retire(block=True)
 
     def stats(self) -> Dict[str, Any]:
-        return {"copies": self.copies, "bytes": self.bytes, "copy_ns": self.copy_ns,
-                "gb_s": self.bytes / self.copy_ns if self.copy_ns else 0.0,
+        return {"copies": self.copies, "bytes": self.bytes, "timed_copies": self.timed,
+                "timed_bytes": self.timed_bytes, "copy_ns": self.copy_ns,
+                "gb_s": self.timed_bytes / self.copy_ns if self.copy_ns else 0.0,
                 "in_flight_bytes": self.in_flight, "waited_for_budget_ns": self.waited_ns}
 
 
@@ -230,7 +247,9 @@ def feed(batches: Iterable[Any], convert: Callable[[Any], Tuple[Dict[str, Any], 
     """Yields (device tensors, host batch info) for each host batch: the copies of
     the next ``prefetch`` batches are issued before one is handed out, so they
     overlap the consumer's step on it. ``convert(host)`` gives ({name: CPU tensor},
-    info); the host batch itself is held by the copier until its copy is done."""
+    info); the host batch itself is held by the copier until its copy is done.
+    At the end the copier is not closed (copies still running are retired by its
+    next poll, so the next epoch's copies go on behind them); left early, it is."""
     queue: Deque[Tuple[Dict[str, Any], Any, Any]] = collections.deque()
     it = iter(batches)
     more = True
@@ -247,6 +266,7 @@ def feed(batches: Iterable[Any], convert: Callable[[Any], Tuple[Dict[str, Any], 
             del host
             queue.append((out, done, info))
 
+    finished = False
     try:
         fill()
         while queue:
@@ -255,5 +275,9 @@ def feed(batches: Iterable[Any], convert: Callable[[Any], Tuple[Dict[str, Any], 
             copier.ready(out, done)
             yield out, info
             del out
+        finished = True
     finally:
-        copier.close()
+        if finished:
+            copier.poll()  # the epoch's end waits for no copy: the next epoch's go on behind them
+        else:
+            copier.close()  # left early: its copies finish (and are recorded) now

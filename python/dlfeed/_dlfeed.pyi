@@ -27,13 +27,11 @@ class FormatOptions:
     """How files are turned into samples (C++ FormatOptions)."""
     def __init__(self) -> None: ...
     format: str
-    """auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary"""
+    """auto (by extension), npy, npz, hdf5 or tfrecord"""
     axis: str
-    """Sample axis of arrays: first, last (NPY/NPZ: DLIO's layout), none (each NPY file, NPZ member or HDF5 dataset is one whole sample) or auto (NPY/NPZ: last only for files where and as DLIO's generator writes them; HDF5: axis 0)"""
+    """Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as DLIO's generator writes them)"""
     name: str
     """NPZ member or HDF5 dataset of the single field (HDF5: 'records', else 'records_0')"""
-    file_pattern: str
-    """A file-name pattern with one '*': only the matching files, ordered by what '*' matched (fields={name: pattern} sets it per field)"""
     feature: str
     """TFRecord: the tf.train.Example feature that is the sample"""
     feature_dtype: str
@@ -273,7 +271,9 @@ class Batch:
 class Loader:
     """The C++ loader (private: use dlfeed.Loader)."""
     def __init__(self, options: LoaderOptions, shapes: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None] = ...) -> None: ...
-    def start_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex, position: typing.SupportsInt | typing.SupportsIndex = ...) -> None: ...
+    def start_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def set_overlap_epochs(self, on: bool) -> None:
+        """On: the pipeline reads the next epoch once this one is all read; start_epoch(next) adopts it."""
     def next(self) -> typing.Any:
         """The next batch of the running epoch, or None at its end."""
     def state(self) -> bytes: ...

@@ -44,11 +44,17 @@ class Loader:
     ``pin_memory=True`` registers the pool's buffers page-locked once each (no
     copy); without CUDA it warns and gives ordinary batches. ``pin_memory`` may
     also be a ``_dlfeed.page_locked_allocator(register, unregister)`` of your own.
+
+    ``overlap_epochs=True`` reads epoch e + 1 as soon as epoch e is all read, so the
+    first batches of the next ``iter_epoch(e + 1)`` are ready (the default with
+    ``device=``; off otherwise, since fork() children refuse a process whose
+    pipeline still runs between epochs). ``iter_epochs()`` iterates epochs on end.
     """
 
     def __init__(self, paths: Union[PathLike, Iterable[PathLike]], *, device: Any = None, pin_memory: Any = False,
                  h2d_budget: int = _device.DEFAULT_H2D_BUDGET,
-                 device_prefetch: int = _device.DEFAULT_DEVICE_PREFETCH, **options: Any) -> None:
+                 device_prefetch: int = _device.DEFAULT_DEVICE_PREFETCH, overlap_epochs: Optional[bool] = None,
+                 **options: Any) -> None:
         # The keywords are _options.KEYWORDS (the signature below lists them for help()).
         self._device = _device.cuda_device(device)  # a clear error without CUDA, before any work
         self._h2d_budget = int(h2d_budget)
@@ -83,6 +89,9 @@ class Loader:
 
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
+        # The next epoch is read while this one's last batches are consumed (docs/python.md);
+        # by default with device= only (a pipeline running between epochs refuses fork() children).
+        self._core.set_overlap_epochs(self._device is not None if overlap_epochs is None else bool(overlap_epochs))
 
     # -- iteration ---------------------------------------------------------
     def __iter__(self) -> "EpochIterator":
@@ -115,15 +124,39 @@ class Loader:
                 "unregistered": p.unregistered, "last_error": p.last_error}
 
     def h2d_stats(self) -> Dict[str, Any]:
-        """The copies to the device of the last device epoch: count, bytes, GB/s as timed on the device."""
+        """The copies to the device so far (all epochs): count, bytes, GB/s as timed on the device."""
         return self._copier.stats() if self._copier is not None else {}
+
+    def iter_epochs(self, first: Optional[int] = None, count: Optional[int] = None) -> Iterator[Any]:
+        """The batches of ``count`` epochs (None: without end) from ``first`` (None: the
+        next one) as one stream: each epoch's reads start while the last one's batches
+        are consumed (overlap_epochs is turned on), and with ``device=`` the copies go on
+        across the epochs' ends. ``batch.epoch`` says which epoch a batch is of."""
+        self._core.set_overlap_epochs(True)
+        start = self._next_epoch if first is None else int(first)
+        stop = None if count is None else start + int(count)
+
+        def epochs() -> Iterator[Any]:
+            e = start
+            while stop is None or e < stop:
+                self._core.start_epoch(e)
+                yield from EpochIterator(self, e)
+                e += 1
+
+        if self._device is not None:
+            return self._device_epoch(epochs())
+        return epochs()
 
     def _device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
         import torch
 
         core = self._core
-        self._copier = copier = _device.DeviceCopier(self._device, self._h2d_budget, core.record_h2d,
-                                                     core.counters_now)
+        # One copier (its stream, its copies still in flight) for all epochs: an epoch's
+        # end does not wait for its copies, the next epoch's go on behind them.
+        copier = self._copier
+        if copier is None:
+            self._copier = copier = _device.DeviceCopier(self._device, self._h2d_budget, core.record_h2d,
+                                                         core.counters_now)
 
         def convert(b: Any) -> Any:
             tensors = {}
@@ -198,8 +231,9 @@ class Loader:
     def counters(self) -> Dict[str, Any]:
         """A snapshot of the built-in counters: per-stage latencies, bytes,
         per-epoch AU, samples/s and MB/s (the JSON of docs/counters.md), and ``h2d``:
-        the copies to the device (device=): copies, seconds (as the device timed
-        them), bytes and GB/s."""
+        the copies to the device (device=) that were timed (one in
+        ``_device.DEFAULT_TIME_EVERY``; h2d_stats() counts them all): copies,
+        seconds (as the device timed them), bytes and GB/s."""
         c = json.loads(self._core.counters_json())
         ns = c["counters"].get("h2d_ns", {})
         nbytes = c["counters"].get("h2d_bytes", {}).get("value", 0)
@@ -247,6 +281,8 @@ class Loader:
 
     def close(self) -> None:
         """Stops the pipeline now (batches already handed out stay valid)."""
+        if self._copier is not None:
+            self._copier.close()  # copies in flight finish (and are recorded) first
         self._core.close()
 
     def __enter__(self) -> "Loader":
@@ -303,7 +339,7 @@ def _signature() -> Any:
     sig = _options.signature(Union[PathLike, Iterable[PathLike]])
     gpu = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in (
         ("device", None), ("pin_memory", False), ("h2d_budget", _device.DEFAULT_H2D_BUDGET),
-        ("device_prefetch", _device.DEFAULT_DEVICE_PREFETCH))]
+        ("device_prefetch", _device.DEFAULT_DEVICE_PREFETCH), ("overlap_epochs", None))]
     return sig.replace(parameters=list(sig.parameters.values()) + gpu)
 
 

@@ -195,6 +195,8 @@ class Dataset(torch.utils.data.IterableDataset):
       device: "cuda" or "cuda:N": yield CUDA tensors, copied on a stream of their own
         while the step runs on the previous batch (docs/python.md; needs CUDA, a clear
         error otherwise; not with DataLoader worker processes).
+      overlap_epochs: read the next epoch while this one's last batches are consumed
+        (dlfeed.Loader's; default: on with device=, else off).
       as_dict: yield {field: tensor, "sample_ids": int64 tensor} instead of a tuple
         (a single tensor when there is one field).
 
@@ -216,6 +218,7 @@ class Dataset(torch.utils.data.IterableDataset):
         pin_memory: bool = False,
         as_dict: bool = False,
         device: Any = None,
+        overlap_epochs: Optional[bool] = None,
         **loader_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -237,6 +240,7 @@ class Dataset(torch.utils.data.IterableDataset):
         fields = loader_kwargs.get("fields")
         if fields is not None and not isinstance(fields, str):
             self._check_names(list(fields))
+        self.overlap_epochs = overlap_epochs
         self._record = _EpochRecord(0)
         self._worker_iterations = 0  # in a worker process: iterations it made (persistent workers)
         self._pending: Optional[bytes] = None
@@ -256,7 +260,7 @@ class Dataset(torch.utils.data.IterableDataset):
         if self._loader is None or self._loader_key != key:
             pin = self.pin_memory or self.device is not None
             loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
-                            **self._kwargs)
+                            overlap_epochs=self.overlap_epochs, **self._kwargs)
             self._check_names(loader.field_names)
             self._loader = loader
             self._loader_key = key

@@ -25,6 +25,7 @@ struct Delivery {
   absl::Status error;
   bool end = false;
   std::shared_ptr<Ticket> ticket;  // the batch's admission (to mark it handed over)
+  bool chained = false;            // end: the pipeline goes on with the next epoch (overlap_epochs)
 };
 
 class DeliveryQueue {
@@ -51,8 +52,8 @@ class Collator {
 
   /// Hands `w`'s batch (or its error) to the queue.
   void collate(Work& w);
-  /// The epoch ended: its last delivery.
-  void end() { queue_.push({nullptr, absl::OkStatus(), true, nullptr}); }
+  /// The epoch ended: its last delivery (`chained`: the next epoch's follow).
+  void end(bool chained = false) { queue_.push({nullptr, absl::OkStatus(), true, nullptr, chained}); }
   /// The pipeline itself failed.
   void fail(absl::Status error) { queue_.push({nullptr, std::move(error), false, nullptr}); }
 

@@ -141,8 +141,8 @@ void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
   decoding_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
-                   bool in_turn) {
+bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
+                   bool in_turn, const std::function<bool()>& then) {
   g_running.fetch_add(1);
   struct Running {
     bool on = true;
@@ -151,6 +151,7 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
     }
     ~Running() { end(); }
   } running;
+  bool threw = false;
   try {
     if (in_turn) {
       while (Work* w = source.next()) {
@@ -165,12 +166,16 @@ void Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
   } catch (const std::exception& e) {
     source.drop();
     collator.fail(absl::InternalError(absl::StrCat("loader pipeline: ", e.what())));
+    threw = true;
   }
   source.drop();
+  const bool chained = !threw && then && !stop && then();
   // Out of parallel_pipeline before the consumer hears that the epoch ended:
-  // a fork() right after its last batch is not one inside a pipeline.
-  running.end();
-  collator.end();
+  // a fork() right after its last batch is not one inside a pipeline (unless
+  // the next epoch follows at once).
+  if (!chained) running.end();
+  collator.end(chained);
+  return chained;
 }
 
 void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& collator,

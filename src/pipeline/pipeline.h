@@ -58,9 +58,12 @@ class Pipeline {
   /// raised (later batches are then dropped, not delivered); then the end of
   /// the epoch (after an error from the pipeline itself, that error first)
   /// goes to the collator's queue. `in_turn`: the stages run one batch at a
-  /// time on the calling thread, not in oneTBB's pipeline.
-  void run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
-           bool in_turn = false);
+  /// time on the calling thread, not in oneTBB's pipeline. `then` (when
+  /// set, and not stopped) is asked before the end goes out whether the
+  /// caller runs the next epoch at once; its answer marks the end chained.
+  /// Returns that answer.
+  bool run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
+           bool in_turn = false, const std::function<bool()>& then = nullptr);
 
   uint32_t threads() const { return threads_; }
   /// body(0) .. body(n - 1), spread over this pipeline's arena (joined by

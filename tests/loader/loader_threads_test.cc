@@ -2,7 +2,10 @@
 // mid-epoch gets the threads it asked for (oneTBB's worker pool is one per
 // process, sized by the first arena unless the loaders grow it), and holding
 // a dataset in memory spreads its copies without changing a byte.
+#include <chrono>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
@@ -45,6 +48,53 @@ uint64_t drain(Loader& loader) {
     n += (*b)->size();
   }
   return n;
+}
+
+// The sample ids of `loader`'s next `n` batches (all that remain when n is 0).
+std::vector<uint64_t> ids_of(Loader& loader, uint64_t n = 0) {
+  std::vector<uint64_t> ids;
+  for (uint64_t k = 0; n == 0 || k < n; ++k) {
+    auto b = loader.next();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok() || !*b) break;
+    ids.insert(ids.end(), (*b)->sample_ids.begin(), (*b)->sample_ids.end());
+  }
+  return ids;
+}
+
+// overlap_epochs: once epoch 0 is all read the pipeline reads epoch 1 (its
+// batches counted as look-ahead while epoch 0's last are still to be taken
+// or already taken), and start_epoch(1) adopts them: the same ids as a fresh
+// loader's epoch 1, a state() inside it as a fresh one's; another epoch
+// cancels them.
+TEST(LoaderThreads, OverlappedEpochsReadTheNextOneAheadAndAdoptIt) {
+  const std::string path = deflated_hdf5(testing::scratch_dir() + "/overlap_hdf5");
+  LoaderOptions o = options(path, 2);
+  o.prefetch = "depth:4";
+  auto fresh = Loader::create(o).value();
+  auto loader = Loader::create(o).value();
+  loader->set_overlap_epochs(true);
+  const uint64_t n = loader->batches_per_epoch();
+  ASSERT_TRUE(loader->start_epoch(0).ok());
+  ASSERT_TRUE(fresh->start_epoch(0).ok());
+  EXPECT_EQ(ids_of(*loader, n), ids_of(*fresh));  // every batch of epoch 0, its end not yet taken
+  // Epoch 0's batches are all handed out: the look-ahead is epoch 1's.
+  uint64_t ahead = 0;
+  for (int i = 0; i < 6000 && ahead == 0; ++i) {
+    ahead = loader->stats().lookahead_batches;
+    if (ahead == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(ahead, 1u);
+  EXPECT_TRUE(ids_of(*loader).empty());  // the end of epoch 0
+  ASSERT_TRUE(loader->start_epoch(1).ok());
+  ASSERT_TRUE(fresh->start_epoch(1).ok());
+  EXPECT_EQ(ids_of(*loader, 3), ids_of(*fresh, 3));
+  EXPECT_EQ(loader->state(), fresh->state());
+  EXPECT_EQ(ids_of(*loader), ids_of(*fresh));
+  // Epoch 2 is being read ahead; start_epoch(5) cancels it and runs epoch 5.
+  ASSERT_TRUE(loader->start_epoch(5).ok());
+  ASSERT_TRUE(fresh->start_epoch(5).ok());
+  EXPECT_EQ(ids_of(*loader), ids_of(*fresh));
 }
 
 TEST(LoaderThreads, ASecondLoaderGetsItsOwnThreadsWhileTheFirstIsMidEpoch) {

@@ -175,6 +175,10 @@ def test_gpu_feed_quick_runs_the_cpu_parts_and_says_what_it_skipped(tmp_path):
     if not torch.cuda.is_available():
         assert "CUDA is not available" in cases["no_cuda"]["device_error"]
         assert cases["no_cuda"]["pin_warning"] and cases["no_cuda"]["pin_batches_ok"]
+    for case, overlap in (("boundary_off", False), ("boundary_on", True)):  # the waits at epoch boundaries
+        assert "error" not in cases[case], cases[case]
+        assert cases[case]["overlap_epochs"] is overlap and cases[case]["wait_ms_epoch_start"] is not None
+        assert cases[case]["wait_ms_mid"] is not None, cases[case]
     md = (out_dir / "gpu_feed.md").read_text()
     assert "| held_8 |" in md and "| target |" in md
 

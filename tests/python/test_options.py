@@ -154,8 +154,9 @@ def test_signature_lists_every_keyword():
 
     params = inspect.signature(dlfeed.Loader).parameters
     assert list(params)[0] == "paths"
-    # After the LoaderOptions keywords, dlfeed.Loader's own GPU ones (docs/python.md), which set no option field.
-    gpu = ["device", "pin_memory", "h2d_budget", "device_prefetch"]
+    # After the LoaderOptions keywords, dlfeed.Loader's own GPU and epoch ones (docs/python.md), which set no
+    # option field.
+    gpu = ["device", "pin_memory", "h2d_budget", "device_prefetch", "overlap_epochs"]
     assert [p for p in params if p != "paths"] == list(KEYWORDS) + gpu
     assert all(params[k].default is None for k in KEYWORDS)
     assert params["device"].default is None and params["pin_memory"].default is False
