@@ -132,6 +132,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "unpack": Keyword("unpack", "unpack"),
     "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
     "threads": Keyword("threads", "threads"),
+    "autotune": Keyword("autotune", "autotune", note="True/False; the command line's --autotune takes on/off"),
     # trace (counters::TraceOptions)
     "trace": Keyword("trace.enabled", "trace", note="True: record trace events (Loader.write_trace)"),
     "trace_max_events": Keyword("trace.max_events", "trace-max-events"),
