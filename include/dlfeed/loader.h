@@ -171,15 +171,18 @@ struct DLFEED_EXPORT LoaderOptions {
   /// 2). They are this loader's own (a task arena of its size), whatever
   /// other loaders the process holds.
   uint32_t threads = 0;
-  /// Tune while it runs: what is left to the machine (io_engines 0 and
-  /// prefetch "auto", when the files are read, not held) is moved toward
+  /// Tune while it runs ("on"): what is left to the machine (io_engines 0
+  /// and prefetch "auto", when the files are read, not held) is moved toward
   /// the best delivered rate, one step at a time, and settles: the I/O
   /// engines batches are spread over (up to the cores, at most 16, made at
   /// create) and the read-ahead depth (never past the prefetch and memory
   /// budgets). An explicit io_engines or prefetch is never moved.
   /// LoaderStats (io_engines, prefetch, autotune_changes) and the trace
-  /// ("autotune" events) show what it chose. docs/io.md.
-  bool autotune = true;
+  /// ("autotune" events) show what it chose. "auto" (the default): on when
+  /// the process may use 4 cores or more (on 2, engines cannot grow and the
+  /// tries cost more than they found: docs/performance.md); "off": never.
+  /// docs/io.md.
+  std::string autotune = "auto";
   /// Trace events (off by default; the counters themselves are always on).
   counters::TraceOptions trace;
   /// Node-local staging (off while stage.dir is empty): from the first

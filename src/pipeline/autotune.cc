@@ -72,17 +72,24 @@ bool Autotuner::observe(const TuneWindow& w) {
   }
   if (skip_) {
     skip_ = false;
+    sum_ = 0;
+    summed_ = 0;
     return false;
   }
+  sum_ += w.rate;
+  if (++summed_ < std::max(1u, limits_.judge_windows)) return false;
+  const double rate = sum_ / summed_;
+  sum_ = 0;
+  summed_ = 0;
   if (phase_ == Phase::kMeasuring) {
-    base_rate_ = w.rate;
+    base_rate_ = rate;
     return start_trying(w);
   }
   const Knob k = knob_;
-  if (w.rate > base_rate_ * (1 + limits_.threshold)) {
+  if (rate > base_rate_ * (1 + limits_.threshold)) {
     // Better: keep it, and go on the same way while it pays.
     gained_ = true;
-    base_rate_ = w.rate;
+    base_rate_ = rate;
     const uint32_t next = stepped(k, dir_);
     if (next == value(k)) {
       give_up(k);

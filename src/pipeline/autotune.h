@@ -5,7 +5,9 @@
 // toward the best rate, and settles:
 //
 //   - a window right after a change is not judged (the pipeline refills);
-//   - a knob is stepped once; the step is kept while each window beats the
+//     the rate before a step and the rate after it are each the mean of
+//     `judge_windows` windows (one window's noise is not a gain);
+//   - a knob is stepped once; the step is kept while its rate beats the
 //     rate before it by more than `threshold`, else it is undone, the other
 //     direction is tried once (only if the first step gained nothing), and
 //     the knob rests for `rest_windows` windows before it is tried again;
@@ -46,6 +48,7 @@ struct TuneLimits {
   uint64_t budget_bytes = 0;  // the look-ahead's bytes may never exceed this (0: no limit)
   double threshold = 0.05;    // a step is kept when the rate gains more than this share
   uint32_t rest_windows = 40;
+  uint32_t judge_windows = 2;  // windows averaged for a rate (before a step, and after it)
   double min_wait = 0.02;    // below this consumer wait, nothing is tried
   double min_busy = 0.5;     // more engines are tried only when the active ones are this busy
 };
@@ -91,6 +94,8 @@ class Autotuner {
   bool gained_ = false;      // the knob tried now gained in its first direction
   uint32_t before_ = 0;      // its value before the step being judged
   double base_rate_ = 0;     // the rate to beat
+  double sum_ = 0;           // rates of the windows averaged so far
+  uint32_t summed_ = 0;
   bool skip_ = true;         // the next window is not judged
   uint64_t window_ = 0;      // windows seen
   uint64_t changes_ = 0;

@@ -37,7 +37,7 @@ LoaderOptions options(bool autotune) {
   o.resident = "off";  // read: what the autotuner tunes
   o.order.strategy = "global_shuffle";
   o.order.seed = 5;
-  o.autotune = autotune;
+  o.autotune = autotune ? "on" : "off";
   return o;
 }
 

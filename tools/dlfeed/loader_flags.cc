@@ -2,7 +2,6 @@
 #include "loader_flags.h"
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/io_backend.h"
 
@@ -48,8 +47,8 @@ ABSL_FLAG(uint32_t, threads, 0,
           "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process may use, "
           "at least 2); this loader's own");
 
-ABSL_FLAG(std::string, autotune, "on",
-          "on: move what is left to the machine (I/O engines when --io_engines is 0, the read-ahead depth when "
+ABSL_FLAG(std::string, autotune, "auto",
+          "auto (on with 4 cores or more), on: move what is left to the machine (I/O engines when --io_engines is 0, the read-ahead depth when "
           "--prefetch is auto) toward the best rate while it runs, within the memory budget; off: keep the defaults");
 
 namespace dlfeed::cli {
@@ -77,11 +76,7 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   if (cold && o.resident == "auto" && !flag_given("resident")) o.resident = "off";
   o.unpack = absl::GetFlag(FLAGS_unpack);
   o.threads = absl::GetFlag(FLAGS_threads);
-  const std::string tune = absl::GetFlag(FLAGS_autotune);
-  if (tune != "on" && tune != "off") {
-    throw Error(absl::InvalidArgumentError(absl::StrCat("--autotune=", tune, ": expected on or off")));
-  }
-  o.autotune = tune == "on";
+  o.autotune = absl::GetFlag(FLAGS_autotune);  // create() checks it
 }
 
 FlagGroup loader_flags() {
