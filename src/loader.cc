@@ -381,8 +381,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("loader: autotune '", options.autotune, "': expected auto, on or off"));
   }
-  const bool tune = !impl->resident && (options.autotune == "on" ||
-                                         (options.autotune == "auto" && pipeline::process_cores() >= 4));
+  const bool tune =
+      !impl->resident && (options.autotune == "on" || (options.autotune == "auto" && pipeline::process_cores() >= 4));
   const bool tune_engines = tune && options.io_engines == 0 && !options.io_factory;
   if (impl->policy == nullptr && tune) {
     impl->tuned_depth = std::make_shared<pipeline::TunedDepthPolicy>(machine.read_depth, machine.read_budget);

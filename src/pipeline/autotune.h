@@ -43,14 +43,14 @@ struct TuneLimits {
   uint32_t engines = 1;      // active I/O engines to start with
   uint32_t max_engines = 1;  // created at create(): the most that can be active
   bool tune_depth = false;
-  uint32_t depth = 8;        // read-ahead depth (batches) to start with
+  uint32_t depth = 8;  // read-ahead depth (batches) to start with
   uint32_t max_depth = 64;
   uint64_t budget_bytes = 0;  // the look-ahead's bytes may never exceed this (0: no limit)
   double threshold = 0.05;    // a step is kept when the rate gains more than this share
   uint32_t rest_windows = 40;
   uint32_t judge_windows = 2;  // windows averaged for a rate (before a step, and after it)
-  double min_wait = 0.02;    // below this consumer wait, nothing is tried
-  double min_busy = 0.5;     // more engines are tried only when the active ones are this busy
+  double min_wait = 0.02;      // below this consumer wait, nothing is tried
+  double min_busy = 0.5;       // more engines are tried only when the active ones are this busy
 };
 
 /// The knobs' values now.
@@ -91,13 +91,13 @@ class Autotuner {
   Phase phase_ = Phase::kMeasuring;
   Knob knob_ = Knob::kEngines;
   int dir_ = 1;
-  bool gained_ = false;      // the knob tried now gained in its first direction
-  uint32_t before_ = 0;      // its value before the step being judged
-  double base_rate_ = 0;     // the rate to beat
-  double sum_ = 0;           // rates of the windows averaged so far
+  bool gained_ = false;   // the knob tried now gained in its first direction
+  uint32_t before_ = 0;   // its value before the step being judged
+  double base_rate_ = 0;  // the rate to beat
+  double sum_ = 0;        // rates of the windows averaged so far
   uint32_t summed_ = 0;
-  bool skip_ = true;         // the next window is not judged
-  uint64_t window_ = 0;      // windows seen
+  bool skip_ = true;     // the next window is not judged
+  uint64_t window_ = 0;  // windows seen
   uint64_t changes_ = 0;
   uint64_t depth_bytes_ = 0;  // the largest batch seen
   std::array<uint64_t, 2> rest_until_{0, 0};

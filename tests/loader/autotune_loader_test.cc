@@ -63,7 +63,10 @@ std::vector<uint64_t> epoch_ids(Loader& loader, uint64_t epoch) {
 
 TEST(LoaderAutotune, OnAndOffGiveTheSameBatchesWhileItMoves) {
   ASSERT_TRUE(kEightCores);
-  auto on = Loader::create(options(true)).value();
+  LoaderOptions traced = options(true);
+  traced.trace.enabled = true;
+  traced.trace.io_sample_every = 1000;
+  auto on = Loader::create(traced).value();
   auto off = Loader::create(options(false)).value();
   EXPECT_TRUE(on->stats().autotune);
   EXPECT_FALSE(off->stats().autotune);
@@ -80,6 +83,16 @@ TEST(LoaderAutotune, OnAndOffGiveTheSameBatchesWhileItMoves) {
   }
   EXPECT_GE(on->stats().autotune_changes, 3u) << "it never moved in " << epoch << " epochs";
   EXPECT_EQ(off->stats().autotune_changes, 0u);
+  // An "autotune" trace event per change, the last one saying what is in use now.
+  std::vector<counters::TraceEvent> changes;
+  for (const counters::TraceEvent& e : on->counters().trace_events()) {
+    if (std::string(e.name) == "autotune") changes.push_back(e);
+  }
+  const LoaderStats s = on->stats();
+  ASSERT_FALSE(changes.empty());
+  EXPECT_EQ(changes.back().a2, s.autotune_changes);
+  EXPECT_EQ(changes.back().a0, s.io_engines);
+  EXPECT_EQ(s.prefetch, "depth:" + std::to_string(changes.back().a1) + ",budget:268435456");
   EXPECT_EQ(off->stats().io_engines, 4u);
   EXPECT_EQ(off->stats().prefetch, "depth:8,budget:268435456");
 }

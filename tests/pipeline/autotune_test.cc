@@ -16,7 +16,7 @@ using RateOf = std::function<double(const TuneSetting&)>;
 
 struct Fed {
   std::vector<TuneSetting> settled;  // the setting after each window that left nothing being tried
-  TuneSetting last;  // the last settled setting (the run may end in the middle of a try)
+  TuneSetting last;                  // the last settled setting (the run may end in the middle of a try)
 };
 
 // Feeds `windows` windows; each window's rate is rate_of(the setting it was measured at) times (1 + noise).
@@ -54,7 +54,8 @@ TuneLimits engines_and_depth() {
 
 TEST(Autotune, MoreEnginesHelpUpToFourThenStopItSettlesAtFour) {
   Autotuner t(engines_and_depth());
-  const Fed r = feed(t, 200, [](const TuneSetting& s) { return 10000.0 * std::min(s.engines, 4u); }, 0.01);
+  const Fed r = feed(
+      t, 200, [](const TuneSetting& s) { return 10000.0 * std::min(s.engines, 4u); }, 0.01);
   EXPECT_EQ(r.last.engines, 4u);
   EXPECT_EQ(r.last.depth, 8u);  // depth changes nothing here: every try undone
   // Once it found 4, every settled setting is 4 (the later tries of 5 are undone).
@@ -67,7 +68,8 @@ TEST(Autotune, MoreEnginesHelpUpToFourThenStopItSettlesAtFour) {
 TEST(Autotune, NoiseWithinTheThresholdDoesNotMoveIt) {
   const TuneLimits l = engines_and_depth();
   Autotuner t(l);
-  const Fed r = feed(t, 300, [](const TuneSetting&) { return 50000.0; }, 0.02);  // ±2% of a 5% threshold
+  const Fed r = feed(
+      t, 300, [](const TuneSetting&) { return 50000.0; }, 0.02);  // ±2% of a 5% threshold
   const TuneSetting start{l.engines, l.depth};
   EXPECT_EQ(r.last, start);
   for (const TuneSetting& s : r.settled) EXPECT_EQ(s, start);
@@ -113,13 +115,14 @@ TEST(Autotune, DepthNeverPassesTheBudget) {
     EXPECT_LE(uint64_t{t.setting().depth} * batch, l.budget_bytes) << "window " << i;
     if (t.settled()) settled = t.setting().depth;
   }
-  EXPECT_EQ(settled, 2u);  // the most that fit, and the fastest
+  EXPECT_EQ(settled, 2u);                  // the most that fit, and the fastest
   EXPECT_EQ(t.depth_cap(1ull << 30), 1u);  // a batch over the budget: 1 (one is always admitted)
 }
 
 TEST(Autotune, NothingIsTriedWhileTheConsumerHardlyWaits) {
   Autotuner t(engines_and_depth());
-  feed(t, 100, [](const TuneSetting& s) { return 1000.0 * s.engines; }, 0, 1 << 20, /*wait=*/0.001);
+  feed(
+      t, 100, [](const TuneSetting& s) { return 1000.0 * s.engines; }, 0, 1 << 20, /*wait=*/0.001);
   EXPECT_EQ(t.changes(), 0u);
   EXPECT_EQ(t.setting(), (TuneSetting{2, 8}));
 }
@@ -128,7 +131,8 @@ TEST(Autotune, IdleEnginesAreNotAddedTo) {
   TuneLimits l = engines_and_depth();
   l.tune_depth = false;
   Autotuner t(l);
-  feed(t, 100, [](const TuneSetting& s) { return 1000.0 * s.engines; }, 0, 1 << 20, 0.5, /*busy=*/0.1);
+  feed(
+      t, 100, [](const TuneSetting& s) { return 1000.0 * s.engines; }, 0, 1 << 20, 0.5, /*busy=*/0.1);
   EXPECT_EQ(t.changes(), 0u);
   EXPECT_EQ(t.setting().engines, 2u);
 }
