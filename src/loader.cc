@@ -31,6 +31,7 @@
 #include "pipeline/lookahead.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/planner.h"
+#include "pipeline/tuned.h"
 #include "record.h"
 #include "thread_name.h"
 
@@ -76,6 +77,9 @@ struct Loader::Impl {
   pipeline::DeliveryQueue queue;
   std::unique_ptr<pipeline::Collator> collator;
   std::unique_ptr<pipeline::Pipeline> runner;
+  // LoaderOptions::autotune (null: nothing tuned).
+  std::shared_ptr<pipeline::TunedDepthPolicy> tuned_depth;
+  std::unique_ptr<pipeline::LiveTuner> tuner;
 
   // Per-epoch state.
   std::optional<OrderCursor> base_cursor;  // at the epoch's start
@@ -156,6 +160,20 @@ struct Loader::Impl {
     runner = std::make_unique<pipeline::Pipeline>(threads);
     source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
     source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
+  }
+
+  // The autotuner over what the options left to the machine (after build_stages).
+  void setup_autotune(const pipeline::MachineDefaults& machine, bool tune_engines) {
+    pipeline::TuneLimits l;
+    l.tune_engines = tune_engines && engines.size() > 1;
+    l.engines = machine.io_engines;
+    l.max_engines = static_cast<uint32_t>(engines.size());
+    l.tune_depth = tuned_depth != nullptr;
+    l.depth = machine.read_depth;
+    l.budget_bytes = std::min(machine.read_budget, source.rule.memory_budget);
+    if (!l.tune_engines && !l.tune_depth) return;
+    tuner = std::make_unique<pipeline::LiveTuner>(l, l.tune_engines ? &engines : nullptr, tuned_depth.get(),
+                                                  counters.get());
   }
 
   // Epoch `e` from `first_batch`, then (overlap_epochs) the next ones from
@@ -397,6 +415,18 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
   const pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
+  // Autotuning: what is left to the machine, when the files are read.
+  if (options.autotune != "auto" && options.autotune != "on" && options.autotune != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader: autotune '", options.autotune, "': expected auto, on or off"));
+  }
+  const bool tune =
+      !impl->resident && (options.autotune == "on" || (options.autotune == "auto" && pipeline::process_cores() >= 4));
+  const bool tune_engines = tune && options.io_engines == 0 && !options.io_factory;
+  if (impl->policy == nullptr && tune) {
+    impl->tuned_depth = std::make_shared<pipeline::TunedDepthPolicy>(machine.read_depth, machine.read_budget);
+    impl->policy = impl->tuned_depth;
+  }
   if (impl->policy == nullptr) {
     DLFEED_ASSIGN_OR_RETURN(impl->policy,
                             prefetch::parse_policy(impl->resident ? kHeldPrefetch : read_prefetch(machine)));
@@ -409,6 +439,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // One engine per backend (ring, pread pool), all over the same files.
   uint32_t n_engines = options.io_engines;
   if (n_engines == 0) n_engines = options.io_factory ? 1 : machine.io_engines;
+  if (tune_engines) n_engines = std::max(n_engines, std::min(16u, pipeline::process_cores()));  // the most it may use
   n_engines = std::max(1u, n_engines);
   const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
   // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
@@ -442,6 +473,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // when small (as prepare_order), else made again then.
   if (impl->small_order()) impl->prepared = std::move(checked);
   impl->build_stages(threads);
+  impl->setup_autotune(machine, tune_engines);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
@@ -505,6 +537,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.failed = false;
   m.finished = false;
   m.running = true;
+  if (m.tuner) m.tuner->restart();
   DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
   const uint64_t first_batch = start / m.options.batch_size;
   m.prepare_order(epoch + 1);  // before the pipeline thread may take it (chain_order)
@@ -529,7 +562,12 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   });
   // The consumer waits: stall time, and the I/O busy meanwhile is exposed.
   counters::Span stall(&c, counters::kStallSpan, t0);
+  const uint64_t w0 = m.tuner ? c.now() : 0;
   pipeline::Delivery d = m.queue.pop(*m.budget);
+  if (m.tuner && d.batch) {
+    const uint64_t w1 = c.now();
+    m.tuner->on_batch(w1, d.batch->size(), w1 - w0, d.ticket ? d.ticket->bytes : 0);
+  }
   if (d.ticket) {
     d.ticket->handed_over();
     d.ticket.reset();
@@ -642,7 +680,10 @@ LoaderStats Loader::stats() const {
   }
   s.io_backend = m.engines.backend().name();
   s.io_fallback_reason = m.engines.backend().fallback_reason();
-  s.io_engines = static_cast<uint32_t>(m.engines.size());
+  s.io_engines = m.engines.active();
+  s.io_engines_made = static_cast<uint32_t>(m.engines.size());
+  s.autotune = m.tuner != nullptr;
+  s.autotune_changes = m.tuner ? m.tuner->changes() : 0;
   s.threads = m.runner->threads();
   s.decode_peak = m.runner->peak_decoding();
   s.cores = pipeline::process_cores();

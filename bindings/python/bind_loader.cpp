@@ -50,6 +50,9 @@ py::dict stats_dict(const LoaderStats& s) {
   d["held_batches"] = s.held_batches;
   d["io_backend"] = s.io_backend;
   d["io_engines"] = s.io_engines;
+  d["io_engines_made"] = s.io_engines_made;
+  d["autotune"] = s.autotune;
+  d["autotune_changes"] = s.autotune_changes;
   d["threads"] = s.threads;
   d["cores"] = s.cores;
   d["decode_peak"] = s.decode_peak;

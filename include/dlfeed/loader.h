@@ -171,6 +171,18 @@ struct DLFEED_EXPORT LoaderOptions {
   /// 2). They are this loader's own (a task arena of its size), whatever
   /// other loaders the process holds.
   uint32_t threads = 0;
+  /// Tune while it runs ("on"): what is left to the machine (io_engines 0
+  /// and prefetch "auto", when the files are read, not held) is moved toward
+  /// the best delivered rate, one step at a time, and settles: the I/O
+  /// engines batches are spread over (up to the cores, at most 16, made at
+  /// create) and the read-ahead depth (never past the prefetch and memory
+  /// budgets). An explicit io_engines or prefetch is never moved.
+  /// LoaderStats (io_engines, prefetch, autotune_changes) and the trace
+  /// ("autotune" events) show what it chose. "auto" (the default): on when
+  /// the process may use 4 cores or more (on 2, engines cannot grow and the
+  /// tries cost more than they found: docs/performance.md); "off": never.
+  /// docs/io.md.
+  std::string autotune = "auto";
   /// Trace events (off by default; the counters themselves are always on).
   counters::TraceOptions trace;
   /// Node-local staging (off while stage.dir is empty): from the first
@@ -196,7 +208,10 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t lookahead_batches = 0;  // now: admitted (reading, decoding or queued) and not yet handed out
   uint64_t held_batches = 0;       // now: handed to the consumer and not yet dropped
   std::string io_backend;          // e.g. "io_uring"
-  uint32_t io_engines = 0;         // I/O engines (LoaderOptions::io_engines)
+  uint32_t io_engines = 0;         // I/O engines batches are spread over now (LoaderOptions::io_engines, autotune)
+  uint32_t io_engines_made = 0;    // I/O engines made at create (the most the autotuner may use)
+  bool autotune = false;           // the autotuner moves something (LoaderOptions::autotune)
+  uint64_t autotune_changes = 0;   // settings it applied so far (steps tried, kept and undone)
   uint32_t threads = 0;            // the loader's decode arena (LoaderOptions::threads, as used)
   uint32_t cores = 0;              // cores the process may use (affinity and cgroup quota), which the defaults follow
   uint32_t decode_peak = 0;        // the most batches in the decode stage at once

@@ -45,6 +45,14 @@ def _fields(v: Any) -> List[str]:
     return list(v)
 
 
+def _on_off(v: Any) -> str:
+    if v is True:
+        return "on"
+    if v is False:
+        return "off"
+    return str(v)
+
+
 def _strategy(v: str) -> str:
     if v not in _dlfeed.strategy_names():
         # The C++ registry says NotFound; for a Python caller it is a bad argument.
@@ -132,6 +140,8 @@ KEYWORDS: Dict[str, Keyword] = {
     "unpack": Keyword("unpack", "unpack"),
     "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
     "threads": Keyword("threads", "threads"),
+    "autotune": Keyword("autotune", "autotune", convert=_on_off,
+                        note="True (on), False (off) or 'auto' (on with 4 cores or more)"),
     # trace (counters::TraceOptions)
     "trace": Keyword("trace.enabled", "trace", note="True: record trace events (Loader.write_trace)"),
     "trace_max_events": Keyword("trace.max_events", "trace-max-events"),

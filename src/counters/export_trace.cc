@@ -53,6 +53,7 @@ std::string detail_members(const TraceEvent& e, const std::vector<std::string>& 
   if (n == "open") return absl::StrCat("\"field\":", e.a0, ",\"files\":", e.a1);
   if (n == "stage") return absl::StrCat("\"fname\":", json_quote(file_name(files, e.a0)), ",\"size\":", e.a1);
   if (n == "h2d") return absl::StrCat("\"epoch\":", e.a0, ",\"batch\":", e.a1, ",\"size\":", e.a2);
+  if (n == "autotune") return absl::StrCat("\"io_engines\":", e.a0, ",\"depth\":", e.a1, ",\"changes\":", e.a2);
   return "";
 }
 

@@ -247,11 +247,26 @@ void IoEngine::loop() {
   // Stopping: every read handed to the backend has completed (active_ is empty).
 }
 
+uint32_t EngineSet::active() const {
+  const uint32_t n = active_.load(std::memory_order_relaxed);
+  const auto all = static_cast<uint32_t>(engines_.size());
+  return n == 0 || n > all ? all : n;
+}
+
+uint32_t EngineSet::active_busy_permille() const {
+  const uint32_t n = active();
+  if (n == 0) return 0;
+  uint64_t busy = 0;
+  for (uint32_t k = 0; k < n; ++k) busy += engines_[k]->busy_permille();
+  return static_cast<uint32_t>(busy / n);
+}
+
 void EngineSet::submit(uint64_t index, std::shared_ptr<ReadBatch> batch) {
   size_t k = 0;
-  if (engines_.size() > 1) {
+  const uint32_t n = active();
+  if (n > 1) {
     loads_.clear();
-    for (const auto& e : engines_) loads_.push_back(e->load());
+    for (uint32_t j = 0; j < n; ++j) loads_.push_back(engines_[j]->load());
     k = spreader_.pick(loads_, index, spread_always_);
     if (k != 0) spread_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -183,6 +183,12 @@ class EngineSet {
   /// Every engine's IoStats added up.
   IoStats stats() const;
   size_t size() const { return engines_.size(); }
+  /// Batches are spread over the first `n` engines only (1..size(); the
+  /// autotuner moves it while reads run). All of them by default.
+  void set_active(uint32_t n) { active_.store(n, std::memory_order_relaxed); }
+  uint32_t active() const;
+  /// The active engines' mean CPU share of their last window (BusyMeter).
+  uint32_t active_busy_permille() const;
   const IoBackend& backend() const { return engines_[0]->backend(); }
   /// Batches that went to an engine other than the first.
   uint64_t batches_spread() const { return spread_.load(std::memory_order_relaxed); }
@@ -195,6 +201,7 @@ class EngineSet {
   Spreader spreader_;
   std::vector<Spreader::Load> loads_;  // submit()'s scratch
   std::atomic<uint64_t> spread_{0};
+  std::atomic<uint32_t> active_{0};  // 0: all
 };
 
 }  // namespace dlfeed::detail

@@ -91,6 +91,7 @@ SPECIAL = {
     "prefetch": ("depth:2", "depth:2"),
     "resident": ("off", "off"),
     "unpack": ("off", "off"),
+    "autotune": (True, "on"),
     "trace_process_name": ("rank 3", "rank 3"),
     "stage_dir": ("/tmp/stage", "/tmp/stage"),
 }

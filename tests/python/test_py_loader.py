@@ -105,6 +105,28 @@ def test_batches_spread_over_io_engines_match_what_the_writer_wrote(learnable, f
     assert st["batches_spread"] == 2 * (32 - 11)  # 32 batches an epoch; numbers 0 mod 3 stay on the first
 
 
+def test_autotune_keyword_on_off_and_auto(learnable):
+    root, x, y = learnable["hdf5"]
+    kw = dict(fields=["records", "labels"], batch_size=8, strategy="global_shuffle", seed=4, resident="off")
+    on = dlfeed.Loader(root, autotune=True, **kw)
+    off = dlfeed.Loader(root, autotune=False, **kw)
+    assert (on.options.autotune, off.options.autotune) == ("on", "off")
+    assert dlfeed.Loader(root, **kw).options.autotune == "auto"
+    for a, b in zip(on, off):  # the same batches whatever it tunes
+        np.testing.assert_array_equal(a.sample_ids, b.sample_ids)
+        np.testing.assert_array_equal(a[0], x[a.sample_ids])
+        np.testing.assert_array_equal(b[1], y[b.sample_ids])
+    st_on, st_off = on.stats(), off.stats()
+    assert st_on["autotune"] and not st_off["autotune"]
+    assert st_off["autotune_changes"] == 0
+    assert 1 <= st_on["io_engines"] <= st_on["io_engines_made"]
+    # An explicit value is never moved: nothing left to tune.
+    fixed = dlfeed.Loader(root, autotune=True, io_engines=2, prefetch="depth:4", **kw)
+    assert not fixed.stats()["autotune"]
+    with pytest.raises(Exception, match="autotune 'sometimes'"):
+        dlfeed.Loader(root, autotune="sometimes", **kw)
+
+
 def test_resume_mid_epoch_yields_exactly_the_rest(learnable):
     root, _, _ = learnable["hdf5"]
     kw = dict(fields=["records", "labels"], batch_size=16, strategy="global_shuffle", seed=4)

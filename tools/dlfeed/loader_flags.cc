@@ -47,6 +47,11 @@ ABSL_FLAG(uint32_t, threads, 0,
           "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process may use, "
           "at least 2); this loader's own");
 
+ABSL_FLAG(std::string, autotune, "auto",
+          "auto (on with 4 cores or more), on: move what is left to the machine (I/O engines when --io_engines is 0, "
+          "the read-ahead depth when "
+          "--prefetch is auto) toward the best rate while it runs, within the memory budget; off: keep the defaults");
+
 namespace dlfeed::cli {
 
 void apply_loader_flags(LoaderOptions& o, bool cold) {
@@ -72,13 +77,14 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   if (cold && o.resident == "auto" && !flag_given("resident")) o.resident = "off";
   o.unpack = absl::GetFlag(FLAGS_unpack);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.autotune = absl::GetFlag(FLAGS_autotune);  // create() checks it
 }
 
 FlagGroup loader_flags() {
   return flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
                     FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_split_above, FLAGS_split_piece,
-                    FLAGS_split_piece_cold, FLAGS_fadvise, FLAGS_resident, FLAGS_unpack, FLAGS_threads);
+                    FLAGS_split_piece_cold, FLAGS_fadvise, FLAGS_resident, FLAGS_unpack, FLAGS_threads, FLAGS_autotune);
 }
 
 }  // namespace dlfeed::cli

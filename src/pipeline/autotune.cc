@@ -1,0 +1,120 @@
+#include "pipeline/autotune.h"
+
+#include <algorithm>
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+Autotuner::Autotuner(const TuneLimits& limits) : limits_(limits) {
+  limits_.max_engines = std::max(1u, limits_.max_engines);
+  limits_.max_depth = std::max(1u, limits_.max_depth);
+  now_.engines = std::clamp(limits_.engines, 1u, limits_.max_engines);
+  now_.depth = std::clamp(limits_.depth, 1u, limits_.max_depth);
+  if (now_.engines == limits_.max_engines && now_.engines == 1) limits_.tune_engines = false;
+}
+
+uint32_t Autotuner::depth_cap(uint64_t batch_bytes) const {
+  if (limits_.budget_bytes == 0 || batch_bytes == 0) return limits_.max_depth;
+  const uint64_t fits = limits_.budget_bytes / batch_bytes;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(fits, 1, limits_.max_depth));
+}
+
+uint32_t Autotuner::stepped(Knob k, int dir) const {
+  if (k == Knob::kEngines) {
+    const uint32_t e = now_.engines;
+    if (dir > 0) return std::min(e + 1, limits_.max_engines);
+    return e > 1 ? e - 1 : e;
+  }
+  const uint32_t d = now_.depth;
+  if (dir > 0) return std::max(d, std::min(d * 2, depth_cap(depth_bytes_)));
+  return std::max(1u, d / 2);
+}
+
+void Autotuner::give_up(Knob k) {
+  rest_until_[static_cast<size_t>(k)] = window_ + limits_.rest_windows;
+  phase_ = Phase::kMeasuring;
+}
+
+bool Autotuner::start_trying(const TuneWindow& w) {
+  if (w.consumer_wait < limits_.min_wait) return false;  // the loader keeps up: nothing to gain
+  for (size_t i = 0; i < 2; ++i) {
+    const Knob k = static_cast<Knob>((next_knob_ + i) % 2);
+    if (!tunable(k) || window_ < rest_until_[static_cast<size_t>(k)]) continue;
+    if (k == Knob::kEngines && w.engine_busy < limits_.min_busy) continue;  // idle engines: more won't help
+    int dir = 1;
+    uint32_t next = stepped(k, dir);
+    if (next == value(k)) next = stepped(k, dir = -1);
+    if (next == value(k)) continue;
+    knob_ = k;
+    dir_ = dir;
+    gained_ = false;
+    before_ = value(k);
+    value(k) = next;
+    ++changes_;
+    skip_ = true;
+    phase_ = Phase::kTrying;
+    next_knob_ = (static_cast<size_t>(k) + 1) % 2;
+    return true;
+  }
+  return false;
+}
+
+bool Autotuner::observe(const TuneWindow& w) {
+  ++window_;
+  depth_bytes_ = std::max(depth_bytes_, w.batch_bytes);
+  if (limits_.tune_depth && now_.depth > depth_cap(depth_bytes_)) {
+    // Batches grew: the depth comes down to what the budget holds, now.
+    if (phase_ == Phase::kTrying && knob_ == Knob::kEngines) now_.engines = before_;
+    if (phase_ == Phase::kTrying) give_up(knob_);
+    now_.depth = depth_cap(depth_bytes_);
+    ++changes_;
+    skip_ = true;
+    return true;
+  }
+  if (skip_) {
+    skip_ = false;
+    sum_ = 0;
+    summed_ = 0;
+    return false;
+  }
+  sum_ += w.rate;
+  if (++summed_ < std::max(1u, limits_.judge_windows)) return false;
+  const double rate = sum_ / summed_;
+  sum_ = 0;
+  summed_ = 0;
+  if (phase_ == Phase::kMeasuring) {
+    base_rate_ = rate;
+    return start_trying(w);
+  }
+  const Knob k = knob_;
+  if (rate > base_rate_ * (1 + limits_.threshold)) {
+    // Better: keep it, and go on the same way while it pays.
+    gained_ = true;
+    base_rate_ = rate;
+    const uint32_t next = stepped(k, dir_);
+    if (next == value(k)) {
+      give_up(k);
+      return false;
+    }
+    before_ = value(k);
+    value(k) = next;
+    ++changes_;
+    skip_ = true;
+    return true;
+  }
+  // Not better by enough: undo; the other way once if this one never paid.
+  value(k) = before_;
+  ++changes_;
+  skip_ = true;
+  if (!gained_ && dir_ > 0) {
+    const uint32_t down = stepped(k, -1);
+    if (down != value(k)) {
+      dir_ = -1;
+      value(k) = down;
+      return true;
+    }
+  }
+  give_up(k);
+  return true;
+}
+
+}  // namespace dlfeed::pipeline
