@@ -58,7 +58,7 @@ py::object array_protocol(const TensorView& t, const py::object& dtype, const py
     }
   }
   if (copy_asked) return a.attr("copy")();
-  return std::move(a);
+  return a;
 }
 
 Shape with_sample_shape(const std::string& field, size_t batch, const Shape& given, const Shape& sample) {

@@ -31,5 +31,6 @@ PYBIND11_MODULE(_dlfeed, m) {
   bind_order(m);
   bind_io(m);
   bind_batch(m);
+  bind_stats(m);
   bind_loader(m);
 }

@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "array_source.h"
+#include "tfrecord_scan.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"

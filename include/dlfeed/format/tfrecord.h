@@ -28,10 +28,6 @@
 #include "dlfeed/format/tfrecord_framing.h"
 #include "dlfeed/sample.h"
 
-namespace dlfeed::inline DLFEED_ABI::detail {
-class File;
-}
-
 namespace dlfeed::inline DLFEED_ABI::tfrecord {
 
 // The framing (kHeaderSize, mask_crc, parse_header, unframe_record, ...):
@@ -66,19 +62,8 @@ DLFEED_EXPORT std::string format_idx(const std::vector<Extent>& records);
 DLFEED_EXPORT absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& records);
 /// Parses a sidecar; errors name the idx file and line.
 DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path);
-/// Checks sidecar entries against the data file: each within the file, at
-/// least 16 bytes, records back to back from offset 0 to the end of the file,
-/// and the first and last records' headers announcing the idx lengths.
-/// `head`, when not empty, is the file's first bytes, already read by a
-/// caller that found the file uncompressed: headers inside it are not read
-/// again (the same for scan_records).
-DLFEED_EXPORT absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
-                                        const detail::File& file, bool verify_crc,
-                                        std::span<const std::byte> head = {});
-
-/// Finds the record extents by reading only the 12-byte headers.
-DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc,
-                                                               std::span<const std::byte> head = {});
+// validate_idx, scan_records and scan_compressed take a dlfeed-internal
+// file handle: they are declared in src/format/tfrecord_scan.h.
 
 // ---- compressed files (TFRecordWriter with options GZIP or ZLIB) ----
 //
@@ -142,14 +127,6 @@ struct DLFEED_EXPORT CompressedIndex {
 /// Called with each whole framed record (header CRC checked when verifying)
 /// during the scan: `k` its number, `offset` its inflated offset.
 using RecordVisitor = std::function<absl::Status(uint64_t k, uint64_t offset, std::span<const std::byte> framed)>;
-
-/// Inflates the whole file once (see above). `span` is kCheckpointSpan
-/// except in tests. Errors (truncated stream, corrupt deflate data, wrong
-/// trailer checksum, trailing bytes, a record cut short) name the file and
-/// the compressed offset.
-DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
-                                                              const RecordVisitor& visit = nullptr,
-                                                              uint64_t span = kCheckpointSpan);
 
 /// Inflates the inflated bytes [skip_to, skip_to + out.size()) of a stream
 /// from checkpoint `p`, given `raw`: the file's bytes from p.first_byte().
