@@ -258,13 +258,13 @@ void bind_loader_options(py::module_& m) {
           "resident", [](const LoaderOptions& o) { return mode_name(o.resident); },
           [](LoaderOptions& o, const std::string& s) { o.resident = unwrap(parse_mode(s, "resident")); },
           "Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at "
-                     "create, then copies from memory), on (or fail saying why not), off")
+          "create, then copies from memory), on (or fail saying why not), off")
       .def_property(
           "unpack", [](const LoaderOptions& o) { return mode_name(o.unpack); },
           [](LoaderOptions& o, const std::string& s) { o.unpack = unwrap(parse_mode(s, "unpack")); },
           "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of "
-                     "memory_budget less the held files are read once whole per epoch, inflated once, kept and "
-                     "gathered from memory), off (read per sample)")
+          "memory_budget less the held files are read once whole per epoch, inflated once, kept and "
+          "gathered from memory), off (read per sample)")
       .def_readwrite("threads", &LoaderOptions::threads, "Decode threads (0: the machine's cores, at least 2)")
       .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
       .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)");

@@ -100,47 +100,75 @@ class RecordClass {
 
 void bind_stats(py::module_& m) {
   RecordClass<StageView>(m, "StageStats", "Node-local staging so far (C++ staging::StageStats)")
-      .field("files", [](const StageView& v) { return v.s.files; }, "Given to the stager")
-      .field("staged", [](const StageView& v) { return v.s.staged; }, "Copied")
-      .field("reused", [](const StageView& v) { return v.s.reused; }, "Found complete in the folder")
-      .field("skipped_limit", [](const StageView& v) { return v.s.skipped_limit; }, "Over limit_bytes")
-      .field("skipped_space", [](const StageView& v) { return v.s.skipped_space; }, "No room in the folder")
-      .field("failed", [](const StageView& v) { return v.s.failed; }, "Failed")
-      .field("bytes_copied", [](const StageView& v) { return v.s.bytes_copied; }, "Written by this stager")
-      .field("bytes_staged", [](const StageView& v) { return v.s.bytes_staged; }, "Of the staged and reused files")
-      .field("bytes_skipped", [](const StageView& v) { return v.s.bytes_skipped; }, "Of the skipped and failed files")
-      .field("done", [](const StageView& v) { return v.s.done; }, "Every file has its outcome")
-      .field("first_error", [](const StageView& v) { return v.s.first_error; }, "The first failure, naming the file")
-      .field("files_read_staged", [](const StageView& v) { return v.files_read_staged; },
-             "Files read from staged copies (from the last start_epoch on)")
+      .field(
+          "files", [](const StageView& v) { return v.s.files; }, "Given to the stager")
+      .field(
+          "staged", [](const StageView& v) { return v.s.staged; }, "Copied")
+      .field(
+          "reused", [](const StageView& v) { return v.s.reused; }, "Found complete in the folder")
+      .field(
+          "skipped_limit", [](const StageView& v) { return v.s.skipped_limit; }, "Over limit_bytes")
+      .field(
+          "skipped_space", [](const StageView& v) { return v.s.skipped_space; }, "No room in the folder")
+      .field(
+          "failed", [](const StageView& v) { return v.s.failed; }, "Failed")
+      .field(
+          "bytes_copied", [](const StageView& v) { return v.s.bytes_copied; }, "Written by this stager")
+      .field(
+          "bytes_staged", [](const StageView& v) { return v.s.bytes_staged; }, "Of the staged and reused files")
+      .field(
+          "bytes_skipped", [](const StageView& v) { return v.s.bytes_skipped; }, "Of the skipped and failed files")
+      .field(
+          "done", [](const StageView& v) { return v.s.done; }, "Every file has its outcome")
+      .field(
+          "first_error", [](const StageView& v) { return v.s.first_error; }, "The first failure, naming the file")
+      .field(
+          "files_read_staged", [](const StageView& v) { return v.files_read_staged; },
+          "Files read from staged copies (from the last start_epoch on)")
       .finish();
 
   RecordClass<LoaderStats>(m, "LoaderStats", "Totals since the loader was created (C++ LoaderStats; a snapshot)")
-      .field("batches", [](const LoaderStats& s) { return s.batches; }, "Delivered to the consumer")
+      .field(
+          "batches", [](const LoaderStats& s) { return s.batches; }, "Delivered to the consumer")
       .field("samples", [](const LoaderStats& s) { return s.samples; })
-      .field("bytes_delivered", [](const LoaderStats& s) { return s.bytes_delivered; }, "Decoded bytes handed out")
-      .field("bytes_read", [](const LoaderStats& s) { return s.bytes_read; }, "Bytes read from files")
-      .field("read_requests", [](const LoaderStats& s) { return s.read_requests; }, "Reads issued after coalescing")
-      .field("extents", [](const LoaderStats& s) { return s.extents; }, "Extents asked for before coalescing")
+      .field(
+          "bytes_delivered", [](const LoaderStats& s) { return s.bytes_delivered; }, "Decoded bytes handed out")
+      .field(
+          "bytes_read", [](const LoaderStats& s) { return s.bytes_read; }, "Bytes read from files")
+      .field(
+          "read_requests", [](const LoaderStats& s) { return s.read_requests; }, "Reads issued after coalescing")
+      .field(
+          "extents", [](const LoaderStats& s) { return s.extents; }, "Extents asked for before coalescing")
       .field("peak_in_flight_bytes", [](const LoaderStats& s) { return s.peak_in_flight_bytes; })
       .field("pool_allocations", [](const LoaderStats& s) { return s.pool_allocations; })
       .field("pool_reuses", [](const LoaderStats& s) { return s.pool_reuses; })
-      .field("io_backend", [](const LoaderStats& s) { return s.io_backend; }, "e.g. io_uring")
+      .field(
+          "io_backend", [](const LoaderStats& s) { return s.io_backend; }, "e.g. io_uring")
       .field("io_engines", [](const LoaderStats& s) { return s.io_engines; })
-      .field("batches_spread", [](const LoaderStats& s) { return s.batches_spread; },
-             "Batches read by an engine other than the first")
+      .field(
+          "batches_spread", [](const LoaderStats& s) { return s.batches_spread; },
+          "Batches read by an engine other than the first")
       .field("io_fallback_reason", [](const LoaderStats& s) { return s.io_fallback_reason; })
-      .field("files", [](const LoaderStats& s) { return s.files; }, "Distinct files of the dataset (all fields)")
-      .field("resident_bytes", [](const LoaderStats& s) { return s.resident_bytes; },
-             "Held in memory (resident); 0: read from the files")
+      .field(
+          "files", [](const LoaderStats& s) { return s.files; }, "Distinct files of the dataset (all fields)")
+      .field(
+          "resident_bytes", [](const LoaderStats& s) { return s.resident_bytes; },
+          "Held in memory (resident); 0: read from the files")
       .field("resident_reason", [](const LoaderStats& s) { return s.resident_reason; })
-      .field("unpacked_bytes", [](const LoaderStats& s) { return s.unpacked_bytes; },
-             "Kept for unpacked arrays (unpack), reserved at create")
+      .field(
+          "unpacked_bytes", [](const LoaderStats& s) { return s.unpacked_bytes; },
+          "Kept for unpacked arrays (unpack), reserved at create")
       .field("unpacked_reason", [](const LoaderStats& s) { return s.unpacked_reason; })
-      .field("prefetch", [](const LoaderStats& s) { return s.prefetch; }, "The prefetch policy in use")
-      .field("route", [](const LoaderStats& s) { return s.route; }, "gather or pipeline")
-      .field("stage", [](const LoaderStats& s) { return StageView{s.stage, s.files_read_staged}; },
-             "Node-local staging")
+      .field(
+          "prefetch", [](const LoaderStats& s) { return s.prefetch; }, "The prefetch policy in use")
+      .field(
+          "route", [](const LoaderStats& s) { return s.route; }, "gather or pipeline")
+      .field(
+          "stage",
+          [](const LoaderStats& s) {
+            return StageView{s.stage, s.files_read_staged};
+          },
+          "Node-local staging")
       .finish();
 }
 

@@ -23,7 +23,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "array_source.h"
-#include "tfrecord_scan.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
@@ -32,12 +31,12 @@
 #include "dlfeed/format/example.h"
 #include "index_codec.h"
 #include "open_listed.h"
+#include "tfrecord_scan.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace tfrecord {
 namespace fs = std::filesystem;
 namespace {
-
 
 // scan_records and sidecars describe plain files: a compressed one is
 // indexed by scan_compressed instead.

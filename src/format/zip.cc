@@ -19,7 +19,6 @@ constexpr uint32_t kEndSig = 0x06054b50;
 constexpr uint32_t kZip64EndSig = 0x06064b50;
 constexpr uint32_t kZip64LocatorSig = 0x07064b50;
 
-
 void put16(std::string& s, uint16_t v) {
   s.push_back(char(v & 0xff));
   s.push_back(char(v >> 8));

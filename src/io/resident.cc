@@ -162,7 +162,8 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     }
   }
   if (!why_not.empty()) {
-    if (o.resident == Mode::kOn) return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
+    if (o.resident == Mode::kOn)
+      return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
     out.reason = absl::StrCat("not held in memory: ", why_not);
     return out;
   }

@@ -113,9 +113,10 @@ int run_npz(const char* path) {
   const std::span<const std::byte> all(bytes);
   const size_t tail = std::min<size_t>(bytes.size(), 65535 + 22);
   auto dir = dlfeed::value_or_throw(dlfeed::parse_zip_end(all.last(tail), bytes.size(), path));
-  if (dir.entries == UINT64_MAX) dir = dlfeed::value_or_throw(dlfeed::parse_zip64_end(all.subspan(dir.offset), dir.offset, path));
-  const auto members = dlfeed::value_or_throw(dlfeed::parse_zip_directory(
-      all.subspan(dir.offset, dir.size), dir.offset, dir.entries, bytes.size(), path));
+  if (dir.entries == UINT64_MAX)
+    dir = dlfeed::value_or_throw(dlfeed::parse_zip64_end(all.subspan(dir.offset), dir.offset, path));
+  const auto members = dlfeed::value_or_throw(
+      dlfeed::parse_zip_directory(all.subspan(dir.offset, dir.size), dir.offset, dir.entries, bytes.size(), path));
   for (const auto& m : members) {
     const uint64_t data =
         dlfeed::value_or_throw(dlfeed::zip_data_offset(all.subspan(m.local_header_offset), m, bytes.size(), path));

@@ -78,7 +78,8 @@ def test_unknown_strategy_is_named():
 def npy_expected(path) -> str:
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
-        shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
         offset = f.tell()
     shape_s = f"({shape[0]},)" if len(shape) == 1 else "(" + ", ".join(map(str, shape)) + ")"
     return f"{dtype.str} {shape_s} {int(fortran)} {offset}"

@@ -14,7 +14,7 @@
 namespace dlfeed::inline DLFEED_ABI {
 
 DLFEED_INLINE absl::Status format_error(absl::string_view path, uint64_t offset, absl::string_view expected,
-                          absl::string_view found) {
+                                        absl::string_view found) {
   return absl::DataLossError(absl::StrCat(path, ": at offset ", offset, ": expected ", expected, ", found ", found));
 }
 
@@ -35,7 +35,8 @@ DLFEED_INLINE absl::Status errno_status(int err, std::string msg) {
 }  // namespace error_detail
 
 DLFEED_INLINE absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err) {
-  return error_detail::errno_status(err, absl::StrCat(path, ": at offset ", offset, ": ", op, " failed: ", std::strerror(err)));
+  return error_detail::errno_status(
+      err, absl::StrCat(path, ": at offset ", offset, ": ", op, " failed: ", std::strerror(err)));
 }
 
 DLFEED_INLINE absl::Status io_error(absl::string_view path, absl::string_view op, int err) {

@@ -249,7 +249,7 @@ DLFEED_INLINE const char* kind_name(FeatureKind kind) {
 }
 
 DLFEED_INLINE absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
-                                          const Context& ctx) {
+                                                        const Context& ctx) {
   FeatureSlice found;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice& s) {
     if (key == name) found = s;
@@ -258,7 +258,8 @@ DLFEED_INLINE absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byt
   return found;
 }
 
-DLFEED_INLINE absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example, const Context& ctx) {
+DLFEED_INLINE absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
+                                                                     const Context& ctx) {
   std::vector<std::string> names;
   absl::flat_hash_map<std::string, size_t> seen;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice&) {
@@ -269,7 +270,7 @@ DLFEED_INLINE absl::StatusOr<std::vector<std::string>> feature_names(std::span<c
 }
 
 DLFEED_INLINE absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
-                               const Context& ctx) {
+                                             const Context& ctx) {
   return for_each_value(f, FeatureKind::kBytes, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
     if (type != 2) return false;
     std::span<const std::byte> v;
@@ -346,8 +347,8 @@ DLFEED_INLINE absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const
   return 0;
 }
 
-DLFEED_INLINE absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(std::span<const std::byte> example,
-                                                                           const Context& ctx) {
+DLFEED_INLINE absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(
+    std::span<const std::byte> example, const Context& ctx) {
   std::vector<std::pair<std::string, Feature>> features;
   absl::flat_hash_map<std::string, size_t> at;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice& s) {
@@ -383,7 +384,8 @@ DLFEED_INLINE void append_varint(std::vector<std::byte>& out, uint64_t v) {
 DLFEED_INLINE void append_tag(std::vector<std::byte>& out, uint32_t field, WireType type) {
   append_varint(out, (static_cast<uint64_t>(field) << 3) | type);
 }
-DLFEED_INLINE void append_length_delimited(std::vector<std::byte>& out, uint32_t field, std::span<const std::byte> body) {
+DLFEED_INLINE void append_length_delimited(std::vector<std::byte>& out, uint32_t field,
+                                           std::span<const std::byte> body) {
   append_tag(out, field, kLengthDelimited);
   append_varint(out, body.size());
   out.insert(out.end(), body.begin(), body.end());
@@ -396,7 +398,8 @@ DLFEED_INLINE void append_fixed64(std::vector<std::byte>& out, uint64_t v) {
 }
 }  // namespace wire
 
-DLFEED_INLINE void ExampleBuilder::add_entry(absl::string_view name, int kind_field, const std::vector<std::byte>& list) {
+DLFEED_INLINE void ExampleBuilder::add_entry(absl::string_view name, int kind_field,
+                                             const std::vector<std::byte>& list) {
   std::vector<std::byte> feature;
   wire::append_length_delimited(feature, static_cast<uint32_t>(kind_field), list);
   std::vector<std::byte> entry;
@@ -405,7 +408,8 @@ DLFEED_INLINE void ExampleBuilder::add_entry(absl::string_view name, int kind_fi
   wire::append_length_delimited(features_, 1, entry);
 }
 
-DLFEED_INLINE ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name, std::span<const std::span<const std::byte>> values) {
+DLFEED_INLINE ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name,
+                                                        std::span<const std::span<const std::byte>> values) {
   std::vector<std::byte> list;
   for (const auto& v : values) wire::append_length_delimited(list, 1, v);
   add_entry(name, 1, list);

@@ -176,7 +176,8 @@ DLFEED_INLINE uint64_t NpyHeader::num_elements() const {
   return n;
 }
 
-DLFEED_INLINE absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> pre, absl::string_view path, uint64_t base) {
+DLFEED_INLINE absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte> pre, absl::string_view path,
+                                                       uint64_t base) {
   if (pre.size() < 10) {
     return format_error(path, base, "an NPY preamble of at least 10 bytes",
                         absl::StrCat(pre.size(), " bytes (file truncated)"));
@@ -200,7 +201,8 @@ DLFEED_INLINE absl::StatusOr<uint64_t> npy_header_size(std::span<const std::byte
                       absl::StrCat("version ", major, ".", static_cast<int>(pre[7])));
 }
 
-DLFEED_INLINE absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path, uint64_t base) {
+DLFEED_INLINE absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::byte> header, absl::string_view path,
+                                                         uint64_t base) {
   DLFEED_ASSIGN_OR_RETURN(uint64_t size, npy_header_size(header, path, base));
   if (header.size() < size) {
     return format_error(path, base + header.size(), absl::StrCat("an NPY header of ", size, " bytes"),

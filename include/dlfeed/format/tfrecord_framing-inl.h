@@ -49,8 +49,8 @@ DLFEED_INLINE void append_record(std::vector<std::byte>& out, std::span<const st
   store_le(p + kHeaderSize + payload.size(), masked_crc32c(payload), 4);
 }
 
-DLFEED_INLINE absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify, absl::string_view path,
-                                      uint64_t offset) {
+DLFEED_INLINE absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify,
+                                                    absl::string_view path, uint64_t offset) {
   if (header.size() < kHeaderSize) {
     return format_error(path, offset, "a 12-byte TFRecord header", absl::StrCat(header.size(), " bytes"));
   }
@@ -69,7 +69,7 @@ DLFEED_INLINE absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> h
 }
 
 DLFEED_INLINE absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
-                                                          absl::string_view path, uint64_t offset) {
+                                                                        absl::string_view path, uint64_t offset) {
   if (framed.size() < kOverhead) {
     return format_error(path, offset, "a framed TFRecord of at least 16 bytes", absl::StrCat(framed.size(), " bytes"));
   }

@@ -28,7 +28,7 @@ inline uint64_t rd64(const std::byte* p) { return uint64_t(rd32(p)) | uint64_t(r
 using namespace zip_detail;  // NOLINT: the byte readers, for the definitions below
 
 DLFEED_INLINE absl::StatusOr<ZipDirectory> parse_zip_end(std::span<const std::byte> tail, uint64_t file_size,
-                                           absl::string_view path) {
+                                                         absl::string_view path) {
   const uint64_t tail_start = file_size - tail.size();
   if (tail.size() < 22) {
     return format_error(path, tail_start, "a zip end-of-central-directory record (22 bytes)",
@@ -65,7 +65,8 @@ DLFEED_INLINE absl::StatusOr<ZipDirectory> parse_zip_end(std::span<const std::by
                       "none in the last 64 KiB (truncated, or not a zip/npz archive)");
 }
 
-DLFEED_INLINE absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset, absl::string_view path) {
+DLFEED_INLINE absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::byte> z64, uint64_t offset,
+                                                           absl::string_view path) {
   if (z64.size() < 56 || rd32(z64.data()) != kZip64EndSig) {
     return format_error(path, offset, "a Zip64 end-of-central-directory record (signature PK\\6\\6)",
                         z64.size() < 56 ? "end of file" : "other bytes");
@@ -81,9 +82,9 @@ DLFEED_INLINE absl::StatusOr<ZipDirectory> parse_zip64_end(std::span<const std::
   return d;
 }
 
-DLFEED_INLINE absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::byte> dir, uint64_t dir_offset,
-                                                           uint64_t entries, uint64_t file_size,
-                                                           absl::string_view path) {
+DLFEED_INLINE absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::span<const std::byte> dir,
+                                                                         uint64_t dir_offset, uint64_t entries,
+                                                                         uint64_t file_size, absl::string_view path) {
   std::vector<ZipMember> out;
   if (entries > dir.size() / 46) {
     return format_error(path, dir_offset, absl::StrCat("room for ", entries, " central directory entries"),
@@ -153,8 +154,8 @@ DLFEED_INLINE absl::StatusOr<std::vector<ZipMember>> parse_zip_directory(std::sp
   return out;
 }
 
-DLFEED_INLINE absl::StatusOr<uint64_t> zip_data_offset(std::span<const std::byte> lh, const ZipMember& m, uint64_t file_size,
-                                         absl::string_view path) {
+DLFEED_INLINE absl::StatusOr<uint64_t> zip_data_offset(std::span<const std::byte> lh, const ZipMember& m,
+                                                       uint64_t file_size, absl::string_view path) {
   if (lh.size() < 30 || rd32(lh.data()) != kLocalSig) {
     return format_error(path, m.local_header_offset,
                         absl::StrCat("the local header of member '", m.name, "' (signature PK\\3\\4)"),

@@ -85,8 +85,7 @@ DLFEED_INLINE absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(con
   if (!factory) {
     std::string known;
     for (const auto& name : builtin_strategy_names()) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-    return absl::NotFoundError(
-        absl::StrCat("unknown order strategy '", spec.strategy, "' (built in: ", known, ")"));
+    return absl::NotFoundError(absl::StrCat("unknown order strategy '", spec.strategy, "' (built in: ", known, ")"));
   }
   DLFEED_ASSIGN_OR_RETURN(auto order, factory(layout, spec));
   if (order == nullptr) return absl::InternalError(absl::StrCat("strategy '", spec.strategy, "' returned null"));
@@ -232,7 +231,7 @@ DLFEED_INLINE absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
 // ---------------------------------------------------------------- cursor
 
 DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const OrderSpec& spec,
-                                                const StrategyFactory& factory) {
+                                                              const StrategyFactory& factory) {
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<GlobalOrder> global, make_global_order(layout, spec, factory));
   OrderCursor c;
   c.spec_ = spec;
@@ -273,8 +272,8 @@ DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& 
 }
 
 DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::from_state(const FileLayout& layout, absl::string_view state,
-                                                    std::shared_ptr<const std::vector<uint64_t>> indices,
-                                                    const StrategyResolver& resolve) {
+                                                                  std::shared_ptr<const std::vector<uint64_t>> indices,
+                                                                  const StrategyResolver& resolve) {
   DLFEED_ASSIGN_OR_RETURN(OrderState st, decode_state(state));
   if (st.layout_fingerprint != layout.fingerprint()) {
     return absl::FailedPreconditionError(
@@ -351,7 +350,7 @@ DLFEED_INLINE std::string OrderCursor::state() const {
 }
 
 DLFEED_INLINE absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec,
-                                                 const StrategyFactory& factory) {
+                                                               const StrategyFactory& factory) {
   DLFEED_ASSIGN_OR_RETURN(OrderCursor c, OrderCursor::create(layout, spec, factory));
   std::vector<uint64_t> out(c.size());
   c.next(std::span<uint64_t>(out));
