@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include <pybind11/typing.h>
+
 #include "common.h"
 #include "dlfeed/loader.h"
 
@@ -59,24 +61,26 @@ class RecordClass {
                }
                return false;
              })
-        .def("keys",
-             [fields](const T&) {
-               std::vector<std::string> out;
-               for (const auto& f : *fields) out.push_back(f.first);
-               return out;
-             })
+        .def(
+            "keys",
+            [fields](const T&) -> py::typing::List<py::str> {
+              py::list l;
+              for (const auto& f : *fields) l.append(py::str(f.first));
+              return l;
+            },
+            "The field names, in order")
         .def("__iter__",
-             [fields](const T&) {
+             [fields](const T&) -> py::iterator {
                py::list l;
                for (const auto& f : *fields) l.append(py::str(f.first));
-               return l.attr("__iter__")();
+               return py::iter(l);
              })
         .def("__len__", [fields](const T&) { return fields->size(); })
         .def(
             "to_dict", [fields](const T& t) { return to_dict(*fields, t); },
             "A plain dict of the fields (nested structs as dicts)")
         .def("items", [fields](const T& t) { return to_dict(*fields, t).attr("items")(); })
-        .def("__repr__", [fields](const T& t) { return py::repr(to_dict(*fields, t)).cast<std::string>(); });
+        .def("__repr__", [fields](const T& t) -> py::str { return py::repr(to_dict(*fields, t)); });
   }
 
  private:

@@ -306,7 +306,7 @@ TEST(Loader, UnpackedArraysGiveTheSameBatchesReadOnce) {
       const LoaderStats s0 = unpacked->stats();
       EXPECT_NE(s0.unpacked_reason.find("unpacked: "), std::string::npos) << c.name << ": " << s0.unpacked_reason;
       // A raw array in a held file is gathered from the held bytes.
-      EXPECT_EQ(s0.unpacked_bytes == 0, c.dlio && std::string(resident) == "auto") << c.name;
+      EXPECT_EQ(s0.unpacked_bytes == 0, c.dlio && resident == Mode::kAuto) << c.name;
       const std::vector<uint64_t> ids = read_epoch(*unpacked, c, 1);  // checks every sample's bytes
       EXPECT_EQ(ids, read_epoch(*per_sample, c, 1)) << c.name;
       const LoaderStats s1 = unpacked->stats();
