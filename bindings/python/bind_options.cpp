@@ -219,7 +219,7 @@ void bind_loader_options(py::module_& m) {
 
   describe<LoaderTuning>("LoaderTuning");
   py::class_<LoaderTuning>(m, "LoaderTuning",
-                           "Knobs for dlfeed's tests and benches (C++ detail::LoaderTuning); not a stable API.")
+                           "Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API.")
       .def(py::init<>())
       .def_readwrite("io_spread_always", &LoaderTuning::io_spread_always,
                      "Send batches round all io_engines whatever their reads");

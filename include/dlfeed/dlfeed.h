@@ -17,6 +17,7 @@
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord.h"
+#include "dlfeed/format/tfrecord_framing.h"
 #include "dlfeed/format/zip.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"

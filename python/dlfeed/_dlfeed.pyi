@@ -144,7 +144,7 @@ class StageOptions:
     """fsync each copy before renaming it into place"""
 
 class LoaderTuning:
-    """Knobs for dlfeed's tests and benches (C++ detail::LoaderTuning); not a stable API."""
+    """Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API."""
     def __init__(self) -> None: ...
     io_spread_always: bool
     """Send batches round all io_engines whatever their reads"""
