@@ -10,6 +10,7 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace dtype_detail {
+DLFEED_DETAIL_BEGIN
 
 inline constexpr bool kNativeBig = std::endian::native == std::endian::big;
 
@@ -23,6 +24,7 @@ DLFEED_INLINE char kind_char(DType::Kind k) {
   return '?';
 }
 
+DLFEED_DETAIL_END
 }  // namespace dtype_detail
 
 DLFEED_INLINE std::string DType::str() const {

@@ -27,11 +27,13 @@ DLFEED_INLINE absl::Status file_error(absl::string_view path, absl::string_view 
 }
 
 namespace error_detail {
+DLFEED_DETAIL_BEGIN
 DLFEED_INLINE absl::Status errno_status(int err, std::string msg) {
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
   return absl::UnavailableError(msg);
 }
+DLFEED_DETAIL_END
 }  // namespace error_detail
 
 DLFEED_INLINE absl::Status io_error(absl::string_view path, uint64_t offset, absl::string_view op, int err) {

@@ -16,9 +16,17 @@
 // order strategy registry) is never in the header tier: it stays in libdlfeed.
 #pragma once
 
+// DLFEED_DETAIL_BEGIN/END enclose an -inl.h's private helpers: in the one
+// compiled TU an anonymous namespace (internal linkage, so the optimizer sees
+// every caller, as when the bodies were in src/*.cc: measured in
+// docs/performance.md, "The header tier"); inline in a header, nothing.
 #if defined(DLFEED_COMPILED_LIB)
 #define DLFEED_INLINE
+#define DLFEED_DETAIL_BEGIN namespace {
+#define DLFEED_DETAIL_END }
 #else
 #define DLFEED_HEADER_ONLY 1
 #define DLFEED_INLINE inline
+#define DLFEED_DETAIL_BEGIN
+#define DLFEED_DETAIL_END
 #endif

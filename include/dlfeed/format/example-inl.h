@@ -13,6 +13,7 @@
 
 namespace dlfeed::inline DLFEED_ABI::example {
 namespace example_detail {
+DLFEED_DETAIL_BEGIN
 
 inline constexpr int kMaxGroupDepth = 64;
 
@@ -235,6 +236,7 @@ absl::Status for_each_value(const FeatureSlice& f, FeatureKind kind, const Conte
   return absl::OkStatus();
 }
 
+DLFEED_DETAIL_END
 }  // namespace example_detail
 using namespace example_detail;  // NOLINT: the parser's pieces, for the definitions below
 

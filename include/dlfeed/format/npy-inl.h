@@ -18,6 +18,7 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace npy_detail {
+DLFEED_DETAIL_BEGIN
 
 inline constexpr char kMagic[] = "\x93NUMPY";
 inline constexpr uint64_t kMaxHeader = 1 << 20;  // numpy itself refuses headers over 10 KB by default
@@ -147,6 +148,8 @@ class DictParser {
   uint64_t base_;
   size_t pos_ = 0;
 };
+
+DLFEED_DETAIL_END
 
 // What of `shape` (sizes 0 or more) does not fit, or null: its element count
 // in 64 bits (set in `elements`), or its strides in 63 bits. The strides

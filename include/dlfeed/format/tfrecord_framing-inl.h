@@ -13,6 +13,7 @@
 
 namespace dlfeed::inline DLFEED_ABI::tfrecord {
 namespace framing_detail {
+DLFEED_DETAIL_BEGIN
 
 inline uint64_t load_le64(const std::byte* p) {
   uint64_t v = 0;
@@ -34,6 +35,7 @@ inline std::string hex32(uint32_t v) {
   return s;
 }
 
+DLFEED_DETAIL_END
 }  // namespace framing_detail
 using namespace framing_detail;  // NOLINT: the byte helpers, for the definitions below
 

@@ -13,6 +13,7 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace zip_detail {
+DLFEED_DETAIL_BEGIN
 
 inline constexpr uint32_t kLocalSig = 0x04034b50;
 inline constexpr uint32_t kCentralSig = 0x02014b50;
@@ -24,6 +25,7 @@ inline uint16_t rd16(const std::byte* p) { return uint16_t(uint16_t(p[0]) | uint
 inline uint32_t rd32(const std::byte* p) { return uint32_t(rd16(p)) | uint32_t(rd16(p + 2)) << 16; }
 inline uint64_t rd64(const std::byte* p) { return uint64_t(rd32(p)) | uint64_t(rd32(p + 4)) << 32; }
 
+DLFEED_DETAIL_END
 }  // namespace zip_detail
 using namespace zip_detail;  // NOLINT: the byte readers, for the definitions below
 

@@ -103,6 +103,7 @@ DLFEED_INLINE absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(con
 // ---------------------------------------------------------------- state
 
 namespace order_detail {
+DLFEED_DETAIL_BEGIN
 
 inline constexpr uint8_t kStateVersion = 1;
 // Version 2 appends global_start; states without one stay version 1.
@@ -161,6 +162,7 @@ class Reader {
   size_t p_ = 0;
 };
 
+DLFEED_DETAIL_END
 }  // namespace order_detail
 
 DLFEED_INLINE uint64_t indices_fingerprint(const std::vector<uint64_t>* indices) {

@@ -16,6 +16,7 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace order_detail {
+DLFEED_DETAIL_BEGIN
 
 // Stream tags: one per independent draw, so strategies never share a stream.
 inline constexpr uint64_t kFilePermTag = 0x66696c655f706572ULL;   // "file_per"
@@ -245,6 +246,7 @@ DLFEED_INLINE OrderOr make_explicit(const FileLayout& layout, const OrderSpec& s
   return std::make_unique<ExplicitOrder>(spec.params.indices);
 }
 
+DLFEED_DETAIL_END
 }  // namespace order_detail
 
 DLFEED_INLINE StrategyFactory builtin_strategy(absl::string_view name) {
