@@ -19,6 +19,7 @@
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord.h"
+#include "format/tfrecord_scan.h"
 
 namespace {
 

@@ -9,19 +9,7 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 
-int64_t num_elements(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) return 0;
-    n *= d;
-  }
-  return n;
-}
-
-std::string shape_str(const Shape& shape) {
-  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
-}
+// num_elements and shape_str: header tier, dlfeed/sample-inl.h.
 
 uint64_t SampleRef::read_bytes() const {
   uint64_t n = 0;

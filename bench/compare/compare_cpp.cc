@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       o.paths.push_back(s);
   }
   if (o.paths.empty()) return fail("give a dataset path");
-  if (cold) o.resident = "off";  // a cold epoch measures reads: held in memory, nothing would be read
+  if (cold) o.resident = dlfeed::Mode::kOff;  // a cold epoch measures reads: held in memory, nothing would be read
 
   const auto t_create = std::chrono::steady_clock::now();
   auto created = dlfeed::Loader::create(o);

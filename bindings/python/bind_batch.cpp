@@ -40,6 +40,27 @@ py::array to_numpy(const TensorView& t) {
   return py::array(dt, shape, const_cast<std::byte*>(t.data), owner_capsule(t.keep));
 }
 
+// NumPy's __array__(dtype=None, copy=None) protocol (NumPy 2): the shared
+// memory when neither asks for a copy; a copy when copy=True or the dtype
+// differs; ValueError when copy=False and the dtype differs (a copy needed).
+py::object array_protocol(const TensorView& t, const py::object& dtype, const py::object& copy) {
+  py::array a = to_numpy(t);
+  const bool copy_asked = !copy.is_none() && copy.cast<bool>();
+  const bool copy_refused = !copy.is_none() && !copy.cast<bool>();
+  if (!dtype.is_none()) {
+    const py::dtype want = py::dtype::from_args(dtype);
+    if (!a.dtype().equal(want)) {
+      if (copy_refused) {
+        throw py::value_error("dlfeed.Tensor '" + t.name + "' is " + t.dtype.name() + "; viewing it as " +
+                              py::str(want).cast<std::string>() + " needs a copy, and copy=False was given");
+      }
+      return a.attr("astype")(want);
+    }
+  }
+  if (copy_asked) return a.attr("copy")();
+  return a;
+}
+
 Shape with_sample_shape(const std::string& field, size_t batch, const Shape& given, const Shape& sample) {
   Shape out;
   out.push_back(static_cast<int64_t>(batch));
@@ -186,9 +207,9 @@ void bind_batch(py::module_& m) {
           "data_ptr", [](const TensorView& t) { return reinterpret_cast<uintptr_t>(t.data); },
           "Address of the first byte (for checking zero copy).")
       .def("numpy", &to_numpy, "A numpy array sharing this tensor's memory.")
-      .def(
-          "__array__", [](const TensorView& t, const py::object&, const py::object&) { return to_numpy(t); },
-          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def("__array__", &array_protocol, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+           "numpy's array protocol: shares the memory unless dtype differs or copy=True; copy=False with "
+           "another dtype raises ValueError")
       .def("__dlpack__", &dlpack_method, py::kw_only(), py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const TensorView&) { return py::make_tuple(int(kDLCPU), 0); })
@@ -260,6 +281,18 @@ void bind_batch(py::module_& m) {
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(int(kDLCPU), 0); })
+      .def(
+          "__array__",
+          [](const PyBatch& b, const py::object& dtype, const py::object& copy) {
+            if (b.batch->fields.size() != 1 || b.batch->fields[0].ragged()) {
+              throw py::type_error(
+                  "a batch is one array only when it has one uniform field; use batch[name] or "
+                  "batch.tensor(name)");
+            }
+            return array_protocol(views(b, 0)[0], dtype, copy);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+          "np.asarray(batch) for a batch of one uniform field (as __dlpack__); dtype and copy as for Tensor")
       .def("__repr__", [](const PyBatch& b) {
         std::string s = "<dlfeed.Batch epoch " + std::to_string(b.batch->epoch) + " index " +
                         std::to_string(b.batch->index) + ", " + std::to_string(b.batch->size()) + " samples:";

@@ -35,52 +35,6 @@ struct PyLoader {
   }
 };
 
-py::dict stats_dict(const LoaderStats& s) {
-  py::dict d;
-  d["batches"] = s.batches;
-  d["samples"] = s.samples;
-  d["bytes_delivered"] = s.bytes_delivered;
-  d["bytes_read"] = s.bytes_read;
-  d["read_requests"] = s.read_requests;
-  d["extents"] = s.extents;
-  d["peak_in_flight_bytes"] = s.peak_in_flight_bytes;
-  d["pool_allocations"] = s.pool_allocations;
-  d["pool_reuses"] = s.pool_reuses;
-  d["lookahead_batches"] = s.lookahead_batches;
-  d["held_batches"] = s.held_batches;
-  d["io_backend"] = s.io_backend;
-  d["io_engines"] = s.io_engines;
-  d["io_engines_made"] = s.io_engines_made;
-  d["autotune"] = s.autotune;
-  d["autotune_changes"] = s.autotune_changes;
-  d["threads"] = s.threads;
-  d["cores"] = s.cores;
-  d["decode_peak"] = s.decode_peak;
-  d["batches_spread"] = s.batches_spread;
-  d["io_fallback_reason"] = s.io_fallback_reason;
-  d["files"] = s.files;
-  d["resident_bytes"] = s.resident_bytes;
-  d["resident_reason"] = s.resident_reason;
-  d["unpacked_bytes"] = s.unpacked_bytes;
-  d["unpacked_reason"] = s.unpacked_reason;
-  d["prefetch"] = s.prefetch;
-  d["route"] = s.route;
-  py::dict st;  // staging (stage_dir)
-  st["files"] = s.stage.files;
-  st["staged"] = s.stage.staged;
-  st["reused"] = s.stage.reused;
-  st["skipped_limit"] = s.stage.skipped_limit;
-  st["skipped_space"] = s.stage.skipped_space;
-  st["failed"] = s.stage.failed;
-  st["bytes_copied"] = s.stage.bytes_copied;
-  st["bytes_staged"] = s.stage.bytes_staged;
-  st["done"] = s.stage.done;
-  st["first_error"] = s.stage.first_error;
-  st["files_read_staged"] = s.files_read_staged;
-  d["stage"] = st;
-  return d;
-}
-
 }  // namespace
 
 void bind_loader(py::module_& m) {
@@ -168,7 +122,7 @@ void bind_loader(py::module_& m) {
           "mid-epoch restore; 0 at its end).")
       .def_property_readonly("field_names", [](PyLoader& self) { return self.get().field_names(); })
       .def_property_readonly("options", [](PyLoader& self) { return self.get().options(); })
-      .def("stats", [](PyLoader& self) { return stats_dict(self.get().stats()); })
+      .def("stats", [](PyLoader& self) { return self.get().stats(); })
       // Counters (docs/counters.md): JSON snapshot, summary table, compute
       // regions and steps for AU, traces.
       .def("counters_json", [](PyLoader& self) { return self.get().counters_json(); })

@@ -205,11 +205,11 @@ void bind_loader_options(py::module_& m) {
                      "Most bytes of copies this rank keeps there; files that do not fit are read from the source")
       .def_readwrite("sync", &staging::StageOptions::sync, "fsync each copy before renaming it into place");
 
-  describe<detail::LoaderTuning>("LoaderTuning");
-  py::class_<detail::LoaderTuning>(m, "LoaderTuning",
-                                   "Knobs for dlfeed's tests and benches (C++ detail::LoaderTuning); not a stable API.")
+  describe<LoaderTuning>("LoaderTuning");
+  py::class_<LoaderTuning>(m, "LoaderTuning",
+                           "Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API.")
       .def(py::init<>())
-      .def_readwrite("io_spread_always", &detail::LoaderTuning::io_spread_always,
+      .def_readwrite("io_spread_always", &LoaderTuning::io_spread_always,
                      "Send batches round all io_engines whatever their reads");
 
   describe<LoaderOptions>("LoaderOptions",
@@ -247,13 +247,17 @@ void bind_loader_options(py::module_& m) {
                      "posix_fadvise(WILLNEED) each batch's reads when it is planned")
       .def_readwrite("memory_budget", &LoaderOptions::memory_budget,
                      "Most bytes of batches in flight (read buffers and decoded batches, held ones included)")
-      .def_readwrite("resident", &LoaderOptions::resident,
-                     "Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at "
-                     "create, then copies from memory), on (or fail saying why not), off")
-      .def_readwrite("unpack", &LoaderOptions::unpack,
-                     "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of "
-                     "memory_budget less the held files are read once whole per epoch, inflated once, kept and "
-                     "gathered from memory), off (read per sample)")
+      .def_property(
+          "resident", [](const LoaderOptions& o) { return mode_name(o.resident); },
+          [](LoaderOptions& o, const std::string& s) { o.resident = unwrap(parse_mode(s, "resident")); },
+          "Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at "
+          "create, then copies from memory), on (or fail saying why not), off")
+      .def_property(
+          "unpack", [](const LoaderOptions& o) { return mode_name(o.unpack); },
+          [](LoaderOptions& o, const std::string& s) { o.unpack = unwrap(parse_mode(s, "unpack")); },
+          "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of "
+          "memory_budget less the held files are read once whole per epoch, inflated once, kept and "
+          "gathered from memory), off (read per sample)")
       .def_readwrite("threads", &LoaderOptions::threads,
                      "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process "
                      "may use, at least 2); this loader's own")

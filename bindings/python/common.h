@@ -23,6 +23,7 @@ void bind_format(py::module_& m);
 void bind_order(py::module_& m);
 void bind_io(py::module_& m);
 void bind_batch(py::module_& m);
+void bind_stats(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_memory(py::module_& m);
 

@@ -2,6 +2,7 @@
 // stage of the library is bound in its own bind_<stage>.cpp; the public,
 // Pythonic API (dlfeed.Loader, dlfeed.torch, dlfeed.tf) is pure Python on top.
 #include "common.h"
+#include "dlfeed/detail/export.h"
 
 namespace dlfeed::python {
 
@@ -22,12 +23,15 @@ py::tuple shape_to_py(const Shape& shape) {
 PYBIND11_MODULE(_dlfeed, m) {
   using namespace dlfeed::python;
   m.doc() = "dlfeed's C++ core (private: use the dlfeed package)";
+  // The version the library was compiled as (VERSION, via detail/export.h).
+  m.attr("__version__") = DLFEED_VERSION_STRING;
   bind_error(m);
   bind_options(m);
   bind_format(m);
   bind_order(m);
   bind_io(m);
   bind_batch(m);
+  bind_stats(m);
   bind_loader(m);
   bind_memory(m);
 }

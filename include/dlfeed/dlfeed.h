@@ -18,6 +18,7 @@
 #include "dlfeed/format/indexed_binary.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord.h"
+#include "dlfeed/format/tfrecord_framing.h"
 #include "dlfeed/format/zip.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"

@@ -36,3 +36,8 @@ struct DLFEED_EXPORT DType {
 };
 
 }  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/dtype-inl.h"
+#endif

@@ -55,3 +55,8 @@ T value_or_throw(absl::StatusOr<T> v) {
 /// lhs = value of a StatusOr expression, or return its error.
 #define DLFEED_ASSIGN_OR_RETURN(lhs, expr) \
   DLFEED_ASSIGN_OR_RETURN_IMPL_(DLFEED_CONCAT_(dlfeed_statusor_, __LINE__), lhs, expr)
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/detail/error-inl.h"
+#endif

@@ -42,15 +42,25 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 
-namespace detail {
-/// LoaderOptions::tuning: for dlfeed's tests and benches; may change or go
-/// without notice.
+/// LoaderOptions::tuning: knobs for dlfeed's own tests and benches; may
+/// change or go without notice.
 struct DLFEED_EXPORT LoaderTuning {
   /// Send batches round all io_engines whatever their reads (to test
   /// spreading, and to measure what it costs where it does not engage).
   bool io_spread_always = false;
 };
+namespace detail {
+using LoaderTuning = ::dlfeed::LoaderTuning;  // its former name
 }  // namespace detail
+
+/// A loader switch (LoaderOptions::resident, LoaderOptions::unpack), written
+/// "auto", "on" or "off" in Python and on the command line.
+enum class Mode : uint8_t { kAuto, kOn, kOff };
+/// "auto", "on" or "off".
+DLFEED_EXPORT const char* mode_name(Mode mode);
+/// Parses "auto", "on" or "off" for the option `what` (e.g. "resident"):
+/// InvalidArgument "loader: resident is auto, on or off, not 'x'" otherwise.
+DLFEED_EXPORT absl::StatusOr<Mode> parse_mode(absl::string_view text, absl::string_view what);
 
 /// Everything a Loader is built from.
 struct DLFEED_EXPORT LoaderOptions {
@@ -95,7 +105,7 @@ struct DLFEED_EXPORT LoaderOptions {
   /// io_factory. 1: one engine.
   uint32_t io_engines = 0;
   /// Knobs for dlfeed's own tests and measurements (not a stable API).
-  detail::LoaderTuning tuning;
+  LoaderTuning tuning;
   /// Makes the I/O backend (once per engine); empty (the default) uses make_io_backend. A
   /// backend made here is checked against the IoBackend contract
   /// (make_checked_backend), so a faulty one gives errors, not bad batches.
@@ -149,10 +159,10 @@ struct DLFEED_EXPORT LoaderOptions {
   /// per sample (small samples then go at memory speed, and a strided or
   /// scattered layout is read once, not once per sample). Those bytes come
   /// out of memory_budget; the rest is for batches in flight. The copy is a
-  /// snapshot: a file changed after create() is not seen. "on": the same, or
-  /// create() fails saying why not; "off": always read the files.
+  /// snapshot: a file changed after create() is not seen. kOn: the same, or
+  /// create() fails saying why not; kOff: always read the files.
   /// LoaderStats::resident_bytes says what was chosen.
-  std::string resident = "auto";
+  Mode resident = Mode::kAuto;
   /// Unpack arrays that are costly to read per sample: a deflated NPZ member
   /// (np.savez_compressed; per sample, each would read and inflate the whole
   /// member) and a strided NPY/NPZ array (the DLIO layout, samples on the
@@ -164,8 +174,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// reads them once again); their bytes come out of
   /// memory_budget. Not with io.direct, stage or io_factory. The rest, and
   /// everything with "off", is read per sample. LoaderStats::unpacked_bytes
-  /// and unpacked_reason say what was chosen.
-  std::string unpack = "auto";
+  /// and unpacked_reason say what was chosen. kOn is refused (auto or off).
+  Mode unpack = Mode::kAuto;
   /// oneTBB threads for decode, and for the copies from held files when
   /// there are more than 2 cores (0: the cores the process may use, at least
   /// 2). They are this loader's own (a task arena of its size), whatever

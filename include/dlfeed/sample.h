@@ -213,3 +213,8 @@ DLFEED_EXPORT absl::StatusOr<DecodedSample> read_sample(const SampleIndex& index
                                                         std::vector<std::byte>& raw, std::vector<std::byte>& scratch);
 
 }  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/sample-inl.h"
+#endif

@@ -37,7 +37,24 @@ from ._dlfeed import (  # noqa: E402
 )
 from ._loader import EpochIterator, Loader  # noqa: E402
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    # One source, the file VERSION: compiled into _dlfeed (DLFEED_VERSION_STRING);
+    # else the installed distribution's metadata; else the tree's VERSION file.
+    v = getattr(_dlfeed, "__version__", None)
+    if v:
+        return v
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("dlfeed")
+    except PackageNotFoundError:  # pragma: no cover - an uninstalled, older build
+        import pathlib
+
+        return (pathlib.Path(__file__).resolve().parents[2] / "VERSION").read_text().strip()
+
+
+__version__ = _version()
 
 __all__ = [
     "Batch",

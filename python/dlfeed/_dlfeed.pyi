@@ -144,7 +144,7 @@ class StageOptions:
     """fsync each copy before renaming it into place"""
 
 class LoaderTuning:
-    """Knobs for dlfeed's tests and benches (C++ detail::LoaderTuning); not a stable API."""
+    """Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API."""
     def __init__(self) -> None: ...
     io_spread_always: bool
     """Send batches round all io_engines whatever their reads"""
@@ -236,7 +236,8 @@ class Tensor:
         """Address of the first byte (for checking zero copy)."""
     def numpy(self) -> numpy.ndarray:
         """A numpy array sharing this tensor's memory."""
-    def __array__(self, dtype: typing.Any = ..., copy: typing.Any = ...) -> numpy.ndarray: ...
+    def __array__(self, dtype: typing.Any = ..., copy: typing.Any = ...) -> typing.Any:
+        """numpy's array protocol: shares the memory unless dtype differs or copy=True; copy=False with another dtype raises ValueError"""
     def __dlpack__(self, *, stream: typing.Any = ..., max_version: typing.Any = ..., dl_device: typing.Any = ..., copy: typing.Any = ...) -> typing.Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __repr__(self) -> str: ...
@@ -268,6 +269,129 @@ class Batch:
         """The field as a dlfeed.Tensor (DLPack); ragged: a list of one per sample."""
     def __dlpack__(self, *, stream: typing.Any = ..., max_version: typing.Any = ..., dl_device: typing.Any = ..., copy: typing.Any = ...) -> typing.Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __array__(self, dtype: typing.Any = ..., copy: typing.Any = ...) -> typing.Any:
+        """np.asarray(batch) for a batch of one uniform field (as __dlpack__); dtype and copy as for Tensor"""
+    def __repr__(self) -> str: ...
+
+class StageStats:
+    """Node-local staging so far (C++ staging::StageStats)"""
+    @property
+    def files(self) -> int:
+        """Given to the stager"""
+    @property
+    def staged(self) -> int:
+        """Copied"""
+    @property
+    def reused(self) -> int:
+        """Found complete in the folder"""
+    @property
+    def skipped_limit(self) -> int:
+        """Over limit_bytes"""
+    @property
+    def skipped_space(self) -> int:
+        """No room in the folder"""
+    @property
+    def failed(self) -> int:
+        """Failed"""
+    @property
+    def bytes_copied(self) -> int:
+        """Written by this stager"""
+    @property
+    def bytes_staged(self) -> int:
+        """Of the staged and reused files"""
+    @property
+    def bytes_skipped(self) -> int:
+        """Of the skipped and failed files"""
+    @property
+    def done(self) -> bool:
+        """Every file has its outcome"""
+    @property
+    def first_error(self) -> str:
+        """The first failure, naming the file"""
+    @property
+    def files_read_staged(self) -> int:
+        """Files read from staged copies (from the last start_epoch on)"""
+    def __getitem__(self, key: str) -> typing.Any:
+        """The field `key`, as in a dict"""
+    def get(self, key: str, default: typing.Any = ...) -> typing.Any: ...
+    def __contains__(self, arg0: str) -> bool: ...
+    def keys(self) -> list[str]:
+        """The field names, in order"""
+    def __iter__(self) -> collections.abc.Iterator: ...
+    def __len__(self) -> int: ...
+    def to_dict(self) -> dict:
+        """A plain dict of the fields (nested structs as dicts)"""
+    def items(self) -> typing.Any: ...
+    def __repr__(self) -> str: ...
+
+class LoaderStats:
+    """Totals since the loader was created (C++ LoaderStats; a snapshot)"""
+    @property
+    def batches(self) -> int:
+        """Delivered to the consumer"""
+    @property
+    def samples(self) -> int: ...
+    @property
+    def bytes_delivered(self) -> int:
+        """Decoded bytes handed out"""
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from files"""
+    @property
+    def read_requests(self) -> int:
+        """Reads issued after coalescing"""
+    @property
+    def extents(self) -> int:
+        """Extents asked for before coalescing"""
+    @property
+    def peak_in_flight_bytes(self) -> int: ...
+    @property
+    def pool_allocations(self) -> int: ...
+    @property
+    def pool_reuses(self) -> int: ...
+    @property
+    def io_backend(self) -> str:
+        """e.g. io_uring"""
+    @property
+    def io_engines(self) -> int: ...
+    @property
+    def batches_spread(self) -> int:
+        """Batches read by an engine other than the first"""
+    @property
+    def io_fallback_reason(self) -> str: ...
+    @property
+    def files(self) -> int:
+        """Distinct files of the dataset (all fields)"""
+    @property
+    def resident_bytes(self) -> int:
+        """Held in memory (resident); 0: read from the files"""
+    @property
+    def resident_reason(self) -> str: ...
+    @property
+    def unpacked_bytes(self) -> int:
+        """Kept for unpacked arrays (unpack), reserved at create"""
+    @property
+    def unpacked_reason(self) -> str: ...
+    @property
+    def prefetch(self) -> str:
+        """The prefetch policy in use"""
+    @property
+    def route(self) -> str:
+        """gather or pipeline"""
+    @property
+    def stage(self) -> StageStats:
+        """Node-local staging"""
+    def __getitem__(self, key: str) -> typing.Any:
+        """The field `key`, as in a dict"""
+    def get(self, key: str, default: typing.Any = ...) -> typing.Any: ...
+    def __contains__(self, arg0: str) -> bool: ...
+    def keys(self) -> list[str]:
+        """The field names, in order"""
+    def __iter__(self) -> collections.abc.Iterator: ...
+    def __len__(self) -> int: ...
+    def to_dict(self) -> dict:
+        """A plain dict of the fields (nested structs as dicts)"""
+    def items(self) -> typing.Any: ...
     def __repr__(self) -> str: ...
 
 class Loader:
@@ -293,7 +417,7 @@ class Loader:
     def field_names(self) -> list[str]: ...
     @property
     def options(self) -> LoaderOptions: ...
-    def stats(self) -> dict: ...
+    def stats(self) -> LoaderStats: ...
     def counters_json(self) -> str: ...
     def summary_table(self) -> str: ...
     def reset_counters(self) -> None: ...

@@ -224,7 +224,9 @@ class Loader:
         known only after decode; None for the whole shape when even the rank varies)."""
         return [(n, np.dtype(d), s) for n, d, s in self._core.field_specs()]
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> "_dlfeed.LoaderStats":
+        """Totals since the loader was made: attributes (stats().bytes_read), or
+        as a dict (stats()["bytes_read"], to_dict())."""
         return self._core.stats()
 
     # -- counters (docs/counters.md) ---------------------------------------

@@ -14,6 +14,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/tfrecord.h"
+#include "tfrecord_scan.h"
 
 namespace dlfeed::inline DLFEED_ABI::tfrecord {
 namespace {

@@ -129,10 +129,11 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
 
 absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable& files) {
   ResidentChoice out;
-  if (o.resident != "auto" && o.resident != "on" && o.resident != "off") {
-    return absl::InvalidArgumentError(absl::StrCat("loader: resident is auto, on or off, not '", o.resident, "'"));
+  if (o.resident != Mode::kAuto && o.resident != Mode::kOn && o.resident != Mode::kOff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader: resident is auto, on or off, not ", static_cast<int>(o.resident)));
   }
-  if (o.resident == "off") {
+  if (o.resident == Mode::kOff) {
     out.reason = "not held in memory: resident is off";
     return out;
   }
@@ -161,7 +162,8 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     }
   }
   if (!why_not.empty()) {
-    if (o.resident == "on") return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
+    if (o.resident == Mode::kOn)
+      return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
     out.reason = absl::StrCat("not held in memory: ", why_not);
     return out;
   }

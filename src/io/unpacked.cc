@@ -79,8 +79,8 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
                                              const std::vector<std::vector<uint32_t>>& file_ids, FileTable& table,
                                              std::shared_ptr<const ResidentFiles> held, counters::Counters* counters) {
   UnpackChoice out;
-  if (o.unpack != "auto" && o.unpack != "off") {
-    return absl::InvalidArgumentError(absl::StrCat("loader: unpack is auto or off, not '", o.unpack, "'"));
+  if (o.unpack != Mode::kAuto && o.unpack != Mode::kOff) {
+    return absl::InvalidArgumentError(absl::StrCat("loader: unpack is auto or off, not '", mode_name(o.unpack), "'"));
   }
   // Which sources would gain, and what each would keep.
   struct Candidate {
@@ -104,7 +104,7 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
     }
   }
   if (want.empty()) return out;  // nothing deflated or strided: nothing to say
-  if (o.unpack == "off") {
+  if (o.unpack == Mode::kOff) {
     out.reason =
         absl::StrCat("not unpacked: unpack is off (", want.size(), " deflated or strided arrays read per sample)");
     return out;

@@ -59,8 +59,8 @@ LoaderOptions options_for(const Dataset& d) {
   if (d.c.format == FileFormat::kTfRecord) o.format.feature_dtype = d.dtype;
   o.batch_size = 4;
   o.threads = 2;
-  o.resident = "off";  // the faults are in the reads: read the files every epoch
-  o.unpack = "off";    // and per sample (an unpacked DLIO array is read once, outside the engines)
+  o.resident = Mode::kOff;  // the faults are in the reads: read the files every epoch
+  o.unpack = Mode::kOff;    // and per sample (an unpacked DLIO array is read once, outside the engines)
   return o;
 }
 

@@ -309,7 +309,7 @@ TEST(IndexCacheFolders, ReopenTakesTheListingAndAFileChangedInPlaceIsRefusedAtIt
   lo.paths = {ds.path};
   lo.format = o;
   lo.batch_size = 64;
-  lo.resident = "off";
+  lo.resident = Mode::kOff;
   auto loader = Loader::create(lo);
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ((*loader)->num_samples(), want->size()) << "the cached index, not the file's new one";

@@ -18,6 +18,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/format.h"
+#include "format/tfrecord_scan.h"
 #include "gen/generate.h"
 #include "test_util.h"
 

@@ -58,7 +58,7 @@ LoaderOptions options_for(const DatasetCase& c, const std::string& path) {
   if (c.format == FileFormat::kTfRecord) o.format.feature_dtype = DType::parse("<f4").value();
   o.batch_size = 4;
   o.threads = 2;
-  o.resident = "off";  // the read path (ResidentDatasets... tests the other)
+  o.resident = Mode::kOff;  // the read path (ResidentDatasets... tests the other)
   return o;
 }
 
@@ -156,7 +156,7 @@ TEST(Loader, ResidentDatasetsGiveTheSameBatchesAsReadOnes) {
       EXPECT_NE((**read).stats().resident_reason.find("resident is off"), std::string::npos);
       // prefetch "auto": 8 batches ahead of reads; of copies from held files, 8 within 16 MiB.
       EXPECT_EQ((**read).stats().prefetch, "depth:8,budget:268435456");
-      o.resident = "auto";
+      o.resident = Mode::kAuto;
       auto held = Loader::create(o);
       ASSERT_TRUE(held.ok()) << held.status();
       const LoaderStats s = (**held).stats();
@@ -226,7 +226,7 @@ TEST(Loader, ResidentLoadOfManyFilesReportsTheFirstFailingFile) {
   const DatasetCase c{"npy_many", FileFormat::kNpy, false, {}};
   const std::string path = make_dataset(c, root, /*files=*/300, /*per_file=*/1);
   LoaderOptions o = options_for(c, path);
-  o.resident = "on";
+  o.resident = Mode::kOn;
   {
     auto held = Loader::create(o);
     ASSERT_TRUE(held.ok()) << held.status();
@@ -255,13 +255,13 @@ TEST(Loader, ResidentSaysWhyNot) {
   const std::string path = make_dataset(c, root);
   LoaderOptions o = options_for(c, path);
   o.memory_budget = 4096;  // the files are larger than half of it
-  o.resident = "auto";
+  o.resident = Mode::kAuto;
   auto loader = Loader::create(o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ((**loader).stats().resident_bytes, 0u);
   EXPECT_NE((**loader).stats().resident_reason.find("more than half of memory_budget"), std::string::npos)
       << (**loader).stats().resident_reason;
-  o.resident = "on";
+  o.resident = Mode::kOn;
   auto refused = Loader::create(o);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -271,8 +271,13 @@ TEST(Loader, ResidentSaysWhyNot) {
   o.io.direct = true;
   EXPECT_NE(Loader::create(o).status().message().find("io.direct"), std::string::npos);
   o.io.direct = false;
-  o.resident = "sometimes";
-  EXPECT_EQ(Loader::create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  // The switch as text (Python, the command line): the same three words, anything else refused.
+  EXPECT_EQ(parse_mode("off", "resident").value(), Mode::kOff);
+  EXPECT_EQ(parse_mode("on", "resident").value(), Mode::kOn);
+  EXPECT_EQ(parse_mode("auto", "resident").value(), Mode::kAuto);
+  EXPECT_EQ(parse_mode("sometimes", "resident").status().message(),
+            "loader: resident is auto, on or off, not 'sometimes'");
+  for (Mode m : {Mode::kAuto, Mode::kOn, Mode::kOff}) EXPECT_EQ(parse_mode(mode_name(m), "resident").value(), m);
 }
 
 // Deflated NPZ members and DLIO-layout (strided) arrays are unpacked once
@@ -287,21 +292,21 @@ TEST(Loader, UnpackedArraysGiveTheSameBatchesReadOnce) {
     if (std::string(c.name) == deflated.name) spec.compression = gen::Compression::kDeflate;
     auto written = testing::write_generated(spec);
     ASSERT_TRUE(written.ok()) << written.status();
-    for (const char* resident : {"off", "auto"}) {
+    for (Mode resident : {Mode::kOff, Mode::kAuto}) {
       LoaderOptions o = options_for(c, written->path);
       o.resident = resident;
       o.order.strategy = "global_shuffle";
       o.order.seed = 3;
-      o.unpack = "off";
+      o.unpack = Mode::kOff;
       auto per_sample = Loader::create(o).value();
       EXPECT_EQ(per_sample->stats().unpacked_bytes, 0u);
       EXPECT_NE(per_sample->stats().unpacked_reason.find("unpack is off"), std::string::npos);
-      o.unpack = "auto";
+      o.unpack = Mode::kAuto;
       auto unpacked = Loader::create(o).value();
       const LoaderStats s0 = unpacked->stats();
       EXPECT_NE(s0.unpacked_reason.find("unpacked: "), std::string::npos) << c.name << ": " << s0.unpacked_reason;
       // A raw array in a held file is gathered from the held bytes.
-      EXPECT_EQ(s0.unpacked_bytes == 0, c.dlio && std::string(resident) == "auto") << c.name;
+      EXPECT_EQ(s0.unpacked_bytes == 0, c.dlio && resident == Mode::kAuto) << c.name;
       const std::vector<uint64_t> ids = read_epoch(*unpacked, c, 1);  // checks every sample's bytes
       EXPECT_EQ(ids, read_epoch(*per_sample, c, 1)) << c.name;
       const LoaderStats s1 = unpacked->stats();
@@ -339,8 +344,8 @@ TEST(Loader, UnpackedArraysGiveTheSameBatchesReadOnce) {
     }
   }
   LoaderOptions o = options_for(kDatasets[2], make_dataset(kDatasets[2], root));
-  o.unpack = "sometimes";
-  EXPECT_EQ(Loader::create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.unpack = Mode::kOn;  // unpack is auto or off
+  EXPECT_EQ(Loader::create(o).status().message(), "loader: unpack is auto or off, not 'on'");
 }
 
 TEST(Loader, ResumeMidEpochGivesExactlyTheRemainingBatches) {
@@ -447,7 +452,7 @@ TEST(Loader, LargeRawSamplesAreReadStraightIntoTheBatch) {
       o.fields = {format == FileFormat::kHdf5 ? "records" : "x", format == FileFormat::kHdf5 ? "labels" : "y"};
       o.batch_size = 4;
       o.order.strategy = strategy;
-      o.resident = "off";
+      o.resident = Mode::kOff;
       auto loader = Loader::create(o).value();
       ASSERT_TRUE(loader->start_epoch(0).ok());
       std::set<uint64_t> seen;

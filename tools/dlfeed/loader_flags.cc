@@ -72,10 +72,10 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.coalesce.split_piece = absl::GetFlag(FLAGS_split_piece);
   o.coalesce.split_piece_cold = absl::GetFlag(FLAGS_split_piece_cold);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
-  o.resident = absl::GetFlag(FLAGS_resident);
+  o.resident = value_or_throw(parse_mode(absl::GetFlag(FLAGS_resident), "resident"));
   // Held in memory, the dropped pages would never be read.
-  if (cold && o.resident == "auto" && !flag_given("resident")) o.resident = "off";
-  o.unpack = absl::GetFlag(FLAGS_unpack);
+  if (cold && o.resident == Mode::kAuto && !flag_given("resident")) o.resident = Mode::kOff;
+  o.unpack = value_or_throw(parse_mode(absl::GetFlag(FLAGS_unpack), "unpack"));
   o.threads = absl::GetFlag(FLAGS_threads);
   o.autotune = absl::GetFlag(FLAGS_autotune);  // create() checks it
 }

@@ -30,3 +30,8 @@ DLFEED_EXPORT absl::Status io_error(absl::string_view path, uint64_t offset, abs
 DLFEED_EXPORT absl::Status io_error(absl::string_view path, absl::string_view op, int err);
 
 }  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/detail/error-inl.h"
+#endif

@@ -114,3 +114,8 @@ DLFEED_EXPORT void append_fixed64(std::vector<std::byte>& out, uint64_t v);
 }  // namespace wire
 
 }  // namespace dlfeed::example
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/format/example-inl.h"
+#endif

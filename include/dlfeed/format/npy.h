@@ -46,4 +46,15 @@ DLFEED_EXPORT absl::StatusOr<NpyHeader> parse_npy_header(std::span<const std::by
 /// does not fit 65535 bytes), padded so the data starts 64-byte aligned.
 DLFEED_EXPORT std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order = false);
 
+namespace npy_detail {
+/// What of `shape` does not fit, or null: its element count in 64 bits (set
+/// in `elements`), or its strides (empty dimensions as 1) in 63 bits.
+DLFEED_EXPORT const char* shape_overflow(const Shape& shape, uint64_t& elements);
+}  // namespace npy_detail
+
 }  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/format/npy-inl.h"
+#endif

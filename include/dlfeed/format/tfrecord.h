@@ -25,40 +25,13 @@
 #include "absl/strings/string_view.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/format/format.h"
+#include "dlfeed/format/tfrecord_framing.h"
 #include "dlfeed/sample.h"
-
-namespace dlfeed::inline DLFEED_ABI::detail {
-class File;
-}
 
 namespace dlfeed::inline DLFEED_ABI::tfrecord {
 
-inline constexpr size_t kHeaderSize = 12;  // length + its masked CRC
-inline constexpr size_t kFooterSize = 4;   // masked CRC of the payload
-inline constexpr size_t kOverhead = kHeaderSize + kFooterSize;
-inline constexpr uint32_t kMaskDelta = 0xa282ead8u;
-
-inline uint32_t mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + kMaskDelta; }
-inline uint32_t unmask_crc(uint32_t masked) {
-  const uint32_t rot = masked - kMaskDelta;
-  return (rot >> 17) | (rot << 15);
-}
-/// mask_crc(crc32c(data)).
-DLFEED_EXPORT uint32_t masked_crc32c(std::span<const std::byte> data);
-
-/// Appends `payload`, framed, to `out`.
-DLFEED_EXPORT void append_record(std::vector<std::byte>& out, std::span<const std::byte> payload);
-
-/// The payload length a 12-byte header announces; checks the header CRC when
-/// `verify`. `offset` is the header's file offset (for errors).
-DLFEED_EXPORT absl::StatusOr<uint64_t> parse_header(std::span<const std::byte> header, bool verify,
-                                                    absl::string_view path, uint64_t offset);
-
-/// The payload of one whole framed record (header + payload + footer),
-/// checking the length against the span and, when `verify`, both CRCs.
-/// Errors name `path` and the file offset (`offset` is the record's).
-DLFEED_EXPORT absl::StatusOr<std::span<const std::byte>> unframe_record(std::span<const std::byte> framed, bool verify,
-                                                                        absl::string_view path, uint64_t offset);
+// The framing (kHeaderSize, mask_crc, parse_header, unframe_record, ...):
+// dlfeed/format/tfrecord_framing.h, in the header tier.
 
 /// Writes framed records to a file, remembering each record's extent.
 class DLFEED_EXPORT RecordWriter {
@@ -89,19 +62,8 @@ DLFEED_EXPORT std::string format_idx(const std::vector<Extent>& records);
 DLFEED_EXPORT absl::Status write_idx(const std::string& idx_path, const std::vector<Extent>& records);
 /// Parses a sidecar; errors name the idx file and line.
 DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path);
-/// Checks sidecar entries against the data file: each within the file, at
-/// least 16 bytes, records back to back from offset 0 to the end of the file,
-/// and the first and last records' headers announcing the idx lengths.
-/// `head`, when not empty, is the file's first bytes, already read by a
-/// caller that found the file uncompressed: headers inside it are not read
-/// again (the same for scan_records).
-DLFEED_EXPORT absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
-                                        const detail::File& file, bool verify_crc,
-                                        std::span<const std::byte> head = {});
-
-/// Finds the record extents by reading only the 12-byte headers.
-DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc,
-                                                               std::span<const std::byte> head = {});
+// validate_idx, scan_records and scan_compressed take a dlfeed-internal
+// file handle: they are declared in src/format/tfrecord_scan.h.
 
 // ---- compressed files (TFRecordWriter with options GZIP or ZLIB) ----
 //
@@ -165,14 +127,6 @@ struct DLFEED_EXPORT CompressedIndex {
 /// Called with each whole framed record (header CRC checked when verifying)
 /// during the scan: `k` its number, `offset` its inflated offset.
 using RecordVisitor = std::function<absl::Status(uint64_t k, uint64_t offset, std::span<const std::byte> framed)>;
-
-/// Inflates the whole file once (see above). `span` is kCheckpointSpan
-/// except in tests. Errors (truncated stream, corrupt deflate data, wrong
-/// trailer checksum, trailing bytes, a record cut short) name the file and
-/// the compressed offset.
-DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
-                                                              const RecordVisitor& visit = nullptr,
-                                                              uint64_t span = kCheckpointSpan);
 
 /// Inflates the inflated bytes [skip_to, skip_to + out.size()) of a stream
 /// from checkpoint `p`, given `raw`: the file's bytes from p.first_byte().

@@ -80,3 +80,8 @@ class DLFEED_EXPORT ZipWriter {
 };
 
 }  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/format/zip-inl.h"
+#endif

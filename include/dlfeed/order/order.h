@@ -16,6 +16,12 @@
 // W ranks together have consumed a prefix of the global order, which is what
 // makes a restart on a different number of ranks exact (seek_global).
 // See docs/shuffle.md for the strategies.
+//
+// Header tier: everything here but the strategy registry (register_strategy,
+// strategy_names, and the overloads without a factory, which look the name
+// up in it) works from #include alone with dlfeed::headers; there, pass
+// builtin_strategy(spec.strategy) (or your own factory) explicitly:
+//   auto cursor = dlfeed::OrderCursor::create(layout, spec, dlfeed::builtin_strategy(spec.strategy));
 #pragma once
 
 #include <cstdint>
@@ -115,11 +121,28 @@ class DLFEED_EXPORT GlobalOrder {
 using StrategyFactory =
     std::function<absl::StatusOr<std::unique_ptr<GlobalOrder>>(const FileLayout& layout, const OrderSpec& spec)>;
 
+/// Finds a strategy's factory by name (empty when unknown).
+using StrategyResolver = std::function<StrategyFactory(absl::string_view name)>;
+
+/// The built-in strategy `name` (empty for any other name). Header tier.
+DLFEED_EXPORT StrategyFactory builtin_strategy(absl::string_view name);
+/// The built-in names, sorted. Header tier.
+DLFEED_EXPORT std::vector<std::string> builtin_strategy_names();
+/// OK when `layout` is valid and spec.rank < spec.world_size. Header tier.
+DLFEED_EXPORT absl::Status check_order_spec(const FileLayout& layout, const OrderSpec& spec);
+/// The global order of spec.epoch made by `factory` (NotFound when it is
+/// empty), with the layout, rank and the factory's rank bounds checked. Header tier.
+DLFEED_EXPORT absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
+                                                                             const OrderSpec& spec,
+                                                                             const StrategyFactory& factory);
+
 /// Adds a strategy under `name`; AlreadyExists if the name is taken.
 DLFEED_EXPORT absl::Status register_strategy(const std::string& name, StrategyFactory factory);
 /// The registered names, sorted.
 DLFEED_EXPORT std::vector<std::string> strategy_names();
-/// The global order of spec.epoch under spec.strategy.
+/// The registered factory of `name` (empty when unknown); a StrategyResolver.
+DLFEED_EXPORT StrategyFactory registered_strategy(absl::string_view name);
+/// The global order of spec.epoch under spec.strategy, from the registry.
 DLFEED_EXPORT absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
                                                                              const OrderSpec& spec);
 
@@ -148,11 +171,20 @@ DLFEED_EXPORT uint64_t indices_fingerprint(const std::vector<uint64_t>* indices)
 /// order and move independently (a prefetcher can look ahead on a copy).
 class DLFEED_EXPORT OrderCursor {
  public:
+  /// The cursor of spec.strategy from the registry (libdlfeed).
   static absl::StatusOr<OrderCursor> create(const FileLayout& layout, const OrderSpec& spec);
+  /// The cursor of the order `factory` makes (header tier).
+  static absl::StatusOr<OrderCursor> create(const FileLayout& layout, const OrderSpec& spec,
+                                            const StrategyFactory& factory);
   /// Restores a cursor from state(): the same remaining sequence. `indices`
-  /// must be the same array when the strategy is explicit.
+  /// must be the same array when the strategy is explicit. (libdlfeed)
   static absl::StatusOr<OrderCursor> from_state(const FileLayout& layout, absl::string_view state,
                                                 std::shared_ptr<const std::vector<uint64_t>> indices = nullptr);
+  /// The same with the state's strategy name resolved by `resolve`, e.g.
+  /// dlfeed::builtin_strategy (header tier).
+  static absl::StatusOr<OrderCursor> from_state(const FileLayout& layout, absl::string_view state,
+                                                std::shared_ptr<const std::vector<uint64_t>> indices,
+                                                const StrategyResolver& resolve);
 
   const OrderSpec& spec() const { return spec_; }
   /// Number of ids this rank reads this epoch (equal on all ranks).
@@ -203,7 +235,15 @@ class DLFEED_EXPORT OrderCursor {
   uint64_t pos_ = 0;
 };
 
-/// All ids of spec.rank in spec.epoch.
+/// All ids of spec.rank in spec.epoch (strategy from the registry).
 DLFEED_EXPORT absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec);
+/// All ids of spec.rank in spec.epoch, of the order `factory` makes (header tier).
+DLFEED_EXPORT absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec,
+                                                               const StrategyFactory& factory);
 
 }  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/order/order-inl.h"
+#endif

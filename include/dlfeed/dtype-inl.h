@@ -1,15 +1,20 @@
-#include "dlfeed/dtype.h"
+// The bodies of dlfeed/dtype.h (header tier: see dlfeed/detail/inline.h).
+#pragma once
 
 #include <bit>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/inline.h"
+#include "dlfeed/dtype.h"
 
 namespace dlfeed::inline DLFEED_ABI {
-namespace {
+namespace dtype_detail {
+DLFEED_DETAIL_BEGIN
 
-constexpr bool kNativeBig = std::endian::native == std::endian::big;
+inline constexpr bool kNativeBig = std::endian::native == std::endian::big;
 
-char kind_char(DType::Kind k) {
+DLFEED_INLINE char kind_char(DType::Kind k) {
   switch (k) {
     case DType::Kind::kBool: return 'b';
     case DType::Kind::kInt: return 'i';
@@ -19,14 +24,15 @@ char kind_char(DType::Kind k) {
   return '?';
 }
 
-}  // namespace
+DLFEED_DETAIL_END
+}  // namespace dtype_detail
 
-std::string DType::str() const {
+DLFEED_INLINE std::string DType::str() const {
   char order = size == 1 ? '|' : (big_endian ? '>' : '<');
-  return absl::StrCat(std::string(1, order), std::string(1, kind_char(kind)), size);
+  return absl::StrCat(std::string(1, order), std::string(1, dtype_detail::kind_char(kind)), size);
 }
 
-std::string DType::name() const {
+DLFEED_INLINE std::string DType::name() const {
   std::string base;
   switch (kind) {
     case Kind::kBool: return "bool";
@@ -38,7 +44,7 @@ std::string DType::name() const {
   return base;
 }
 
-absl::StatusOr<DType> DType::parse(absl::string_view text) {
+DLFEED_INLINE absl::StatusOr<DType> DType::parse(absl::string_view text) {
   // Plain names first.
   struct Named {
     absl::string_view name;
@@ -56,7 +62,7 @@ absl::StatusOr<DType> DType::parse(absl::string_view text) {
     if (text == n.name) return n.t;
   }
   absl::string_view s = text;
-  bool big = kNativeBig;
+  bool big = dtype_detail::kNativeBig;
   if (!s.empty() && (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=')) {
     if (s[0] == '<') big = false;
     if (s[0] == '>') big = true;

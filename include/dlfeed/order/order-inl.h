@@ -1,30 +1,29 @@
-// File layout, strategy registry, resume states and the rank cursor.
-#include "dlfeed/order/order.h"
+// The bodies of dlfeed/order/order.h (header tier: see dlfeed/detail/inline.h):
+// file layout, the factory-taking order and cursor, resume states. The
+// strategy registry is mutable state and stays compiled (src/order/registry.cc).
+#pragma once
 
 #include <algorithm>
-#include <map>
-#include <mutex>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/inline.h"
 #include "dlfeed/error.h"
+#include "dlfeed/order/order.h"
 #include "dlfeed/order/random.h"
+#include "dlfeed/order/strategies-inl.h"
 #include "dlfeed/sample.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 
-namespace order_detail {
-// Defined in strategies.cc: the built-in strategies.
-void register_builtin_strategies(std::map<std::string, StrategyFactory>& registry);
-}  // namespace order_detail
-
 // ---------------------------------------------------------------- layout
 
-uint64_t FileLayout::file_of(uint64_t id) const {
+DLFEED_INLINE uint64_t FileLayout::file_of(uint64_t id) const {
   const auto it = std::upper_bound(file_begin.begin(), file_begin.end(), id);
   return static_cast<uint64_t>(it - file_begin.begin()) - 1;
 }
 
-absl::Status FileLayout::validate() const {
+DLFEED_INLINE absl::Status FileLayout::validate() const {
   if (file_begin.empty() || file_begin[0] != 0) {
     return absl::InvalidArgumentError("file layout: file_begin must start with 0");
   }
@@ -37,92 +36,56 @@ absl::Status FileLayout::validate() const {
   return absl::OkStatus();
 }
 
-uint64_t FileLayout::fingerprint() const {
+DLFEED_INLINE uint64_t FileLayout::fingerprint() const {
   uint64_t h = mix64(file_begin.size());
   for (uint64_t b : file_begin) h = mix64(h ^ b);
   return h;
 }
 
-FileLayout FileLayout::uniform(uint64_t files, uint64_t samples_per_file) {
+DLFEED_INLINE FileLayout FileLayout::uniform(uint64_t files, uint64_t samples_per_file) {
   FileLayout l;
   l.file_begin.resize(files + 1);
   for (uint64_t f = 0; f <= files; ++f) l.file_begin[f] = f * samples_per_file;
   return l;
 }
 
-FileLayout FileLayout::from_sizes(std::span<const uint64_t> samples_per_file) {
+DLFEED_INLINE FileLayout FileLayout::from_sizes(std::span<const uint64_t> samples_per_file) {
   FileLayout l;
   l.file_begin.reserve(samples_per_file.size() + 1);
   for (uint64_t n : samples_per_file) l.file_begin.push_back(l.file_begin.back() + n);
   return l;
 }
 
-FileLayout FileLayout::of(const SampleIndex& index) {
+DLFEED_INLINE FileLayout FileLayout::of(const SampleIndex& index) {
   FileLayout l;
   l.file_begin = index.file_begin;
   return l;
 }
 
-// ---------------------------------------------------------------- registry
+// ---------------------------------------------------------------- orders
 
-void GlobalOrder::fill(uint64_t pos, std::span<uint64_t> out) const {
+DLFEED_INLINE void GlobalOrder::fill(uint64_t pos, std::span<uint64_t> out) const {
   for (size_t k = 0; k < out.size(); ++k) out[k] = at(pos + k);
 }
 
-namespace {
-
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, StrategyFactory> factories;
-};
-
-Registry& registry() {
-  static Registry* r = [] {
-    auto* reg = new Registry;
-    order_detail::register_builtin_strategies(reg->factories);
-    return reg;
-  }();
-  return *r;
-}
-
-}  // namespace
-
-absl::Status register_strategy(const std::string& name, StrategyFactory factory) {
-  if (name.empty() || !factory) return absl::InvalidArgumentError("register_strategy: empty name or factory");
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (!r.factories.emplace(name, std::move(factory)).second) {
-    return absl::AlreadyExistsError(absl::StrCat("order strategy '", name, "' is already registered"));
-  }
-  return absl::OkStatus();
-}
-
-std::vector<std::string> strategy_names() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> names;
-  for (const auto& [name, f] : r.factories) names.push_back(name);
-  return names;
-}
-
-absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE absl::Status check_order_spec(const FileLayout& layout, const OrderSpec& spec) {
   DLFEED_RETURN_IF_ERROR(layout.validate());
   if (spec.world_size == 0) return absl::InvalidArgumentError("order: world_size must be >= 1");
   if (spec.rank >= spec.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("order: rank ", spec.rank, " is not below world_size ", spec.world_size));
   }
-  StrategyFactory factory;
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.factories.find(spec.strategy);
-    if (it == r.factories.end()) {
-      std::string known;
-      for (const auto& [name, f] : r.factories) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-      return absl::NotFoundError(absl::StrCat("unknown order strategy '", spec.strategy, "' (known: ", known, ")"));
-    }
-    factory = it->second;
+  return absl::OkStatus();
+}
+
+DLFEED_INLINE absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout& layout,
+                                                                             const OrderSpec& spec,
+                                                                             const StrategyFactory& factory) {
+  DLFEED_RETURN_IF_ERROR(check_order_spec(layout, spec));
+  if (!factory) {
+    std::string known;
+    for (const auto& name : builtin_strategy_names()) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
+    return absl::NotFoundError(absl::StrCat("unknown order strategy '", spec.strategy, "' (built in: ", known, ")"));
   }
   DLFEED_ASSIGN_OR_RETURN(auto order, factory(layout, spec));
   if (order == nullptr) return absl::InternalError(absl::StrCat("strategy '", spec.strategy, "' returned null"));
@@ -139,13 +102,14 @@ absl::StatusOr<std::unique_ptr<GlobalOrder>> make_global_order(const FileLayout&
 
 // ---------------------------------------------------------------- state
 
-namespace {
+namespace order_detail {
+DLFEED_DETAIL_BEGIN
 
-constexpr uint8_t kStateVersion = 1;
+inline constexpr uint8_t kStateVersion = 1;
 // Version 2 appends global_start; states without one stay version 1.
-constexpr uint8_t kStateVersionGlobalStart = 2;
+inline constexpr uint8_t kStateVersionGlobalStart = 2;
 
-void put_varint(std::string& s, uint64_t v) {
+DLFEED_INLINE void put_varint(std::string& s, uint64_t v) {
   while (v >= 0x80) {
     s.push_back(static_cast<char>((v & 0x7f) | 0x80));
     v >>= 7;
@@ -153,7 +117,7 @@ void put_varint(std::string& s, uint64_t v) {
   s.push_back(static_cast<char>(v));
 }
 
-void put_u64(std::string& s, uint64_t v) {
+DLFEED_INLINE void put_u64(std::string& s, uint64_t v) {
   for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
@@ -198,16 +162,18 @@ class Reader {
   size_t p_ = 0;
 };
 
-}  // namespace
+DLFEED_DETAIL_END
+}  // namespace order_detail
 
-uint64_t indices_fingerprint(const std::vector<uint64_t>* indices) {
+DLFEED_INLINE uint64_t indices_fingerprint(const std::vector<uint64_t>* indices) {
   if (indices == nullptr) return 0;
   uint64_t h = mix64(indices->size() ^ 0x1d1ce5ULL);
   for (uint64_t v : *indices) h = mix64(h ^ v);
   return h == 0 ? 1 : h;
 }
 
-std::string encode_state(const OrderState& st) {
+DLFEED_INLINE std::string encode_state(const OrderState& st) {
+  using namespace order_detail;
   std::string s;
   const bool v2 = st.spec.global_start != 0;
   s.push_back(static_cast<char>(v2 ? kStateVersionGlobalStart : kStateVersion));
@@ -228,7 +194,8 @@ std::string encode_state(const OrderState& st) {
   return s;
 }
 
-absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
+DLFEED_INLINE absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
+  using namespace order_detail;
   Reader r(bytes);
   OrderState st;
   DLFEED_ASSIGN_OR_RETURN(const uint8_t version, r.byte());
@@ -265,8 +232,9 @@ absl::StatusOr<OrderState> decode_state(absl::string_view bytes) {
 
 // ---------------------------------------------------------------- cursor
 
-absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const OrderSpec& spec) {
-  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<GlobalOrder> global, make_global_order(layout, spec));
+DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const OrderSpec& spec,
+                                                              const StrategyFactory& factory) {
+  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<GlobalOrder> global, make_global_order(layout, spec, factory));
   OrderCursor c;
   c.spec_ = spec;
   c.layout_fingerprint_ = layout.fingerprint();
@@ -305,8 +273,9 @@ absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& layout, const 
   return c;
 }
 
-absl::StatusOr<OrderCursor> OrderCursor::from_state(const FileLayout& layout, absl::string_view state,
-                                                    std::shared_ptr<const std::vector<uint64_t>> indices) {
+DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::from_state(const FileLayout& layout, absl::string_view state,
+                                                                  std::shared_ptr<const std::vector<uint64_t>> indices,
+                                                                  const StrategyResolver& resolve) {
   DLFEED_ASSIGN_OR_RETURN(OrderState st, decode_state(state));
   if (st.layout_fingerprint != layout.fingerprint()) {
     return absl::FailedPreconditionError(
@@ -317,23 +286,23 @@ absl::StatusOr<OrderCursor> OrderCursor::from_state(const FileLayout& layout, ab
         "order state: the explicit index array differs from the one the state was saved with");
   }
   st.spec.params.indices = std::move(indices);
-  DLFEED_ASSIGN_OR_RETURN(OrderCursor c, create(layout, st.spec));
+  DLFEED_ASSIGN_OR_RETURN(OrderCursor c, create(layout, st.spec, resolve(st.spec.strategy)));
   DLFEED_RETURN_IF_ERROR(c.seek(st.position));
   return c;
 }
 
-uint64_t OrderCursor::global_position(uint64_t i) const {
+DLFEED_INLINE uint64_t OrderCursor::global_position(uint64_t i) const {
   if (!bounds_.empty()) return begin_ + (part_size_ == 0 ? 0 : i % part_size_);
   const uint64_t p = spec_.global_start + spec_.rank + i * spec_.world_size;
   return p < global_size_ ? p : p % global_size_;
 }
 
-std::optional<uint64_t> OrderCursor::next() {
+DLFEED_INLINE std::optional<uint64_t> OrderCursor::next() {
   if (pos_ >= size_) return std::nullopt;
   return at(pos_++);
 }
 
-size_t OrderCursor::next(std::span<uint64_t> out) {
+DLFEED_INLINE size_t OrderCursor::next(std::span<uint64_t> out) {
   const uint64_t n = std::min<uint64_t>(out.size(), remaining());
   if (n == 0) return 0;
   if (bounds_.empty() && spec_.world_size == 1 && spec_.global_start + pos_ + n <= global_size_) {
@@ -347,14 +316,14 @@ size_t OrderCursor::next(std::span<uint64_t> out) {
   return static_cast<size_t>(n);
 }
 
-std::vector<uint64_t> OrderCursor::peek(uint64_t n) const {
+DLFEED_INLINE std::vector<uint64_t> OrderCursor::peek(uint64_t n) const {
   OrderCursor copy = *this;
   std::vector<uint64_t> out(std::min(n, remaining()));
   copy.next(std::span<uint64_t>(out));
   return out;
 }
 
-absl::Status OrderCursor::seek(uint64_t position) {
+DLFEED_INLINE absl::Status OrderCursor::seek(uint64_t position) {
   if (position > size_) {
     return absl::OutOfRangeError(absl::StrCat("order: position ", position, " is past the rank's ", size_, " ids"));
   }
@@ -362,7 +331,7 @@ absl::Status OrderCursor::seek(uint64_t position) {
   return absl::OkStatus();
 }
 
-absl::Status OrderCursor::seek_global(uint64_t consumed) {
+DLFEED_INLINE absl::Status OrderCursor::seek_global(uint64_t consumed) {
   if (!bounds_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "order: strategy '", spec_.strategy, "' partitions samples by rank; seek_global needs a strided order"));
@@ -372,7 +341,7 @@ absl::Status OrderCursor::seek_global(uint64_t consumed) {
   return seek(std::min(i, size_));
 }
 
-std::string OrderCursor::state() const {
+DLFEED_INLINE std::string OrderCursor::state() const {
   OrderState st;
   st.spec = spec_;
   st.spec.params.indices = nullptr;
@@ -382,8 +351,9 @@ std::string OrderCursor::state() const {
   return encode_state(st);
 }
 
-absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec) {
-  DLFEED_ASSIGN_OR_RETURN(OrderCursor c, OrderCursor::create(layout, spec));
+DLFEED_INLINE absl::StatusOr<std::vector<uint64_t>> rank_order(const FileLayout& layout, const OrderSpec& spec,
+                                                               const StrategyFactory& factory) {
+  DLFEED_ASSIGN_OR_RETURN(OrderCursor c, OrderCursor::create(layout, spec, factory));
   std::vector<uint64_t> out(c.size());
   c.next(std::span<uint64_t>(out));
   return out;

@@ -1,27 +1,31 @@
 // The built-in order strategies. Each is a factory of one epoch's global
 // order; every random draw comes from SplitMix64 keyed by
 // derive_key(seed, epoch, <stream tag of the strategy>), see random.h.
+// Header tier (dlfeed/detail/inline.h): pure functions, no registry; the
+// registry (src/order/registry.cc) starts from builtin_strategy().
+#pragma once
+
 #include <algorithm>
-#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/inline.h"
 #include "dlfeed/error.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/order/random.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace order_detail {
-namespace {
+DLFEED_DETAIL_BEGIN
 
 // Stream tags: one per independent draw, so strategies never share a stream.
-constexpr uint64_t kFilePermTag = 0x66696c655f706572ULL;   // "file_per"
-constexpr uint64_t kLocalTag = 0x6c6f63616c5f7368ULL;      // "local_sh" (+ rank)
-constexpr uint64_t kBufferTag = 0x6275666665725f73ULL;     // "buffer_s"
-constexpr uint64_t kBlockPermTag = 0x626c6f636b5f7065ULL;  // "block_pe"
-constexpr uint64_t kWindowTag = 0x77696e646f775f73ULL;     // "window_s"
-constexpr uint64_t kGlobalTag = 0x676c6f62616c5f73ULL;     // "global_s"
-constexpr uint64_t kFeistelTag = 0x6665697374656c5fULL;    // "feistel_"
+inline constexpr uint64_t kFilePermTag = 0x66696c655f706572ULL;   // "file_per"
+inline constexpr uint64_t kLocalTag = 0x6c6f63616c5f7368ULL;      // "local_sh" (+ rank)
+inline constexpr uint64_t kBufferTag = 0x6275666665725f73ULL;     // "buffer_s"
+inline constexpr uint64_t kBlockPermTag = 0x626c6f636b5f7065ULL;  // "block_pe"
+inline constexpr uint64_t kWindowTag = 0x77696e646f775f73ULL;     // "window_s"
+inline constexpr uint64_t kGlobalTag = 0x676c6f62616c5f73ULL;     // "global_s"
+inline constexpr uint64_t kFeistelTag = 0x6665697374656c5fULL;    // "feistel_"
 
 using OrderOr = absl::StatusOr<std::unique_ptr<GlobalOrder>>;
 
@@ -55,7 +59,7 @@ class SequentialOrder : public GlobalOrder {
 };
 
 /// The files of `layout` in Fisher-Yates order under `key`.
-std::vector<uint64_t> permuted_files(const FileLayout& layout, uint64_t key) {
+DLFEED_INLINE std::vector<uint64_t> permuted_files(const FileLayout& layout, uint64_t key) {
   std::vector<uint64_t> files(layout.num_files());
   std::iota(files.begin(), files.end(), uint64_t{0});
   SplitMix64 rng(key);
@@ -106,17 +110,17 @@ class FileShuffleOrder : public GlobalOrder {
   std::vector<uint64_t> start_;  // start_[k]: global position of perm_[k]'s first sample
 };
 
-OrderOr make_sequential(const FileLayout& layout, const OrderSpec&) {
+DLFEED_INLINE OrderOr make_sequential(const FileLayout& layout, const OrderSpec&) {
   return std::make_unique<SequentialOrder>(layout.num_samples());
 }
 
-OrderOr make_file_shuffle(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_file_shuffle(const FileLayout& layout, const OrderSpec& spec) {
   return std::make_unique<FileShuffleOrder>(layout, derive_key(spec.seed, spec.epoch, kFilePermTag));
 }
 
 // ---- local_shuffle: file f belongs to rank f % world_size; each rank's part
 // is all samples of its files, Fisher-Yates shuffled under a per-rank key.
-OrderOr make_local_shuffle(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_local_shuffle(const FileLayout& layout, const OrderSpec& spec) {
   const uint64_t w = spec.world_size;
   std::vector<uint64_t> ids;
   ids.reserve(layout.num_samples());
@@ -137,7 +141,7 @@ OrderOr make_local_shuffle(const FileLayout& layout, const OrderSpec& spec) {
 // stream. The buffer is filled with the first buffer_size ids; then each
 // output is buffer[j], j uniform, replaced by the next stream id; once the
 // stream is exhausted, buffer[j] is replaced by the buffer's last id.
-OrderOr make_buffered_shuffle(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_buffered_shuffle(const FileLayout& layout, const OrderSpec& spec) {
   const uint64_t cap = spec.params.buffer_size;
   if (cap == 0) return absl::InvalidArgumentError("buffered_shuffle: buffer_size must be >= 1");
   FileShuffleOrder input(layout, derive_key(spec.seed, spec.epoch, kFilePermTag));
@@ -167,7 +171,7 @@ OrderOr make_buffered_shuffle(const FileLayout& layout, const OrderSpec& spec) {
 // ---- block_shuffle: blocks [kB, (k+1)B) of the id space are permuted
 // (Fisher-Yates), then the ids of each run of `window` consecutive blocks of
 // that permuted stream are Fisher-Yates shuffled among themselves.
-OrderOr make_block_shuffle(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_block_shuffle(const FileLayout& layout, const OrderSpec& spec) {
   const uint64_t b = spec.params.block_size, w = spec.params.window;
   if (b == 0 || w == 0) return absl::InvalidArgumentError("block_shuffle: block_size and window must be >= 1");
   const uint64_t n = layout.num_samples();
@@ -191,7 +195,7 @@ OrderOr make_block_shuffle(const FileLayout& layout, const OrderSpec& spec) {
 }
 
 // ---- global_shuffle: Fisher-Yates over all ids.
-OrderOr make_global_shuffle(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_global_shuffle(const FileLayout& layout, const OrderSpec& spec) {
   std::vector<uint64_t> ids(layout.num_samples());
   std::iota(ids.begin(), ids.end(), uint64_t{0});
   SplitMix64 rng(derive_key(spec.seed, spec.epoch, kGlobalTag));
@@ -210,7 +214,7 @@ class FeistelOrder : public GlobalOrder {
   FeistelPermutation perm_;
 };
 
-OrderOr make_global_feistel(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_global_feistel(const FileLayout& layout, const OrderSpec& spec) {
   return std::make_unique<FeistelOrder>(layout.num_samples(), derive_key(spec.seed, spec.epoch, kFeistelTag));
 }
 
@@ -228,7 +232,7 @@ class ExplicitOrder : public GlobalOrder {
   std::shared_ptr<const std::vector<uint64_t>> ids_;
 };
 
-OrderOr make_explicit(const FileLayout& layout, const OrderSpec& spec) {
+DLFEED_INLINE OrderOr make_explicit(const FileLayout& layout, const OrderSpec& spec) {
   if (spec.params.indices == nullptr) {
     return absl::InvalidArgumentError("explicit order: OrderParams::indices is not set");
   }
@@ -242,18 +246,25 @@ OrderOr make_explicit(const FileLayout& layout, const OrderSpec& spec) {
   return std::make_unique<ExplicitOrder>(spec.params.indices);
 }
 
-}  // namespace
+DLFEED_DETAIL_END
+}  // namespace order_detail
 
-void register_builtin_strategies(std::map<std::string, StrategyFactory>& registry) {
-  registry["sequential"] = make_sequential;
-  registry["file_shuffle"] = make_file_shuffle;
-  registry["local_shuffle"] = make_local_shuffle;
-  registry["buffered_shuffle"] = make_buffered_shuffle;
-  registry["block_shuffle"] = make_block_shuffle;
-  registry["global_shuffle"] = make_global_shuffle;
-  registry["global_feistel"] = make_global_feistel;
-  registry["explicit"] = make_explicit;
+DLFEED_INLINE StrategyFactory builtin_strategy(absl::string_view name) {
+  using namespace order_detail;
+  if (name == "sequential") return make_sequential;
+  if (name == "file_shuffle") return make_file_shuffle;
+  if (name == "local_shuffle") return make_local_shuffle;
+  if (name == "buffered_shuffle") return make_buffered_shuffle;
+  if (name == "block_shuffle") return make_block_shuffle;
+  if (name == "global_shuffle") return make_global_shuffle;
+  if (name == "global_feistel") return make_global_feistel;
+  if (name == "explicit") return make_explicit;
+  return {};
 }
 
-}  // namespace order_detail
+DLFEED_INLINE std::vector<std::string> builtin_strategy_names() {
+  return {"block_shuffle",  "buffered_shuffle", "explicit",      "file_shuffle",
+          "global_feistel", "global_shuffle",   "local_shuffle", "sequential"};
+}
+
 }  // namespace dlfeed

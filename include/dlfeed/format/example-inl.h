@@ -1,17 +1,21 @@
-// tf.train.Example on the protobuf wire, parsed without libprotobuf.
-#include "dlfeed/format/example.h"
+// tf.train.Example on the protobuf wire, parsed without libprotobuf: the
+// bodies of dlfeed/format/example.h (header tier: see dlfeed/detail/inline.h).
+#pragma once
 
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/inline.h"
 #include "dlfeed/error.h"
+#include "dlfeed/format/example.h"
 
 namespace dlfeed::inline DLFEED_ABI::example {
-namespace {
+namespace example_detail {
+DLFEED_DETAIL_BEGIN
 
-constexpr int kMaxGroupDepth = 64;
+inline constexpr int kMaxGroupDepth = 64;
 
 // Reads protobuf fields from buf[pos, end); positions are offsets within the
 // Example (origin is the Example offset of buf[0]).
@@ -207,7 +211,7 @@ absl::Status for_each_feature(std::span<const std::byte> example, const Context&
   return absl::OkStatus();
 }
 
-absl::Status wrong_kind(const FeatureSlice& f, FeatureKind want, const Context& ctx) {
+DLFEED_INLINE absl::Status wrong_kind(const FeatureSlice& f, FeatureKind want, const Context& ctx) {
   return format_error(ctx.path, ctx.base + f.offset, kind_name(want), kind_name(f.kind));
 }
 
@@ -232,9 +236,11 @@ absl::Status for_each_value(const FeatureSlice& f, FeatureKind kind, const Conte
   return absl::OkStatus();
 }
 
-}  // namespace
+DLFEED_DETAIL_END
+}  // namespace example_detail
+using namespace example_detail;  // NOLINT: the parser's pieces, for the definitions below
 
-const char* kind_name(FeatureKind kind) {
+DLFEED_INLINE const char* kind_name(FeatureKind kind) {
   switch (kind) {
     case FeatureKind::kNone: return "none";
     case FeatureKind::kBytes: return "bytes_list";
@@ -244,8 +250,8 @@ const char* kind_name(FeatureKind kind) {
   return "?";
 }
 
-absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
-                                          const Context& ctx) {
+DLFEED_INLINE absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
+                                                        const Context& ctx) {
   FeatureSlice found;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice& s) {
     if (key == name) found = s;
@@ -254,7 +260,8 @@ absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, ab
   return found;
 }
 
-absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example, const Context& ctx) {
+DLFEED_INLINE absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
+                                                                     const Context& ctx) {
   std::vector<std::string> names;
   absl::flat_hash_map<std::string, size_t> seen;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice&) {
@@ -264,8 +271,8 @@ absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte
   return names;
 }
 
-absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
-                               const Context& ctx) {
+DLFEED_INLINE absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<const std::byte>>& out,
+                                             const Context& ctx) {
   return for_each_value(f, FeatureKind::kBytes, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
     if (type != 2) return false;
     std::span<const std::byte> v;
@@ -276,7 +283,7 @@ absl::Status decode_bytes_list(const FeatureSlice& f, std::vector<std::span<cons
   });
 }
 
-absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, const Context& ctx) {
+DLFEED_INLINE absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, const Context& ctx) {
   return for_each_value(f, FeatureKind::kFloat, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
     if (type == 2) {  // packed
       std::span<const std::byte> v;
@@ -298,7 +305,7 @@ absl::Status decode_float_list(const FeatureSlice& f, std::vector<float>& out, c
   });
 }
 
-absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out, const Context& ctx) {
+DLFEED_INLINE absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out, const Context& ctx) {
   return for_each_value(f, FeatureKind::kInt64, ctx, [&](Reader& r, uint32_t type) -> absl::StatusOr<bool> {
     if (type == 2) {  // packed
       std::span<const std::byte> v;
@@ -320,7 +327,7 @@ absl::Status decode_int64_list(const FeatureSlice& f, std::vector<int64_t>& out,
   });
 }
 
-absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx) {
+DLFEED_INLINE absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx) {
   switch (f.kind) {
     case FeatureKind::kNone: return 0;
     case FeatureKind::kBytes: {
@@ -342,8 +349,8 @@ absl::StatusOr<uint64_t> count_values(const FeatureSlice& f, const Context& ctx)
   return 0;
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(std::span<const std::byte> example,
-                                                                           const Context& ctx) {
+DLFEED_INLINE absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(
+    std::span<const std::byte> example, const Context& ctx) {
   std::vector<std::pair<std::string, Feature>> features;
   absl::flat_hash_map<std::string, size_t> at;
   DLFEED_RETURN_IF_ERROR(for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice& s) {
@@ -369,30 +376,32 @@ absl::StatusOr<std::vector<std::pair<std::string, Feature>>> parse_example(std::
 // ---- writing ----
 
 namespace wire {
-void append_varint(std::vector<std::byte>& out, uint64_t v) {
+DLFEED_INLINE void append_varint(std::vector<std::byte>& out, uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<std::byte>((v & 0x7f) | 0x80));
     v >>= 7;
   }
   out.push_back(static_cast<std::byte>(v));
 }
-void append_tag(std::vector<std::byte>& out, uint32_t field, WireType type) {
+DLFEED_INLINE void append_tag(std::vector<std::byte>& out, uint32_t field, WireType type) {
   append_varint(out, (static_cast<uint64_t>(field) << 3) | type);
 }
-void append_length_delimited(std::vector<std::byte>& out, uint32_t field, std::span<const std::byte> body) {
+DLFEED_INLINE void append_length_delimited(std::vector<std::byte>& out, uint32_t field,
+                                           std::span<const std::byte> body) {
   append_tag(out, field, kLengthDelimited);
   append_varint(out, body.size());
   out.insert(out.end(), body.begin(), body.end());
 }
-void append_fixed32(std::vector<std::byte>& out, uint32_t v) {
+DLFEED_INLINE void append_fixed32(std::vector<std::byte>& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
 }
-void append_fixed64(std::vector<std::byte>& out, uint64_t v) {
+DLFEED_INLINE void append_fixed64(std::vector<std::byte>& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
 }
 }  // namespace wire
 
-void ExampleBuilder::add_entry(absl::string_view name, int kind_field, const std::vector<std::byte>& list) {
+DLFEED_INLINE void ExampleBuilder::add_entry(absl::string_view name, int kind_field,
+                                             const std::vector<std::byte>& list) {
   std::vector<std::byte> feature;
   wire::append_length_delimited(feature, static_cast<uint32_t>(kind_field), list);
   std::vector<std::byte> entry;
@@ -401,26 +410,27 @@ void ExampleBuilder::add_entry(absl::string_view name, int kind_field, const std
   wire::append_length_delimited(features_, 1, entry);
 }
 
-ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name, std::span<const std::span<const std::byte>> values) {
+DLFEED_INLINE ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name,
+                                                        std::span<const std::span<const std::byte>> values) {
   std::vector<std::byte> list;
   for (const auto& v : values) wire::append_length_delimited(list, 1, v);
   add_entry(name, 1, list);
   return *this;
 }
 
-ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name, std::span<const std::byte> value) {
+DLFEED_INLINE ExampleBuilder& ExampleBuilder::add_bytes(absl::string_view name, std::span<const std::byte> value) {
   const std::span<const std::byte> one[1] = {value};
   return add_bytes(name, std::span<const std::span<const std::byte>>(one));
 }
 
-ExampleBuilder& ExampleBuilder::add_floats(absl::string_view name, std::span<const float> values) {
+DLFEED_INLINE ExampleBuilder& ExampleBuilder::add_floats(absl::string_view name, std::span<const float> values) {
   std::vector<std::byte> list;
   if (!values.empty()) wire::append_length_delimited(list, 1, std::as_bytes(values));
   add_entry(name, 2, list);
   return *this;
 }
 
-ExampleBuilder& ExampleBuilder::add_int64s(absl::string_view name, std::span<const int64_t> values) {
+DLFEED_INLINE ExampleBuilder& ExampleBuilder::add_int64s(absl::string_view name, std::span<const int64_t> values) {
   std::vector<std::byte> packed;
   for (int64_t v : values) wire::append_varint(packed, static_cast<uint64_t>(v));
   std::vector<std::byte> list;
@@ -429,11 +439,11 @@ ExampleBuilder& ExampleBuilder::add_int64s(absl::string_view name, std::span<con
   return *this;
 }
 
-void ExampleBuilder::serialize_to(std::vector<std::byte>& out) const {
+DLFEED_INLINE void ExampleBuilder::serialize_to(std::vector<std::byte>& out) const {
   wire::append_length_delimited(out, 1, features_);
 }
 
-std::vector<std::byte> ExampleBuilder::serialize() const {
+DLFEED_INLINE std::vector<std::byte> ExampleBuilder::serialize() const {
   std::vector<std::byte> out;
   serialize_to(out);
   return out;

@@ -1,0 +1,42 @@
+// The TFRecord scans that read a file through dlfeed's internal handle
+// (detail::File): private to the library, its tests and benches, so no public
+// signature takes a detail:: type. The rest of TFRecord is in
+// include/dlfeed/format/tfrecord.h.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dlfeed/detail/export.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/format/tfrecord.h"
+
+namespace dlfeed::inline DLFEED_ABI::tfrecord {
+
+/// Checks sidecar entries against the data file: each within the file, at
+/// least 16 bytes, records back to back from offset 0 to the end of the file,
+/// and the first and last records' headers announcing the idx lengths.
+/// `head`, when not empty, is the file's first bytes, already read by a
+/// caller that found the file uncompressed: headers inside it are not read
+/// again (the same for scan_records).
+DLFEED_EXPORT absl::Status validate_idx(const std::vector<Extent>& records, const std::string& idx_path,
+                                        const detail::File& file, bool verify_crc,
+                                        std::span<const std::byte> head = {});
+
+/// Finds the record extents by reading only the 12-byte headers.
+DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool verify_crc,
+                                                               std::span<const std::byte> head = {});
+
+/// Inflates the whole file once (see above). `span` is kCheckpointSpan
+/// except in tests. Errors (truncated stream, corrupt deflate data, wrong
+/// trailer checksum, trailing bytes, a record cut short) name the file and
+/// the compressed offset.
+DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
+                                                              const RecordVisitor& visit = nullptr,
+                                                              uint64_t span = kCheckpointSpan);
+
+}  // namespace dlfeed::tfrecord
