@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers shared by the benchmark scripts (bench/loader_vs_device.py,
 bench/compare/compare.py, bench/shuffle/sweep.py).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Two builds of `dlfeed run` side by side: the same datasets, alternating
 runs, medians. For "before and after within noise" checks of a change:
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Autotune on against off (and hand-set engines) on a lent many-core node:
 #
 #   bench/autotune_device.sh WHEEL_DIR [OUT] [ROUNDS] [EPOCHS]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Overhead of the built-in counters and traces (docs/performance.md, "Counter
 // and trace overhead"): whole epochs of a warm-cache, small-sample dataset
 // (the hardest case: the most events per byte), reported as samples/s.

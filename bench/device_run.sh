@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The one script run on a lent GPU node (16 cores), from the repository root:
 #
 #   bench/device_run.sh WHEEL_DIR [OUT]     (OUT defaults to $OUT, else /tmp/device_out)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed against the DLIO benchmark itself, on the same YAMLs and the same files.
 
 For each workload (DLIO 2.0.0's own shipped YAMLs, scaled down with Hydra

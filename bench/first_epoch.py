@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The first epoch against the later ones, for two builds side by side.
 
 A loader's first epoch allocates its batch buffers (the pool then reuses

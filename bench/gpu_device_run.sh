@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The one script to run on a lent GPU machine, from the repository root:
 #
 #   bench/gpu_device_run.sh WHEEL_DIR [OUT]      (OUT defaults to $OUT, else /tmp/gpu_out)

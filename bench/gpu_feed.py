@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Feeding the GPU (issue 28): the targets, measured side by side in one run.
 
     python bench/gpu_feed.py OUT_DIR            # a GPU machine: under 5 minutes, data included

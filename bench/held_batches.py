@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The loader's rate with k batches held by the consumer (issue 28).
 
 A consumer that keeps a few batches alive (a copy queue to a GPU, gradient

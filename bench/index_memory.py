@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What a Loader costs in memory and time to create over many samples
 (issue 16's index-memory goals), measured in a fresh Python process each:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reading a Megatron-LM indexed dataset (.bin + .idx): dlfeed against the way
 Megatron's own IndexedDataset reads it (numpy memmaps of both files; a
 sequence is np.frombuffer(bin, dtype, count=length, offset=pointer)).

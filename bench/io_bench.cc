@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Random reads through each I/O backend: reads per second and bytes per
 // second with `depth` reads kept in flight. Buffered runs read a 64 MiB file
 // that is in the page cache after the first pass, so they measure the cost

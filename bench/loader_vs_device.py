@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The loader against the storage's own limit, side by side in one run.
 
 For each scenario it alternates, `--repeats` times: the device limit for the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Does dlfeed use the whole node? (issue 29) On any machine, from the Python
 API only (a wheel is enough: numpy and h5py; torch for the DataLoader rows):
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Deflated NPZ and DLIO-layout arrays, unpacked once or read per sample
 (issue 17): `unpack="off"` (each sample reads, and inflates, its whole member
 or strided span: the route before unpacking) against `unpack="auto"` (each

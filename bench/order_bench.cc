@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Order generation rate per strategy: building an epoch's order and reading
 // all of one rank's ids, reported as ids per second.
 //   build/bench/order_bench --benchmark_filter=Epoch

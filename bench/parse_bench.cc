@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parser micro benchmarks: the per-file and per-sample CPU work of the
 // formats, without I/O (except BM_TfrecordScanFile, which scans a cached file
 // through the real scan_records).

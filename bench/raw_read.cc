@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // raw_read: the storage's own limit for a dataset's access pattern, as the
 // yardstick for the loader (bench/loader_vs_device.py). A thin command line
 // over dlfeed::raw_read (include/dlfeed/io/raw_read.h), the measurement

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Scale: how the index build (first open), the reopen and the peak RSS of
 opening a dataset grow with its files and with its samples (issue 16).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Samples from 4 B to 4 MiB, warm page cache, global shuffle (issue 17):
 dlfeed reading the files (`dlfeed run --resident off`), dlfeed holding them in
 memory (`--resident auto`, the default when the files fit in half the memory

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Side by side: CoalesceOptions::split_above on (the default, 256 KiB, in
 # 64 KiB pieces) and off (--split-above 0), alternating, ROUNDS rounds
 # (docs/performance.md, "Cold, in order"). Each cell is epoch 1's samples/s

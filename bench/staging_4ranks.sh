@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Node-local staging, 4 ranks on one machine (docs/performance.md): the same
 # job with and without --stage-to, alternating, ROUNDS rounds each; prints the
 # job's read MiB/s and wall time per epoch (medians) and the staged share.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed.tf.dataset against the loader it wraps and against tf.data, warm cache.
 
     .venv/bin/python bench/tf_adaptor.py                 # 5 alternating rounds + the breakdown

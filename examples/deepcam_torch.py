@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DeepCAM's training tensors from its own files, as MLPerf HPC's reference loader gives them.
 
     build/tools/dlfeed run --workload deepcam --scale 1e-6 --data-dir data/deepcam --compute-ms 0

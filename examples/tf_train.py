@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Train a tiny Keras model on a dlfeed tf.data.Dataset.
 
     build/tools/dlfeed generate --format tfrecord --dir data/ext --files 8 --samples-per-file 128 \\

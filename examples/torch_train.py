@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Train a tiny PyTorch model from a dlfeed dataset, with mid-epoch checkpoints.
 
     build/tools/dlfeed generate --format hdf5 --dir data/ex --files 8 --samples-per-file 128 \\

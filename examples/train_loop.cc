@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A C++ training loop fed by dlfeed: a linear model y = w . x + b learns the
 // labels of a dataset by SGD (normalised least mean squares). Give the
 // dataset, its input and label fields (default x,y; any numeric dtype), and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job: set up, then
 #  1. small DLIO-layout datasets (HDF5, NPZ, TFRecord) under data/: what
 #     `dlfeed inspect` finds, and each run through the loader with a global

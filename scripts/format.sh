@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Formats dlfeed's C++ with clang-format (.clang-format at the top), or with
 # --check lists the files that are not formatted and exits 1.
 #   scripts/format.sh           # rewrite in place

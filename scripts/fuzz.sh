@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fuzzes every parser dlfeed owns (tests/fuzz, docs/reliability.md): builds
 # the libFuzzer targets with clang + ASan + UBSan into build-fuzz/, writes seed
 # corpora with numpy, h5py, TensorFlow and dlfeed's generator, then runs each

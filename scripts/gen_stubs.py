@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the type stubs of dlfeed's compiled core, python/dlfeed/_dlfeed.pyi, from
 the built module itself: the signatures pybind11 puts at the head of each
 docstring, the docstrings, and the classes' properties (read-write ones become

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what dlfeed needs on a fresh Debian machine (idempotently) and builds it.
 #   scripts/setup.sh            system packages, .venv with the Python test deps, build/
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags).

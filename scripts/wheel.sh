@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds a self-contained wheel of dlfeed: the _dlfeed extension and the
 # `dlfeed` command, with the system libraries they link (libhdf5, oneTBB,
 # liburing, Abseil and what those pull in) copied into the wheel by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private to the loader: fields given as NAME=PATTERN (LoaderOptions::fields),
 // whose files pair by what the pattern's '*' matched.
 #pragma once

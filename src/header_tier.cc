@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The header tier compiled once into libdlfeed (DLFEED_COMPILED_LIB, set for
 // libdlfeed's objects and for every target that links dlfeed::dlfeed): each
 // *-inl.h holds the bodies behind its header's declarations, here non-inline

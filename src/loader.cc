@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader's wiring: it indexes the files, builds the stages of
 // src/pipeline/ and the I/O engines of src/io/engine.h, and per epoch runs
 // the pipeline on a thread of its own; the consumer takes batches from the
@@ -416,12 +417,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->resident_reason = std::move(held.reason);
   const pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
   // Autotuning: what is left to the machine, when the files are read.
-  if (options.autotune != "auto" && options.autotune != "on" && options.autotune != "off") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loader: autotune '", options.autotune, "': expected auto, on or off"));
-  }
-  const bool tune =
-      !impl->resident && (options.autotune == "on" || (options.autotune == "auto" && pipeline::process_cores() >= 4));
+  const bool tune = !impl->resident && (options.autotune == Mode::kOn ||
+                                        (options.autotune == Mode::kAuto && pipeline::process_cores() >= 4));
   const bool tune_engines = tune && options.io_engines == 0 && !options.io_factory;
   if (impl->policy == nullptr && tune) {
     impl->tuned_depth = std::make_shared<pipeline::TunedDepthPolicy>(machine.read_depth, machine.read_budget);

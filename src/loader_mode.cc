@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader's switches (LoaderOptions::resident, unpack) as text: how
 // Python and the command line name them.
 #include "absl/strings/str_cat.h"

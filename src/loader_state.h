@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the Loader's resume state (the public decoder is
 // include/dlfeed/loader_state.h): the bytes state() writes, and what
 // restore() makes of them.

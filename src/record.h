@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the loader's counter recording (docs/counters.md). With
 // -DDLFEED_COUNTERS=OFF every recording statement, clock reads included,
 // compiles to nothing.

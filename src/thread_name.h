@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: names dlfeed's own threads ("dlfeed-..."), so tools (top -H, gdb,
 // perf) and the tests can tell them from the application's and oneTBB's.
 #pragma once

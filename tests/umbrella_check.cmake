@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Checks that include/dlfeed/dlfeed.h includes every public header except the
 # ones it leaves out on purpose (see its comment): run by ctest as
 # umbrella_header_complete with -DINCLUDE_DIR=<repo>/include.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Draws dlfeed's counters as pictures (run by `dlfeed report`, needs matplotlib).
 
   dlfeed_report.py --summary SUMMARY.json --trace TRACE --out DIR

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Merges the per-rank traces of `mpirun -np N dlfeed run --trace t.json`
 (t.rank0.json, t.rank1.json, ...) into one Chrome trace JSON that Perfetto
 (https://ui.perfetto.dev) shows as one timeline with a process per rank.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Side by side, in one session, on the same generated datasets, cold and warm
 cache: the device limit, dlfeed from C++, dlfeed from Python, PyTorch's
 DataLoader over h5py / numpy readers (0, 2 and 4 workers, shuffle on) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // compare_cpp: "dlfeed from C++" in the side-by-side comparison
 // (bench/compare/compare.py). The same protocol as every Python runner there
 // (bench/compare/runners.py): create the loader, read a few warm-up batches

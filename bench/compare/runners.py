@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """One system of the side-by-side comparison, measured in its own process.
 
     python bench/compare/runners.py SYSTEM --data DIR --batch-size 32 [--cold] ...

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Shuffle strategies: randomness against throughput, on one dataset.
 
 Sweeps every order strategy and its parameters (buffer size; block size and

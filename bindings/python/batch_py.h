@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Python view of a batch, shared by bind_batch.cpp and bind_loader.cpp.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batches: zero-copy numpy arrays and DLPack tensors over the batch buffer.
 //
 // Nothing is copied: an array's base object (a capsule) and a DLPack

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors: dlfeed::Error (an absl::Status) becomes a Python exception whose
 // class follows the status code and whose message is the C++ one, which
 // names the file and the byte offset:

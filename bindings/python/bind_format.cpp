@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Formats: detection by extension, NPY columns and element types (FormatOptions
 // is bound with the other option structs, bind_options.cpp).
 #include "common.h"

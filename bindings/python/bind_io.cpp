@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // I/O: whether io_uring works here (IoOptions is bound with the other option
 // structs, bind_options.cpp).
 #include "common.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader: LoaderOptions in, Batches out. Every call that waits or works
 // in C++ (create, start_epoch, next, restore, close) releases the GIL, so
 // other Python threads run meanwhile.

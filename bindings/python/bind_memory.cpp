@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page-locked batch buffers for the Python GPU path: a BufferAllocator that
 // maps each pool buffer as libdlfeed does, then registers it with the CUDA
 // runtime (cudaHostRegister) through function pointers Python found in the

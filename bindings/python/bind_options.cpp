@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader's option structs, bound once with their C++ field names:
 // LoaderOptions and the structs it holds (FormatOptions, OrderSpec with its
 // OrderParams, IoOptions, CoalesceOptions, TraceOptions, StageOptions).
@@ -233,10 +234,12 @@ void bind_loader_options(py::module_& m) {
                      "I/O engine threads, each with its own backend; more than the first are used only while it "
                      "is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 "
                      "core, 2 on 2-5, cores/2 up to 16")
-      .def_readwrite("autotune", &LoaderOptions::autotune,
-                     "on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while "
-                     "it runs, within the memory budget (an explicit value is never moved); off; auto (the default): "
-                     "on with 4 cores or more")
+      .def_property(
+          "autotune", [](const LoaderOptions& o) { return mode_name(o.autotune); },
+          [](LoaderOptions& o, const std::string& s) { o.autotune = unwrap(parse_mode(s, "autotune")); },
+          "on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while "
+          "it runs, within the memory budget (an explicit value is never moved); off; auto (the default): "
+          "on with 4 cores or more")
       .def_readwrite("tuning", &LoaderOptions::tuning, "For dlfeed's tests and benches; not a stable API")
       .def_readwrite("max_open_files", &LoaderOptions::max_open_files, "Files kept open at once (0: the default)")
       .def_readwrite("prefetch", &LoaderOptions::prefetch,

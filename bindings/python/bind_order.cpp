@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Order: the strategies, a rank's order, and the resume state's fields
 // (OrderSpec is bound with the other option structs, bind_options.cpp).
 #include <pybind11/numpy.h>

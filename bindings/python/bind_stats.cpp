@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LoaderStats as a bound struct: read-only properties (typed in the stubs),
 // and, for the code that reads them as a dict, s["name"], "name" in s,
 // keys(), items(), get() and to_dict() (a plain dict, nested for `stage`).
@@ -163,8 +164,7 @@ void bind_stats(py::module_& m) {
       .field(
           "autotune", [](const LoaderStats& s) { return s.autotune; }, "Whether the autotuner runs")
       .field(
-          "autotune_changes", [](const LoaderStats& s) { return s.autotune_changes; },
-          "Steps the autotuner has taken")
+          "autotune_changes", [](const LoaderStats& s) { return s.autotune_changes; }, "Steps the autotuner has taken")
       .field(
           "threads", [](const LoaderStats& s) { return s.threads; }, "The loader's decode arena, as used")
       .field(

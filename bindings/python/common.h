@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the bind_<stage>.cpp files of the _dlfeed extension module.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The DLPack ABI (v0.8, the "legacy" unversioned DLManagedTensor), written
 // out here so the bindings need no extra dependency. Only what a CPU producer
 // needs: the capsule carries a DLManagedTensor* under the name "dltensor";

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The private extension module behind the `dlfeed` Python package. Each
 // stage of the library is bound in its own bind_<stage>.cpp; the public,
 // Pythonic API (dlfeed.Loader, dlfeed.torch, dlfeed.tf) is pure Python on top.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything a trainer uses from dlfeed, in one include:
 //
 //   #include "dlfeed/dlfeed.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element types, described the way numpy describes them ("<f4", "|u1").
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors: absl::Status inside the library, dlfeed::Error at the public
 // iteration boundary. Every message names the file, the byte offset and what
 // was expected versus what was found, so a user can open the file in a hex

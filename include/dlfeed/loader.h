@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader: options in, batches out. It indexes the files once, then per
 // epoch runs the pipeline
 //
@@ -188,11 +189,11 @@ struct DLFEED_EXPORT LoaderOptions {
   /// create) and the read-ahead depth (never past the prefetch and memory
   /// budgets). An explicit io_engines or prefetch is never moved.
   /// LoaderStats (io_engines, prefetch, autotune_changes) and the trace
-  /// ("autotune" events) show what it chose. "auto" (the default): on when
+  /// ("autotune" events) show what it chose. kAuto (the default): on when
   /// the process may use 4 cores or more (on 2, engines cannot grow and the
-  /// tries cost more than they found: docs/performance.md); "off": never.
-  /// docs/io.md.
-  std::string autotune = "auto";
+  /// tries cost more than they found: docs/performance.md); kOn: whatever
+  /// the cores; kOff: never. docs/io.md.
+  Mode autotune = Mode::kAuto;
   /// Trace events (off by default; the counters themselves are always on).
   counters::TraceOptions trace;
   /// Node-local staging (off while stage.dir is empty): from the first

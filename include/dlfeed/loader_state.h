@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The resume state a Loader saves (Loader::state()), read without a Loader:
 // which epoch, strategy, rank and position it resumes, for tools, bindings
 // and checkpoint code that want to look inside one.

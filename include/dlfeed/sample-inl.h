@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shape helpers of dlfeed/sample.h (header tier: see dlfeed/detail/inline.h).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sample index: for every sample, the file, the byte extents to read and
 // what the decoded sample is (shape, dtype). Built once at open by a format;
 // after that the bytes are read with plain reads and decoded from memory,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed: a C++ data loader for deep-learning training (HDF5, NPZ/NPY, TFRecord).
 
     import dlfeed

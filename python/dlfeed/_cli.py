@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `dlfeed` console script of the wheel: runs the C++ command line.
 
 pip installs the compiled command inside the package (dlfeed/bin/dlfeed, with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batches on the GPU: page-locked pool buffers and copies that overlap the training step.
 
 The copy of batch k+1 runs on a CUDA stream of its own while the consumer's step

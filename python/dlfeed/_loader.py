@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed.Loader: the C++ loader's options as keyword arguments, iterable per epoch."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The keywords of dlfeed.Loader, in one table.
 
 Each keyword sets one field of the C++ ``dlfeed::LoaderOptions``, named by its

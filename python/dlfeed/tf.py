@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TensorFlow adaptor: a tf.data.Dataset over a dlfeed.Loader, usable in model.fit.
 
     ds = dlfeed.tf.dataset("data/train", fields=["x", "y"], batch_size=64,

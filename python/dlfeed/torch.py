@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch adaptor: an IterableDataset that yields torch tensors in dlfeed's memory.
 
     ds = dlfeed.torch.Dataset("data/train", fields=["x", "y"], batch_size=64,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Epochs and AU: an epoch's bounds and steps, its counters kept packed once
 // it ends, and the reports (one per epoch, the total) that snapshot() and
 // last_epoch() build from them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The snapshot as JSON, schema "dlfeed.counters/1" (docs/counters.md).
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/json.h"

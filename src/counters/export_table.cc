@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The snapshot as a human table (Snapshot::summary_table).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trace exports: the Chrome/Perfetto trace-event JSON and DFTracer's lines
 // (one event per line, the style pydftracer 2.x writes), from the events of
 // the trace buffer (trace.cc); a path ending in ".gz" is written gzip-compressed.

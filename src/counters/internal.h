@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the counters' files share and nothing outside them sees: the slabs a
 // thread writes, the trace slots, a reading of every slab (Raw) and an
 // epoch's state. The recorder (recorder.cc) writes the slabs; epochs.cc turns

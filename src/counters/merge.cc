@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Snapshots across processes: an exact binary form (serialize/deserialize)
 // and the merge of one snapshot per rank into the job's (merge_ranks). No
 // MPI here: dlfeed::mpi moves the bytes, this file gives them meaning.

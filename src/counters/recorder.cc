@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recorder: what each counter is, the per-thread slabs that events are
 // written to, the histograms, the interval unions of the components, spans
 // and regions, and reading every slab at once (read_raw).

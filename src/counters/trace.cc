@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The trace buffer: a bounded array of events preallocated when tracing is
 // first enabled, each claimed with one fetch_add; the threads' trace ids and
 // names. export_trace.cc writes the events out.

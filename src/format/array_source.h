@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: samples cut from one dense array (an .npy file or an .npz member)
 // along its first or last axis, stored raw or inside a deflated zip member.
 #pragma once

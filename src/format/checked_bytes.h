@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the decoder's word to a format's decode that the bytes it is given
 // were checked already. When several fields of a batch come from the same
 // record (a TFRecord Example's image and label), their reads are one read and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HDF5: the sample index is built once from libhdf5's metadata (dataset
 // shape, type, layout, contiguous offset or chunk table); after that samples
 // are plain byte extents of the file, decoded here without libhdf5 (zlib for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HDF5 chunked storage: the chunk grid and table (every stored chunk placed
 // in its cell, checked against the file) turned into byte extents, and the
 // decode of those extents: the row of each chunk a sample needs, with

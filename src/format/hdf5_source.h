@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private to src/format: what the HDF5 reader's files share. hdf5.cc reads
 // a dataset's metadata and builds the index; hdf5_chunks.cc turns a chunked
 // dataset's chunk table into extents and decodes its chunks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The persistent dataset index (index_cache.h).
 //
 // File layout (little-endian):

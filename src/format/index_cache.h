@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the persistent dataset index (FormatOptions::index_cache). One
 // file per dataset folder and set of format options, holding each data
 // file's identity (size, mtime, inode, device) and its source's state. A

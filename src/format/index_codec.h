@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the byte encoding of a source's state in the dataset index cache
 // (src/format/index_cache.cc). Little-endian fixed-width integers and
 // length-prefixed strings. The reader never trusts a length: every read is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Indexed binary datasets (Megatron-LM's .bin + .idx, DLIO's indexed_binary):
 // the index files are read whole at open and checked against the data
 // file, so that a sample is one extent and no read can leave the file.

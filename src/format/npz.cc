@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NPZ: a zip archive of NPY members. Stored members are indexed by direct
 // offset into the archive; deflated ones are inflated with zlib at decode.
 #include <zlib.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: what open_dataset's folder listing tells the per-file opens, so
 // that they make no system call the listing already answered.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TFRecord: framing, sidecars, scanning, and the tf.train.Example source.
 #include "dlfeed/format/tfrecord.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TFRecord scans that read a file through dlfeed's internal handle
 // (detail::File): private to the library, its tests and benches, so no public
 // signature takes a detail:: type. The rest of TFRecord is in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compressed TFRecord files: the open-time scan that finds records and
 // inflate checkpoints, and inflating one record from its checkpoint.
 #include <zlib.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One sample per dataset: the rows a source cuts along axis 0, read and
 // decoded as one sample. A contiguous dataset is one extent read straight
 // into the batch; a chunked one is its rows' extents in order, each row

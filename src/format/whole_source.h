@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: every sample of a source read as one (SampleAxis::kNone for the
 // formats whose sources cut samples along axis 0 themselves: HDF5).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing synthetic datasets in every format, deterministic from a seed, with
 // the DLIO benchmark's on-disk layout available exactly.
 #pragma once

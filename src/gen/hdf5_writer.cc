@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing HDF5 files with libhdf5: the generator's files, as h5py and the
 // DLIO benchmark write them.
 #include <hdf5.h>

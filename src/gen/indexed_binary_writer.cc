@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes an indexed binary file as DLIO 2.0.0's IndexedBinaryGenerator lays
 // it out: NAME.EXT holding the samples back to back (uint8, each the
 // flattened sample shape), NAME.EXT.off.idx the u64 offset of each and

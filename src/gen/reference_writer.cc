@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing the reference workloads' own files (generate.h, "Reference
 // workloads"): DeepCAM's HDF5 samples and stats.h5, as h5py writes them for
 // MLPerf HPC's DeepCAM, and CosmoFlow's GZIP TFRecords, as MLPerf HPC's

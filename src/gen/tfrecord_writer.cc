@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes a synthetic TFRecord file as the DLIO benchmark does: one
 // tf.train.Example per sample with `image` (the sample's raw bytes) and
 // `size` (the side of a square sample, as DLIO writes it, else the element

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The IoBackend contract, enforced around a backend dlfeed did not make
 // (LoaderOptions::io_factory). Every request gets a slot; the inner backend
 // sees the slot (with a generation, so a late duplicate cannot hit a reused

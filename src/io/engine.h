@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the I/O engine. One thread owns an IoBackend, submits each batch
 // of reads handed to it as one submission and reaps completions, so the ring
 // is long-lived and submission is batched. It knows nothing of the pipeline:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pread backends: a pool of threads each doing blocking pread(), and the
 // synchronous baseline that reads inside submit(). Both use ReadOp, so short
 // reads, EINTR/EAGAIN and end of file behave exactly as with io_uring.

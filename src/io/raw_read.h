@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The storage's own limit for a dataset's access pattern: read exactly the
 // sample extents a loader would read, in a given order, with no planning,
 // decode or batching, and time it. `dlfeed calibrate` and bench/raw_read

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal: what every backend shares. One ReadOp per request in flight: where
 // it reads (dest, or an aligned bounce buffer in O_DIRECT mode), how much is
 // done, and the step that turns one read()'s result into "done / again /

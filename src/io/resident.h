@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: a dataset held in memory. When every file of a loader's dataset
 // fits in half its memory budget, the loader reads each file once, whole and
 // in order, at create (LoaderOptions::resident), and every later read is a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: copies of large samples from held files into batch buffers.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: arrays unpacked once (LoaderOptions::unpack). Two layouts make
 // reading per sample cost far more than the sample: a deflated NPZ member
 // (np.savez_compressed), where each sample's extent is the whole compressed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The io_uring backend: one ring per backend, driven by the thread that calls
 // submit()/reap(). Requests wait in `pending_` until the ring has room (at
 // most queue_depth reads are in the kernel, so the completion queue, twice

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shuffle quality figures of an order.
 #include "dlfeed/order/quality.h"
 

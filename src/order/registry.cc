@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The order strategy registry: mutable, process-wide state, so it lives in
 // libdlfeed only (never in the header tier, where each shared library would
 // get its own copy). The built-in strategies are registered first; the

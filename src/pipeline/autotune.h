@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the autotuner's logic, pure (no clock, no threads): fed one
 // measuring window at a time (the rate delivered to the consumer, how much of
 // it the consumer waited, how busy the I/O engines were, a batch's bytes), it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: memory admission. Every batch is admitted with its read-buffer and
 // output bytes before its reads are issued; the bytes count until the
 // consumer drops the batch, so batch memory stays within the memory budget,

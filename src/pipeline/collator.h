@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the collate filter (serial, in order) and the consumer's queue.
 // A decoded batch goes to the queue as shared_ptr<const Batch>, whose
 // deleter gives its buffers back to the pool and its bytes back to the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: how many cores this process may use, and the defaults that follow
 // from them (LoaderOptions io_engines, threads (which the held gather's
 // copies use too) and the read prefetch when left at 0 / "auto").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the decode filter (parallel across batches). Each sample's bytes
 // (a view into the read buffer, or its pieces gathered when it has several
 // extents) go to its source's decode, and the result to its slot in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the pipeline's source filter. It keeps the reads of every batch
 // the prefetch policy and the memory budget admit in flight (the
 // look-ahead), and hands the pipeline the oldest; it waits only when nothing

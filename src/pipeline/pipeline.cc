@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pipeline/pipeline.h"
 
 #include <oneapi/tbb/global_control.h>
@@ -127,8 +128,7 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
   arena_->arena.execute([&] {
-    tbb::this_task_arena::isolate(
-        [&] { tbb::parallel_for(size_t(0), n, std::cref(each), tbb::simple_partitioner()); });
+    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, std::cref(each), tbb::simple_partitioner()); });
   });
   tsan_handshake();
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the oneTBB wiring. Per epoch one thread runs
 //
 //   tbb::parallel_pipeline(lookahead [serial in order]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: read planning. A batch's ids become its reads: raw samples read
 // straight into the batch buffer (direct reads), everything else coalesced
 // by prefetch::plan_reads into few large reads of a read buffer. Nothing is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: the autotuner's live side (LoaderOptions::autotune). The
 // consumer's thread measures windows of at least kMinBatches batches and
 // kWindowNs, feeds them to the Autotuner (pipeline/autotune.h) and applies

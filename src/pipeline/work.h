@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private: one batch in flight through the pipeline, the token its stages
 // pass along (docs/architecture.md):
 //

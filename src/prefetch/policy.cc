@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dlfeed/prefetch/policy.h"
 
 #include "absl/strings/numbers.h"

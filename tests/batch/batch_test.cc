@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BufferPool: reuse without hiding memory from the loader's budget. Batch:
 // move-only, its fields' spans valid after a move.
 #include "dlfeed/batch/batch.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Snapshots across processes: serialize/deserialize and merge_ranks (what
 // dlfeed::mpi drives over MPI, tested here without it).
 #include <numeric>

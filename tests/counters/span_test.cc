@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // counters::Span: one object records what the loader's begin/sample/trace
 // blocks recorded by hand (a distribution value, a component interval, the
 // I/O overlap, a trace event), and nothing twice.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trace exports on events recorded by hand: the Chrome trace's read lanes
 // (bounded, never overlapping on one lane, the rest as paired async slices),
 // its metadata and epoch marks; the DFTracer names and hashes; gzip output;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one JSON writer (dlfeed/detail/json.h): numbers read back as the same
 // double and are valid JSON; strings escape what JSON requires and nothing else.
 #include "dlfeed/detail/json.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reliability under faults (docs/reliability.md): injected read faults
 // (short reads, EINTR/EAGAIN storms, EIO, wrong-length completions, latency
 // spikes), files truncated, deleted, replaced or rewritten while a loader

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only fault injection for the reliability tests and the soak run.
 //
 // Two places, because retries happen inside a backend:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the reliability tests and the soak run share: generated datasets whose
 // every byte is known (gen::fill_sample), an epoch runner that checks each
 // delivered sample against it, the exactly-once / error-names-file-and-offset

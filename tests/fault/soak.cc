@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed_soak: many epochs of many loaders, over every format, backend and
 // order strategy, with random faults, checking what docs/reliability.md
 // promises as it goes:

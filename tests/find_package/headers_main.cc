@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built against the installed dlfeed::headers alone (no libdlfeed): the
 // header tier's order, state codec and dtype work from #include.
 #include <cstdio>

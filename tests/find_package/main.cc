@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Links against the installed dlfeed and indexes the file given on the command line.
 // Includes the umbrella header, so every installed public header compiles here.
 #include <cstdio>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installs the built dlfeed into a scratch prefix, builds tests/find_package
 # against it with find_package(dlfeed CONFIG), and runs the consumer.
 file(REMOVE_RECURSE ${WORK_DIR})

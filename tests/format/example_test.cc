@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tf.train.Example wire parsing and serializing.
 #include "dlfeed/format/example.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test fixture: writes single HDF5 datasets with exactly the storage a test
 // asks for (layouts, filters, fill values, user blocks, odd types), with
 // libhdf5 directly. Linked into hdf5_test only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HDF5 reader and writer: every layout the reader resolves to extents, the
 // library-read fallback, every dtype, DLIO names, and bad input.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The persistent dataset index (FormatOptions::index_cache): a reopen from
 // the cache gives the same index as indexing the files, only changed files
 // are indexed again, and a damaged, stale or lying cache falls back to the

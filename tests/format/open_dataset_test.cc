@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // open_dataset over folders of many files: the files are indexed by several
 // threads at once and appended in path order, so the index must equal the
 // one each file gives alone, in order; and an error must name the first bad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the format tests: scratch paths and whole-file I/O.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TFRecord framing, CRC32C, sidecars, open_tfrecord and its errors.
 #include "dlfeed/format/tfrecord.h"
 

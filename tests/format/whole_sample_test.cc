@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One sample per file (SampleAxis::kNone) and fields from file-name patterns
 // (FormatOptions::file_pattern): issue 26.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: a serialized tf.train.Example through the wire-format parser:
 // parse_example, feature_names, find_feature and each list decoder, with
 // count_values checked against what the decoders produce.

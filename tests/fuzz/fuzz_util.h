@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the fuzz targets share. Each target feeds one input to one of
 // dlfeed's parsers and checks, beyond "no crash, no sanitizer report":
 // - an error names the file it is about;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: HDF5 extent resolution.
 //
 // libhdf5 parses HDF5 metadata; it is not ours to fuzz (mutating whole files

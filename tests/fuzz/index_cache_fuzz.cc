@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the persistent dataset index (src/format/index_cache.cc).
 // The input is a cache file's body; the target puts the magic, version and
 // a matching CRC-32C in front, so the fuzzer reaches past the checksum into

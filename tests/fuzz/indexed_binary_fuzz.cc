@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: an indexed binary dataset's index next to its data file. The
 // input is <1 flag byte><4-byte little-endian index length><index bytes><data
 // bytes>. Flag bit 0 clear: Megatron-LM's layout (input.bin + input.idx, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Seed corpora for the fuzz targets, written by the real writers.
 
     .venv/bin/python tests/fuzz/make_seeds.py OUT_DIR [--dlfeed build/tools/dlfeed]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: an .npy file (magic, version, header length, the header
 // dictionary: descr, fortran_order, shape) through the NPY header parser and
 // open_npy, with both sample axes, then sample reads (strided gathers).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: an .npz file: the zip end record, the Zip64 end record and
 // locator, the central directory (Zip64 extra fields), the member's local
 // header, its NPY header (stored or deflated), then sample reads (inflate

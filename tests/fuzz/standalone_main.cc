@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A main() for the fuzz targets without libFuzzer (gcc builds): runs the
 // target once on each file given, or each file in each folder given, so the
 // committed regression inputs run in every ctest (and under ASan/UBSan).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: a .tfrecord file: record framing (length, masked CRC32C of the
 // length, payload, masked CRC32C of the payload) scanned by open_tfrecord,
 // the first record's tf.train.Example, then sample reads (unframe, CRCs,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: a TFRecord .idx sidecar ("offset length" lines, as DALI's
 // tfrecord2idx and DLIO write it) next to its data file. The input is
 // <4-byte little-endian sidecar length><sidecar text><TFRecord bytes>; the

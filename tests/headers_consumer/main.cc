@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program built against dlfeed::headers alone, with no libdlfeed on its
 // link line (tests/python/test_headers_consumer.py checks the link and
 // compares every answer with numpy, TensorFlow and `dlfeed order`):

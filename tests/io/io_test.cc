@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // I/O backends: every backend (sync, thread_pool, io_uring) reads random
 // extents of generated files byte for byte, many in flight, with O_DIRECT at
 // unaligned offsets, past EOF and missing files as error completions, more

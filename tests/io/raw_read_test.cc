@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // raw_read (the device-limit measurement behind `dlfeed calibrate` and
 // bench/raw_read): every extent of every sample is read from the right file
 // and offset, in the order given, with both readers; bounds stop at a sample

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail::copy_large: the same bytes as memcpy, whatever the alignment of
 // either side and the length around the streaming threshold and the 64-byte
 // lines (head, whole lines, tail), and nothing written outside the range.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LoaderOptions::autotune on a real loader: while it moves the engines and
 // the read-ahead depth, every batch is what it is with autotune off; and
 // what the options set is never moved. DLFEED_CORES=8 (set before the first
@@ -34,10 +35,10 @@ LoaderOptions options(bool autotune) {
   LoaderOptions o;
   o.paths = {dataset()};
   o.batch_size = 16;
-  o.resident = "off";  // read: what the autotuner tunes
+  o.resident = Mode::kOff;  // read: what the autotuner tunes
   o.order.strategy = "global_shuffle";
   o.order.seed = 5;
-  o.autotune = autotune ? "on" : "off";
+  o.autotune = autotune ? Mode::kOn : Mode::kOff;
   return o;
 }
 

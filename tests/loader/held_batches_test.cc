@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batches the consumer holds (a copy queue to a GPU, gradient accumulation,
 // a user's own prefetch) must not shrink the loader's read-ahead: the
 // prefetch policy's byte limit counts only the look-ahead, the memory budget
@@ -47,7 +48,7 @@ LoaderOptions images(const std::string& dir, const char* resident) {
   o.threads = 2;
   o.order.strategy = "global_shuffle";
   o.order.seed = 4;
-  o.resident = resident;
+  o.resident = parse_mode(resident, "resident").value();
   o.memory_budget = 64 << 20;
   return o;
 }

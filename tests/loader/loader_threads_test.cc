@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Each loader has its own threads: a second loader made while a first is
 // mid-epoch gets the threads it asked for (oneTBB's worker pool is one per
 // process, sized by the first arena unless the loaders grow it), and holding
@@ -34,7 +35,7 @@ LoaderOptions options(const std::string& path, uint32_t threads) {
   o.fields = {"records"};
   o.batch_size = 4;
   o.threads = threads;
-  o.resident = "off";
+  o.resident = Mode::kOff;
   o.order.strategy = "global_shuffle";
   return o;
 }
@@ -130,7 +131,7 @@ TEST(LoaderThreads, HeldCopiesSpreadOverThreadsGiveTheSameBatches) {
     o.paths = {written->path};
     o.batch_size = 64;
     o.threads = threads;
-    o.resident = "on";
+    o.resident = Mode::kOn;
     o.order.strategy = "global_shuffle";
     o.order.seed = 9;
     auto loader = Loader::create(o).value();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader at scale, without MPI: several Loader objects in one process
 // stand for the ranks. Elastic restarts (a checkpoint at W ranks resumed at
 // W' ranks) and node-local staging (LoaderOptions::stage).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed::mpi under a real MPI launcher (registered in ctest with label mpi):
 //   mpirun -np 4 mpi_driver --gtest_filter=-Elastic.ResumeOnThreeRanks
 //   mpirun -np 3 mpi_driver --gtest_filter=Elastic.ResumeOnThreeRanks

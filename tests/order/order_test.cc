@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Property tests of the order stage over a grid of layouts, strategies,
 // seeds, epochs and world sizes.
 #include "dlfeed/order/order.h"

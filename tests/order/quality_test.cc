@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shuffle-quality figures on orders whose figures are known.
 #include "dlfeed/order/quality.h"
 

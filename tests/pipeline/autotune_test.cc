@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The autotuner's logic on deterministic inputs: windows whose rate is a
 // function of the setting being measured (as a loader's would be), with
 // fixed noise, fed one at a time.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission (src/pipeline/budget.h): the prefetch policy and the memory
 // budget bound what is admitted, a consumer waiting with nothing on the way
 // always gets a batch, a waiting admission wakes on release and on stop, and

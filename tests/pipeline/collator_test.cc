@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The collate stage and the consumer's queue (src/pipeline/collator.h): a
 // batch goes out in a handle whose drop gives the buffers back to the pool
 // and the bytes back to the budget; a failed batch goes out as its error and

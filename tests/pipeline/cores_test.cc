@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cores a process may use (affinity and cgroup quota) and the loader
 // defaults that follow from them: deterministic inputs, cgroup files written
 // to a folder of the test's own.

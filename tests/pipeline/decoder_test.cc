@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decode stage (src/pipeline/decoder.h): batches planned over real NPY
 // (read straight into place) and deflated NPZ files (decoded, in parallel
 // for 8 samples and more) come out equal to read_sample; failed reads and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The I/O engine (src/io/engine.h): the spreading rule on given loads, the
 // busy meter on a given clock, and an engine reading a real file through a
 // real backend (pieces, one callback per batch, errors).

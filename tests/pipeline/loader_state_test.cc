@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The resume state (src/loader_state.h, include/dlfeed/loader_state.h):
 // encode/decode round trips, garbage is refused with a clear error, and
 // restore's checks and elastic arithmetic; then a real Loader's state read

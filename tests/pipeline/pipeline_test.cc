@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stages wired together (src/pipeline/pipeline.h) over a real NPY file
 // and a real I/O engine: every batch of the epoch arrives once, in order,
 // with the right bytes, then the end; a stop ends the epoch early and cleanly;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Read planning (src/pipeline/planner.h) on hand-built indices: which
 // samples are read straight into the batch, how the rest coalesce, the
 // sizes known before decode, and batches cut from an order cursor.

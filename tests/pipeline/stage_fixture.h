@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the pipeline stage tests: real NPY and NPZ files written
 // by the generator, indexed by open_dataset, and a batch's planned reads
 // done by hand with pread (what the look-ahead and the I/O engine do).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures: run the built `dlfeed` command line against real files."""
 import json
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NumPy 2's __array__(dtype=None, copy=None) on dlfeed.Tensor and dlfeed.Batch:
 the batch's memory unless a copy is asked for or needed; copy=False with a
 dtype that needs one raises ValueError, as numpy does."""

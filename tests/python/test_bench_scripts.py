@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smoke tests of the benchmark scripts on tiny datasets: they run end to end
 and report every system with positive numbers. No speed is asserted.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`dlfeed calibrate` and efficiency in `dlfeed run` (docs/workloads.md):
 the calibration JSON describes the dataset as h5py sees it and holds
 positive measurements; the files' pages are dropped (checked with mincore

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`dlfeed --help` and `dlfeed COMMAND --help`: asking for help succeeds (exit 0,
 on stdout) and lists exactly the flags the command reads; a missing or unknown
 command, or a flag the command does not read, is a usage error (exit 2)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The coalescing gap (CoalesceOptions.adaptive_gap): small samples read in a
 global shuffle from a file h5py wrote, not held in memory, read about the
 bytes they hold; a fixed 64 KiB gap reads the gaps between them too."""

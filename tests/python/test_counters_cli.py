@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Built-in counters and traces from the command line (docs/counters.md):
 values checked against independent measurements (the files' bytes, h5py),
 the trace checked for balanced, properly nested events, and the DFTracer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed's DFTracer traces read by DFTracer's own tools (dftracer-utils on
 PyPI): `dftracer_validate` accepts the .pfw.gz, and `dftracer_view --preset
 dlio` / `--preset io` find dlfeed's steps, compute, data loading and reads,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`dlfeed dlio CONFIG.yaml [overrides]`: DLIO's own shipped workload configs
 (dlio-benchmark 2.0.0 from PyPI, fetched at test time) run at a tiny scale
 through generate, train, evaluation and checkpoint; summary.json reads like

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The docs' code runs: every block of README.md and docs/*.md marked to run
 is run, in its document's order, on data this test makes, so the docs cannot
 drift from the code.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Emulated training in `dlfeed run` (docs/workloads.md): the compute time
 per step is fixed or normal(mean, stdev) truncated at 0, deterministic per
 seed, checked on the draws the summary JSON reports; AU and the report's

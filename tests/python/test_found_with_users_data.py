@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What trying users' own data and DLIO's found (issue 26): a TFRecord field's
 shape rule holds for the whole field, DLIO folders behind links, a field named
 like an internal key, ragged= through dlfeed.tf, DataLoader workers with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Held files of raw samples at a fixed stride are batched by the "gather"
 route (LoaderStats::route): no per-sample decode, one thread. numpy and h5py
 write the files, with uneven sample counts (an empty file, a last file longer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GPU path on a machine without one (issue 28): device="cuda" is a clear error
 everywhere, pin_memory=True warns and gives the same batches, the batch pool's
 buffers are registered once each through the allocator hook (register/unregister

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """HDF5 interop: files written by h5py read by dlfeed, and files written by
 `dlfeed generate` read by h5py, byte for byte."""
 import pathlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The header tier (dlfeed::headers) on its own: tests/headers_consumer is
 built against it with no libdlfeed on its link line. Its orders must equal
 `dlfeed order`'s (libdlfeed's registry) for every strategy, and it must read

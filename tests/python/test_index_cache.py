@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The persistent dataset index (index_cache="auto"), on files numpy, h5py and
 TensorFlow wrote: a reopen reads the same values, a file rewritten between
 runs is indexed again (never an old extent over new bytes), and a damaged

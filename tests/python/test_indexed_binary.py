@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Indexed binary datasets, as their writers lay them out: Megatron-LM's indexed
 dataset (PREFIX.bin + PREFIX.idx, written here the way megatron/core/datasets/
 indexed_dataset.py's IndexedDatasetBuilder and _IndexWriter write them) and DLIO

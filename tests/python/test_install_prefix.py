@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An installed prefix works on its own: `cmake --install` into a temporary
 prefix, then every command runs from there with the source and build trees
 hidden (a private mount namespace puts an empty tmpfs over them; the

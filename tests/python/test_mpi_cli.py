@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`mpirun -np 4 dlfeed run` (docs/distributed.md): the job's summary on rank 0
 is checked here against an independent reduction of the four per-rank JSON
 files (sums, means, extremes, and percentiles recomputed from the merged

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NPY and NPZ interop: numpy writes, dlfeed reads byte-identically; dlfeed
 generates, numpy reads the same content."""
 import io

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deflated NPZ members and DLIO-layout arrays are unpacked once
 (LoaderOptions::unpack, docs/formats.md): numpy writes the files, the loader's
 samples are numpy's, every sample exactly once, and the loader's own counters

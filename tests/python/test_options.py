@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The options schema: every C++ option field is bound, every bound field has a
 keyword of dlfeed.Loader (or a reason it has none), every keyword reaches its
 field, and names a `dlfeed run` flag or says why there is none."""

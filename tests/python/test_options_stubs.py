@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python/dlfeed/_dlfeed.pyi is what scripts/gen_stubs.py writes from the built module."""
 import importlib.util
 import pathlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`dlfeed order`: ranks' outputs partition the epoch; --stats prints the figures."""
 import pytest
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """overlap_epochs (issue 28, AU at epoch boundaries): epoch e + 1 is read once
 epoch e is all read, and start_epoch(e + 1) adopts it. The files are written by
 h5py and numpy; every check is on counts and sample ids, never on time."""

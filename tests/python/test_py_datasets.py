@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Learnable datasets for the Python-package tests, written with numpy, h5py and
 TensorFlow (not with dlfeed), and a check that dlfeed.Loader reads each exactly.
 

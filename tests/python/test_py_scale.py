@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scale-out from Python without MPI: an elastic restart (4 loaders checkpointed,
 3 loaders resume) reads every sample once; staging keywords give the same batches
 and later epochs read the copies."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed.tf: a tf.data.Dataset with a correct output_signature, training a Keras
 model; zero copy into TensorFlow through DLPack."""
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dlfeed.torch: training, zero copy, resume, torch.distributed (gloo, 2
 processes), DataLoader workers, pin_memory."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two small Python behaviours: Loader.write_trace() without trace=True is an
 error that says to enable it (not an empty trace file), and
 dlfeed.tf.dataset(loader=L) takes an existing loader with no paths."""

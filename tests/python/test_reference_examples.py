@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/deepcam_torch.py and examples/cosmoflow_torch.py give the tensors the
 reference loaders give (issue 26): on fixture files written by h5py, numpy and
 TensorFlow in the workloads' own layouts, every batch equals the reference's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference workloads on their own files (issue 26): DeepCAM, CDB and
 CosmoFlow as their reference code writes them, written here by h5py, numpy and
 TensorFlow, read back by dlfeed with one sample per file (axis="none") and

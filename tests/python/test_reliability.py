@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Files changed under a running dlfeed.Loader (docs/reliability.md): the
 batches before the change are what numpy, h5py and TensorFlow wrote, and the
 change itself is an error naming the file, never another file's bytes."""

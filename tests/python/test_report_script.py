@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tools/dlfeed_report.py (what `dlfeed report` runs) on real traces: it reads
 Chrome and DFTracer traces, plain and .gz, with the same events under
 dlfeed's names (reads on lanes and as async slices alike), finds the epochs it

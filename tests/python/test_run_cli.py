@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`dlfeed run`: the loader end to end from the command line. Its --checksum
 is recomputed here from the files with numpy/h5py, independently of dlfeed."""
 import re

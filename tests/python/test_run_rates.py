@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`dlfeed run`'s rates, per format and layout: every MiB/s it prints or writes is
 bytes over the epoch's time, the delivered ones with the bytes numpy, h5py and
 TensorFlow find in a sample (not the sample's extents: a DLIO-layout NPZ

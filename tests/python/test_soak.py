@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Long runs: 1000 epochs over a tiny dataset in one process, with resident
 memory at epoch 100 and at epoch 1000 within 2 MiB. Each epoch's pipeline
 thread used to leave a 95 KiB counters slab behind (0.1 MiB an epoch, 85 MiB

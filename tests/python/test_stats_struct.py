@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loader.stats() is a bound struct (dlfeed._dlfeed.LoaderStats): typed,
 read-only attributes, and the dict-like access code has always used
 (stats()["bytes_read"], stats()["stage"]["done"], keys(), to_dict())."""

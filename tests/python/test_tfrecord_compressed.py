@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TFRecord as real datasets have it: GZIP/ZLIB files written by TensorFlow's own
 TFRecordWriter, the usual extensions, SequenceExample, variable-length features.
 Every sample is compared byte for byte with what TensorFlow reads."""

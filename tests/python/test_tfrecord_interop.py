@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TFRecord interop with TensorFlow: TF writes, dlfeed reads; dlfeed writes, TF reads."""
 import os
 import pathlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TFRecord samples shaped by a companion int64 feature (FormatOptions.shape_feature):
 DLIO's `size`, written here by TensorFlow the way DLIO 2.0.0's generator writes
 it (an `image` bytes feature of d1 x d2 uint8 and `size` = the nominal side),

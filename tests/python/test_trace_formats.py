@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Chrome trace of `dlfeed run --trace` against the Trace Event Format
 (the JSON Perfetto and chrome://tracing read; no offline Perfetto checker
 runs here): the object form with traceEvents, the phases dlfeed writes (X, M,

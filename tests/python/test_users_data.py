@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Users' own files, written by numpy and h5py rather than by `dlfeed generate`:
 never a silent wrong value (mixed dtypes and shapes are refused when the loader
 is made), no guessed layout, column files, empty datasets, one error class per

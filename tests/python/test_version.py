@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
 """One version source: the file VERSION. CMake reads it (project(VERSION)),
 pyproject.toml reads it (scikit-build-core's regex provider), the C++ headers
 carry it (include/dlfeed/detail/export.h, checked by CMake at configure), and
 the Python package reports it (from the compiled module). A release that bumps
 one place and forgets another fails here."""
+import pathlib
 import re
 import subprocess
 import sys
@@ -76,3 +78,12 @@ def test_the_built_tree_agrees(tmp_path):
         so = f"libdlfeed.so.{major}.{minor}" if major == "0" else f"libdlfeed.so.{major}"
         readelf = subprocess.run(["readelf", "-d", str(libs[0])], capture_output=True, text=True, check=True).stdout
         assert f"[{so}]" in readelf, readelf
+
+
+def test_every_source_file_names_its_licence():
+    """scripts/spdx.py --check: each C++, Python, shell and CMake file dlfeed owns
+    carries `SPDX-License-Identifier: Apache-2.0` (the LICENSE file's) in its first lines."""
+    root = ROOT
+    r = subprocess.run([sys.executable, str(root / "scripts" / "spdx.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Apache License" in (root / "LICENSE").read_text()[:200]

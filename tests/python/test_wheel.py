@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a pip user gets: the self-contained wheel (scripts/wheel.sh: pip wheel,
 then auditwheel repair) installs into a fresh venv and works there with no
 system copy of the libraries it bundles: `import dlfeed` reads an h5py-written

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Workload presets (`dlfeed run --workload`, docs/workloads.md): each preset
 at a small scale writes the files, counts and shapes the scaling rule gives,
 read back with numpy, h5py and TensorFlow (not with dlfeed); --scale changes

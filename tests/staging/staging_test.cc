@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Node-local staging: the Stager (copies, limit, reuse, atomic publication),
 // the FileTable seam it uses (redirect), and owned_files.
 #include "dlfeed/staging/staging.h"

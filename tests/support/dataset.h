@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Generated datasets for the tests that read whole datasets (loader, scale,
 // raw reads, MPI, the fault harness and the soak run): every sample's bytes
 // are gen::fill_sample(seed, id, dtype), so a check knows them without a copy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed calibrate: the storage's limits for a dataset's access patterns.
 // For each pattern (sequential and random reads of the dataset's own sample
 // extents, or any strategy's order) and each reader (io_uring at a deep

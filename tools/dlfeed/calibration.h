@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calibrations: the storage's limits for a dataset's access patterns, as
 // `dlfeed calibrate` measures them (dlfeed::raw_read, cold cache) and writes
 // them (JSON schema "dlfeed.calibration/1", docs/workloads.md), and as

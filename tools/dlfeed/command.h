@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Subcommands of the dlfeed command line register themselves here.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Flags shared by several commands (one Abseil flag per name per binary).
 #include <cstdint>
 

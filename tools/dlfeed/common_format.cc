@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "common_format.h"
 
 #include "absl/flags/flag.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Flags every command that opens a dataset shares (format, names, axis, ...).
 #pragma once
 

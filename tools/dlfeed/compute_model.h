@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The emulated compute of a training step (fixed, or normal(mean, stdev)
 // truncated at 0), shared by `dlfeed run` and `dlfeed dlio`.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed dlio: runs a DLIO benchmark workload config (dlio_benchmark's
 // configs/workload/*.yaml, plus Hydra overrides) with dlfeed's loader, and
 // writes what DLIO writes: summary.json (same keys and units) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed dlio`'s checkpoints: the files DLIO's checkpointing writes, as zeros.
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed dlio`'s configuration: Hydra overrides and DLIO's keys mapped to
 // dlfeed's settings (see dlio_config.h; the YAML parser is yaml_subset.cc).
 #include "dlio_config.h"

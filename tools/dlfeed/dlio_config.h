@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed dlio`'s configuration: Hydra-style overrides on the parsed YAML
 // (yaml_subset.h), and DLIO's keys mapped to what dlfeed does with each, or
 // why it leaves it out (docs/dlio.md has the table).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed dlio`'s order and dataset: DLIO's shuffles as a dlfeed strategy,
 // the dataset written in DLIO's layout, the files read.
 #include <algorithm>

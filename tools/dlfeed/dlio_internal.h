@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the parts of `dlfeed dlio` share (private to tools/dlfeed/dlio*.cc):
 // the order mapping and dataset (dlio_dataset.cc), checkpoints
 // (dlio_checkpoint.cc), the per-epoch measurements and the summary files

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed dlio`'s summary: every rank's per-epoch metrics gathered, then on
 // rank 0 DLIO's summary.json (same keys and units, host facts included)
 // with dlfeed's own record beside them, per_epoch_stats.json and DLIO's

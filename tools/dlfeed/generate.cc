@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed generate: synthetic datasets in every format, deterministic from a
 // seed, optionally in the DLIO benchmark's exact on-disk layout.
 #include <cstdio>

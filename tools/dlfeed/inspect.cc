@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed inspect: what dlfeed finds in a file or folder, and the raw bytes of
 // one sample, so any tool can check dlfeed's reading from outside.
 #include <cstdio>

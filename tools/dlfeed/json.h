@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small JSON reader and the writing helpers for the command line's own files
 // (calibrations, workload manifests). Errors name the file and the byte
 // offset, and say what was expected there.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader's tuning flags, shared by `dlfeed run` and `dlfeed dlio`.
 #include "loader_flags.h"
 
@@ -77,7 +78,7 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   if (cold && o.resident == Mode::kAuto && !flag_given("resident")) o.resident = Mode::kOff;
   o.unpack = value_or_throw(parse_mode(absl::GetFlag(FLAGS_unpack), "unpack"));
   o.threads = absl::GetFlag(FLAGS_threads);
-  o.autotune = absl::GetFlag(FLAGS_autotune);  // create() checks it
+  o.autotune = value_or_throw(parse_mode(absl::GetFlag(FLAGS_autotune), "autotune"));
 }
 
 FlagGroup loader_flags() {

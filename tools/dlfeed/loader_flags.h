@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader's tuning flags (I/O backend, prefetch, memory budget, coalescing,
 // decode threads), shared by the commands that run the loader (`dlfeed run`,
 // `dlfeed dlio`).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The dlfeed command line: `dlfeed <command> [flags] [args]`.
 #include <algorithm>
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed order`: prints one rank's sample order for one epoch, or its
 // shuffle-quality figures (--stats).
 #include <cstdio>

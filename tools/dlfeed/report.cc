@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed report [--out-dir DIR] FILE...: turns a counters summary (dlfeed run
 // --summary-json) and/or a trace (dlfeed run --trace, Chrome or DFTracer
 // format; told apart by content) into PNG pictures:

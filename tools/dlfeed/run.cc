@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed run: emulated training. Iterates a dataset (or a workload preset's,
 // generated when missing) for N epochs through the loader, with an emulated
 // compute time per step (fixed, or normal(mean, stdev) truncated at 0, drawn

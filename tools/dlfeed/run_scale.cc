@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed run's scale-out flags and hooks (run_scale.h): MPI when built with
 // dlfeed::mpi and launched by an MPI launcher, and node-local staging.
 #include "run_scale.h"

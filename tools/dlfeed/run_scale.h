@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scale-out side of `dlfeed run`: MPI (rank and size from the launcher,
 // a barrier per step, the job's summary on rank 0, a trace per rank) and
 // node-local staging (--stage-to). Kept apart from run.cc so the run loop

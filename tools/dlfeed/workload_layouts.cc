@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference layouts of the workload presets (workloads.h): DeepCAM's
 // HDF5 files and CosmoFlow's GZIP TFRecords as their reference code reads
 // them, written at a scale and found in a user's folder.

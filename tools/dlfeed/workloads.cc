@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed workloads: the preset table (tools/dlfeed/workloads.h), and the
 // --workload/--scale/--data-dir flags that run and calibrate share.
 #include "workloads.h"

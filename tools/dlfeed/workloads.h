@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Workload presets: published training workloads (the DLIO benchmark's
 // configurations and MLPerf HPC), in one table, scaled down to fit a small
 // machine by --scale, generated in the DLIO layout when missing.

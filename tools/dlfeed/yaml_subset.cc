@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `dlfeed dlio`'s YAML subset: block and flow collections, plain and
 // quoted scalars, errors as "FILE:LINE: ..." (see yaml_subset.h).
 #include "yaml_subset.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The subset of YAML that the DLIO benchmark's workload configs are written
 // in (and Hydra override values), parsed with errors that name the file and
 // line. Used by `dlfeed dlio` (dlio_config.h).

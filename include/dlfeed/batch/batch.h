@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A batch as the consumer sees it: sample ids and, per field, the decoded
 // samples. Equal-shape samples are one contiguous [B, ...] buffer; ragged
 // samples are the same buffer with per-sample offsets and shapes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built-in timing counters, interval accounting, accelerator utilisation
 // (AU) and trace events of the loader. Always on unless built with
 // -DDLFEED_COUNTERS=OFF (recording then compiles to nothing, snapshots are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC32C (Castagnoli), as TFRecord framing uses it. Header-only. With SSE4.2
 // and PCLMUL (checked at run time, per call: a read of the CPU model libgcc
 // filled in), three independent crc32 chains run over three thirds of each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bodies of dlfeed/error.h and dlfeed/detail/error.h (header tier: see
 // dlfeed/detail/inline.h).
 #pragma once

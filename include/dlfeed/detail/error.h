@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to dlfeed (its sources, tools and tests), not part of the API:
 // building the Status of a bad file or a failed system call, so every message
 // names the file, the byte offset where one is meant, and what was expected

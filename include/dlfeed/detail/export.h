@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Symbol visibility and the ABI version of dlfeed's public API.
 //
 // libdlfeed is compiled with hidden visibility: a shared libdlfeed exports

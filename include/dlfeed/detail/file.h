@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A read-only file with exact positional reads whose errors name the file
 // and offset.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The header tier's two modes (dlfeed::headers; docs/architecture.md "Header tier").
 //
 // The parts of dlfeed that need no heavy dependency (the sample order, dtype,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing JSON text: string literals and numbers, spelled the same way by
 // every JSON the library and the command line write (the counters' exports,
 // traces, run reports, calibrations, workload manifests).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tf.train.Example on the protobuf wire, parsed without libprotobuf: the
 // bodies of dlfeed/format/example.h (header tier: see dlfeed/detail/inline.h).
 #pragma once

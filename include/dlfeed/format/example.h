@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small protobuf wire-format parser and serializer for tf.train.Example:
 //   Example  { Features features = 1; }
 //   Features { map<string, Feature> feature = 1; }

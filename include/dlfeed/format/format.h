@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Opening files and folders as a sample index, whatever their format.
 #pragma once
 

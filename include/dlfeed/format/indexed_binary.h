@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Indexed binary datasets: a data file holding samples back to back, and an
 // index of where each sample starts and how long it is. A sample is one
 // sequence, a 1-D array (token ids, for LLM pre-training); sequences differ

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NPY header parser: the parse side of dlfeed/format/npy.h (header tier:
 // see dlfeed/detail/inline.h). The writer and the array source stay in
 // src/format/npy.cc.

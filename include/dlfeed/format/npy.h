@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NPY array format (numpy's .npy, versions 1.0, 2.0 and 3.0): header
 // parsing and writing. Used for .npy files and for the members of .npz.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TFRecord framing, the DALI/DLIO .idx sidecar, and record writing.
 //
 // A record on disk:

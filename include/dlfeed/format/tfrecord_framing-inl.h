@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bodies of dlfeed/format/tfrecord_framing.h (header tier: see
 // dlfeed/detail/inline.h). CRC32C from dlfeed/detail/crc32c.h.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TFRecord framing, the parse side and one record's writing (header tier:
 // usable from #include alone, see dlfeed/detail/inline.h). A record on disk:
 //   uint64 length (little endian)

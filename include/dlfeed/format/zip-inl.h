@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The zip directory reader: the parse side of dlfeed/format/zip.h, from bytes
 // (header tier: see dlfeed/detail/inline.h). The writer, CRC-32 and inflate
 // (zlib) stay in src/format/zip.cc.

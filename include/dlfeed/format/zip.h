@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The zip container as numpy's savez/savez_compressed write it: the central
 // directory (with Zip64 records and extra fields) and local headers.
 #pragma once

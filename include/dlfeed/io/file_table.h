@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A bounded cache of open file descriptors for the I/O backends.
 //
 // Paths are registered once and get a dense id (uint32_t, what

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batched positional reads: the layer under the prefetch planner.
 //
 // A backend takes batches of read requests (file id, offset, length,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlfeed::mpi: the optional MPI component (CMake target dlfeed::mpi, built
 // when an MPI implementation is found). libdlfeed itself never calls MPI:
 // rank and world size are plain loader options and the order is the same on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bodies of dlfeed/order/order.h (header tier: see dlfeed/detail/inline.h):
 // file layout, the factory-taking order and cursor, resume states. The
 // strategy registry is mutable state and stays compiled (src/order/registry.cc).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sample order: which sample ids one rank reads in one epoch, as a pure
 // function of (file layout, strategy, seed, epoch, rank, world size). Pure, so
 // it is known ahead (prefetch looks ahead over it), identical on every rank

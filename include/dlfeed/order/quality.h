@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shuffle quality of an order, measured: how far it is from the file order
 // (randomness) and how much it stays within files (read locality).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The randomness behind every order: a specified generator, bounded draws and
 // permutations that give the same result on every platform, compiler and
 // standard library (no std:: distribution is used anywhere in the order

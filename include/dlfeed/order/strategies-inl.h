@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The built-in order strategies. Each is a factory of one epoch's global
 // order; every random draw comes from SplitMix64 keyed by
 // derive_key(seed, epoch, <stream tag of the strategy>), see random.h.

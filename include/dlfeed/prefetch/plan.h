@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Read planning: the extents of a window of samples become few, large,
 // offset-sorted reads (nearby extents of a file coalesced), and every extent
 // becomes a view into the window's read buffer.

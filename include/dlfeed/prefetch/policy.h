@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prefetch policies: how far the loader reads ahead of the consumer over the
 // known order. Plug-ins: a policy only answers whether one more batch may be
 // put in flight.

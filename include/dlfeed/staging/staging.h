@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Node-local staging: a rank copies the files it owns to fast local storage
 // (a local disk, /dev/shm) on a background thread while its first epoch
 // runs, within a byte limit; later epochs read the copies
