@@ -11,7 +11,6 @@ rate. Everything CUDA goes through PyTorch's public API; libdlfeed never links C
 from __future__ import annotations
 
 import collections
-import ctypes
 import warnings
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -59,6 +58,8 @@ def cuda_device(device: Any) -> Optional[Any]:
 def _cudart_functions() -> Optional[Tuple[int, int]]:
     """Addresses of cudaHostRegister and cudaHostUnregister in the CUDA runtime
     PyTorch loaded (found in /proc/self/maps), or None."""
+    import ctypes  # here, not at import: only CUDA needs it (and libffi may be absent where dlfeed runs)
+
     names: List[str] = []
     try:
         with open("/proc/self/maps") as f:

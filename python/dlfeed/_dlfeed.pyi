@@ -27,11 +27,13 @@ class FormatOptions:
     """How files are turned into samples (C++ FormatOptions)."""
     def __init__(self) -> None: ...
     format: str
-    """auto (by extension), npy, npz, hdf5 or tfrecord"""
+    """auto (by extension), npy, npz, hdf5, tfrecord or indexed_binary"""
     axis: str
-    """Sample axis of NPY/NPZ arrays: first, last (DLIO's layout) or auto (last only for files where and as DLIO's generator writes them)"""
+    """Sample axis of arrays: first, last (NPY/NPZ: DLIO's layout), none (each NPY file, NPZ member or HDF5 dataset is one whole sample) or auto (NPY/NPZ: last only for files where and as DLIO's generator writes them; HDF5: axis 0)"""
     name: str
     """NPZ member or HDF5 dataset of the single field (HDF5: 'records', else 'records_0')"""
+    file_pattern: str
+    """A file-name pattern with one '*': only the matching files, ordered by what '*' matched (fields={name: pattern} sets it per field)"""
     feature: str
     """TFRecord: the tf.train.Example feature that is the sample"""
     feature_dtype: str
@@ -353,7 +355,32 @@ class LoaderStats:
     def io_backend(self) -> str:
         """e.g. io_uring"""
     @property
-    def io_engines(self) -> int: ...
+    def lookahead_batches(self) -> int:
+        """Now: admitted (reading, decoding or queued) and not yet handed out"""
+    @property
+    def held_batches(self) -> int:
+        """Now: handed to the consumer and not yet dropped"""
+    @property
+    def io_engines(self) -> int:
+        """I/O engines batches go to now (the autotuner may move it)"""
+    @property
+    def io_engines_made(self) -> int:
+        """I/O engines made at create (the most the autotuner may use)"""
+    @property
+    def autotune(self) -> bool:
+        """Whether the autotuner runs"""
+    @property
+    def autotune_changes(self) -> int:
+        """Steps the autotuner has taken"""
+    @property
+    def threads(self) -> int:
+        """The loader's decode arena, as used"""
+    @property
+    def cores(self) -> int:
+        """Cores the process may use (affinity and cgroup quota)"""
+    @property
+    def decode_peak(self) -> int:
+        """The most batches in the decode stage at once"""
     @property
     def batches_spread(self) -> int:
         """Batches read by an engine other than the first"""
@@ -397,7 +424,7 @@ class LoaderStats:
 class Loader:
     """The C++ loader (private: use dlfeed.Loader)."""
     def __init__(self, options: LoaderOptions, shapes: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] | None] = ...) -> None: ...
-    def start_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex) -> None: ...
+    def start_epoch(self, epoch: typing.SupportsInt | typing.SupportsIndex, position: typing.SupportsInt | typing.SupportsIndex = ...) -> None: ...
     def set_overlap_epochs(self, on: bool) -> None:
         """On: the pipeline reads the next epoch once this one is all read; start_epoch(next) adopts it."""
     def next(self) -> typing.Any:
