@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/detail/file.h"
+#include "dlfeed/format/format.h"
 #include "dlfeed/format/tfrecord.h"
 
 namespace dlfeed::inline DLFEED_ABI::tfrecord {
@@ -39,5 +40,19 @@ DLFEED_EXPORT absl::StatusOr<std::vector<Extent>> scan_records(const detail::Fil
 DLFEED_EXPORT absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
                                                               const RecordVisitor& visit = nullptr,
                                                               uint64_t span = kCheckpointSpan);
+
+/// The first sidecar of a data file that opens, read and parsed (tfrecord_records.cc).
+struct FoundIdx {
+  std::string path;  // "" when there is none
+  std::vector<Extent> records;
+};
+/// The first sidecar of `data_path` that opens, read and parsed: an open
+/// per place tried and one read for a small sidecar, no stat (FILE.idx
+/// beside it only when `beside`: the folder listing may know there is none).
+absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOptions& options, bool beside);
+/// Bytes [offset, offset + out.size()) of `file`, from `head` (its first
+/// bytes, already read) when they lie there.
+absl::Status read_at(const detail::File& file, std::span<const std::byte> head, uint64_t offset,
+                     std::span<std::byte> out, absl::string_view what);
 
 }  // namespace dlfeed::tfrecord
