@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// TFRecord records: the writer, sidecars (.idx: parse, find, validate) and the header scan. The sample source is tfrecord.cc.
+// TFRecord records: the writer, sidecars (.idx: parse, find, validate) and the header scan. The sample source is
+// tfrecord.cc.
 #include "dlfeed/format/tfrecord.h"
 
 #include <fcntl.h>
