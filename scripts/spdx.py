@@ -13,8 +13,10 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TAG = "SPDX-License-Identifier: Apache-2.0"
+# The comment for each kind of file; None: not given the line (the stubs,
+# python/dlfeed/_dlfeed.pyi, are written whole by scripts/gen_stubs.py).
 COMMENT = {".cc": "//", ".h": "//", ".cpp": "//", ".py": "#", ".pyi": None, ".sh": "#", ".cmake": "#", ".txt": "#"}
-# Generated (scripts/gen_stubs.py writes it whole) or data, not source.
+# Fuzz inputs: data, not source.
 SKIP_PARTS = {"regressions", "corpus"}
 
 
@@ -27,8 +29,6 @@ def owned_files() -> list[pathlib.Path]:
             continue
         if p.suffix == ".txt" and p.name != "CMakeLists.txt":
             continue
-        if p.suffix == ".in" and p.name.endswith(".cmake.in"):
-            pass
         if COMMENT.get(p.suffix) is None:
             continue
         files.append(p)
