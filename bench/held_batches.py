@@ -24,7 +24,6 @@ import sys
 import time
 from typing import Dict, List
 
-import numpy as np
 
 try:  # an installed dlfeed (the GPU machine: a wheel), else this checkout's build
     import dlfeed  # noqa: F401
@@ -33,32 +32,9 @@ except ImportError:
     sys.path[:0] = [os.path.join(_root, "python"),
                     os.path.join(os.environ.get("DLFEED_BUILD_DIR", os.path.join(_root, "build")), "python")]
 
-
-def make_images(folder: str, files: int, per: int) -> List[str]:
-    """ImageNet-like decoded tensors written by h5py: image uint8 (per, 3, 224, 224), label int64."""
-    import h5py
-
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(1)
-    paths = []
-    for k in range(files):
-        p = os.path.join(folder, f"part_{k:03d}.h5")
-        paths.append(p)
-        if os.path.exists(p):
-            with h5py.File(p, "r") as h:
-                if h["image"].shape[0] == per:
-                    continue
-        with h5py.File(p, "w") as h:
-            h.create_dataset("image", data=rng.integers(0, 255, (per, 3, 224, 224), dtype=np.uint8))
-            h.create_dataset("label", data=rng.integers(0, 1000, (per,), dtype=np.int64))
-    return paths
-
-
-def warm(paths: List[str]) -> None:
-    for p in paths:
-        with open(p, "rb") as fh:
-            while fh.read(64 << 20):
-                pass
+# The same ImageNet-like HDF5 files (image uint8 (per, 3, 224, 224), label int64) and page-cache warming
+# as bench/gpu_feed.py, which measures the same case on a GPU machine.
+from gpu_feed import make_data as make_images, warm  # noqa: E402
 
 
 def rate_holding(folder: str, k: int, epochs: int = 3, io_engines: int = 0) -> Dict[str, float]:

@@ -167,22 +167,29 @@ def cli_rate(exe: str, path: str, seconds: float, fields: str, batch: int, threa
 
 # ------------------------------------------------------------------ dlfeed
 
+def timed_epochs(iterable, seconds: float) -> dict:
+    """One warm-up epoch, then whole epochs until `seconds` have passed: samples over
+    the seconds of those epochs."""
+    for _ in iterable:
+        pass
+    n, t0 = 0, time.perf_counter()
+    while True:
+        for b in iterable:
+            n += len(b)
+        secs = time.perf_counter() - t0
+        if secs >= seconds:
+            break
+    return {"rate": n / secs, "samples": n, "seconds": secs}
+
+
 def dlfeed_rate(path: str, seconds: float, **kw) -> dict:
     """dlfeed.Loader over `path`: a warm-up epoch, then whole epochs until `seconds` passed."""
     import dlfeed
 
     loader = dlfeed.Loader(path, strategy="global_shuffle", seed=1, **kw)
-    for _ in loader:  # warm-up: the held read, the first touch of the buffers
-        pass
-    n, t0 = 0, time.perf_counter()
-    while True:
-        for b in loader:
-            n += len(b)
-        secs = time.perf_counter() - t0
-        if secs >= seconds:
-            break
+    r = timed_epochs(loader, seconds)  # its warm-up epoch: the held read, the first touch of the buffers
     st = loader.stats()
-    return {"rate": n / secs, "samples": n, "seconds": secs, "io_engines": st.get("io_engines"),
+    return {**r, "io_engines": st.get("io_engines"),
             "threads": st.get("threads"), "cores": st.get("cores"), "route": st.get("route"),
             "resident_bytes": st.get("resident_bytes")}
 
@@ -195,16 +202,7 @@ def dlfeed_torch_rate(path: str, seconds: float, threads: int, batch: int) -> di
     ds = dlfeed.torch.Dataset(path, fields=["records"], batch_size=batch, strategy="global_shuffle", seed=1,
                               threads=threads)
     dl = torch.utils.data.DataLoader(ds, batch_size=None)
-    for _ in dl:
-        pass
-    n, t0 = 0, time.perf_counter()
-    while True:
-        for b in dl:
-            n += len(b)
-        secs = time.perf_counter() - t0
-        if secs >= seconds:
-            break
-    return {"rate": n / secs, "samples": n, "seconds": secs}
+    return timed_epochs(dl, seconds)
 
 
 class H5Records:
@@ -243,16 +241,7 @@ def torch_rate(path: str, seconds: float, workers: int, batch: int) -> dict:
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
                                      persistent_workers=workers > 0, prefetch_factor=4 if workers else None,
                                      generator=torch.Generator().manual_seed(1))
-    for _ in dl:
-        pass
-    n, t0 = 0, time.perf_counter()
-    while True:
-        for b in dl:
-            n += len(b)
-        secs = time.perf_counter() - t0
-        if secs >= seconds:
-            break
-    return {"rate": n / secs, "samples": n, "seconds": secs}
+    return timed_epochs(dl, seconds)
 
 
 def in_child(kind: str, **kw) -> dict:

@@ -91,13 +91,10 @@ SampleAxis resolve_axis(const FormatOptions& options, const std::string& path) {
   return in_dlio_layout(path) ? SampleAxis::kLast : SampleAxis::kFirst;
 }
 
-// The whole array as one sample (SampleAxis::kNone): its own shape and
-// strides, any rank (a 0-d array too).
-SampleGeometry whole_geometry(const NpyHeader& h, std::vector<int64_t> strides, int64_t elems) {
-  SampleGeometry g;
-  g.dims = h.shape;
-  g.strides = std::move(strides);
-  g.axis_stride = std::max<int64_t>(elems, 1);
+// A sample's span (0 when it has no element: (0 - 1) x stride would count
+// backwards) and whether its strides are exactly its own C-order strides,
+// from g.dims and g.strides. True when the sample is empty.
+bool set_span(SampleGeometry& g) {
   bool empty = false;
   for (int64_t d : g.dims) empty = empty || d == 0;
   int64_t span = 1;
@@ -109,6 +106,17 @@ SampleGeometry whole_geometry(const NpyHeader& h, std::vector<int64_t> strides, 
     if (g.dims[i] != 1 && g.strides[i] != expect) g.contiguous = false;
     expect *= g.dims[i];
   }
+  return empty;
+}
+
+// The whole array as one sample (SampleAxis::kNone): its own shape and
+// strides, any rank (a 0-d array too).
+SampleGeometry whole_geometry(const NpyHeader& h, std::vector<int64_t> strides, int64_t elems) {
+  SampleGeometry g;
+  g.dims = h.shape;
+  g.strides = std::move(strides);
+  g.axis_stride = std::max<int64_t>(elems, 1);
+  set_span(g);
   return g;
 }
 
@@ -142,24 +150,11 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
     g.dims.push_back(h.shape[i]);
     g.strides.push_back(strides[i]);
   }
-  bool empty = false;
-  for (size_t i = 0; i < g.dims.size(); ++i) empty = empty || g.dims[i] == 0;
-  // An empty sample spans nothing (and (0 - 1) x stride would count backwards).
-  int64_t span = 1;
-  for (size_t i = 0; i < g.dims.size() && !empty; ++i) span += (g.dims[i] - 1) * g.strides[i];
   // Empty samples cost no bytes, so nothing in the file would bound how many
   // a header can claim (a 128-byte file announcing 10^12 of them): refused.
-  if (empty && h.shape[a] > 0) {
+  if (set_span(g) && h.shape[a] > 0) {
     return file_error(path, "samples of at least one element",
                       absl::StrCat(h.shape[a], " empty samples in an array of shape ", shape_str(h.shape)));
-  }
-  g.span = empty ? 0 : span;
-  // Contiguous when the sample's strides are exactly its own C-order strides.
-  g.contiguous = true;
-  int64_t expect = 1;
-  for (size_t i = g.dims.size(); i-- > 0;) {
-    if (g.dims[i] != 1 && g.strides[i] != expect) g.contiguous = false;
-    expect *= g.dims[i];
   }
   return g;
 }

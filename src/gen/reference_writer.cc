@@ -23,6 +23,7 @@ using detail::h5::create_dataset;
 using detail::h5::create_file;
 using detail::h5::H5Lock;
 using detail::h5::Hid;
+using detail::h5::make_type;
 using detail::h5::write_failed;
 
 // A deterministic value in [0, 1) of (seed, a, b).
@@ -34,25 +35,15 @@ double unit(uint64_t seed, uint64_t a, uint64_t b) {
   return static_cast<double>(x >> 11) * 0x1.0p-53;
 }
 
-absl::Status write_f32(hid_t file, const std::string& path, const std::string& name, const std::vector<hsize_t>& dims,
-                       const float* data) {
+// The whole dataset `name` of shape `dims`, elements of type `t` (the type
+// h5py gives them, make_type) from `data`, in that byte order.
+absl::Status write_array(hid_t file, const std::string& path, const std::string& name, const std::vector<hsize_t>& dims,
+                         DType t, const void* data) {
   Hid space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-  Hid type(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+  Hid type(make_type(t), H5Tclose);
   Hid dset(create_dataset(file, name, type.get(), space.get(), H5P_DEFAULT), H5Dclose);
   if (!dset.ok()) return write_failed(path, absl::StrCat("creating dataset '", name, "'"));
-  if (H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
-    return write_failed(path, absl::StrCat("writing '", name, "'"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status write_f64(hid_t file, const std::string& path, const std::string& name, const std::vector<double>& v) {
-  const hsize_t n = v.size();
-  Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  Hid type(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
-  Hid dset(create_dataset(file, name, type.get(), space.get(), H5P_DEFAULT), H5Dclose);
-  if (!dset.ok()) return write_failed(path, absl::StrCat("creating dataset '", name, "'"));
-  if (H5Dwrite(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
+  if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
     return write_failed(path, absl::StrCat("writing '", name, "'"));
   }
   return absl::OkStatus();
@@ -120,11 +111,13 @@ absl::Status write_deepcam_file(const std::string& path, uint64_t h, uint64_t w,
   // h5py's default file format (the earliest), as DeepCAM's files were written.
   Hid file(create_file(path, /*latest=*/false, 0), H5Fclose);
   if (!file.ok()) return write_failed(path, "creating the file");
-  DLFEED_RETURN_IF_ERROR(write_f32(file.get(), path, "climate/data", {h, w, channels}, data.data()));
-  DLFEED_RETURN_IF_ERROR(write_f32(file.get(), path, "climate/data_stats", {4, channels}, data_stats.data()));
+  DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, "climate/data", {h, w, channels}, DType::f32(), data.data()));
+  DLFEED_RETURN_IF_ERROR(
+      write_array(file.get(), path, "climate/data_stats", {4, channels}, DType::f32(), data_stats.data()));
   for (const char* name : {"climate/labels_0", "climate/labels_1"}) {
-    DLFEED_RETURN_IF_ERROR(write_f32(file.get(), path, name, {h, w}, labels.data()));
-    DLFEED_RETURN_IF_ERROR(write_f32(file.get(), path, absl::StrCat(name, "_stats"), {7, 1}, label_stats.data()));
+    DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, name, {h, w}, DType::f32(), labels.data()));
+    DLFEED_RETURN_IF_ERROR(
+        write_array(file.get(), path, absl::StrCat(name, "_stats"), {7, 1}, DType::f32(), label_stats.data()));
   }
   if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) return write_failed(path, "flushing the file");
   return absl::OkStatus();
@@ -137,14 +130,15 @@ absl::Status write_deepcam_stats(const std::string& path, const DeepCamStats& st
     mean[k] = stats.sum[k] / std::max(stats.count, 1.0);
     sqmean[k] = stats.sqsum[k] / std::max(stats.count, 1.0);
   }
+  const DType f64{DType::Kind::kFloat, 8, false};
   H5Lock lock;
   Hid file(create_file(path, /*latest=*/false, 0), H5Fclose);
   if (!file.ok()) return write_failed(path, "creating the file");
-  DLFEED_RETURN_IF_ERROR(write_f64(file.get(), path, "climate/count", count));
-  DLFEED_RETURN_IF_ERROR(write_f64(file.get(), path, "climate/mean", mean));
-  DLFEED_RETURN_IF_ERROR(write_f64(file.get(), path, "climate/sqmean", sqmean));
-  DLFEED_RETURN_IF_ERROR(write_f64(file.get(), path, "climate/minval", stats.minval));
-  DLFEED_RETURN_IF_ERROR(write_f64(file.get(), path, "climate/maxval", stats.maxval));
+  DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, "climate/count", {c}, f64, count.data()));
+  DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, "climate/mean", {c}, f64, mean.data()));
+  DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, "climate/sqmean", {c}, f64, sqmean.data()));
+  DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, "climate/minval", {c}, f64, stats.minval.data()));
+  DLFEED_RETURN_IF_ERROR(write_array(file.get(), path, "climate/maxval", {c}, f64, stats.maxval.data()));
   if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) return write_failed(path, "flushing the file");
   return absl::OkStatus();
 }

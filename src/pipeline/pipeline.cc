@@ -91,6 +91,18 @@ WorkerPool& worker_pool() {
 }
 }  // namespace
 
+namespace {
+// The arena's lazy initialization allocates inside libtbb; doing it under
+// the handshake makes it visible to ThreadSanitizer before another loader's
+// pipeline thread reads what it made.
+void initialize_under_handshake(tbb::task_arena& arena) {
+#if defined(__SANITIZE_THREAD__)
+  std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+#endif
+  arena.initialize();
+}
+}  // namespace
+
 struct Pipeline::Arena {
   explicit Arena(uint32_t threads) : arena(static_cast<int>(threads)) {}
   tbb::task_arena arena;
@@ -117,13 +129,7 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
     body(i);
     tsan_handshake();
   };
-  {
-    // As in run_stages: the lazy initialization under the handshake (TSan).
-#if defined(__SANITIZE_THREAD__)
-    std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
-#endif
-    arena_->arena.initialize();
-  }
+  initialize_under_handshake(arena_->arena);
   tsan_handshake();
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
@@ -181,15 +187,7 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
 void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& collator,
                           const std::atomic<bool>& stop) {
   const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
-  {
-    // The arena's lazy initialization allocates inside libtbb; doing it
-    // under the handshake makes it visible to ThreadSanitizer before
-    // another loader's pipeline thread reads what it made.
-#if defined(__SANITIZE_THREAD__)
-    std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
-#endif
-    arena_->arena.initialize();
-  }
+  initialize_under_handshake(arena_->arena);
   tsan_handshake();
   arena_->arena.execute([&] {
     tbb::parallel_pipeline(

@@ -19,21 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def write_dlio_tfrecord(path, d1, d2, size, n, seed, compression=None):
     """n records as DLIO's TFRecordGenerator writes them (`image` raw bytes,
-    `size` the nominal side); returns the images."""
-    tf = pytest.importorskip("tensorflow")
-    rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    images = []
-    with tf.io.TFRecordWriter(str(path), options=compression) as w:
-        for _ in range(n):
-            img = rng.integers(0, 255, size=(d1, d2), dtype=np.uint8)
-            feature = {
-                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()])),
-                "size": tf.train.Feature(int64_list=tf.train.Int64List(value=[size])),
-            }
-            w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-            images.append(img)
-    return images
+    `size` the nominal side); returns the images. TensorFlow is imported only
+    here, so the rest of this file runs without it."""
+    pytest.importorskip("tensorflow")
+    from test_tfrecord_shape import write_dlio_like
+
+    return write_dlio_like(path, d1, d2, size, n, seed, compression)
 
 
 def ids_and_values(loader, field=0):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
+from test_reference_workloads import deepcam_folder, write_cosmoflow_tfrecords
 
 pytest.importorskip("torch")
 
@@ -26,23 +27,9 @@ def load_example(name):
 
 
 def write_deepcam(root, n, h=12, w=20, c=16):
-    (root / "train").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    paths = []
-    for i in range(n):
-        p = root / "train" / f"data-2106-01-01-{i * 3:02d}-1.h5"
-        with h5py.File(p, "w") as f:
-            f["climate/data"] = (rng.standard_normal((h, w, c)) * np.arange(1, c + 1) + 5).astype(np.float32)
-            f["climate/labels_0"] = rng.integers(0, 3, (h, w)).astype(np.float32)
-        paths.append(p)
-    xs = np.stack([h5py.File(p, "r")["climate/data"][...] for p in paths])
-    with h5py.File(root / "stats.h5", "w") as f:
-        f["climate/minval"] = xs.min((0, 1, 2)).astype(np.float64)
-        f["climate/maxval"] = xs.max((0, 1, 2)).astype(np.float64)
-        f["climate/mean"] = xs.mean((0, 1, 2))
-        f["climate/sqmean"] = (xs.astype(np.float64) ** 2).mean((0, 1, 2))
-        f["climate/count"] = np.full(c, xs[..., 0].size, np.float64)
-    return paths
+    """DeepCAM's files and stats.h5 (test_reference_workloads.deepcam_folder): their paths, in order."""
+    train, arrays = deepcam_folder(root, n, h, w, c)
+    return [train / name for name in arrays]
 
 
 def deepcam_reference(path, stats_path, channels):
@@ -87,21 +74,9 @@ def test_deepcam_example_runs(tmp_path):
 
 
 def write_cosmoflow(folder, n, shape):
-    import tensorflow as tf  # noqa: PLC0415
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(3)
-    paths = []
-    for i in range(n):
-        x = rng.integers(0, 1000, shape).astype(np.int16)
-        y = rng.standard_normal(4).astype(np.float32)
-        ex = tf.train.Example(features=tf.train.Features(feature={
-            "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[x.tobytes()])),
-            "y": tf.train.Feature(float_list=tf.train.FloatList(value=y))}))
-        p = folder / f"univ_{i:03d}.tfrecord"
-        with tf.io.TFRecordWriter(str(p), options="GZIP") as w:
-            w.write(ex.SerializeToString())
-        paths.append(p)
-    return paths
+    """CosmoFlow's GZIP TFRecords (test_reference_workloads.write_cosmoflow_tfrecords): their paths, in order."""
+    write_cosmoflow_tfrecords(folder, n, shape)
+    return sorted(folder.glob("univ_*.tfrecord"))
 
 
 def cosmoflow_reference(path, shape):
