@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <string>
 
+#include "dev/generate.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/loader.h"
-#include "gen/generate.h"
 
 namespace {
 

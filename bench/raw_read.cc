@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "dev/raw_read.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/order/order.h"
-#include "io/raw_read.h"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/order/order.h"
-#include "dlfeed/prefetch/plan.h"
+#include "dlfeed/plan/plan.h"
 #include "dlfeed/staging/staging.h"
 
 namespace dlfeed::python {

@@ -6,7 +6,7 @@
 // Not here: dlfeed/mpi/mpi.h (the dlfeed::mpi component, which needs MPI's
 // headers), dlfeed/detail/ (internals shared with dlfeed's own tools and
 // tests). The dataset writers and raw-read measurements behind the dlfeed
-// command line are private (src/gen/, src/io/raw_read.h).
+// command line are private (src/dev/, src/dev/raw_read.h).
 // tests/umbrella_check.cmake keeps this list complete.
 #pragma once
 
@@ -28,7 +28,7 @@
 #include "dlfeed/order/order.h"
 #include "dlfeed/order/quality.h"
 #include "dlfeed/order/random.h"
-#include "dlfeed/prefetch/plan.h"
-#include "dlfeed/prefetch/policy.h"
+#include "dlfeed/plan/plan.h"
+#include "dlfeed/plan/policy.h"
 #include "dlfeed/sample.h"
 #include "dlfeed/staging/staging.h"

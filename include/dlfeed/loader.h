@@ -36,8 +36,8 @@
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/order/order.h"
-#include "dlfeed/prefetch/plan.h"
-#include "dlfeed/prefetch/policy.h"
+#include "dlfeed/plan/plan.h"
+#include "dlfeed/plan/policy.h"
 #include "dlfeed/sample.h"
 #include "dlfeed/staging/staging.h"
 

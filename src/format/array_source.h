@@ -96,7 +96,7 @@ class ArraySource : public SampleSource {
   uint64_t total_read_bytes() const override;
   std::string cache_tag() const override { return "array"; }
 
-  // Unpacking (LoaderOptions::unpack, src/io/unpacked.h): the whole array
+  // Unpacking (LoaderOptions::unpack, src/read/unpacked.h): the whole array
   // read (and inflated) once, its samples gathered from memory.
   /// True when that beats reading per sample: a deflated member (each
   /// sample would read and inflate all of it) or a strided array whose

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Private to dlfeed (src/ and its tests): RAII and error helpers around the
 // libhdf5 C API, shared by the reader (src/format/hdf5.cc), the writer
-// (src/gen/hdf5_writer.cc) and the test fixtures (tests/format/).
+// (src/dev/hdf5_writer.cc) and the test fixtures (tests/format/).
 #pragma once
 
 #include <hdf5.h>

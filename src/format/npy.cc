@@ -16,8 +16,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
-#include "gen/generate.h"
-#include "index_codec.h"
+#include "index/index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace {
@@ -388,7 +387,7 @@ absl::StatusOr<DecodedSample> ArraySource::decode(const SampleRef& ref, std::spa
   if (geometry_.span == 0) return out;
   if (deflated_) {
     // Each sample's extent is the whole member: inflate it all (the loader
-    // unpacks it once instead, src/io/unpacked.h).
+    // unpacks it once instead, src/read/unpacked.h).
     ByteBuffer inflated;
     DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> data, unpack(raw, inflated));
     DLFEED_ASSIGN_OR_RETURN(out, decode_unpacked(ref, data, scratch));
@@ -430,50 +429,4 @@ absl::StatusOr<SampleIndex> open_npy(const std::string& path, const FormatOption
   return index;
 }
 
-namespace gen {
-
-namespace {
-// The whole array of a file: samples stacked on the first or last axis.
-std::vector<std::byte> make_array(const FileSpec& spec, Shape& shape) {
-  const uint64_t per = static_cast<uint64_t>(num_elements(spec.sample_shape)) * spec.dtype.size;
-  const uint64_t n = spec.num_samples;
-  std::vector<std::byte> sample(per), out(per * n);
-  const size_t isz = spec.dtype.size;
-  const uint64_t elems = per / isz;
-  for (uint64_t k = 0; k < n; ++k) {
-    fill_sample(spec.seed, spec.first_global_id + k, spec.dtype, sample);
-    if (spec.axis == SampleAxis::kLast) {
-      for (uint64_t e = 0; e < elems; ++e) std::memcpy(&out[(e * n + k) * isz], &sample[e * isz], isz);
-    } else {
-      std::memcpy(&out[k * per], sample.data(), per);
-    }
-  }
-  shape.clear();
-  if (spec.axis != SampleAxis::kLast) shape.push_back(static_cast<int64_t>(n));
-  for (int64_t d : spec.sample_shape) shape.push_back(d);
-  if (spec.axis == SampleAxis::kLast) shape.push_back(static_cast<int64_t>(n));
-  return out;
-}
-}  // namespace
-
-std::string npy_bytes(const FileSpec& spec) {
-  Shape shape;
-  std::vector<std::byte> data = make_array(spec, shape);
-  std::string out = make_npy_header(spec.dtype, shape);
-  out.append(reinterpret_cast<const char*>(data.data()), data.size());
-  return out;
-}
-
-std::string labels_npy_bytes(const FileSpec& spec) {
-  std::string out = make_npy_header(DType::i64(), Shape{static_cast<int64_t>(spec.num_samples)});
-  for (uint64_t k = 0; k < spec.num_samples; ++k) {
-    int64_t v = spec.zero_labels ? 0 : sample_label(spec.first_global_id + k);
-    out.append(reinterpret_cast<const char*>(&v), 8);
-  }
-  return out;
-}
-
-absl::Status write_npy_file(const FileSpec& spec) { return write_file(spec.path, npy_bytes(spec)); }
-
-}  // namespace gen
 }  // namespace dlfeed

@@ -16,7 +16,6 @@
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/zip.h"
-#include "gen/generate.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace {
@@ -186,26 +185,4 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   return index;
 }
 
-namespace gen {
-
-std::string npy_bytes(const FileSpec& spec);
-std::string labels_npy_bytes(const FileSpec& spec);
-
-absl::Status write_npz_file(const FileSpec& spec) {
-  ZipWriter zip(spec.path);
-  const bool deflate = spec.compression == Compression::kDeflate;
-  const std::string x = npy_bytes(spec);
-  const std::string data_name = spec.data_names.empty() ? "x" : spec.data_names[0];
-  auto as_bytes = [](const std::string& s) {
-    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(s.data()), s.size());
-  };
-  DLFEED_RETURN_IF_ERROR(zip.add(data_name + ".npy", as_bytes(x), deflate, spec.level));
-  if (!spec.label_name.empty()) {
-    const std::string y = labels_npy_bytes(spec);
-    DLFEED_RETURN_IF_ERROR(zip.add(spec.label_name + ".npy", as_bytes(y), deflate, spec.level));
-  }
-  return zip.finish();
-}
-
-}  // namespace gen
 }  // namespace dlfeed

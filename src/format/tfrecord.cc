@@ -31,8 +31,8 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "format/checked_bytes.h"
-#include "index_codec.h"
-#include "open_listed.h"
+#include "index/index_codec.h"
+#include "index/open_listed.h"
 #include "tfrecord_scan.h"
 
 namespace dlfeed::inline DLFEED_ABI {

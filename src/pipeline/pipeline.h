@@ -18,9 +18,9 @@
 #include <mutex>
 
 #include "absl/status/status.h"
-#include "pipeline/collator.h"
-#include "pipeline/decoder.h"
-#include "pipeline/lookahead.h"
+#include "batch/collator.h"
+#include "decode/decoder.h"
+#include "plan/lookahead.h"
 
 #include "dlfeed/detail/export.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "record.h"
+#include "counters/record.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 

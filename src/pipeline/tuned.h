@@ -15,9 +15,9 @@
 
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
-#include "dlfeed/prefetch/policy.h"
-#include "io/engine.h"
+#include "dlfeed/plan/policy.h"
 #include "pipeline/autotune.h"
+#include "read/engine.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 

@@ -17,9 +17,9 @@
 #include "absl/status/status.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/detail/export.h"
-#include "dlfeed/prefetch/plan.h"
+#include "dlfeed/plan/plan.h"
 #include "dlfeed/sample.h"
-#include "pipeline/budget.h"
+#include "plan/budget.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 

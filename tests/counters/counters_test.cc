@@ -7,9 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "dev/generate.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed::counters {

@@ -25,7 +25,7 @@
 #include <memory>
 #include <string>
 
-#include "../../src/io/read_op.h"
+#include "../../src/read/read_op.h"
 #include "dlfeed/io/io_backend.h"
 
 namespace dlfeed::fault {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/loader.h"
-#include "gen/generate.h"
 
 namespace dlfeed::fault {
 

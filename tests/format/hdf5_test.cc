@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 
 namespace dlfeed::gen::internal {
 // The fixture writer in tests/format/hdf5_fixture.cc: one dataset with exactly the

@@ -3,7 +3,7 @@
 // the cache gives the same index as indexing the files, only changed files
 // are indexed again, and a damaged, stale or lying cache falls back to the
 // files with a note, never to a wrong extent.
-#include "format/index_cache.h"
+#include "index/index_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

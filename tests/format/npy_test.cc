@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 

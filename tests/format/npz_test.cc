@@ -2,10 +2,10 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/zip.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 #include "test_util.h"
 
 namespace dlfeed {

@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/string_view.h"
+#include "dev/generate.h"
 #include "dlfeed/sample.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "support/dataset.h"  // expected_sample, and the generated datasets
 

@@ -15,12 +15,12 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/format.h"
 #include "format/tfrecord_scan.h"
-#include "gen/generate.h"
 #include "test_util.h"
 
 #define EXPECT_CONTAINS(text, part)                                       \

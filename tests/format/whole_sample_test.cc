@@ -10,8 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
-#include "gen/generate.h"
 #include "test_util.h"
 
 namespace dlfeed {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzz target: the persistent dataset index (src/format/index_cache.cc).
+// Fuzz target: the persistent dataset index (src/index/index_cache.cc).
 // The input is a cache file's body; the target puts the magic, version and
 // a matching CRC-32C in front, so the fuzzer reaches past the checksum into
 // the header, the entries and every source's state. The entries name six
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
-#include "format/index_cache.h"
 #include "fuzz_util.h"
-#include "gen/generate.h"
+#include "index/index_cache.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include "../../src/io/read_op.h"  // ReadOp's step, unit-tested below
+#include "../../src/read/read_op.h"  // ReadOp's step, unit-tested below
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/io/file_table.h"

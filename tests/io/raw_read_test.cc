@@ -5,7 +5,7 @@
 // boundary; short files fail naming the file and offset; evict_pages drops
 // the page cache (checked with mincore through resident_bytes).
 
-#include "io/raw_read.h"
+#include "dev/raw_read.h"
 
 #include <filesystem>
 #include <map>
@@ -13,11 +13,11 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/order/order.h"
 #include "format/test_util.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {

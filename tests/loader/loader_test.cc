@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "format/test_util.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {

@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 
 namespace dlfeed {

@@ -14,10 +14,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dev/generate.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/mpi/mpi.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "support/dataset.h"
 

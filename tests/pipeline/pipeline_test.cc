@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "dlfeed/io/file_table.h"
-#include "dlfeed/prefetch/policy.h"
-#include "io/engine.h"
+#include "dlfeed/plan/policy.h"
 #include "pipeline/stage_fixture.h"
+#include "read/engine.h"
 
 namespace dlfeed::pipeline {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "dev/generate.h"
 #include "dlfeed/format/format.h"
 #include "format/test_util.h"
-#include "gen/generate.h"
 #include "gtest/gtest.h"
 #include "pipeline/work.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "gen/generate.h"
+#include "dev/generate.h"
 
 namespace dlfeed::testing {
 

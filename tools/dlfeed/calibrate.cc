@@ -16,9 +16,9 @@
 #include "calibration.h"
 #include "command.h"
 #include "common_format.h"
+#include "dev/raw_read.h"
 #include "dlfeed/error.h"
 #include "dlfeed/order/order.h"
-#include "io/raw_read.h"
 #include "json.h"
 #include "workloads.h"
 

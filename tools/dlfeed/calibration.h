@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dev/raw_read.h"
 #include "dlfeed/sample.h"
-#include "io/raw_read.h"
 
 namespace dlfeed::cli {
 

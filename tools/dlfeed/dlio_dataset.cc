@@ -10,9 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dev/generate.h"
 #include "dlfeed/error.h"
 #include "dlio_internal.h"
-#include "gen/generate.h"
 
 namespace dlfeed::cli::dlio {
 

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "command.h"
 #include "common_format.h"
+#include "dev/generate.h"
 #include "dlfeed/error.h"
-#include "gen/generate.h"
 
 ABSL_FLAG(std::string, dir, "", "Output folder (created if missing)");
 ABSL_FLAG(uint64_t, valid_files, 0, "Number of files under valid/ (dlio layout)");

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "dev/generate.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
-#include "gen/generate.h"
 
 namespace dlfeed::cli {
 

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dev/generate.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
-#include "gen/generate.h"
 #include "json.h"
 #include "workloads.h"
 

@@ -15,10 +15,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "command.h"
+#include "dev/generate.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "format/array_source.h"
-#include "gen/generate.h"
 #include "json.h"
 
 ABSL_FLAG(std::string, workload, "",

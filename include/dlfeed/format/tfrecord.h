@@ -34,29 +34,6 @@ namespace dlfeed::inline DLFEED_ABI::tfrecord {
 // The framing (kHeaderSize, mask_crc, parse_header, unframe_record, ...):
 // dlfeed/format/tfrecord_framing.h, in the header tier.
 
-/// Writes framed records to a file, remembering each record's extent.
-class DLFEED_EXPORT RecordWriter {
- public:
-  static absl::StatusOr<RecordWriter> create(const std::string& path);
-  RecordWriter(RecordWriter&& o) noexcept;
-  RecordWriter& operator=(RecordWriter&&) = delete;
-  ~RecordWriter();
-
-  absl::Status write(std::span<const std::byte> payload);
-  /// Flushes and closes; errors from the final write surface here.
-  absl::Status close();
-  /// {offset, framed length} of every record written so far.
-  const std::vector<Extent>& records() const { return records_; }
-
- private:
-  RecordWriter() = default;
-  std::string path_;
-  std::FILE* file_ = nullptr;
-  uint64_t offset_ = 0;
-  std::vector<Extent> records_;
-  std::vector<std::byte> buffer_;
-};
-
 /// The sidecar text for `records`: "offset length\n" per record.
 DLFEED_EXPORT std::string format_idx(const std::vector<Extent>& records);
 /// Writes the sidecar (via a temporary file and a rename).

@@ -60,26 +60,6 @@ DLFEED_EXPORT uint32_t zip_crc32(std::span<const std::byte> bytes, uint32_t crc 
 DLFEED_EXPORT absl::Status inflate_raw(std::span<const std::byte> in, std::span<std::byte> out, absl::string_view path,
                                        uint64_t offset, absl::string_view what);
 
-/// Writes a zip archive member by member (stored or deflated), with Zip64
-/// local headers as numpy writes them.
-class DLFEED_EXPORT ZipWriter {
- public:
-  explicit ZipWriter(std::string path) : path_(std::move(path)) {}
-  absl::Status add(absl::string_view name, std::span<const std::byte> data, bool deflate, int level);
-  absl::Status finish();  // writes the archive
-
- private:
-  std::string path_;
-  std::string out_;
-  struct Entry {
-    std::string name;
-    uint16_t method;
-    uint32_t crc;
-    uint64_t csize, usize, offset;
-  };
-  std::vector<Entry> entries_;
-};
-
 }  // namespace dlfeed
 
 #include "dlfeed/detail/inline.h"

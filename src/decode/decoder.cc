@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "decode/decoder.h"
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "counters/record.h"
+#include "dlfeed/detail/error.h"
+#include "dlfeed/error.h"
+#include "format/checked_bytes.h"
+#include "pipeline/pipeline.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
+                 std::shared_ptr<BufferPool> pool, counters::Counters* counters, const detail::UnpackedFiles* unpacked)
+    : indices_(indices), field_names_(field_names), pool_(std::move(pool)), counters_(counters), unpacked_(unpacked) {}
+
+absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
+                                                  std::vector<std::byte>& scratch) const {
+  const SampleRef& ref = w.refs[i * indices_.size() + f];
+  if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) return unpacked_->decode(f, ref, scratch);
+  const std::span<std::byte> raw = raw_of(w, i, f, tmp);
+  // The same bytes of the read buffer as an earlier field of this sample,
+  // decoded (and so checked) already: its source need not check them again.
+  bool checked = false;
+  for (size_t g = 0; g < f && !checked && raw.data() != tmp.data(); ++g) {
+    const SampleRef& other = w.refs[i * indices_.size() + g];
+    if (other.source != ref.source || other.file != ref.file) continue;
+    if (unpacked_ != nullptr && unpacked_->has(g, other.file)) continue;
+    const std::span<std::byte> earlier = view_of(w, i, g);
+    checked = earlier.data() == raw.data() && earlier.size() == raw.size();
+  }
+  if (!checked) return indices_[f].sources[ref.source]->decode(ref, raw, scratch);
+  detail::checked_bytes = {raw.data(), raw.size()};
+  auto out = indices_[f].sources[ref.source]->decode(ref, raw, scratch);
+  detail::checked_bytes = {};
+  return out;
+}
+
+std::span<std::byte> Decoder::view_of(Work& w, size_t i, size_t f) const {
+  const size_t F = indices_.size();
+  const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
+  if (e == b) return {};
+  uint64_t end = w.plan.pieces[b].buffer_offset + w.plan.pieces[b].length;
+  uint32_t k = b + 1;
+  for (; k < e && w.plan.pieces[k].buffer_offset == end; ++k) end += w.plan.pieces[k].length;
+  if (k != e) return {};
+  const uint64_t begin = w.plan.pieces[b].buffer_offset;
+  return {w.raw.data() + begin, end - begin};
+}
+
+std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const {
+  const size_t F = indices_.size();
+  const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
+  if (e == b) return {};
+  // One piece, or pieces that lie end to end in the read buffer (a long read
+  // split in pieces): a view, no copy.
+  if (const std::span<std::byte> view = view_of(w, i, f); view.data() != nullptr) return view;
+  uint64_t total = 0;
+  for (uint32_t k = b; k < e; ++k) total += w.plan.pieces[k].length;
+  tmp.resize(total);
+  uint64_t pos = 0;
+  for (uint32_t k = b; k < e; ++k) {
+    const auto& p = w.plan.pieces[k];
+    std::memcpy(tmp.data() + pos, w.raw.data() + p.buffer_offset, p.length);
+    pos += p.length;
+  }
+  return {tmp.data(), tmp.size()};
+}
+
+void Decoder::decode(Work& w) const {
+  absl::Status st = w.wait_reads();
+  if (!st.ok()) {
+    w.error = st;
+    return;
+  }
+  if (counters_ != nullptr) detail::name_thread_once(*counters_, "dlfeed worker");
+  counters::Span span(counters_, counters::kDecodeSpan);
+  span.args(w.epoch, w.index, w.ids.size());
+  decode_reads(w);
+}
+
+void Decoder::decode_reads(Work& w) const {
+  const size_t n = w.ids.size(), F = indices_.size();
+  auto batch = std::make_shared<Batch>();
+  batch->epoch = w.epoch;
+  batch->index = w.index;
+  batch->position = w.position;
+  batch->sample_ids = w.ids;
+  batch->fields.resize(F);
+  batch->storage.resize(F);
+  for (size_t f = 0; f < F && w.error.ok(); ++f) {
+    BatchField& out = batch->fields[f];
+    out.name = field_names_[f];
+    const SampleIndex& idx = indices_[f];
+    // Sizes known before decode (every dimension of every sample): decode in
+    // parallel straight into place. Otherwise in order, appending.
+    const bool known = w.known[f];
+    out.offsets.resize(n + 1);
+    out.sample_shapes.resize(n);
+    ByteBuffer& store = batch->storage[f];
+    if (w.strided) {
+      // Read straight into place, all of one shape: nothing to decode.
+      out.offsets = std::move(w.out_offsets[f]);
+      store = std::move(w.out[f]);
+      auto spec = idx.sources.front()->sample_spec();
+      out.sample_shapes.assign(n, spec->second);
+      out.dtype = spec->first;
+      out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+      out.shape.assign(1, static_cast<int64_t>(n));
+      out.shape.insert(out.shape.end(), spec->second.begin(), spec->second.end());
+      continue;
+    } else if (known) {
+      out.offsets = std::move(w.out_offsets[f]);
+      store = std::move(w.out[f]);
+      std::vector<absl::Status> errs(n);
+      auto one = [&](size_t i) {
+        tsan_handshake();
+        struct End {
+          ~End() { tsan_handshake(); }
+        } end;
+        const SampleRef& ref = w.refs[i * F + f];
+        counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
+        if (w.direct[i * F + f]) {
+          out.sample_shapes[i] = ref.shape;
+          return;
+        }
+        thread_local ByteBuffer tmp;
+        thread_local std::vector<std::byte> scratch;
+        auto d = decode_one(w, i, f, tmp, scratch);
+        if (!d.ok()) {
+          errs[i] = d.status();
+          return;
+        }
+        const uint64_t want = out.offsets[i + 1] - out.offsets[i];
+        if (d->bytes.size() != want) {
+          errs[i] =
+              format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
+                           absl::StrCat(want, " decoded bytes for sample ", ref.item), absl::StrCat(d->bytes.size()));
+          return;
+        }
+        if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
+        out.sample_shapes[i] = d->shape;
+      };
+      size_t to_decode = 0;
+      for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
+      if (to_decode >= 8) {
+        tsan_handshake();
+        // Isolated: while this thread waits for the loop's last samples it
+        // runs only the loop's own tasks. Otherwise it could pick up the
+        // source filter's task, which may block until the consumer takes
+        // the batch being decoded below it on this very stack: a deadlock.
+        tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
+        tsan_handshake();
+      } else {
+        for (size_t i = 0; i < n; ++i) one(i);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (!errs[i].ok()) {
+          w.error = errs[i];
+          break;
+        }
+      }
+      out.dtype = n ? w.refs[f].dtype : DType{};
+    } else {
+      decode_unknown(w, f, out, store);
+    }
+    if (!w.error.ok()) break;
+    out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+    bool uniform = n > 0;
+    for (size_t i = 1; i < n && uniform; ++i) uniform = out.sample_shapes[i] == out.sample_shapes[0];
+    if (uniform) {
+      out.shape.push_back(static_cast<int64_t>(n));
+      for (int64_t d : out.sample_shapes[0]) out.shape.push_back(d);
+    }
+  }
+  pool_->give(std::move(w.raw));
+  if (!w.error.ok()) {
+    for (auto& s : batch->storage) pool_->give(std::move(s));
+    return;
+  }
+  w.batch = std::move(batch);
+}
+
+void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
+  // Sizes known only after decode (e.g. TFRecord features without a shape).
+  // Sample 0 is decoded first and its size taken as every sample's guess;
+  // the others are decoded in parallel, each copied into place at once
+  // while its bytes are in the CPU's caches when its size matches. When one
+  // does not, the sizes are added up in order and every sample copied again
+  // from its decoded bytes (each sample keeps buffers of its own for that).
+  // The first error in sample order is the batch's.
+  const size_t n = w.ids.size();
+  if (n == 0) return;
+  std::vector<absl::StatusOr<DecodedSample>> decoded(n, absl::UnknownError("not decoded"));
+  std::vector<ByteBuffer> tmps(n);
+  std::vector<std::vector<std::byte>> scratches(n);
+  {
+    counters::CurrentScope timed(counters_);
+    decoded[0] = decode_one(w, 0, f, tmps[0], scratches[0]);
+  }
+  if (!decoded[0].ok()) {
+    w.error = decoded[0].status();
+    return;
+  }
+  const uint64_t guess = decoded[0]->bytes.size();
+  store = pool_->take(guess * n);
+  std::atomic<bool> misfit{false};
+  auto copy = [&](size_t i, uint64_t at) {
+    const std::span<const std::byte> b = decoded[i]->bytes;
+    if (!b.empty()) std::memcpy(store.data() + at, b.data(), b.size());
+  };
+  auto one = [&](size_t i) {
+    tsan_handshake();
+    if (i > 0) {
+      counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
+      decoded[i] = decode_one(w, i, f, tmps[i], scratches[i]);
+    }
+    if (decoded[i].ok() && decoded[i]->bytes.size() == guess) {
+      copy(i, guess * i);
+    } else {
+      misfit.store(true, std::memory_order_relaxed);
+    }
+    tsan_handshake();
+  };
+  if (n < 8) {
+    for (size_t i = 0; i < n; ++i) one(i);
+  } else {
+    tsan_handshake();
+    // Isolated, as decode_reads' loop: no other pipeline task on this stack.
+    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
+    tsan_handshake();
+  }
+  out.offsets[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!decoded[i].ok()) {
+      w.error = decoded[i].status();
+      return;
+    }
+    out.offsets[i + 1] = out.offsets[i] + decoded[i]->bytes.size();
+    out.sample_shapes[i] = decoded[i]->shape;
+  }
+  out.dtype = decoded[0]->dtype;
+  if (misfit.load(std::memory_order_relaxed)) {  // sizes differ: lay them out again
+    pool_->give(std::move(store));
+    store = pool_->take(out.offsets[n]);
+    for (size_t i = 0; i < n; ++i) copy(i, out.offsets[i]);
+  }
+}
+
+}  // namespace dlfeed::pipeline

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private: the decode filter (parallel across batches). Each sample's bytes
+// (a view into the read buffer, or its pieces gathered when it has several
+// extents) go to its source's decode, and the result to its slot in the
+// batch buffer; samples read there directly need nothing.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dlfeed/batch/batch.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
+#include "dlfeed/sample.h"
+#include "pipeline/work.h"
+#include "read/unpacked.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+class Decoder {
+ public:
+  /// `indices` and `field_names`: one per field; they outlive the decoder.
+  /// `counters` may be null. Samples of files `unpacked` has (may be null)
+  /// are decoded from it (the planner planned no read for them).
+  Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
+          std::shared_ptr<BufferPool> pool, counters::Counters* counters,
+          const detail::UnpackedFiles* unpacked = nullptr);
+
+  /// Waits for `w`'s reads, then decodes every sample of every field
+  /// straight into the batch's buffers: w.batch, or w.error (the first
+  /// failing read or decode, naming file and offset). The read buffer goes
+  /// back to the pool either way. Any thread; calls may overlap.
+  void decode(Work& w) const;
+
+ private:
+  void decode_reads(Work& w) const;
+  // Field f of a batch whose sample sizes are known only after decode.
+  void decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const;
+  // The bytes of sample i, field f: a view into the read buffer (one extent,
+  // or pieces end to end there) or gathered into `tmp` (several extents).
+  std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
+  // The bytes of sample i, field f when they lie end to end in the read
+  // buffer (a view); else empty.
+  std::span<std::byte> view_of(Work& w, size_t i, size_t f) const;
+  // Sample i of field f decoded (from its bytes read, or its unpacked array).
+  absl::StatusOr<DecodedSample> decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
+                                           std::vector<std::byte>& scratch) const;
+
+  const std::vector<SampleIndex>& indices_;
+  const std::vector<std::string>& field_names_;
+  std::shared_ptr<BufferPool> pool_;
+  counters::Counters* counters_;
+  const detail::UnpackedFiles* unpacked_;
+};
+
+}  // namespace dlfeed::pipeline

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "index/field_patterns.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "dlfeed/format/format.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+namespace fs = std::filesystem;
+
+absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
+  const size_t eq = entry.find('=');
+  if (eq == std::string::npos) return FieldEntry{entry, ""};
+  FieldEntry f{entry.substr(0, eq), entry.substr(eq + 1)};
+  if (f.name.empty() || std::count(f.pattern.begin(), f.pattern.end(), '*') != 1 ||
+      f.pattern.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", entry,
+                     "': expected NAME=PATTERN, a field name and a file name with exactly one '*' (x=*_data.npy), "
+                     "or a plain name"));
+  }
+  return f;
+}
+
+namespace {
+
+using Key = std::pair<std::string, std::string>;  // (folder, what '*' matched)
+
+Key key_of(const std::string& path, const std::string& pattern) {
+  std::optional<std::string> stem = pattern_stem(path, pattern);
+  return {fs::path(path).parent_path().string(), stem.value_or(fs::path(path).filename().string())};
+}
+
+std::string partner_of(const Key& k, const std::string& pattern) {
+  return (fs::path(k.first) / absl::StrReplaceAll(pattern, {{"*", k.second}})).string();
+}
+
+}  // namespace
+
+absl::Status check_paired(const SampleIndex& a, const FieldEntry& fa, const SampleIndex& b, const FieldEntry& fb) {
+  if (fa.pattern.empty() || fb.pattern.empty()) return absl::OkStatus();  // paired by samples per file (the loader)
+  std::vector<Key> ka, kb;
+  for (const std::string& f : a.files) ka.push_back(key_of(f, fa.pattern));
+  for (const std::string& f : b.files) kb.push_back(key_of(f, fb.pattern));
+  // Both lists are sorted by key (open_dataset orders a pattern's files so).
+  size_t i = 0, j = 0;
+  while (i < ka.size() || j < kb.size()) {
+    if (j == kb.size() || (i < ka.size() && ka[i] < kb[j])) {
+      return absl::InvalidArgumentError(absl::StrCat(a.files[i], " (field '", fa.name, "', ", fa.pattern,
+                                                     ") has no partner for field '", fb.name, "' (", fb.pattern,
+                                                     "): expected ", partner_of(ka[i], fb.pattern)));
+    }
+    if (i == ka.size() || kb[j] < ka[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(b.files[j], " (field '", fb.name, "', ", fb.pattern,
+                                                     ") has no partner for field '", fa.name, "' (", fa.pattern,
+                                                     "): expected ", partner_of(kb[j], fa.pattern)));
+    }
+    ++i;
+    ++j;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dlfeed::detail

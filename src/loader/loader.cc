@@ -1,0 +1,700 @@
+// SPDX-License-Identifier: Apache-2.0
+// The loader's wiring: it indexes the files, builds the stages of
+// src/pipeline/ and the I/O engines of src/read/engine.h, and per epoch runs
+// the pipeline on a thread of its own; the consumer takes batches from the
+// collator's queue (docs/architecture.md).
+#include "dlfeed/loader.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "batch/collator.h"
+#include "counters/record.h"
+#include "decode/decoder.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/error.h"
+#include "dlfeed/error.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/plan/policy.h"
+#include "index/field_patterns.h"
+#include "loader/loader_state.h"
+#include "pipeline/cores.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/tuned.h"
+#include "plan/budget.h"
+#include "plan/lookahead.h"
+#include "plan/planner.h"
+#include "read/engine.h"
+#include "read/resident.h"
+#include "read/unpacked.h"
+#include "thread_name.h"
+
+namespace dlfeed::inline DLFEED_ABI {
+namespace {
+
+using counters::Component;
+using counters::Counters;
+using CId = counters::Id;
+using detail::name_thread_once;
+using detail::now_of;
+
+}  // namespace
+
+struct Loader::Impl {
+  // First member: outlives the engines and every pipeline thread.
+  std::shared_ptr<Counters> counters;
+  LoaderOptions options;
+  std::vector<std::string> field_names;
+  std::vector<FieldSpec> field_specs;
+  std::vector<SampleIndex> indices;             // one per field
+  std::vector<std::vector<uint32_t>> file_ids;  // [field][file] -> FileTable id
+  FileLayout layout;
+  uint64_t samples_per_epoch = 0;  // this rank's, from the order checked at create
+  std::shared_ptr<FileTable> files;
+  std::vector<std::string> file_names;  // per FileTable id: the source path
+  std::shared_ptr<const prefetch::PrefetchPolicy> policy;
+  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
+  std::shared_ptr<pipeline::Budget> budget = std::make_shared<pipeline::Budget>();
+  // LoaderOptions::resident: the files held in memory (null: read them).
+  std::shared_ptr<const detail::ResidentFiles> resident;
+  std::string resident_reason;
+  std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
+  // LoaderOptions::unpack: arrays read once whole (null: none).
+  std::shared_ptr<detail::UnpackedFiles> unpacked;
+  std::string unpacked_reason;
+
+  // The stages, in flow order (built at the end of create()).
+  std::unique_ptr<pipeline::Planner> planner;
+  detail::EngineSet engines;
+  pipeline::SourceParts source;  // the look-ahead's parts
+  std::unique_ptr<pipeline::Decoder> decoder;
+  pipeline::DeliveryQueue queue;
+  std::unique_ptr<pipeline::Collator> collator;
+  std::unique_ptr<pipeline::Pipeline> runner;
+  // LoaderOptions::autotune (null: nothing tuned).
+  std::shared_ptr<pipeline::TunedDepthPolicy> tuned_depth;
+  std::unique_ptr<pipeline::LiveTuner> tuner;
+
+  // Per-epoch state.
+  std::optional<OrderCursor> base_cursor;  // at the epoch's start
+  uint64_t epoch = 0;
+  uint64_t start_position = 0;
+  uint64_t delivered_samples = 0;
+  bool running = false;
+  bool finished = false;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};
+  std::thread pipeline_thread;
+
+  // Pending restore().
+  std::optional<detail::ResumePoint> resume;
+
+  // Loader::set_overlap_epochs: the pipeline thread goes on into epoch
+  // `chain_to` (the consumer's epoch + 1) once its epoch is all read.
+  // `ahead_epoch`: the consumer saw a chained end, and that epoch runs; its
+  // cursor at the start is `chained_base` (under order_mu, as the orders
+  // made ahead, which the pipeline thread then takes too).
+  std::atomic<bool> overlap{false};
+  std::atomic<uint64_t> chain_to{0};
+  std::optional<uint64_t> ahead_epoch;
+  std::optional<OrderCursor> chained_base;
+  std::mutex order_mu;
+
+  // Orders made before their epoch starts (take_order): the one create()
+  // checked, and the next epoch's, made while this one runs when the order
+  // is small (prepare_order). Each is used only for exactly its epoch and
+  // start; options.order does not change after create().
+  std::optional<OrderCursor> prepared;
+  std::future<absl::StatusOr<OrderCursor>> ahead;  // its destructor waits for it
+  pid_t ahead_pid = 0;                             // the process whose thread makes it
+
+  // Staging (options.stage): the stager copies this rank's files; sources[id]
+  // is FileTable id's source, stage_index[id] its index in the stager (or -1).
+  std::unique_ptr<staging::Stager> stager;
+  std::vector<staging::Source> sources;
+  std::vector<int64_t> stage_index;
+  std::unique_ptr<std::atomic<uint8_t>[]> staged;  // per FileTable id: redirected to a copy
+  bool stage_partitioned = false;                  // the rank reads only its own files
+  bool stage_direct = true;                        // copies in stage.dir open with O_DIRECT
+  std::atomic<uint64_t> files_staged_now{0};       // redirected to a copy so far (stats() may read it anywhere)
+
+  // Totals.
+  std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0};
+
+  ~Impl() {
+    cancel_epoch();  // first: a pipeline thread reading ahead may be taking an order (chain_order)
+    abandon_if_forked();
+    engines.clear();  // each drains its reads in flight and joins its thread
+    stager.reset();   // stops copying, joins its thread (its observer uses counters)
+  }
+
+  void build_stages(uint32_t threads) {
+    Counters* c = counters.get();
+    // From memory, reading across a gap only copies bytes nobody asked for.
+    prefetch::CoalesceOptions coalesce = options.coalesce;
+    if (resident) coalesce.enabled = false;
+    planner = std::make_unique<pipeline::Planner>(
+        indices, file_ids,
+        pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.coalesce.enabled}, c,
+        unpacked.get(), resident.get());
+    source.planner = planner.get();
+    source.budget = budget;
+    const uint64_t held = (resident ? resident->bytes() : 0) + (unpacked ? unpacked->reserved_bytes() : 0);
+    source.rule = {policy.get(), options.memory_budget > held ? options.memory_budget - held : 0, pool.get()};
+    source.pool = pool.get();
+    source.fadvise = options.fadvise_willneed && !resident ? files.get() : nullptr;
+    source.resident = resident.get();
+    source.copied_bytes = &resident_copied;
+    source.engines = &engines;
+    source.counters = c;
+    source.stop = &stop;
+    source.failed = &failed;
+    decoder = std::make_unique<pipeline::Decoder>(indices, field_names, pool, c, unpacked.get());
+    collator = std::make_unique<pipeline::Collator>(pool, c, queue, failed);
+    runner = std::make_unique<pipeline::Pipeline>(threads);
+    source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
+    source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
+  }
+
+  // The autotuner over what the options left to the machine (after build_stages).
+  void setup_autotune(const pipeline::MachineDefaults& machine, bool tune_engines) {
+    pipeline::TuneLimits l;
+    l.tune_engines = tune_engines && engines.size() > 1;
+    l.engines = machine.io_engines;
+    l.max_engines = static_cast<uint32_t>(engines.size());
+    l.tune_depth = tuned_depth != nullptr;
+    l.depth = machine.read_depth;
+    l.budget_bytes = std::min(machine.read_budget, source.rule.memory_budget);
+    if (!l.tune_engines && !l.tune_depth) return;
+    tuner = std::make_unique<pipeline::LiveTuner>(l, l.tune_engines ? &engines : nullptr, tuned_depth.get(),
+                                                  counters.get());
+  }
+
+  // Epoch `e` from `first_batch`, then (overlap_epochs) the next ones from
+  // their starts while the consumer allows (chain_to).
+  void run_epochs(OrderCursor cursor, uint64_t e, uint64_t first_batch) {
+    name_thread_once(*counters, "dlfeed pipeline");
+    for (;;) {
+      std::optional<OrderCursor> next;
+      auto then = [&]() -> bool {
+        next = chain_order(e + 1);
+        return next.has_value();
+      };
+      pipeline::Lookahead lookahead(source, std::move(cursor), e, first_batch);
+      if (!runner->run(lookahead, *decoder, *collator, stop, planner->copies_only(), then)) return;
+      cursor = *std::move(next);
+      ++e;
+      first_batch = 0;
+    }
+  }
+  // On the pipeline thread: epoch `e`'s cursor from its start when the
+  // pipeline may go on into it; else none.
+  std::optional<OrderCursor> chain_order(uint64_t e) {
+    if (!overlap || failed || stager || unpacked || chain_to.load() != e) return std::nullopt;
+    std::lock_guard<std::mutex> lock(order_mu);
+    OrderSpec spec = options.order;
+    spec.epoch = e;
+    absl::StatusOr<OrderCursor> made = take_order(spec);
+    if (!made.ok()) return std::nullopt;  // start_epoch(e) makes it again and reports the error
+    chained_base = *made;
+    return *std::move(made);
+  }
+
+  absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
+    sources.resize(file_names.size());
+    for (uint32_t id = 0; id < file_names.size(); ++id) {
+      struct stat st {};
+      if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], "stat for staging", errno);
+      sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size)};
+    }
+    stage_partitioned = !checked.global_order().rank_bounds().empty();
+    stage_index.assign(sources.size(), -1);
+    std::vector<staging::Source> mine;
+    std::vector<uint32_t> mine_ids;
+    for (uint64_t f : staging::owned_files(layout, checked)) {
+      for (const auto& ids : file_ids) {
+        const uint32_t id = ids[f];
+        if (stage_index[id] >= 0) continue;
+        stage_index[id] = static_cast<int64_t>(mine.size());
+        mine.push_back(sources[id]);
+        mine_ids.push_back(id);
+      }
+    }
+    staged.reset(new std::atomic<uint8_t>[sources.size()]);
+    for (size_t i = 0; i < sources.size(); ++i) staged[i].store(0, std::memory_order_relaxed);
+    staging::Stager::Observer obs;
+    Counters* c = counters.get();
+    auto t0 = std::make_shared<uint64_t>(0);
+    obs.on_bytes = [c](uint64_t n) { DLFEED_REC(c->add(CId::kStageCopied, n)); };
+    obs.on_file_begin = [c, t0](size_t) {
+      name_thread_once(*c, "dlfeed stage");
+      *t0 = now_of(*c);
+    };
+    obs.on_file_end = [c, t0, mine_ids, this](size_t i, staging::FileStatus st) {
+      DLFEED_REC({
+        const uint64_t t1 = c->now();
+        if (c->tracing() && st == staging::FileStatus::kStaged) {
+          c->trace("stage", "stage", *t0, t1 - *t0, mine_ids[i], sources[mine_ids[i]].size);
+        }
+      });
+    };
+    DLFEED_ASSIGN_OR_RETURN(stager, staging::Stager::create(o.stage, std::move(mine), std::move(obs)));
+    stage_direct = !o.io.direct || staging::Stager::supports_direct(o.stage.dir);
+    engines.set_staged_flags(staged.get(), sources.size());
+    return absl::OkStatus();
+  }
+
+  // Between epochs (no reads in flight): every file whose copy is complete
+  // is read from the copy from now on.
+  void apply_staging() {
+    if (!stager) return;
+    for (uint32_t id = 0; id < sources.size(); ++id) {
+      if (staged[id].load(std::memory_order_relaxed)) continue;
+      std::string path;
+      if (stage_index[id] >= 0) {
+        path = stager->staged_path(static_cast<size_t>(stage_index[id]));
+      } else if (!stage_partitioned) {
+        path = staging::Stager::find_copy(options.stage.dir, sources[id]);  // another rank's copy
+      }
+      if (path.empty()) continue;
+      if (!files->redirect(id, path, stage_direct ? std::nullopt : std::optional<bool>(false)).ok()) continue;
+      staged[id].store(1, std::memory_order_relaxed);
+      ++files_staged_now;
+    }
+    stager->start();  // the first epoch starts the copying (after the look, so it reads no copy of its own)
+  }
+  // The cursor of `spec` (options.order at another epoch and global_start):
+  // one made ahead when it is that one, else made now.
+  absl::StatusOr<OrderCursor> take_order(const OrderSpec& spec) {
+    abandon_if_forked();
+    auto same = [&](const OrderCursor& c) {
+      return c.spec().epoch == spec.epoch && c.spec().global_start == spec.global_start;
+    };
+    std::optional<OrderCursor> found;
+    if (ahead.valid()) {
+      absl::StatusOr<OrderCursor> made = ahead.get();
+      if (made.ok() && same(*made)) found = std::move(*made);
+    }
+    if (!found && prepared && same(*prepared)) found = std::move(*prepared);
+    prepared.reset();
+    if (found) return *std::move(found);
+    return OrderCursor::create(layout, spec);
+  }
+  // In a child of fork() the thread making `ahead` does not exist, and
+  // waiting for it (get(), or the future's destructor) would never end: the
+  // future is let go unwaited (a small leak, in the child only).
+  void abandon_if_forked() {
+    if (ahead.valid() && ahead_pid != ::getpid()) new std::future<absl::StatusOr<OrderCursor>>(std::move(ahead));
+  }
+  // Starts making epoch `epoch`'s order on a thread of its own, so that the
+  // next start_epoch need not wait for it (a global shuffle of 2 M samples
+  // took 6-30 ms here): only when its ids take at most 1/16 of the memory
+  // budget, since two orders are then held at once.
+  bool small_order() const { return layout.num_samples() * sizeof(uint64_t) <= options.memory_budget / 16; }
+  void prepare_order(uint64_t epoch) {
+    if (!small_order()) return;
+    OrderSpec spec = options.order;
+    spec.epoch = epoch;
+    ahead = std::async(std::launch::async, [this, spec] { return OrderCursor::create(layout, spec); });
+    ahead_pid = ::getpid();
+  }
+
+  void cancel_epoch() {
+    if (!running && !pipeline_thread.joinable()) return;
+    if (running) DLFEED_REC(counters->end_epoch(counters->now(), /*complete=*/false));
+    chain_to = 0;
+    budget->raise(stop);  // under the budget's mutex: see Budget::raise
+    queue.wake();
+    engines.cancel_pending();
+    if (pipeline_thread.joinable()) pipeline_thread.join();
+    queue.clear();
+    running = false;
+    ahead_epoch.reset();
+  }
+  bool adopt(uint64_t e);
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() = default;
+
+namespace {
+// LoaderOptions::prefetch "auto" when copying from held files; when reading,
+// "depth:8,budget:256M" up to 4 engines, more with more (pipeline/cores.h).
+constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
+std::string read_prefetch(const pipeline::MachineDefaults& d) {
+  return absl::StrCat("depth:", d.read_depth, ",budget:", d.read_budget);
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
+  if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
+  if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
+  auto impl = std::make_unique<Impl>();
+  impl->counters = std::make_shared<Counters>(options.trace);
+  Counters& cnt = *impl->counters;
+  if (options.buffer_allocator) impl->pool->set_allocator(options.buffer_allocator);
+  // "auto" is resolved once the loader knows whether the files are held.
+  if (options.prefetch_policy) {
+    impl->policy = options.prefetch_policy;
+  } else if (options.prefetch != "auto") {
+    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
+  }
+  std::vector<std::string> names = options.fields;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader: field '", names[i], "' is named twice in fields; name each field once"));
+    }
+  }
+  if (names.empty()) {
+    const FileFormat f = options.format.format;
+    names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
+  }
+  std::vector<detail::FieldEntry> entries;
+  for (const std::string& entry : names) {
+    DLFEED_ASSIGN_OR_RETURN(detail::FieldEntry field, detail::parse_field_entry(entry));
+    const std::string& name = field.name;
+    FormatOptions fo = options.format;
+    fo.name = field.pattern.empty() ? name : options.format.name;  // a pattern names files, not a member
+    fo.file_pattern = field.pattern;
+    if (!name.empty() && field.pattern.empty()) fo.feature = name;
+    counters::Span open_span(&cnt, counters::kOpenSpan);
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
+                                                                  : open_dataset(options.paths, fo));
+    DLFEED_RETURN_IF_ERROR(idx.check());
+    open_span.args(impl->indices.size(), idx.num_files());
+    open_span.end();
+    if (!impl->indices.empty()) {
+      const SampleIndex& first = impl->indices[0];
+      for (size_t k = 0; k < entries.size(); ++k) {  // the first field of a pattern pairs with every other
+        if (entries[k].pattern.empty()) continue;
+        DLFEED_RETURN_IF_ERROR(detail::check_paired(impl->indices[k], entries[k], idx, field));
+        break;
+      }
+      if (idx.file_begin != first.file_begin) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
+            impl->field_names[0], "' has ", first.size(), " in ", first.num_files(),
+            "; every field needs the same samples per file (", name, ": ", samples_per_file_str(idx), "; ",
+            impl->field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
+      }
+    }
+    impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
+    DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, impl->field_names.back(), options.ragged));
+    impl->field_specs.push_back(std::move(spec));
+    impl->indices.push_back(std::move(idx));
+    entries.push_back(std::move(field));
+  }
+  impl->layout = FileLayout::of(impl->indices[0]);
+  FileTableOptions fto;
+  fto.max_open = options.max_open_files;
+  fto.direct = options.io.direct;
+  impl->files = std::make_shared<FileTable>(fto);
+  std::vector<std::string> file_names;
+  impl->files->reserve(impl->indices[0].num_files());
+  for (const SampleIndex& idx : impl->indices) {
+    std::vector<uint32_t> ids;
+    const bool identified = idx.has_identities();  // then no stat per file (an MPI rank given the index)
+    for (size_t f = 0; f < idx.files.size(); ++f) {
+      const std::string& path = idx.files[f];
+      ids.push_back(identified ? impl->files->add(path, idx.identities[f]) : impl->files->add(path));
+      if (file_names.size() <= ids.back()) file_names.resize(ids.back() + 1);
+      file_names[ids.back()] = path;
+    }
+    impl->file_ids.push_back(std::move(ids));
+  }
+  cnt.set_file_names(file_names);
+  impl->file_names = std::move(file_names);
+  DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
+  impl->resident = std::move(held.files);
+  impl->resident_reason = std::move(held.reason);
+  const pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
+  // Autotuning: what is left to the machine, when the files are read.
+  const bool tune = !impl->resident && (options.autotune == Mode::kOn ||
+                                        (options.autotune == Mode::kAuto && pipeline::process_cores() >= 4));
+  const bool tune_engines = tune && options.io_engines == 0 && !options.io_factory;
+  if (impl->policy == nullptr && tune) {
+    impl->tuned_depth = std::make_shared<pipeline::TunedDepthPolicy>(machine.read_depth, machine.read_budget);
+    impl->policy = impl->tuned_depth;
+  }
+  if (impl->policy == nullptr) {
+    DLFEED_ASSIGN_OR_RETURN(impl->policy,
+                            prefetch::parse_policy(impl->resident ? kHeldPrefetch : read_prefetch(machine)));
+  }
+  DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
+                          detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,
+                                                  impl->counters.get()));
+  impl->unpacked = std::move(unpack.files);
+  impl->unpacked_reason = std::move(unpack.reason);
+  // One engine per backend (ring, pread pool), all over the same files.
+  uint32_t n_engines = options.io_engines;
+  if (n_engines == 0) n_engines = options.io_factory ? 1 : machine.io_engines;
+  if (tune_engines) n_engines = std::max(n_engines, std::min(16u, pipeline::process_cores()));  // the most it may use
+  n_engines = std::max(1u, n_engines);
+  const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
+  // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
+  const uint64_t split_above = options.io.direct ? 0 : options.coalesce.split_above;
+  impl->engines.set_spread_always(options.tuning.io_spread_always);
+  for (uint32_t k = 0; k < n_engines; ++k) {
+    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, options.io_factory
+                                                                    ? options.io_factory(impl->files, options.io)
+                                                                    : make_io_backend(impl->files, options.io));
+    if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
+    if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
+    if (impl->resident) backend = detail::make_resident_backend(std::move(backend), impl->resident);
+    impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k,
+                                                         split_above, options.coalesce.split_piece,
+                                                         options.coalesce.split_piece_cold));
+  }
+  // The look-ahead may block; decode needs a thread too.
+  const uint32_t threads = std::max(2u, options.threads ? options.threads : machine.threads);
+  // Validate the order options now rather than at the first epoch; the
+  // cursor's length is the rank's samples per epoch (a global shuffle builds
+  // its whole permutation here, so it is kept rather than rebuilt on demand).
+  if (options.order.global_start != 0) {
+    return absl::InvalidArgumentError(
+        "loader: order.global_start is set per epoch by restore() (elastic restarts); leave it 0");
+  }
+  DLFEED_ASSIGN_OR_RETURN(OrderCursor checked, OrderCursor::create(impl->layout, options.order));
+  impl->samples_per_epoch = checked.size();
+  if (!options.stage.dir.empty()) DLFEED_RETURN_IF_ERROR(impl->setup_staging(options, checked));
+  impl->options = std::move(options);
+  // Epoch options.order.epoch's order, from its start: kept for that epoch
+  // when small (as prepare_order), else made again then.
+  if (impl->small_order()) impl->prepared = std::move(checked);
+  impl->build_stages(threads);
+  impl->setup_autotune(machine, tune_engines);
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+// start_epoch(e) of the epoch the pipeline already reads (overlap_epochs),
+// from its start with no restore pending: it goes on, as if started now.
+bool Loader::Impl::adopt(uint64_t e) {
+  if (!ahead_epoch || *ahead_epoch != e || resume) return false;
+  ahead_epoch.reset();
+  {
+    std::lock_guard<std::mutex> lock(order_mu);
+    base_cursor = *std::move(chained_base);
+    chained_base.reset();
+    prepare_order(e + 1);
+  }
+  epoch = e;
+  start_position = 0;
+  delivered_samples = 0;
+  finished = false;
+  running = true;
+  DLFEED_REC(counters->begin_epoch(e, counters->now()));
+  chain_to = e + 1;
+  return true;
+}
+
+void Loader::set_overlap_epochs(bool on) {
+  impl_->overlap = on;
+  if (!on) impl_->chain_to = 0;
+}
+
+absl::Status Loader::start_epoch(uint64_t epoch) {
+  Impl& m = *impl_;
+  if (m.adopt(epoch)) return absl::OkStatus();
+  m.cancel_epoch();
+  DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
+  // Staged copies first: a file now read from its copy is reopened there, so
+  // its source may change (or be scrambled) without harm.
+  m.apply_staging();
+  // A file rewritten in place under a descriptor held since the last epoch
+  // (reopens are checked as they open): an error naming it, not new bytes
+  // decoded with the old index.
+  DLFEED_RETURN_IF_ERROR(m.files->check_open_files());
+  OrderSpec spec = m.options.order;
+  spec.epoch = epoch;
+  const bool resuming = m.resume && m.resume->epoch == epoch;
+  if (resuming) spec.global_start = m.resume->global_start;
+  std::unique_lock<std::mutex> order_lock(m.order_mu);  // no pipeline thread runs: for form
+  DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, m.take_order(spec));
+  order_lock.unlock();
+  m.base_cursor = cursor;
+  uint64_t start = 0;
+  if (resuming) {
+    start = m.resume->position;
+    DLFEED_RETURN_IF_ERROR(cursor.seek(start));
+    m.resume.reset();
+  }
+  if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
+  m.epoch = epoch;
+  m.start_position = start;
+  m.delivered_samples = 0;
+  m.stop = false;
+  m.failed = false;
+  m.finished = false;
+  m.running = true;
+  if (m.tuner) m.tuner->restart();
+  DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
+  const uint64_t first_batch = start / m.options.batch_size;
+  m.prepare_order(epoch + 1);  // before the pipeline thread may take it (chain_order)
+  m.chain_to = epoch + 1;
+  m.pipeline_thread =
+      std::thread([&m, cursor, epoch, first_batch]() mutable { m.run_epochs(std::move(cursor), epoch, first_batch); });
+  detail::name_thread(m.pipeline_thread, "dlfeed-pipeline");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
+  Impl& m = *impl_;
+  if (!m.running) {
+    if (m.finished) return std::shared_ptr<const Batch>();
+    return absl::FailedPreconditionError("loader: call start_epoch() before next()");
+  }
+  Counters& c = *m.counters;
+  [[maybe_unused]] const uint64_t t0 = now_of(c);
+  DLFEED_REC({
+    name_thread_once(c, "consumer");
+    c.step_boundary(t0);
+  });
+  // The consumer waits: stall time, and the I/O busy meanwhile is exposed.
+  counters::Span stall(&c, counters::kStallSpan, t0);
+  const uint64_t w0 = m.tuner ? c.now() : 0;
+  pipeline::Delivery d = m.queue.pop(*m.budget);
+  if (m.tuner && d.batch) {
+    const uint64_t w1 = c.now();
+    m.tuner->on_batch(w1, d.batch->size(), w1 - w0, d.ticket ? d.ticket->bytes : 0);
+  }
+  if (d.ticket) {
+    d.ticket->handed_over();
+    d.ticket.reset();
+  }
+  stall.args(m.epoch, m.batches.load());
+  [[maybe_unused]] const uint64_t t1 = stall.end();
+  if (d.end) {
+    if (d.chained) {
+      m.ahead_epoch = m.epoch + 1;  // the pipeline thread goes on with it
+    } else if (m.pipeline_thread.joinable()) {
+      m.pipeline_thread.join();
+    }
+    m.running = false;
+    m.finished = true;
+    DLFEED_REC(c.end_epoch(t1, /*complete=*/true));
+    return std::shared_ptr<const Batch>();
+  }
+  if (!d.error.ok()) {
+    m.cancel_epoch();
+    m.finished = true;
+    return d.error;
+  }
+  m.delivered_samples += d.batch->size();
+  m.batches += 1;
+  m.samples += d.batch->size();
+  m.bytes_delivered += d.batch->nbytes();
+  DLFEED_REC({
+    c.add(CId::kBatches, 1);
+    c.add(CId::kSamples, d.batch->size());
+    c.add(CId::kBytesDelivered, d.batch->nbytes());
+    c.on_batch_delivered();
+  });
+  return d.batch;
+}
+
+EpochRange Loader::epoch(uint64_t e) {
+  throw_if_error(start_epoch(e));
+  return EpochRange(this);
+}
+
+EpochRange::iterator::iterator(Loader* loader) : loader_(loader) { ++*this; }
+
+EpochRange::iterator& EpochRange::iterator::operator++() {
+  current_ = value_or_throw(loader_->next());
+  return *this;
+}
+
+absl::Status Loader::start_epoch_at(uint64_t epoch, uint64_t position) {
+  Impl& m = *impl_;
+  m.cancel_epoch();
+  m.resume = detail::ResumePoint{epoch, 0, position};
+  return start_epoch(epoch);
+}
+
+std::string Loader::state() const {
+  const Impl& m = *impl_;
+  return detail::loader_state_at(m.layout, m.options.order, m.base_cursor ? &*m.base_cursor : nullptr,
+                                 m.start_position + m.delivered_samples);
+}
+
+absl::Status Loader::restore(absl::string_view state) {
+  Impl& m = *impl_;
+  DLFEED_ASSIGN_OR_RETURN(detail::ResumePoint r, detail::resume_point(state, m.layout, m.options.order));
+  m.cancel_epoch();
+  m.resume = r;
+  return absl::OkStatus();
+}
+
+uint64_t Loader::num_samples() const { return impl_->indices[0].size(); }
+
+uint64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch; }
+
+uint64_t Loader::batches_per_epoch() const {
+  const uint64_t n = samples_per_epoch(), b = impl_->options.batch_size;
+  return impl_->options.drop_last_batch ? n / b : (n + b - 1) / b;
+}
+
+const SampleIndex& Loader::index(size_t field) const { return impl_->indices.at(field); }
+const std::vector<std::string>& Loader::field_names() const { return impl_->field_names; }
+const std::vector<FieldSpec>& Loader::field_specs() const { return impl_->field_specs; }
+const LoaderOptions& Loader::options() const { return impl_->options; }
+
+counters::Counters& Loader::counters() { return *impl_->counters; }
+const counters::Counters& Loader::counters() const { return *impl_->counters; }
+std::shared_ptr<counters::Counters> Loader::counters_ptr() const { return impl_->counters; }
+counters::Snapshot Loader::counters_snapshot() const { return impl_->counters->snapshot(); }
+std::string Loader::counters_json() const { return impl_->counters->snapshot().to_json(); }
+absl::Status Loader::write_trace(const std::string& path, counters::TraceFormat format) const {
+  return impl_->counters->write_trace(path, format);
+}
+
+LoaderStats Loader::stats() const {
+  const Impl& m = *impl_;
+  LoaderStats s;
+  s.batches = m.batches;
+  s.samples = m.samples;
+  s.bytes_delivered = m.bytes_delivered;
+  const IoStats io = m.engines.stats();
+  s.bytes_read = (io.device_bytes ? io.device_bytes : io.bytes) + m.resident_copied.load(std::memory_order_relaxed) +
+                 (m.unpacked ? m.unpacked->bytes_read() : 0);
+  s.read_requests = m.planner->planned_reads();
+  s.extents = m.planner->extents();
+  s.peak_in_flight_bytes = m.budget->peak();
+  s.pool_allocations = m.pool->allocations();
+  s.pool_reuses = m.pool->reuses();
+  {
+    std::lock_guard<std::mutex> lock(m.budget->mu);
+    s.lookahead_batches = m.budget->pipeline;
+    s.held_batches = m.budget->batches - m.budget->pipeline;
+  }
+  s.io_backend = m.engines.backend().name();
+  s.io_fallback_reason = m.engines.backend().fallback_reason();
+  s.io_engines = m.engines.active();
+  s.io_engines_made = static_cast<uint32_t>(m.engines.size());
+  s.autotune = m.tuner != nullptr;
+  s.autotune_changes = m.tuner ? m.tuner->changes() : 0;
+  s.threads = m.runner->threads();
+  s.decode_peak = m.runner->peak_decoding();
+  s.cores = pipeline::process_cores();
+  s.batches_spread = m.engines.batches_spread();
+  if (m.stager) s.stage = m.stager->stats();
+  s.files_read_staged = m.files_staged_now;
+  s.files = m.file_names.size();
+  s.resident_bytes = m.resident ? m.resident->bytes() : 0;
+  s.resident_reason = m.resident_reason;
+  s.prefetch = m.policy->name();
+  s.route = m.planner != nullptr && m.planner->copies_only() ? "gather" : "pipeline";
+  s.unpacked_bytes = m.unpacked ? m.unpacked->reserved_bytes() : 0;
+  s.unpacked_reason = m.unpacked_reason;
+  return s;
+}
+
+}  // namespace dlfeed

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "loader/loader_state.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+
+namespace dlfeed::inline DLFEED_ABI {
+namespace {
+
+constexpr char kMagic[] = "dlfL";
+constexpr size_t kHeaderBytes = 5;  // magic, version
+
+}  // namespace
+
+bool is_loader_state(absl::string_view bytes) {
+  return bytes.size() >= kHeaderBytes && bytes.substr(0, 4) == absl::string_view(kMagic, 4);
+}
+
+absl::StatusOr<LoaderState> decode_loader_state(absl::string_view bytes) {
+  if (!is_loader_state(bytes)) {
+    return absl::InvalidArgumentError("loader state: not a dlfeed loader state (bad magic)");
+  }
+  LoaderState s;
+  s.version = static_cast<uint8_t>(bytes[4]);
+  if (s.version != kLoaderStateVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader state: version ", static_cast<int>(s.version), ", expected ", int(kLoaderStateVersion)));
+  }
+  DLFEED_ASSIGN_OR_RETURN(s.order, decode_state(bytes.substr(kHeaderBytes)));
+  return s;
+}
+
+namespace detail {
+
+std::string encode_loader_state(absl::string_view order_state) {
+  std::string out(kMagic, 4);
+  out.push_back(static_cast<char>(kLoaderStateVersion));
+  out.append(order_state.data(), order_state.size());
+  return out;
+}
+
+std::string loader_state_at(const FileLayout& layout, const OrderSpec& spec, const OrderCursor* base,
+                            uint64_t position) {
+  if (base == nullptr) {
+    OrderSpec first = spec;
+    first.epoch = 0;
+    auto c = OrderCursor::create(layout, first);
+    return encode_loader_state(c.ok() ? c->state() : "");
+  }
+  OrderCursor c = *base;
+  (void)c.seek(std::min(position, c.size()));
+  return encode_loader_state(c.state());
+}
+
+absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayout& layout, const OrderSpec& want) {
+  DLFEED_ASSIGN_OR_RETURN(LoaderState ls, decode_loader_state(state));
+  const OrderState& os = ls.order;
+  if (os.spec.strategy != want.strategy || os.spec.seed != want.seed || os.spec.drop_last != want.drop_last ||
+      os.spec.params.buffer_size != want.params.buffer_size || os.spec.params.block_size != want.params.block_size ||
+      os.spec.params.window != want.params.window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " drop_last ",
+                     os.spec.drop_last, ", but this loader has ", want.strategy, " seed ", want.seed, " drop_last ",
+                     want.drop_last, " (or other strategy parameters differ)"));
+  }
+  ResumePoint r{os.spec.epoch, os.spec.global_start, os.position};
+  if (os.spec.rank == want.rank && os.spec.world_size == want.world_size) {
+    // Checks the dataset's file layout against the state's fingerprint.
+    const std::string order_state(state.substr(kHeaderBytes));
+    DLFEED_RETURN_IF_ERROR(OrderCursor::from_state(layout, order_state, want.params.indices).status());
+    return r;
+  }
+  // Elastic: the job consumed global positions [0, G + k*W); this rank reads
+  // its share of the rest.
+  if (os.layout_fingerprint != layout.fingerprint()) {
+    return absl::FailedPreconditionError(
+        "loader state: saved for a different file layout (dataset changed since the state was saved)");
+  }
+  if (os.indices_fingerprint != indices_fingerprint(want.params.indices.get())) {
+    return absl::FailedPreconditionError(
+        "loader state: the explicit index array differs from the one the state was saved with");
+  }
+  r.global_start = os.spec.global_start + os.position * os.spec.world_size;
+  r.position = 0;
+  OrderSpec spec = want;
+  spec.epoch = os.spec.epoch;
+  spec.global_start = r.global_start;
+  auto check = OrderCursor::create(layout, spec);
+  if (!check.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("loader state: saved by rank ", os.spec.rank, " of ",
+                                                      os.spec.world_size, ", restored on rank ", want.rank, " of ",
+                                                      want.world_size, ": ", check.status().message()));
+  }
+  return r;
+}
+
+}  // namespace detail
+}  // namespace dlfeed

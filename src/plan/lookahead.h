@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private: the pipeline's source filter. It keeps the reads of every batch
+// the prefetch policy and the memory budget admit in flight (the
+// look-ahead), and hands the pipeline the oldest; it waits only when nothing
+// at all is in flight for the pipeline. So the look-ahead is the policy's,
+// not the thread count's: decode threads wait only for the oldest batch's
+// reads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "dlfeed/batch/batch.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/detail/export.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/order/order.h"
+#include "pipeline/work.h"
+#include "plan/budget.h"
+#include "plan/planner.h"
+#include "read/engine.h"
+#include "read/resident.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+/// What the look-ahead draws on, the same for every epoch (all outlive it).
+struct SourceParts {
+  Planner* planner = nullptr;
+  std::shared_ptr<Budget> budget;
+  AdmitRule rule;
+  BufferPool* pool = nullptr;            // the read and batch buffers
+  FileTable* fadvise = nullptr;          // non-null: hint each batch's reads (WILLNEED) before issuing them
+  detail::EngineSet* engines = nullptr;  // issues the reads
+  counters::Counters* counters = nullptr;
+  const std::atomic<bool>* stop = nullptr;    // the epoch is cancelled
+  const std::atomic<bool>* failed = nullptr;  // a batch failed: plan no more
+  // Non-null: the files held in memory (LoaderOptions::resident). Reads of
+  // them are copied here, a batch at a time, instead of going through an I/O
+  // engine one request per extent (unless tracing, whose read events come
+  // from the engine); `copied_bytes` counts them for LoaderStats::bytes_read.
+  const detail::ResidentFiles* resident = nullptr;
+  std::atomic<uint64_t>* copied_bytes = nullptr;
+  // More than 1: a batch's copies from held files (1 MiB and more of them)
+  // are spread over up to this many threads by `spread` (body(0) ..
+  // body(n - 1) in parallel, returning when all are done: the pipeline's
+  // arena); else they are made one after another on the planner's thread.
+  uint32_t copy_threads = 1;
+  std::function<void(size_t n, const std::function<void(size_t)>& body)> spread;
+};
+
+/// One epoch's source: batches of `cursor` from `first_batch` on.
+class Lookahead {
+ public:
+  Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch);
+  ~Lookahead() { drop(); }
+  Lookahead(const Lookahead&) = delete;
+  Lookahead& operator=(const Lookahead&) = delete;
+
+  /// The oldest admitted batch, its reads issued (the pipeline owns it from
+  /// now on, through Work::self); null at the end of the epoch or on stop.
+  Work* next();
+  /// Drops the batches planned but never handed to the pipeline.
+  void drop();
+  /// Batches admitted and not yet handed out.
+  size_t ahead() const { return ahead_.size(); }
+
+ private:
+  // Admits `w` (waiting when `wait`, else refusing at once), then takes its
+  // buffers and issues its reads.
+  bool admit_and_read(Work& w, bool wait);
+  void issue_reads(Work& w);
+  // Makes copies_ (deferred copies from held files), spread when there are
+  // enough bytes, and clears them.
+  void flush_copies(uint64_t bytes);
+
+  struct Copy {
+    std::byte* dest;
+    const std::byte* from;
+    uint64_t length;
+  };
+  std::vector<Copy> copies_;
+
+  SourceParts parts_;
+  OrderCursor cursor_;
+  uint64_t epoch_;
+  uint64_t batch_index_;
+  std::deque<Work*> ahead_;  // admitted, reads issued, in order
+  Work* staged_ = nullptr;   // planned, waiting for admission
+  bool exhausted_ = false;
+};
+
+}  // namespace dlfeed::pipeline

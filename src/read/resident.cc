@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "read/resident.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
+#include "io/stream_copy.h"
+#include "read_op.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+
+namespace {
+// Most threads reading files at create (each read mostly waits on the file
+// system on a cold cache, as in the index build), and files per thread below
+// which another is not worth starting.
+constexpr unsigned kMaxLoadThreads = 16;
+constexpr size_t kFilesPerLoadThread = 64;
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
+                                                                         const std::vector<uint32_t>& ids) {
+  auto r = std::make_shared<ResidentFiles>();
+  const size_t n = files.size();
+  r->held_.assign(n, 0);
+  r->buffers_.resize(n);
+  r->sizes_.assign(n, 0);
+  r->paths_.resize(n);
+  std::vector<uint32_t> todo;  // each id once, in the order given
+  todo.reserve(ids.size());
+  std::vector<uint8_t> seen(n, 0);
+  for (uint32_t id : ids) {
+    if (id < n && !seen[id]) {
+      seen[id] = 1;
+      todo.push_back(id);
+    }
+  }
+  // Reads file todo[k] into its buffer; each k is one thread's.
+  auto read_one = [&](size_t k) -> absl::Status {
+    const uint32_t id = todo[k];
+    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
+    const std::string path = files.path(id);
+    // The size the table checked the open against (no fstat of ours).
+    uint64_t size = 0;
+    if (const std::optional<uint64_t> known = files.known_size(id)) {
+      size = *known;
+    } else {
+      struct stat st;
+      if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
+      size = static_cast<uint64_t>(st.st_size);
+    }
+    ByteBuffer& buf = r->buffers_[id];
+    buf.resize(size);
+    DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), std::span<std::byte>(buf.data(), size), 0, path));
+    if (got != size) {
+      return format_error(path, got, absl::StrCat(size - got, " more bytes (the size fstat gave)"),
+                          "the end of the file (file shrank while it was read)");
+    }
+    r->sizes_[id] = size;
+    r->paths_[id] = path;
+    return absl::OkStatus();
+  };
+  // Several threads for many files: on a cold cache (or a parallel file
+  // system) each open and read is a round trip. The error reported is the
+  // first failing file's in the order given, as a serial loop would.
+  const unsigned threads = static_cast<unsigned>(
+      std::clamp<size_t>(todo.size() / kFilesPerLoadThread, 1, std::min<size_t>(kMaxLoadThreads, files.max_open())));
+  std::vector<absl::Status> failed(threads);
+  std::vector<size_t> failed_at(threads, SIZE_MAX);
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> first_failure{SIZE_MAX};
+  auto work = [&](unsigned t) {
+    try {
+      for (size_t k = next.fetch_add(1); k < todo.size() && k < first_failure.load(); k = next.fetch_add(1)) {
+        absl::Status st = read_one(k);
+        if (!st.ok()) {
+          failed[t] = std::move(st);
+          failed_at[t] = k;
+          for (size_t f = first_failure.load(); k < f && !first_failure.compare_exchange_weak(f, k);) {}
+          return;
+        }
+      }
+    } catch (const std::exception& e) {  // std::bad_alloc on a worker would end the process
+      failed[t] = absl::ResourceExhaustedError(absl::StrCat("holding the dataset in memory: ", e.what()));
+      failed_at[t] = 0;
+      first_failure.store(0);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work, t);
+    } catch (const std::system_error&) {
+      break;  // read with the threads there are
+    }
+  }
+  work(0);
+  for (std::thread& t : pool) t.join();
+  size_t worst = SIZE_MAX;
+  absl::Status status;
+  for (unsigned t = 0; t < threads; ++t) {
+    if (failed_at[t] < worst) {
+      worst = failed_at[t];
+      status = failed[t];
+    }
+  }
+  if (!status.ok()) return status;
+  for (uint32_t id : todo) {
+    r->held_[id] = 1;
+    r->bytes_ += r->sizes_[id];
+    ++r->files_;
+  }
+  return std::shared_ptr<const ResidentFiles>(std::move(r));
+}
+
+absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable& files) {
+  ResidentChoice out;
+  if (o.resident != Mode::kAuto && o.resident != Mode::kOn && o.resident != Mode::kOff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader: resident is auto, on or off, not ", static_cast<int>(o.resident)));
+  }
+  if (o.resident == Mode::kOff) {
+    out.reason = "not held in memory: resident is off";
+    return out;
+  }
+  std::string why_not;
+  uint64_t total = 0;
+  if (o.io.direct) {
+    why_not = "io.direct asks for the device";
+  } else if (!o.stage.dir.empty()) {
+    why_not = "staging copies the files to stage.dir";
+  } else if (o.io_factory) {
+    why_not = "io_factory makes the backend";
+  } else {
+    for (uint32_t id = 0; id < files.size(); ++id) {
+      if (const std::optional<uint64_t> size = files.known_size(id)) {  // from the index: no stat
+        total += *size;
+        continue;
+      }
+      const std::string path = files.path(id);
+      struct stat st {};
+      if (detail::stat_path(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+      total += static_cast<uint64_t>(st.st_size);
+    }
+    if (total > o.memory_budget / 2) {
+      why_not = absl::StrCat("the files' ", total, " bytes are more than half of memory_budget (", o.memory_budget,
+                             " bytes)");
+    }
+  }
+  if (!why_not.empty()) {
+    if (o.resident == Mode::kOn)
+      return absl::FailedPreconditionError(absl::StrCat("loader: resident=on, but ", why_not));
+    out.reason = absl::StrCat("not held in memory: ", why_not);
+    return out;
+  }
+  std::vector<uint32_t> ids(files.size());
+  for (uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
+  DLFEED_ASSIGN_OR_RETURN(out.files, ResidentFiles::load(files, ids));
+  out.reason = absl::StrCat("held in memory: ", out.files->files(), " files, ", out.files->bytes(),
+                            " bytes, read once at create");
+  return out;
+}
+
+namespace {
+
+class ResidentBackend final : public IoBackend {
+ public:
+  ResidentBackend(std::unique_ptr<IoBackend> inner, std::shared_ptr<const ResidentFiles> held)
+      : inner_(std::move(inner)), held_(std::move(held)) {
+    fallback_reason_ = inner_->fallback_reason();
+  }
+
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    // Copies first, in place; the rest go to the inner backend in one call.
+    std::vector<ReadRequest> rest;
+    size_t copied = 0;
+    for (const ReadRequest& r : requests) {
+      if (!held_->has(r.file)) {
+        rest.push_back(r);
+        continue;
+      }
+      if (r.dest == nullptr && r.length > 0) {
+        return absl::InvalidArgumentError(absl::StrCat("read of ", r.length, " bytes with no destination"));
+      }
+    }
+    if (!rest.empty()) DLFEED_RETURN_IF_ERROR(inner_->submit(rest));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ReadRequest& r : requests) {
+      if (!held_->has(r.file)) continue;
+      ReadCompletion c;
+      c.user_data = r.user_data;
+      const uint64_t size = held_->size(r.file);
+      if (r.offset > size || r.length > size - r.offset) {
+        const uint64_t available = r.offset < size ? size - r.offset : 0;
+        c.status = format_error(held_->path(r.file), r.offset, absl::StrCat(r.length, " bytes"),
+                                absl::StrCat("only ", available, " bytes before the end of the file"));
+        ++stats_.errors;
+      } else {
+        if (r.length > 0) copy_large(r.dest, held_->data(r.file) + r.offset, r.length);
+        c.bytes = r.length;
+        stats_.bytes += r.length;
+      }
+      ready_.push_back(std::move(c));
+      ++copied;
+    }
+    stats_.requests += copied;
+    stats_.completed_at_submit += copied;
+    return absl::OkStatus();
+  }
+
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
+    size_t got = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      got = ready_.size();
+      stats_.completions += got;
+      for (auto& c : ready_) out.push_back(std::move(c));
+      ready_.clear();
+    }
+    if (inner_->in_flight() == 0) return got;
+    if (got >= min_completions) timeout = std::chrono::nanoseconds::zero();
+    return got + inner_->reap(out, min_completions > got ? min_completions - got : 0, timeout);
+  }
+
+  size_t in_flight() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ready_.size() + inner_->in_flight();
+  }
+
+  std::string name() const override { return inner_->name(); }
+
+  IoStats stats() const override {
+    IoStats s = inner_->stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    s.requests += stats_.requests;
+    s.completions += stats_.completions;
+    s.errors += stats_.errors;
+    s.bytes += stats_.bytes;
+    s.completed_at_submit += stats_.completed_at_submit;
+    return s;
+  }
+
+ private:
+  std::unique_ptr<IoBackend> inner_;
+  std::shared_ptr<const ResidentFiles> held_;
+  mutable std::mutex mu_;
+  std::deque<ReadCompletion> ready_;
+  IoStats stats_;  // of the copies (under mu_)
+};
+
+}  // namespace
+
+std::unique_ptr<IoBackend> make_resident_backend(std::unique_ptr<IoBackend> inner,
+                                                 std::shared_ptr<const ResidentFiles> held) {
+  return std::make_unique<ResidentBackend>(std::move(inner), std::move(held));
+}
+
+}  // namespace dlfeed::detail

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// The resume state (src/loader/loader_state.h, include/dlfeed/loader_state.h):
+// encode/decode round trips, garbage is refused with a clear error, and
+// restore's checks and elastic arithmetic; then a real Loader's state read
+// through the public decoder.
+
+#include "loader/loader_state.h"
+
+#include <string>
+
+#include "dev/generate.h"
+#include "dlfeed/loader.h"
+#include "dlfeed/loader_state.h"
+#include "format/test_util.h"
+#include "gtest/gtest.h"
+
+namespace dlfeed {
+namespace {
+
+#define EXPECT_CONTAINS(text, part)                          \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
+      << "'" << std::string(text) << "' does not contain '" << (part) << "'"
+
+FileLayout layout_of(std::vector<uint64_t> per_file) {
+  FileLayout l;
+  l.file_begin = {0};
+  for (uint64_t n : per_file) l.file_begin.push_back(l.file_begin.back() + n);
+  return l;
+}
+
+OrderSpec spec_of(const std::string& strategy, uint64_t epoch, uint32_t rank = 0, uint32_t world = 1) {
+  OrderSpec s;
+  s.strategy = strategy;
+  s.seed = 17;
+  s.epoch = epoch;
+  s.rank = rank;
+  s.world_size = world;
+  return s;
+}
+
+TEST(LoaderState, RoundTrips) {
+  const FileLayout layout = layout_of({10, 20, 30});
+  auto c = OrderCursor::create(layout, spec_of("global_shuffle", 4));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string bytes = detail::loader_state_at(layout, spec_of("global_shuffle", 0), &*c, 37);
+  EXPECT_TRUE(is_loader_state(bytes));
+  EXPECT_EQ(bytes.substr(0, 4), "dlfL");
+  auto s = decode_loader_state(bytes);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->version, kLoaderStateVersion);
+  EXPECT_EQ(s->order.spec.strategy, "global_shuffle");
+  EXPECT_EQ(s->order.spec.seed, 17u);
+  EXPECT_EQ(s->order.spec.epoch, 4u);
+  EXPECT_EQ(s->order.position, 37u);
+  EXPECT_EQ(s->order.layout_fingerprint, layout.fingerprint());
+  // The order state inside is OrderCursor::state() at that position.
+  OrderCursor at = *c;
+  ASSERT_TRUE(at.seek(37).ok());
+  EXPECT_EQ(bytes, detail::encode_loader_state(at.state()));
+}
+
+TEST(LoaderState, APositionPastTheEndIsTheEnd) {
+  const FileLayout layout = layout_of({10});
+  auto c = OrderCursor::create(layout, spec_of("sequential", 1));
+  ASSERT_TRUE(c.ok());
+  auto s = decode_loader_state(detail::loader_state_at(layout, spec_of("sequential", 0), &*c, 999));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->order.position, 10u);
+}
+
+TEST(LoaderState, BeforeAnyEpochItIsTheStartOfEpochZero) {
+  const FileLayout layout = layout_of({10});
+  auto s = decode_loader_state(detail::loader_state_at(layout, spec_of("sequential", 5), nullptr, 3));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->order.spec.epoch, 0u);
+  EXPECT_EQ(s->order.position, 0u);
+}
+
+TEST(LoaderState, RefusesWhatIsNotALoaderState) {
+  const FileLayout layout = layout_of({10});
+  auto c = OrderCursor::create(layout, spec_of("sequential", 0));
+  ASSERT_TRUE(c.ok());
+  const std::string bare = c->state();  // an order state, not a loader's
+  EXPECT_FALSE(is_loader_state(bare));
+  for (const std::string& bad :
+       {std::string(), std::string("dlf"), std::string("dlfL"), bare, std::string("XlfL\x01") + bare}) {
+    auto s = decode_loader_state(bad);
+    ASSERT_FALSE(s.ok()) << "accepted " << bad.size() << " bytes";
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_CONTAINS(s.status().message(), "not a dlfeed loader state");
+  }
+  auto v2 = decode_loader_state(std::string("dlfL\x02") + bare);
+  ASSERT_FALSE(v2.ok());
+  EXPECT_CONTAINS(v2.status().message(), "version 2, expected 1");
+  // A good header over a cut order state: the order decoder's error.
+  const std::string good = detail::encode_loader_state(bare);
+  auto cut = decode_loader_state(good.substr(0, good.size() - 3));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LoaderState, ResumePointOnTheSameRank) {
+  const FileLayout layout = layout_of({10, 20});
+  auto c = OrderCursor::create(layout, spec_of("block_shuffle", 2));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string bytes = detail::loader_state_at(layout, spec_of("block_shuffle", 0), &*c, 11);
+  auto r = detail::resume_point(bytes, layout, spec_of("block_shuffle", 0));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->epoch, 2u);
+  EXPECT_EQ(r->position, 11u);
+  EXPECT_EQ(r->global_start, 0u);
+  // Another strategy or seed: refused, naming both.
+  auto other = detail::resume_point(bytes, layout, spec_of("sequential", 0));
+  ASSERT_FALSE(other.ok());
+  EXPECT_CONTAINS(other.status().message(), "saved with strategy block_shuffle");
+  EXPECT_CONTAINS(other.status().message(), "this loader has sequential");
+  // Another dataset layout: refused.
+  EXPECT_FALSE(detail::resume_point(bytes, layout_of({10, 21}), spec_of("block_shuffle", 0)).ok());
+}
+
+TEST(LoaderState, ResumePointOnAnotherWorldSizeIsElastic) {
+  const FileLayout layout = layout_of({60});
+  // Rank 1 of 2 handed out 7 samples: the job consumed global positions [0, 14).
+  auto c = OrderCursor::create(layout, spec_of("global_shuffle", 3, 1, 2));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string bytes = detail::loader_state_at(layout, spec_of("global_shuffle", 0, 1, 2), &*c, 7);
+  auto r = detail::resume_point(bytes, layout, spec_of("global_shuffle", 0, 2, 3));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->epoch, 3u);
+  EXPECT_EQ(r->global_start, 14u);
+  EXPECT_EQ(r->position, 0u);
+  auto moved = detail::resume_point(bytes, layout_of({61}), spec_of("global_shuffle", 0, 2, 3));
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(moved.status().message(), "different file layout");
+}
+
+TEST(LoaderState, ALoadersStateReadsBackThroughThePublicDecoder) {
+  const std::string dir = testing::scratch_dir();
+  gen::FileSpec f;
+  f.path = dir + "/x.npy";
+  f.sample_shape = {4};
+  f.num_samples = 20;
+  ASSERT_TRUE(gen::write_npy_file(f).ok());
+  LoaderOptions o;
+  o.paths = {f.path};
+  o.batch_size = 3;
+  o.order.strategy = "sequential";
+  auto loader = Loader::create(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_TRUE((*loader)->start_epoch(2).ok());
+  for (int k = 0; k < 2; ++k) ASSERT_NE((*loader)->next().value(), nullptr);
+  auto s = decode_loader_state((*loader)->state());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->order.spec.epoch, 2u);
+  EXPECT_EQ(s->order.position, 6u) << "two batches of three handed out";
+  EXPECT_EQ(s->order.spec.strategy, "sequential");
+}
+
+}  // namespace
+}  // namespace dlfeed
