@@ -23,37 +23,37 @@ namespace dlfeed::inline DLFEED_ABI::counters {
 
 DLFEED_INLINE const CounterInfo& info(Id id) {
   static constexpr CounterInfo kInfo[kNumIds] = {
-    {"open_ns", Unit::kNanoseconds, Kind::kDistribution, "index one field's files at Loader::create"},
-    {"plan_ns", Unit::kNanoseconds, Kind::kDistribution, "plan a batch: ids, extents, coalescing"},
-    {"admit_wait_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "planner blocked by the prefetch policy or the memory budget"},
-    {"io_latency_ns", Unit::kNanoseconds, Kind::kDistribution, "one read request, submitted to completion reaped"},
-    {"decode_ns", Unit::kNanoseconds, Kind::kDistribution, "decode a batch: CRC, inflate, parse, copy into place"},
-    {"collate_ns", Unit::kNanoseconds, Kind::kDistribution, "hand a decoded batch to the consumer"},
-    {"stall_ns", Unit::kNanoseconds, Kind::kDistribution, "consumer blocked in next() waiting for a batch"},
-    {"compute_ns", Unit::kNanoseconds, Kind::kDistribution, "user compute regions (ScopedTimer)"},
-    {"step_ns", Unit::kNanoseconds, Kind::kDistribution, "one training step, boundary to boundary"},
-    {"bytes_read", Unit::kBytes, Kind::kSum, "bytes read from files"},
-    {"read_requests", Unit::kCount, Kind::kSum, "read requests completed (after coalescing)"},
-    {"extents", Unit::kCount, Kind::kSum, "extents asked for (before coalescing)"},
-    {"read_errors", Unit::kCount, Kind::kSum, "read requests that failed"},
-    {"batches", Unit::kCount, Kind::kSum, "batches delivered to the consumer"},
-    {"samples", Unit::kCount, Kind::kSum, "samples delivered to the consumer"},
-    {"bytes_delivered", Unit::kBytes, Kind::kSum, "decoded bytes delivered to the consumer"},
-    {"io_hidden_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while a compute region ran"},
-    {"io_exposed_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while the consumer stalled"},
-    {"decode_crc_ns", Unit::kNanoseconds, Kind::kDistribution, "verify a TFRecord record's CRC32C (per sample)"},
-    {"decode_inflate_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "inflate a deflated NPZ member or HDF5 chunk (per call)"},
-    {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "parse a tf.train.Example for the sample's feature (per sample)"},
-    {"bytes_read_staged", Unit::kBytes, Kind::kSum, "bytes of reads from staged copies (the rest: from the source)"},
-    {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
-    {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "waiting for the other ranks at the end of a step (emulated all-reduce)"},
-    {"h2d_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "copy a batch to the GPU, start to end as the device timed it (Python device=)"},
-    {"h2d_bytes", Unit::kBytes, Kind::kSum, "bytes copied to the GPU (Python device=)"},
+      {"open_ns", Unit::kNanoseconds, Kind::kDistribution, "index one field's files at Loader::create"},
+      {"plan_ns", Unit::kNanoseconds, Kind::kDistribution, "plan a batch: ids, extents, coalescing"},
+      {"admit_wait_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "planner blocked by the prefetch policy or the memory budget"},
+      {"io_latency_ns", Unit::kNanoseconds, Kind::kDistribution, "one read request, submitted to completion reaped"},
+      {"decode_ns", Unit::kNanoseconds, Kind::kDistribution, "decode a batch: CRC, inflate, parse, copy into place"},
+      {"collate_ns", Unit::kNanoseconds, Kind::kDistribution, "hand a decoded batch to the consumer"},
+      {"stall_ns", Unit::kNanoseconds, Kind::kDistribution, "consumer blocked in next() waiting for a batch"},
+      {"compute_ns", Unit::kNanoseconds, Kind::kDistribution, "user compute regions (ScopedTimer)"},
+      {"step_ns", Unit::kNanoseconds, Kind::kDistribution, "one training step, boundary to boundary"},
+      {"bytes_read", Unit::kBytes, Kind::kSum, "bytes read from files"},
+      {"read_requests", Unit::kCount, Kind::kSum, "read requests completed (after coalescing)"},
+      {"extents", Unit::kCount, Kind::kSum, "extents asked for (before coalescing)"},
+      {"read_errors", Unit::kCount, Kind::kSum, "read requests that failed"},
+      {"batches", Unit::kCount, Kind::kSum, "batches delivered to the consumer"},
+      {"samples", Unit::kCount, Kind::kSum, "samples delivered to the consumer"},
+      {"bytes_delivered", Unit::kBytes, Kind::kSum, "decoded bytes delivered to the consumer"},
+      {"io_hidden_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while a compute region ran"},
+      {"io_exposed_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while the consumer stalled"},
+      {"decode_crc_ns", Unit::kNanoseconds, Kind::kDistribution, "verify a TFRecord record's CRC32C (per sample)"},
+      {"decode_inflate_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "inflate a deflated NPZ member or HDF5 chunk (per call)"},
+      {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "parse a tf.train.Example for the sample's feature (per sample)"},
+      {"bytes_read_staged", Unit::kBytes, Kind::kSum, "bytes of reads from staged copies (the rest: from the source)"},
+      {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
+      {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "waiting for the other ranks at the end of a step (emulated all-reduce)"},
+      {"h2d_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "copy a batch to the GPU, start to end as the device timed it (Python device=)"},
+      {"h2d_bytes", Unit::kBytes, Kind::kSum, "bytes copied to the GPU (Python device=)"},
   };
   return kInfo[static_cast<size_t>(id)];
 }
@@ -391,7 +391,8 @@ DLFEED_INLINE absl::StatusOr<Snapshot> Snapshot::deserialize(absl::string_view b
   }
   uint8_t version = 0;
   DLFEED_ASSIGN_OR_RETURN(version, r.u8());
-  if (version != snapshot_detail::kVersion) return r.error(absl::StrCat("version ", version, ", this build reads version ", snapshot_detail::kVersion));
+  if (version != snapshot_detail::kVersion)
+    return r.error(absl::StrCat("version ", version, ", this build reads version ", snapshot_detail::kVersion));
   Snapshot s;
   uint8_t en = 0;
   DLFEED_ASSIGN_OR_RETURN(en, r.u8());
