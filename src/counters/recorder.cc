@@ -167,7 +167,7 @@ void Counters::sample(Id id, uint64_t v) {
   const size_t i = static_cast<size_t>(id);
   bump(s.sum[i], v);
   bump(s.count[i], 1);
-  bump(s.hist[i][bucket_of(v)], 1);
+  bump(s.hist[i][detail::bucket_index(v)], 1);
   if (v > s.max[i].load(kRelaxed)) s.max[i].store(v, kRelaxed);
 }
 

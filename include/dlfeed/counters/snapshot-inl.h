@@ -83,12 +83,7 @@ DLFEED_INLINE const char* kind_name(Kind k) {
 
 // Histograms
 
-DLFEED_INLINE size_t bucket_of(uint64_t v) {
-  if (v < 8) return static_cast<size_t>(v);
-  const unsigned k = 63 - std::countl_zero(v);  // >= 3
-  const uint64_t sub = (v >> (k - 3)) & 7;
-  return (k - 2) * 8 + sub;
-}
+DLFEED_INLINE size_t bucket_of(uint64_t v) { return detail::bucket_index(v); }
 DLFEED_INLINE uint64_t bucket_low(size_t b) {
   if (b < 8) return b;
   const unsigned k = static_cast<unsigned>(b / 8 + 2);

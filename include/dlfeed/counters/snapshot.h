@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -91,6 +92,15 @@ inline constexpr size_t kHistBuckets = 496;
 DLFEED_EXPORT size_t bucket_of(uint64_t v);
 DLFEED_EXPORT uint64_t bucket_low(size_t b);
 DLFEED_EXPORT uint64_t bucket_high(size_t b);  // exclusive
+namespace detail {
+/// bucket_of's arithmetic, inline in every mode: the recorder calls it per event.
+constexpr size_t bucket_index(uint64_t v) {
+  if (v < 8) return static_cast<size_t>(v);
+  const unsigned k = 63 - static_cast<unsigned>(std::countl_zero(v));  // >= 3
+  const uint64_t sub = (v >> (k - 3)) & 7;
+  return (k - 2) * 8 + sub;
+}
+}  // namespace detail
 
 /// A sparse histogram: (bucket, events) for the non-empty buckets, ascending.
 using Histogram = std::vector<std::pair<uint16_t, uint64_t>>;
