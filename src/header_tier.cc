@@ -8,6 +8,7 @@
 #error "src/header_tier.cc is compiled with DLFEED_COMPILED_LIB (CMakeLists.txt)"
 #endif
 
+#include "dlfeed/counters/snapshot-inl.h"
 #include "dlfeed/detail/error-inl.h"
 #include "dlfeed/dtype-inl.h"
 #include "dlfeed/format/example-inl.h"

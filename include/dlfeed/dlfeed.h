@@ -12,6 +12,7 @@
 
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
+#include "dlfeed/counters/snapshot.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"

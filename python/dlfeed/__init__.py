@@ -36,6 +36,7 @@ from ._dlfeed import (  # noqa: E402
     io_uring_available,
     strategy_names,
 )
+from ._kwargs import LoaderKwargs  # noqa: E402
 from ._loader import EpochIterator, Loader  # noqa: E402
 
 
@@ -64,6 +65,7 @@ __all__ = [
     "Error",
     "InvalidArgumentError",
     "Loader",
+    "LoaderKwargs",
     "NotFoundError",
     "Tensor",
     "decode_state",

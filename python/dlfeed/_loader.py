@@ -5,11 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+import sys
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _device, _dlfeed, _options
+from ._kwargs import LoaderKwargs
+
+# typing.Unpack from Python 3.11; before, only type checkers need it (the
+# annotations are strings: `from __future__ import annotations`).
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -28,7 +37,8 @@ class Loader:
 
     Every keyword but ``shapes`` sets a field of the C++ ``dlfeed::LoaderOptions``
     (None keeps the C++ default); the keywords and their fields (dlfeed._options.KEYWORDS)
-    are listed below and in docs/python.md. ``for batch in loader`` runs one
+    are listed below and in docs/python.md, and typed for checkers and IDEs by
+    :class:`dlfeed.LoaderKwargs` (``**options: Unpack[LoaderKwargs]``). ``for batch in loader`` runs one
     epoch (the next one: 0, 1, 2... or the epoch of a restored state); each batch is a
     :class:`dlfeed.Batch` whose ``batch["x"]`` is a numpy array in dlfeed's memory.
 
@@ -55,8 +65,9 @@ class Loader:
     def __init__(self, paths: Union[PathLike, Iterable[PathLike]], *, device: Any = None, pin_memory: Any = False,
                  h2d_budget: int = _device.DEFAULT_H2D_BUDGET,
                  device_prefetch: int = _device.DEFAULT_DEVICE_PREFETCH, overlap_epochs: Optional[bool] = None,
-                 **options: Any) -> None:
-        # The keywords are _options.KEYWORDS (the signature below lists them for help()).
+                 **options: Unpack[LoaderKwargs]) -> None:
+        # The keywords are _options.KEYWORDS, typed by LoaderKwargs; a name that is
+        # not one is a TypeError naming the nearest (_options.check_keywords).
         self._device = _device.cuda_device(device)  # a clear error without CUDA, before any work
         self._h2d_budget = int(h2d_budget)
         self._device_prefetch = int(device_prefetch)
@@ -336,15 +347,4 @@ class EpochIterator:
             return None
 
 
-def _signature() -> Any:
-    import inspect
-
-    sig = _options.signature(Union[PathLike, Iterable[PathLike]])
-    gpu = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in (
-        ("device", None), ("pin_memory", False), ("h2d_budget", _device.DEFAULT_H2D_BUDGET),
-        ("device_prefetch", _device.DEFAULT_DEVICE_PREFETCH), ("overlap_epochs", None))]
-    return sig.replace(parameters=list(sig.parameters.values()) + gpu)
-
-
-Loader.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
 Loader.__doc__ = (Loader.__doc__ or "") + "\n    Keywords (field of LoaderOptions: what it does):\n\n" + _options.keyword_help() + "\n"

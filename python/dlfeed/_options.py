@@ -9,12 +9,12 @@ the ``dlfeed run`` flag that sets the same field, or says why there is none.
 
 tests/python/test_options.py checks that every bound field is reachable from a
 keyword here or listed in NOT_KEYWORDS with a reason, and that every flag named
-here exists.
+here exists. The keywords' types, for type checkers, are dlfeed._kwargs.LoaderKwargs
+(a TypedDict; tests/python/test_options_kwargs.py keeps its keys equal to these).
 """
 from __future__ import annotations
 
 import difflib
-import inspect
 import os
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
@@ -239,27 +239,6 @@ def build_options(paths: List[str], kwargs: Mapping[str, Any], where: str = "dlf
             expected = type(getattr(obj, attr)).__name__
             raise TypeError(f"{where}: {keyword}={value!r}: expected {expected} (LoaderOptions.{k.field})") from None
     return o
-
-
-def _annotation(k: Keyword) -> Any:
-    if k.field is None:
-        return Any
-    default = field_default(k.field)
-    if default is None or k.convert is not None:
-        return Any
-    return Optional[type(default)]
-
-
-def signature(paths_annotation: Any) -> inspect.Signature:
-    """dlfeed.Loader.__init__'s signature: paths, then every keyword (default None)."""
-    params = [
-        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-        inspect.Parameter("paths", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=paths_annotation),
-    ]
-    for keyword, k in KEYWORDS.items():
-        params.append(inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                        annotation=_annotation(k)))
-    return inspect.Signature(params, return_annotation=None)
 
 
 def keyword_help() -> str:

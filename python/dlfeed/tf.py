@@ -24,14 +24,23 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
 import threading
-from typing import Any, List, Optional, Sequence, Set, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Set, Union
 
 import numpy as np
 import tensorflow as tf
 
 from . import _options
+from ._kwargs import TfDatasetKwargs
 from ._loader import Loader
+
+# typing.Unpack from Python 3.11; before, only type checkers need it (the
+# annotations are strings: `from __future__ import annotations`).
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["dataset", "output_signature", "to_tensor"]
 
@@ -193,7 +202,7 @@ class _Feed:
 
 def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader] = None,
             ragged: Union[bool, Sequence[str]] = False, pad: Union[bool, Sequence[str]] = False,
-            pad_value: Any = 0, device: Optional[str] = None, **loader_kwargs: Any) -> Any:
+            pad_value: Any = 0, device: Optional[str] = None, **loader_kwargs: Unpack[TfDatasetKwargs]) -> Any:
     """A tf.data.Dataset of one dlfeed epoch per iteration.
 
     ``device="cuda"`` / ``"cuda:N"`` (or TensorFlow's "/GPU:N") places the elements on
@@ -220,11 +229,9 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
     if loader is None:
         if paths is None:
             raise TypeError("dlfeed.tf.dataset(): give the dataset's paths, or loader=")
-        if ragged or pad:
-            # Fields whose samples differ in shape are what ragged=/pad= are for:
-            # the loader must accept them too.
-            loader_kwargs["ragged"] = True
-        loader = Loader(paths, **loader_kwargs)
+        # Fields whose samples differ in shape are what ragged=/pad= are for:
+        # the loader must accept them too (None: the C++ default, off).
+        loader = Loader(paths, ragged=True if ragged or pad else None, **loader_kwargs)
     elif paths is not None:
         # The old spelling dataset(PATHS, loader=L) stays valid when PATHS are L's own.
         given = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]

@@ -26,13 +26,21 @@ import struct
 import sys
 import tempfile
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import torch
 import torch.utils.data
 
 from . import _options
+from ._kwargs import TorchDatasetKwargs
 from ._loader import Loader
+
+# typing.Unpack from Python 3.11; before, only type checkers need it (the
+# annotations are strings: `from __future__ import annotations`).
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Dataset", "to_torch"]
 
@@ -220,7 +228,7 @@ class Dataset(torch.utils.data.IterableDataset):
         as_dict: bool = False,
         device: Any = None,
         overlap_epochs: Optional[bool] = None,
-        **loader_kwargs: Any,
+        **loader_kwargs: Unpack[TorchDatasetKwargs],
     ) -> None:
         super().__init__()
         from . import _device

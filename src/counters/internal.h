@@ -25,9 +25,6 @@ inline constexpr auto kRelaxed = std::memory_order_relaxed;
 
 inline double secs(uint64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
-/// The summary of a dense histogram of kHistBuckets buckets (nullptr when count is 0).
-Distribution summarize_dense(const uint64_t* hist, uint64_t count, uint64_t sum, uint64_t max_known);
-
 /// The names given by Counters::set_thread_name, by thread index.
 std::map<uint32_t, std::string> thread_names_copy();
 

@@ -1,52 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// The recorder: what each counter is, the per-thread slabs that events are
-// written to, the histograms, the interval unions of the components, spans
-// and regions, and reading every slab at once (read_raw).
+// The recorder: the per-thread slabs that events are written to, the
+// interval unions of the components, spans and regions, and reading every
+// slab at once (read_raw). What each counter is and the histograms are in the
+// header tier (dlfeed/counters/snapshot-inl.h).
 #include <algorithm>
-#include <bit>
-#include <cmath>
 
 #include "internal.h"
 
 namespace dlfeed::inline DLFEED_ABI::counters {
 
 namespace {
-
-const CounterInfo kInfo[kNumIds] = {
-    {"open_ns", Unit::kNanoseconds, Kind::kDistribution, "index one field's files at Loader::create"},
-    {"plan_ns", Unit::kNanoseconds, Kind::kDistribution, "plan a batch: ids, extents, coalescing"},
-    {"admit_wait_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "planner blocked by the prefetch policy or the memory budget"},
-    {"io_latency_ns", Unit::kNanoseconds, Kind::kDistribution, "one read request, submitted to completion reaped"},
-    {"decode_ns", Unit::kNanoseconds, Kind::kDistribution, "decode a batch: CRC, inflate, parse, copy into place"},
-    {"collate_ns", Unit::kNanoseconds, Kind::kDistribution, "hand a decoded batch to the consumer"},
-    {"stall_ns", Unit::kNanoseconds, Kind::kDistribution, "consumer blocked in next() waiting for a batch"},
-    {"compute_ns", Unit::kNanoseconds, Kind::kDistribution, "user compute regions (ScopedTimer)"},
-    {"step_ns", Unit::kNanoseconds, Kind::kDistribution, "one training step, boundary to boundary"},
-    {"bytes_read", Unit::kBytes, Kind::kSum, "bytes read from files"},
-    {"read_requests", Unit::kCount, Kind::kSum, "read requests completed (after coalescing)"},
-    {"extents", Unit::kCount, Kind::kSum, "extents asked for (before coalescing)"},
-    {"read_errors", Unit::kCount, Kind::kSum, "read requests that failed"},
-    {"batches", Unit::kCount, Kind::kSum, "batches delivered to the consumer"},
-    {"samples", Unit::kCount, Kind::kSum, "samples delivered to the consumer"},
-    {"bytes_delivered", Unit::kBytes, Kind::kSum, "decoded bytes delivered to the consumer"},
-    {"io_hidden_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while a compute region ran"},
-    {"io_exposed_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while the consumer stalled"},
-    {"decode_crc_ns", Unit::kNanoseconds, Kind::kDistribution, "verify a TFRecord record's CRC32C (per sample)"},
-    {"decode_inflate_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "inflate a deflated NPZ member or HDF5 chunk (per call)"},
-    {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "parse a tf.train.Example for the sample's feature (per sample)"},
-    {"bytes_read_staged", Unit::kBytes, Kind::kSum, "bytes of reads from staged copies (the rest: from the source)"},
-    {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
-    {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "waiting for the other ranks at the end of a step (emulated all-reduce)"},
-    {"h2d_ns", Unit::kNanoseconds, Kind::kDistribution,
-     "copy a batch to the GPU, start to end as the device timed it (Python device=)"},
-    {"h2d_bytes", Unit::kBytes, Kind::kSum, "bytes copied to the GPU (Python device=)"},
-};
-
-const char* const kComponentNames[kNumComponents] = {"plan", "io", "decode", "collate", "stall", "compute"};
 
 // One writer per slab: a load and a store, no read-modify-write.
 inline void bump(std::atomic<uint64_t>& a, uint64_t v) { a.store(a.load(kRelaxed) + v, kRelaxed); }
@@ -57,98 +20,6 @@ constexpr uint64_t kCntBits = 12;
 constexpr uint64_t kCntMask = (uint64_t{1} << kCntBits) - 1;
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// What each counter is
-
-const CounterInfo& info(Id id) { return kInfo[static_cast<size_t>(id)]; }
-const char* component_name(Component c) { return kComponentNames[static_cast<size_t>(c)]; }
-const char* unit_name(Unit u) {
-  switch (u) {
-    case Unit::kNanoseconds: return "ns";
-    case Unit::kBytes: return "bytes";
-    case Unit::kCount: return "count";
-    case Unit::kPercent: return "percent";
-    case Unit::kPerSecond: return "1/s";
-    case Unit::kBytesPerSecond: return "bytes/s";
-  }
-  return "?";
-}
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kSum: return "sum";
-    case Kind::kDistribution: return "distribution";
-    case Kind::kRate: return "rate";
-  }
-  return "?";
-}
-
-// ---------------------------------------------------------------------------
-// Histograms
-
-size_t bucket_of(uint64_t v) {
-  if (v < 8) return static_cast<size_t>(v);
-  const unsigned k = 63 - std::countl_zero(v);  // >= 3
-  const uint64_t sub = (v >> (k - 3)) & 7;
-  return (k - 2) * 8 + sub;
-}
-uint64_t bucket_low(size_t b) {
-  if (b < 8) return b;
-  const unsigned k = static_cast<unsigned>(b / 8 + 2);
-  return (8 + b % 8) << (k - 3);
-}
-uint64_t bucket_high(size_t b) {
-  if (b < 8) return b + 1;
-  if (b + 1 >= kHistBuckets) return UINT64_MAX;
-  return bucket_low(b + 1);
-}
-
-Distribution summarize_dense(const uint64_t* hist, uint64_t count, uint64_t sum, uint64_t max_known) {
-  Distribution d;
-  d.count = count;
-  d.sum = sum;
-  if (count == 0) return d;
-  d.mean = static_cast<double>(sum) / static_cast<double>(count);
-  uint64_t total = 0;
-  size_t top = 0;
-  for (size_t b = 0; b < kHistBuckets; ++b) {
-    if (hist[b]) {
-      total += hist[b];
-      top = b;
-      d.hist.emplace_back(static_cast<uint16_t>(b), hist[b]);
-    }
-  }
-  uint64_t mx = bucket_high(top) - 1;
-  if (max_known) mx = std::min(mx, max_known);
-  d.max = mx;
-  if (total == 0) return d;
-  auto q = [&](double p) -> double {
-    const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(p * static_cast<double>(total))));
-    uint64_t seen = 0;
-    for (size_t b = 0; b < kHistBuckets; ++b) {
-      seen += hist[b];
-      if (seen >= rank) {
-        if (b < 8) return static_cast<double>(b);
-        const double mid = (static_cast<double>(bucket_low(b)) + static_cast<double>(bucket_high(b))) / 2;
-        return std::min(mid, static_cast<double>(mx));
-      }
-    }
-    return static_cast<double>(mx);
-  };
-  d.p50 = q(0.50);
-  d.p95 = q(0.95);
-  d.p99 = q(0.99);
-  return d;
-}
-
-Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known) {
-  if (count == 0) return summarize_dense(nullptr, 0, sum, max_known);
-  std::vector<uint64_t> dense(kHistBuckets, 0);
-  for (const auto& [b, n] : hist) {
-    if (b < kHistBuckets) dense[b] += n;
-  }
-  return summarize_dense(dense.data(), count, sum, max_known);
-}
 
 // ---------------------------------------------------------------------------
 // Interval unions
@@ -296,7 +167,7 @@ void Counters::sample(Id id, uint64_t v) {
   const size_t i = static_cast<size_t>(id);
   bump(s.sum[i], v);
   bump(s.count[i], 1);
-  bump(s.hist[i][bucket_of(v)], 1);
+  bump(s.hist[i][detail::bucket_index(v)], 1);
   if (v > s.max[i].load(kRelaxed)) s.max[i].store(v, kRelaxed);
 }
 
@@ -310,7 +181,7 @@ Counters::Raw Counters::read_raw() const {
       r.sum[i] += s->sum[i].load(kRelaxed);
       r.count[i] += s->count[i].load(kRelaxed);
       r.max[i] = std::max(r.max[i], s->max[i].load(kRelaxed));
-      if (kInfo[i].kind == Kind::kDistribution) {
+      if (info(static_cast<Id>(i)).kind == Kind::kDistribution) {
         uint64_t* h = &r.hist[i * kHistBuckets];
         for (size_t b = 0; b < kHistBuckets; ++b) h[b] += s->hist[i][b].load(kRelaxed);
       }

@@ -53,7 +53,6 @@ std::string labels_npy_bytes(const FileSpec& spec) {
 
 absl::Status write_npy_file(const FileSpec& spec) { return write_file(spec.path, npy_bytes(spec)); }
 
-
 absl::Status write_npz_file(const FileSpec& spec) {
   ZipWriter zip(spec.path);
   const bool deflate = spec.compression == Compression::kDeflate;

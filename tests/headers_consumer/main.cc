@@ -9,6 +9,10 @@
 //   headers_consumer npz FILE        per member: "<name> <method> <data offset> <descr> <shape>"
 //   headers_consumer tfrecord FILE   per record: "record <k> <offset>", then per feature
 //                                    "<name> <kind> <values...>" (bytes as hex)
+//   headers_consumer counters WALL_S AU VALUES WALL_S AU VALUES
+//       two ranks' counters snapshots (VALUES: comma-separated io_latency_ns
+//       events, also their bytes read), each through its binary form, merged:
+//       "<name> <figures...>" lines of the job's snapshot, then the merges refused
 // Errors print dlfeed's message and exit 1.
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "dlfeed/counters/snapshot.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
@@ -174,6 +179,89 @@ int run_tfrecord(const char* path) {
   return 0;
 }
 
+namespace cnt = dlfeed::counters;
+
+std::vector<uint64_t> csv(const char* s) {
+  std::vector<uint64_t> out;
+  for (const char* p = s; *p;) {
+    char* end = nullptr;
+    out.push_back(std::strtoull(p, &end, 10));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
+// One process's snapshot: `values` as io_latency events (ns) and as bytes
+// read, in one epoch (0) of `wall_s` seconds at `au` percent AU.
+cnt::Snapshot rank_snapshot(double wall_s, double au, const std::vector<uint64_t>& values) {
+  cnt::Snapshot s;
+  s.counters.resize(cnt::kNumIds);
+  for (size_t i = 0; i < cnt::kNumIds; ++i) {
+    cnt::CounterValue& v = s.counters[i];
+    v.id = static_cast<cnt::Id>(i);
+    v.name = cnt::info(v.id).name;
+    v.unit = cnt::info(v.id).unit;
+    v.kind = cnt::info(v.id).kind;
+  }
+  std::vector<uint64_t> dense(cnt::kHistBuckets, 0);
+  uint64_t sum = 0, mx = 0;
+  for (uint64_t v : values) {
+    ++dense[cnt::bucket_of(v)];
+    sum += v;
+    mx = std::max(mx, v);
+  }
+  cnt::CounterValue& io = s.counters[static_cast<size_t>(cnt::Id::kIoLatency)];
+  io.value = sum;
+  io.count = values.size();
+  io.dist = cnt::summarize_dense(dense.data(), values.size(), sum, mx);
+  cnt::CounterValue& bytes = s.counters[static_cast<size_t>(cnt::Id::kBytesRead)];
+  bytes.value = sum;
+  bytes.count = values.size();
+  cnt::EpochReport e;
+  e.epoch = 0;
+  e.complete = true;
+  e.wall_s = e.wall_min_s = wall_s;
+  e.au_percent = au;
+  e.bytes_read = sum;
+  e.dist[static_cast<size_t>(cnt::Id::kIoLatency)] = io.dist;
+  s.epochs.push_back(e);
+  s.total = e;
+  s.total.epoch = -1;
+  return s;
+}
+
+// The snapshot as another process would receive it: its exact binary form, read back.
+cnt::Snapshot sent(const cnt::Snapshot& s) {
+  const std::string bytes = s.serialize();
+  cnt::Snapshot back = dlfeed::value_or_throw(cnt::Snapshot::deserialize(bytes));
+  if (back.serialize() != bytes) throw dlfeed::Error(absl::InternalError("snapshot changed through its binary form"));
+  return back;
+}
+
+int run_counters(char** a) {
+  const cnt::Snapshot r0 = sent(rank_snapshot(std::strtod(a[0], nullptr), std::strtod(a[1], nullptr), csv(a[2])));
+  const cnt::Snapshot r1 = sent(rank_snapshot(std::strtod(a[3], nullptr), std::strtod(a[4], nullptr), csv(a[5])));
+  const cnt::Snapshot job = sent(dlfeed::value_or_throw(cnt::merge_ranks({r0, r1})));
+  const cnt::Distribution& d = job[cnt::Id::kIoLatency].dist;
+  const cnt::EpochReport& e = job.epochs.at(0);
+  std::printf("ranks %u %zu\n", job.ranks, job.rank_totals.size());
+  std::printf("io_latency_ns %llu %llu %llu %.17g %.17g %.17g %.17g\n", static_cast<unsigned long long>(d.count),
+              static_cast<unsigned long long>(d.sum), static_cast<unsigned long long>(d.max), d.mean, d.p50, d.p95,
+              d.p99);
+  std::printf("bytes_read %llu\n", static_cast<unsigned long long>(job[cnt::Id::kBytesRead].value));
+  std::printf("epoch %lld %.17g %.17g %.17g %.17g %.17g %llu %u\n", static_cast<long long>(e.epoch), e.wall_s,
+              e.wall_min_s, e.au_percent, e.au_min_percent, e.au_max_percent,
+              static_cast<unsigned long long>(e.bytes_read), e.ranks);
+  // What merge_ranks refuses: a snapshot already merged, epochs that differ.
+  cnt::Snapshot later = r1;
+  later.epochs[0].epoch = 1;
+  for (const auto& bad : {std::vector<cnt::Snapshot>{r0, job}, std::vector<cnt::Snapshot>{r0, later}}) {
+    const auto m = cnt::merge_ranks(bad);
+    std::printf("refused %s\n", m.ok() ? "(merged)" : std::string(m.status().message()).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +272,7 @@ int main(int argc, char** argv) {
     if (cmd == "npy" && argc == 3) return run_npy(argv[2]);
     if (cmd == "npz" && argc == 3) return run_npz(argv[2]);
     if (cmd == "tfrecord" && argc == 3) return run_tfrecord(argv[2]);
+    if (cmd == "counters" && argc == 8) return run_counters(argv + 2);
     std::fprintf(stderr, "usage: see tests/headers_consumer/main.cc\n");
     return 2;
   } catch (const dlfeed::Error& e) {

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The header tier (dlfeed::headers) on its own: tests/headers_consumer is
 built against it with no libdlfeed on its link line. Its orders must equal
-`dlfeed order`'s (libdlfeed's registry) for every strategy, and it must read
-NPY, NPZ, TFRecord and tf.train.Example data as numpy and TensorFlow wrote it."""
+`dlfeed order`'s (libdlfeed's registry) for every strategy, it must read
+NPY, NPZ, TFRecord and tf.train.Example data as numpy and TensorFlow wrote it,
+and merge counters snapshots as numpy computes the job's figures."""
 import os
 import pathlib
 import subprocess
@@ -183,3 +184,30 @@ def test_tfrecord_corrupt_crc_names_the_offset(tmp_path):
     assert err.returncode == 1
     payload_crc_at = first + 12 + int.from_bytes(data[first:first + 8], "little")
     assert f"{path}: at offset {payload_crc_at}: expected payload CRC" in err.stderr, err.stderr
+
+
+def test_counters_snapshots_merge_as_numpy_computes_them():
+    # Two ranks' io_latency events of different ranges (so the job's percentiles are
+    # neither rank's), each rank's snapshot through its binary form, merged by the header tier.
+    rng = np.random.default_rng(11)
+    a = rng.integers(1_000, 50_000, 300)
+    b = rng.integers(20_000, 2_000_000, 500)
+    out = run("counters", 1.5, 80, ",".join(map(str, a)), 2.5, 60, ",".join(map(str, b))).stdout.splitlines()
+    lines = {line.split(" ", 1)[0]: line.split()[1:] for line in out if not line.startswith("refused")}
+    both = np.concatenate([a, b])
+    assert lines["ranks"] == ["2", "2"]
+    count, total, mx, mean, p50, p95, p99 = (float(v) for v in lines["io_latency_ns"])
+    assert (count, total, mx) == (len(both), both.sum(), both.max())
+    assert mean == pytest.approx(both.mean(), rel=1e-12)
+    # Percentiles at their histogram bucket's midpoint: within half a bucket (6.25%) of the exact ones.
+    for got, q in ((p50, 0.50), (p95, 0.95), (p99, 0.99)):
+        exact = np.quantile(both, q, method="inverted_cdf")
+        assert got == pytest.approx(exact, rel=0.0625), (q, got, exact)
+    assert int(lines["bytes_read"][0]) == both.sum()
+    epoch, wall, wall_min, au, au_min, au_max, nbytes, ranks = lines["epoch"]
+    assert (int(epoch), float(wall), float(wall_min)) == (0, 2.5, 1.5)  # the slowest rank's wall time, and the fastest
+    assert (float(au), float(au_min), float(au_max)) == (70, 60, 80)  # mean AU over the ranks, and the extremes
+    assert (int(nbytes), int(ranks)) == (both.sum(), 2)
+    refused = [line for line in out if line.startswith("refused")]
+    assert refused == ["refused merge_ranks: snapshot 1 is already a merge of 2 ranks; give one per rank",
+                       "refused merge_ranks: rank 1's epoch #0 is epoch 1 but rank 0's is epoch 0"], refused

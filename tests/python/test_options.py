@@ -151,17 +151,23 @@ def test_torch_dataset_checks_keywords_when_made():
         torch_mod.Dataset("nowhere", io_thread=2)  # no loader (and no file) is touched before the check
 
 
-def test_signature_lists_every_keyword():
+def test_signature_types_the_keywords():
     import inspect
+    import sys
 
     params = inspect.signature(dlfeed.Loader).parameters
-    assert list(params)[0] == "paths"
-    # After the LoaderOptions keywords, dlfeed.Loader's own GPU and epoch ones (docs/python.md), which set no
-    # option field.
+    # paths, then dlfeed.Loader's own GPU and epoch keywords (docs/python.md), which set no option field, then
+    # the LoaderOptions keywords as one **options typed by the LoaderKwargs TypedDict (test_options_kwargs.py).
     gpu = ["device", "pin_memory", "h2d_budget", "device_prefetch", "overlap_epochs"]
-    assert [p for p in params if p != "paths"] == list(KEYWORDS) + gpu
-    assert all(params[k].default is None for k in KEYWORDS)
+    assert list(params) == ["paths", *gpu, "options"]
+    assert params["options"].kind is inspect.Parameter.VAR_KEYWORD
+    assert params["options"].annotation == "Unpack[LoaderKwargs]"
     assert params["device"].default is None and params["pin_memory"].default is False
+    if sys.version_info >= (3, 11):  # typing.Unpack exists: the annotation evaluates
+        import typing
+
+        hint = typing.get_type_hints(dlfeed.Loader.__init__)["options"]
+        assert typing.get_args(hint) == (dlfeed.LoaderKwargs,)
     for keyword in KEYWORDS:
         assert f"    {keyword}" in dlfeed.Loader.__doc__
 

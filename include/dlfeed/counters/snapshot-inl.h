@@ -1,21 +1,154 @@
 // SPDX-License-Identifier: Apache-2.0
-// Snapshots across processes: an exact binary form (serialize/deserialize)
-// and the merge of one snapshot per rank into the job's (merge_ranks). No
-// MPI here: dlfeed::mpi moves the bytes, this file gives them meaning.
+// The bodies of dlfeed/counters/snapshot.h (header tier: see
+// dlfeed/detail/inline.h): what each counter is, the histograms, the
+// snapshot's exact binary form (serialize/deserialize) and the merge of one
+// snapshot per rank into the job's (merge_ranks). No MPI here: dlfeed::mpi
+// moves the bytes, this file gives them meaning.
+#pragma once
+
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "dlfeed/counters/counters.h"
+#include "dlfeed/counters/snapshot.h"
+#include "dlfeed/detail/inline.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::inline DLFEED_ABI::counters {
-namespace {
 
-constexpr char kMagic[4] = {'d', 'l', 'f', 'S'};
-constexpr uint8_t kVersion = 1;
+// What each counter is (constant tables: one copy however the header is used)
+
+DLFEED_INLINE const CounterInfo& info(Id id) {
+  static constexpr CounterInfo kInfo[kNumIds] = {
+      {"open_ns", Unit::kNanoseconds, Kind::kDistribution, "index one field's files at Loader::create"},
+      {"plan_ns", Unit::kNanoseconds, Kind::kDistribution, "plan a batch: ids, extents, coalescing"},
+      {"admit_wait_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "planner blocked by the prefetch policy or the memory budget"},
+      {"io_latency_ns", Unit::kNanoseconds, Kind::kDistribution, "one read request, submitted to completion reaped"},
+      {"decode_ns", Unit::kNanoseconds, Kind::kDistribution, "decode a batch: CRC, inflate, parse, copy into place"},
+      {"collate_ns", Unit::kNanoseconds, Kind::kDistribution, "hand a decoded batch to the consumer"},
+      {"stall_ns", Unit::kNanoseconds, Kind::kDistribution, "consumer blocked in next() waiting for a batch"},
+      {"compute_ns", Unit::kNanoseconds, Kind::kDistribution, "user compute regions (ScopedTimer)"},
+      {"step_ns", Unit::kNanoseconds, Kind::kDistribution, "one training step, boundary to boundary"},
+      {"bytes_read", Unit::kBytes, Kind::kSum, "bytes read from files"},
+      {"read_requests", Unit::kCount, Kind::kSum, "read requests completed (after coalescing)"},
+      {"extents", Unit::kCount, Kind::kSum, "extents asked for (before coalescing)"},
+      {"read_errors", Unit::kCount, Kind::kSum, "read requests that failed"},
+      {"batches", Unit::kCount, Kind::kSum, "batches delivered to the consumer"},
+      {"samples", Unit::kCount, Kind::kSum, "samples delivered to the consumer"},
+      {"bytes_delivered", Unit::kBytes, Kind::kSum, "decoded bytes delivered to the consumer"},
+      {"io_hidden_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while a compute region ran"},
+      {"io_exposed_ns", Unit::kNanoseconds, Kind::kSum, "I/O busy while the consumer stalled"},
+      {"decode_crc_ns", Unit::kNanoseconds, Kind::kDistribution, "verify a TFRecord record's CRC32C (per sample)"},
+      {"decode_inflate_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "inflate a deflated NPZ member or HDF5 chunk (per call)"},
+      {"decode_parse_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "parse a tf.train.Example for the sample's feature (per sample)"},
+      {"bytes_read_staged", Unit::kBytes, Kind::kSum, "bytes of reads from staged copies (the rest: from the source)"},
+      {"stage_copied_bytes", Unit::kBytes, Kind::kSum, "bytes copied into the staging folder"},
+      {"barrier_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "waiting for the other ranks at the end of a step (emulated all-reduce)"},
+      {"h2d_ns", Unit::kNanoseconds, Kind::kDistribution,
+       "copy a batch to the GPU, start to end as the device timed it (Python device=)"},
+      {"h2d_bytes", Unit::kBytes, Kind::kSum, "bytes copied to the GPU (Python device=)"},
+  };
+  return kInfo[static_cast<size_t>(id)];
+}
+DLFEED_INLINE const char* component_name(Component c) {
+  static constexpr const char* kNames[kNumComponents] = {"plan", "io", "decode", "collate", "stall", "compute"};
+  return kNames[static_cast<size_t>(c)];
+}
+DLFEED_INLINE const char* unit_name(Unit u) {
+  switch (u) {
+    case Unit::kNanoseconds: return "ns";
+    case Unit::kBytes: return "bytes";
+    case Unit::kCount: return "count";
+    case Unit::kPercent: return "percent";
+    case Unit::kPerSecond: return "1/s";
+    case Unit::kBytesPerSecond: return "bytes/s";
+  }
+  return "?";
+}
+DLFEED_INLINE const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kSum: return "sum";
+    case Kind::kDistribution: return "distribution";
+    case Kind::kRate: return "rate";
+  }
+  return "?";
+}
+
+// Histograms
+
+DLFEED_INLINE size_t bucket_of(uint64_t v) { return detail::bucket_index(v); }
+DLFEED_INLINE uint64_t bucket_low(size_t b) {
+  if (b < 8) return b;
+  const unsigned k = static_cast<unsigned>(b / 8 + 2);
+  return (8 + b % 8) << (k - 3);
+}
+DLFEED_INLINE uint64_t bucket_high(size_t b) {
+  if (b < 8) return b + 1;
+  if (b + 1 >= kHistBuckets) return UINT64_MAX;
+  return bucket_low(b + 1);
+}
+
+DLFEED_INLINE Distribution summarize_dense(const uint64_t* hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+  Distribution d;
+  d.count = count;
+  d.sum = sum;
+  if (count == 0) return d;
+  d.mean = static_cast<double>(sum) / static_cast<double>(count);
+  uint64_t total = 0;
+  size_t top = 0;
+  for (size_t b = 0; b < kHistBuckets; ++b) {
+    if (hist[b]) {
+      total += hist[b];
+      top = b;
+      d.hist.emplace_back(static_cast<uint16_t>(b), hist[b]);
+    }
+  }
+  uint64_t mx = bucket_high(top) - 1;
+  if (max_known) mx = std::min(mx, max_known);
+  d.max = mx;
+  if (total == 0) return d;
+  auto q = [&](double p) -> double {
+    const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(p * static_cast<double>(total))));
+    uint64_t seen = 0;
+    for (size_t b = 0; b < kHistBuckets; ++b) {
+      seen += hist[b];
+      if (seen >= rank) {
+        if (b < 8) return static_cast<double>(b);
+        const double mid = (static_cast<double>(bucket_low(b)) + static_cast<double>(bucket_high(b))) / 2;
+        return std::min(mid, static_cast<double>(mx));
+      }
+    }
+    return static_cast<double>(mx);
+  };
+  d.p50 = q(0.50);
+  d.p95 = q(0.95);
+  d.p99 = q(0.99);
+  return d;
+}
+
+DLFEED_INLINE Distribution summarize(const Histogram& hist, uint64_t count, uint64_t sum, uint64_t max_known) {
+  if (count == 0) return summarize_dense(nullptr, 0, sum, max_known);
+  std::vector<uint64_t> dense(kHistBuckets, 0);
+  for (const auto& [b, n] : hist) {
+    if (b < kHistBuckets) dense[b] += n;
+  }
+  return summarize_dense(dense.data(), count, sum, max_known);
+}
+
+// Snapshots across processes
+
+namespace snapshot_detail {
+DLFEED_DETAIL_BEGIN
+
+inline constexpr char kMagic[4] = {'d', 'l', 'f', 'S'};
+inline constexpr uint8_t kVersion = 1;
 
 class Writer {
  public:
@@ -152,7 +285,7 @@ class Reader {
 };
 
 // Distributions: counts, sums and histograms add; max is the largest.
-Distribution merge_dists(const std::vector<const Distribution*>& ds) {
+DLFEED_INLINE Distribution merge_dists(const std::vector<const Distribution*>& ds) {
   uint64_t count = 0, sum = 0, mx = 0;
   std::vector<uint64_t> dense(kHistBuckets, 0);
   for (const Distribution* d : ds) {
@@ -168,7 +301,7 @@ Distribution merge_dists(const std::vector<const Distribution*>& ds) {
   return summarize(h, count, sum, mx);
 }
 
-EpochReport merge_reports(const std::vector<const EpochReport*>& rs) {
+DLFEED_INLINE EpochReport merge_reports(const std::vector<const EpochReport*>& rs) {
   EpochReport m;
   const double n = static_cast<double>(rs.size());
   m.epoch = rs[0]->epoch;
@@ -215,12 +348,13 @@ EpochReport merge_reports(const std::vector<const EpochReport*>& rs) {
   return m;
 }
 
-}  // namespace
+DLFEED_DETAIL_END
+}  // namespace snapshot_detail
 
-std::string Snapshot::serialize() const {
-  Writer w;
-  for (char c : kMagic) w.u8(static_cast<uint8_t>(c));
-  w.u8(kVersion);
+DLFEED_INLINE std::string Snapshot::serialize() const {
+  snapshot_detail::Writer w;
+  for (char c : snapshot_detail::kMagic) w.u8(static_cast<uint8_t>(c));
+  w.u8(snapshot_detail::kVersion);
   w.u8(enabled ? 1 : 0);
   w.f64(uptime_s);
   w.varint(ranks);
@@ -243,16 +377,17 @@ std::string Snapshot::serialize() const {
   return w.take();
 }
 
-absl::StatusOr<Snapshot> Snapshot::deserialize(absl::string_view bytes) {
-  Reader r(bytes);
-  for (char c : kMagic) {
+DLFEED_INLINE absl::StatusOr<Snapshot> Snapshot::deserialize(absl::string_view bytes) {
+  snapshot_detail::Reader r(bytes);
+  for (char c : snapshot_detail::kMagic) {
     uint8_t b = 0;
     DLFEED_ASSIGN_OR_RETURN(b, r.u8());
     if (b != static_cast<uint8_t>(c)) return r.error("not a dlfeed counters snapshot (expected magic 'dlfS')");
   }
   uint8_t version = 0;
   DLFEED_ASSIGN_OR_RETURN(version, r.u8());
-  if (version != kVersion) return r.error(absl::StrCat("version ", version, ", this build reads version ", kVersion));
+  if (version != snapshot_detail::kVersion)
+    return r.error(absl::StrCat("version ", version, ", this build reads version ", snapshot_detail::kVersion));
   Snapshot s;
   uint8_t en = 0;
   DLFEED_ASSIGN_OR_RETURN(en, r.u8());
@@ -299,7 +434,7 @@ absl::StatusOr<Snapshot> Snapshot::deserialize(absl::string_view bytes) {
   return s;
 }
 
-absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks) {
+DLFEED_INLINE absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks) {
   if (ranks.empty()) return absl::InvalidArgumentError("merge_ranks: no snapshots");
   for (size_t r = 0; r < ranks.size(); ++r) {
     const Snapshot& s = ranks[r];
@@ -338,12 +473,12 @@ absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks) {
       c.count += s.counters[i].count;
       ds.push_back(&s.counters[i].dist);
     }
-    c.dist = c.kind == Kind::kDistribution ? merge_dists(ds) : Distribution{};
+    c.dist = c.kind == Kind::kDistribution ? snapshot_detail::merge_dists(ds) : Distribution{};
   }
   for (size_t e = 0; e < ranks[0].epochs.size(); ++e) {
     std::vector<const EpochReport*> rs;
     for (const Snapshot& s : ranks) rs.push_back(&s.epochs[e]);
-    m.epochs.push_back(merge_reports(rs));
+    m.epochs.push_back(snapshot_detail::merge_reports(rs));
   }
   std::vector<const EpochReport*> totals;
   for (const Snapshot& s : ranks) {
@@ -357,7 +492,7 @@ absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& ranks) {
     m.rank_totals.push_back(s.total);
   }
   m.trace.io_sample_every = ranks[0].trace.io_sample_every;
-  m.total = merge_reports(totals);
+  m.total = snapshot_detail::merge_reports(totals);
   return m;
 }
 
