@@ -470,7 +470,8 @@ class DeviceFeed:
             self._thread = threading.Thread(target=_feeder, name="dlfeed-h2d-feeder", daemon=True,
                                             args=(self._copier, self._convert, self._wrap, self._todo, self._ready))
             self._thread.start()
-        self._hand_over_host()
+        if self._handed == 0:
+            self._hand_over_host(self._ahead + 1)  # the first call (or too few handed: one each)
         if self._handed == 0:
             self.close(finished=self._host_error is None)
             if self._host_error is not None:
@@ -483,11 +484,14 @@ class DeviceFeed:
             _raise(item, "error")
         batch, out, done = item
         self._copier.ops.hand_over(out, done)
+        # Last, the next host batch: the feeder it wakes works while the consumer's step
+        # runs, not while this next() still needs the GIL.
+        self._hand_over_host(self._ahead)
         return batch
 
-    def _hand_over_host(self) -> None:
-        """Takes host batches until ``prefetch`` are handed over beyond the one returned now."""
-        while self._more and self._handed <= self._ahead:
+    def _hand_over_host(self, ahead: int) -> None:
+        """Takes host batches until ``ahead`` are handed over (and not yet returned)."""
+        while self._more and self._handed < ahead:
             try:
                 host = next(self._host)  # type: ignore[arg-type]
             except StopIteration:
@@ -549,7 +553,8 @@ class DeviceFeed:
         self._more = False
         if self._thread is not None:
             self._todo.put(None)
-            self._thread.join()
+            if self._thread is not threading.current_thread():  # (a collection run on the feeder itself)
+                self._thread.join()
         for q in (self._todo, self._ready):  # host batches not issued, device batches not returned
             while True:
                 try:

@@ -6,6 +6,7 @@ like a slow link). Files are written by h5py; every batch that comes out is chec
 byte for byte against what h5py wrote, so a host buffer returned to the pool before
 its copy has read it (and reused for a later batch) shows as wrong bytes."""
 import threading
+import time
 
 import h5py
 import numpy as np
@@ -55,8 +56,8 @@ def device_epoch(loader, epoch):
 def check(d, xs, ys):
     assert isinstance(d, _device.DeviceBatch)
     ids = d.sample_ids.astype(np.int64)
-    np.testing.assert_array_equal(d["image"].numpy(), xs[ids])
-    np.testing.assert_array_equal(d["label"].numpy(), ys[ids])
+    np.testing.assert_array_equal(d["image"].cpu().numpy(), xs[ids])
+    np.testing.assert_array_equal(d["label"].cpu().numpy(), ys[ids])
 
 
 def feeders():
@@ -263,15 +264,65 @@ def test_iter_epochs_through_the_feed(images):
     loader.close()
 
 
-def test_the_consumers_wait_for_a_copy_is_stall(images):
-    # A copy engine slower than the consumer: next() waits for batches; the loader's
-    # counters show it as stall ("waited for data"), as a wait in the host next() is.
+def test_the_consumers_wait_for_the_feeder_is_stall(images):
+    # A feeder slower than the consumer (50 ms of its own work per batch): next() waits for
+    # batches whose copies are not issued yet; the loader's counters show that as stall
+    # ("waited for data"), as a wait in the host next() is.
     root, xs, ys = images
-    loader = host_loader(root, delay_s=0.03)
-    for d in device_epoch(loader, 0):
+    loader = host_loader(root)
+    feed = device_epoch(loader, 0)
+    convert = feed._convert
+
+    def slow(b):
+        time.sleep(0.05)
+        return convert(b)
+
+    feed._convert = slow
+    for d in feed:
         check(d, xs, ys)
     h2d = loader.h2d_stats()
-    assert h2d["consumer_waits"] >= 3 and h2d["consumer_waited_ns"] > 3 * 10_000_000
+    assert h2d["consumer_waits"] >= 1 and h2d["consumer_waited_ns"] > 100_000_000  # most of 9 x 50 ms
     stall = loader.counters()["counters"]["stall_ns"]
     assert stall["value"] >= h2d["consumer_waited_ns"]
     loader.close()
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a GPU machine)")
+
+
+@needs_cuda
+def test_on_cuda_the_feed_delivers_device_batches_and_stops_cleanly(images):  # pragma: no cover - GPU machines
+    root, xs, ys = images
+    loader = dlfeed.Loader(root, device="cuda", **KW)
+    assert loader.pinned
+    ids = []
+    for e in range(2):
+        for d in loader.iter_epoch(e):
+            assert d["image"].is_cuda and d["label"].is_cuda
+            check(d, xs, ys)
+            ids.append(d.sample_ids.tolist())
+    assert ids == sum(cpu_order(root, 2), [])
+    for d in loader.iter_epoch(2):
+        break
+    del d
+    assert feeders() == []
+    torch.cuda.synchronize()
+    h2d = loader.h2d_stats()
+    assert h2d["in_flight_bytes"] == 0 and h2d["copies"] >= 18 and h2d["gb_s"] > 0
+    assert loader.counters()["h2d"]["copies"] == h2d["timed_copies"]
+    assert loader.stats()["held_batches"] == 0
+    # The consumer on a stream of its own: its stream waits for the copies.
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for d in loader.iter_epoch(3):
+            check(d, xs, ys)
+    loader.close()
+    import dlfeed.torch
+
+    ds = dlfeed.torch.Dataset(root, device="cuda", **KW)
+    n = 0
+    for x, y in ds:
+        assert x.is_cuda and y.is_cuda and x.shape == (4,) + SHAPE
+        n += 1
+    assert n == 9 and feeders() == []
+    ds.loader.close()
