@@ -153,6 +153,21 @@ class CudaStream:
         self.torch = torch
         self.device = device
         self.stream = torch.cuda.Stream(device=device)
+        # The consumer's current stream, as a torch.cuda.Stream (made once per stream, not per
+        # batch: torch.cuda.current_stream() costs ~30 us a call), and the key it was made for.
+        self._now_stream = getattr(torch._C, "_cuda_getCurrentStream", None)
+        self._cur_key: Any = None
+        self._cur: Any = None
+
+    def consumer_stream(self) -> Any:
+        """torch.cuda.current_stream(device) of the calling thread, reused while it is the same."""
+        if self._now_stream is None:  # a torch without the raw call: the public one every time
+            return self.torch.cuda.current_stream(self.device)
+        key = self._now_stream(self.device.index)
+        if key != self._cur_key or self._cur is None:
+            self._cur = self.torch.cuda.current_stream(self.device)
+            self._cur_key = key
+        return self._cur
 
     def enter_thread(self) -> None:
         """On the feeder thread, before its first copy: its current device is the copies'."""
@@ -184,7 +199,7 @@ class CudaStream:
         """The consumer's current stream waits for the copy (on the device, not the
         host); the device memory is marked as used by that stream, so the caching
         allocator does not reuse it before the consumer's work on it is done."""
-        cur = self.torch.cuda.current_stream(self.device)
+        cur = self.consumer_stream()
         cur.wait_event(done)
         for t in out.values():
             for x in (t if isinstance(t, list) else [t]):
@@ -392,69 +407,129 @@ def _raise(holder: Any, attr: str) -> None:
         del error
 
 
-def _issue(host: Any, convert: Callable[[Any], Tuple[Dict[str, Any], Any]], wrap: Callable[[Dict[str, Any], Any], Any],
-           copier: DeviceCopier, ready: "queue.SimpleQueue[Any]") -> None:
+def _issue(host: Any, job: "_Job") -> None:
     """One host batch: its tensors, their copies issued, (batch, device tensors, event) queued."""
-    tensors, info = convert(host)
-    out, done = copier.submit(host, tensors, getattr(host, "epoch", 0), getattr(host, "index", 0))
+    tensors, info = job.convert(host)
+    out, done = job.copier.submit(host, tensors, getattr(host, "epoch", 0), getattr(host, "index", 0))
     del tensors, host
-    ready.put((wrap(out, info), out, done))
+    job.ready.put((job.wrap(out, info), out, done))
 
 
-def _feeder(copier: DeviceCopier, convert: Callable[[Any], Any], wrap: Callable[..., Any],
-            todo: "queue.SimpleQueue[Any]", ready: "queue.SimpleQueue[Any]") -> None:
-    """The feeder thread: issues the copies of the host batches the consumer hands
-    it, in order, and retires finished ones, until it is given None. It holds no
-    reference to the DeviceFeed, so dropping the feed stops it."""
+class _Job:
+    """What the feeder does with one DeviceFeed's host batches, and where the results go."""
+
+    __slots__ = ("convert", "wrap", "copier", "ready", "cancelled", "failed")
+
+    def __init__(self, convert: Callable[[Any], Any], wrap: Callable[..., Any], copier: DeviceCopier) -> None:
+        self.convert, self.wrap, self.copier = convert, wrap, copier
+        self.ready: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.cancelled = False  # the feed was closed: its host batches still queued are dropped
+        self.failed = False
+
+
+def _feed_loop(ops: Any, todo: "queue.SimpleQueue[Any]") -> None:
+    """The feeder thread: (host batch, job) items in order; (None, event): set the event
+    (everything before it is done); None: end. It holds no reference to a loader or a
+    DeviceFeed, so dropping them lets it be stopped."""
+    entered: Optional[BaseException] = None
     try:
-        copier.ops.enter_thread()
-        while True:
-            host = todo.get()
-            if host is None:
-                return
-            _issue(host, convert, wrap, copier, ready)
+        ops.enter_thread()
+    except BaseException as e:  # every batch then fails with it, in the consumer's next()
+        entered = e
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        host, job = item
+        del item
+        if host is None:
+            job.set()
+            continue
+        if job.cancelled or job.failed:
             del host
-            copier.poll()
-    except BaseException as e:  # surfaces in the consumer's next(), the same exception
-        ready.put(_Failure(e))
+            continue
+        try:
+            if entered is not None:
+                raise entered
+            _issue(host, job)
+            del host
+            job.copier.poll()
+        except BaseException as e:  # surfaces in the consumer's next(), the same exception
+            job.failed = True
+            job.ready.put(_Failure(e))
+            del e
+        host = job = None  # nothing of this batch or feed kept while the thread waits
+
+
+class Feeder:
+    """A loader's feeder thread: issues the copies of the host batches its DeviceFeeds
+    hand it, in order, one epoch's feed after the other. It lives as long as the loader
+    (a thread's first CUDA calls cost about a millisecond, too much at every epoch's
+    start): stop() ends it; the loader's close() calls it, and so does the loader's
+    garbage collection."""
+
+    def __init__(self, ops: Any) -> None:
+        self.todo: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self.stopped = False
+        self.thread = threading.Thread(target=_feed_loop, args=(ops, self.todo), name="dlfeed-h2d-feeder",
+                                       daemon=True)
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def barrier(self) -> None:
+        """Returns once the thread has passed everything handed to it before."""
+        if self.thread is threading.current_thread() or not self.alive():
+            return
+        passed = threading.Event()
+        self.todo.put((None, passed))
+        while not passed.wait(1.0):
+            if not self.alive():
+                return
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.todo.put(None)
+        if self.thread is not threading.current_thread():  # (a collection run on the feeder itself)
+            self.thread.join()
 
 
 class DeviceFeed:
     """Batches on the device, one per next(), with little work on the consumer's thread.
 
-    The consumer's next() takes the next host batch from ``host`` (on its own
-    thread, so the loader's counters see the consumer: its steps, its wait for
-    data), hands it to a feeder thread, and returns the oldest batch whose copies
-    the feeder has issued, after making the consumer's stream wait for them
-    (``copier.ops.hand_over``). The feeder converts each host batch
-    (``convert(host)`` -> ({name: CPU tensor}, info)), issues its copies
-    (``copier.submit``; the copier keeps the host batch until its copy is done),
-    and queues ``wrap(device tensors, info)``. ``prefetch`` host batches are handed
-    over ahead of the one returned, so batch k+1's copies are issued while the
-    consumer's step runs on batch k.
+    The consumer's next() returns the oldest batch whose copies the feeder thread has
+    issued, after making the consumer's stream wait for them (``copier.ops.hand_over``),
+    then takes the next host batch from ``host`` (on its own thread, so the loader's
+    counters see the consumer: its steps, its wait for data) and hands it to the
+    ``feeder`` (a Feeder). The feeder converts each host batch (``convert(host)`` ->
+    ({name: CPU tensor}, info)), issues its copies (``copier.submit``; the copier keeps
+    the host batch until its copy is done) and queues ``wrap(device tensors, info)``.
+    ``prefetch`` host batches are handed over ahead of the one returned, so batch k+1's
+    copies are issued while the consumer's step runs on batch k.
 
-    A next() that finds no batch ready waits (``on_wait(t0, t1)`` in ``clock``'s
-    time records it: the loader's stall). An error of the host iterator is raised
-    after the batches handed over before it; an error on the feeder thread is
-    raised by next() as it was raised there. close() (also on the consumer's leaving
-    early, by ``del`` or garbage collection) stops and joins the feeder, then waits
-    for the copies in flight; at the epoch's end the copies still running are left
-    to finish behind the next epoch's. ``threaded=False`` issues the copies on the
-    consumer's thread, inside next() (the path before the feeder: for comparison).
+    A next() that finds no batch ready waits (``on_wait(t0, t1)`` in ``clock``'s time
+    records it: the loader's stall). An error of the host iterator is raised after the
+    batches handed over before it; an error on the feeder thread is raised by next() as
+    it was raised there. close() (also on the consumer's leaving early, by ``del`` or
+    garbage collection) drops the host batches not yet issued and waits for the copies
+    in flight; at the epoch's end the copies still running are left to finish behind
+    the next epoch's. ``feeder=None`` issues the copies on the consumer's thread, inside
+    next() (the path before the feeder thread: for comparison).
     """
 
     def __init__(self, host: Iterable[Any], convert: Callable[[Any], Tuple[Dict[str, Any], Any]],
-                 wrap: Callable[[Dict[str, Any], Any], Any], copier: DeviceCopier,
+                 wrap: Callable[[Dict[str, Any], Any], Any], copier: DeviceCopier, feeder: Optional[Feeder],
                  prefetch: int = DEFAULT_DEVICE_PREFETCH, on_wait: Optional[Callable[[int, int], None]] = None,
-                 clock: Callable[[], int] = time.perf_counter_ns, threaded: bool = True) -> None:
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self._host: Optional[Iterator[Any]] = iter(host)
-        self._convert, self._wrap, self._copier = convert, wrap, copier
+        self._job = _Job(convert, wrap, copier)
+        self._copier = copier
+        self._feeder = feeder
         self._ahead = max(1, int(prefetch))
         self._on_wait, self._clock = on_wait, clock
-        self._threaded = bool(threaded)
-        self._todo: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self._ready: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self._thread: Optional[threading.Thread] = None
         self._handed = 0  # host batches handed over and not yet returned
         self._more = True
         self._host_error: Optional[BaseException] = None
@@ -466,10 +541,6 @@ class DeviceFeed:
     def __next__(self) -> Any:
         if self._closed:
             raise StopIteration
-        if self._threaded and self._thread is None:
-            self._thread = threading.Thread(target=_feeder, name="dlfeed-h2d-feeder", daemon=True,
-                                            args=(self._copier, self._convert, self._wrap, self._todo, self._ready))
-            self._thread.start()
         if self._handed == 0:
             self._hand_over_host(self._ahead + 1)  # the first call (or too few handed: one each)
         if self._handed == 0:
@@ -504,30 +575,30 @@ class DeviceFeed:
             except BaseException:
                 self.close()
                 raise
-            if self._threaded:
-                self._todo.put(host)
+            if self._feeder is not None:
+                self._feeder.todo.put((host, self._job))
             else:
                 try:
-                    _issue(host, self._convert, self._wrap, self._copier, self._ready)
+                    _issue(host, self._job)
                     self._copier.poll()
                 except Exception as e:
-                    self._ready.put(_Failure(e))
+                    self._job.ready.put(_Failure(e))
             del host
             self._handed += 1
 
     def _pop(self) -> Any:
+        ready = self._job.ready
         try:
-            return self._ready.get_nowait()
+            return ready.get_nowait()
         except queue.Empty:
             pass
         t0 = self._clock()
         while True:
             try:
-                item = self._ready.get(timeout=1.0)
+                item = ready.get(timeout=1.0)
                 break
             except queue.Empty:
-                t = self._thread
-                if t is not None and not t.is_alive() and self._ready.empty():
+                if self._feeder is not None and not self._feeder.alive() and ready.empty():
                     raise RuntimeError("dlfeed: the device feeder thread ended without a batch") from None
         t1 = self._clock()
         self._copier.consumer_waited_ns += t1 - t0
@@ -541,26 +612,24 @@ class DeviceFeed:
 
     @property
     def feeder(self) -> Optional[threading.Thread]:
-        """The feeder thread (None before the first next() or with threaded=False)."""
-        return self._thread
+        """The feeder thread (None with feeder=None)."""
+        return self._feeder.thread if self._feeder is not None else None
 
     def close(self, finished: bool = False) -> None:
-        """Stops and joins the feeder; the copies in flight finish (and are recorded)
-        now, unless the epoch ``finished`` (then they go on behind the next one's)."""
+        """Drops the host batches not yet issued; the copies in flight finish (and are
+        recorded) now, unless the epoch ``finished`` (then they go on behind the next one's)."""
         if self._closed:
             return
         self._closed = True
         self._more = False
-        if self._thread is not None:
-            self._todo.put(None)
-            if self._thread is not threading.current_thread():  # (a collection run on the feeder itself)
-                self._thread.join()
-        for q in (self._todo, self._ready):  # host batches not issued, device batches not returned
-            while True:
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    break
+        self._job.cancelled = True
+        if self._feeder is not None and self._handed:
+            self._feeder.barrier()  # the feeder is done with this feed's batches
+        while True:  # device batches not returned
+            try:
+                self._job.ready.get_nowait()
+            except queue.Empty:
+                break
         self._host = None
         if finished:
             self._copier.poll()
@@ -577,9 +646,10 @@ class DeviceFeed:
 def loader_feed(loader: Any, host: Iterable[Any], threaded: bool = True) -> DeviceFeed:
     """A dlfeed.Loader's device batches from its host batches ``host``: the loader's
     copier (made on first use, a CudaStream unless one was set; one for all epochs,
-    so an epoch's end does not wait for its copies), its counters (record_h2d, and
-    the consumer's waits as stall), and DeviceBatch objects. A feed of the loader's
-    still open is closed first: one epoch's batches run at a time."""
+    so an epoch's end does not wait for its copies), its feeder thread (made on first
+    use; stopped by close_loader or when the loader is collected), its counters
+    (record_h2d, and the consumer's waits as stall), and DeviceBatch objects. A feed of
+    the loader's still open is closed first: one epoch's batches run at a time."""
     import torch
 
     core = loader._core
@@ -590,6 +660,10 @@ def loader_feed(loader: Any, host: Iterable[Any], threaded: bool = True) -> Devi
     prev = loader._feed() if loader._feed is not None else None
     if prev is not None:
         prev.close()
+    feeder = getattr(loader, "_feeder", None)
+    if threaded and feeder is None:
+        loader._feeder = feeder = Feeder(copier.ops)
+        weakref.finalize(loader, feeder.stop)
 
     def convert(b: Any) -> Any:
         tensors = {}
@@ -604,7 +678,21 @@ def loader_feed(loader: Any, host: Iterable[Any], threaded: bool = True) -> Devi
         return d
 
     record_wait = getattr(core, "record_wait", None)  # a build before it: the waits are in h2d_stats() only
-    feed = DeviceFeed(host, convert, wrap, copier, loader._device_prefetch, on_wait=record_wait,
-                      clock=core.counters_now, threaded=threaded)
+    feed = DeviceFeed(host, convert, wrap, copier, feeder if threaded else None, loader._device_prefetch,
+                      on_wait=record_wait, clock=core.counters_now)
     loader._feed = weakref.ref(feed)
     return feed
+
+
+def close_loader(loader: Any) -> None:
+    """A dlfeed.Loader's device side, at its close(): its open feed, its feeder thread,
+    then the copies in flight (each finishes and is recorded)."""
+    feed = loader._feed() if loader._feed is not None else None
+    if feed is not None:
+        feed.close()
+    feeder = getattr(loader, "_feeder", None)
+    if feeder is not None:
+        loader._feeder = None
+        feeder.stop()
+    if loader._copier is not None:
+        loader._copier.close()

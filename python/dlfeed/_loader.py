@@ -66,6 +66,7 @@ class Loader:
         self._device_prefetch = int(device_prefetch)
         self._copier: Optional[_device.DeviceCopier] = None
         self._feed: Any = None  # a weak reference to the running device feed (_device.loader_feed)
+        self._feeder: Optional[_device.Feeder] = None  # the device feed's thread (made on first use)
         o = _options.build_options(_paths(paths), options)
         self._pinned = None
         if isinstance(pin_memory, _dlfeed.PinnedAllocator):
@@ -271,11 +272,7 @@ class Loader:
 
     def close(self) -> None:
         """Stops the pipeline now (batches already handed out stay valid)."""
-        feed = self._feed() if self._feed is not None else None
-        if feed is not None:
-            feed.close()  # its feeder thread stops
-        if self._copier is not None:
-            self._copier.close()  # copies in flight finish (and are recorded) first
+        _device.close_loader(self)  # device=: its feed and feeder thread stop, copies in flight finish
         self._core.close()
 
     def __enter__(self) -> "Loader":

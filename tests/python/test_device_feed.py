@@ -5,6 +5,7 @@ into new tensors, made in order on a copy thread of its own, optionally slowed d
 like a slow link). Files are written by h5py; every batch that comes out is checked
 byte for byte against what h5py wrote, so a host buffer returned to the pool before
 its copy has read it (and reused for a later batch) shows as wrong bytes."""
+import gc
 import threading
 import time
 
@@ -91,8 +92,9 @@ def test_every_batch_arrives_in_order_byte_for_byte(images, threaded):
     c = loader.counters()
     assert c["h2d"]["copies"] == 9 and c["h2d"]["bytes"] == 9 * BATCH_BYTES
     assert loader.stats()["held_batches"] == 0  # every host batch went back once its copy was done
-    assert feeders() == []
+    assert len(feeders()) == (1 if threaded else 0)  # one feeder thread for the loader, across epochs
     loader.close()
+    assert feeders() == []
 
 
 def test_the_copies_are_issued_on_the_feeder_thread(images):
@@ -101,16 +103,16 @@ def test_the_copies_are_issued_on_the_feeder_thread(images):
     loader = host_loader(root)
     feed = device_epoch(loader, 0)
     where = []
-    convert = feed._convert
-    feed._convert = lambda b: (where.append(threading.get_ident()), convert(b))[1]
+    convert = feed._job.convert
+    feed._job.convert = lambda b: (where.append(threading.get_ident()), convert(b))[1]
     n = sum(1 for _ in feed)
     assert n == 9 and len(where) == 9
     assert threading.get_ident() not in where
     loader._feeder_thread = False  # the path before the feeder: on the consumer's thread
     feed = device_epoch(loader, 1)
     where.clear()
-    convert = feed._convert
-    feed._convert = lambda b: (where.append(threading.get_ident()), convert(b))[1]
+    convert = feed._job.convert
+    feed._job.convert = lambda b: (where.append(threading.get_ident()), convert(b))[1]
     assert sum(1 for _ in feed) == 9
     assert set(where) == {threading.get_ident()}
     loader.close()
@@ -149,7 +151,7 @@ def test_the_h2d_budget_bounds_the_bytes_in_flight(images):
     loader.close()
 
 
-def test_leaving_an_epoch_early_stops_the_feeder_and_finishes_the_copies(images):
+def test_leaving_an_epoch_early_finishes_the_copies_and_closing_the_loader_stops_the_feeder(images):
     root, xs, ys = images
     loader = host_loader(root, delay_s=0.01)
     for d in device_epoch(loader, 0):
@@ -157,15 +159,16 @@ def test_leaving_an_epoch_early_stops_the_feeder_and_finishes_the_copies(images)
         assert len(feeders()) == 1
         break
     del d
-    # The for loop dropped the feed: its feeder is joined, its copies finished and recorded.
-    assert feeders() == []
+    # The for loop dropped the feed: its host batches not issued are dropped, its copies
+    # finished and recorded; the loader's feeder thread waits for the next epoch.
     assert loader.h2d_stats()["in_flight_bytes"] == 0
     assert loader.stats()["held_batches"] == 0
+    assert len(feeders()) == 1
     # close() on a feed, and a feed inside a generator (dlfeed.torch.Dataset's) closed early.
     feed = device_epoch(loader, 1)
     next(feed)
     feed.close()
-    assert feeders() == [] and not feed.feeder.is_alive()
+    assert loader.stats()["held_batches"] == 0
     with pytest.raises(StopIteration):
         next(feed)
 
@@ -176,10 +179,25 @@ def test_leaving_an_epoch_early_stops_the_feeder_and_finishes_the_copies(images)
     g = wrapped()
     next(g)
     g.close()
-    assert feeders() == []
+    assert loader.stats()["held_batches"] == 0 and len(feeders()) == 1
     # The next epoch after all this is whole and right.
     assert sum(1 for d in device_epoch(loader, 3) if check(d, xs, ys) is None) == 9
+    thread = feeders()[0]
     loader.close()
+    assert feeders() == [] and not thread.is_alive()
+
+
+def test_a_loader_dropped_without_close_stops_its_feeder(images):
+    root, xs, ys = images
+    loader = host_loader(root)
+    for d in device_epoch(loader, 0):
+        break
+    del d
+    thread = feeders()[0]
+    del loader
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and feeders() == []
 
 
 def test_closing_the_loader_stops_an_open_feed(images):
@@ -190,6 +208,8 @@ def test_closing_the_loader_stops_an_open_feed(images):
     loader.close()
     assert feeders() == [] and not feed.feeder.is_alive()
     assert loader.h2d_stats()["in_flight_bytes"] == 0
+    with pytest.raises(StopIteration):
+        next(feed)
 
 
 def test_a_new_epoch_closes_the_feed_still_open(images):
@@ -198,9 +218,10 @@ def test_a_new_epoch_closes_the_feed_still_open(images):
     old = device_epoch(loader, 0)
     next(old)
     new = device_epoch(loader, 1)
-    assert not old.feeder.is_alive()
+    with pytest.raises(StopIteration):
+        next(old)
     assert sum(1 for d in new if check(d, xs, ys) is None) == 9
-    assert feeders() == []
+    assert loader.stats()["held_batches"] == 0
     loader.close()
 
 
@@ -208,7 +229,7 @@ def test_an_error_on_the_feeder_thread_surfaces_in_next_as_raised(images):
     root, xs, ys = images
     loader = host_loader(root)
     feed = device_epoch(loader, 0)
-    convert = feed._convert
+    convert = feed._job.convert
     seen = []
 
     def failing(b):
@@ -217,7 +238,7 @@ def test_an_error_on_the_feeder_thread_surfaces_in_next_as_raised(images):
             raise ValueError(f"cannot convert batch {b.index}: field 'image' has no dtype")
         return convert(b)
 
-    feed._convert = failing
+    feed._job.convert = failing
     got = []
     with pytest.raises(ValueError, match="cannot convert batch 3: field 'image' has no dtype") as e:
         for d in feed:
@@ -225,10 +246,12 @@ def test_an_error_on_the_feeder_thread_surfaces_in_next_as_raised(images):
             got.append(d.index)
     assert got == [0, 1, 2]  # the batches before it arrive first
     assert any("failing" in str(f.name) for f in e.traceback)  # the feeder's own traceback
-    assert feeders() == []
     del e  # its traceback holds the feeder's frames, and so the batch it failed on
     assert loader.stats()["held_batches"] == 0
+    # The feeder thread goes on: the next epoch is whole and right.
+    assert sum(1 for d in device_epoch(loader, 1) if check(d, xs, ys) is None) == 9
     loader.close()
+    assert feeders() == []
 
 
 def test_an_error_of_the_host_batches_comes_after_the_batches_before_it(images):
@@ -248,8 +271,9 @@ def test_an_error_of_the_host_batches_comes_after_the_batches_before_it(images):
             check(d, xs, ys)
             got.append(d.index)
     assert got == [0, 1, 2, 3, 4]
-    assert feeders() == []
+    assert loader.stats()["held_batches"] == 0
     loader.close()
+    assert feeders() == []
 
 
 def test_iter_epochs_through_the_feed(images):
@@ -260,8 +284,8 @@ def test_iter_epochs_through_the_feed(images):
         check(d, xs, ys)
         epochs.append(d.epoch)
     assert epochs == [0] * 9 + [1] * 9 + [2] * 9
-    assert feeders() == []
     loader.close()
+    assert feeders() == []
 
 
 def test_the_consumers_wait_for_the_feeder_is_stall(images):
@@ -271,13 +295,13 @@ def test_the_consumers_wait_for_the_feeder_is_stall(images):
     root, xs, ys = images
     loader = host_loader(root)
     feed = device_epoch(loader, 0)
-    convert = feed._convert
+    convert = feed._job.convert
 
     def slow(b):
         time.sleep(0.05)
         return convert(b)
 
-    feed._convert = slow
+    feed._job.convert = slow
     for d in feed:
         check(d, xs, ys)
     h2d = loader.h2d_stats()
@@ -305,7 +329,6 @@ def test_on_cuda_the_feed_delivers_device_batches_and_stops_cleanly(images):  # 
     for d in loader.iter_epoch(2):
         break
     del d
-    assert feeders() == []
     torch.cuda.synchronize()
     h2d = loader.h2d_stats()
     assert h2d["in_flight_bytes"] == 0 and h2d["copies"] >= 18 and h2d["gb_s"] > 0
@@ -317,6 +340,7 @@ def test_on_cuda_the_feed_delivers_device_batches_and_stops_cleanly(images):  # 
         for d in loader.iter_epoch(3):
             check(d, xs, ys)
     loader.close()
+    assert feeders() == []
     import dlfeed.torch
 
     ds = dlfeed.torch.Dataset(root, device="cuda", **KW)
@@ -324,5 +348,6 @@ def test_on_cuda_the_feed_delivers_device_batches_and_stops_cleanly(images):  # 
     for x, y in ds:
         assert x.is_cuda and y.is_cuda and x.shape == (4,) + SHAPE
         n += 1
-    assert n == 9 and feeders() == []
+    assert n == 9
     ds.loader.close()
+    assert feeders() == []
