@@ -542,7 +542,9 @@ class DeviceFeed:
         if self._closed:
             raise StopIteration
         if self._handed == 0:
-            self._hand_over_host(self._ahead + 1)  # the first call (or too few handed: one each)
+            # The first call: one host batch, alone, so that the feeder issues it without the
+            # consumer's next pulls competing for the GIL; the rest follow it below.
+            self._hand_over_host(1)
         if self._handed == 0:
             self.close(finished=self._host_error is None)
             if self._host_error is not None:
