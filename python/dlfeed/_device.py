@@ -229,8 +229,10 @@ class HostStream:
         self.torch = torch
         self.delay_s = float(delay_s)
         self.jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, name="dlfeed-host-stream", daemon=True)
+        self.thread = threading.Thread(target=_host_copies, args=(self.jobs, torch, self.delay_s),
+                                       name="dlfeed-host-stream", daemon=True)
         self.thread.start()
+        weakref.finalize(self, self.jobs.put, None)  # collected unclosed: the copy thread ends too
 
     def enter_thread(self) -> None:
         pass
@@ -251,26 +253,6 @@ class HostStream:
         self.jobs.put((pairs, start, done))
         return out, start, done
 
-    def _run(self) -> None:
-        import ctypes  # here: only the CPU stand-in reads memory by address
-
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            pairs, start, done = job
-            if start is not None:
-                start.ns = time.perf_counter_ns()
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            for address, nbytes, dst in pairs:
-                if nbytes:
-                    raw = (ctypes.c_uint8 * nbytes).from_address(address)
-                    dst.view(-1).view(self.torch.uint8).copy_(self.torch.frombuffer(raw, dtype=self.torch.uint8))
-            del job, pairs
-            done.ns = time.perf_counter_ns()
-            done.flag.set()
-
     def finished(self, done: Any) -> bool:
         return done.flag.is_set()
 
@@ -286,6 +268,28 @@ class HostStream:
     def close(self) -> None:
         self.jobs.put(None)
         self.thread.join()
+
+
+def _host_copies(jobs: "queue.SimpleQueue[Any]", torch: Any, delay_s: float) -> None:
+    """HostStream's copy thread (no reference to the HostStream: dropping it ends the thread)."""
+    import ctypes  # here: only the CPU stand-in reads memory by address
+
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        pairs, start, done = job
+        if start is not None:
+            start.ns = time.perf_counter_ns()
+        if delay_s:
+            time.sleep(delay_s)
+        for address, nbytes, dst in pairs:
+            if nbytes:
+                raw = (ctypes.c_uint8 * nbytes).from_address(address)
+                dst.view(-1).view(torch.uint8).copy_(torch.frombuffer(raw, dtype=torch.uint8))
+        del job, pairs
+        done.ns = time.perf_counter_ns()
+        done.flag.set()
 
 
 class _Copy:
@@ -698,3 +702,6 @@ def close_loader(loader: Any) -> None:
         feeder.stop()
     if loader._copier is not None:
         loader._copier.close()
+        end = getattr(loader._copier.ops, "close", None)  # HostStream's copy thread
+        if end is not None:
+            end()

@@ -61,8 +61,8 @@ def check(d, xs, ys):
     np.testing.assert_array_equal(d["label"].cpu().numpy(), ys[ids])
 
 
-def feeders():
-    return [t for t in threading.enumerate() if t.name == "dlfeed-h2d-feeder"]
+def feeders(name="dlfeed-h2d-feeder"):
+    return [t for t in threading.enumerate() if t.name == name]
 
 
 def cpu_order(root, epochs):
@@ -185,6 +185,7 @@ def test_leaving_an_epoch_early_finishes_the_copies_and_closing_the_loader_stops
     thread = feeders()[0]
     loader.close()
     assert feeders() == [] and not thread.is_alive()
+    assert feeders("dlfeed-host-stream") == []  # the stand-in's copy thread ends with the loader too
 
 
 def test_a_loader_dropped_without_close_stops_its_feeder(images):
@@ -194,10 +195,13 @@ def test_a_loader_dropped_without_close_stops_its_feeder(images):
         break
     del d
     thread = feeders()[0]
+    copier = feeders("dlfeed-host-stream")[-1]
     del loader
     gc.collect()
     thread.join(timeout=10)
+    copier.join(timeout=10)
     assert not thread.is_alive() and feeders() == []
+    assert not copier.is_alive()
 
 
 def test_closing_the_loader_stops_an_open_feed(images):
