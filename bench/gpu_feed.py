@@ -20,12 +20,17 @@ batch 256 (--quick: 32). Cases, each a few seconds:
               epoch; the consumer's wait per step at epoch boundaries and mid-epoch, with
               overlap_epochs off and on (the next epoch read while this one ends)
 - au:         a 20 ms matmul step per batch on the GPU; AU = step time / wall time (and the
-              waits at epoch boundaries and mid-epoch); au_no_overlap: overlap_epochs=False;
-              au_epochs: one iter_epochs() for all epochs
+              waits at epoch boundaries and mid-epoch, the time in next(), and au_gpu_pct: the
+              steps' GPU time by CUDA events / wall, which a step waiting on the device for its
+              copy lowers); au_inline: the copies issued inside next() (no feeder thread: the
+              path before it); au_no_overlap: overlap_epochs=False; au_epochs: one iter_epochs()
 - cpu_with_copy_load: the CPU-only loader while another thread copies a pinned batch-sized
               buffer to the GPU in a loop on its own stream (memory bandwidth shared?)
-- consumer_overhead: the device feed from held files (resident="on": reads cost little):
-              the consumer thread's CPU seconds and wall seconds per batch
+- consumer_overhead / consumer_overhead_inline: the device feed from held files (resident="on")
+              with a 5 ms sleep for the step: the consumer thread's time in next() per batch
+              (median, p90) and its CPU time, copies issued by the feeder thread / inside next()
+- consumer_overhead_host / _host_inline (also without CUDA): the same with _device.HostStream
+              standing in for CUDA on the CPU: the feed's structure runs, and its cost
 
 Without CUDA the device cases are skipped, saying so, and the CPU cases run (the
 held batches, pin_memory's warning, device="cuda"'s error). Writes
@@ -75,14 +80,30 @@ def find(case: str) -> Dict[str, Any]:
 DEADLINE_S = 250.0
 
 
+#: Called after each case (main sets it): the results so far are on disk should a later case hang.
+CHECKPOINT: List[Any] = []
+
+
+#: --cases: run only these (empty: all).
+ONLY: List[str] = []
+
+
 def safe(fn):
     def wrap(case: str, *a: Any, **k: Any) -> Dict[str, Any]:
+        if ONLY and case not in ONLY:
+            return {}
         if time.perf_counter() - T0 > DEADLINE_S:
             return log(case, error=f"skipped: the run passed {DEADLINE_S:.0f} s")
         try:
-            return fn(case, *a, **k)
+            r = fn(case, *a, **k)
         except Exception as e:  # one failing case must not end the run
-            return log(case, error=f"{type(e).__name__}: {str(e)[:400]}")
+            r = log(case, error=f"{type(e).__name__}: {str(e)[:400]}")
+        for f in CHECKPOINT:
+            try:
+                f()
+            except Exception as e:  # noqa: BLE001 - a checkpoint that fails ends nothing
+                print(f"checkpoint: {type(e).__name__}: {e}", flush=True)
+        return r
     return wrap
 
 
@@ -209,6 +230,9 @@ class Bench:
         safe(self.no_cuda_behaviour)("no_cuda")
         safe(self.boundary)("boundary_off", False)
         safe(self.boundary)("boundary_on", True)
+        # The device feed's structure on the CPU (HostStream for CUDA): it runs, and what it costs.
+        safe(self.consumer_overhead)("consumer_overhead_host", host=True)
+        safe(self.consumer_overhead)("consumer_overhead_host_inline", feeder=False, host=True)
 
     def boundary(self, case: str, overlap: bool) -> Dict[str, Any]:
         """CPU: the consumer's wait for each batch (the time in next()) while a sleep stands for
@@ -342,10 +366,20 @@ class Bench:
         s = time.perf_counter() - t
         return log(case, gb_s=round(tot / s / 1e9, 3), gb=round(tot / 1e9, 2))
 
-    def au(self, case: str, overlap: Optional[bool] = None, continuous: bool = False) -> Dict[str, Any]:
+    def au(self, case: str, overlap: Optional[bool] = None, continuous: bool = False,
+           feeder: bool = True) -> Dict[str, Any]:
         """20 ms of GPU work per step (a matmul loop), the loader alone much faster. One
         iter_epoch(e) per epoch (overlap_epochs as given; None: the default, on with device=),
-        or `continuous`: one iter_epochs() over all of them."""
+        or `continuous`: one iter_epochs() over all of them; `feeder` False: the copies issued
+        inside next() (the path before the feeder thread).
+
+        au_pct: the steps' time on the host (from the batch in hand to the loss's .item()) over
+        the wall time, as DLIO counts AU. A step whose stream waits on the device for its
+        batch's copy looks longer, not waiting, on the host's clock; so the GPU's own time for
+        each step is timed too (CUDA events from the step's start, which the device passes only
+        once the copy is done, to its loss): au_gpu_pct is that over the same wall time, and
+        host_minus_gpu_ms what the host's step had on top of the GPU's (launch and .item()
+        latency, plus any wait for a copy)."""
         torch = self.torch
         a = torch.randn(2048, 2048, device="cuda")
         for _ in range(5):  # cuBLAS's first calls are not what a step costs
@@ -358,11 +392,15 @@ class Bench:
         per = (time.perf_counter() - t) / 20
         reps = max(1, round(0.020 / per))
         L = self.loader(device="cuda", overlap_epochs=overlap)
+        L._feeder_thread = feeder
         steps = 0
         step_s = 0.0
         t_start = None
         limit = max(self.limit, 4.0)
         waits: Dict[str, List[float]] = {"start": [], "mid": []}
+        in_next: List[float] = []
+        host_steps: List[float] = []
+        events: List[Any] = []
         t_end = None
         epochs = [0]
 
@@ -383,68 +421,116 @@ class Bench:
                 epochs[0] += 1
 
         it = stream()
-        for batch, first in it:
+        while True:
+            t_ask = time.perf_counter()
+            batch, first = next(it)
             t0 = time.perf_counter()
             if t_end is not None and t_start is not None:
                 waits["start" if first else "mid"].append(t0 - t_end)  # from the last step's end
+                if not first:
+                    in_next.append(t0 - t_ask)
             if steps == 5:
                 t_start, step_s = t0, 0.0  # the first steps warm the pool
+            timed = t_start is not None
             with L.compute():
+                if timed:
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
                 x = batch["image"]
                 z = a
                 for _ in range(reps):
                     z = (z @ a) * 1e-3
-                float((z.sum() + x[0, 0, 0, 0].float()).item())  # the step ends as a loss.item() does
+                loss = z.sum() + x[0, 0, 0, 0].float()
+                if timed:
+                    e1.record()
+                float(loss.item())  # the step ends as a loss.item() does
             t_end = time.perf_counter()
             step_s += t_end - t0
             steps += 1
+            if timed:
+                events.append((e0, e1))
+                host_steps.append(t_end - t0)
             del batch, x
             if t_start is not None and time.perf_counter() - t_start > limit:
                 break
         wall = time.perf_counter() - t_start
         it.close()  # the device epoch left early: its copies finish and are recorded now
+        torch.cuda.synchronize()
+        gpu = [e0.elapsed_time(e1) / 1000 for e0, e1 in events]
+        extra = [h - g for h, g in zip(host_steps, gpu)]
         c = L.counters()
+        h2d = L.h2d_stats()
         L.close()
+        cpu = find("cpu").get("samples_s")
+        step = step_s / max(1, steps - 5)
         ms = lambda v: round(1000 * statistics.median(v), 3) if v else None  # noqa: E731
-        return log(case, au_pct=round(100 * step_s / wall, 2), counters_au=_au(c), step_ms=round(1000 * step_s /
-                   max(1, steps - 5), 2), steps=steps - 5, matmul_reps=reps, epochs=epochs[0],
-                   overlap_epochs=overlap, continuous=continuous,
+        return log(case, au_pct=round(100 * step_s / wall, 2), au_gpu_pct=round(100 * sum(gpu) / wall, 2),
+                   counters_au=_au(c), step_ms=round(1000 * step, 2), gpu_step_ms=ms(gpu),
+                   host_minus_gpu_ms=ms(extra), host_minus_gpu_ms_max=round(1000 * max(extra), 3) if extra else None,
+                   steps=steps - 5, matmul_reps=reps, epochs=epochs[0], overlap_epochs=overlap,
+                   continuous=continuous, feeder=feeder,
+                   loader_x_faster=round(step / (self.batch / cpu), 1) if cpu else None,
                    wait_ms_epoch_start=ms(waits["start"]), wait_ms_epoch_start_max=round(1000 * max(waits["start"]),
-                   3) if waits["start"] else None, wait_ms_mid=ms(waits["mid"]),
-                   wait_s_total=round(sum(waits["start"]) + sum(waits["mid"]), 3))
+                   3) if waits["start"] else None, wait_ms_mid=ms(waits["mid"]), next_ms_mid=ms(in_next),
+                   wait_s_total=round(sum(waits["start"]) + sum(waits["mid"]), 3),
+                   consumer_waits=h2d.get("consumer_waits"), consumer_waited_ms=round(h2d.get(
+                       "consumer_waited_ns", 0) / 1e6, 3))
 
-    def consumer_overhead(self, case: str) -> Dict[str, Any]:
-        """The device feed with the files held in memory: what the consumer thread itself spends
-        per batch (CPU seconds of this thread: convert, submit, events, ready, poll, record) and the
-        wall time per batch."""
-        L = self.loader(device="cuda", resident="on", memory_budget=8 << 30)  # the 2.47 GB held: budget over twice it
-        n = seen = 0
-        cpu = wall = 0.0
-        t = c0 = 0.0
-        e = 0
+    def consumer_overhead(self, case: str, feeder: bool = True, host: bool = False) -> Dict[str, Any]:
+        """The device feed's cost on the consumer's thread: the time inside next() per batch (and
+        the thread's CPU time in it), with the files held in memory (resident="on": reads cost
+        little) and a 5 ms sleep standing for the step (the GIL released, as a step waiting on
+        the GPU releases it), so the feeder thread runs while the consumer "trains". `feeder`:
+        the copies issued by the feeder thread (False: inside next(), as before it). `host`: on
+        the CPU, _device.HostStream standing in for CUDA (the structure's cost, not a GPU's)."""
+        from dlfeed import _device
+
+        step = 0.005
+        L = self.loader(device=None if host else "cuda", resident="on", memory_budget=8 << 30,
+                        overlap_epochs=True)  # the 2.47 GB held: a budget over twice it
+        if host:
+            core = L._core
+            L._copier = _device.DeviceCopier(_device.HostStream(), L._h2d_budget, core.record_h2d, core.counters_now)
+            L._device = "host stand-in"  # iter_epoch takes the device path, through the copier set above
+        L._feeder_thread = feeder
+        in_next: List[float] = []
+        cpu = 0.0
+        seen = e = 0
+        t_start = None
         done = False
         while not done:
-            for batch in L.iter_epoch(e):
+            it = L.iter_epoch(e)
+            while True:
+                t, c = time.perf_counter(), time.thread_time()
+                batch = next(it, None)
+                w, cw = time.perf_counter() - t, time.thread_time() - c
+                if batch is None:
+                    break
                 seen += 1
-                if seen == 8:
-                    n, t, c0 = 0, time.perf_counter(), time.thread_time()
-                    continue
-                n += 1
+                if seen > 8:  # the first batches warm the pool
+                    in_next.append(w)
+                    cpu += cw
+                    t_start = t_start or t
                 del batch
-                if seen > 8 and time.perf_counter() - t > self.limit:
+                time.sleep(step)
+                if t_start is not None and time.perf_counter() - t_start > self.limit:
                     done = True
                     break
+            it.close()
             e += 1
-        wall = time.perf_counter() - t
-        cpu = time.thread_time() - c0
-        self.torch.cuda.synchronize()
+        wall = time.perf_counter() - (t_start or time.perf_counter())
+        if not host:
+            self.torch.cuda.synchronize()
         h2d = L.h2d_stats()
         st = L.stats()
         L.close()
-        return log(case, samples_s=round(n * self.batch / wall), gb_s=round(n * self.batch * SAMPLE / wall / 1e9, 3),
-                   batches=n, consumer_cpu_us_per_batch=round(1e6 * cpu / max(1, n), 1),
-                   wall_us_per_batch=round(1e6 * wall / max(1, n), 1), resident_bytes=st.get("resident_bytes"),
-                   h2d=h2d)
+        n = max(1, len(in_next))
+        us = sorted(1e6 * x for x in in_next) or [0.0]
+        return log(case, feeder=feeder, host_stand_in=host, batches=len(in_next), step_ms=step * 1000,
+                   next_us_median=round(statistics.median(us), 1), next_us_p90=round(us[int(0.9 * (len(us) - 1))], 1),
+                   next_us_mean=round(sum(us) / n, 1), consumer_cpu_us_per_batch=round(1e6 * cpu / n, 1),
+                   samples_s=round(len(in_next) * self.batch / wall) if wall else None,
+                   resident_bytes=st.get("resident_bytes"), h2d=h2d)
 
     def cpu_with_copy_load(self, case: str) -> Dict[str, Any]:
         """The CPU-only loader while a thread copies a pinned batch-sized buffer to the GPU on its own
@@ -456,10 +542,12 @@ class Bench:
         safe(self.run_loader)("device", device="cuda", skip=8)
         safe(self.cpu_with_copy_load)("cpu_with_copy_load")
         safe(self.run_loader)("cpu_again", skip=2)  # the CPU-only rate beside it, on the same warm machine
-        safe(self.consumer_overhead)("consumer_overhead")
+        safe(self.consumer_overhead)("consumer_overhead")  # the copies issued by the feeder thread
+        safe(self.consumer_overhead)("consumer_overhead_inline", feeder=False)  # issued inside next(): before
         safe(self.torch_dataset)("torch_dev")
         safe(self.torch_dl)("torch_dl_w8", 8)
         safe(self.au)("au")  # one iter_epoch() per epoch, overlap_epochs on (device='s default)
+        safe(self.au)("au_inline", feeder=False)  # the same with the copies issued inside next() (before)
         safe(self.au)("au_no_overlap", overlap=False)  # the same with the next epoch read only when asked
         safe(self.au)("au_epochs", continuous=True)  # one iter_epochs(): copies go on across the boundaries
         r = safe(self.cold_cat)("cold_cat")
@@ -562,9 +650,12 @@ def targets(cuda: bool) -> List[Dict[str, Any]]:
     ratio("cold: to GPU / sequential read", cd["gb_s"] / cc["gb_s"] if cd and cc.get("gb_s") else None, 0.9,
           cc.get("skipped", ""))
     au = find("au")
-    ratio("AU, 20 ms GPU step", au.get("au_pct"), 99.0, f"counters' AU {au.get('counters_au')}; wait ms at an "
-          f"epoch's start {au.get('wait_ms_epoch_start')}, mid-epoch {au.get('wait_ms_mid')}" if au else "")
-    for k, what in (("au_no_overlap", "overlap_epochs=False"), ("au_epochs", "one iter_epochs()")):
+    ratio("AU, 20 ms GPU step", au.get("au_pct"), 99.0, f"counters' AU {au.get('counters_au')}; on the GPU's clock "
+          f"{au.get('au_gpu_pct')}; wait ms at an epoch's start {au.get('wait_ms_epoch_start')}, mid-epoch "
+          f"{au.get('wait_ms_mid')} (in next() {au.get('next_ms_mid')}); loader {au.get('loader_x_faster')}x "
+          "faster than the step" if au else "")
+    for k, what in (("au_inline", "copies issued inside next() (no feeder thread)"),
+                    ("au_no_overlap", "overlap_epochs=False"), ("au_epochs", "one iter_epochs()")):
         r = find(k)
         ratio(f"AU, 20 ms GPU step, {what}", r.get("au_pct"), 99.0, f"wait ms at an epoch's start "
               f"{r.get('wait_ms_epoch_start')}, mid-epoch {r.get('wait_ms_mid')}" if r else "")
@@ -572,9 +663,16 @@ def targets(cuda: bool) -> List[Dict[str, Any]]:
     load, again = find("cpu_with_copy_load"), find("cpu_again")
     ratio("diagnostic: CPU-only with a copy loop beside it / CPU-only", load["gb_s"] / again["gb_s"]
           if load and again.get("gb_s") else None, None, f"copy loop {load.get('load')}" if load else "")
-    co = find("consumer_overhead")
-    ratio("diagnostic: consumer thread CPU us per batch (held files)", co.get("consumer_cpu_us_per_batch"), None,
-          f"wall {co.get('wall_us_per_batch')} us per batch" if co else "")
+    ratio("diagnostic: AU on the GPU's clock (steps' GPU time / wall)", au.get("au_gpu_pct"), None,
+          f"host step minus GPU step, median {au.get('host_minus_gpu_ms')} ms, max {au.get('host_minus_gpu_ms_max')}"
+          if au else "")
+    for k, what in (("consumer_overhead", "feeder thread"), ("consumer_overhead_inline", "copies issued in next()"),
+                    ("consumer_overhead_host", "CPU, HostStream for CUDA, feeder thread"),
+                    ("consumer_overhead_host_inline", "CPU, HostStream for CUDA, in next()")):
+        co = find(k)
+        ratio(f"diagnostic: {k}: us in next() per batch (median; {what})", co.get("next_us_median"), None,
+              f"p90 {co.get('next_us_p90')} us, consumer CPU {co.get('consumer_cpu_us_per_batch')} us per batch"
+              if co else "")
     for k in ("boundary_off", "boundary_on"):
         r = find(k)
         ratio(f"diagnostic: {k}: wait ms at an epoch's start (median)", r.get("wait_ms_epoch_start"), None,
@@ -582,7 +680,7 @@ def targets(cuda: bool) -> List[Dict[str, Any]]:
     return out
 
 
-def write(out_dir: str, cuda: bool, skipped: str) -> None:
+def write(out_dir: str, cuda: bool, skipped: str, quiet: bool = False) -> None:
     tg = targets(cuda)
     with open(os.path.join(out_dir, "gpu_feed.json"), "w") as f:
         json.dump({"results": RES, "targets": tg, "skipped": skipped}, f, indent=1)
@@ -604,7 +702,8 @@ def write(out_dir: str, cuda: bool, skipped: str) -> None:
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out_dir, "gpu_feed.md"), "w") as f:
         f.write(text)
-    print("\n" + text, flush=True)
+    if not quiet:
+        print("\n" + text, flush=True)
 
 
 def main() -> int:
@@ -614,7 +713,9 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true", help="skip the device parts even where CUDA is")
     ap.add_argument("--data", default="/tmp/gf28")
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per timed case (not --quick)")
+    ap.add_argument("--cases", default="", help="comma-separated case names: run only these (e.g. au,au_inline)")
     a = ap.parse_args()
+    ONLY[:] = [c for c in a.cases.split(",") if c]
     os.makedirs(a.out, exist_ok=True)
     import dlfeed
     import torch
@@ -628,6 +729,7 @@ def main() -> int:
     warm(paths)
     log("data", files=b.files, samples=b.files * b.per, gb=round(b.files * b.per * SAMPLE / 1e9, 2),
         seconds=round(time.perf_counter() - t, 1))
+    CHECKPOINT.append(lambda: write(a.out, b.cuda, "(partial: the cases so far)", quiet=True))
     b.cpu_cases()
     write(a.out, b.cuda, "(the CPU parts so far)")
     skipped = ""

@@ -147,6 +147,17 @@ void bind_loader(py::module_& m) {
           py::arg("t0"), py::arg("ns"), py::arg("bytes"), py::arg("epoch"), py::arg("index"),
           "Records one batch's copy to the device (the Python device= path) into the counters.")
       .def(
+          "record_wait",
+          [](PyLoader& self, uint64_t t0, uint64_t t1) {
+            // The device= path's consumer waited in next() from t0 to t1 (counters_now()) for a
+            // batch whose copy the feeder thread had not issued yet: stall, as a wait in next() is.
+            counters::Counters& c = self.get().counters();
+            counters::Span stall(&c, counters::kStallSpan, t0);
+            stall.end_at(t1 > t0 ? t1 : t0);
+          },
+          py::arg("t0"), py::arg("t1"),
+          "Records the consumer's wait for a device batch (the Python device= path) as stall.")
+      .def(
           "compute_begin",
           [](PyLoader& self) {
             counters::Counters& c = self.get().counters();

@@ -452,6 +452,8 @@ class Loader:
     def counters_now(self) -> int: ...
     def record_h2d(self, t0: typing.SupportsInt | typing.SupportsIndex, ns: typing.SupportsInt | typing.SupportsIndex, bytes: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, index: typing.SupportsInt | typing.SupportsIndex) -> None:
         """Records one batch's copy to the device (the Python device= path) into the counters."""
+    def record_wait(self, t0: typing.SupportsInt | typing.SupportsIndex, t1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """Records the consumer's wait for a device batch (the Python device= path) as stall."""
     def compute_begin(self) -> tuple[int, int]:
         """Starts a compute region on this thread; returns a token for compute_end."""
     def compute_end(self, t0: typing.SupportsInt | typing.SupportsIndex, io_busy_at_t0: typing.SupportsInt | typing.SupportsIndex) -> None: ...

@@ -62,6 +62,10 @@ class Loader:
     pipeline still runs between epochs). ``iter_epochs()`` iterates epochs on end.
     """
 
+    #: device=: the copies are issued by a feeder thread (False: inside next(), on the
+    #: consumer's thread, as before the feeder; bench/gpu_feed.py compares the two).
+    _feeder_thread = True
+
     def __init__(self, paths: Union[PathLike, Iterable[PathLike]], *, device: Any = None, pin_memory: Any = False,
                  h2d_budget: int = _device.DEFAULT_H2D_BUDGET,
                  device_prefetch: int = _device.DEFAULT_DEVICE_PREFETCH, overlap_epochs: Optional[bool] = None,
@@ -72,6 +76,8 @@ class Loader:
         self._h2d_budget = int(h2d_budget)
         self._device_prefetch = int(device_prefetch)
         self._copier: Optional[_device.DeviceCopier] = None
+        self._feed: Any = None  # a weak reference to the running device feed (_device.loader_feed)
+        self._feeder: Optional[_device.Feeder] = None  # the device feed's thread (made on first use)
         o = _options.build_options(_paths(paths), options)
         self._pinned = None
         if isinstance(pin_memory, _dlfeed.PinnedAllocator):
@@ -160,27 +166,9 @@ class Loader:
         return epochs()
 
     def _device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
-        import torch
-
-        core = self._core
-        # One copier (its stream, its copies still in flight) for all epochs: an epoch's
-        # end does not wait for its copies, the next epoch's go on behind them.
-        copier = self._copier
-        if copier is None:
-            self._copier = copier = _device.DeviceCopier(self._device, self._h2d_budget, core.record_h2d,
-                                                         core.counters_now)
-
-        def convert(b: Any) -> Any:
-            tensors = {}
-            for name in b.keys():
-                t = b.tensor(name)
-                tensors[name] = [torch.from_dlpack(x) for x in t] if isinstance(t, list) else torch.from_dlpack(t)
-            return tensors, (b.epoch, b.index, b.position, b.sample_ids)
-
-        for out, (epoch, index, position, ids) in _device.feed(host, convert, copier, self._device_prefetch):
-            d = _device.DeviceBatch(out)
-            d.epoch, d.index, d.position, d.sample_ids = epoch, index, position, ids
-            yield d
+        # The copies are issued by a feeder thread (_device.DeviceFeed); the host batches
+        # are still taken on the consumer's thread, so the counters see its steps and waits.
+        return _device.loader_feed(self, host, threaded=self._feeder_thread)
 
     def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
         """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
@@ -295,8 +283,7 @@ class Loader:
 
     def close(self) -> None:
         """Stops the pipeline now (batches already handed out stay valid)."""
-        if self._copier is not None:
-            self._copier.close()  # copies in flight finish (and are recorded) first
+        _device.close_loader(self)  # device=: its feed and feeder thread stop, copies in flight finish
         self._core.close()
 
     def __enter__(self) -> "Loader":
