@@ -2,7 +2,7 @@
 // ReadOp's step: short reads, retries and EOF; O_DIRECT reads of the aligned
 // superset of an extent.
 #include "read/read_op.h"  // ReadOp's step, unit-tested here
-#include "io_fixture.h"
+#include "io/io_fixture.h"
 
 namespace dlfeed {
 namespace {
