@@ -25,9 +25,11 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _benchlib as bl  # noqa: E402
 
-CASES = {  # format: (generate args, CLI fields, Python fields)
-    "hdf5": (["--format", "hdf5"], "records,labels", ["records", "labels"]),
-    "tfrecord": (["--format", "tfrecord"], "image,label", ["image", "label"]),
+CASES = {  # format: (generate args, CLI fields, Python fields, the folder read)
+    "hdf5": (["--format", "hdf5"], "records,labels", ["records", "labels"], ""),
+    # image, size and label, moved to DLIO's names (train/img_I_of_N), where
+    # the `size` feature shapes `image` as it does DLIO's files.
+    "tfrecord": (["--format", "tfrecord"], "image,label", ["image", "label"], "train"),
 }
 GEN = ["--files", 4, "--samples-per-file", 1024, "--shape", "3,224,224", "--dtype", "uint8"]
 
@@ -37,9 +39,8 @@ path, fields, epochs = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 loader = dlfeed.Loader(path, fields=fields, batch_size=256, strategy="global_shuffle", seed=1, resident="off")
 n, t = 0, 0.0
 for e in range(epochs):
-    loader.start_epoch(e)
     t0 = time.perf_counter()
-    for b in loader:
+    for b in loader.iter_epoch(e):
         if e:
             n += len(b.sample_ids)
     if e:
@@ -55,10 +56,11 @@ def cli(build: pathlib.Path, path: pathlib.Path, fields: str, epochs: int):
                  "--fields", fields, "--batch-size", 256, "--resident", "off", path])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    rates = [float(m) for m in re.findall(r"epoch (?:[1-9]\d*):.*?([\d.]+) samples/s", out)]
+    # The per-epoch table: "epoch wall_s steps samples samples/s ..."; epochs 1.. (warm, indexed).
+    rows = [(float(m.group(1)), int(m.group(2))) for m in re.finditer(r"^[1-9]\d*\s+([\d.]+)\s+\d+\s+(\d+)\s", out, re.M)]
     total = re.search(r"total: (\d+) samples in ([\d.]+) s", out)
     samples = int(total.group(1))
-    rate = len(rates) / sum(1 / r for r in rates) if rates else samples / float(total.group(2))
+    rate = sum(n for _, n in rows) / sum(t for t, _ in rows)
     return rate, cpu / samples * 1e6
 
 
@@ -81,15 +83,20 @@ def main():
     src = pathlib.Path(args.src)
     data = pathlib.Path(args.data)
     paths = {}
-    for fmt, (gen, _, _) in CASES.items():
-        paths[fmt] = data / fmt
-        bl.generate(paths[fmt], [*gen, *GEN], dlfeed=builds[0][1] / "tools" / "dlfeed")
+    for fmt, (gen, _, _, sub) in CASES.items():
+        if bl.generate(data / fmt, [*gen, *GEN], dlfeed=builds[0][1] / "tools" / "dlfeed") and sub:
+            (data / fmt / sub).mkdir()
+            files = sorted((data / fmt).glob("img_*.tfrecord"))
+            for i, f in enumerate(files):
+                f.rename(data / fmt / sub / f"img_{i}_of_{len(files)}.tfrecord")
+                f.with_name(f.name + ".idx").rename(data / fmt / sub / f"img_{i}_of_{len(files)}.tfrecord.idx")
+        paths[fmt] = data / fmt / sub
         bl.warm([paths[fmt]])
     got = {}  # (build, fmt, "cli" | "cpu" | "py") -> [values]
     for r in range(args.rounds):
         for name, build in bl.rotated(builds, r):
             for fmt in bl.rotated(list(CASES), r):
-                _, cf, pf = CASES[fmt]
+                _, cf, pf, _ = CASES[fmt]
                 rate, cpu = cli(build, paths[fmt], cf, args.epochs)
                 got.setdefault((name, fmt, "cli"), []).append(rate)
                 got.setdefault((name, fmt, "cpu"), []).append(cpu)
