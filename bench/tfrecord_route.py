@@ -65,7 +65,8 @@ def cli(build: pathlib.Path, path: pathlib.Path, fields: str, epochs: int):
 
 
 def python(build: pathlib.Path, src: pathlib.Path, path: pathlib.Path, fields, epochs: int) -> float:
-    env = dict(os.environ, PYTHONPATH=f"{src / 'python'}:{build / 'python'}")
+    # The extension links libdlfeed.so from its build folder (RUNPATH), which LD_LIBRARY_PATH overrides.
+    env = dict(os.environ, PYTHONPATH=f"{src / 'python'}:{build / 'python'}", LD_LIBRARY_PATH=str(build))
     return float(bl.sh([sys.executable, "-c", PY, path, ",".join(fields), epochs], env=env).strip())
 
 

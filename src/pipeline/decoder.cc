@@ -28,7 +28,7 @@ absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, B
   // A record read around its value: checked by check_splits (or whole).
   bool checked = false;
   const bool split = is_split(w, i * indices_.size() + f);
-  const std::span<std::byte> raw = split ? split_bytes(w, i * indices_.size() + f, tmp, checked) : raw_of(w, i, f, tmp);
+  const std::span<std::byte> raw = split ? split_bytes(w, i * indices_.size() + f, checked) : raw_of(w, i, f, tmp);
   // The same bytes of the read buffer as an earlier field of this sample,
   // decoded (and so checked) already: its source need not check them again.
   for (size_t g = 0; g < f && !checked && !split && raw.data() != tmp.data(); ++g) {

@@ -250,10 +250,7 @@ void Planner::plan(Work& w) {
     plan_split(w, i, split_src_, file_ids_, split_done_, not_read);
     for (size_t f = 0; f < F; ++f) {
       w.piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
-      if (split_done_[f]) {
-        add_split_pieces(w, i * F + f, ext);
-        continue;
-      }
+      if (split_done_[f]) continue;
       const SampleRef& ref = w.refs[i * F + f];
       const uint32_t file = file_ids_[f][ref.file];
       if (raw_ok[i * F + f]) {
@@ -286,10 +283,11 @@ void Planner::plan(Work& w) {
   prefetch::CoalesceOptions coalesce = options_.coalesce;
   coalesce.max_gap = gap_;
   w.plan = prefetch::plan_reads(ext, coalesce);
-  extents_.fetch_add(ext.size() + direct_extents, std::memory_order_relaxed);
+  const uint64_t holes = add_split_reads(w);  // never written: not counted
+  extents_.fetch_add(ext.size() + direct_extents + w.splits.size(), std::memory_order_relaxed);
   planned_reads_.fetch_add(w.plan.reads.size() + w.direct_reads.size(), std::memory_order_relaxed);
   w.ticket = std::make_shared<Ticket>();
-  w.ticket->bytes = w.plan.buffer_bytes + out_bytes;
+  w.ticket->bytes = w.plan.buffer_bytes - holes + out_bytes;
 }
 
 }  // namespace dlfeed::pipeline

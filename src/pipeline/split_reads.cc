@@ -4,8 +4,10 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "dlfeed/detail/crc32c.h"
 #include "pipeline/pipeline.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -20,20 +22,29 @@ SplitSources split_sources(const std::vector<SampleIndex>& indices) {
   return out;
 }
 
+uint64_t add_split_reads(Work& w) {
+  if (w.splits.empty()) return 0;
+  prefetch::ReadPlan& plan = w.plan;
+  uint64_t holes = 0;
+  for (Work::SplitRead& s : w.splits) {
+    s.region = plan.buffer_bytes;
+    plan.reads.push_back({s.file, s.offset, s.before, s.region});
+    plan.reads.push_back({s.file, s.offset + s.before + s.value, s.after, s.region + s.before + s.value});
+    plan.buffer_bytes += s.before + s.value + s.after;
+    plan.requested_bytes += s.before + s.after;
+    holes += s.value;
+  }
+  std::sort(plan.reads.begin(), plan.reads.end(), [](const prefetch::PlannedRead& a, const prefetch::PlannedRead& b) {
+    return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+  });
+  return holes;
+}
+
 namespace {
 
-// The record of split `s` with its value's bytes left out, in `out` (sized
-// to the whole record): the bytes before and after the value from the read
-// buffer, each at its place.
-template <typename Buffer>
-std::span<std::byte> skeleton_of(const Work& w, const Work::SplitRead& s, Buffer& out) {
-  const uint64_t n = s.before + s.value + s.after;
-  if (out.size() < n) out.resize(n);
-  const prefetch::PieceView& a = w.plan.pieces[s.piece];
-  const prefetch::PieceView& b = w.plan.pieces[s.piece + 1];
-  std::memcpy(out.data(), w.raw.data() + a.buffer_offset, s.before);
-  std::memcpy(out.data() + s.before + s.value, w.raw.data() + b.buffer_offset, s.after);
-  return {out.data(), n};
+// The record of split `s` in the read buffer, its value's place unwritten.
+std::span<std::byte> region_of(Work& w, const Work::SplitRead& s) {
+  return {w.raw.data() + s.region, s.before + s.value + s.after};
 }
 
 // The value's bytes of split `s`: where they were read, in the batch slot.
@@ -46,12 +57,13 @@ void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indi
   const size_t F = indices.size();
   const SampleRef& ref = w.refs[s.slot];
   const auto* src = dynamic_cast<const detail::SplitRecords*>(indices[s.slot % F].sources[ref.source].get());
-  // A vector: the hole's bytes stay initialized (a record that does not pass
-  // may have its parse read them before it is found out).
-  thread_local std::vector<std::byte> skeleton;
-  const std::span<const std::byte> rec = skeleton_of(w, s, skeleton);
+  // The value's place in the region holds whatever the buffer held: a record
+  // whose layout is not the predicted one may have its parse read it before
+  // the check finds it out, which it always does (check_split).
+  const std::span<const std::byte> rec = region_of(w, s);
   const std::span<const std::byte> value = value_of(w, s, F);
-  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value)) {
+  const std::optional<uint32_t> crc = s.has_crc ? std::optional<uint32_t>(s.value_crc) : std::nullopt;
+  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value, crc)) {
     s.state = 1;
     return;
   }
@@ -63,6 +75,23 @@ void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indi
 }
 
 }  // namespace
+
+std::vector<uint32_t> value_reads(const Work& w) {
+  std::vector<uint32_t> out;
+  for (size_t s = 0; s < w.splits.size(); ++s) {
+    if (!w.splits[s].want_crc) continue;
+    if (out.empty()) out.assign(w.direct_reads.size(), Work::kNoSplit);
+    out[w.splits[s].direct] = static_cast<uint32_t>(s);
+  }
+  return out;
+}
+
+void value_landed(Work& w, uint32_t s) {
+  Work::SplitRead& sr = w.splits[s];
+  const std::span<const std::byte> value = value_of(w, sr, w.known.size());
+  sr.value_crc = detail::crc32c(value);
+  sr.has_crc = 1;
+}
 
 void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters) {
   const size_t n = w.splits.size();
@@ -82,14 +111,14 @@ void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Co
   tsan_handshake();
 }
 
-std::span<std::byte> split_bytes(Work& w, size_t k, ByteBuffer& tmp, bool& checked) {
+std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked) {
   Work::SplitRead& s = w.splits[w.split_of[k]];
   if (s.state == 2) {
     checked = false;  // decoded as a whole read: checked again, the error said
     return {s.whole.data(), s.whole.size()};
   }
   checked = true;
-  return skeleton_of(w, s, tmp);
+  return region_of(w, s);
 }
 
 }  // namespace dlfeed::pipeline

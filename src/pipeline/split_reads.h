@@ -33,25 +33,27 @@ SplitSources split_sources(const std::vector<SampleIndex>& indices);
 /// set): when one of its fields reads a record around its value, that
 /// record's SplitRead and the value's direct read into the slot are added,
 /// and every field of sample i that decodes from the record is named in
-/// w.split_of and `done`: those need nothing more planned than
-/// add_split_pieces at their turn. `file_ids[f][file]`: the file's
-/// FileTable id; `skip(f, ref)`: a sample not read (unpacked).
+/// w.split_of and `done`: those need nothing more planned.
+/// `file_ids[f][file]`: the file's FileTable id; `skip(f, ref)`: a sample
+/// not read (unpacked).
 template <typename Skip>
 void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vector<std::vector<uint32_t>>& file_ids,
                 std::vector<uint8_t>& done, Skip&& skip);
 
-/// At slot k's turn in the read plan (k taken by plan_split): the two
-/// extents around the value when k is the slot its value is read into.
-inline void add_split_pieces(Work& w, size_t k, std::vector<prefetch::ExtentRef>& ext) {
-  Work::SplitRead& sr = w.splits[w.split_of[k]];
-  if (sr.slot != k) return;
-  sr.piece = static_cast<uint32_t>(ext.size());
-  ext.push_back({sr.file, sr.offset, sr.before});
-  ext.push_back({sr.file, sr.offset + sr.before + sr.value, sr.after});
-}
+/// After prefetch::plan_reads: each split record's region in the read
+/// buffer and its two reads (kept in file order). Returns the bytes of the
+/// regions' middles, which are never written (not memory the batch uses).
+uint64_t add_split_reads(Work& w);
 
 /// Checks every split record of `w` (its reads landed): each passes
 /// check_split, or is put back together whole for a plain decode.
+/// Per direct read of `w`: the split whose value it reads and whose CRC is
+/// wanted, else kNoSplit (empty: none).
+std::vector<uint32_t> value_reads(const Work& w);
+/// The CRC32C of split s's value, which just landed in its slot (so it is in
+/// the caches): the I/O engine's thread, or the copy's from a held file.
+void value_landed(Work& w, uint32_t s);
+
 /// `counters` (may be null) times the CRCs and parses.
 void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters);
 
@@ -62,10 +64,11 @@ inline bool split_in_place(const Work& w, size_t k) {
   return is_split(w, k) && w.splits[w.split_of[k]].slot == k && w.splits[w.split_of[k]].state == 1;
 }
 
-/// The bytes slot k decodes from: the record with its value's bytes left
-/// out (in `tmp`; the record passed its check, so no Example parse reads
-/// them) or the whole record (it did not). `checked`: its CRCs were checked.
-std::span<std::byte> split_bytes(Work& w, size_t k, ByteBuffer& tmp, bool& checked);
+/// The bytes slot k decodes from: the record's region of the read buffer,
+/// its value's place unwritten (the record passed its check, so no Example
+/// parse reads there), or the whole record (it did not). `checked`: its
+/// CRCs need no check.
+std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked);
 
 // ---- plan_split's body (a template for the planner's skip test) ----
 
@@ -92,7 +95,8 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
   const uint32_t s = static_cast<uint32_t>(w.splits.size());
   Work::SplitRead& sr = w.splits.emplace_back();
   sr.slot = static_cast<uint32_t>(i * F + fs);
-  sr.piece = 0;  // add_split_pieces
+  sr.direct = static_cast<uint32_t>(w.direct_reads.size());
+  sr.want_crc = sources[fs][ref.source]->checks_crc();
   sr.file = file;
   sr.offset = e.offset;
   sr.before = span->offset;
