@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _benchlib as bl  # noqa: E402
 
-CASES = {  # format: (generate args, CLI fields, Python fields, the folder read)
+CASES = {  # case: (generate args, CLI fields, Python fields, the folder read)
     "hdf5": (["--format", "hdf5"], "records,labels", ["records", "labels"], ""),
     # image, size and label, moved to DLIO's names (train/img_I_of_N), where
     # the `size` feature shapes `image` as it does DLIO's files.
@@ -35,8 +35,9 @@ GEN = ["--files", 4, "--samples-per-file", 1024, "--shape", "3,224,224", "--dtyp
 
 PY = r"""
 import sys, time, dlfeed
-path, fields, epochs = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
-loader = dlfeed.Loader(path, fields=fields, batch_size=256, strategy="global_shuffle", seed=1, resident="off")
+path, fields, epochs, crc = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4] == "1"
+loader = dlfeed.Loader(path, fields=fields, batch_size=256, strategy="global_shuffle", seed=1, resident="off",
+                       verify_crc=crc)
 n, t = 0, 0.0
 for e in range(epochs):
     t0 = time.perf_counter()
@@ -49,11 +50,12 @@ print(n / t)
 """
 
 
-def cli(build: pathlib.Path, path: pathlib.Path, fields: str, epochs: int):
+def cli(build: pathlib.Path, path: pathlib.Path, fields: str, epochs: int, crc: bool = True):
     """(samples/s over epochs 1.., CPU µs per sample of the whole run)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = bl.sh([build / "tools" / "dlfeed", "run", "--quiet", "--strategy", "global_shuffle", "--epochs", epochs,
-                 "--fields", fields, "--batch-size", 256, "--resident", "off", path])
+                 "--fields", fields, "--batch-size", 256, "--resident", "off", *([] if crc else ["--no-verify-crc"]),
+                 path])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # The per-epoch table: "epoch wall_s steps samples samples/s ..."; epochs 1.. (warm, indexed).
@@ -64,10 +66,10 @@ def cli(build: pathlib.Path, path: pathlib.Path, fields: str, epochs: int):
     return rate, cpu / samples * 1e6
 
 
-def python(build: pathlib.Path, src: pathlib.Path, path: pathlib.Path, fields, epochs: int) -> float:
+def python(build: pathlib.Path, src: pathlib.Path, path: pathlib.Path, fields, epochs: int, crc: bool = True) -> float:
     # The extension links libdlfeed.so from its build folder (RUNPATH), which LD_LIBRARY_PATH overrides.
     env = dict(os.environ, PYTHONPATH=f"{src / 'python'}:{build / 'python'}", LD_LIBRARY_PATH=str(build))
-    return float(bl.sh([sys.executable, "-c", PY, path, ",".join(fields), epochs], env=env).strip())
+    return float(bl.sh([sys.executable, "-c", PY, path, ",".join(fields), epochs, int(crc)], env=env).strip())
 
 
 def main():
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=4, help="CLI epochs per run (the rate is over 1..)")
     ap.add_argument("--py-epochs", type=int, default=3)
     ap.add_argument("--no-python", action="store_true")
+    ap.add_argument("--no-crc-too", action="store_true", help="also TFRecord with verify_crc off")
     args = ap.parse_args()
     builds = [(b.split("=", 1)[0], pathlib.Path(b.split("=", 1)[1]).resolve()) for b in args.build]
     src = pathlib.Path(args.src)
@@ -93,16 +96,18 @@ def main():
                 f.with_name(f.name + ".idx").rename(data / fmt / sub / f"img_{i}_of_{len(files)}.tfrecord.idx")
         paths[fmt] = data / fmt / sub
         bl.warm([paths[fmt]])
-    got = {}  # (build, fmt, "cli" | "cpu" | "py") -> [values]
+    runs = list(CASES) + (["tfrecord-nocrc"] if args.no_crc_too else [])
+    got = {}  # (build, case, "cli" | "cpu" | "py") -> [values]
     for r in range(args.rounds):
         for name, build in bl.rotated(builds, r):
-            for fmt in bl.rotated(list(CASES), r):
+            for case in bl.rotated(runs, r):
+                fmt, crc = case.split("-")[0], not case.endswith("-nocrc")
                 _, cf, pf, _ = CASES[fmt]
-                rate, cpu = cli(build, paths[fmt], cf, args.epochs)
-                got.setdefault((name, fmt, "cli"), []).append(rate)
-                got.setdefault((name, fmt, "cpu"), []).append(cpu)
+                rate, cpu = cli(build, paths[fmt], cf, args.epochs, crc)
+                got.setdefault((name, case, "cli"), []).append(rate)
+                got.setdefault((name, case, "cpu"), []).append(cpu)
                 if not args.no_python:
-                    got.setdefault((name, fmt, "py"), []).append(python(build, src, paths[fmt], pf, args.py_epochs))
+                    got.setdefault((name, case, "py"), []).append(python(build, src, paths[fmt], pf, args.py_epochs, crc))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in got.items()}
     print(f"{args.rounds} rounds, medians; {time.strftime('%Y-%m-%d %H:%M')}")
@@ -115,6 +120,9 @@ def main():
         if not args.no_python:
             t, h = med[(name, "tfrecord", "py")], med[(name, "hdf5", "py")]
             print(f"| {name} | Python | {t:,.0f} | {h:,.0f} | {t / h:.2f} | |")
+        if args.no_crc_too:
+            t, tc, h = med[(name, "tfrecord-nocrc", "cli")], med[(name, "tfrecord-nocrc", "cpu")], med[(name, "hdf5", "cli")]
+            print(f"| {name} | CLI, CRC off | {t:,.0f} | {h:,.0f} | {t / h:.2f} | {tc:.1f} / |")
 
 
 if __name__ == "__main__":
