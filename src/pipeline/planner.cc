@@ -283,11 +283,13 @@ void Planner::plan(Work& w) {
   prefetch::CoalesceOptions coalesce = options_.coalesce;
   coalesce.max_gap = gap_;
   w.plan = prefetch::plan_reads(ext, coalesce);
-  const uint64_t holes = add_split_reads(w);  // never written: not counted
+  add_split_reads(w);
   extents_.fetch_add(ext.size() + direct_extents + w.splits.size(), std::memory_order_relaxed);
   planned_reads_.fetch_add(w.plan.reads.size() + w.direct_reads.size(), std::memory_order_relaxed);
   w.ticket = std::make_shared<Ticket>();
-  w.ticket->bytes = w.plan.buffer_bytes - holes + out_bytes;
+  // The regions' unwritten middles count: with transparent huge pages a
+  // touched page backs them anyway, and the buffer pool hands them out whole.
+  w.ticket->bytes = w.plan.buffer_bytes + out_bytes;
 }
 
 }  // namespace dlfeed::pipeline

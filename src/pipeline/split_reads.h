@@ -41,9 +41,8 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
                 std::vector<uint8_t>& done, Skip&& skip);
 
 /// After prefetch::plan_reads: each split record's region in the read
-/// buffer and its two reads (kept in file order). Returns the bytes of the
-/// regions' middles, which are never written (not memory the batch uses).
-uint64_t add_split_reads(Work& w);
+/// buffer and its two reads (kept in file order).
+void add_split_reads(Work& w);
 
 /// Checks every split record of `w` (its reads landed): each passes
 /// check_split, or is put back together whole for a plain decode.
