@@ -402,43 +402,7 @@ std::string idx_path_for_write(const std::string& data_path, const FormatOptions
   return data_path + ".idx";
 }
 
-namespace {
-
-// a(x) * b(x) modulo the CRC32C polynomial, both reflected as CRCs are (bit
-// 31 is the coefficient of x^0).
-uint32_t gf2_mul_mod(uint32_t a, uint32_t b) {
-  uint32_t product = 0;
-  for (int bit = 31; bit >= 0; --bit) {
-    if ((a >> bit) & 1u) product ^= b;
-    b = (b & 1u) ? (b >> 1) ^ detail::crc32c_impl::kPoly : b >> 1;  // b * x
-  }
-  return product;
-}
-
-// x^(8 n) modulo the polynomial: what appending n bytes does to a CRC.
-// Records of a file share their value's length, so the last one is kept.
-uint32_t shift_of(uint64_t n) {
-  thread_local uint64_t last_n = ~uint64_t{0};
-  thread_local uint32_t last = 0;
-  if (n == last_n) return last;
-  uint32_t r = 1u << 31, base = 1u << 23;  // x^0, x^8
-  for (uint64_t e = n; e != 0; e >>= 1) {
-    if (e & 1) r = gf2_mul_mod(r, base);
-    base = gf2_mul_mod(base, base);
-  }
-  last_n = n;
-  last = r;
-  return r;
-}
-
-}  // namespace
-
-uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-  return gf2_mul_mod(shift_of(len_b), crc_a) ^ crc_b;
-}
-
-bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value,
-                     std::optional<uint32_t> value_crc) {
+bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value) {
   const uint64_t n = skeleton.size(), after = value_at + value.size();
   if (n < kOverhead || value_at < kHeaderSize || after + kFooterSize > n) return false;
   auto le = [&](uint64_t at, int bytes) {  // the framing's little-endian fields
@@ -450,7 +414,7 @@ bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std
   const uint32_t length_crc = static_cast<uint32_t>(le(8, 4)), payload_crc = static_cast<uint32_t>(le(n - 4, 4));
   if (length != n - kOverhead || length_crc != masked_crc32c(skeleton.first(8))) return false;
   uint32_t c = detail::crc32c_extend(0, skeleton.data() + kHeaderSize, value_at - kHeaderSize);
-  c = value_crc ? crc32c_combine(c, *value_crc, value.size()) : detail::crc32c_extend(c, value.data(), value.size());
+  c = detail::crc32c_extend(c, value.data(), value.size());
   c = detail::crc32c_extend(c, skeleton.data() + after, n - kFooterSize - after);
   return mask_crc(c) == payload_crc;
 }

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,16 +55,11 @@ absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOpti
 absl::Status read_at(const detail::File& file, std::span<const std::byte> head, uint64_t offset,
                      std::span<std::byte> out, absl::string_view what);
 
-/// The CRC32C of A followed by B from crc32c(A), crc32c(B) and B's length.
-uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
-
 /// A framed record's CRCs checked from pieces: `skeleton` is the record
 /// with the bytes [value_at, value_at + value.size()) elsewhere, in `value`
 /// (read straight into a batch). True when its length field says the
 /// skeleton's length and both CRCs match (one CRC32C over the payload's
-/// pieces in order, no copy). `value_crc`: the value's CRC32C, when taken
-/// already (it is then combined with the rest's, not computed again).
-bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value,
-                     std::optional<uint32_t> value_crc = std::nullopt);
+/// pieces in order, no copy).
+bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value);
 
 }  // namespace dlfeed::tfrecord

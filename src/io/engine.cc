@@ -237,10 +237,6 @@ void IoEngine::loop() {
           }
         });
         if (!c.status.ok() && a.status.ok()) a.status = c.status;
-        if (a.batch->landed && c.status.ok()) {
-          const uint64_t k = c.user_data >> kIndexShift;
-          if (k < kUntraced && k < a.batch->reads.size() && c.bytes == a.batch->reads[k].length) a.batch->landed(k);
-        }
         if (--a.left == 0) {
           a.batch->done(a.status);
           active_.erase(it);

@@ -33,10 +33,6 @@ struct ReadBatch {
   /// the backend's refusal, or Cancelled). On the engine's thread, or on the
   /// thread calling cancel_pending().
   std::function<void(const absl::Status&)> done;
-  /// Optional: called on the engine's thread as read k completes OK in one
-  /// request (not split in pieces), before `done`, while its bytes are still
-  /// in the CPU's caches (the loader checksums TFRecord values there).
-  std::function<void(size_t k)> landed;
 };
 
 /// The engine thread's share of a measuring window spent on a CPU, and the

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "io/stream_copy.h"
-#include "pipeline/split_reads.h"
 
 #include "record.h"
 
@@ -145,28 +144,8 @@ void Lookahead::issue_reads(Work& w) {
     }
   };
   for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
-  // Split records' values (split_reads.h): their CRC32C taken as each lands.
-  const std::vector<uint32_t> wanted = value_reads(w);
-  std::vector<uint32_t> landed, copied_now;  // per engine read: its split; splits copied here
-  for (size_t k = 0; k < w.direct_reads.size(); ++k) {
-    const Work::DirectRead& d = w.direct_reads[k];
-    const size_t at = batch->reads.size();
-    read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
-    if (wanted.empty() || wanted[k] == Work::kNoSplit) continue;
-    if (batch->reads.size() == at) {
-      copied_now.push_back(wanted[k]);
-    } else {
-      landed.resize(at + 1, Work::kNoSplit);
-      landed[at] = wanted[k];
-    }
-  }
+  for (const Work::DirectRead& d : w.direct_reads) read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
   if (defer) flush_copies(copied);
-  for (uint32_t s : copied_now) value_landed(w, s);
-  if (!landed.empty()) {
-    batch->landed = [&w, landed = std::move(landed)](size_t k) {
-      if (k < landed.size() && landed[k] != Work::kNoSplit) value_landed(w, landed[k]);
-    };
-  }
   if (copies > 0) {
     if (parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
     DLFEED_REC({

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dlfeed/detail/crc32c.h"
 #include "pipeline/pipeline.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -59,8 +58,7 @@ void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indi
   // the check finds it out, which it always does (check_split).
   const std::span<const std::byte> rec = region_of(w, s);
   const std::span<const std::byte> value = value_of(w, s, F);
-  const std::optional<uint32_t> crc = s.has_crc ? std::optional<uint32_t>(s.value_crc) : std::nullopt;
-  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value, crc)) {
+  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value)) {
     s.state = 1;
     return;
   }
@@ -72,23 +70,6 @@ void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indi
 }
 
 }  // namespace
-
-std::vector<uint32_t> value_reads(const Work& w) {
-  std::vector<uint32_t> out;
-  for (size_t s = 0; s < w.splits.size(); ++s) {
-    if (!w.splits[s].want_crc) continue;
-    if (out.empty()) out.assign(w.direct_reads.size(), Work::kNoSplit);
-    out[w.splits[s].direct] = static_cast<uint32_t>(s);
-  }
-  return out;
-}
-
-void value_landed(Work& w, uint32_t s) {
-  Work::SplitRead& sr = w.splits[s];
-  const std::span<const std::byte> value = value_of(w, sr, w.known.size());
-  sr.value_crc = detail::crc32c(value);
-  sr.has_crc = 1;
-}
 
 void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters) {
   const size_t n = w.splits.size();

@@ -46,13 +46,6 @@ void add_split_reads(Work& w);
 
 /// Checks every split record of `w` (its reads landed): each passes
 /// check_split, or is put back together whole for a plain decode.
-/// Per direct read of `w`: the split whose value it reads and whose CRC is
-/// wanted, else kNoSplit (empty: none).
-std::vector<uint32_t> value_reads(const Work& w);
-/// The CRC32C of split s's value, which just landed in its slot (so it is in
-/// the caches): the I/O engine's thread, or the copy's from a held file.
-void value_landed(Work& w, uint32_t s);
-
 /// `counters` (may be null) times the CRCs and parses.
 void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters);
 
@@ -94,8 +87,6 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
   const uint32_t s = static_cast<uint32_t>(w.splits.size());
   Work::SplitRead& sr = w.splits.emplace_back();
   sr.slot = static_cast<uint32_t>(i * F + fs);
-  sr.direct = static_cast<uint32_t>(w.direct_reads.size());
-  sr.want_crc = sources[fs][ref.source]->checks_crc();
   sr.file = file;
   sr.offset = e.offset;
   sr.before = span->offset;

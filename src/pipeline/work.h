@@ -66,11 +66,8 @@ struct Work {
     uint64_t offset;                // the record's in the file
     uint64_t before, value, after;  // the record's lengths: before | value | after
     uint64_t region = 0;            // the record's place in the read buffer
-    uint32_t direct = 0;            // the value's read: w.direct_reads[direct]
-    uint32_t value_crc = 0;         // CRC32C of the value, taken as it landed (when has_crc)
-    uint8_t want_crc = 0, has_crc = 0;
-    uint8_t state = 0;             // 0 unchecked, 1 passed check_split, 2 failed: use `whole`
-    std::vector<std::byte> whole;  // the record put back together (state 2)
+    uint8_t state = 0;              // 0 unchecked, 1 passed check_split, 2 failed: use `whole`
+    std::vector<std::byte> whole;   // the record put back together (state 2)
   };
   static constexpr uint32_t kNoSplit = ~uint32_t{0};
   std::vector<uint32_t> split_of;
