@@ -76,7 +76,9 @@ void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Co
   auto one = [&](size_t k) {
     tsan_handshake();
     counters::CurrentScope timed(counters);  // the source times its CRC and parse
-    check_one(w, w.splits[k], indices);
+    // Latest landed first: values are read in sample order, so the last
+    // ones are the likeliest still in the caches.
+    check_one(w, w.splits[n - 1 - k], indices);
     tsan_handshake();
   };
   if (n < 8) {
