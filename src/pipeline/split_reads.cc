@@ -93,12 +93,15 @@ void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Co
 
 std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked) {
   Work::SplitRead& s = w.splits[w.split_of[k]];
-  if (s.state == 2) {
-    checked = false;  // decoded as a whole read: checked again, the error said
-    return {s.whole.data(), s.whole.size()};
+  if (s.state == 1) {
+    checked = true;
+    return region_of(w, s);
   }
-  checked = true;
-  return region_of(w, s);
+  checked = false;  // decoded as a whole read: checked again, the error said
+  // Not checked (check_splits not run): no bytes, which no decode takes for
+  // a record, rather than a region whose middle was never written.
+  if (s.state == 0) return {};
+  return {s.whole.data(), s.whole.size()};
 }
 
 }  // namespace dlfeed::pipeline
