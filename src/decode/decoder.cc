@@ -13,6 +13,7 @@
 #include "dlfeed/error.h"
 #include "format/checked_bytes.h"
 #include "pipeline/pipeline.h"
+#include "read/split_reads.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
@@ -24,11 +25,13 @@ absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, B
                                                   std::vector<std::byte>& scratch) const {
   const SampleRef& ref = w.refs[i * indices_.size() + f];
   if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) return unpacked_->decode(f, ref, scratch);
-  const std::span<std::byte> raw = raw_of(w, i, f, tmp);
+  // A record read around its value: checked by check_splits (or whole).
+  bool checked = false;
+  const bool split = is_split(w, i * indices_.size() + f);
+  const std::span<std::byte> raw = split ? split_bytes(w, i * indices_.size() + f, checked) : raw_of(w, i, f, tmp);
   // The same bytes of the read buffer as an earlier field of this sample,
   // decoded (and so checked) already: its source need not check them again.
-  bool checked = false;
-  for (size_t g = 0; g < f && !checked && raw.data() != tmp.data(); ++g) {
+  for (size_t g = 0; g < f && !checked && !split && raw.data() != tmp.data(); ++g) {
     const SampleRef& other = w.refs[i * indices_.size() + g];
     if (other.source != ref.source || other.file != ref.file) continue;
     if (unpacked_ != nullptr && unpacked_->has(g, other.file)) continue;
@@ -82,6 +85,7 @@ void Decoder::decode(Work& w) const {
   if (counters_ != nullptr) detail::name_thread_once(*counters_, "dlfeed worker");
   counters::Span span(counters_, counters::kDecodeSpan);
   span.args(w.epoch, w.index, w.ids.size());
+  if (!w.splits.empty()) check_splits(w, indices_, counters_);
   decode_reads(w);
 }
 
@@ -126,7 +130,7 @@ void Decoder::decode_reads(Work& w) const {
         } end;
         const SampleRef& ref = w.refs[i * F + f];
         counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
-        if (w.direct[i * F + f]) {
+        if (w.direct[i * F + f] && (!is_split(w, i * F + f) || split_in_place(w, i * F + f))) {
           out.sample_shapes[i] = ref.shape;
           return;
         }

@@ -31,6 +31,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "format/checked_bytes.h"
+#include "format/split_record.h"
 #include "index/index_codec.h"
 #include "index/open_listed.h"
 #include "tfrecord_scan.h"
@@ -47,7 +48,7 @@ constexpr size_t kHeadBytes = size_t{1} << 16;
 
 using example::FeatureKind;
 
-class TfRecordSource final : public SampleSource {
+class TfRecordSource final : public SampleSource, public detail::SplitRecords {
  public:
   TfRecordSource(std::string path, const FormatOptions& options, FeatureKind kind, DType dtype, uint64_t records,
                  std::string idx, std::shared_ptr<const tfrecord::CompressedIndex> z = nullptr,
@@ -212,6 +213,9 @@ class TfRecordSource final : public SampleSource {
     if (verdict != 0) w.str(shape_from_);
     w.u64(extents_.size());
     for (const Extent& e : extents_) w.u64(e.length);  // records lie back to back from offset 0
+    w.u64(split_.offset);  // the split layout (checked when used: a wrong one only costs a whole read)
+    w.u64(split_.length);
+    w.u64(split_record_);
   }
   uint64_t total_read_bytes() const override {
     uint64_t total = 0;
@@ -244,6 +248,25 @@ class TfRecordSource final : public SampleSource {
     if (!verify_) absl::StrAppend(&s, ", CRC checks off");
     return s;
   }
+
+  /// Records as long as record 0 are predicted to hold their bytes value
+  /// where record 0 does (`span`, within the framed record of `record` bytes).
+  void set_split(detail::ValueSpan span, uint64_t record) {
+    const bool inside = span.length > 0 && span.offset >= tfrecord::kHeaderSize &&
+                        span.offset + span.length + tfrecord::kFooterSize <= record;
+    split_ = inside ? span : detail::ValueSpan{};
+    split_record_ = inside ? record : 0;
+  }
+  std::optional<detail::ValueSpan> value_span(const SampleRef& ref) const override {
+    if (z_ || split_.length == 0 || !shape_ || kind_ != FeatureKind::kBytes || ref.extents.size() != 1 ||
+        ref.extents[0].length != split_record_) {
+      return std::nullopt;
+    }
+    return split_;
+  }
+  bool parses_around_values(const SampleRef& ref) const override { return !z_ && ref.extents.size() == 1; }
+  bool check_split(const SampleRef& ref, std::span<const std::byte> skeleton, detail::ValueSpan span,
+                   std::span<const std::byte> value) const override;
 
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
@@ -385,7 +408,30 @@ class TfRecordSource final : public SampleSource {
   std::shared_ptr<const tfrecord::CompressedIndex> z_;
   uint64_t stream_id_;
   std::string where_;
+  detail::ValueSpan split_;    // record 0's bytes value in its framed record (length 0: none)
+  uint64_t split_record_ = 0;  // record 0's framed length: records of this length are split alike
 };
+
+bool TfRecordSource::check_split(const SampleRef& ref, std::span<const std::byte> skeleton, detail::ValueSpan span,
+                                 std::span<const std::byte> value) const {
+  const uint64_t n = skeleton.size();
+  if (z_ || value.size() != span.length || span.offset < tfrecord::kHeaderSize ||
+      span.offset + span.length + tfrecord::kFooterSize > n) {
+    return false;
+  }
+  if (verify_) {
+    counters::StepTimer crc(counters::Id::kDecodeCrc);
+    if (!tfrecord::split_crcs_hold(skeleton, span.offset, value)) return false;
+  }
+  // The Example parsed from the skeleton: its walk reads no byte of a bytes
+  // value (it keeps views), and positions only grow along it, so when the
+  // value it finds is exactly the hole, it read no byte of the hole, and it
+  // found what it would in the whole record.
+  std::vector<std::byte> scratch;  // a bytes feature decodes to a view: no scratch used
+  const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
+  auto d = decode_framed(ref.item, skeleton, rec_off, scratch, 0, nullptr, /*verify=*/false);
+  return d.ok() && d->bytes.data() == skeleton.data() + span.offset && d->bytes.size() == span.length;
+}
 
 DType dtype_of(FeatureKind kind, DType bytes_dtype) {
   if (kind == FeatureKind::kFloat) return DType::f32();
@@ -515,10 +561,14 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
     return file_error(path, absl::StrCat("cached records up to the end of the ", file_size, "-byte file"),
                       absl::StrCat("records ending at ", at));
   }
+  const detail::ValueSpan split{in.u64(), in.u64()};
+  const uint64_t split_record = in.u64();
+  if (!in.ok()) return file_error(path, "a TFRecord entry in the index cache", "a truncated one");
   auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
   if (shape && !options.feature_shape) src->set_shape(std::move(*shape), std::move(shape_from));
   if (derived == 2 && !options.feature_shape) src->set_flat_verdict(std::move(shape_from));
   src->set_records(std::move(records));
+  src->set_split(split, split_record);
   return std::unique_ptr<SampleSource>(std::move(src));
 }
 }  // namespace detail
@@ -579,6 +629,7 @@ absl::StatusOr<SampleIndex> detail::open_tfrecord_listed(const std::string& path
   FeatureKind kind = FeatureKind::kNone;
   DType dtype = options.feature_dtype;
   uint64_t count0 = 0;           // record 0's element count (1-D)
+  detail::ValueSpan split;       // where record 0's bytes value lies in it
   std::vector<std::byte> first;  // record 0's framed bytes
   auto source_for = [&](FeatureKind k, DType d) {
     return std::make_unique<TfRecordSource>(path, options, k, d, records.size(), idx);
@@ -593,10 +644,12 @@ absl::StatusOr<SampleIndex> detail::open_tfrecord_listed(const std::string& path
     DLFEED_ASSIGN_OR_RETURN(DecodedSample s, probe->decode_framed(0, raw, records[0].offset, scratch, 0, &kind));
     dtype = dtype_of(kind, options.feature_dtype);
     count0 = s.shape.empty() ? 0 : static_cast<uint64_t>(s.shape[0]);
+    if (kind == FeatureKind::kBytes) split = {static_cast<uint64_t>(s.bytes.data() - raw.data()), s.bytes.size()};
     first = std::move(raw);
   }
 
   auto src = source_for(kind, dtype);
+  if (!first.empty()) src->set_split(split, first.size());
   bool shape_required = false;
   const std::string shape_feature = shape_feature_for(options, path, kind, &shape_required);
   if (!shape_feature.empty() && !records.empty()) {

@@ -360,6 +360,23 @@ std::string idx_path_for_write(const std::string& data_path, const FormatOptions
   return data_path + ".idx";
 }
 
+bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value) {
+  const uint64_t n = skeleton.size(), after = value_at + value.size();
+  if (n < kOverhead || value_at < kHeaderSize || after + kFooterSize > n) return false;
+  auto le = [&](uint64_t at, int bytes) {  // the framing's little-endian fields
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(skeleton[at + i]);
+    return v;
+  };
+  const uint64_t length = le(0, 8);
+  const uint32_t length_crc = static_cast<uint32_t>(le(8, 4)), payload_crc = static_cast<uint32_t>(le(n - 4, 4));
+  if (length != n - kOverhead || length_crc != masked_crc32c(skeleton.first(8))) return false;
+  uint32_t c = detail::crc32c_extend(0, skeleton.data() + kHeaderSize, value_at - kHeaderSize);
+  c = detail::crc32c_extend(c, value.data(), value.size());
+  c = detail::crc32c_extend(c, skeleton.data() + after, n - kFooterSize - after);
+  return mask_crc(c) == payload_crc;
+}
+
 }  // namespace tfrecord
 
 }  // namespace dlfeed

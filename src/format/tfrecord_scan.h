@@ -55,4 +55,11 @@ absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOpti
 absl::Status read_at(const detail::File& file, std::span<const std::byte> head, uint64_t offset,
                      std::span<std::byte> out, absl::string_view what);
 
+/// A framed record's CRCs checked from pieces: `skeleton` is the record
+/// with the bytes [value_at, value_at + value.size()) elsewhere, in `value`
+/// (read straight into a batch). True when its length field says the
+/// skeleton's length and both CRCs match (one CRC32C over the payload's
+/// pieces in order, no copy).
+bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value);
+
 }  // namespace dlfeed::tfrecord

@@ -44,8 +44,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'I', 'D', 'X', '\r', '\n'};
-constexpr uint32_t kCacheVersion = 3;  // 3: a TFRecord entry keeps the shape feature's 1-D verdict
-constexpr size_t kHeaderBytes = 16;    // magic, version, crc
+constexpr uint32_t kCacheVersion =
+    4;                               // 4: a TFRecord entry keeps its split layout (3: the shape feature's 1-D verdict)
+constexpr size_t kHeaderBytes = 16;  // magic, version, crc
 
 #define DLFEED_STR2(x) #x
 #define DLFEED_STR(x) DLFEED_STR2(x)

@@ -54,6 +54,24 @@ struct Work {
   std::vector<uint8_t> direct;                     // per (sample, field)
   std::vector<DirectRead> direct_reads;
   std::vector<ByteBuffer> out;  // per field (known ones allocated)
+  // Records read around their value (src/format/split_record.h): the value
+  // straight into its slot, the bytes before and after it into the read
+  // buffer at their places in the record's region there, whose middle (the
+  // value's place) is left unwritten. split_of[i * fields + f] names the
+  // split record sample i of field f decodes from (kNoSplit: none; empty
+  // when the batch has none). Checked before any field decodes.
+  struct SplitRead {
+    uint32_t slot;                  // i * fields + f of the field whose value is read into its slot
+    uint32_t file;                  // FileTable id
+    uint64_t offset;                // the record's in the file
+    uint64_t before, value, after;  // the record's lengths: before | value | after
+    uint64_t region = 0;            // the record's place in the read buffer
+    uint8_t state = 0;              // 0 unchecked, 1 passed check_split, 2 failed: use `whole`
+    std::vector<std::byte> whole;   // the record put back together (state 2)
+  };
+  static constexpr uint32_t kNoSplit = ~uint32_t{0};
+  std::vector<uint32_t> split_of;
+  std::vector<SplitRead> splits;
   std::shared_ptr<Ticket> ticket;
 
   // Read completion (set through the engine's callback).

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "counters/record.h"
+#include "read/split_reads.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
@@ -16,6 +17,7 @@ Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std:
                  PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked,
                  const detail::ResidentFiles* held)
     : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters), unpacked_(unpacked) {
+  split_src_ = split_sources(indices_);
   if (held == nullptr) return;
   // Strided batches: every file held and not unpacked, every source strided,
   // of one sample spec per field with exactly the layout's bytes.
@@ -220,6 +222,8 @@ void Planner::plan(Work& w) {
   w.direct.assign(n * F, 0);
   w.direct_reads.clear();
   w.out.resize(F);
+  w.split_of.clear();
+  w.splits.clear();
   w.refs.resize(n * F);
   for (size_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < F; ++f) indices_[f].ref(w.ids[i], w.refs[i * F + f]);
@@ -240,9 +244,13 @@ void Planner::plan(Work& w) {
   constexpr size_t kNone = ~size_t{0};
   std::vector<size_t>& last_direct = last_direct_scratch_;  // per field: its latest direct read
   last_direct.assign(F, kNone);
+  auto not_read = [&](size_t f, const SampleRef& r) { return unpacked_ != nullptr && unpacked_->has(f, r.file); };
   for (size_t i = 0; i < n; ++i) {
+    // A record read around its value (split_reads.h): its fields are planned.
+    plan_split(w, i, split_src_, file_ids_, split_done_, not_read);
     for (size_t f = 0; f < F; ++f) {
       w.piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
+      if (split_done_[f]) continue;
       const SampleRef& ref = w.refs[i * F + f];
       const uint32_t file = file_ids_[f][ref.file];
       if (raw_ok[i * F + f]) {
@@ -275,9 +283,12 @@ void Planner::plan(Work& w) {
   prefetch::CoalesceOptions coalesce = options_.coalesce;
   coalesce.max_gap = gap_;
   w.plan = prefetch::plan_reads(ext, coalesce);
-  extents_.fetch_add(ext.size() + direct_extents, std::memory_order_relaxed);
+  add_split_reads(w);
+  extents_.fetch_add(ext.size() + direct_extents + w.splits.size(), std::memory_order_relaxed);
   planned_reads_.fetch_add(w.plan.reads.size() + w.direct_reads.size(), std::memory_order_relaxed);
   w.ticket = std::make_shared<Ticket>();
+  // The regions' unwritten middles count: with transparent huge pages a
+  // touched page backs them anyway, and the buffer pool hands them out whole.
   w.ticket->bytes = w.plan.buffer_bytes + out_bytes;
 }
 

@@ -16,6 +16,7 @@
 #include "dlfeed/order/order.h"
 #include "dlfeed/plan/plan.h"
 #include "dlfeed/sample.h"
+#include "format/split_record.h"
 #include "pipeline/work.h"
 #include "read/resident.h"
 #include "read/unpacked.h"
@@ -85,6 +86,8 @@ class Planner {
     uint64_t per_file = 0;
   };
   std::vector<StridedField> strided_;
+  // Per field and source: the source as detail::SplitRecords (split_reads.h).
+  std::vector<std::vector<const detail::SplitRecords*>> split_src_;
 
   const std::vector<SampleIndex>& indices_;
   const std::vector<std::vector<uint32_t>>& file_ids_;
@@ -95,6 +98,7 @@ class Planner {
   std::atomic<uint64_t> extents_{0}, planned_reads_{0};
   // Scratch (one thread at a time).
   std::vector<uint8_t> direct_scratch_;
+  std::vector<uint8_t> split_done_;
   std::vector<size_t> last_direct_scratch_;
   std::vector<std::pair<uint64_t, uint64_t>> small_scratch_;
   std::vector<prefetch::ExtentRef> ext_scratch_;

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "read/split_reads.h"
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "pipeline/pipeline.h"
+
+namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+SplitSources split_sources(const std::vector<SampleIndex>& indices) {
+  SplitSources out(indices.size());
+  for (size_t f = 0; f < indices.size(); ++f) {
+    for (const auto& src : indices[f].sources) {
+      out[f].push_back(dynamic_cast<const detail::SplitRecords*>(src.get()));
+    }
+  }
+  return out;
+}
+
+void add_split_reads(Work& w) {
+  if (w.splits.empty()) return;
+  prefetch::ReadPlan& plan = w.plan;
+  for (Work::SplitRead& s : w.splits) {
+    s.region = plan.buffer_bytes;
+    plan.reads.push_back({s.file, s.offset, s.before, s.region});
+    plan.reads.push_back({s.file, s.offset + s.before + s.value, s.after, s.region + s.before + s.value});
+    plan.buffer_bytes += s.before + s.value + s.after;
+    plan.requested_bytes += s.before + s.after;
+  }
+  std::sort(plan.reads.begin(), plan.reads.end(), [](const prefetch::PlannedRead& a, const prefetch::PlannedRead& b) {
+    return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+  });
+}
+
+namespace {
+
+// The record of split `s` in the read buffer, its value's place unwritten.
+std::span<std::byte> region_of(Work& w, const Work::SplitRead& s) {
+  return {w.raw.data() + s.region, s.before + s.value + s.after};
+}
+
+// The value's bytes of split `s`: where they were read, in the batch slot.
+std::span<const std::byte> value_of(const Work& w, const Work::SplitRead& s, size_t fields) {
+  const size_t i = s.slot / fields, f = s.slot % fields;
+  return {w.out[f].data() + w.out_offsets[f][i], s.value};
+}
+
+void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indices) {
+  const size_t F = indices.size();
+  const SampleRef& ref = w.refs[s.slot];
+  const auto* src = dynamic_cast<const detail::SplitRecords*>(indices[s.slot % F].sources[ref.source].get());
+  // The value's place in the region holds whatever the buffer held: a record
+  // whose layout is not the predicted one may have its parse read it before
+  // the check finds it out, which it always does (check_split).
+  const std::span<const std::byte> rec = region_of(w, s);
+  const std::span<const std::byte> value = value_of(w, s, F);
+  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value)) {
+    s.state = 1;
+    return;
+  }
+  // Put together whole: decoded as any record, it gives the same result or
+  // the same error as a whole read would.
+  s.whole.assign(rec.begin(), rec.end());
+  std::memcpy(s.whole.data() + s.before, value.data(), s.value);
+  s.state = 2;
+}
+
+}  // namespace
+
+void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters) {
+  const size_t n = w.splits.size();
+  auto one = [&](size_t k) {
+    tsan_handshake();
+    counters::CurrentScope timed(counters);  // the source times its CRC and parse
+    // Latest landed first: values are read in sample order, so the last
+    // ones are the likeliest still in the caches.
+    check_one(w, w.splits[n - 1 - k], indices);
+    tsan_handshake();
+  };
+  if (n < 8) {
+    for (size_t k = 0; k < n; ++k) one(k);
+    return;
+  }
+  tsan_handshake();
+  // Isolated, as the decoder's loops: no other pipeline task on this stack.
+  tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
+  tsan_handshake();
+}
+
+std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked) {
+  Work::SplitRead& s = w.splits[w.split_of[k]];
+  if (s.state == 1) {
+    checked = true;
+    return region_of(w, s);
+  }
+  checked = false;  // decoded as a whole read: checked again, the error said
+  // Not checked (check_splits not run): no bytes, which no decode takes for
+  // a record, rather than a region whose middle was never written.
+  if (s.state == 0) return {};
+  return {s.whole.data(), s.whole.size()};
+}
+
+}  // namespace dlfeed::pipeline
