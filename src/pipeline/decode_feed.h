@@ -61,7 +61,7 @@ class DecodeFeed {
   const size_t tokens_;
   std::function<void(Work&)> decode_, collate_;
   std::mutex mu_;
-  std::condition_variable cv_;     // a batch was collated
+  std::condition_variable cv_;      // a batch was collated
   uint64_t handed_ = 0, next_ = 0;  // batches handed over; the next to collate
   std::vector<Work*> decoded_;      // by Work::handed % tokens: decoded, not yet collated
   bool collating_ = false;          // a worker is collating (the others leave theirs to it)
