@@ -12,7 +12,9 @@ rotated each round; medians and new/base.
 
 Each cell is samples/s: the `total:` line (all epochs), or for the small
 samples the epochs after the first (`epoch N:` lines), as small_samples.py
-counts them. Datasets are made once under --data by the base binary.
+counts them; the columns are base median (range), new median (range), the
+ratio of the medians and the median of each round's new/base. Datasets are
+made once under --data by the base binary.
 """
 import argparse
 import pathlib
@@ -96,7 +98,11 @@ def main():
                 got[which].append(rate(bins[which], path, run_args, metric))
         b, n = bl.median(got["base"]), bl.median(got["new"])
         spread = {k: f"{min(v):.0f}-{max(v):.0f}" for k, v in got.items()}
-        print(f"| {name} | {b:.0f} ({spread['base']}) | {n:.0f} ({spread['new']}) | {n / b:.2f} |", flush=True)
+        # Each round ran both back to back: the median of the rounds' ratios
+        # is less moved by load that comes and goes than the ratio of medians.
+        paired = bl.median([x / y for x, y in zip(got["new"], got["base"])])
+        print(f"| {name} | {b:.0f} ({spread['base']}) | {n:.0f} ({spread['new']}) | {n / b:.2f} | {paired:.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":

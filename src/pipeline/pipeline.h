@@ -57,11 +57,12 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   /// Runs one epoch from the calling thread: `source`'s batches decoded in
-  /// parallel (each once its reads completed) and collated in order, until the source runs dry or `stop` is
-  /// raised (later batches are then dropped, not delivered); then the end of
-  /// the epoch (after an error from the pipeline itself, that error first)
-  /// goes to the collator's queue. `in_turn`: the stages run one batch at a
-  /// time on the calling thread, not in oneTBB's pipeline. `then` (when
+  /// parallel (each once its reads completed) and collated in order, until
+  /// the source runs dry or `stop` is raised (later batches are then
+  /// dropped, not delivered); then the end of the epoch (after an error
+  /// from the pipeline itself, that error first) goes to the collator's
+  /// queue. `in_turn`: the stages run one batch at a time on the calling
+  /// thread, not handed to the arena's workers. `then` (when
   /// set, and not stopped) is asked before the end goes out whether the
   /// caller runs the next epoch at once; its answer marks the end chained.
   /// Returns that answer.
