@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeline/pipeline.h"
+#include "thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
@@ -34,6 +35,7 @@ void DecodeFeed::hand(Work& w) {
   // task holds two plain pointers, written under the TSan handshake (libtbb
   // hands the task over where ThreadSanitizer cannot see it).
   w.when_read([this, work = &w] {
+    detail::ProcessNamed named;  // a worker it starts is not named "dlfeed-io"
 #if defined(__SANITIZE_THREAD__)
     std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
 #endif

@@ -5,21 +5,18 @@
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
-#include <oneapi/tbb/task_scheduler_observer.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <exception>
 #include <functional>
-#include <string>
-#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "pipeline/decode_feed.h"
+#include "thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
@@ -107,46 +104,11 @@ void initialize_under_handshake(tbb::task_arena& arena) {
 }
 }  // namespace
 
-namespace {
-// A thread inherits the name of the thread that started it, and oneTBB
-// starts a worker from whichever thread asked for one: with decodes queued
-// from an I/O engine's completion callback, that is a "dlfeed-io" thread.
-// oneTBB's workers are the process's, not dlfeed's (they outlive every
-// loader), so one that enters a loader's arena with a dlfeed name inherited
-// that way is given the process's name, as a worker started elsewhere has.
-class WorkerNames : public tbb::task_scheduler_observer {
- public:
-  explicit WorkerNames(tbb::task_arena& arena) : tbb::task_scheduler_observer(arena) { observe(true); }
-  ~WorkerNames() override { observe(false); }
-  void on_scheduler_entry(bool is_worker) override {
-    thread_local bool seen = false;
-    if (!is_worker || std::exchange(seen, true)) return;
-    char name[16] = {};
-    if (::pthread_getname_np(::pthread_self(), name, sizeof name) != 0) return;
-    if (std::string_view(name).rfind("dlfeed", 0) == 0) ::pthread_setname_np(::pthread_self(), process_name());
-  }
-
- private:
-  static const char* process_name() {
-    static const std::string name = [] {
-      std::string n = program_invocation_short_name;
-      return n.substr(0, 15);
-    }();
-    return name.c_str();
-  }
-};
-}  // namespace
-
 // `threads` workers decode; the one slot kept for a thread from outside is
 // the pipeline thread's, which joins only to spread copies (parallel()).
 struct Pipeline::Arena {
-  explicit Arena(uint32_t threads) : arena(static_cast<int>(threads) + 1, 1) {
-    initialize_under_handshake(arena);
-    names = std::make_unique<WorkerNames>(arena);
-  }
-  ~Arena() { names.reset(); }
+  explicit Arena(uint32_t threads) : arena(static_cast<int>(threads) + 1, 1) {}
   tbb::task_arena arena;
-  std::unique_ptr<WorkerNames> names;
 };
 
 Pipeline::Pipeline(uint32_t threads) : threads_(threads) {
@@ -174,6 +136,7 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   };
   initialize_under_handshake(arena_->arena);
   tsan_handshake();
+  detail::ProcessNamed named;  // a worker it starts is not named after this thread
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
   arena_->arena.execute([&] {
