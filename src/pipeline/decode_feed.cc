@@ -35,6 +35,13 @@ void DecodeFeed::hand(Work& w) {
   // task holds two plain pointers, written under the TSan handshake (libtbb
   // hands the task over where ThreadSanitizer cannot see it).
   w.when_read([this, work = &w] {
+    // Nothing to decode (every sample read into place): the batch's few
+    // microseconds of bookkeeping are done here; waking a worker for them
+    // cost more (docs/performance.md, "The decode stage's hand-off").
+    if (work->nothing_to_decode()) {
+      run(*work);
+      return;
+    }
     detail::ProcessNamed named;  // a worker it starts is not named "dlfeed-io"
 #if defined(__SANITIZE_THREAD__)
     std::lock_guard<std::mutex> lock(tsan_handshake_mutex());

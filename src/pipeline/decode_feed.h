@@ -6,7 +6,10 @@
 // reads have completed, by the engine's completion callback (or at once when
 // they already had). Workers so only ever decode: a batch whose reads are
 // slow holds no thread, and the threads it would have held decode the
-// batches that are ready (or another batch's samples).
+// batches that are ready (or another batch's samples). A batch with
+// nothing to decode (Work::nothing_to_decode: every sample read into place)
+// is finished on the thread its reads completed on: its bookkeeping costs
+// less than waking a worker for it.
 //
 // Batches are collated strictly in hand-out order, by whichever worker
 // finishes the next one; at most `tokens` batches are between hand-out and

@@ -75,6 +75,19 @@ struct Work {
   // keeps the work alive from planning until the collator lets go.
   std::shared_ptr<Work> self;
 
+  /// Every sample was read into place (or the batch is strided): decode
+  /// only fills in the batch's offsets and shapes, no sample's bytes.
+  bool nothing_to_decode() const {
+    if (strided) return true;
+    for (uint8_t k : known) {
+      if (!k) return false;
+    }
+    for (uint8_t d : direct) {
+      if (!d) return false;
+    }
+    return true;
+  }
+
   /// Every read landed (OK) or the first error.
   void reads_finished(const absl::Status& s) {
     std::function<void()> then;

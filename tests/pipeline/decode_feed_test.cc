@@ -4,7 +4,9 @@
 // are still out holds no worker (the one after it is decoded meanwhile, on an
 // arena of one worker), batches are collated in hand-out order whatever
 // order they were decoded in, the tokens bound the batches in flight, and a
-// decode that throws is its batch's error, in its place.
+// decode that throws is its batch's error, in its place; a batch read
+// wholly into place (nothing to decode) is finished on the thread its reads
+// complete on, without waking a worker.
 
 #include "pipeline/decode_feed.h"
 
@@ -63,6 +65,7 @@ std::vector<std::shared_ptr<Work>> works(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     out.push_back(std::make_shared<Work>());
     out.back()->index = i;
+    out.back()->known = {0};  // a field whose sizes decode finds: a worker decodes it
   }
   return out;
 }
@@ -91,6 +94,34 @@ TEST(DecodeFeed, ABatchWaitingForItsReadsHoldsNoWorker) {
   feed.finish();
   EXPECT_EQ(seen.decoded, (std::vector<uint64_t>{1, 2, 0}));
   EXPECT_EQ(seen.collated, (std::vector<uint64_t>{0, 1, 2}));
+}
+
+TEST(DecodeFeed, ABatchReadIntoPlaceIsFinishedWhereItsReadsCompleteAndADecodedOneByAWorker) {
+  tbb::task_arena arena(2, 1);
+  DecodeFeed feed(arena, 8);
+  std::mutex mu;
+  std::vector<std::thread::id> where(2);
+  feed.begin(
+      [&](Work& w) {
+        std::lock_guard<std::mutex> lock(mu);
+        where[w.index] = std::this_thread::get_id();
+      },
+      [](Work&) {});
+  auto w = works(2);
+  w[0]->known = {1};
+  w[0]->direct = {1, 1, 1};  // three samples, all read straight into the batch
+  ASSERT_TRUE(w[0]->nothing_to_decode());
+  ASSERT_FALSE(w[1]->nothing_to_decode());
+  for (auto& x : w) feed.hand(*x);
+  std::thread engine([&] {
+    for (auto& x : w) x->reads_finished(absl::OkStatus());
+  });
+  const std::thread::id engine_id = engine.get_id();
+  engine.join();
+  feed.finish();
+  EXPECT_EQ(where[0], engine_id) << "a batch with nothing to decode waited for a worker";
+  EXPECT_NE(where[1], engine_id) << "a batch to decode was decoded on the engine's thread";
+  EXPECT_NE(where[1], std::thread::id());
 }
 
 TEST(DecodeFeed, ManyBatchesOverSeveralWorkersAreCollatedInOrder) {
