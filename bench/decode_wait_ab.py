@@ -52,6 +52,9 @@ SCENARIOS = [
      [*READ, "--batch-size", 16, "--threads", 2, "--resident", "off", "--evict", "--epochs", 2], "total"),
     ("deflate HDF5 256 KiB, 2 threads, warm", "ab-gzip", GZ,
      [*READ, "--batch-size", 16, "--threads", 2, "--resident", "off", "--epochs", 2], "total"),
+    ("deflate HDF5 256 KiB, 2 threads, cold, prefetch depth:2", "ab-gzip", GZ,
+     [*READ, "--batch-size", 16, "--threads", 2, "--resident", "off", "--evict", "--epochs", 2, "--prefetch",
+      "depth:2"], "total"),
     ("deflate HDF5 256 KiB, 4 threads, cold", "ab-gzip", GZ,
      [*READ, "--batch-size", 16, "--threads", 4, "--resident", "off", "--evict", "--epochs", 2], "total"),
 ]
