@@ -28,7 +28,7 @@ std::mutex& tsan_handshake_mutex() {
 #endif
 
 namespace {
-std::atomic<int> g_running{0};    // pipelines inside parallel_pipeline in this process
+std::atomic<int> g_running{0};    // epochs running (their oneTBB tasks live) in this process
 std::atomic<int> g_inherited{0};  // in a child of fork(): those of the parent at the fork
 int g_parent_pid = 0;
 
@@ -185,7 +185,7 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
   }
   source.drop();
   const bool chained = !threw && then && !stop && then();
-  // Out of parallel_pipeline before the consumer hears that the epoch ended:
+  // Every task of the epoch done before the consumer hears that it ended:
   // a fork() right after its last batch is not one inside a pipeline (unless
   // the next epoch follows at once).
   if (!chained) running.end();
