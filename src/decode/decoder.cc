@@ -156,9 +156,8 @@ void Decoder::decode_reads(Work& w) const {
       if (to_decode >= 8) {
         tsan_handshake();
         // Isolated: while this thread waits for the loop's last samples it
-        // runs only the loop's own tasks. Otherwise it could pick up the
-        // source filter's task, which may block until the consumer takes
-        // the batch being decoded below it on this very stack: a deadlock.
+        // runs only the loop's own tasks, not another batch's decode (queued
+        // in the same arena), which would hold this batch until it ended.
         tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
         tsan_handshake();
       } else {

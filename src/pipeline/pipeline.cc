@@ -4,7 +4,6 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include <pthread.h>
@@ -16,6 +15,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "decode/decode_feed.h"
+#include "thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
@@ -27,7 +28,7 @@ std::mutex& tsan_handshake_mutex() {
 #endif
 
 namespace {
-std::atomic<int> g_running{0};    // pipelines inside parallel_pipeline in this process
+std::atomic<int> g_running{0};    // epochs running (their oneTBB tasks live) in this process
 std::atomic<int> g_inherited{0};  // in a child of fork(): those of the parent at the fork
 int g_parent_pid = 0;
 
@@ -63,7 +64,7 @@ namespace {
 // global_control replaced as loaders come and go.
 struct WorkerPool {
   std::mutex mu;
-  uint64_t workers = 0;  // of live arenas: threads - 1 each (the thread that runs the epoch is the other)
+  uint64_t workers = 0;  // of live arenas: `threads` each (the thread that runs the epoch is outside them)
   std::unique_ptr<tbb::global_control> control;
   size_t allowed = 0;
 
@@ -103,20 +104,24 @@ void initialize_under_handshake(tbb::task_arena& arena) {
 }
 }  // namespace
 
+// `threads` workers decode; the one slot kept for a thread from outside is
+// the pipeline thread's, which joins only to spread copies (parallel()).
 struct Pipeline::Arena {
-  explicit Arena(uint32_t threads) : arena(static_cast<int>(threads)) {}
+  explicit Arena(uint32_t threads) : arena(static_cast<int>(threads) + 1, 1) {}
   tbb::task_arena arena;
 };
 
 Pipeline::Pipeline(uint32_t threads) : threads_(threads) {
   register_fork_handler();
-  worker_pool().change(static_cast<int64_t>(threads_) - 1);
+  worker_pool().change(static_cast<int64_t>(threads_));
   arena_ = std::make_unique<Arena>(threads);
+  feed_ = std::make_unique<DecodeFeed>(arena_->arena, std::clamp<size_t>(threads_ * 2 + 8, 4, 64));
 }
 
 Pipeline::~Pipeline() {
+  feed_.reset();
   arena_.reset();
-  worker_pool().change(-(static_cast<int64_t>(threads_) - 1));
+  worker_pool().change(-static_cast<int64_t>(threads_));
 }
 
 void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
@@ -131,6 +136,7 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   };
   initialize_under_handshake(arena_->arena);
   tsan_handshake();
+  detail::ProcessNamed named;  // a worker it starts is not named after this thread
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
   arena_->arena.execute([&] {
@@ -143,8 +149,11 @@ void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
   const uint32_t now = decoding_.fetch_add(1, std::memory_order_relaxed) + 1;
   uint32_t peak = peak_decoding_.load(std::memory_order_relaxed);
   while (now > peak && !peak_decoding_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
+  struct Done {
+    std::atomic<uint32_t>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } done{decoding_};
   decoder.decode(w);
-  decoding_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
@@ -176,7 +185,7 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
   }
   source.drop();
   const bool chained = !threw && then && !stop && then();
-  // Out of parallel_pipeline before the consumer hears that the epoch ended:
+  // Every task of the epoch done before the consumer hears that it ended:
   // a fork() right after its last batch is not one inside a pipeline (unless
   // the next epoch follows at once).
   if (!chained) running.end();
@@ -186,32 +195,32 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
 
 void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& collator,
                           const std::atomic<bool>& stop) {
-  const size_t tokens = std::clamp<size_t>(threads_ * 2 + 8, 4, 64);
   initialize_under_handshake(arena_->arena);
+  // This thread plans, waits for admission and issues the reads, outside the
+  // arena; the workers decode a batch once its reads are done and collate in
+  // order (decode_feed.h).
+  DecodeFeed& feed = *feed_;
+  feed.begin([this, &decoder](Work& w) { decode_counted(decoder, w); },
+             [&collator, &stop](Work& w) {
+               std::shared_ptr<Work> keep = std::move(w.self);
+               if (!stop) collator.collate(w);
+             });
   tsan_handshake();
-  arena_->arena.execute([&] {
-    tbb::parallel_pipeline(
-        tokens, tbb::make_filter<void, Work*>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& fc) -> Work* {
-                  tsan_handshake();
-                  Work* token = source.next();
-                  if (token == nullptr) fc.stop();
-                  tsan_handshake();
-                  return token;
-                }) & tbb::make_filter<Work*, Work*>(tbb::filter_mode::parallel, [&](Work* w) {
-                  tsan_handshake();
-                  if (w) decode_counted(decoder, *w);
-                  tsan_handshake();
-                  return w;
-                }) & tbb::make_filter<Work*, void>(tbb::filter_mode::serial_in_order, [&](Work* w) {
-                  tsan_handshake();
-                  if (w) {
-                    std::shared_ptr<Work> keep = std::move(w->self);
-                    if (!stop) collator.collate(*w);
-                  }
-                  tsan_handshake();
-                }));
-  });
-  tsan_handshake();
+  try {
+    for (;;) {
+      feed.wait_for_token();
+      Work* w = source.next();
+      if (w == nullptr) break;
+      feed.hand(*w);
+    }
+  } catch (...) {
+    source.drop();
+    try {
+      feed.finish();  // the batches handed over still reference the stages
+    } catch (...) {}
+    throw;
+  }
+  feed.finish();
 }
 
 }  // namespace dlfeed::pipeline

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Private: the oneTBB wiring. Per epoch one thread runs
-//
-//   tbb::parallel_pipeline(lookahead [serial in order]
-//                          & decoder [parallel]
-//                          & collator [serial in order])
-//
-// in the loader's task arena, passing Work* tokens. When every batch is only
-// copies from held files (Planner::copies_only), the same three stages run
-// in turn on that thread instead: a batch with nothing to decode gains
-// nothing from a hand-off between threads, and pays for it.
+// Private: the oneTBB wiring. Per epoch one thread (the loader's pipeline
+// thread, outside the loader's task arena) runs the look-ahead: it plans,
+// waits for admission and issues each batch's reads, and hands the batch to
+// a DecodeFeed, which queues its decode in the arena when its reads have
+// completed (the engine's callback); the arena's workers decode in parallel
+// and collate in order, passing Work* tokens, and never wait on a read.
+// When every batch is only copies from held files (Planner::copies_only),
+// the three stages run in turn on the pipeline thread instead: a batch with
+// nothing to decode gains nothing from a hand-off between threads, and pays
+// for it.
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "batch/collator.h"
+#include "decode/decode_feed.h"
 #include "decode/decoder.h"
 #include "plan/lookahead.h"
 
@@ -46,20 +47,22 @@ absl::Status fork_check();
 
 class Pipeline {
  public:
-  /// An arena of `threads` (at least 2: the source may block, and decode
-  /// needs a thread too), its own whatever other pipelines the process
-  /// holds: oneTBB's worker pool is grown to serve them all.
+  /// An arena of `threads` decode workers (and a slot for the pipeline
+  /// thread, which joins only to spread copies), its own whatever other
+  /// pipelines the process holds: oneTBB's worker pool is grown to serve
+  /// them all.
   explicit Pipeline(uint32_t threads);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  /// Runs one epoch on the calling thread: `source`'s batches decoded in
-  /// parallel and collated in order, until the source runs dry or `stop` is
-  /// raised (later batches are then dropped, not delivered); then the end of
-  /// the epoch (after an error from the pipeline itself, that error first)
-  /// goes to the collator's queue. `in_turn`: the stages run one batch at a
-  /// time on the calling thread, not in oneTBB's pipeline. `then` (when
+  /// Runs one epoch from the calling thread: `source`'s batches decoded in
+  /// parallel (each once its reads completed) and collated in order, until
+  /// the source runs dry or `stop` is raised (later batches are then
+  /// dropped, not delivered); then the end of the epoch (after an error
+  /// from the pipeline itself, that error first) goes to the collator's
+  /// queue. `in_turn`: the stages run one batch at a time on the calling
+  /// thread, not handed to the arena's workers. `then` (when
   /// set, and not stopped) is asked before the end goes out whether the
   /// caller runs the next epoch at once; its answer marks the end chained.
   /// Returns that answer.
@@ -80,6 +83,7 @@ class Pipeline {
   struct Arena;
   uint32_t threads_;
   std::unique_ptr<Arena> arena_;
+  std::unique_ptr<DecodeFeed> feed_;  // the decode stage's hand-off (its tasks point to it)
   std::atomic<uint32_t> decoding_{0}, peak_decoding_{0};
 };
 

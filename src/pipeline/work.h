@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -79,6 +80,10 @@ struct Work {
   std::condition_variable cv;
   bool reads_done = false;
   absl::Status read_status;
+  std::function<void()> on_read;  // when_read()'s continuation, until the reads finish
+
+  // Its place in the epoch's hand-out order (DecodeFeed: collated in it).
+  uint64_t handed = 0;
 
   // Output.
   std::shared_ptr<Batch> batch;
@@ -88,14 +93,43 @@ struct Work {
   // keeps the work alive from planning until the collator lets go.
   std::shared_ptr<Work> self;
 
+  /// Every sample was read into place (or the batch is strided): decode
+  /// only fills in the batch's offsets and shapes, no sample's bytes.
+  bool nothing_to_decode() const {
+    if (strided) return true;
+    for (uint8_t k : known) {
+      if (!k) return false;
+    }
+    for (uint8_t d : direct) {
+      if (!d) return false;
+    }
+    return true;
+  }
+
   /// Every read landed (OK) or the first error.
   void reads_finished(const absl::Status& s) {
+    std::function<void()> then;
     {
       std::lock_guard<std::mutex> lock(mu);
       read_status = s;
       reads_done = true;
+      then = std::move(on_read);
     }
     cv.notify_all();
+    if (then) then();
+  }
+  /// Runs `then` once every read finished: at once on this thread when they
+  /// have, else on the thread that finishes them (the engine's, or one
+  /// cancelling). Once per work.
+  void when_read(std::function<void()> then) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!reads_done) {
+        on_read = std::move(then);
+        return;
+      }
+    }
+    then();
   }
   absl::Status wait_reads() {
     std::unique_lock<std::mutex> lock(mu);

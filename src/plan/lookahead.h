@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Private: the pipeline's source filter. It keeps the reads of every batch
-// the prefetch policy and the memory budget admit in flight (the
-// look-ahead), and hands the pipeline the oldest; it waits only when nothing
-// at all is in flight for the pipeline. So the look-ahead is the policy's,
-// not the thread count's: decode threads wait only for the oldest batch's
-// reads.
+// Private: the pipeline's source, run by the pipeline thread outside the
+// loader's task arena. It keeps the reads of every batch the prefetch policy
+// and the memory budget admit in flight (the look-ahead), and hands the
+// pipeline the oldest; it waits only when nothing at all is in flight for
+// the pipeline. So the look-ahead is the policy's, not the thread count's,
+// and no decode thread waits for reads (DecodeFeed decodes a batch once its
+// reads completed).
 #pragma once
 
 #include <atomic>
