@@ -328,6 +328,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default 2; 1 with --quick)")
     ap.add_argument("--seconds", type=float, default=0, help="timed seconds per case (default 1.5; 0.7 quick)")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
+    ap.add_argument("--groups", default="", help="only these groups' cases, by letter (e.g. A,B,E; empty: all)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-args", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -368,6 +369,9 @@ def main() -> None:
     all_cases = cases(data, n, a.quick)
     if a.no_torch:
         all_cases = [c for c in all_cases if c[2] == "dlfeed"]
+    if a.groups:
+        keep = {g.strip().upper() for g in a.groups.split(",") if g.strip()}
+        all_cases = [c for c in all_cases if c[0].split(" ", 1)[0] in keep]
     results: dict = {}
     for r in range(rounds):
         order = all_cases if r % 2 == 0 else list(reversed(all_cases))
