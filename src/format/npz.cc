@@ -95,15 +95,12 @@ absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& pat
   return names;
 }
 
-absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options) {
-  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
-  const uint64_t size = f.size();
-  ZipDirectory dir;
-  DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members, read_members(path, f, dir));
+namespace {
 
-  // Pick the member: the option's name (with or without .npy), else x, else the only one.
+// Picks the member: the option's name (with or without .npy), else x, else the only one.
+absl::StatusOr<const ZipMember*> choose_member(const std::vector<ZipMember>& members, const std::string& wanted,
+                                               const std::string& path) {
   const ZipMember* chosen = nullptr;
-  std::string wanted = options.name;
   for (const auto& m : members) {
     if (!wanted.empty() ? (m.name == wanted || m.name == wanted + ".npy") : m.name == "x.npy") chosen = &m;
   }
@@ -115,7 +112,12 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
                            member_list(members), ")")
             : absl::StrCat(path, ": no member '", wanted, "' (members: ", member_list(members), ")"));
   }
-  ZipMember m = *chosen;
+  return chosen;
+}
+
+// Checks that `m` is readable (unencrypted, stored or deflated) and reads
+// its local header: sets m.data_offset.
+absl::Status locate_member_data(detail::File& f, uint64_t size, ZipMember& m, const std::string& path) {
   if (m.flags & 1) {
     return format_error(path, m.local_header_offset, absl::StrCat("an unencrypted member '", m.name, "'"),
                         "an encrypted one");
@@ -130,40 +132,65 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
   }
   DLFEED_RETURN_IF_ERROR(f.read_exact(m.local_header_offset, lh, "zip local header"));
   DLFEED_ASSIGN_OR_RETURN(m.data_offset, zip_data_offset(lh, m, size, path));
+  return absl::OkStatus();
+}
+
+// The NPY header of stored member `m` (`label` names it in errors).
+absl::StatusOr<NpyHeader> stored_header(detail::File& f, const ZipMember& m, const std::string& path,
+                                        const std::string& label) {
+  if (m.compressed_size != m.uncompressed_size) {
+    return format_error(path, m.local_header_offset, absl::StrCat("equal sizes for stored ", label),
+                        absl::StrCat(m.compressed_size, " vs ", m.uncompressed_size));
+  }
+  std::vector<std::byte> pre(std::min<uint64_t>(kNpyPreamble, m.compressed_size));
+  DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, pre, "NPY preamble"));
+  DLFEED_ASSIGN_OR_RETURN(uint64_t hsize, npy_header_size(pre, path, m.data_offset));
+  if (hsize > m.compressed_size) {
+    return format_error(path, m.data_offset, absl::StrCat("an NPY header inside ", label),
+                        absl::StrCat("a header of ", hsize, " bytes in a member of ", m.compressed_size));
+  }
+  std::vector<std::byte> hb(hsize);
+  DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, hb, "NPY header"));
+  return parse_npy_header(hb, path, m.data_offset);
+}
+
+// The NPY header of deflated member `m` (`label` names it in errors).
+absl::StatusOr<NpyHeader> deflated_header(detail::File& f, const ZipMember& m, const std::string& path,
+                                          const std::string& label) {
+  // Deflate expands at most 1032:1; a directory claiming more is corrupt
+  // (and decode would allocate what it claims).
+  if (m.uncompressed_size / kMaxDeflateRatio > m.compressed_size + 1) {
+    return format_error(path, m.local_header_offset,
+                        absl::StrCat("an uncompressed size deflate can reach from the ", m.compressed_size,
+                                     " compressed bytes of ", label, " (at most ", kMaxDeflateRatio, "x)"),
+                        absl::StrCat(m.uncompressed_size, " bytes"));
+  }
+  std::vector<std::byte> comp(std::min<uint64_t>(m.compressed_size, kMaxHeaderProbe));
+  DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, comp, "deflated NPY header"));
+  std::vector<std::byte> head(std::min<uint64_t>(m.uncompressed_size, kMaxHeaderProbe));
+  DLFEED_ASSIGN_OR_RETURN(size_t got, inflate_prefix(comp, head, path, m.data_offset));
+  head.resize(got);
+  // Offsets inside a deflated member are reported at the member's start.
+  return parse_npy_header(head, path, m.data_offset);
+}
+
+}  // namespace
+
+absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(path));
+  const uint64_t size = f.size();
+  ZipDirectory dir;
+  DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members, read_members(path, f, dir));
+  DLFEED_ASSIGN_OR_RETURN(const ZipMember* chosen, choose_member(members, options.name, path));
+  ZipMember m = *chosen;
+  DLFEED_RETURN_IF_ERROR(locate_member_data(f, size, m, path));
 
   const std::string label = absl::StrCat("member '", m.name, "'");
   NpyHeader h;
   if (m.method == 0) {
-    if (m.compressed_size != m.uncompressed_size) {
-      return format_error(path, m.local_header_offset, absl::StrCat("equal sizes for stored ", label),
-                          absl::StrCat(m.compressed_size, " vs ", m.uncompressed_size));
-    }
-    std::vector<std::byte> pre(std::min<uint64_t>(kNpyPreamble, m.compressed_size));
-    DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, pre, "NPY preamble"));
-    DLFEED_ASSIGN_OR_RETURN(uint64_t hsize, npy_header_size(pre, path, m.data_offset));
-    if (hsize > m.compressed_size) {
-      return format_error(path, m.data_offset, absl::StrCat("an NPY header inside ", label),
-                          absl::StrCat("a header of ", hsize, " bytes in a member of ", m.compressed_size));
-    }
-    std::vector<std::byte> hb(hsize);
-    DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, hb, "NPY header"));
-    DLFEED_ASSIGN_OR_RETURN(h, parse_npy_header(hb, path, m.data_offset));
+    DLFEED_ASSIGN_OR_RETURN(h, stored_header(f, m, path, label));
   } else {
-    // Deflate expands at most 1032:1; a directory claiming more is corrupt
-    // (and decode would allocate what it claims).
-    if (m.uncompressed_size / kMaxDeflateRatio > m.compressed_size + 1) {
-      return format_error(path, m.local_header_offset,
-                          absl::StrCat("an uncompressed size deflate can reach from the ", m.compressed_size,
-                                       " compressed bytes of ", label, " (at most ", kMaxDeflateRatio, "x)"),
-                          absl::StrCat(m.uncompressed_size, " bytes"));
-    }
-    std::vector<std::byte> comp(std::min<uint64_t>(m.compressed_size, kMaxHeaderProbe));
-    DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, comp, "deflated NPY header"));
-    std::vector<std::byte> head(std::min<uint64_t>(m.uncompressed_size, kMaxHeaderProbe));
-    DLFEED_ASSIGN_OR_RETURN(size_t got, inflate_prefix(comp, head, path, m.data_offset));
-    head.resize(got);
-    // Offsets inside a deflated member are reported at the member's start.
-    DLFEED_ASSIGN_OR_RETURN(h, parse_npy_header(head, path, m.data_offset));
+    DLFEED_ASSIGN_OR_RETURN(h, deflated_header(f, m, path, label));
   }
   if (h.data_offset > m.uncompressed_size || h.data_bytes() > m.uncompressed_size - h.data_offset) {
     return format_error(

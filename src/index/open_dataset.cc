@@ -401,11 +401,12 @@ absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, co
   return absl::UnimplementedError(absl::StrCat(path, ": fields are listed for NPY, NPZ and HDF5 files"));
 }
 
-absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, const FormatOptions& options) {
-  // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
-  const std::string cache = detail::index_cache_path(paths, options);
+namespace {
+
+// `paths` with each glob pattern (*, ?, [...]) expanded to the paths it
+// matches, sorted; `globbed` is set when any was a pattern.
+absl::StatusOr<std::vector<std::string>> expand_patterns(const std::vector<std::string>& paths, bool& globbed) {
   std::vector<std::string> expanded;
-  bool globbed = false;
   for (const std::string& p : paths) {
     globbed = globbed || p.find_first_of("*?[") != std::string::npos;
     if (p.find_first_of("*?[") == std::string::npos) {
@@ -425,6 +426,193 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     for (size_t i = 0; i < g.gl_pathc; ++i) expanded.push_back(g.gl_pathv[i]);
     globfree(&g);
   }
+  return expanded;
+}
+
+// The cache's own folder (auto: DIR/.dlfeed) made now, before DIR's stamp,
+// so that the listing this open writes is good for the next one: when
+// DIR had settled before, its new mtime is this mkdir's. Returns the given
+// folder it was made in ("" if none, or it existed).
+std::string make_cache_folder(const std::string& cache, const std::vector<std::string>& expanded,
+                              int64_t listed_at_ns) {
+  std::string made_in;
+  std::error_code ec;
+  const fs::path cache_dir = fs::path(cache).parent_path();
+  if (!cache_dir.empty() && !fs::exists(cache_dir, ec)) {
+    for (const std::string& p : expanded) {
+      if (fs::equivalent(p, cache_dir.parent_path(), ec) && detail::stamp_folder(p, listed_at_ns).mtime_ns != 0) {
+        made_in = p;
+      }
+    }
+    fs::create_directories(cache_dir, ec);
+    if (ec) made_in.clear();
+  }
+  return made_in;
+}
+
+// What reading the given paths gathers besides the files.
+struct Gathered {
+  bool stamp = false;  // folders only, with a cache: each folder read is stamped into `listing`
+  int64_t listed_at_ns = 0;
+  std::string made_in;  // the folder make_cache_folder made the cache's folder in
+  detail::Listing listing;
+  // Folders read whole here, and those of them holding a *.idx file: a
+  // TFRecord in a listed folder without one has no FILE.idx sidecar to try.
+  absl::flat_hash_set<std::string> listed_folders, idx_folders;
+};
+
+// Appends the data files in folder `p` and below to `found` (unsorted).
+absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gathered& g,
+                         std::vector<std::string>& found) {
+  std::error_code ec;
+  // Directory links are followed (a DLIO train/ linked elsewhere).
+  auto it = fs::recursive_directory_iterator(
+      p, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
+  if (ec) return io_error(p, "opendir", ec.value());
+  // The entry's type comes from the directory listing (d_type): no stat
+  // per entry, but for symlinks and file systems that leave it unknown.
+  // Each folder once (by device and inode): a link back up, or to a
+  // folder walked already, adds no file twice and ends no walk in ELOOP.
+  absl::flat_hash_set<std::pair<dev_t, ino_t>> walked;
+  if (struct stat st; ::stat(p.c_str(), &st) == 0) walked.insert({st.st_dev, st.st_ino});
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) return io_error(p, "readdir", ec.value());
+    if (it->is_directory()) {
+      struct stat st;
+      if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder ||
+          (::stat(it->path().c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second)) {
+        it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache, a folder seen
+        continue;
+      }
+      if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(it->path().string(), g.listed_at_ns));
+      g.listed_folders.insert(it->path().string());
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    const std::string s = it->path().string();
+    if (absl::EndsWith(s, ".idx")) g.idx_folders.insert(it->path().parent_path().string());
+    if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
+    found.push_back(s);
+  }
+  return absl::OkStatus();
+}
+
+// Appends the data files of folder `given` (its training split), sorted.
+absl::Status list_folder(const std::string& given, const FormatOptions& options, Gathered& g,
+                         std::vector<std::string>& files) {
+  const std::string p = training_split(given);
+  g.listed_folders.insert(std::string(absl::StripSuffix(p, "/")));  // entries are "p/name" either way
+  std::vector<std::string> found;
+  // Each folder's stamp is taken before it is read (a change after it changes the mtime).
+  if (g.stamp) {
+    g.listing.folders.push_back(detail::stamp_folder(p, p == g.made_in ? INT64_MAX : g.listed_at_ns));
+    // A DLIO data folder read as its train/: whether it still is one is its own listing.
+    if (p != given) {
+      g.listing.folders.push_back(detail::stamp_folder(given, given == g.made_in ? INT64_MAX : g.listed_at_ns));
+    }
+  }
+  DLFEED_RETURN_IF_ERROR(walk_folder(p, options, g, found));
+  std::sort(found.begin(), found.end());
+  if (found.empty()) {
+    const std::string kinds = options.format == FileFormat::kAuto
+                                  ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec, "
+                                    ".indexed_binary, .bin + .idx)"
+                                  : absl::StrCat("no ", format_name(options.format), " file");
+    return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
+  }
+  files.insert(files.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+  return absl::OkStatus();
+}
+
+// The files of the given paths: each folder's data files, each file itself.
+absl::StatusOr<std::vector<std::string>> gather_files(const std::vector<std::string>& expanded,
+                                                      const FormatOptions& options, Gathered& g) {
+  std::vector<std::string> files;
+  for (const std::string& given : expanded) {
+    std::error_code ec;
+    if (fs::is_directory(given, ec)) {
+      DLFEED_RETURN_IF_ERROR(list_folder(given, options, g, files));
+    } else if (fs::exists(given, ec)) {
+      files.push_back(given);
+    } else {
+      return absl::NotFoundError(absl::StrCat(given, ": no such file or folder"));
+    }
+  }
+  return files;
+}
+
+// NPY files are columns: a field name picks the files of that column
+// (x.npy, or its shards x_000.npy, x_001.npy, ...). Without a name every
+// NPY file belongs to the one field.
+absl::Status keep_npy_column(std::vector<std::string>& files, const FormatOptions& options,
+                             const std::vector<std::string>& expanded) {
+  std::vector<std::string> kept, columns;
+  bool any_npy = false;
+  for (const std::string& f : files) {
+    if (!is_npy(f, options.format)) {
+      kept.push_back(f);
+      continue;
+    }
+    any_npy = true;
+    const std::string column = npy_column_of(f);
+    if (column == options.name) kept.push_back(f);
+    if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+  }
+  if (any_npy && kept.empty()) {
+    std::sort(columns.begin(), columns.end());
+    return absl::NotFoundError(absl::StrCat(absl::StrJoin(expanded, ", "), ": no NPY column '", options.name, "' (",
+                                            options.name, ".npy or ", options.name, "_NNN.npy); the columns here are ",
+                                            absl::StrJoin(columns, ", ")));
+  }
+  files = std::move(kept);
+  return absl::OkStatus();
+}
+
+// Opens `files`, each from the index cache at `cache` ("": none) when it
+// serves it, and writes the cache again when it is stale.
+absl::StatusOr<SampleIndex> open_cached(const std::vector<std::string>& files, const FormatOptions& options,
+                                        const std::string& cache, bool folders_only, const Gathered& g) {
+  detail::CacheHits cached;
+  if (!cache.empty()) cached = detail::read_index_cache(cache, files, options);
+  if (!cached.note.empty()) std::fprintf(stderr, "%s\n", cached.note.c_str());
+  std::vector<std::optional<SampleIndex>> ready = std::move(cached.files);
+  ready.resize(files.size());
+  std::vector<uint8_t> from_cache(files.size());
+  std::vector<detail::ListedFile> listed(files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    from_cache[i] = ready[i].has_value();
+    if (from_cache[i]) continue;
+    const size_t slash = files[i].rfind('/');
+    const absl::string_view parent = absl::string_view(files[i]).substr(0, slash == std::string::npos ? 0 : slash);
+    listed[i].no_idx_beside = g.listed_folders.contains(parent) && !g.idx_folders.contains(parent);
+  }
+  DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_files(files, options, ready, listed));
+  if (!cache.empty()) {
+    // Files indexed now that a cache entry would serve (new, changed, or the
+    // cache missing or damaged): write it again.
+    bool stale = !cached.note.empty();
+    for (size_t i = 0; i < files.size() && !stale; ++i) {
+      stale = !from_cache[i] && !all.sources[i]->cache_tag().empty();
+    }
+    // A listing the next open can take (its folders settled) that the cache lacks.
+    if (folders_only && g.listing.settled() && cached.listing != g.listing) stale = true;
+    if (stale) {
+      if (absl::Status st = detail::write_index_cache(cache, all, options, folders_only ? &g.listing : nullptr);
+          !st.ok()) {
+        std::fprintf(stderr, "dlfeed: note: the index cache is not written: %s\n", std::string(st.message()).c_str());
+      }
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, const FormatOptions& options) {
+  // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
+  const std::string cache = detail::index_cache_path(paths, options);
+  bool globbed = false;
+  DLFEED_ASSIGN_OR_RETURN(const std::vector<std::string> expanded, expand_patterns(paths, globbed));
   // Folders only (no pattern, no file named): the listing can be the
   // cache's, when none of the folders changed since it was written.
   bool folders_only = !globbed && !expanded.empty();
@@ -443,149 +631,20 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
       return std::move(*again);
     }
   }
-  detail::Listing listing;
-  listing.key = listing_key;
+  Gathered g;
+  g.listing.key = listing_key;
   timespec listed_at{};
   ::clock_gettime(CLOCK_REALTIME, &listed_at);
-  const int64_t listed_at_ns = static_cast<int64_t>(listed_at.tv_sec) * 1000000000 + listed_at.tv_nsec;
-  // The cache's own folder (auto: DIR/.dlfeed) made now, before DIR's stamp,
-  // so that the listing this open writes is good for the next one: when
-  // DIR had settled before, its new mtime is this mkdir's.
-  std::string made_in;
-  if (!cache.empty() && folders_only) {
-    std::error_code ec;
-    const fs::path cache_dir = fs::path(cache).parent_path();
-    if (!cache_dir.empty() && !fs::exists(cache_dir, ec)) {
-      for (const std::string& p : expanded) {
-        if (fs::equivalent(p, cache_dir.parent_path(), ec) && detail::stamp_folder(p, listed_at_ns).mtime_ns != 0) {
-          made_in = p;
-        }
-      }
-      fs::create_directories(cache_dir, ec);
-      if (ec) made_in.clear();
-    }
-  }
-  std::vector<std::string> files;
-  // Folders read whole here, and those of them holding a *.idx file: a
-  // TFRecord in a listed folder without one has no FILE.idx sidecar to try.
-  absl::flat_hash_set<std::string> listed_folders, idx_folders;
-  for (const std::string& given : expanded) {
-    std::error_code ec;
-    if (fs::is_directory(given, ec)) {
-      const std::string p = training_split(given);
-      listed_folders.insert(std::string(absl::StripSuffix(p, "/")));  // entries are "p/name" either way
-      std::vector<std::string> found;
-      // Each folder's stamp is taken before it is read (a change after it changes the mtime).
-      if (!cache.empty() && folders_only) {
-        listing.folders.push_back(detail::stamp_folder(p, p == made_in ? INT64_MAX : listed_at_ns));
-        // A DLIO data folder read as its train/: whether it still is one is its own listing.
-        if (p != given) {
-          listing.folders.push_back(detail::stamp_folder(given, given == made_in ? INT64_MAX : listed_at_ns));
-        }
-      }
-      // Directory links are followed (a DLIO train/ linked elsewhere).
-      auto it = fs::recursive_directory_iterator(
-          p, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
-      if (ec) return io_error(p, "opendir", ec.value());
-      // The entry's type comes from the directory listing (d_type): no stat
-      // per entry, but for symlinks and file systems that leave it unknown.
-      // Each folder once (by device and inode): a link back up, or to a
-      // folder walked already, adds no file twice and ends no walk in ELOOP.
-      absl::flat_hash_set<std::pair<dev_t, ino_t>> walked;
-      if (struct stat st; ::stat(p.c_str(), &st) == 0) walked.insert({st.st_dev, st.st_ino});
-      for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) return io_error(p, "readdir", ec.value());
-        if (it->is_directory()) {
-          struct stat st;
-          if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder ||
-              (::stat(it->path().c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second)) {
-            it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache, a folder seen
-            continue;
-          }
-          if (!cache.empty() && folders_only) {
-            listing.folders.push_back(detail::stamp_folder(it->path().string(), listed_at_ns));
-          }
-          listed_folders.insert(it->path().string());
-          continue;
-        }
-        if (!it->is_regular_file()) continue;
-        const std::string s = it->path().string();
-        if (absl::EndsWith(s, ".idx")) idx_folders.insert(it->path().parent_path().string());
-        if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
-        found.push_back(s);
-      }
-      std::sort(found.begin(), found.end());
-      if (found.empty()) {
-        const std::string kinds = options.format == FileFormat::kAuto
-                                      ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec, "
-                                        ".indexed_binary, .bin + .idx)"
-                                      : absl::StrCat("no ", format_name(options.format), " file");
-        return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
-      }
-      files.insert(files.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
-    } else if (fs::exists(given, ec)) {
-      files.push_back(given);
-    } else {
-      return absl::NotFoundError(absl::StrCat(given, ": no such file or folder"));
-    }
-  }
+  g.listed_at_ns = static_cast<int64_t>(listed_at.tv_sec) * 1000000000 + listed_at.tv_nsec;
+  g.stamp = !cache.empty() && folders_only;
+  if (g.stamp) g.made_in = make_cache_folder(cache, expanded, g.listed_at_ns);
+  DLFEED_ASSIGN_OR_RETURN(std::vector<std::string> files, gather_files(expanded, options, g));
   if (!options.file_pattern.empty()) {
     DLFEED_ASSIGN_OR_RETURN(files, files_of_pattern(std::move(files), options.file_pattern, expanded));
   } else if (!options.name.empty()) {
-    // NPY files are columns: a field name picks the files of that column
-    // (x.npy, or its shards x_000.npy, x_001.npy, ...). Without a name every
-    // NPY file belongs to the one field.
-    std::vector<std::string> kept, columns;
-    bool any_npy = false;
-    for (const std::string& f : files) {
-      if (!is_npy(f, options.format)) {
-        kept.push_back(f);
-        continue;
-      }
-      any_npy = true;
-      const std::string column = npy_column_of(f);
-      if (column == options.name) kept.push_back(f);
-      if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
-    }
-    if (any_npy && kept.empty()) {
-      std::sort(columns.begin(), columns.end());
-      return absl::NotFoundError(absl::StrCat(absl::StrJoin(expanded, ", "), ": no NPY column '", options.name, "' (",
-                                              options.name, ".npy or ", options.name,
-                                              "_NNN.npy); the columns here are ", absl::StrJoin(columns, ", ")));
-    }
-    files = std::move(kept);
+    DLFEED_RETURN_IF_ERROR(keep_npy_column(files, options, expanded));
   }
-  detail::CacheHits cached;
-  if (!cache.empty()) cached = detail::read_index_cache(cache, files, options);
-  if (!cached.note.empty()) std::fprintf(stderr, "%s\n", cached.note.c_str());
-  std::vector<std::optional<SampleIndex>> ready = std::move(cached.files);
-  ready.resize(files.size());
-  std::vector<uint8_t> from_cache(files.size());
-  std::vector<detail::ListedFile> listed(files.size());
-  for (size_t i = 0; i < files.size(); ++i) {
-    from_cache[i] = ready[i].has_value();
-    if (from_cache[i]) continue;
-    const size_t slash = files[i].rfind('/');
-    const absl::string_view parent = absl::string_view(files[i]).substr(0, slash == std::string::npos ? 0 : slash);
-    listed[i].no_idx_beside = listed_folders.contains(parent) && !idx_folders.contains(parent);
-  }
-  DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_files(files, options, ready, listed));
-  if (!cache.empty()) {
-    // Files indexed now that a cache entry would serve (new, changed, or the
-    // cache missing or damaged): write it again.
-    bool stale = !cached.note.empty();
-    for (size_t i = 0; i < files.size() && !stale; ++i) {
-      stale = !from_cache[i] && !all.sources[i]->cache_tag().empty();
-    }
-    // A listing the next open can take (its folders settled) that the cache lacks.
-    if (folders_only && listing.settled() && cached.listing != listing) stale = true;
-    if (stale) {
-      if (absl::Status st = detail::write_index_cache(cache, all, options, folders_only ? &listing : nullptr);
-          !st.ok()) {
-        std::fprintf(stderr, "dlfeed: note: the index cache is not written: %s\n", std::string(st.message()).c_str());
-      }
-    }
-  }
+  DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_cached(files, options, cache, folders_only, g));
   // After the cache is written: its entries keep each file's own verdict.
   detail::one_shape_rule(all, options);
   return all;

@@ -106,6 +106,10 @@ struct FileTable::Impl {
     ++stats.opens;
     stats.peak_open = std::max<uint64_t>(stats.peak_open, open);
   }
+  // Opens `path` (O_DIRECT if `direct`) and fstat's it into `st`, outside
+  // the lock; -1 with the errno in `err` when either fails. `to_close` is
+  // empty and left empty.
+  int open_and_stat(const std::string& path, bool direct, std::vector<int>& to_close, struct stat& st, int& err);
 };
 
 namespace {
@@ -113,6 +117,31 @@ void close_all(const std::vector<int>& fds) {
   for (int fd : fds) ::close(fd);
 }
 }  // namespace
+
+int FileTable::Impl::open_and_stat(const std::string& path, bool direct, std::vector<int>& to_close, struct stat& st,
+                                   int& err) {
+  int flags = O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
+  int fd = ::open(path.c_str(), flags);
+  err = fd < 0 ? errno : 0;
+  if (fd < 0 && (err == EMFILE || err == ENFILE)) {
+    // The process is out of descriptors (others use them too): give back
+    // every unpinned one and try once more.
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      while (evict_one(to_close)) {}
+    }
+    close_all(to_close);
+    to_close.clear();
+    fd = ::open(path.c_str(), flags);
+    err = fd < 0 ? errno : 0;
+  }
+  if (fd >= 0 && ::fstat(fd, &st) != 0) {
+    err = errno;
+    ::close(fd);
+    fd = -1;
+  }
+  return fd;
+}
 
 FileTable::Pin::Pin(Pin&& o) noexcept
     : table_(std::exchange(o.table_, nullptr)), id_(o.id_), fd_(std::exchange(o.fd_, -1)) {}
@@ -310,28 +339,9 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   close_all(to_close);
   to_close.clear();
 
-  int flags = O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
-  int fd = ::open(path.c_str(), flags);
-  int err = fd < 0 ? errno : 0;
-  if (fd < 0 && (err == EMFILE || err == ENFILE)) {
-    // The process is out of descriptors (others use them too): give back
-    // every unpinned one and try once more.
-    {
-      std::lock_guard<std::mutex> lock(im.mu);
-      while (im.evict_one(to_close)) {}
-    }
-    close_all(to_close);
-    to_close.clear();
-    fd = ::open(path.c_str(), flags);
-    err = fd < 0 ? errno : 0;
-  }
-
   struct stat st {};
-  if (fd >= 0 && ::fstat(fd, &st) != 0) {
-    err = errno;
-    ::close(fd);
-    fd = -1;
-  }
+  int err = 0;
+  const int fd = im.open_and_stat(path, direct, to_close, st, err);
 
   std::lock_guard<std::mutex> lock(im.mu);
   --im.opening;

@@ -23,7 +23,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/plan/policy.h"
-#include "index/field_patterns.h"
+#include "loader/loader_fields.h"
 #include "loader/loader_state.h"
 #include "pipeline/cores.h"
 #include "pipeline/pipeline.h"
@@ -161,6 +161,28 @@ struct Loader::Impl {
     runner = std::make_unique<pipeline::Pipeline>(threads);
     source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
     source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
+  }
+
+  // One engine per backend (ring, pread pool), all over the same files.
+  absl::Status add_engines(const LoaderOptions& o, const pipeline::MachineDefaults& machine, bool tune_engines) {
+    uint32_t n_engines = o.io_engines;
+    if (n_engines == 0) n_engines = o.io_factory ? 1 : machine.io_engines;
+    if (tune_engines) n_engines = std::max(n_engines, std::min(16u, pipeline::process_cores()));  // the most it may use
+    n_engines = std::max(1u, n_engines);
+    const uint64_t max_piece = o.coalesce.enabled ? o.coalesce.max_read : 0;
+    // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
+    const uint64_t split_above = o.io.direct ? 0 : o.coalesce.split_above;
+    engines.set_spread_always(o.tuning.io_spread_always);
+    for (uint32_t k = 0; k < n_engines; ++k) {
+      DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
+                              o.io_factory ? o.io_factory(files, o.io) : make_io_backend(files, o.io));
+      if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
+      if (o.io_factory) backend = make_checked_backend(std::move(backend), files);
+      if (resident) backend = detail::make_resident_backend(std::move(backend), resident);
+      engines.add(std::make_unique<detail::IoEngine>(std::move(backend), counters.get(), max_piece, k, split_above,
+                                                     o.coalesce.split_piece, o.coalesce.split_piece_cold));
+    }
+    return absl::OkStatus();
   }
 
   // The autotuner over what the options left to the machine (after build_stages).
@@ -346,72 +368,15 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   } else if (options.prefetch != "auto") {
     DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
   }
-  std::vector<std::string> names = options.fields;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("loader: field '", names[i], "' is named twice in fields; name each field once"));
-    }
-  }
-  if (names.empty()) {
-    const FileFormat f = options.format.format;
-    names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
-  }
-  std::vector<detail::FieldEntry> entries;
-  for (const std::string& entry : names) {
-    DLFEED_ASSIGN_OR_RETURN(detail::FieldEntry field, detail::parse_field_entry(entry));
-    const std::string& name = field.name;
-    FormatOptions fo = options.format;
-    fo.name = field.pattern.empty() ? name : options.format.name;  // a pattern names files, not a member
-    fo.file_pattern = field.pattern;
-    if (!name.empty() && field.pattern.empty()) fo.feature = name;
-    counters::Span open_span(&cnt, counters::kOpenSpan);
-    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
-                                                                  : open_dataset(options.paths, fo));
-    DLFEED_RETURN_IF_ERROR(idx.check());
-    open_span.args(impl->indices.size(), idx.num_files());
-    open_span.end();
-    if (!impl->indices.empty()) {
-      const SampleIndex& first = impl->indices[0];
-      for (size_t k = 0; k < entries.size(); ++k) {  // the first field of a pattern pairs with every other
-        if (entries[k].pattern.empty()) continue;
-        DLFEED_RETURN_IF_ERROR(detail::check_paired(impl->indices[k], entries[k], idx, field));
-        break;
-      }
-      if (idx.file_begin != first.file_begin) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
-            impl->field_names[0], "' has ", first.size(), " in ", first.num_files(),
-            "; every field needs the same samples per file (", name, ": ", samples_per_file_str(idx), "; ",
-            impl->field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
-      }
-    }
-    impl->field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
-    DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, impl->field_names.back(), options.ragged));
-    impl->field_specs.push_back(std::move(spec));
-    impl->indices.push_back(std::move(idx));
-    entries.push_back(std::move(field));
-  }
+  DLFEED_RETURN_IF_ERROR(detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices));
   impl->layout = FileLayout::of(impl->indices[0]);
   FileTableOptions fto;
   fto.max_open = options.max_open_files;
   fto.direct = options.io.direct;
   impl->files = std::make_shared<FileTable>(fto);
-  std::vector<std::string> file_names;
   impl->files->reserve(impl->indices[0].num_files());
-  for (const SampleIndex& idx : impl->indices) {
-    std::vector<uint32_t> ids;
-    const bool identified = idx.has_identities();  // then no stat per file (an MPI rank given the index)
-    for (size_t f = 0; f < idx.files.size(); ++f) {
-      const std::string& path = idx.files[f];
-      ids.push_back(identified ? impl->files->add(path, idx.identities[f]) : impl->files->add(path));
-      if (file_names.size() <= ids.back()) file_names.resize(ids.back() + 1);
-      file_names[ids.back()] = path;
-    }
-    impl->file_ids.push_back(std::move(ids));
-  }
-  cnt.set_file_names(file_names);
-  impl->file_names = std::move(file_names);
+  detail::add_files(impl->indices, *impl->files, impl->file_ids, impl->file_names);
+  cnt.set_file_names(impl->file_names);
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
@@ -433,26 +398,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                                   impl->counters.get()));
   impl->unpacked = std::move(unpack.files);
   impl->unpacked_reason = std::move(unpack.reason);
-  // One engine per backend (ring, pread pool), all over the same files.
-  uint32_t n_engines = options.io_engines;
-  if (n_engines == 0) n_engines = options.io_factory ? 1 : machine.io_engines;
-  if (tune_engines) n_engines = std::max(n_engines, std::min(16u, pipeline::process_cores()));  // the most it may use
-  n_engines = std::max(1u, n_engines);
-  const uint64_t max_piece = options.coalesce.enabled ? options.coalesce.max_read : 0;
-  // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
-  const uint64_t split_above = options.io.direct ? 0 : options.coalesce.split_above;
-  impl->engines.set_spread_always(options.tuning.io_spread_always);
-  for (uint32_t k = 0; k < n_engines; ++k) {
-    DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, options.io_factory
-                                                                    ? options.io_factory(impl->files, options.io)
-                                                                    : make_io_backend(impl->files, options.io));
-    if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
-    if (options.io_factory) backend = make_checked_backend(std::move(backend), impl->files);
-    if (impl->resident) backend = detail::make_resident_backend(std::move(backend), impl->resident);
-    impl->engines.add(std::make_unique<detail::IoEngine>(std::move(backend), impl->counters.get(), max_piece, k,
-                                                         split_above, options.coalesce.split_piece,
-                                                         options.coalesce.split_piece_cold));
-  }
+  DLFEED_RETURN_IF_ERROR(impl->add_engines(options, machine, tune_engines));
   // The look-ahead may block; decode needs a thread too.
   const uint32_t threads = std::max(2u, options.threads ? options.threads : machine.threads);
   // Validate the order options now rather than at the first epoch; the

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "loader/loader_fields.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "dlfeed/error.h"
+#include "dlfeed/format/format.h"
+#include "index/field_patterns.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+
+absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, std::vector<std::string>& field_names,
+                         std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices) {
+  std::vector<std::string> names = options.fields;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader: field '", names[i], "' is named twice in fields; name each field once"));
+    }
+  }
+  if (names.empty()) {
+    const FileFormat f = options.format.format;
+    names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
+  }
+  std::vector<FieldEntry> entries;
+  for (const std::string& entry : names) {
+    DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
+    const std::string& name = field.name;
+    FormatOptions fo = options.format;
+    fo.name = field.pattern.empty() ? name : options.format.name;  // a pattern names files, not a member
+    fo.file_pattern = field.pattern;
+    if (!name.empty() && field.pattern.empty()) fo.feature = name;
+    counters::Span open_span(&cnt, counters::kOpenSpan);
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
+                                                                  : open_dataset(options.paths, fo));
+    DLFEED_RETURN_IF_ERROR(idx.check());
+    open_span.args(indices.size(), idx.num_files());
+    open_span.end();
+    if (!indices.empty()) {
+      const SampleIndex& first = indices[0];
+      for (size_t k = 0; k < entries.size(); ++k) {  // the first field of a pattern pairs with every other
+        if (entries[k].pattern.empty()) continue;
+        DLFEED_RETURN_IF_ERROR(check_paired(indices[k], entries[k], idx, field));
+        break;
+      }
+      if (idx.file_begin != first.file_begin) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
+            field_names[0], "' has ", first.size(), " in ", first.num_files(),
+            "; every field needs the same samples per file (", name, ": ", samples_per_file_str(idx), "; ",
+            field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
+      }
+    }
+    field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
+    DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, field_names.back(), options.ragged));
+    field_specs.push_back(std::move(spec));
+    indices.push_back(std::move(idx));
+    entries.push_back(std::move(field));
+  }
+  return absl::OkStatus();
+}
+
+void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,
+               std::vector<std::string>& file_names) {
+  for (const SampleIndex& idx : indices) {
+    std::vector<uint32_t> ids;
+    const bool identified = idx.has_identities();  // then no stat per file (an MPI rank given the index)
+    for (size_t f = 0; f < idx.files.size(); ++f) {
+      const std::string& path = idx.files[f];
+      ids.push_back(identified ? files.add(path, idx.identities[f]) : files.add(path));
+      if (file_names.size() <= ids.back()) file_names.resize(ids.back() + 1);
+      file_names[ids.back()] = path;
+    }
+    file_ids.push_back(std::move(ids));
+  }
+}
+
+}  // namespace dlfeed::inline DLFEED_ABI::detail

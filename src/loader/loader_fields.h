@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private: the first part of Loader::create, before the I/O engines and the
+// stages: each field's index opened, and every field's files in one FileTable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dlfeed/counters/counters.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/loader.h"
+#include "dlfeed/sample.h"
+
+namespace dlfeed::inline DLFEED_ABI::detail {
+
+/// Opens the index of each field options.fields names (none: the one field
+/// options.format names), checks that the fields pair sample for sample, and
+/// appends each field's name, spec and index to `field_names`, `field_specs`
+/// and `indices`.
+absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, std::vector<std::string>& field_names,
+                         std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices);
+
+/// Adds every field's files to `files`: appends to `file_ids` each field's
+/// FileTable ids (per file), and sets `file_names[id]` to id's path.
+void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,
+               std::vector<std::string>& file_names);
+
+}  // namespace dlfeed::inline DLFEED_ABI::detail
