@@ -89,6 +89,35 @@ void Decoder::decode(Work& w) const {
   decode_reads(w);
 }
 
+namespace {
+
+// Field f of a strided batch: read straight into place, all of one shape,
+// nothing to decode.
+void take_strided(Work& w, size_t f, const SampleIndex& idx, BatchField& out, ByteBuffer& store) {
+  const size_t n = w.ids.size();
+  out.offsets = std::move(w.out_offsets[f]);
+  store = std::move(w.out[f]);
+  auto spec = idx.sources.front()->sample_spec();
+  out.sample_shapes.assign(n, spec->second);
+  out.dtype = spec->first;
+  out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+  out.shape.assign(1, static_cast<int64_t>(n));
+  out.shape.insert(out.shape.end(), spec->second.begin(), spec->second.end());
+}
+
+// A decoded field's bytes, and its shape when every sample has the same.
+void set_bytes_and_shape(BatchField& out, const ByteBuffer& store, size_t n) {
+  out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
+  bool uniform = n > 0;
+  for (size_t i = 1; i < n && uniform; ++i) uniform = out.sample_shapes[i] == out.sample_shapes[0];
+  if (uniform) {
+    out.shape.push_back(static_cast<int64_t>(n));
+    for (int64_t d : out.sample_shapes[0]) out.shape.push_back(d);
+  }
+}
+
+}  // namespace
+
 void Decoder::decode_reads(Work& w) const {
   const size_t n = w.ids.size(), F = indices_.size();
   auto batch = std::make_shared<Batch>();
@@ -101,7 +130,6 @@ void Decoder::decode_reads(Work& w) const {
   for (size_t f = 0; f < F && w.error.ok(); ++f) {
     BatchField& out = batch->fields[f];
     out.name = field_names_[f];
-    const SampleIndex& idx = indices_[f];
     // Sizes known before decode (every dimension of every sample): decode in
     // parallel straight into place. Otherwise in order, appending.
     const bool known = w.known[f];
@@ -109,78 +137,15 @@ void Decoder::decode_reads(Work& w) const {
     out.sample_shapes.resize(n);
     ByteBuffer& store = batch->storage[f];
     if (w.strided) {
-      // Read straight into place, all of one shape: nothing to decode.
-      out.offsets = std::move(w.out_offsets[f]);
-      store = std::move(w.out[f]);
-      auto spec = idx.sources.front()->sample_spec();
-      out.sample_shapes.assign(n, spec->second);
-      out.dtype = spec->first;
-      out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
-      out.shape.assign(1, static_cast<int64_t>(n));
-      out.shape.insert(out.shape.end(), spec->second.begin(), spec->second.end());
+      take_strided(w, f, indices_[f], out, store);
       continue;
     } else if (known) {
-      out.offsets = std::move(w.out_offsets[f]);
-      store = std::move(w.out[f]);
-      std::vector<absl::Status> errs(n);
-      auto one = [&](size_t i) {
-        tsan_handshake();
-        struct End {
-          ~End() { tsan_handshake(); }
-        } end;
-        const SampleRef& ref = w.refs[i * F + f];
-        counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
-        if (w.direct[i * F + f] && (!is_split(w, i * F + f) || split_in_place(w, i * F + f))) {
-          out.sample_shapes[i] = ref.shape;
-          return;
-        }
-        thread_local ByteBuffer tmp;
-        thread_local std::vector<std::byte> scratch;
-        auto d = decode_one(w, i, f, tmp, scratch);
-        if (!d.ok()) {
-          errs[i] = d.status();
-          return;
-        }
-        const uint64_t want = out.offsets[i + 1] - out.offsets[i];
-        if (d->bytes.size() != want) {
-          errs[i] =
-              format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
-                           absl::StrCat(want, " decoded bytes for sample ", ref.item), absl::StrCat(d->bytes.size()));
-          return;
-        }
-        if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
-        out.sample_shapes[i] = d->shape;
-      };
-      size_t to_decode = 0;
-      for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
-      if (to_decode >= 8) {
-        tsan_handshake();
-        // Isolated: while this thread waits for the loop's last samples it
-        // runs only the loop's own tasks, not another batch's decode (queued
-        // in the same arena), which would hold this batch until it ended.
-        tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
-        tsan_handshake();
-      } else {
-        for (size_t i = 0; i < n; ++i) one(i);
-      }
-      for (size_t i = 0; i < n; ++i) {
-        if (!errs[i].ok()) {
-          w.error = errs[i];
-          break;
-        }
-      }
-      out.dtype = n ? w.refs[f].dtype : DType{};
+      decode_known(w, f, out, store);
     } else {
       decode_unknown(w, f, out, store);
     }
     if (!w.error.ok()) break;
-    out.bytes = std::span<const std::byte>(store.data(), out.offsets[n]);
-    bool uniform = n > 0;
-    for (size_t i = 1; i < n && uniform; ++i) uniform = out.sample_shapes[i] == out.sample_shapes[0];
-    if (uniform) {
-      out.shape.push_back(static_cast<int64_t>(n));
-      for (int64_t d : out.sample_shapes[0]) out.shape.push_back(d);
-    }
+    set_bytes_and_shape(out, store, n);
   }
   pool_->give(std::move(w.raw));
   if (!w.error.ok()) {
@@ -188,6 +153,60 @@ void Decoder::decode_reads(Work& w) const {
     return;
   }
   w.batch = std::move(batch);
+}
+
+void Decoder::decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
+  const size_t n = w.ids.size(), F = indices_.size();
+  const SampleIndex& idx = indices_[f];
+  out.offsets = std::move(w.out_offsets[f]);
+  store = std::move(w.out[f]);
+  std::vector<absl::Status> errs(n);
+  auto one = [&](size_t i) {
+    tsan_handshake();
+    struct End {
+      ~End() { tsan_handshake(); }
+    } end;
+    const SampleRef& ref = w.refs[i * F + f];
+    counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
+    if (w.direct[i * F + f] && (!is_split(w, i * F + f) || split_in_place(w, i * F + f))) {
+      out.sample_shapes[i] = ref.shape;
+      return;
+    }
+    thread_local ByteBuffer tmp;
+    thread_local std::vector<std::byte> scratch;
+    auto d = decode_one(w, i, f, tmp, scratch);
+    if (!d.ok()) {
+      errs[i] = d.status();
+      return;
+    }
+    const uint64_t want = out.offsets[i + 1] - out.offsets[i];
+    if (d->bytes.size() != want) {
+      errs[i] = format_error(idx.files[ref.file], ref.extents.empty() ? 0 : ref.extents[0].offset,
+                             absl::StrCat(want, " decoded bytes for sample ", ref.item), absl::StrCat(d->bytes.size()));
+      return;
+    }
+    if (want) std::memcpy(store.data() + out.offsets[i], d->bytes.data(), want);
+    out.sample_shapes[i] = d->shape;
+  };
+  size_t to_decode = 0;
+  for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
+  if (to_decode >= 8) {
+    tsan_handshake();
+    // Isolated: while this thread waits for the loop's last samples it
+    // runs only the loop's own tasks, not another batch's decode (queued
+    // in the same arena), which would hold this batch until it ended.
+    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
+    tsan_handshake();
+  } else {
+    for (size_t i = 0; i < n; ++i) one(i);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!errs[i].ok()) {
+      w.error = errs[i];
+      break;
+    }
+  }
+  out.dtype = n ? w.refs[f].dtype : DType{};
 }
 
 void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
@@ -235,7 +254,7 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
     for (size_t i = 0; i < n; ++i) one(i);
   } else {
     tsan_handshake();
-    // Isolated, as decode_reads' loop: no other pipeline task on this stack.
+    // Isolated, as decode_known's loop: no other pipeline task on this stack.
     tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
     tsan_handshake();
   }

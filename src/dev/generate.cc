@@ -87,18 +87,16 @@ std::string dlio_file_name(const std::string& prefix, uint64_t i, uint64_t n, co
   return absl::StrFormat("%s_%0*d_of_%d.%s", prefix, width, i, n, ext);
 }
 
-absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) {
-  if (spec.format == FileFormat::kAuto) return absl::InvalidArgumentError("generate: choose a format");
-  if (spec.samples_per_file == 0 || spec.files == 0) {
-    return absl::InvalidArgumentError("generate: files and samples per file must be at least 1");
-  }
-  std::vector<std::string> written;
-  const std::string ext = extension(spec.format);
-  struct Split {
-    std::string name;
-    uint64_t count;
-    uint64_t first_file;
-  };
+namespace {
+
+// One folder of the dataset: DLIO's train/ or valid/, or the flat one.
+struct Split {
+  std::string name;
+  uint64_t count;
+  uint64_t first_file;
+};
+
+std::vector<Split> splits_of(const DatasetSpec& spec) {
   std::vector<Split> splits;
   if (spec.dlio_layout) {
     splits.push_back({"train", spec.files, 0});
@@ -106,7 +104,79 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
   } else {
     splits.push_back({"", spec.files, 0});
   }
-  for (const Split& split : splits) {
+  return splits;
+}
+
+// File i of `split`, its samples and how to write them, but no format's names.
+FileSpec file_spec_of(const DatasetSpec& spec, const Split& split, uint64_t i, const fs::path& path) {
+  FileSpec f;
+  f.path = path.string();
+  f.sample_shape = spec.sample_shape;
+  f.dtype = spec.dtype;
+  f.num_samples = spec.samples_per_file;
+  f.first_global_id = (split.first_file + i) * spec.samples_per_file;
+  f.seed = spec.seed;
+  f.compression = spec.compression;
+  f.level = spec.level;
+  f.chunk_samples = spec.chunk_samples;
+  f.hdf5_shuffle = spec.hdf5_shuffle;
+  f.zero_labels = spec.dlio_layout;
+  f.axis = spec.dlio_layout ? SampleAxis::kLast : SampleAxis::kFirst;
+  return f;
+}
+
+// Writes `f` (named `name` in `split`) in spec.format, with that format's
+// dataset names and, for TFRecord, its index file.
+absl::Status write_one(const DatasetSpec& spec, const Split& split, const std::string& name, FileSpec& f) {
+  std::error_code ec;
+  absl::Status st;
+  switch (spec.format) {
+    case FileFormat::kNpy: st = write_npy_file(f); break;
+    case FileFormat::kNpz:
+      f.data_names = {"x"};
+      f.label_name = "y";
+      st = write_npz_file(f);
+      break;
+    case FileFormat::kHdf5:
+      f.axis = SampleAxis::kFirst;
+      f.data_names.clear();
+      if (spec.dlio_layout) {
+        for (uint64_t d = 0; d < std::max<uint64_t>(1, spec.hdf5_datasets); ++d) {
+          f.data_names.push_back(absl::StrCat("records_", d));
+        }
+      } else {
+        f.data_names.push_back("records");
+      }
+      f.label_name = "labels";
+      st = write_hdf5_file(f);
+      break;
+    case FileFormat::kTfRecord:
+      if (spec.dlio_layout) {
+        const fs::path idx_dir = fs::path(spec.dir) / "index" / split.name;
+        fs::create_directories(idx_dir, ec);
+        if (ec) return io_error(idx_dir.string(), "mkdir", ec.value());
+        f.index_path = (idx_dir / (name + ".idx")).string();
+      } else {
+        f.index_path = f.path + ".idx";
+      }
+      st = write_tfrecord_file(f);
+      break;
+    case FileFormat::kIndexedBinary: st = write_indexed_binary_file(f); break;
+    case FileFormat::kAuto: break;
+  }
+  return st;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) {
+  if (spec.format == FileFormat::kAuto) return absl::InvalidArgumentError("generate: choose a format");
+  if (spec.samples_per_file == 0 || spec.files == 0) {
+    return absl::InvalidArgumentError("generate: files and samples per file must be at least 1");
+  }
+  std::vector<std::string> written;
+  const std::string ext = extension(spec.format);
+  for (const Split& split : splits_of(spec)) {
     const fs::path folder = split.name.empty() ? fs::path(spec.dir) : fs::path(spec.dir) / split.name;
     std::error_code ec;
     fs::create_directories(folder, ec);
@@ -118,55 +188,8 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
           spec.dlio_layout
               ? dlio_file_name(spec.prefix, i, split.count, ext)
               : absl::StrFormat("%s_%0*d.%s", spec.prefix, static_cast<int>(absl::StrCat(split.count).size()), i, ext);
-      FileSpec f;
-      f.path = (folder / name).string();
-      f.sample_shape = spec.sample_shape;
-      f.dtype = spec.dtype;
-      f.num_samples = spec.samples_per_file;
-      f.first_global_id = (split.first_file + i) * spec.samples_per_file;
-      f.seed = spec.seed;
-      f.compression = spec.compression;
-      f.level = spec.level;
-      f.chunk_samples = spec.chunk_samples;
-      f.hdf5_shuffle = spec.hdf5_shuffle;
-      f.zero_labels = spec.dlio_layout;
-      f.axis = spec.dlio_layout ? SampleAxis::kLast : SampleAxis::kFirst;
-      absl::Status st;
-      switch (spec.format) {
-        case FileFormat::kNpy: st = write_npy_file(f); break;
-        case FileFormat::kNpz:
-          f.data_names = {"x"};
-          f.label_name = "y";
-          st = write_npz_file(f);
-          break;
-        case FileFormat::kHdf5:
-          f.axis = SampleAxis::kFirst;
-          f.data_names.clear();
-          if (spec.dlio_layout) {
-            for (uint64_t d = 0; d < std::max<uint64_t>(1, spec.hdf5_datasets); ++d) {
-              f.data_names.push_back(absl::StrCat("records_", d));
-            }
-          } else {
-            f.data_names.push_back("records");
-          }
-          f.label_name = "labels";
-          st = write_hdf5_file(f);
-          break;
-        case FileFormat::kTfRecord:
-          if (spec.dlio_layout) {
-            const fs::path idx_dir = fs::path(spec.dir) / "index" / split.name;
-            fs::create_directories(idx_dir, ec);
-            if (ec) return io_error(idx_dir.string(), "mkdir", ec.value());
-            f.index_path = (idx_dir / (name + ".idx")).string();
-          } else {
-            f.index_path = f.path + ".idx";
-          }
-          st = write_tfrecord_file(f);
-          break;
-        case FileFormat::kIndexedBinary: st = write_indexed_binary_file(f); break;
-        case FileFormat::kAuto: break;
-      }
-      DLFEED_RETURN_IF_ERROR(st);
+      FileSpec f = file_spec_of(spec, split, i, folder / name);
+      DLFEED_RETURN_IF_ERROR(write_one(spec, split, name, f));
       written.push_back(f.path);
     }
   }

@@ -28,10 +28,8 @@ using detail::h5::make_type;
 using detail::h5::write_failed;
 using detail::h5::write_rows;
 
-}  // namespace
-
-absl::Status write_hdf5_file(const FileSpec& spec) {
-  if (spec.data_names.empty()) return absl::InvalidArgumentError(spec.path + ": no dataset names to write");
+// Elements per sample: the product of spec.sample_shape, every dimension known.
+absl::StatusOr<uint64_t> sample_elements(const FileSpec& spec) {
   uint64_t sample_elems = 1;
   for (int64_t d : spec.sample_shape) {
     if (d < 0)
@@ -42,7 +40,34 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
           absl::StrCat(spec.path, ": sample shape ", shape_str(spec.sample_shape), " too large"));
     }
   }
-  const uint64_t sample_bytes = sample_elems * spec.dtype.size;
+  return sample_elems;
+}
+
+// The labels dataset spec.label_name of `file`: int64, one per sample (H5Lock held).
+absl::Status write_labels(const FileSpec& spec, hid_t file) {
+  const uint64_t n = spec.num_samples;
+  std::vector<int64_t> labels(n, 0);
+  if (!spec.zero_labels) {
+    for (uint64_t k = 0; k < n; ++k) labels[k] = sample_label(spec.first_global_id + k);
+  }
+  hsize_t ldim = n;
+  Hid lspace(H5Screate_simple(1, &ldim, nullptr), H5Sclose);
+  Hid ltype(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+  Hid ldset(create_dataset(file, spec.label_name, ltype.get(), lspace.get(), H5P_DEFAULT), H5Dclose);
+  if (!ldset.ok()) return write_failed(spec.path, absl::StrCat("creating dataset '", spec.label_name, "'"));
+  if (n > 0 && H5Dwrite(ldset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) < 0) {
+    return write_failed(spec.path, absl::StrCat("writing '", spec.label_name, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status write_hdf5_file(const FileSpec& spec) {
+  if (spec.data_names.empty()) return absl::InvalidArgumentError(spec.path + ": no dataset names to write");
+  const absl::StatusOr<uint64_t> sample_elems = sample_elements(spec);
+  if (!sample_elems.ok()) return sample_elems.status();
+  const uint64_t sample_bytes = *sample_elems * spec.dtype.size;
   const uint64_t n = spec.num_samples;
   std::vector<hsize_t> dims{n};
   for (int64_t d : spec.sample_shape) dims.push_back(static_cast<hsize_t>(d));
@@ -95,20 +120,7 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
     }
   }
 
-  if (!spec.label_name.empty()) {
-    std::vector<int64_t> labels(n, 0);
-    if (!spec.zero_labels) {
-      for (uint64_t k = 0; k < n; ++k) labels[k] = sample_label(spec.first_global_id + k);
-    }
-    hsize_t ldim = n;
-    Hid lspace(H5Screate_simple(1, &ldim, nullptr), H5Sclose);
-    Hid ltype(H5Tcopy(H5T_STD_I64LE), H5Tclose);
-    Hid ldset(create_dataset(file.get(), spec.label_name, ltype.get(), lspace.get(), H5P_DEFAULT), H5Dclose);
-    if (!ldset.ok()) return write_failed(spec.path, absl::StrCat("creating dataset '", spec.label_name, "'"));
-    if (n > 0 && H5Dwrite(ldset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) < 0) {
-      return write_failed(spec.path, absl::StrCat("writing '", spec.label_name, "'"));
-    }
-  }
+  if (!spec.label_name.empty()) DLFEED_RETURN_IF_ERROR(write_labels(spec, file.get()));
   if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) return write_failed(spec.path, "flushing the file");
   return absl::OkStatus();
 }

@@ -206,15 +206,12 @@ void Planner::plan_strided(Work& w) {
   w.ticket->bytes = out_bytes;
 }
 
-void Planner::plan(Work& w) {
-  if (copies_only()) {
-    plan_strided(w);
-    return;
-  }
-  const size_t n = w.ids.size(), F = indices_.size();
-  std::vector<prefetch::ExtentRef>& ext = ext_scratch_;
-  ext.clear();
-  uint64_t direct_extents = 0;
+namespace {
+
+// Sets `w` up for planning its ids: every sample's SampleRef per field, and
+// each field's output offsets when every dimension of every sample is known.
+void ref_samples(const std::vector<SampleIndex>& indices, Work& w) {
+  const size_t n = w.ids.size(), F = indices.size();
   w.piece_begin.resize(n * F + 1);
   w.known.assign(F, 1);
   w.out_offsets.assign(F, {});
@@ -226,7 +223,7 @@ void Planner::plan(Work& w) {
   w.splits.clear();
   w.refs.resize(n * F);
   for (size_t i = 0; i < n; ++i) {
-    for (size_t f = 0; f < F; ++f) indices_[f].ref(w.ids[i], w.refs[i * F + f]);
+    for (size_t f = 0; f < F; ++f) indices[f].ref(w.ids[i], w.refs[i * F + f]);
   }
   for (size_t f = 0; f < F; ++f) {
     for (size_t i = 0; i < n && w.known[f]; ++i) {
@@ -238,6 +235,20 @@ void Planner::plan(Work& w) {
     off[0] = 0;
     for (size_t i = 0; i < n; ++i) off[i + 1] = off[i] + w.refs[i * F + f].nbytes();
   }
+}
+
+}  // namespace
+
+void Planner::plan(Work& w) {
+  if (copies_only()) {
+    plan_strided(w);
+    return;
+  }
+  const size_t n = w.ids.size(), F = indices_.size();
+  std::vector<prefetch::ExtentRef>& ext = ext_scratch_;
+  ext.clear();
+  uint64_t direct_extents = 0;
+  ref_samples(indices_, w);
   gap_ = batch_gap(w);
   std::vector<uint8_t>& raw_ok = direct_scratch_;
   choose_direct(w, raw_ok);
