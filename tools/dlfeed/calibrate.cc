@@ -46,12 +46,12 @@ absl::StatusOr<uint64_t> evict_all(const SampleIndex& index) {
   return resident;
 }
 
-/// The dataset's paths, format options and fields from --workload or the
-/// PATH arguments; false (with the message printed) on a usage error.
+/// The dataset's paths and format options from --workload or the PATH
+/// arguments (and its fields when --fields names none); false (with the
+/// message printed) on a usage error.
 bool resolve_dataset(const std::vector<std::string>& args, std::vector<std::string>* paths, FormatOptions* fo,
                      std::vector<std::string>* fields) {
   *paths = args;
-  *fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
   if (workload_given()) {
     if (!args.empty()) {
       std::fprintf(stderr, "dlfeed calibrate: give either --workload or dataset paths, not both\n");
@@ -178,7 +178,7 @@ void report_and_write(const Calibration& c, const std::string& out) {
 int run_calibrate(const std::vector<std::string>& args) {
   std::vector<std::string> paths;
   FormatOptions fo;
-  std::vector<std::string> fields;
+  std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
   if (!resolve_dataset(args, &paths, &fo, &fields)) return 2;
   const SampleIndex index = value_or_throw(open_dataset(paths, fo));
   if (absl::GetFlag(FLAGS_evict_only)) {
