@@ -194,9 +194,8 @@ py::object dlpack_method(const TensorView& v, const py::object& stream, const py
   return to_dlpack(v);
 }
 
-}  // namespace
-
-void bind_batch(py::module_& m) {
+/// dlfeed.Tensor: one field of a batch (or one sample of a ragged field), with numpy and DLPack.
+void bind_tensor(py::module_& m) {
   py::class_<TensorView>(m, "Tensor",
                          "One field of a batch (or one sample of a ragged field), in the batch's memory. "
                          "Implements __dlpack__/__dlpack_device__ (zero copy) and numpy().")
@@ -217,11 +216,11 @@ void bind_batch(py::module_& m) {
       .def("__repr__", [](const TensorView& t) {
         return "<dlfeed.Tensor '" + t.name + "' " + shape_str(t.shape) + " " + t.dtype.name() + ">";
       });
+}
 
-  py::class_<PyBatch>(m, "Batch",
-                      "One batch: sample ids and fields. batch['x'] is a numpy array sharing the batch's "
-                      "memory (a list of arrays for a ragged field); batch.tensor('x') supports DLPack.")
-      .def_property_readonly("epoch", [](const PyBatch& b) { return b.batch->epoch; })
+/// A batch's place in the epoch, its sample ids and size.
+void bind_batch_info(py::class_<PyBatch>& cls) {
+  cls.def_property_readonly("epoch", [](const PyBatch& b) { return b.batch->epoch; })
       .def_property_readonly(
           "index", [](const PyBatch& b) { return b.batch->index; }, "Batch number within the epoch (for this rank).")
       .def_property_readonly("position", [](const PyBatch& b) { return b.batch->position; })
@@ -233,13 +232,17 @@ void bind_batch(py::module_& m) {
             return py::array_t<uint64_t>(static_cast<py::ssize_t>(ids.size()), ids.data());
           },
           "Global sample ids, in batch order (numpy uint64, a copy).")
-      .def_property_readonly("nbytes", [](const PyBatch& b) { return b.batch->nbytes(); })
-      .def("keys",
-           [](const PyBatch& b) {
-             py::list l;
-             for (const auto& f : b.batch->fields) l.append(f.name);
-             return l;
-           })
+      .def_property_readonly("nbytes", [](const PyBatch& b) { return b.batch->nbytes(); });
+}
+
+/// A batch's fields by name or position: as numpy arrays or dlfeed.Tensors.
+void bind_batch_fields(py::class_<PyBatch>& cls) {
+  cls.def("keys",
+          [](const PyBatch& b) {
+            py::list l;
+            for (const auto& f : b.batch->fields) l.append(f.name);
+            return l;
+          })
       .def(
           "__len__", [](const PyBatch& b) { return b.batch->size(); }, "Number of samples.")
       .def("__contains__", [](const PyBatch& b, const std::string& name) { return b.batch->field(name) != nullptr; })
@@ -267,20 +270,24 @@ void bind_batch(py::module_& m) {
             for (auto& v : vs) l.append(py::cast(std::move(v)));
             return l;
           },
-          "The field as a dlfeed.Tensor (DLPack); ragged: a list of one per sample.")
-      .def(
-          "__dlpack__",
-          [](const PyBatch& b, const py::object& stream, const py::object& max_version, const py::object& dl_device,
-             const py::object& copy) {
-            if (b.batch->fields.size() != 1 || b.batch->fields[0].ragged()) {
-              throw py::buffer_error(
-                  "a batch is one DLPack tensor only when it has one uniform field; use "
-                  "batch.tensor(name)");
-            }
-            return dlpack_method(views(b, 0)[0], stream, max_version, dl_device, copy);
-          },
-          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+          "The field as a dlfeed.Tensor (DLPack); ragged: a list of one per sample.");
+}
+
+/// DLPack and numpy's array protocol for a batch of one uniform field, and repr.
+void bind_batch_protocols(py::class_<PyBatch>& cls) {
+  cls.def(
+         "__dlpack__",
+         [](const PyBatch& b, const py::object& stream, const py::object& max_version, const py::object& dl_device,
+            const py::object& copy) {
+           if (b.batch->fields.size() != 1 || b.batch->fields[0].ragged()) {
+             throw py::buffer_error(
+                 "a batch is one DLPack tensor only when it has one uniform field; use "
+                 "batch.tensor(name)");
+           }
+           return dlpack_method(views(b, 0)[0], stream, max_version, dl_device, copy);
+         },
+         py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+         py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const PyBatch&) { return py::make_tuple(int(kDLCPU), 0); })
       .def(
           "__array__",
@@ -301,6 +308,19 @@ void bind_batch(py::module_& m) {
           s += " " + f.name + (f.ragged() ? " ragged " : " " + shape_str(f.shape) + " ") + f.dtype.name();
         return s + ">";
       });
+}
+
+}  // namespace
+
+void bind_batch(py::module_& m) {
+  bind_tensor(m);
+
+  py::class_<PyBatch> cls(m, "Batch",
+                          "One batch: sample ids and fields. batch['x'] is a numpy array sharing the batch's "
+                          "memory (a list of arrays for a ragged field); batch.tensor('x') supports DLPack.");
+  bind_batch_info(cls);
+  bind_batch_fields(cls);
+  bind_batch_protocols(cls);
 }
 
 }  // namespace dlfeed::python

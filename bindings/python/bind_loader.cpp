@@ -36,71 +36,80 @@ struct PyLoader {
   }
 };
 
-}  // namespace
-
-void bind_loader(py::module_& m) {
-  py::class_<PyLoader>(m, "Loader", "The C++ loader (private: use dlfeed.Loader).")
-      .def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
-             auto self = std::make_unique<PyLoader>();
-             auto reshape = std::make_shared<Reshape>();
-             for (const auto& s : shapes) {
-               if (s) reshape->push_back(Shape(s->begin(), s->end()));
-               else reshape->push_back(std::nullopt);
-             }
-             self->reshape = std::move(reshape);
-             absl::StatusOr<std::unique_ptr<Loader>> made;
-             {
-               py::gil_scoped_release nogil;
-               made = Loader::create(options);
-             }
-             self->loader = unwrap(std::move(made));
-             return self;
-           }),
-           py::arg("options"), py::arg("shapes") = std::vector<std::optional<std::vector<int64_t>>>{})
-      .def(
-          "start_epoch",
-          [](PyLoader& self, uint64_t epoch, uint64_t position) {
-            Loader& l = self.get();
-            absl::Status st;
-            std::string state;
+/// Loader(options, shapes): the C++ loader, made with the GIL released.
+void bind_loader_create(py::class_<PyLoader>& cls) {
+  cls.def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
+            auto self = std::make_unique<PyLoader>();
+            auto reshape = std::make_shared<Reshape>();
+            for (const auto& s : shapes) {
+              if (s)
+                reshape->push_back(Shape(s->begin(), s->end()));
+              else
+                reshape->push_back(std::nullopt);
+            }
+            self->reshape = std::move(reshape);
+            absl::StatusOr<std::unique_ptr<Loader>> made;
             {
               py::gil_scoped_release nogil;
-              st = position == 0 ? l.start_epoch(epoch) : l.start_epoch_at(epoch, position);
-              state = l.state();
+              made = Loader::create(options);
             }
-            check(st);
-            // Batches left: all of them, or those after a restored position.
-            uint64_t done = 0;
-            auto decoded = order_state_of(state);
-            if (decoded.ok() && decoded->spec.epoch == epoch) {
-              uint64_t bs = l.options().batch_size;
-              done = (decoded->position + bs - 1) / bs;
-            }
-            uint64_t total = l.batches_per_epoch();
-            self.remaining = total > done ? total - done : 0;
-          },
-          py::arg("epoch"), py::arg("position") = 0)
+            self->loader = unwrap(std::move(made));
+            return self;
+          }),
+          py::arg("options"), py::arg("shapes") = std::vector<std::optional<std::vector<int64_t>>>{});
+}
+
+/// Running epochs: start_epoch, set_overlap_epochs and next.
+void bind_loader_epochs(py::class_<PyLoader>& cls) {
+  cls.def(
+         "start_epoch",
+         [](PyLoader& self, uint64_t epoch, uint64_t position) {
+           Loader& l = self.get();
+           absl::Status st;
+           std::string state;
+           {
+             py::gil_scoped_release nogil;
+             st = position == 0 ? l.start_epoch(epoch) : l.start_epoch_at(epoch, position);
+             state = l.state();
+           }
+           check(st);
+           // Batches left: all of them, or those after a restored position.
+           uint64_t done = 0;
+           auto decoded = order_state_of(state);
+           if (decoded.ok() && decoded->spec.epoch == epoch) {
+             uint64_t bs = l.options().batch_size;
+             done = (decoded->position + bs - 1) / bs;
+           }
+           uint64_t total = l.batches_per_epoch();
+           self.remaining = total > done ? total - done : 0;
+         },
+         py::arg("epoch"), py::arg("position") = 0)
       .def(
           "set_overlap_epochs", [](PyLoader& self, bool on) { self.get().set_overlap_epochs(on); }, py::arg("on"),
           "On: the pipeline reads the next epoch once this one is all read; start_epoch(next) adopts it.")
-      .def("next",
-           [](PyLoader& self) -> py::object {
-             Loader& l = self.get();
-             absl::StatusOr<std::shared_ptr<const Batch>> got;
-             {
-               py::gil_scoped_release nogil;
-               got = l.next();
-             }
-             std::shared_ptr<const Batch> b = unwrap(std::move(got));
-             if (!b) {
-               self.remaining = 0;
-               return py::none();
-             }
-             if (self.remaining > 0) --self.remaining;
-             return py::cast(PyBatch{std::move(b), self.reshape});
-           },
-           "The next batch of the running epoch, or None at its end.")
-      .def("state", [](PyLoader& self) { return py::bytes(self.get().state()); })
+      .def(
+          "next",
+          [](PyLoader& self) -> py::object {
+            Loader& l = self.get();
+            absl::StatusOr<std::shared_ptr<const Batch>> got;
+            {
+              py::gil_scoped_release nogil;
+              got = l.next();
+            }
+            std::shared_ptr<const Batch> b = unwrap(std::move(got));
+            if (!b) {
+              self.remaining = 0;
+              return py::none();
+            }
+            if (self.remaining > 0) --self.remaining;
+            return py::cast(PyBatch{std::move(b), self.reshape});
+          },
+          "The next batch of the running epoch, or None at its end.");
+}
+
+/// Checkpointing: state and restore.
+void bind_loader_state(py::class_<PyLoader>& cls) {
+  cls.def("state", [](PyLoader& self) { return py::bytes(self.get().state()); })
       .def(
           "restore",
           [](PyLoader& self, const py::bytes& state) {
@@ -113,8 +122,12 @@ void bind_loader(py::module_& m) {
             }
             check(st);
           },
-          py::arg("state"))
-      .def_property_readonly("num_samples", [](PyLoader& self) { return self.get().num_samples(); })
+          py::arg("state"));
+}
+
+/// The dataset's sizes, the fields, the options and the stats.
+void bind_loader_properties(py::class_<PyLoader>& cls) {
+  cls.def_property_readonly("num_samples", [](PyLoader& self) { return self.get().num_samples(); })
       .def_property_readonly("samples_per_epoch", [](PyLoader& self) { return self.get().samples_per_epoch(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& self) { return self.get().batches_per_epoch(); })
       .def_property_readonly(
@@ -123,10 +136,13 @@ void bind_loader(py::module_& m) {
           "mid-epoch restore; 0 at its end).")
       .def_property_readonly("field_names", [](PyLoader& self) { return self.get().field_names(); })
       .def_property_readonly("options", [](PyLoader& self) { return self.get().options(); })
-      .def("stats", [](PyLoader& self) { return self.get().stats(); })
-      // Counters (docs/counters.md): JSON snapshot, summary table, compute
-      // regions and steps for AU, traces.
-      .def("counters_json", [](PyLoader& self) { return self.get().counters_json(); })
+      .def("stats", [](PyLoader& self) { return self.get().stats(); });
+}
+
+/// Counters (docs/counters.md): JSON snapshot, summary table, compute
+/// regions and steps for AU, the device= path's h2d copies and waits, traces.
+void bind_loader_counters(py::class_<PyLoader>& cls) {
+  cls.def("counters_json", [](PyLoader& self) { return self.get().counters_json(); })
       .def("summary_table", [](PyLoader& self) { return self.get().counters_snapshot().summary_table(); })
       .def("reset_counters", [](PyLoader& self) { self.get().counters().reset(); })
       .def("mark_step", [](PyLoader& self) { self.get().counters().mark_step(); })
@@ -187,46 +203,67 @@ void bind_loader(py::module_& m) {
             }
             check(st);
           },
-          py::arg("path"), py::arg("format") = "chrome")
+          py::arg("path"), py::arg("format") = "chrome");
+}
+
+/// field_specs: each field's name, numpy descr and sample shape.
+void bind_loader_field_specs(py::class_<PyLoader>& cls) {
+  cls.def(
+      "field_specs",
+      [](PyLoader& self) {
+        // Per field: (name, numpy descr, sample shape with None where samples differ or
+        // are known only after decode), from the index (Loader::field_specs).
+        Loader& l = self.get();
+        py::list out;
+        const auto& names = l.field_names();
+        for (size_t f = 0; f < names.size(); ++f) {
+          const FieldSpec& spec = l.field_specs()[f];
+          std::optional<Shape> shape;
+          if (!spec.rank_varies) shape = spec.shape;
+          if (f < self.reshape->size() && (*self.reshape)[f]) shape = (*self.reshape)[f];
+          py::object shp = py::none();
+          if (shape) {
+            py::list dims;
+            for (int64_t d : *shape) dims.append(d < 0 ? py::object(py::none()) : py::object(py::int_(d)));
+            shp = py::tuple(dims);
+          }
+          out.append(py::make_tuple(names[f], spec.dtype.str(), shp));
+        }
+        return out;
+      },
+      "[(name, numpy descr, sample shape with None for unknown dims, or None)] per field");
+}
+
+/// close and _abandon (after fork()).
+void bind_loader_close(py::class_<PyLoader>& cls) {
+  cls.def(
+         "close",
+         [](PyLoader& self) {
+           if (self.pid != getpid()) {
+             (void)self.loader.release();  // its threads are the parent's: never join them
+             return;
+           }
+           std::unique_ptr<Loader> l = std::move(self.loader);
+           py::gil_scoped_release nogil;
+           l.reset();
+         },
+         "Stops the pipeline and joins its threads (batches already handed out stay valid).")
       .def(
-          "field_specs",
-          [](PyLoader& self) {
-            // Per field: (name, numpy descr, sample shape with None where samples differ or
-            // are known only after decode), from the index (Loader::field_specs).
-            Loader& l = self.get();
-            py::list out;
-            const auto& names = l.field_names();
-            for (size_t f = 0; f < names.size(); ++f) {
-              const FieldSpec& spec = l.field_specs()[f];
-              std::optional<Shape> shape;
-              if (!spec.rank_varies) shape = spec.shape;
-              if (f < self.reshape->size() && (*self.reshape)[f]) shape = (*self.reshape)[f];
-              py::object shp = py::none();
-              if (shape) {
-                py::list dims;
-                for (int64_t d : *shape) dims.append(d < 0 ? py::object(py::none()) : py::object(py::int_(d)));
-                shp = py::tuple(dims);
-              }
-              out.append(py::make_tuple(names[f], spec.dtype.str(), shp));
-            }
-            return out;
-          },
-          "[(name, numpy descr, sample shape with None for unknown dims, or None)] per field")
-      .def(
-          "close",
-          [](PyLoader& self) {
-            if (self.pid != getpid()) {
-              (void)self.loader.release();  // its threads are the parent's: never join them
-              return;
-            }
-            std::unique_ptr<Loader> l = std::move(self.loader);
-            py::gil_scoped_release nogil;
-            l.reset();
-          },
-          "Stops the pipeline and joins its threads (batches already handed out stay valid).")
-      .def("_abandon",
-           [](PyLoader& self) { (void)self.loader.release(); },
-           "After fork(): forget the parent's loader without joining threads that do not exist here.");
+          "_abandon", [](PyLoader& self) { (void)self.loader.release(); },
+          "After fork(): forget the parent's loader without joining threads that do not exist here.");
+}
+
+}  // namespace
+
+void bind_loader(py::module_& m) {
+  py::class_<PyLoader> cls(m, "Loader", "The C++ loader (private: use dlfeed.Loader).");
+  bind_loader_create(cls);
+  bind_loader_epochs(cls);
+  bind_loader_state(cls);
+  bind_loader_properties(cls);
+  bind_loader_counters(cls);
+  bind_loader_field_specs(cls);
+  bind_loader_close(cls);
 }
 
 }  // namespace dlfeed::python

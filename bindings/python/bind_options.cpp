@@ -186,7 +186,9 @@ void bind_io_options(py::module_& m) {
                      "The piece size of split_above while most reads miss the page cache (0: split_piece)");
 }
 
-void bind_loader_options(py::module_& m) {
+/// The structs LoaderOptions holds besides the I/O, order and format options:
+/// TraceOptions, StageOptions and LoaderTuning.
+void bind_loader_option_structs(py::module_& m) {
   describe<counters::TraceOptions>("TraceOptions");
   py::class_<counters::TraceOptions>(m, "TraceOptions", "Trace events of the counters (C++ counters::TraceOptions).")
       .def(py::init<>())
@@ -212,6 +214,10 @@ void bind_loader_options(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("io_spread_always", &LoaderTuning::io_spread_always,
                      "Send batches round all io_engines whatever their reads");
+}
+
+void bind_loader_options(py::module_& m) {
+  bind_loader_option_structs(m);
 
   describe<LoaderOptions>("LoaderOptions",
                           {{"io_factory", "a C++ callback making I/O backends"},

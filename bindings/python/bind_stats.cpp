@@ -101,9 +101,8 @@ class RecordClass {
   std::shared_ptr<Fields> fields_;
 };
 
-}  // namespace
-
-void bind_stats(py::module_& m) {
+/// StageStats: node-local staging so far, with files_read_staged beside it.
+void bind_stage_stats(py::module_& m) {
   RecordClass<StageView>(m, "StageStats", "Node-local staging so far (C++ staging::StageStats)")
       .field(
           "files", [](const StageView& v) { return v.s.files; }, "Given to the stager")
@@ -131,8 +130,11 @@ void bind_stats(py::module_& m) {
           "files_read_staged", [](const StageView& v) { return v.files_read_staged; },
           "Files read from staged copies (from the last start_epoch on)")
       .finish();
+}
 
-  RecordClass<LoaderStats>(m, "LoaderStats", "Totals since the loader was created (C++ LoaderStats; a snapshot)")
+/// LoaderStats' counts of what was delivered and read, and the I/O engines.
+void add_loader_traffic_fields(RecordClass<LoaderStats>& stats) {
+  stats
       .field(
           "batches", [](const LoaderStats& s) { return s.batches; }, "Delivered to the consumer")
       .field("samples", [](const LoaderStats& s) { return s.samples; })
@@ -160,7 +162,12 @@ void bind_stats(py::module_& m) {
           "I/O engines batches go to now (the autotuner may move it)")
       .field(
           "io_engines_made", [](const LoaderStats& s) { return s.io_engines_made; },
-          "I/O engines made at create (the most the autotuner may use)")
+          "I/O engines made at create (the most the autotuner may use)");
+}
+
+/// LoaderStats' autotuner, threads and cores, held memory, prefetch, route and staging.
+void add_loader_resource_fields(RecordClass<LoaderStats>& stats) {
+  stats
       .field(
           "autotune", [](const LoaderStats& s) { return s.autotune; }, "Whether the autotuner runs")
       .field(
@@ -196,8 +203,18 @@ void bind_stats(py::module_& m) {
           [](const LoaderStats& s) {
             return StageView{s.stage, s.files_read_staged};
           },
-          "Node-local staging")
-      .finish();
+          "Node-local staging");
+}
+
+}  // namespace
+
+void bind_stats(py::module_& m) {
+  bind_stage_stats(m);
+
+  RecordClass<LoaderStats> stats(m, "LoaderStats", "Totals since the loader was created (C++ LoaderStats; a snapshot)");
+  add_loader_traffic_fields(stats);
+  add_loader_resource_fields(stats);
+  stats.finish();
 }
 
 }  // namespace dlfeed::python

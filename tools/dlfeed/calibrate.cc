@@ -46,38 +46,38 @@ absl::StatusOr<uint64_t> evict_all(const SampleIndex& index) {
   return resident;
 }
 
-int run_calibrate(const std::vector<std::string>& args) {
-  std::vector<std::string> paths = args;
-  FormatOptions fo;
-  std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
+/// The dataset's paths and format options from --workload or the PATH
+/// arguments (and its fields when --fields names none); false (with the
+/// message printed) on a usage error.
+bool resolve_dataset(const std::vector<std::string>& args, std::vector<std::string>* paths, FormatOptions* fo,
+                     std::vector<std::string>* fields) {
+  *paths = args;
   if (workload_given()) {
     if (!args.empty()) {
       std::fprintf(stderr, "dlfeed calibrate: give either --workload or dataset paths, not both\n");
-      return 2;
+      return false;
     }
     const ScaledWorkload w = value_or_throw(workload_from_flags());
-    paths = {value_or_throw(workload_dataset_from_flags(w, false, &fo))};
-    if (fields.empty()) fields = w.base->fields;
+    *paths = {value_or_throw(workload_dataset_from_flags(w, false, fo))};
+    if (fields->empty()) *fields = w.base->fields;
   } else {
-    if (paths.empty()) {
+    if (paths->empty()) {
       std::fprintf(stderr, "dlfeed calibrate: give a dataset file or folder, or --workload (see --help)\n");
-      return 2;
+      return false;
     }
-    fo = value_or_throw(format_options_from_flags());
+    *fo = value_or_throw(format_options_from_flags());
   }
-  if (!fields.empty()) {
-    fo.name = fields.front();
-    fo.feature = fields.front();
+  if (!fields->empty()) {
+    fo->name = fields->front();
+    fo->feature = fields->front();
   }
-  const SampleIndex index = value_or_throw(open_dataset(paths, fo));
-  if (absl::GetFlag(FLAGS_evict_only)) {
-    const uint64_t resident = value_or_throw(evict_all(index));
-    std::printf("evicted %llu files; %llu bytes still cached%s\n", static_cast<unsigned long long>(index.num_files()),
-                static_cast<unsigned long long>(resident),
-                resident ? " (the file system ignores POSIX_FADV_DONTNEED?)" : "");
-    return 0;
-  }
+  return true;
+}
 
+/// The calibration's settings from the flags (field, dataset, limits per
+/// measurement, seed); `spec` gets the order flags.
+Calibration calibration_settings(const std::vector<std::string>& paths, const std::vector<std::string>& fields,
+                                 const FormatOptions& fo, const SampleIndex& index, OrderSpec* spec) {
   Calibration c;
   c.paths = paths;
   // Named as the loader names its fields ("data": the default --name/--feature).
@@ -92,58 +92,72 @@ int run_calibrate(const std::vector<std::string>& args) {
   if (c.queue_depth == 0 || max_mb < 0 || c.max_seconds < 0) {
     throw Error(absl::InvalidArgumentError("--qd must be at least 1, --max-mb and --max-seconds at least 0"));
   }
-  OrderSpec spec = value_or_throw(order_spec_from_flags());
-  c.seed = spec.seed;
+  *spec = value_or_throw(order_spec_from_flags());
+  c.seed = spec->seed;
   c.evicted_files = index.num_files();
-  const std::string out =
-      absl::GetFlag(FLAGS_out).empty() ? default_calibration_path(paths, c.dataset) : absl::GetFlag(FLAGS_out);
+  return c;
+}
 
+/// The line saying what is measured, and the table's header.
+void print_header(const Calibration& c) {
   std::printf(
       "calibrating %s: %s, %s of field '%s' (%s per sample on average); cold cache, at most %s and %g s "
       "per measurement\n",
-      absl::StrJoin(paths, " ").c_str(), c.dataset.describe().c_str(), bytes_str(c.dataset_bytes).c_str(),
+      absl::StrJoin(c.paths, " ").c_str(), c.dataset.describe().c_str(), bytes_str(c.dataset_bytes).c_str(),
       c.field.c_str(), bytes_str(c.dataset.samples ? c.dataset_bytes / c.dataset.samples : 0).c_str(),
-      c.max_bytes ? absl::StrFormat("%.0f MiB", max_mb).c_str() : "the whole order", c.max_seconds);
+      c.max_bytes ? absl::StrFormat("%.0f MiB", absl::GetFlag(FLAGS_max_mb)).c_str() : "the whole order",
+      c.max_seconds);
   std::printf("%-12s %-16s %-14s %9s %9s %8s %9s %10s\n", "pattern", "strategy", "reader", "samples", "MiB", "seconds",
               "MiB/s", "samples/s");
-  const std::vector<std::string> patterns = absl::StrSplit(absl::GetFlag(FLAGS_patterns), ',', absl::SkipEmpty());
-  for (const std::string& pattern : patterns) {
-    if (c.find(pattern)) continue;
-    PatternLimit pl;
-    pl.pattern = pattern;
-    pl.strategy = pattern_strategy(pattern);
-    spec.strategy = pl.strategy;
-    spec.epoch = 0;
-    const std::vector<uint64_t> ids = value_or_throw(rank_order(FileLayout::of(index), spec));
-    for (const RawReader reader : {RawReader::kIoUring, RawReader::kPread}) {
-      c.resident_bytes_after_evict = std::max(c.resident_bytes_after_evict, value_or_throw(evict_all(index)));
-      RawReadOptions ro;
-      ro.reader = reader;
-      ro.queue_depth = c.queue_depth;
-      ro.max_bytes = c.max_bytes;
-      ro.max_seconds = c.max_seconds;
-      ReaderResult rr;
-      rr.reader = std::string(raw_reader_name(reader));
-      rr.queue_depth = reader == RawReader::kIoUring ? c.queue_depth : 1;
-      rr.result = value_or_throw(raw_read(index, ids, ro));
-      std::printf("%-12s %-16s %-14s %9llu %9.1f %8.3f %9.1f %10.0f\n", pattern.c_str(), pl.strategy.c_str(),
-                  rr.label().c_str(), static_cast<unsigned long long>(rr.result.samples),
-                  static_cast<double>(rr.result.bytes) / 1048576.0, rr.result.seconds, rr.result.mib_per_s(),
-                  rr.result.samples_per_s());
-      std::fflush(stdout);
-      if (rr.result.mib_per_s() > pl.limit_mib_per_s) {
-        pl.limit_mib_per_s = rr.result.mib_per_s();
-        pl.limit_reader = rr.label();
-      }
-      pl.readers.push_back(std::move(rr));
+}
+
+/// One reader's read of `ids` from a cold cache, printed as a table row.
+ReaderResult measure_reader(const SampleIndex& index, const std::vector<uint64_t>& ids, RawReader reader,
+                            const PatternLimit& pl, Calibration* c) {
+  c->resident_bytes_after_evict = std::max(c->resident_bytes_after_evict, value_or_throw(evict_all(index)));
+  RawReadOptions ro;
+  ro.reader = reader;
+  ro.queue_depth = c->queue_depth;
+  ro.max_bytes = c->max_bytes;
+  ro.max_seconds = c->max_seconds;
+  ReaderResult rr;
+  rr.reader = std::string(raw_reader_name(reader));
+  rr.queue_depth = reader == RawReader::kIoUring ? c->queue_depth : 1;
+  rr.result = value_or_throw(raw_read(index, ids, ro));
+  std::printf("%-12s %-16s %-14s %9llu %9.1f %8.3f %9.1f %10.0f\n", pl.pattern.c_str(), pl.strategy.c_str(),
+              rr.label().c_str(), static_cast<unsigned long long>(rr.result.samples),
+              static_cast<double>(rr.result.bytes) / 1048576.0, rr.result.seconds, rr.result.mib_per_s(),
+              rr.result.samples_per_s());
+  std::fflush(stdout);
+  return rr;
+}
+
+/// Every reader on one pattern's order; its limit is the fastest reader's.
+PatternLimit measure_pattern(const SampleIndex& index, const std::string& pattern, OrderSpec* spec, Calibration* c) {
+  PatternLimit pl;
+  pl.pattern = pattern;
+  pl.strategy = pattern_strategy(pattern);
+  spec->strategy = pl.strategy;
+  spec->epoch = 0;
+  const std::vector<uint64_t> ids = value_or_throw(rank_order(FileLayout::of(index), *spec));
+  for (const RawReader reader : {RawReader::kIoUring, RawReader::kPread}) {
+    ReaderResult rr = measure_reader(index, ids, reader, pl, c);
+    if (rr.result.mib_per_s() > pl.limit_mib_per_s) {
+      pl.limit_mib_per_s = rr.result.mib_per_s();
+      pl.limit_reader = rr.label();
     }
-    if (!(pl.limit_mib_per_s > 0)) {
-      throw Error(absl::FailedPreconditionError(
-          absl::StrCat(absl::StrJoin(paths, " "), ": pattern ", pattern, " read nothing measurable (empty samples?)")));
-    }
-    c.patterns.push_back(std::move(pl));
+    pl.readers.push_back(std::move(rr));
   }
-  if (c.patterns.empty()) throw Error(absl::InvalidArgumentError("--patterns names no pattern"));
+  if (!(pl.limit_mib_per_s > 0)) {
+    throw Error(absl::FailedPreconditionError(absl::StrCat(absl::StrJoin(c->paths, " "), ": pattern ", pattern,
+                                                           " read nothing measurable (empty samples?)")));
+  }
+  return pl;
+}
+
+/// Prints the limits (and a note when the pages stayed cached) and writes
+/// the calibration JSON to `out`.
+void report_and_write(const Calibration& c, const std::string& out) {
   std::vector<std::string> limits;
   for (const PatternLimit& p : c.patterns) {
     limits.push_back(absl::StrFormat("%s %.1f MiB/s (%s)", p.pattern, p.limit_mib_per_s, p.limit_reader));
@@ -159,6 +173,34 @@ int run_calibrate(const std::vector<std::string>& args) {
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path(), ec);
   throw_if_error(write_text_file(out, c.to_json()));
   std::printf("calibration: %s\n", out.c_str());
+}
+
+int run_calibrate(const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  FormatOptions fo;
+  std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
+  if (!resolve_dataset(args, &paths, &fo, &fields)) return 2;
+  const SampleIndex index = value_or_throw(open_dataset(paths, fo));
+  if (absl::GetFlag(FLAGS_evict_only)) {
+    const uint64_t resident = value_or_throw(evict_all(index));
+    std::printf("evicted %llu files; %llu bytes still cached%s\n", static_cast<unsigned long long>(index.num_files()),
+                static_cast<unsigned long long>(resident),
+                resident ? " (the file system ignores POSIX_FADV_DONTNEED?)" : "");
+    return 0;
+  }
+
+  OrderSpec spec;
+  Calibration c = calibration_settings(paths, fields, fo, index, &spec);
+  const std::string out =
+      absl::GetFlag(FLAGS_out).empty() ? default_calibration_path(paths, c.dataset) : absl::GetFlag(FLAGS_out);
+  print_header(c);
+  const std::vector<std::string> patterns = absl::StrSplit(absl::GetFlag(FLAGS_patterns), ',', absl::SkipEmpty());
+  for (const std::string& pattern : patterns) {
+    if (c.find(pattern)) continue;
+    c.patterns.push_back(measure_pattern(index, pattern, &spec, &c));
+  }
+  if (c.patterns.empty()) throw Error(absl::InvalidArgumentError("--patterns names no pattern"));
+  report_and_write(c, out);
   return 0;
 }
 

@@ -129,8 +129,9 @@ struct Rule {
   [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_choice(n, k, {__VA_ARGS__}, &c.f); }
 #define DLIO_SHUFFLE(f) DLIO_CHOICE(f, "off", "seed", "random")
 
-const std::vector<Rule>& rules() {
-  static const std::vector<Rule> r = {
+/// The keys of the top level and of the storage: and dataset: sections.
+void add_dataset_rules(std::vector<Rule>& r) {
+  const Rule keys[] = {
       {"", "model", DLIO_STR(model), "the run's name (default output folder hydra_log/MODEL/...)"},
       {"", "framework", DLIO_CHOICE(framework, "tensorflow", "pytorch"),
        "checkpoint file extension (.pb or .pt); dlfeed delivers C++ batches to no framework"},
@@ -163,6 +164,13 @@ const std::vector<Rule>& rules() {
       {"dataset", "compression_level", DLIO_INT(compression_level), "generation: deflate level"},
       {"dataset", "file_prefix", DLIO_STR(file_prefix), "file names PREFIX_I_of_N.FORMAT"},
       {"dataset", "keep_files", nullptr, "dlfeed never deletes a dataset"},
+  };
+  r.insert(r.end(), std::begin(keys), std::end(keys));
+}
+
+/// The keys of the reader: section.
+void add_reader_rules(std::vector<Rule>& r) {
+  const Rule keys[] = {
       {"reader", "data_loader", DLIO_CHOICE(data_loader, "tensorflow", "pytorch", "dali", "native_dali"),
        "picks DLIO's sampler and so the shuffle mapping (tensorflow: iterative, others: index)"},
       {"reader", "data_loader_sampler", DLIO_CHOICE(data_loader_sampler, "iterative", "index"),
@@ -189,6 +197,13 @@ const std::vector<Rule>& rules() {
       {"reader", "transfer_size", nullptr, "tf.data's read buffer; dlfeed's read size is --max-read"},
       {"reader", "preprocess_time", nullptr, "no per-sample sleep in dlfeed's decode stage"},
       {"reader", "preprocess_time_stdev", nullptr, "no per-sample sleep in dlfeed's decode stage"},
+  };
+  r.insert(r.end(), std::begin(keys), std::end(keys));
+}
+
+/// The keys of the train:, evaluation: and checkpoint: sections.
+void add_train_rules(std::vector<Rule>& r) {
+  const Rule keys[] = {
       {"train", "epochs", DLIO_INT(epochs), "epochs"},
       {"train", "total_training_steps", DLIO_INT(total_training_steps),
        "steps per epoch at most (DLIO 2.0.0 counts them per epoch)"},
@@ -215,6 +230,13 @@ const std::vector<Rule>& rules() {
       {"checkpoint", "tensor_parallelism", DLIO_INT(tensor_parallelism), "extra layer files when > 1"},
       {"checkpoint", "pipeline_parallelism", DLIO_INT(pipeline_parallelism),
        "only ranks that are multiples of it write layer files"},
+  };
+  r.insert(r.end(), std::begin(keys), std::end(keys));
+}
+
+/// The keys of the output:, workflow:, profiling: and metric: sections.
+void add_workflow_rules(std::vector<Rule>& r) {
+  const Rule keys[] = {
       {"output", "folder", DLIO_STR(output_folder), "where summary.json and per_epoch_stats.json go"},
       {"output", "log_file", nullptr, "dlfeed prints its log to stdout"},
       {"workflow", "generate_data", DLIO_BOOL(generate_data), "writes the dataset first (DLIO's layout)"},
@@ -227,6 +249,18 @@ const std::vector<Rule>& rules() {
       {"profiling", "iostat_devices", nullptr, "DLIO's iostat profiler"},
       {"metric", "au", DLIO_NUM(au), "the AU pass mark (a fraction): train_au_meet_expectation"},
   };
+  r.insert(r.end(), std::begin(keys), std::end(keys));
+}
+
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> r = [] {
+    std::vector<Rule> v;
+    add_dataset_rules(v);
+    add_reader_rules(v);
+    add_train_rules(v);
+    add_workflow_rules(v);
+    return v;
+  }();
   return r;
 }
 
