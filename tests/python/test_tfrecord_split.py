@@ -15,6 +15,7 @@ import dlfeed
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf = pytest.importorskip("tensorflow")
+from test_tfrecord_interop import _record_offsets  # noqa: E402 (after the TensorFlow check)
 
 SIDE = 272  # 272 x 272 uint8 = 73,984 bytes: over the 64 KiB the route starts at
 
@@ -44,17 +45,6 @@ def write_files(train: pathlib.Path, files: int = 2, per_file: int = 20, seed: i
                 w.write(_example(_features(img, label)))
                 want.append((img, label))
     return want
-
-
-def record_offsets(path: pathlib.Path):
-    """(offset, framed length) of every record, walking the framing by hand."""
-    data = path.read_bytes()
-    out, off = [], 0
-    while off < len(data):
-        n = int.from_bytes(data[off:off + 8], "little")
-        out.append((off, n + 16))
-        off += n + 16
-    return out
 
 
 def read_all(loader, fields):
@@ -106,7 +96,7 @@ def test_a_flipped_byte_fails_the_payload_crc_at_the_records_footer(tmp_path, fi
     train = tmp_path / "data" / "train"
     want = write_files(train, files=1, per_file=10, seed=1)
     path = train / "img_0_of_1.tfrecord"
-    offsets = record_offsets(path)
+    offsets = _record_offsets(path)
     data = bytearray(path.read_bytes())
     k = 6
     if where == "image":
@@ -140,7 +130,7 @@ def test_a_corrupt_length_crc_is_reported_at_the_header(tmp_path):
     train = tmp_path / "data" / "train"
     write_files(train, files=1, per_file=6, seed=2)
     path = train / "img_0_of_1.tfrecord"
-    offsets = record_offsets(path)
+    offsets = _record_offsets(path)
     data = bytearray(path.read_bytes())
     data[offsets[3][0] + 9] ^= 0x01  # the length's CRC of record 3
     path.write_bytes(bytes(data))
@@ -182,7 +172,7 @@ def test_records_whose_image_lies_elsewhere_are_read_whole(tmp_path):
             w.write(payload)
             want.append((img, 40 + k))
             payloads.append(payload)
-    lengths = {n for _, n in record_offsets(path)}
+    lengths = {n for _, n in _record_offsets(path)}
     assert len(lengths) == 1  # every record as long as the first: each is predicted split
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     for k in (2, 5):  # TensorFlow reads the reordered ones as the same Example
@@ -227,7 +217,7 @@ def test_a_record_whose_image_has_another_size_is_the_usual_error(tmp_path):
                 w.write(first + _example(extra))
             else:
                 w.write(first + _example({"label": f["label"]}))
-    offsets = record_offsets(path)
+    offsets = _record_offsets(path)
     assert len({n for _, n in offsets}) == 1, offsets
     loader = dlfeed.Loader(train, fields=["image", "label"], batch_size=2, strategy="sequential", resident="off")
     with pytest.raises(dlfeed.Error) as e:
