@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--py-epochs", type=int, default=3)
     ap.add_argument("--no-python", action="store_true")
     ap.add_argument("--no-crc-too", action="store_true", help="also TFRecord with verify_crc off")
+    ap.add_argument("--no-rewarm", action="store_true",
+                    help="keep the pages as cached (by the writer, or earlier runs) instead of dropping and reading them")
     args = ap.parse_args()
     builds = [(b.split("=", 1)[0], pathlib.Path(b.split("=", 1)[1]).resolve()) for b in args.build]
     src = pathlib.Path(args.src)
@@ -95,6 +97,12 @@ def main():
                 f.rename(data / fmt / sub / f"img_{i}_of_{len(files)}.tfrecord")
                 f.with_name(f.name + ".idx").rename(data / fmt / sub / f"img_{i}_of_{len(files)}.tfrecord.idx")
         paths[fmt] = data / fmt / sub
+        # Both datasets' pages cached the same way: dropped, then read in 4 MiB
+        # reads. Pages cached by the writer keep the writer's page-cache folio
+        # sizes, which can differ between the two formats' writers and cost
+        # the kernel's per-folio lookups unequally (docs/performance.md).
+        if not args.no_rewarm:
+            bl.evict([paths[fmt]])
         bl.warm([paths[fmt]])
     runs = list(CASES) + (["tfrecord-nocrc"] if args.no_crc_too else [])
     got = {}  # (build, case, "cli" | "cpu" | "py") -> [values]

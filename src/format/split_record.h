@@ -41,6 +41,10 @@ class SplitRecords {
   /// record whose split value is a hole (a record check_split passed).
   virtual bool parses_around_values(const SampleRef& ref) const = 0;
 
+  /// True when check_split checks the record's CRCs: the planner then asks
+  /// for the value's CRC32C as it is read (ReadRequest::checksum).
+  virtual bool verifies_crc() const = 0;
+
   /// Checks a record read in pieces. `skeleton` is the whole record's size,
   /// its bytes in place except [span.offset, span.offset + span.length),
   /// whose bytes are `value` (elsewhere). True when its CRCs hold (when
@@ -48,8 +52,10 @@ class SplitRecords {
   /// of the sample's kind, dtype and shape: then every Example parse of the
   /// skeleton reads what it would of the whole record. False otherwise: the
   /// caller decodes the whole record instead, which gives the error.
+  /// `value_crc`: the CRC32C of `value`'s bytes, taken as they were read
+  /// (then they are not read again for the check), or null.
   virtual bool check_split(const SampleRef& ref, std::span<const std::byte> skeleton, ValueSpan span,
-                           std::span<const std::byte> value) const = 0;
+                           std::span<const std::byte> value, const uint32_t* value_crc) const = 0;
 };
 
 }  // namespace dlfeed::detail

@@ -265,8 +265,9 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     return split_;
   }
   bool parses_around_values(const SampleRef& ref) const override { return !z_ && ref.extents.size() == 1; }
+  bool verifies_crc() const override { return verify_; }
   bool check_split(const SampleRef& ref, std::span<const std::byte> skeleton, detail::ValueSpan span,
-                   std::span<const std::byte> value) const override;
+                   std::span<const std::byte> value, const uint32_t* value_crc) const override;
 
   absl::StatusOr<DecodedSample> decode(const SampleRef& ref, std::span<std::byte> raw,
                                        std::vector<std::byte>& scratch) const override {
@@ -413,7 +414,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
 };
 
 bool TfRecordSource::check_split(const SampleRef& ref, std::span<const std::byte> skeleton, detail::ValueSpan span,
-                                 std::span<const std::byte> value) const {
+                                 std::span<const std::byte> value, const uint32_t* value_crc) const {
   const uint64_t n = skeleton.size();
   if (z_ || value.size() != span.length || span.offset < tfrecord::kHeaderSize ||
       span.offset + span.length + tfrecord::kFooterSize > n) {
@@ -421,7 +422,7 @@ bool TfRecordSource::check_split(const SampleRef& ref, std::span<const std::byte
   }
   if (verify_) {
     counters::StepTimer crc(counters::Id::kDecodeCrc);
-    if (!tfrecord::split_crcs_hold(skeleton, span.offset, value)) return false;
+    if (!tfrecord::split_crcs_hold(skeleton, span.offset, value, value_crc)) return false;
   }
   // The Example parsed from the skeleton: its walk reads no byte of a bytes
   // value (it keeps views), and positions only grow along it, so when the

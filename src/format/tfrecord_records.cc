@@ -360,7 +360,8 @@ std::string idx_path_for_write(const std::string& data_path, const FormatOptions
   return data_path + ".idx";
 }
 
-bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value) {
+bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value,
+                     const uint32_t* value_crc) {
   const uint64_t n = skeleton.size(), after = value_at + value.size();
   if (n < kOverhead || value_at < kHeaderSize || after + kFooterSize > n) return false;
   auto le = [&](uint64_t at, int bytes) {  // the framing's little-endian fields
@@ -372,7 +373,8 @@ bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std
   const uint32_t length_crc = static_cast<uint32_t>(le(8, 4)), payload_crc = static_cast<uint32_t>(le(n - 4, 4));
   if (length != n - kOverhead || length_crc != masked_crc32c(skeleton.first(8))) return false;
   uint32_t c = detail::crc32c_extend(0, skeleton.data() + kHeaderSize, value_at - kHeaderSize);
-  c = detail::crc32c_extend(c, value.data(), value.size());
+  c = value_crc != nullptr ? detail::crc32c_combine(c, *value_crc, value.size())
+                           : detail::crc32c_extend(c, value.data(), value.size());
   c = detail::crc32c_extend(c, skeleton.data() + after, n - kFooterSize - after);
   return mask_crc(c) == payload_crc;
 }

@@ -59,7 +59,10 @@ absl::Status read_at(const detail::File& file, std::span<const std::byte> head, 
 /// with the bytes [value_at, value_at + value.size()) elsewhere, in `value`
 /// (read straight into a batch). True when its length field says the
 /// skeleton's length and both CRCs match (one CRC32C over the payload's
-/// pieces in order, no copy).
-bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value);
+/// pieces in order, no copy). `value_crc` (or null): the CRC32C of
+/// `value`'s bytes taken as they were read, joined to the other pieces'
+/// with crc32c_combine instead of reading the value again.
+bool split_crcs_hold(std::span<const std::byte> skeleton, uint64_t value_at, std::span<const std::byte> value,
+                     const uint32_t* value_crc = nullptr);
 
 }  // namespace dlfeed::tfrecord

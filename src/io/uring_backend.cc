@@ -4,9 +4,17 @@
 // most queue_depth reads are in the kernel, so the completion queue, twice
 // that size, never overflows); a batch is handed over with one
 // io_uring_submit. Reads also wait while `max_bytes_in_flight` bytes are in
-// the kernel, so large reads go in file order a few at a time. Completions are turned into done / again / failed by the
-// shared ReadOp step, so a short read goes back to the front of `pending_`
-// for its remainder.
+// the kernel, so large reads go in file order a few at a time. Completions
+// are turned into done / again / failed by the shared ReadOp step, so a short
+// read goes back to the front of `pending_` for its remainder.
+//
+// Reads asking for a checksum (ReadRequest::checksum) have their CRC taken
+// as their completion is processed, before the next submit copies more. While
+// the last submit's reads all completed in it (page-cache hits), they go to
+// the kernel in rounds of at most `checksum_round_bytes`, so the bytes a CRC
+// reads were copied a few hundred KiB ago and are still in the core's caches;
+// a cold read's completion comes later anyway, and rounds would only cut the
+// queue depth, so then there are none.
 //
 // Files are pinned when a read is put in the ring (not at submit), with
 // FileTable::try_pin, so a ring with many requests for many files keeps no
@@ -46,6 +54,7 @@ class UringBackend final : public IoBackend {
         direct_(options.direct),
         depth_(depth),
         max_bytes_(options.max_bytes_in_flight),
+        checksum_round_(options.checksum_round_bytes),
         want_registered_(options.register_files) {}
 
   absl::Status init() {
@@ -251,6 +260,11 @@ class UringBackend final : public IoBackend {
       }
       const uint64_t len = op.next_length();
       if (max_bytes_ > 0 && in_ring_ > 0 && bytes_in_ring_ + len > max_bytes_) break;  // in order: wait
+      const bool checksum = op.req.checksum && !op.direct;
+      if (checksum && warm_ && checksum_round_ > 0 && checksum_in_ring_ > 0 &&
+          checksum_in_ring_ + len > checksum_round_) {
+        break;  // the round is full: its CRCs first, while its bytes are in the caches
+      }
       struct io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
       if (sqe == nullptr) {
         flush();
@@ -266,6 +280,7 @@ class UringBackend final : public IoBackend {
       if (op.fixed_file >= 0) sqe->flags |= IOSQE_FIXED_FILE;
       op.in_kernel = len;
       bytes_in_ring_ += len;
+      if (checksum) checksum_in_ring_ += len;
       if (bytes_in_ring_ > stats_.peak_bytes_in_kernel.load(std::memory_order_relaxed)) {
         stats_.peak_bytes_in_kernel.store(bytes_in_ring_, std::memory_order_relaxed);  // one writer: this thread
       }
@@ -286,9 +301,9 @@ class UringBackend final : public IoBackend {
     if (ret > 0) {
       unsubmitted_ -= std::min<size_t>(unsubmitted_, static_cast<size_t>(ret));
       const unsigned ready_after = io_uring_cq_ready(&ring_);
-      if (ready_after > ready_before) {
-        StatsCounters::add(stats_.completed_at_submit, std::min<unsigned>(ready_after - ready_before, ret));
-      }
+      const unsigned at_submit = ready_after > ready_before ? std::min<unsigned>(ready_after - ready_before, ret) : 0;
+      if (at_submit > 0) StatsCounters::add(stats_.completed_at_submit, at_submit);
+      warm_ = at_submit == static_cast<unsigned>(ret);
     }
     // ret < 0 (EAGAIN, EBUSY, EINTR): the SQEs stay queued; the next flush
     // hands them over.
@@ -305,6 +320,7 @@ class UringBackend final : public IoBackend {
       --in_ring_;
       ReadOp& op = *ops_[slot];
       bytes_in_ring_ -= op.in_kernel;
+      if (op.req.checksum && !op.direct) checksum_in_ring_ -= op.in_kernel;
       op.in_kernel = 0;
       switch (op.on_result(cqe->res, *files_, stats_)) {
         case ReadOp::Step::kAgain:
@@ -320,8 +336,11 @@ class UringBackend final : public IoBackend {
   std::shared_ptr<FileTable> files_;
   bool direct_;
   uint32_t depth_;
-  uint64_t max_bytes_;          // bytes in the kernel at once (0: no limit)
-  uint64_t bytes_in_ring_ = 0;  // ... now
+  uint64_t max_bytes_;             // bytes in the kernel at once (0: no limit)
+  uint64_t bytes_in_ring_ = 0;     // ... now
+  uint64_t checksum_round_;        // bytes of checksum reads per round while warm (0: no rounds)
+  uint64_t checksum_in_ring_ = 0;  // bytes of checksum reads in the ring now
+  bool warm_ = false;              // the last submit's reads all completed in it
   bool want_registered_;
   std::vector<bool> registered_;                 // file id -> in the ring's file table (empty: not used)
   std::vector<FileTable::Pin> registered_pins_;  // ... held open until the backend goes

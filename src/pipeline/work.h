@@ -43,11 +43,13 @@ struct Work {
   // Fields whose sample sizes are known before decode get their batch buffer
   // at admission; samples whose decode is the identity (raw contiguous bytes)
   // are read straight into it (direct[i * fields + f]) and skip decode.
+  static constexpr uint32_t kNoSplit = ~uint32_t{0};
   struct DirectRead {
     uint32_t file;
     uint64_t offset, length;
     uint32_t field;
-    uint64_t dest;  // offset in out[field]
+    uint64_t dest;              // offset in out[field]
+    uint32_t split = kNoSplit;  // the split record whose value this is (splits[split])
   };
   std::vector<uint8_t> known;                      // per field
   std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
@@ -69,8 +71,13 @@ struct Work {
     uint64_t region = 0;            // the record's place in the read buffer
     uint8_t state = 0;              // 0 unchecked, 1 passed check_split, 2 failed: use `whole`
     std::vector<std::byte> whole;   // the record put back together (state 2)
+    // The source checks CRCs: the value's read asks the backend for its
+    // CRC32C, taken as it lands (ReadRequest::checksum); value_crc_known when
+    // the backend gave it (held files copied by the look-ahead: not).
+    bool want_crc = false;
+    bool value_crc_known = false;
+    uint32_t value_crc = 0;
   };
-  static constexpr uint32_t kNoSplit = ~uint32_t{0};
   std::vector<uint32_t> split_of;
   std::vector<SplitRead> splits;
   std::shared_ptr<Ticket> ticket;

@@ -111,9 +111,9 @@ void Lookahead::issue_reads(Work& w) {
   uint64_t copies = 0, copied = 0;
   [[maybe_unused]] const uint64_t t0 = held != nullptr && c != nullptr ? detail::now_of(*c) : 0;
   // A read of a held file is a copy, here and now; any other goes to the engine.
-  auto read = [&](uint32_t file, uint64_t offset, uint64_t length, std::byte* dest) {
+  auto read = [&](uint32_t file, uint64_t offset, uint64_t length, std::byte* dest, bool checksum = false) {
     if (held == nullptr || !held->has(file)) {
-      batch->reads.push_back({file, offset, length, dest, 0});
+      batch->reads.push_back({file, offset, length, dest, 0, checksum});
       return;
     }
     const uint64_t size = held->size(file);
@@ -144,7 +144,19 @@ void Lookahead::issue_reads(Work& w) {
     }
   };
   for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
-  for (const Work::DirectRead& d : w.direct_reads) read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
+  // Split records' values whose CRC is checked ask the engine for it, taken
+  // as each lands: (split, index of its read in the batch).
+  std::vector<std::pair<uint32_t, uint32_t>> crc_reads;
+  for (const Work::DirectRead& d : w.direct_reads) {
+    const bool checksum = d.split != Work::kNoSplit && w.splits[d.split].want_crc;
+    const size_t at = batch->reads.size();
+    read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest, checksum);
+    if (checksum && batch->reads.size() > at) crc_reads.emplace_back(d.split, static_cast<uint32_t>(at));
+  }
+  if (!crc_reads.empty()) {
+    batch->crcs.assign(batch->reads.size(), 0);
+    batch->crc_known.assign(batch->reads.size(), 0);
+  }
   if (defer) flush_copies(copied);
   if (copies > 0) {
     if (parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
@@ -159,7 +171,12 @@ void Lookahead::issue_reads(Work& w) {
   if (parts_.fadvise != nullptr) advise_willneed(*parts_.fadvise, batch->reads);
   // The engine keeps the work (and so the buffers the reads land in) alive
   // until its reads are done.
-  batch->done = [keep = w.self, copy_status](const absl::Status& s) {
+  batch->done = [keep = w.self, copy_status, b = batch.get(), crc_reads = std::move(crc_reads)](const absl::Status& s) {
+    for (const auto& [split, k] : crc_reads) {
+      if (b->crc_known[k] == 0) continue;  // not given: the check takes it from the bytes
+      keep->splits[split].value_crc = b->crcs[k];
+      keep->splits[split].value_crc_known = true;
+    }
     keep->reads_finished(copy_status.ok() ? s : copy_status);
   };
   parts_.engines->submit(w.index, std::move(batch));

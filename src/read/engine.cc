@@ -139,10 +139,13 @@ void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, 
     const bool cold = split_piece_cold_ != 0 && meter_.last_hits_permille() < kWarmHits;
     piece = std::min(piece, cold ? split_piece_cold_ : split_piece_);
   }
+  // A checksum is of a whole read: one that goes in pieces asks for none
+  // (its reader takes the CRC from the bytes).
+  const bool checksum = r.checksum && r.length <= piece;
   uint64_t at = 0;
   do {
     const uint64_t n = std::min(piece, r.length - at);
-    reqs.push_back({r.file, r.offset + at, n, r.dest + at, at == 0 ? user_data : rest});
+    reqs.push_back({r.file, r.offset + at, n, r.dest + at, at == 0 ? user_data : rest, checksum});
     at += n;
   } while (at < r.length);
 }
@@ -157,8 +160,14 @@ void IoEngine::start_batch(const std::shared_ptr<ReadBatch>& b, std::vector<Read
   const uint64_t untagged = ptr | (kUntraced << kIndexShift);
   uint64_t k = 0;
   for (const ReadRequest& r : b->reads) {
-    const uint64_t tag = std::min<uint64_t>(k++, kUntraced) << kIndexShift;
-    add_pieces(reqs, r, ptr | tag, untagged);
+    const uint64_t index = std::min<uint64_t>(k++, kUntraced);
+    if (r.checksum && (index == kUntraced || index >= b->crcs.size())) {  // no place for its CRC
+      ReadRequest plain = r;
+      plain.checksum = false;
+      add_pieces(reqs, plain, ptr | (index << kIndexShift), untagged);
+      continue;
+    }
+    add_pieces(reqs, r, ptr | (index << kIndexShift), untagged);
   }
   Active a{b, reqs.size(), absl::OkStatus(), 0};
   DLFEED_REC(a.submit_ns = now_of(*counters_));
@@ -237,6 +246,13 @@ void IoEngine::loop() {
           }
         });
         if (!c.status.ok() && a.status.ok()) a.status = c.status;
+        if (c.has_crc32c) {
+          const uint64_t k = c.user_data >> kIndexShift;
+          if (k < a.batch->crcs.size() && k < a.batch->crc_known.size()) {
+            a.batch->crcs[k] = c.crc32c;
+            a.batch->crc_known[k] = 1;
+          }
+        }
         if (--a.left == 0) {
           a.batch->done(a.status);
           active_.erase(it);

@@ -33,6 +33,14 @@ struct ReadBatch {
   /// the backend's refusal, or Cancelled). On the engine's thread, or on the
   /// thread calling cancel_pending().
   std::function<void(const absl::Status&)> done;
+  /// Per read of `reads` asking for its checksum (ReadRequest::checksum):
+  /// its CRC32C, where crc_known is 1 (the backend gave it). Sized like
+  /// `reads` by the submitter when any read asks; written by the engine
+  /// before done(). A read the engine issues in pieces (IoEngine's
+  /// max_piece, split_above) is not answered, nor is any past the first
+  /// 65,535 of a batch: the caller takes their CRC from the bytes.
+  std::vector<uint32_t> crcs;
+  std::vector<uint8_t> crc_known;
 };
 
 /// The engine thread's share of a measuring window spent on a CPU, and the

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 
@@ -168,6 +169,10 @@ ReadCompletion ReadOp::finish(BouncePool* pool, StatsCounters& stats) {
     }
     c.bytes = req.length;
     StatsCounters::add(stats.bytes, req.length);
+    if (req.checksum) {  // now, while the bytes are in this core's caches
+      c.crc32c = crc32c(req.dest, req.length);
+      c.has_crc32c = true;
+    }
   } else {
     c.status = std::move(status);
     StatsCounters::add(stats.errors);

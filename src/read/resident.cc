@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
@@ -214,6 +215,10 @@ class ResidentBackend final : public IoBackend {
         if (r.length > 0) copy_large(r.dest, held_->data(r.file) + r.offset, r.length);
         c.bytes = r.length;
         stats_.bytes += r.length;
+        if (r.checksum) {  // as the read backends do: now, with the bytes in the caches
+          c.crc32c = crc32c(r.dest, r.length);
+          c.has_crc32c = true;
+        }
       }
       ready_.push_back(std::move(c));
       ++copied;

@@ -58,7 +58,8 @@ void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indi
   // the check finds it out, which it always does (check_split).
   const std::span<const std::byte> rec = region_of(w, s);
   const std::span<const std::byte> value = value_of(w, s, F);
-  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value)) {
+  const uint32_t* value_crc = s.value_crc_known ? &s.value_crc : nullptr;
+  if (src != nullptr && src->check_split(ref, rec, {s.before, s.value}, value, value_crc)) {
     s.state = 1;
     return;
   }

@@ -92,7 +92,8 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
   sr.before = span->offset;
   sr.value = span->length;
   sr.after = e.length - span->offset - span->length;
-  w.direct_reads.push_back({file, e.offset + sr.before, sr.value, static_cast<uint32_t>(fs), w.out_offsets[fs][i]});
+  sr.want_crc = sources[fs][ref.source]->verifies_crc();
+  w.direct_reads.push_back({file, e.offset + sr.before, sr.value, static_cast<uint32_t>(fs), w.out_offsets[fs][i], s});
   w.direct[i * F + fs] = 1;
   for (size_t f = 0; f < F; ++f) {
     const SampleRef& other = w.refs[i * F + f];

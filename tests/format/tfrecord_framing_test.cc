@@ -19,6 +19,7 @@ TEST(Crc32cTest, KnownVectorsPortableAndHardware) {
   std::vector<Impl> impls = {{"portable", detail::crc32c_extend_portable}, {"dispatch", detail::crc32c_extend}};
   if (detail::crc32c_hardware_available()) {
     impls.push_back({"hardware", detail::crc32c_extend_hardware});
+    impls.push_back({"chains", detail::crc32c_extend_chains});
   } else {
     std::printf("note: no SSE4.2 crc32 on this CPU; hardware path not tested\n");
   }
@@ -60,7 +61,7 @@ TEST(Crc32cTest, HardwareEqualsPortableAcrossThreeWayBlocks) {
   for (size_t start = 0; start < 9; ++start) {
     for (size_t base : {small, 2 * small, big, big + small, 2 * big, 6 * big + 5 * small, size_t{150528}}) {
       for (size_t n : {base - 9, base - 1, base, base + 1, base + 8, base + 63}) {
-        ASSERT_EQ(detail::crc32c_extend_hardware(0xdeadbeef, buf.data() + start, n),
+        ASSERT_EQ(detail::crc32c_extend_chains(0xdeadbeef, buf.data() + start, n),
                   detail::crc32c_extend_portable(0xdeadbeef, buf.data() + start, n))
             << "start " << start << " n " << n;
       }
@@ -74,6 +75,57 @@ TEST(Crc32cTest, HardwareEqualsPortableAcrossThreeWayBlocks) {
   }
   EXPECT_EQ(pieces, whole);
   EXPECT_EQ(whole, detail::crc32c_extend_portable(0, buf.data(), buf.size()));
+}
+
+// Where the CPU has AVX-512 and VPCLMULQDQ, 1 KiB and more are folded 256
+// bytes at a time, then 64, and the last 64 finished with crc32: lengths on
+// and around each of those steps, at every alignment, with a nonzero
+// starting CRC (xored into the first lanes), equal the table loop; so do
+// all-zero and all-one buffers, whose lanes fold to zero or repeat.
+TEST(Crc32cTest, WideFoldEqualsPortable) {
+  if (!detail::crc32c_wide_available()) GTEST_SKIP() << "no AVX-512 VPCLMULQDQ on this CPU";
+  std::mt19937 rng(11);
+  std::vector<uint8_t> buf(160000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t start = 0; start < 9; ++start) {
+    for (size_t base : {size_t{1024}, size_t{1088}, size_t{1280}, size_t{1536}, size_t{4096}, size_t{150528}}) {
+      for (size_t n : {base - 1, base, base + 1, base + 7, base + 8, base + 63, base + 64, base + 255}) {
+        for (uint32_t init : {0u, 0xdeadbeefu}) {
+          ASSERT_EQ(detail::crc32c_extend_hardware(init, buf.data() + start, n),
+                    detail::crc32c_extend_portable(init, buf.data() + start, n))
+              << "start " << start << " n " << n << " init " << init;
+        }
+      }
+    }
+  }
+  for (uint8_t fill : {uint8_t{0}, uint8_t{0xff}}) {
+    const std::vector<uint8_t> same(5000, fill);
+    EXPECT_EQ(detail::crc32c_extend_hardware(7, same.data(), same.size()),
+              detail::crc32c_extend_portable(7, same.data(), same.size()));
+  }
+}
+
+// crc32c_combine joins two parts' CRCs as one pass over both would give,
+// through the hardware shift and the portable table alike, for parts of
+// every length class (0-7 bytes go through crc32 over zeros, longer ones
+// through the carry-less table).
+TEST(Crc32cTest, CombineEqualsOnePass) {
+  std::mt19937 rng(13);
+  std::vector<uint8_t> buf(310000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t a : {size_t{0}, size_t{1}, size_t{5}, size_t{8}, size_t{100}, size_t{4096}, size_t{150000}}) {
+    for (size_t b : {size_t{0}, size_t{1}, size_t{3}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{64},
+                     size_t{1000}, size_t{149999}, size_t{150528}}) {
+      const uint32_t whole = detail::crc32c(buf.data(), a + b);
+      const uint32_t ca = detail::crc32c(buf.data(), a), cb = detail::crc32c(buf.data() + a, b);
+      EXPECT_EQ(detail::crc32c_combine(ca, cb, b), whole) << "a " << a << " b " << b;
+      EXPECT_EQ(detail::crc32c_shift_portable(ca, b) ^ cb, whole) << "a " << a << " b " << b;
+    }
+  }
+  // A shift past 2^32 bytes: the portable table and the hardware agree.
+  for (uint64_t n : {uint64_t{1} << 33, (uint64_t{1} << 40) + 12345}) {
+    EXPECT_EQ(detail::crc32c_shift(0x9abcdef0u, n), detail::crc32c_shift_portable(0x9abcdef0u, n)) << n;
+  }
 }
 
 // ---- framing ----

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "dlfeed/detail/crc32c.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/tfrecord.h"
 #include "format/tfrecord_scan.h"
@@ -67,6 +68,27 @@ TEST(TfRecordSplit, CrcsHoldFromPiecesAndAFlipInAnyPieceFailsThem) {
   // A value said to lie where the framing is, or running into the footer.
   EXPECT_FALSE(tfrecord::split_crcs_hold(skeleton, 4, std::span<const std::byte>(value).first(10)));
   EXPECT_FALSE(tfrecord::split_crcs_hold(skeleton, f.value_at + 8, value));
+}
+
+// The value's CRC taken as it was read (ReadRequest::checksum) stands for its
+// bytes: the right one passes without the bytes being read again, and one of
+// other bytes fails the record, as a flipped value byte does.
+TEST(TfRecordSplit, CrcsHoldWithTheValuesCrcTakenAsItWasRead) {
+  const Framed f = framed_record();
+  const std::vector<std::byte> value(f.bytes.begin() + f.value_at, f.bytes.begin() + f.value_at + f.value_len);
+  std::vector<std::byte> skeleton = f.bytes;
+  std::memset(skeleton.data() + f.value_at, 0xA5, f.value_len);
+  const uint32_t right = detail::crc32c(value.data(), value.size());
+  EXPECT_TRUE(tfrecord::split_crcs_hold(skeleton, f.value_at, value, &right));
+  std::vector<std::byte> other = value;
+  other[77] ^= std::byte{0x04};
+  const uint32_t wrong = detail::crc32c(other.data(), other.size());
+  EXPECT_FALSE(tfrecord::split_crcs_hold(skeleton, f.value_at, value, &wrong));
+  // The given CRC is what counts: the bytes themselves are not read.
+  EXPECT_TRUE(tfrecord::split_crcs_hold(skeleton, f.value_at, other, &right));
+  std::vector<std::byte> bad = skeleton;
+  bad[f.value_at - 1] ^= std::byte{0x10};
+  EXPECT_FALSE(tfrecord::split_crcs_hold(bad, f.value_at, value, &right)) << "a flip around the value still fails";
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"

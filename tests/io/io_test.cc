@@ -479,6 +479,78 @@ TEST_P(IoTest, WillneedHintThenRead) {
   EXPECT_TRUE(matches(0, 1234, buf.data(), 50000));
 }
 
+// A read asking for its checksum completes with the CRC32C of the bytes it
+// placed (empty reads and reads up to EOF included, O_DIRECT through its
+// bounce buffer too); one not asking, or failing, has none.
+TEST_P(IoTest, ChecksumsAreOfTheBytesRead) {
+  auto table = std::make_shared<FileTable>();
+  const uint64_t size = 600000;
+  table->add(write_file(dir_, 0, size));
+  for (bool direct : {false, true}) {
+    if (direct && !direct_io_works(dir_)) continue;
+    auto t = direct ? std::make_shared<FileTable>(FileTableOptions{.direct = true}) : table;
+    if (direct) t->add(write_file(dir_, 0, size));
+    auto io = make(t, {.queue_depth = 8, .threads = 2, .direct = direct});
+    ASSERT_TRUE(io);
+    std::mt19937_64 rng(9);
+    const int n = 60;
+    std::vector<std::vector<std::byte>> bufs(n);
+    std::vector<ReadRequest> reqs(n);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t off = i == 0 ? size - 777 : rng() % size;
+      const uint64_t len = i == 1 ? 0 : i == 0 ? 777 : rng() % std::min<uint64_t>(size - off, 200000);
+      bufs[i].resize(len);
+      reqs[i] = {0, off, len, bufs[i].data(), static_cast<uint64_t>(i), i % 3 != 2};
+    }
+    std::vector<std::byte> past(10);
+    reqs.push_back({0, size - 5, 10, past.data(), 1000, true});  // past EOF: an error, no checksum
+    ASSERT_TRUE(io->submit(reqs).ok());
+    for (const ReadCompletion& c : reap_all(*io)) {
+      if (c.user_data == 1000) {
+        EXPECT_FALSE(c.status.ok());
+        EXPECT_FALSE(c.has_crc32c);
+        continue;
+      }
+      const ReadRequest& r = reqs[c.user_data];
+      ASSERT_TRUE(c.status.ok()) << c.status;
+      ASSERT_TRUE(matches(0, r.offset, r.dest, r.length));
+      EXPECT_EQ(c.has_crc32c, r.checksum) << io->name() << " read " << c.user_data;
+      if (c.has_crc32c) EXPECT_EQ(c.crc32c, detail::crc32c(r.dest, r.length)) << io->name() << " read " << c.user_data;
+    }
+  }
+}
+
+// io_uring: while reads complete at submit (page-cache hits), reads asking
+// for a checksum go to the kernel in rounds of checksum_round_bytes, so each
+// CRC reads bytes copied a moment ago; without rounds, a ring's worth at once.
+// The first submit (not yet known warm) is a ring's worth either way.
+TEST_P(IoTest, ChecksumReadsGoInRoundsWhileWarm) {
+  if (GetParam().kind != IoKind::kIoUring) GTEST_SKIP() << "the rounds are io_uring's";
+  auto table = std::make_shared<FileTable>();
+  const uint64_t size = 4 << 20, len = 16 << 10;
+  table->add(write_file(dir_, 0, size));  // just written: in the page cache
+  std::vector<std::byte> buf(size);
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < size / len; ++i) reqs.push_back({0, i * len, len, buf.data() + i * len, i, true});
+  uint64_t calls[2] = {0, 0};
+  for (uint64_t round : {uint64_t{0}, uint64_t{32} << 10}) {
+    auto io = make(table, {.queue_depth = 64, .checksum_round_bytes = round});
+    ASSERT_TRUE(io);
+    ASSERT_TRUE(io->submit(reqs).ok());
+    for (const ReadCompletion& c : reap_all(*io)) {
+      ASSERT_TRUE(c.status.ok()) << c.status;
+      ASSERT_TRUE(c.has_crc32c);
+      EXPECT_EQ(c.crc32c, detail::crc32c(buf.data() + c.user_data * len, len));
+    }
+    ASSERT_TRUE(matches(0, 0, buf.data(), size));
+    calls[round != 0] = io->stats().submit_calls;
+  }
+  // 256 reads: about 4 submits of 64 without rounds; with rounds of 2 reads
+  // after the first submit, about 96 more.
+  EXPECT_LE(calls[0], 12u);
+  EXPECT_GE(calls[1], calls[0] + 48) << "no rounds";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IoTest,
                          ::testing::Values(BackendCase{IoKind::kSync, "sync"},
                                            BackendCase{IoKind::kThreadPool, "thread_pool"},

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/crc32c.h"
 #include "dlfeed/io/file_table.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
@@ -233,6 +234,39 @@ TEST(IoEngine, AFailedReadFailsItsBatchAfterEveryReadIsBack) {
   EXPECT_EQ(a[99], std::byte(99 * 7 % 251)) << "the good read still landed";
   // The engine goes on serving.
   EXPECT_TRUE(run_batch(*engine, {{rig.id, 0, a.size(), a.data(), 0}}).ok());
+}
+
+// Reads asking for their checksum get it in ReadBatch::crcs, by read index,
+// before done(); one the engine issues in pieces (longer than split_above)
+// and one not asking get none.
+TEST(IoEngine, ChecksumsReachTheBatchByReadIndex) {
+  const std::string dir = testing::scratch_dir();
+  Rig rig(make_file(dir, 100'000));
+  auto engine = rig.engine(/*max_piece=*/1 << 20, 0, /*split_above=*/30'000, /*split_piece=*/8192);
+  std::vector<std::byte> a(20'000), b(50'000), c(777);
+  auto batch = std::make_shared<ReadBatch>();
+  batch->reads = {{rig.id, 1000, a.size(), a.data(), 0, true},
+                  {rig.id, 30'000, b.size(), b.data(), 0, true},
+                  {rig.id, 90'000, c.size(), c.data(), 0, false}};
+  batch->crcs.assign(3, 0);
+  batch->crc_known.assign(3, 0);
+  std::promise<absl::Status> p;
+  std::vector<uint8_t> known;
+  std::vector<uint32_t> crcs;
+  ReadBatch* raw = batch.get();
+  batch->done = [&](const absl::Status& s) {
+    known = raw->crc_known;  // as the look-ahead does: read in done()
+    crcs = raw->crcs;
+    p.set_value(s);
+  };
+  engine->submit(batch);
+  auto f = p.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  ASSERT_TRUE(f.get().ok());
+  ASSERT_TRUE(has_file_bytes(a, 1000));
+  ASSERT_TRUE(has_file_bytes(b, 30'000));
+  EXPECT_EQ(known, (std::vector<uint8_t>{1, 0, 0})) << "the 50,000-byte read went in pieces; the last did not ask";
+  EXPECT_EQ(crcs[0], crc32c(a.data(), a.size()));
 }
 
 TEST(IoEngine, AnEmptyBatchCompletesAtOnce) {

@@ -59,13 +59,20 @@ struct DLFEED_EXPORT ReadRequest {
   uint64_t length = 0;
   std::byte* dest = nullptr;
   uint64_t user_data = 0;
+  /// Also give the CRC32C of the bytes read (ReadCompletion::crc32c), taken
+  /// by the backend as the read completes, while the bytes are still in the
+  /// caches, rather than by the caller later from memory. A backend may
+  /// leave it out (has_crc32c false); the built-in ones do not.
+  bool checksum = false;
 };
 
 /// The outcome of one ReadRequest.
 struct DLFEED_EXPORT ReadCompletion {
   uint64_t user_data = 0;
-  absl::Status status;  // OK, or an error naming file, offset, expected vs got
-  uint64_t bytes = 0;   // bytes placed in dest (== length when OK)
+  absl::Status status;      // OK, or an error naming file, offset, expected vs got
+  uint64_t bytes = 0;       // bytes placed in dest (== length when OK)
+  bool has_crc32c = false;  // OK and the request asked for its checksum
+  uint32_t crc32c = 0;      // CRC32C of the `bytes` placed in dest (when has_crc32c)
 };
 
 /// Counters of a backend (a snapshot; monotonic since creation).
@@ -110,6 +117,11 @@ struct DLFEED_EXPORT IoOptions {
   /// is a few large reads in file order (which the kernel's read-ahead
   /// follows) rather than dozens scattered over the file.
   uint64_t max_bytes_in_flight = 16ull << 20;
+  /// io_uring: while reads complete when submitted (page-cache hits, copied
+  /// by the submitting thread), the reads asking for a checksum go to the
+  /// kernel in rounds of at most this many bytes, so each one's bytes are
+  /// still in the core's caches when its CRC is taken (0: no rounds).
+  uint64_t checksum_round_bytes = 512 * 1024;
   /// io_uring: register the files with the ring (reads then skip the
   /// kernel's per-read file lookup and reference count) when the table has
   /// at most 1024 files and at most half its fd cap: each file stays open
