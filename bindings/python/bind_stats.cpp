@@ -183,6 +183,12 @@ void add_loader_resource_fields(RecordClass<LoaderStats>& stats) {
       .field(
           "batches_spread", [](const LoaderStats& s) { return s.batches_spread; },
           "Batches read by an engine other than the first")
+      .field(
+          "split_records", [](const LoaderStats& s) { return s.split_records; },
+          "TFRecord records read around their value (straight into the batch) and checked")
+      .field(
+          "split_records_whole", [](const LoaderStats& s) { return s.split_records_whole; },
+          "Split records that failed their check and were decoded from the whole record")
       .field("io_fallback_reason", [](const LoaderStats& s) { return s.io_fallback_reason; })
       .field(
           "files", [](const LoaderStats& s) { return s.files; }, "Distinct files of the dataset (all fields)")

@@ -227,6 +227,13 @@ struct DLFEED_EXPORT LoaderStats {
   uint32_t cores = 0;              // cores the process may use (affinity and cgroup quota), which the defaults follow
   uint32_t decode_peak = 0;        // the most batches in the decode stage at once
   uint64_t batches_spread = 0;     // batches read by an engine other than the first
+  /// TFRecord records read around their value (the image straight into the
+  /// batch, docs/architecture.md "Split records") and checked; and of those,
+  /// the ones that failed the check and were decoded from the whole record
+  /// (a layout other than the first record's, or a corrupt byte: then the
+  /// whole record's decode gives the error).
+  uint64_t split_records = 0;
+  uint64_t split_records_whole = 0;
   std::string io_fallback_reason;
   staging::StageStats stage;       // the stager's (LoaderOptions::stage)
   uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)

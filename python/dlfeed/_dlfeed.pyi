@@ -385,6 +385,12 @@ class LoaderStats:
     def batches_spread(self) -> int:
         """Batches read by an engine other than the first"""
     @property
+    def split_records(self) -> int:
+        """TFRecord records read around their value (straight into the batch) and checked"""
+    @property
+    def split_records_whole(self) -> int:
+        """Split records that failed their check and were decoded from the whole record"""
+    @property
     def io_fallback_reason(self) -> str: ...
     @property
     def files(self) -> int:

@@ -85,7 +85,13 @@ void Decoder::decode(Work& w) const {
   if (counters_ != nullptr) detail::name_thread_once(*counters_, "dlfeed worker");
   counters::Span span(counters_, counters::kDecodeSpan);
   span.args(w.epoch, w.index, w.ids.size());
-  if (!w.splits.empty()) check_splits(w, indices_, counters_);
+  if (!w.splits.empty()) {
+    check_splits(w, indices_, counters_);
+    uint64_t whole = 0;
+    for (const Work::SplitRead& s : w.splits) whole += s.state == 2;
+    split_records_.fetch_add(w.splits.size(), std::memory_order_relaxed);
+    if (whole) split_whole_.fetch_add(whole, std::memory_order_relaxed);
+  }
   decode_reads(w);
 }
 

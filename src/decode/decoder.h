@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <atomic>
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
+
 #include "dlfeed/detail/export.h"
 #include "dlfeed/sample.h"
 #include "pipeline/work.h"
@@ -33,6 +35,11 @@ class Decoder {
   /// failing read or decode, naming file and offset). The read buffer goes
   /// back to the pool either way. Any thread; calls may overlap.
   void decode(Work& w) const;
+
+  /// TFRecord records read around their value (split_reads.h) and checked,
+  /// and of those, the ones that failed the check and were decoded whole.
+  uint64_t split_records() const { return split_records_.load(std::memory_order_relaxed); }
+  uint64_t split_records_whole() const { return split_whole_.load(std::memory_order_relaxed); }
 
  private:
   void decode_reads(Work& w) const;
@@ -56,6 +63,7 @@ class Decoder {
   std::shared_ptr<BufferPool> pool_;
   counters::Counters* counters_;
   const detail::UnpackedFiles* unpacked_;
+  mutable std::atomic<uint64_t> split_records_{0}, split_whole_{0};
 };
 
 }  // namespace dlfeed::pipeline

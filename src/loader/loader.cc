@@ -631,6 +631,8 @@ LoaderStats Loader::stats() const {
   s.decode_peak = m.runner->peak_decoding();
   s.cores = pipeline::process_cores();
   s.batches_spread = m.engines.batches_spread();
+  s.split_records = m.decoder ? m.decoder->split_records() : 0;
+  s.split_records_whole = m.decoder ? m.decoder->split_records_whole() : 0;
   if (m.stager) s.stage = m.stager->stats();
   s.files_read_staged = m.files_staged_now;
   s.files = m.file_names.size();
