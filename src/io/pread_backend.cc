@@ -116,7 +116,9 @@ class PreadBackend final : public IoBackend {
     op.prepare(direct_, &pool_);
     for (;;) {
       StatsCounters::add(stats_.reads);
-      ssize_t n = ::pread(op.pin.fd(), op.next_dest(), op.next_length(), static_cast<off_t>(op.next_offset()));
+      const auto at = static_cast<off_t>(op.next_offset());
+      ssize_t n = op.scattered() ? ::preadv(op.pin.fd(), op.iov, op.next_iovecs(), at)
+                                 : ::pread(op.pin.fd(), op.next_dest(), op.next_length(), at);
       int64_t res = n < 0 ? -static_cast<int64_t>(errno) : static_cast<int64_t>(n);
       ReadOp::Step step = op.on_result(res, *files_, stats_);
       if (step != ReadOp::Step::kAgain) break;

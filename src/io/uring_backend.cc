@@ -274,6 +274,8 @@ class UringBackend final : public IoBackend {
       const int fd = op.fixed_file >= 0 ? op.fixed_file : op.pin.fd();
       if (op.fixed >= 0) {
         io_uring_prep_read_fixed(sqe, fd, op.next_dest(), static_cast<unsigned>(len), op.next_offset(), op.fixed);
+      } else if (op.scattered()) {
+        io_uring_prep_readv(sqe, fd, op.iov, static_cast<unsigned>(op.next_iovecs()), op.next_offset());
       } else {
         io_uring_prep_read(sqe, fd, op.next_dest(), static_cast<unsigned>(len), op.next_offset());
       }

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/detail/export.h"
+#include "dlfeed/io/io_backend.h"
 #include "dlfeed/plan/plan.h"
 #include "dlfeed/sample.h"
 #include "plan/budget.h"
@@ -80,6 +81,8 @@ struct Work {
   };
   std::vector<uint32_t> split_of;
   std::vector<SplitRead> splits;
+  // splits[s]'s one scattered read: before, value, after (pieces[3s..3s+2]).
+  std::vector<ReadPiece> pieces;
   std::shared_ptr<Ticket> ticket;
 
   // Read completion (set through the engine's callback).

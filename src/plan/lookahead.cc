@@ -111,9 +111,9 @@ void Lookahead::issue_reads(Work& w) {
   uint64_t copies = 0, copied = 0;
   [[maybe_unused]] const uint64_t t0 = held != nullptr && c != nullptr ? detail::now_of(*c) : 0;
   // A read of a held file is a copy, here and now; any other goes to the engine.
-  auto read = [&](uint32_t file, uint64_t offset, uint64_t length, std::byte* dest, bool checksum = false) {
+  auto read = [&](uint32_t file, uint64_t offset, uint64_t length, std::byte* dest) {
     if (held == nullptr || !held->has(file)) {
-      batch->reads.push_back({file, offset, length, dest, 0, checksum});
+      batch->reads.push_back({file, offset, length, dest, 0});
       return;
     }
     const uint64_t size = held->size(file);
@@ -144,14 +144,30 @@ void Lookahead::issue_reads(Work& w) {
     }
   };
   for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
-  // Split records' values whose CRC is checked ask the engine for it, taken
-  // as each lands: (split, index of its read in the batch).
+  // A record read around its value is one scattered read: the bytes before
+  // and after the value into the record's region of the read buffer, the
+  // value into its slot. When its CRCs are checked, the value's is asked of
+  // the engine, taken as it lands: (split, index of its read in the batch).
   std::vector<std::pair<uint32_t, uint32_t>> crc_reads;
+  w.pieces.assign(3 * w.splits.size(), ReadPiece{});  // never grows while the reads are out
   for (const Work::DirectRead& d : w.direct_reads) {
-    const bool checksum = d.split != Work::kNoSplit && w.splits[d.split].want_crc;
-    const size_t at = batch->reads.size();
-    read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest, checksum);
-    if (checksum && batch->reads.size() > at) crc_reads.emplace_back(d.split, static_cast<uint32_t>(at));
+    std::byte* dest = w.out[d.field].data() + d.dest;
+    if (d.split == Work::kNoSplit) {
+      read(d.file, d.offset, d.length, dest);
+      continue;
+    }
+    const Work::SplitRead& s = w.splits[d.split];
+    std::byte* region = w.raw.data() + s.region;
+    ReadPiece* p = &w.pieces[3 * d.split];
+    p[0] = {region, s.before};
+    p[1] = {dest, s.value};
+    p[2] = {region + s.before + s.value, s.after};
+    if (held != nullptr && held->has(s.file)) {  // copies, piece by piece
+      for (uint64_t k = 0, at = s.offset; k < 3; at += p[k].length, ++k) read(s.file, at, p[k].length, p[k].dest);
+      continue;
+    }
+    if (s.want_crc) crc_reads.emplace_back(d.split, static_cast<uint32_t>(batch->reads.size()));
+    batch->reads.push_back({s.file, s.offset, s.before + s.value + s.after, dest, 0, s.want_crc, p, 3, 1});
   }
   if (!crc_reads.empty()) {
     batch->crcs.assign(batch->reads.size(), 0);

@@ -139,6 +139,11 @@ void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, 
     const bool cold = split_piece_cold_ != 0 && meter_.last_hits_permille() < kWarmHits;
     piece = std::min(piece, cold ? split_piece_cold_ : split_piece_);
   }
+  if (r.piece_count > 0) {  // scattered: one read, never in pieces
+    reqs.push_back(r);
+    reqs.back().user_data = user_data;
+    return;
+  }
   // A checksum is of a whole read: one that goes in pieces asks for none
   // (its reader takes the CRC from the bytes).
   const bool checksum = r.checksum && r.length <= piece;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "read_op.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -95,6 +96,13 @@ IoStats StatsCounters::snapshot() const {
 bool ReadOp::prepare(bool direct_mode, BouncePool* pool, std::byte* fixed_buf, uint64_t fixed_capacity) {
   direct = direct_mode;
   done = 0;
+  if (!direct && req.piece_count > 0) {  // scattered: into the pieces (next_iovecs)
+    target = nullptr;
+    target_offset = req.offset;
+    target_length = req.length;
+    need = req.length;
+    return false;
+  }
   if (!direct) {
     target = req.dest;
     target_offset = req.offset;
@@ -106,7 +114,7 @@ bool ReadOp::prepare(bool direct_mode, BouncePool* pool, std::byte* fixed_buf, u
   uint64_t end = align_up(req.offset + req.length);
   target_length = end - target_offset;
   need = req.offset + req.length - target_offset;
-  bool aligned = target_offset == req.offset && target_length == req.length &&
+  bool aligned = req.piece_count == 0 && target_offset == req.offset && target_length == req.length &&
                  reinterpret_cast<uintptr_t>(req.dest) % kDirectAlign == 0;
   if (aligned) {
     target = req.dest;
@@ -121,6 +129,23 @@ bool ReadOp::prepare(bool direct_mode, BouncePool* pool, std::byte* fixed_buf, u
   return false;
 }
 
+int ReadOp::next_iovecs() {
+  int n = 0;
+  uint64_t skip = done, budget = next_length();
+  for (uint32_t k = 0; k < req.piece_count && budget > 0; ++k) {
+    const ReadPiece& p = req.pieces[k];
+    if (skip >= p.length) {
+      skip -= p.length;
+      continue;
+    }
+    const uint64_t len = std::min(p.length - skip, budget);
+    iov[n++] = {p.dest + skip, static_cast<size_t>(len)};
+    budget -= len;
+    skip = 0;
+  }
+  return n;
+}
+
 uint64_t ReadOp::next_length() const {
   uint64_t left = target_length - done;
   return left < kMaxChunk ? left : kMaxChunk;
@@ -132,7 +157,7 @@ void set_read_fault_injector(ReadFaultInjector* injector) {
 
 ReadOp::Step ReadOp::on_result(int64_t res, const FileTable& files, StatsCounters& stats) {
   if (ReadFaultInjector* inject = g_fault_injector.load(std::memory_order_acquire)) [[unlikely]] {
-    res = inject->on_read(req, next_offset(), next_dest(), next_length(), direct, res);
+    res = inject->on_read(req, next_offset(), next_dest(), next_length(), direct, res);  // null dest: scattered
   }
   if (res < 0) {
     int err = static_cast<int>(-res);
@@ -164,13 +189,22 @@ ReadCompletion ReadOp::finish(BouncePool* pool, StatsCounters& stats) {
   ReadCompletion c;
   c.user_data = req.user_data;
   if (status.ok()) {
-    if (target != req.dest && req.length > 0) {
-      std::memcpy(req.dest, target + (req.offset - target_offset), req.length);
+    if (target != nullptr && target != req.dest && req.length > 0) {  // out of the bounce buffer
+      const std::byte* from = target + (req.offset - target_offset);
+      if (req.piece_count == 0) {
+        std::memcpy(req.dest, from, req.length);
+      } else {
+        for (uint32_t k = 0; k < req.piece_count; from += req.pieces[k].length, ++k) {
+          if (req.pieces[k].length > 0) std::memcpy(req.pieces[k].dest, from, req.pieces[k].length);
+        }
+      }
     }
     c.bytes = req.length;
     StatsCounters::add(stats.bytes, req.length);
     if (req.checksum) {  // now, while the bytes are in this core's caches
-      c.crc32c = crc32c(req.dest, req.length);
+      const ReadPiece whole{req.dest, req.length};
+      const ReadPiece& p = req.piece_count > 0 ? req.pieces[req.checksum_piece] : whole;
+      c.crc32c = crc32c(p.dest, p.length);
       c.has_crc32c = true;
     }
   } else {
@@ -183,6 +217,32 @@ ReadCompletion ReadOp::finish(BouncePool* pool, StatsCounters& stats) {
   return c;
 }
 
+namespace {
+
+// A scattered read's pieces: at most kMaxReadPieces, each with a destination,
+// their lengths adding up to the read's, the checksum's piece one of them.
+absl::Status validate_pieces(const FileTable& files, const ReadRequest& r) {
+  auto bad = [&](auto&&... what) {
+    return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset, ": scattered read of ",
+                                                   r.length, " bytes: ", what...));
+  };
+  if (r.pieces == nullptr || r.piece_count > kMaxReadPieces) {
+    return bad(r.piece_count, " pieces (at most ", kMaxReadPieces, ", and an array of them)");
+  }
+  uint64_t sum = 0;
+  for (uint32_t k = 0; k < r.piece_count; ++k) {
+    if (r.pieces[k].dest == nullptr && r.pieces[k].length > 0) return bad("piece ", k, " has no destination");
+    sum += r.pieces[k].length;
+  }
+  if (sum != r.length) return bad("its pieces add up to ", sum, " bytes");
+  if (r.checksum && r.checksum_piece >= r.piece_count) {
+    return bad("checksum of piece ", r.checksum_piece, " of ", r.piece_count);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests) {
   size_t n = files.size();
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -191,7 +251,9 @@ absl::Status validate_requests(const FileTable& files, std::span<const ReadReque
       return absl::InvalidArgumentError(absl::StrCat("read request ", i, " (user_data ", r.user_data,
                                                      "): unknown file id ", r.file, ", the table has ", n, " files"));
     }
-    if (r.dest == nullptr && r.length > 0) {
+    if (r.piece_count > 0) {
+      DLFEED_RETURN_IF_ERROR(validate_pieces(files, r));
+    } else if (r.dest == nullptr && r.length > 0) {
       return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset, ": read request of ",
                                                      r.length, " bytes has no destination"));
     }

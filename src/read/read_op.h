@@ -6,6 +6,8 @@
 // EAGAIN and end of file.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -91,10 +93,17 @@ struct ReadOp {
   /// `fixed_capacity` bytes) if the read fits, else one from `pool`. Returns
   /// whether `fixed_buf` was used.
   bool prepare(bool direct_mode, BouncePool* pool, std::byte* fixed_buf = nullptr, uint64_t fixed_capacity = 0);
-  /// The next read: file offset, destination and length.
+  /// The next read: file offset, destination and length. A buffered
+  /// scattered read (req.piece_count > 0, not O_DIRECT) has no one
+  /// destination (target is null): it reads into next_iovecs().
   uint64_t next_offset() const { return target_offset + done; }
-  std::byte* next_dest() const { return target + done; }
+  std::byte* next_dest() const { return target == nullptr ? nullptr : target + done; }
   uint64_t next_length() const;
+  bool scattered() const { return target == nullptr && req.piece_count > 0; }
+  /// A scattered read's pieces from `done` on, in iov (valid until the next
+  /// call; io_uring keeps it for the read in the ring). Returns the count.
+  int next_iovecs();
+  struct iovec iov[kMaxReadPieces];
 
   enum class Step { kDone, kAgain, kFailed };
   /// Applies one read's result (bytes, or -errno). kDone: the extent is in

@@ -212,11 +212,19 @@ class ResidentBackend final : public IoBackend {
                                 absl::StrCat("only ", available, " bytes before the end of the file"));
         ++stats_.errors;
       } else {
-        if (r.length > 0) copy_large(r.dest, held_->data(r.file) + r.offset, r.length);
+        const std::byte* from = held_->data(r.file) + r.offset;
+        const ReadPiece whole{r.dest, r.length};
+        const std::span<const ReadPiece> pieces =
+            r.piece_count > 0 ? std::span(r.pieces, r.piece_count) : std::span<const ReadPiece>(&whole, 1);
+        for (const ReadPiece& p : pieces) {
+          if (p.length > 0) copy_large(p.dest, from, p.length);
+          from += p.length;
+        }
         c.bytes = r.length;
         stats_.bytes += r.length;
         if (r.checksum) {  // as the read backends do: now, with the bytes in the caches
-          c.crc32c = crc32c(r.dest, r.length);
+          const ReadPiece& p = r.piece_count > 0 ? r.pieces[r.checksum_piece] : whole;
+          c.crc32c = crc32c(p.dest, p.length);
           c.has_crc32c = true;
         }
       }

@@ -22,18 +22,12 @@ SplitSources split_sources(const std::vector<SampleIndex>& indices) {
 }
 
 void add_split_reads(Work& w) {
-  if (w.splits.empty()) return;
   prefetch::ReadPlan& plan = w.plan;
   for (Work::SplitRead& s : w.splits) {
     s.region = plan.buffer_bytes;
-    plan.reads.push_back({s.file, s.offset, s.before, s.region});
-    plan.reads.push_back({s.file, s.offset + s.before + s.value, s.after, s.region + s.before + s.value});
     plan.buffer_bytes += s.before + s.value + s.after;
     plan.requested_bytes += s.before + s.after;
   }
-  std::sort(plan.reads.begin(), plan.reads.end(), [](const prefetch::PlannedRead& a, const prefetch::PlannedRead& b) {
-    return a.file != b.file ? a.file < b.file : a.offset < b.offset;
-  });
 }
 
 namespace {

@@ -41,7 +41,8 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
                 std::vector<uint8_t>& done, Skip&& skip);
 
 /// After prefetch::plan_reads: each split record's region in the read
-/// buffer and its two reads (kept in file order).
+/// buffer. Its bytes are one scattered read (Lookahead::issue_reads), for
+/// which the value's DirectRead (split set) stands.
 void add_split_reads(Work& w);
 
 /// Checks every split record of `w` (its reads landed): each passes

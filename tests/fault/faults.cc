@@ -17,11 +17,29 @@ namespace dlfeed::fault {
 
 void scribble(std::byte* p, uint64_t n) {
   // XOR, not a fill: every byte differs from what was there, so a byte-exact
-  // check cannot pass by accident.
+  // check cannot pass by accident. A scattered read has no one destination
+  // (p null): its pieces are left as the read left them.
+  if (p == nullptr) return;
   for (uint64_t i = 0; i < n; ++i) p[i] ^= std::byte{0x5a};
 }
 
 namespace {
+
+// Bytes [from, length) of what request `r` read, wherever they went (its
+// dest, or its pieces when scattered).
+void scribble_request(const ReadRequest& r, uint64_t from) {
+  if (r.piece_count == 0) {
+    if (from < r.length) scribble(r.dest + from, r.length - from);
+    return;
+  }
+  uint64_t at = 0;
+  for (uint32_t k = 0; k < r.piece_count; at += r.pieces[k].length, ++k) {
+    const uint64_t end = at + r.pieces[k].length;
+    if (end <= from) continue;
+    const uint64_t skip = from > at ? from - at : 0;
+    scribble(r.pieces[k].dest + skip, r.pieces[k].length - skip);
+  }
+}
 
 uint64_t mix(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -87,7 +105,7 @@ class Faults::ReadInjector final : public detail::ReadFaultInjector {
       if (units >= 2) {
         const int64_t keep = static_cast<int64_t>((1 + f_.below(units - 1)) * unit);
         add(c.short_reads);
-        scribble(target + keep, static_cast<uint64_t>(res - keep));
+        if (target != nullptr) scribble(target + keep, static_cast<uint64_t>(res - keep));
         return keep;
       }
     }
@@ -200,7 +218,7 @@ class FaultyBackend final : public IoBackend {
     const FaultSpec& s = faults_.spec();
     if (s.eio > 0 && faults_.uniform() < s.eio) {
       add(faults_.counters().eio);
-      scribble(r.dest, r.length);
+      scribble_request(r, 0);
       c.status = io_error(files_->path(r.file), r.offset, "read (injected)", EIO);
       c.bytes = 0;
     } else if (s.wrong_length > 0 && r.length > 0 && faults_.uniform() < s.wrong_length) {
@@ -208,7 +226,7 @@ class FaultyBackend final : public IoBackend {
       // Shorter (the tail never written), or longer than asked.
       if (faults_.below(2) == 0) {
         c.bytes = faults_.below(r.length);
-        scribble(r.dest + c.bytes, r.length - c.bytes);
+        scribble_request(r, c.bytes);
       } else {
         c.bytes = r.length + 1 + faults_.below(4096);
       }

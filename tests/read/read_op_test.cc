@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // ReadOp's step: short reads, retries and EOF; O_DIRECT reads of the aligned
-// superset of an extent.
+// superset of an extent; a scattered read's pieces resumed after a short read.
 #include "read/read_op.h"  // ReadOp's step, unit-tested here
 #include "io/io_fixture.h"
 
@@ -55,6 +55,44 @@ TEST(ReadOpStep, DirectAlignsTheSuperset) {
   EXPECT_EQ(op.next_length(), 4096u);
   EXPECT_NE(op.next_dest(), buf);  // a bounce buffer
   EXPECT_EQ(reinterpret_cast<uintptr_t>(op.next_dest()) % 4096, 0u);
+}
+
+// A scattered read resumes a short read in the right piece at the right place:
+// the iovecs from `done` on skip what landed and cover exactly the rest.
+TEST(ReadOpStep, ScatteredReadsResumeInTheRightPiece) {
+  FileTable table;
+  table.add("f");
+  detail::StatsCounters stats;
+  std::byte a[10], b[100], c[5];
+  const ReadPiece pieces[] = {{a, 10}, {b, 100}, {c, 5}};
+  detail::ReadOp op;
+  op.req = {0, 1000, 115, b, 1, true, pieces, 3, 1};
+  op.prepare(false, nullptr);
+  EXPECT_TRUE(op.scattered());
+  EXPECT_EQ(op.next_dest(), nullptr);
+  ASSERT_EQ(op.next_iovecs(), 3);
+  EXPECT_EQ(op.iov[0].iov_base, a);
+  EXPECT_EQ(op.iov[2].iov_len, 5u);
+  EXPECT_EQ(op.on_result(30, table, stats), detail::ReadOp::Step::kAgain);  // short: 10 of a, 20 of b
+  EXPECT_EQ(op.next_offset(), 1030u);
+  ASSERT_EQ(op.next_iovecs(), 2);
+  EXPECT_EQ(op.iov[0].iov_base, b + 20);
+  EXPECT_EQ(op.iov[0].iov_len, 80u);
+  EXPECT_EQ(op.iov[1].iov_base, c);
+  EXPECT_EQ(op.on_result(82, table, stats), detail::ReadOp::Step::kAgain);  // 2 of c
+  ASSERT_EQ(op.next_iovecs(), 1);
+  EXPECT_EQ(op.iov[0].iov_base, c + 2);
+  EXPECT_EQ(op.iov[0].iov_len, 3u);
+  EXPECT_EQ(op.on_result(3, table, stats), detail::ReadOp::Step::kDone);
+
+  // O_DIRECT: the aligned superset into a bounce buffer, never the pieces.
+  detail::BouncePool pool;
+  detail::ReadOp direct;
+  direct.req = {0, 4096, 115, b, 2, false, pieces, 3, 0};
+  direct.prepare(true, &pool);
+  EXPECT_FALSE(direct.scattered());
+  EXPECT_NE(direct.next_dest(), nullptr);
+  EXPECT_EQ(direct.next_length(), 4096u);
 }
 
 }  // namespace

@@ -51,6 +51,14 @@ namespace dlfeed::inline DLFEED_ABI {
 
 class FileTable;
 
+/// One destination of a scattered read (ReadRequest::pieces).
+struct DLFEED_EXPORT ReadPiece {
+  std::byte* dest = nullptr;
+  uint64_t length = 0;
+};
+/// Most pieces one scattered read may have.
+inline constexpr uint32_t kMaxReadPieces = 8;
+
 /// Read `length` bytes at `offset` of file `file` (an id in the backend's
 /// FileTable) into `dest`.
 struct DLFEED_EXPORT ReadRequest {
@@ -64,6 +72,15 @@ struct DLFEED_EXPORT ReadRequest {
   /// caches, rather than by the caller later from memory. A backend may
   /// leave it out (has_crc32c false); the built-in ones do not.
   bool checksum = false;
+  /// A scattered read (when piece_count > 0): the `length` bytes at `offset`
+  /// go to the pieces in order (their lengths add up to `length`; `dest` is
+  /// not used), one request and one read of the file, as preadv and
+  /// IORING_OP_READV do; O_DIRECT reads it into a bounce buffer and copies
+  /// the pieces out. The array must stay valid until the completion is
+  /// reaped. The checksum is then of piece `checksum_piece` only.
+  const ReadPiece* pieces = nullptr;
+  uint32_t piece_count = 0;
+  uint32_t checksum_piece = 0;
 };
 
 /// The outcome of one ReadRequest.
