@@ -164,6 +164,9 @@ void bind_io_options(py::module_& m) {
       .def_readwrite("queue_depth", &IoOptions::queue_depth, "io_uring: ring entries and most reads in the kernel")
       .def_readwrite("max_bytes_in_flight", &IoOptions::max_bytes_in_flight,
                      "io_uring: most bytes of reads in the kernel at once (0: no limit)")
+      .def_readwrite("checksum_round_bytes", &IoOptions::checksum_round_bytes,
+                     "io_uring: while reads hit the page cache, reads asking for a checksum go in rounds of at most "
+                     "this many bytes (0: none)")
       .def_readwrite("register_files", &IoOptions::register_files,
                      "io_uring: register the files with the ring when there are few enough")
       .def_readwrite("threads", &IoOptions::threads, "thread_pool: reader threads")

@@ -96,6 +96,8 @@ class IoOptions:
     """io_uring: ring entries and most reads in the kernel"""
     max_bytes_in_flight: int
     """io_uring: most bytes of reads in the kernel at once (0: no limit)"""
+    checksum_round_bytes: int
+    """io_uring: while reads hit the page cache, reads asking for a checksum go in rounds of at most this many bytes (0: none)"""
     register_files: bool
     """io_uring: register the files with the ring when there are few enough"""
     threads: int

@@ -62,6 +62,7 @@ class OptionKwargs(TypedDict, total=False):
     io: Optional[Literal["auto", "io_uring", "thread_pool", "sync"]]
     queue_depth: Optional[int]
     max_bytes_in_flight: Optional[int]
+    checksum_round_bytes: Optional[int]
     register_files: Optional[bool]
     io_threads: Optional[int]
     io_engines: Optional[int]

@@ -121,6 +121,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "io": Keyword("io.kind", "io"),
     "queue_depth": Keyword("io.queue_depth", "queue-depth"),
     "max_bytes_in_flight": Keyword("io.max_bytes_in_flight", "max-in-flight-mb"),
+    "checksum_round_bytes": Keyword("io.checksum_round_bytes", python_only=_NO_FLAG),
     "register_files": Keyword("io.register_files", python_only=_NO_FLAG),
     "io_threads": Keyword("io.threads", "io-threads"),
     "io_engines": Keyword("io_engines", "io-engines"),

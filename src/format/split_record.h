@@ -2,8 +2,9 @@
 // Private: records read around their value. A TFRecord Example holding a
 // sample's bytes (DLIO's `image`) is a record whose value lies at the same
 // place in every record of the same length. The planner reads such a
-// record in three pieces: the value straight into its slot of the batch,
-// the bytes before and after it into the read buffer. After the reads, the
+// record in one scattered read of three pieces: the value straight into its
+// slot of the batch, the bytes before and after it into the read buffer
+// (the value's CRC taken by the I/O backend as it lands). After that, the
 // source checks the record from those pieces (its CRCs, the value's place in
 // the Example) before anything of it is used; a record that does not pass is
 // put back together and decoded as any other, so it gives the same result or
