@@ -160,6 +160,9 @@ struct Loader::Impl {
     collator = std::make_unique<pipeline::Collator>(pool, c, queue, failed);
     runner = std::make_unique<pipeline::Pipeline>(threads);
     source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
+    // A backend of the caller's may predate scattered reads (it would write
+    // a whole record to the value's slot): it gets plain reads only.
+    source.scattered_reads = !options.io_factory;
     source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
   }
 

@@ -162,7 +162,7 @@ void Lookahead::issue_reads(Work& w) {
     p[0] = {region, s.before};
     p[1] = {dest, s.value};
     p[2] = {region + s.before + s.value, s.after};
-    if (held != nullptr && held->has(s.file)) {  // copies, piece by piece
+    if ((held != nullptr && held->has(s.file)) || !parts_.scattered_reads) {  // piece by piece
       for (uint64_t k = 0, at = s.offset; k < 3; at += p[k].length, ++k) read(s.file, at, p[k].length, p[k].dest);
       continue;
     }

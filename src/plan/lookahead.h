@@ -51,6 +51,10 @@ struct SourceParts {
   // arena); else they are made one after another on the planner's thread.
   uint32_t copy_threads = 1;
   std::function<void(size_t n, const std::function<void(size_t)>& body)> spread;
+  // A split record (split_reads.h) is one scattered read (ReadRequest::pieces)
+  // when true, else three plain reads (a backend from LoaderOptions::io_factory,
+  // which may not know pieces), whose value's CRC the check takes itself.
+  bool scattered_reads = true;
 };
 
 /// One epoch's source: batches of `cursor` from `first_batch` on.

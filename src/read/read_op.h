@@ -125,11 +125,10 @@ class ReadFaultInjector {
  public:
   virtual ~ReadFaultInjector() = default;
   /// Given the read the backend just issued (file offset, the buffer it
-  /// read into, the length asked for, whether it was O_DIRECT) and its
-  /// result (bytes, or -errno), returns the result to act on. Returning
-  /// fewer bytes than were read (whole 4096-byte blocks with O_DIRECT),
-  /// -EINTR or -EAGAIN is always safe: the rest is read again. -EIO fails
-  /// the request. Called concurrently from backend threads.
+  /// read into (null for a scattered read, which reads into its pieces), the length asked for, whether it was O_DIRECT)
+  /// and its result (bytes, or -errno), returns the result to act on. Returning fewer bytes than were read (whole
+  /// 4096-byte blocks with O_DIRECT), -EINTR or -EAGAIN is always safe: the rest is read again. -EIO fails the request.
+  /// Called concurrently from backend threads.
   virtual int64_t on_read(const ReadRequest& req, uint64_t offset, std::byte* target, uint64_t length, bool direct,
                           int64_t res) = 0;
 };

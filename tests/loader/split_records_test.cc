@@ -6,6 +6,7 @@
 // (ReadRequest::checksum) and joined to the other pieces' CRCs by the check; every image and label comes out as
 // written, and a flipped byte in a value is an error naming the file and the record's offset, never a wrong sample.
 // With the rest of the C++ suite this runs under ASan and TSan (the engine hands the CRCs to the batch's work).
+#include <atomic>
 #include <cstdio>
 
 #include "loader_fixture.h"
@@ -100,6 +101,58 @@ TEST(SplitRecords, EveryBackendReadsImagesAroundTheirRecordsByteExact) {
       EXPECT_EQ(st.split_records_whole, 0u) << io_kind_name(io) << (verify ? " with" : " without") << " CRCs";
     }
   }
+}
+
+// A backend of the caller's that counts the requests it is given and the
+// scattered ones among them, reading through a built-in backend.
+class CountingBackend final : public IoBackend {
+ public:
+  CountingBackend(std::unique_ptr<IoBackend> inner, std::atomic<uint64_t>& requests, std::atomic<uint64_t>& scattered)
+      : inner_(std::move(inner)), requests_(requests), scattered_(scattered) {}
+  absl::Status submit(std::span<const ReadRequest> reqs) override {
+    for (const ReadRequest& r : reqs) {
+      ++requests_;
+      if (r.piece_count > 0) ++scattered_;
+    }
+    return inner_->submit(reqs);
+  }
+  size_t reap(std::vector<ReadCompletion>& out, size_t min, std::chrono::nanoseconds timeout) override {
+    return inner_->reap(out, min, timeout);
+  }
+  size_t in_flight() const override { return inner_->in_flight(); }
+  std::string name() const override { return "counting " + inner_->name(); }
+  IoStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<IoBackend> inner_;
+  std::atomic<uint64_t>& requests_;
+  std::atomic<uint64_t>& scattered_;
+};
+
+// A backend of the caller's (LoaderOptions::io_factory) may not know
+// scattered reads: it gets each record as three plain reads, and the check
+// takes the image's CRC from the batch (the checked wrapper drops any the
+// backend gives). The same samples, no record read again whole.
+TEST(SplitRecords, ABackendOfTheCallersGetsPlainReads) {
+  const std::string root = scratch_dir();
+  const testing::GeneratedDataset d = write_big(root, "factory");
+  LoaderOptions o = big_options(d.path, IoKind::kAuto);
+  std::atomic<uint64_t> requests{0}, scattered{0};
+  o.io_factory = [&](std::shared_ptr<FileTable> files, IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
+    DLFEED_ASSIGN_OR_RETURN(auto inner, make_io_backend(std::move(files), io));
+    return std::make_unique<CountingBackend>(std::move(inner), requests, scattered);
+  };
+  auto loader = Loader::create(o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<uint64_t> ids;
+  const absl::Status st = read_checked(**loader, 0, ids);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(ids.size(), 30u);
+  const LoaderStats s = (*loader)->stats();
+  EXPECT_EQ(s.split_records, 30u);
+  EXPECT_EQ(s.split_records_whole, 0u);
+  EXPECT_EQ(scattered.load(), 0u);
+  EXPECT_GE(requests.load(), 3u * 30u) << "three plain reads per record";
 }
 
 // Files held in memory: the look-ahead copies each record's pieces, or, when
