@@ -33,6 +33,7 @@
 #include "plan/planner.h"
 #include "read/engine.h"
 #include "read/resident.h"
+#include "read/split_reads.h"
 #include "read/unpacked.h"
 #include "thread_name.h"
 
@@ -356,6 +357,18 @@ constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
 std::string read_prefetch(const pipeline::MachineDefaults& d) {
   return absl::StrCat("depth:", d.read_depth, ",budget:", d.read_budget);
 }
+// Records read around their value (TFRecord images, split_reads.h): held or
+// not, the engines copy them and the decode stage checks them, so batches
+// ahead overlap the two as when reading; one 16 MiB batch ahead made a held
+// TFRecord dataset slower to load than reading it.
+bool any_split_sources(const std::vector<SampleIndex>& indices) {
+  for (const auto& field : pipeline::split_sources(indices)) {
+    for (const detail::SplitRecords* s : field) {
+      if (s != nullptr) return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
@@ -393,8 +406,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     impl->policy = impl->tuned_depth;
   }
   if (impl->policy == nullptr) {
-    DLFEED_ASSIGN_OR_RETURN(impl->policy,
-                            prefetch::parse_policy(impl->resident ? kHeldPrefetch : read_prefetch(machine)));
+    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(impl->resident && !any_split_sources(impl->indices)
+                                                                     ? kHeldPrefetch
+                                                                     : read_prefetch(machine)));
   }
   DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
                           detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,

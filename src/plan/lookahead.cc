@@ -156,16 +156,20 @@ void Lookahead::issue_reads(Work& w) {
       read(d.file, d.offset, d.length, dest);
       continue;
     }
-    const Work::SplitRead& s = w.splits[d.split];
+    Work::SplitRead& s = w.splits[d.split];
     std::byte* region = w.raw.data() + s.region;
     ReadPiece* p = &w.pieces[3 * d.split];
     p[0] = {region, s.before};
     p[1] = {dest, s.value};
     p[2] = {region + s.before + s.value, s.after};
-    if ((held != nullptr && held->has(s.file)) || !parts_.scattered_reads) {  // piece by piece
+    if (!parts_.scattered_reads) {  // piece by piece
       for (uint64_t k = 0, at = s.offset; k < 3; at += p[k].length, ++k) read(s.file, at, p[k].length, p[k].dest);
       continue;
     }
+    // Held or not, the engine takes it: a held file's record (64 KiB and
+    // more) is copied by the engines' held-files backend, spread over the
+    // engines as reads are, its value's CRC taken as it is copied, rather
+    // than copied here on this one thread and checked later from memory.
     if (s.want_crc) crc_reads.emplace_back(d.split, static_cast<uint32_t>(batch->reads.size()));
     batch->reads.push_back({s.file, s.offset, s.before + s.value + s.after, dest, 0, s.want_crc, p, 3, 1});
   }
