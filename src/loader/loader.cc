@@ -176,7 +176,11 @@ struct Loader::Impl {
     const uint64_t max_piece = o.coalesce.enabled ? o.coalesce.max_read : 0;
     // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
     const uint64_t split_above = o.io.direct ? 0 : o.coalesce.split_above;
-    engines.set_spread_always(o.tuning.io_spread_always);
+    // Held files: every read an engine gets is a copy from memory (TFRecord
+    // records, or any read while tracing), which waits on no device, so the
+    // batches go round all engines at once; the busy rule (Spreader) is for
+    // reads that may wait on one.
+    engines.set_spread_always(o.tuning.io_spread_always || resident != nullptr);
     for (uint32_t k = 0; k < n_engines; ++k) {
       DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
                               o.io_factory ? o.io_factory(files, o.io) : make_io_backend(files, o.io));
