@@ -91,12 +91,58 @@ bool Lookahead::admit_and_read(Work& w, bool wait) {
   return true;
 }
 
-void Lookahead::issue_reads(Work& w) {
-  BufferPool& pool = *parts_.pool;
+namespace {
+
+// The CRCs the engine took of split values (crc_reads: split, read index)
+// into their records (a read not answered: the check takes it from the bytes).
+void take_crcs(Work& w, const detail::ReadBatch& b, const Lookahead::CrcReads& crc_reads) {
+  for (const auto& [split, k] : crc_reads) {
+    if (b.crc_known[k] == 0) continue;
+    w.splits[split].value_crc = b.crcs[k];
+    w.splits[split].value_crc_known = true;
+  }
+}
+
+}  // namespace
+
+template <typename Read>
+void Lookahead::add_split_read(Work& w, const Work::DirectRead& d, detail::ReadBatch& batch, Read& read,
+                               CrcReads& crc_reads) const {
+  // One scattered read: the bytes before and after the value into the
+  // record's region of the read buffer, the value into its slot.
+  Work::SplitRead& s = w.splits[d.split];
+  std::byte* region = w.raw.data() + s.region;
+  ReadPiece* p = &w.pieces[3 * d.split];
+  p[0] = {region, s.before};
+  p[1] = {w.out[d.field].data() + d.dest, s.value};
+  p[2] = {region + s.before + s.value, s.after};
+  if (!parts_.scattered_reads) {  // piece by piece
+    for (uint64_t k = 0, at = s.offset; k < 3; at += p[k].length, ++k) read(s.file, at, p[k].length, p[k].dest);
+    return;
+  }
+  // Held or not, the engine takes it: a held file's record (64 KiB and more)
+  // is copied by the engines' held-files backend, spread over the engines as
+  // reads are, its value's CRC taken as it is copied, rather than copied here
+  // on this one thread and checked later from memory. When its CRCs are
+  // checked, the value's is asked of the engine, taken as it lands.
+  if (s.want_crc) crc_reads.emplace_back(d.split, static_cast<uint32_t>(batch.reads.size()));
+  batch.reads.push_back({s.file, s.offset, s.before + s.value + s.after, p[1].dest, 0, s.want_crc, p, 3, 1});
+}
+
+namespace {
+
+// The batch's read buffer and the buffers of its fields of known sizes.
+void take_buffers(Work& w, BufferPool& pool) {
   w.raw = pool.take(w.plan.buffer_bytes);
   for (size_t f = 0; f < w.known.size(); ++f) {
     if (w.known[f]) w.out[f] = pool.take(w.out_offsets[f].back());
   }
+}
+
+}  // namespace
+
+void Lookahead::issue_reads(Work& w) {
+  take_buffers(w, *parts_.pool);
   auto batch = std::make_shared<detail::ReadBatch>();
   batch->reads.reserve(w.plan.reads.size() + w.direct_reads.size());
   counters::Counters* c = parts_.counters;
@@ -144,46 +190,24 @@ void Lookahead::issue_reads(Work& w) {
     }
   };
   for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
-  // A record read around its value is one scattered read: the bytes before
-  // and after the value into the record's region of the read buffer, the
-  // value into its slot. When its CRCs are checked, the value's is asked of
-  // the engine, taken as it lands: (split, index of its read in the batch).
-  std::vector<std::pair<uint32_t, uint32_t>> crc_reads;
+  CrcReads crc_reads;
   w.pieces.assign(3 * w.splits.size(), ReadPiece{});  // never grows while the reads are out
   for (const Work::DirectRead& d : w.direct_reads) {
-    std::byte* dest = w.out[d.field].data() + d.dest;
     if (d.split == Work::kNoSplit) {
-      read(d.file, d.offset, d.length, dest);
-      continue;
+      read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
+    } else {
+      add_split_read(w, d, *batch, read, crc_reads);
     }
-    Work::SplitRead& s = w.splits[d.split];
-    std::byte* region = w.raw.data() + s.region;
-    ReadPiece* p = &w.pieces[3 * d.split];
-    p[0] = {region, s.before};
-    p[1] = {dest, s.value};
-    p[2] = {region + s.before + s.value, s.after};
-    if (!parts_.scattered_reads) {  // piece by piece
-      for (uint64_t k = 0, at = s.offset; k < 3; at += p[k].length, ++k) read(s.file, at, p[k].length, p[k].dest);
-      continue;
-    }
-    // Held or not, the engine takes it: a held file's record (64 KiB and
-    // more) is copied by the engines' held-files backend, spread over the
-    // engines as reads are, its value's CRC taken as it is copied, rather
-    // than copied here on this one thread and checked later from memory.
-    if (s.want_crc) crc_reads.emplace_back(d.split, static_cast<uint32_t>(batch->reads.size()));
-    batch->reads.push_back({s.file, s.offset, s.before + s.value + s.after, dest, 0, s.want_crc, p, 3, 1});
   }
   if (!crc_reads.empty()) {
     batch->crcs.assign(batch->reads.size(), 0);
     batch->crc_known.assign(batch->reads.size(), 0);
   }
   if (defer) flush_copies(copied);
-  if (copies > 0) {
-    if (parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
-    DLFEED_REC({
-      if (c != nullptr) detail::record_reads(*c, t0, detail::now_of(*c), copies, copied);  // as the engine counts
-    });
-  }
+  if (copies > 0 && parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
+  DLFEED_REC({
+    if (copies > 0 && c != nullptr) detail::record_reads(*c, t0, detail::now_of(*c), copies, copied);  // as the engine
+  });
   if (batch->reads.empty()) {
     w.reads_finished(copy_status);
     return;
@@ -192,11 +216,7 @@ void Lookahead::issue_reads(Work& w) {
   // The engine keeps the work (and so the buffers the reads land in) alive
   // until its reads are done.
   batch->done = [keep = w.self, copy_status, b = batch.get(), crc_reads = std::move(crc_reads)](const absl::Status& s) {
-    for (const auto& [split, k] : crc_reads) {
-      if (b->crc_known[k] == 0) continue;  // not given: the check takes it from the bytes
-      keep->splits[split].value_crc = b->crcs[k];
-      keep->splits[split].value_crc_known = true;
-    }
+    take_crcs(*keep, *b, crc_reads);
     keep->reads_finished(copy_status.ok() ? s : copy_status);
   };
   parts_.engines->submit(w.index, std::move(batch));

@@ -78,6 +78,18 @@ class Lookahead {
   // buffers and issues its reads.
   bool admit_and_read(Work& w, bool wait);
   void issue_reads(Work& w);
+
+ public:
+  // Split values whose CRC the engine is asked for: (split, read index).
+  using CrcReads = std::vector<std::pair<uint32_t, uint32_t>>;
+
+ private:
+  // A split record (its value's DirectRead `d`): one scattered read into
+  // `batch`, or three plain reads through `read(file, offset, length, dest)`
+  // (a caller's backend). Defined and used in lookahead.cc only.
+  template <typename Read>
+  void add_split_read(Work& w, const Work::DirectRead& d, detail::ReadBatch& batch, Read& read,
+                      CrcReads& crc_reads) const;
   // Makes copies_ (deferred copies from held files), spread when there are
   // enough bytes, and clears them.
   void flush_copies(uint64_t bytes);
