@@ -60,6 +60,9 @@ struct SourceParts {
 /// One epoch's source: batches of `cursor` from `first_batch` on.
 class Lookahead {
  public:
+  // Split values whose CRC the engine is asked for: (split, read index).
+  using CrcReads = std::vector<std::pair<uint32_t, uint32_t>>;
+
   Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch);
   ~Lookahead() { drop(); }
   Lookahead(const Lookahead&) = delete;
@@ -78,12 +81,6 @@ class Lookahead {
   // buffers and issues its reads.
   bool admit_and_read(Work& w, bool wait);
   void issue_reads(Work& w);
-
- public:
-  // Split values whose CRC the engine is asked for: (split, read index).
-  using CrcReads = std::vector<std::pair<uint32_t, uint32_t>>;
-
- private:
   // A split record (its value's DirectRead `d`): one scattered read into
   // `batch`, or three plain reads through `read(file, offset, length, dest)`
   // (a caller's backend). Defined and used in lookahead.cc only.

@@ -190,23 +190,12 @@ ReadCompletion ReadOp::finish(BouncePool* pool, StatsCounters& stats) {
   c.user_data = req.user_data;
   if (status.ok()) {
     if (target != nullptr && target != req.dest && req.length > 0) {  // out of the bounce buffer
-      const std::byte* from = target + (req.offset - target_offset);
-      if (req.piece_count == 0) {
-        std::memcpy(req.dest, from, req.length);
-      } else {
-        for (uint32_t k = 0; k < req.piece_count; from += req.pieces[k].length, ++k) {
-          if (req.pieces[k].length > 0) std::memcpy(req.pieces[k].dest, from, req.pieces[k].length);
-        }
-      }
+      copy_out(req, target + (req.offset - target_offset),
+               [](std::byte* to, const std::byte* from, uint64_t n) { std::memcpy(to, from, n); });
     }
     c.bytes = req.length;
     StatsCounters::add(stats.bytes, req.length);
-    if (req.checksum) {  // now, while the bytes are in this core's caches
-      const ReadPiece whole{req.dest, req.length};
-      const ReadPiece& p = req.piece_count > 0 ? req.pieces[req.checksum_piece] : whole;
-      c.crc32c = crc32c(p.dest, p.length);
-      c.has_crc32c = true;
-    }
+    take_checksum(req, c);  // now, while the bytes are in this core's caches
   } else {
     c.status = std::move(status);
     StatsCounters::add(stats.errors);
@@ -217,14 +206,10 @@ ReadCompletion ReadOp::finish(BouncePool* pool, StatsCounters& stats) {
   return c;
 }
 
-namespace {
-
-// A scattered read's pieces: at most kMaxReadPieces, each with a destination,
-// their lengths adding up to the read's, the checksum's piece one of them.
-absl::Status validate_pieces(const FileTable& files, const ReadRequest& r) {
+absl::Status validate_pieces(const std::string& path, const ReadRequest& r) {
   auto bad = [&](auto&&... what) {
-    return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset, ": scattered read of ",
-                                                   r.length, " bytes: ", what...));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": at offset ", r.offset, ": scattered read of ", r.length, " bytes: ", what...));
   };
   if (r.pieces == nullptr || r.piece_count > kMaxReadPieces) {
     return bad(r.piece_count, " pieces (at most ", kMaxReadPieces, ", and an array of them)");
@@ -241,7 +226,13 @@ absl::Status validate_pieces(const FileTable& files, const ReadRequest& r) {
   return absl::OkStatus();
 }
 
-}  // namespace
+void take_checksum(const ReadRequest& r, ReadCompletion& c) {
+  if (!r.checksum) return;
+  const ReadPiece whole{r.dest, r.length};
+  const ReadPiece& p = r.piece_count > 0 ? r.pieces[r.checksum_piece] : whole;
+  c.crc32c = crc32c(p.dest, p.length);
+  c.has_crc32c = true;
+}
 
 absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests) {
   size_t n = files.size();
@@ -252,7 +243,7 @@ absl::Status validate_requests(const FileTable& files, std::span<const ReadReque
                                                      "): unknown file id ", r.file, ", the table has ", n, " files"));
     }
     if (r.piece_count > 0) {
-      DLFEED_RETURN_IF_ERROR(validate_pieces(files, r));
+      DLFEED_RETURN_IF_ERROR(validate_pieces(files.path(r.file), r));
     } else if (r.dest == nullptr && r.length > 0) {
       return absl::InvalidArgumentError(absl::StrCat(files.path(r.file), ": at offset ", r.offset, ": read request of ",
                                                      r.length, " bytes has no destination"));

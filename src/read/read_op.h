@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -136,8 +137,28 @@ class ReadFaultInjector {
 /// it). Set it while no read is in flight; it must outlive those reads.
 void set_read_fault_injector(ReadFaultInjector* injector);
 
-/// Checks a batch before accepting it (ids known, dest set).
+/// Checks a batch before accepting it (ids known, dest or pieces set).
 absl::Status validate_requests(const FileTable& files, std::span<const ReadRequest> requests);
+/// A scattered read's pieces (`path`: its file's, for the error): at most
+/// kMaxReadPieces, each with a destination, their lengths adding up to the
+/// read's, the checksum's piece one of them.
+absl::Status validate_pieces(const std::string& path, const ReadRequest& r);
+
+/// The request's `length` bytes, lying end to end at `from`, to its dest or
+/// in order to its pieces, each by copy(to, from, n).
+template <typename Copy>
+void copy_out(const ReadRequest& r, const std::byte* from, Copy&& copy) {
+  if (r.piece_count == 0) {
+    if (r.length > 0) copy(r.dest, from, r.length);
+    return;
+  }
+  for (uint32_t k = 0; k < r.piece_count; from += r.pieces[k].length, ++k) {
+    if (r.pieces[k].length > 0) copy(r.pieces[k].dest, from, r.pieces[k].length);
+  }
+}
+/// Sets c's CRC32C when `r` asked for one: of its dest, or of its
+/// checksum_piece when scattered. Call as the bytes land.
+void take_checksum(const ReadRequest& r, ReadCompletion& c);
 
 /// An error completion for a request that never started because its file
 /// would not open: `status` is the open's error ("PATH: open failed..."),

@@ -17,7 +17,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
@@ -195,7 +194,9 @@ class ResidentBackend final : public IoBackend {
         rest.push_back(r);
         continue;
       }
-      if (r.dest == nullptr && r.length > 0) {
+      if (r.piece_count > 0) {
+        DLFEED_RETURN_IF_ERROR(validate_pieces(held_->path(r.file), r));
+      } else if (r.dest == nullptr && r.length > 0) {
         return absl::InvalidArgumentError(absl::StrCat("read of ", r.length, " bytes with no destination"));
       }
     }
@@ -212,21 +213,11 @@ class ResidentBackend final : public IoBackend {
                                 absl::StrCat("only ", available, " bytes before the end of the file"));
         ++stats_.errors;
       } else {
-        const std::byte* from = held_->data(r.file) + r.offset;
-        const ReadPiece whole{r.dest, r.length};
-        const std::span<const ReadPiece> pieces =
-            r.piece_count > 0 ? std::span(r.pieces, r.piece_count) : std::span<const ReadPiece>(&whole, 1);
-        for (const ReadPiece& p : pieces) {
-          if (p.length > 0) copy_large(p.dest, from, p.length);
-          from += p.length;
-        }
+        copy_out(r, held_->data(r.file) + r.offset,
+                 [](std::byte* to, const std::byte* from, uint64_t n) { copy_large(to, from, n); });
         c.bytes = r.length;
         stats_.bytes += r.length;
-        if (r.checksum) {  // as the read backends do: now, with the bytes in the caches
-          const ReadPiece& p = r.piece_count > 0 ? r.pieces[r.checksum_piece] : whole;
-          c.crc32c = crc32c(p.dest, p.length);
-          c.has_crc32c = true;
-        }
+        take_checksum(r, c);  // as the read backends do: now, with the bytes in the caches
       }
       ready_.push_back(std::move(c));
       ++copied;

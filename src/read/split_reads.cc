@@ -4,7 +4,6 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "pipeline/pipeline.h"

@@ -3,6 +3,7 @@
 // superset of an extent; a scattered read's pieces resumed after a short read.
 #include "read/read_op.h"  // ReadOp's step, unit-tested here
 #include "io/io_fixture.h"
+#include "read/resident.h"
 
 namespace dlfeed {
 namespace {
@@ -93,6 +94,37 @@ TEST(ReadOpStep, ScatteredReadsResumeInTheRightPiece) {
   EXPECT_FALSE(direct.scattered());
   EXPECT_NE(direct.next_dest(), nullptr);
   EXPECT_EQ(direct.next_length(), 4096u);
+}
+
+// The held-files backend copies a scattered read into its pieces and takes
+// the checksum of the piece named, as ReadOp::finish does; pieces that do not
+// add up are refused naming the file, as validate_requests refuses them.
+TEST(ReadOpStep, HeldFilesCheckAndCopyScatteredReadsAlike) {
+  const std::string dir = testing::scratch_dir();
+  auto table = std::make_shared<FileTable>();
+  table->add(write_file(dir, 0, 5000));
+  auto held = detail::ResidentFiles::load(*table, {0});
+  ASSERT_TRUE(held.ok()) << held.status();
+  auto inner = make_io_backend(table, {.kind = IoKind::kSync});
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  auto io = detail::make_resident_backend(std::move(*inner), *held);
+  std::byte a[7], b[300], c[2];
+  const ReadPiece pieces[] = {{a, 7}, {b, 300}, {c, 2}};
+  ASSERT_TRUE(io->submit(std::vector<ReadRequest>{{0, 100, 309, nullptr, 1, true, pieces, 3, 1}}).ok());
+  std::vector<ReadCompletion> done;
+  io->reap(done, 1, std::chrono::seconds(1));
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_TRUE(done[0].status.ok()) << done[0].status;
+  for (uint64_t i = 0; i < 7; ++i) EXPECT_EQ(a[i], content(0, 100 + i));
+  for (uint64_t i = 0; i < 300; ++i) EXPECT_EQ(b[i], content(0, 107 + i));
+  for (uint64_t i = 0; i < 2; ++i) EXPECT_EQ(c[i], content(0, 407 + i));
+  EXPECT_TRUE(done[0].has_crc32c);
+  EXPECT_EQ(done[0].crc32c, detail::crc32c(b, sizeof b));
+  const ReadPiece short_by_one[] = {{a, 7}, {b, 300}};
+  const absl::Status st = io->submit(std::vector<ReadRequest>{{0, 100, 308, b, 2, false, short_by_one, 2, 0}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_CONTAINS(std::string(st.message()), "file-0.bin: at offset 100: scattered read of 308 bytes");
+  EXPECT_CONTAINS(std::string(st.message()), "its pieces add up to 307 bytes");
 }
 
 }  // namespace

@@ -246,8 +246,11 @@ inline bool crc32c_wide_available() {
 
 /// The hardware implementation; call only when crc32c_hardware_available().
 inline uint32_t crc32c_extend_hardware(uint32_t crc, const void* data, size_t n) {
-#ifdef DLFEED_CRC32C_X86
-  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, crc32c_wide_available());
+#ifdef DLFEED_CRC32C_VPCLMUL
+  // The caller checked crc32c_hardware_available(): only the wide check is left.
+  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, crc32c_impl::wide_available());
+#elif defined(DLFEED_CRC32C_X86)
+  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, false);
 #else
   return crc32c_extend_portable(crc, data, n);
 #endif
