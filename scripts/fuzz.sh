@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${DLFEED_FUZZ_SECONDS:-30}
 JOBS=${DLFEED_FUZZ_JOBS:-2}
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(npy npz tfrecord tfrecord_idx example hdf5 index_cache indexed_binary)
+((${#TARGETS[@]})) || TARGETS=(npy npz tfrecord tfrecord_idx example hdf5 index_cache indexed_binary deflate)
 
 missing=()
 for p in clang libclang-rt-14-dev; do

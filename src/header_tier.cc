@@ -11,6 +11,7 @@
 #include "dlfeed/counters/snapshot-inl.h"
 #include "dlfeed/detail/error-inl.h"
 #include "dlfeed/dtype-inl.h"
+#include "dlfeed/format/deflate-inl.h"
 #include "dlfeed/format/example-inl.h"
 #include "dlfeed/format/npy-inl.h"
 #include "dlfeed/format/tfrecord_framing-inl.h"

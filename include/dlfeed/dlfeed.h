@@ -15,6 +15,7 @@
 #include "dlfeed/counters/snapshot.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/error.h"
+#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/format/indexed_binary.h"

@@ -4,9 +4,11 @@
 // decode of those extents: the row of each chunk a sample needs, with
 // shuffle and deflate undone here, without libhdf5.
 #include <hdf5.h>
-#include <zlib.h>
 
 #include <algorithm>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,11 +22,64 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "dlfeed/format/deflate.h"
 #include "hdf5_source.h"
 #include "hdf5_util.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 namespace {
+
+// The shuffle filter undone 16 elements at a time for 2-, 4- and 8-byte
+// elements (SSE2 byte, word and dword interleaves of the byte planes);
+// returns how many of the `n` elements it placed (the rest: a plain loop).
+uint64_t unshuffle_sse2(const uint8_t* in, uint64_t n, uint64_t es, uint8_t* out) {
+#if defined(__SSE2__)
+  auto ld = [&](uint64_t plane, uint64_t i) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + plane * n + i));
+  };
+  auto st = [&](uint64_t at, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out + at), v); };
+  uint64_t i = 0;
+  if (es == 2) {
+    for (; i + 16 <= n; i += 16) {
+      const __m128i a = ld(0, i), b = ld(1, i);
+      st(2 * i, _mm_unpacklo_epi8(a, b));
+      st(2 * i + 16, _mm_unpackhi_epi8(a, b));
+    }
+  } else if (es == 4) {
+    for (; i + 16 <= n; i += 16) {
+      const __m128i a = ld(0, i), b = ld(1, i), c = ld(2, i), d = ld(3, i);
+      const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+      const __m128i cd_lo = _mm_unpacklo_epi8(c, d), cd_hi = _mm_unpackhi_epi8(c, d);
+      st(4 * i, _mm_unpacklo_epi16(ab_lo, cd_lo));
+      st(4 * i + 16, _mm_unpackhi_epi16(ab_lo, cd_lo));
+      st(4 * i + 32, _mm_unpacklo_epi16(ab_hi, cd_hi));
+      st(4 * i + 48, _mm_unpackhi_epi16(ab_hi, cd_hi));
+    }
+  } else if (es == 8) {
+    for (; i + 16 <= n; i += 16) {
+      __m128i lo[4], hi[4];  // planes 2k and 2k+1 interleaved
+      for (int k = 0; k < 4; ++k) {
+        const __m128i a = ld(2 * k, i), b = ld(2 * k + 1, i);
+        lo[k] = _mm_unpacklo_epi8(a, b);
+        hi[k] = _mm_unpackhi_epi8(a, b);
+      }
+      // Bytes 0-3 of elements 0-3, 4-7, 8-11, 12-15; then bytes 4-7 of the same.
+      const __m128i q[8] = {_mm_unpacklo_epi16(lo[0], lo[1]), _mm_unpackhi_epi16(lo[0], lo[1]),
+                            _mm_unpacklo_epi16(hi[0], hi[1]), _mm_unpackhi_epi16(hi[0], hi[1]),
+                            _mm_unpacklo_epi16(lo[2], lo[3]), _mm_unpackhi_epi16(lo[2], lo[3]),
+                            _mm_unpacklo_epi16(hi[2], hi[3]), _mm_unpackhi_epi16(hi[2], hi[3])};
+      for (int k = 0; k < 4; ++k) {
+        st(8 * i + 32 * k, _mm_unpacklo_epi32(q[k], q[k + 4]));
+        st(8 * i + 32 * k + 16, _mm_unpackhi_epi32(q[k], q[k + 4]));
+      }
+    }
+  }
+  return i;
+#else
+  (void)in, (void)n, (void)es, (void)out;
+  return 0;
+#endif
+}
 
 constexpr uint64_t kMaxChunkCells = uint64_t{1} << 22;  // chunk grid cells indexed
 constexpr uint64_t kMaxChunkBytes = uint64_t{1} << 32;  // HDF5's own chunk limit
@@ -222,24 +277,16 @@ class ChunkedSource final : public Hdf5Source {
 
   absl::StatusOr<uint64_t> inflate_chunk(const ChunkEntry& c, const std::byte* in, uint64_t in_len,
                                          std::byte* out) const {
-    z_stream zs{};
-    if (inflateInit(&zs) != Z_OK) return absl::InternalError("zlib inflateInit failed");
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in));
-    zs.avail_in = static_cast<uInt>(in_len);
-    zs.next_out = reinterpret_cast<Bytef*>(out);
-    zs.avail_out = static_cast<uInt>(chunk_bytes_);
-    int rc = inflate(&zs, Z_FINISH);
-    const uint64_t produced = zs.total_out;
-    std::string msg = zs.msg != nullptr ? zs.msg : "";
-    inflateEnd(&zs);
-    if (rc == Z_STREAM_END) return produced;
+    const InflateResult r =
+        inflate_zlib(std::span<const std::byte>(in, in_len), std::span<std::byte>(out, chunk_bytes_));
+    if (r.ok()) return r.produced;
     std::string found;
-    if (rc == Z_BUF_ERROR && zs.avail_out == 0) {
-      found = absl::StrCat("more than ", chunk_bytes_, " bytes");
-    } else if (rc == Z_BUF_ERROR) {
-      found = absl::StrCat("a stream that ends early after ", produced, " bytes");
-    } else {
-      found = absl::StrCat("zlib error ", rc, msg.empty() ? "" : ": ", msg);
+    switch (r.code) {
+      case InflateResult::kTooLong: found = absl::StrCat("more than ", chunk_bytes_, " bytes"); break;
+      case InflateResult::kTruncated:
+        found = absl::StrCat("a stream that ends early after ", r.produced, " bytes");
+        break;
+      default: found = absl::StrCat(r.what, " at byte ", r.consumed, " of the stored chunk");
     }
     return format_error(g_.path, c.addr,
                         absl::StrCat("a deflate (zlib) chunk of '", g_.name, "' inflating to ", chunk_bytes_, " bytes"),
@@ -255,10 +302,11 @@ class ChunkedSource final : public Hdf5Source {
       return;
     }
     const uint64_t n = len / es;
+    const uint64_t done = unshuffle_sse2(reinterpret_cast<const uint8_t*>(in), n, es, reinterpret_cast<uint8_t*>(out));
     for (uint64_t b = 0; b < es; ++b) {
       const std::byte* src = in + b * n;
       std::byte* dst = out + b;
-      for (uint64_t i = 0; i < n; ++i) dst[i * es] = src[i];
+      for (uint64_t i = done; i < n; ++i) dst[i * es] = src[i];
     }
     std::memcpy(out + n * es, in + n * es, len - n * es);  // trailing bytes stay as they are
   }

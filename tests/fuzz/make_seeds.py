@@ -8,7 +8,7 @@ numpy (every header version, byte order, Fortran order, odd shapes), .npz
 archives by numpy's savez/savez_compressed and by Python's zipfile with Zip64
 end records, TFRecords and tf.train.Examples by TensorFlow, .idx sidecars as
 DALI's tfrecord2idx writes them, plus dlfeed's own generator when --dlfeed is
-given. The HDF5 target writes its base files itself (see hdf5_fuzz.cc). Seeds are small (the fuzzer
+given, and DEFLATE/zlib streams by Python's zlib. The HDF5 target writes its base files itself (see hdf5_fuzz.cc). Seeds are small (the fuzzer
 mutates them); nothing here is committed.
 """
 import argparse
@@ -190,6 +190,22 @@ def indexed_binary_seeds(out):
              + rng.integers(0, 255, n * size, dtype=np.uint8).tobytes())
 
 
+def deflate_seeds(out):
+    # Byte 0: bit 0 zlib-wrapped, the rest the output's capacity in KiB.
+    import zlib
+    rng = np.random.default_rng(5)
+    planes = np.round(rng.standard_normal(4096), 2).astype(np.float32).view(np.uint8).reshape(-1, 4).T.tobytes()
+    text = b"sample batch epoch shuffle " * 300
+    for name, data in (("floats", planes), ("text", text), ("runs", bytes(5000) + b"x" * 3000)):
+        cap = (len(data) + 1023) // 1024
+        for level in (1, 9):
+            save(out, "deflate", f"zlib_{name}_{level}", bytes([cap << 1 | 1]) + zlib.compress(data, level))
+            c = zlib.compressobj(level, zlib.DEFLATED, -15)
+            save(out, "deflate", f"raw_{name}_{level}", bytes([cap << 1]) + c.compress(data) + c.flush())
+        c = zlib.compressobj(6, zlib.DEFLATED, -15, 8, zlib.Z_FIXED)
+        save(out, "deflate", f"fixed_{name}", bytes([cap << 1]) + c.compress(data) + c.flush())
+
+
 def dlfeed_seeds(out, tmp, binary):
     """Files dlfeed's own generator writes, one small dataset per format."""
     for fmt, target, ext in (("npy", "npy", ".npy"), ("npz", "npz", ".npz"), ("tfrecord", "tfrecord", ".tfrecord")):
@@ -217,6 +233,7 @@ def main():
         hdf5_seeds(args.out)
         indexed_binary_seeds(args.out)
         tf_seeds(args.out, tmp)
+        deflate_seeds(args.out)
         if args.dlfeed and os.path.exists(args.dlfeed):
             dlfeed_seeds(args.out, tmp, args.dlfeed)
     for d in sorted(args.out.iterdir()):

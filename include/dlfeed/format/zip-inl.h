@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The zip directory reader: the parse side of dlfeed/format/zip.h, from bytes
-// (header tier: see dlfeed/detail/inline.h). The writer, CRC-32 and inflate
-// (zlib) stay in src/format/zip.cc.
+// The zip directory reader, the parse side of dlfeed/format/zip.h, and
+// inflate_raw (on dlfeed/format/deflate.h), from bytes (header tier: see
+// dlfeed/detail/inline.h). The writer and CRC-32 (zlib) stay in
+// src/format/zip.cc.
 #pragma once
 
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/inline.h"
+#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/zip.h"
 
 namespace dlfeed::inline DLFEED_ABI {
@@ -170,6 +172,19 @@ DLFEED_INLINE absl::StatusOr<uint64_t> zip_data_offset(std::span<const std::byte
                         absl::StrCat(data > file_size ? 0 : file_size - data, " bytes before the end of the file"));
   }
   return data;
+}
+
+DLFEED_INLINE absl::Status inflate_raw(std::span<const std::byte> in, std::span<std::byte> out, absl::string_view path,
+                                       uint64_t offset, absl::string_view what) {
+  const InflateResult r = inflate_deflate(in, out);
+  if (r.code == InflateResult::kOk && r.produced == out.size()) return absl::OkStatus();
+  if (r.code == InflateResult::kCorrupt) {
+    return format_error(path, offset + r.consumed, absl::StrCat("valid deflate data in ", what), r.what);
+  }
+  return format_error(path, offset + r.consumed, absl::StrCat(out.size(), " inflated bytes of ", what),
+                      r.code == InflateResult::kTooLong ? "a stream longer than declared"
+                      : r.code == InflateResult::kOk    ? absl::StrCat("a stream of only ", r.produced, " bytes")
+                                                        : "a deflate stream cut short (truncated)");
 }
 
 }  // namespace dlfeed

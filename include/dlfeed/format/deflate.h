@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// DEFLATE (RFC 1951) and its zlib wrapper (RFC 1950), decoded whole into a
+// buffer of known size: HDF5's deflate filter and numpy's savez_compressed
+// members. Header tier (dlfeed/detail/inline.h): no zlib needed.
+//
+// Decoded in one call, with no state kept between calls: a 64-bit bit buffer
+// refilled 8 bytes at a time, 11-bit literal/length and 8-bit distance lookup
+// tables (with second-level tables for longer codes), matches copied a word
+// at a time. Everything zlib refuses is refused, with what was wrong and the
+// input offset where it was seen; tests/format/deflate_test.cc checks the
+// two against each other.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "dlfeed/detail/export.h"
+
+namespace dlfeed::inline DLFEED_ABI {
+
+/// What inflate_deflate()/inflate_zlib() found.
+struct InflateResult {
+  enum Code : uint8_t {
+    kOk,         // the stream ended (its final block, and for zlib its Adler-32)
+    kCorrupt,    // not a valid stream: `what` says why
+    kTruncated,  // the input ended before the stream did
+    kTooLong,    // the stream decodes to more than `out` holds
+    kChecksum,   // zlib: the Adler-32 of the output does not match the trailer
+  };
+  Code code = kOk;
+  /// Bytes written to `out` (the output's length when kOk). Bytes of `out`
+  /// past this are unspecified: the decoder may have written scratch there.
+  uint64_t produced = 0;
+  /// Input bytes used: the stream's length (trailer included) when kOk, else
+  /// about where the decoder stopped (what an error message names).
+  uint64_t consumed = 0;
+  /// For kCorrupt (and kChecksum): what was wrong, e.g. "an invalid distance code".
+  const char* what = "";
+  bool ok() const { return code == kOk; }
+};
+
+/// Decodes the raw DEFLATE stream at the start of `in` into `out`. Input
+/// after the final block is left alone (as zlib does); `consumed` says where
+/// the stream ended.
+DLFEED_EXPORT InflateResult inflate_deflate(std::span<const std::byte> in, std::span<std::byte> out);
+
+/// The same for a zlib stream (2-byte header, DEFLATE, big-endian Adler-32
+/// of the output); a preset dictionary is refused (kCorrupt).
+DLFEED_EXPORT InflateResult inflate_zlib(std::span<const std::byte> in, std::span<std::byte> out);
+
+/// Adler-32 of `bytes`, continuing from `adler` (1 for a new stream).
+DLFEED_EXPORT uint32_t adler32(std::span<const std::byte> bytes, uint32_t adler = 1);
+
+}  // namespace dlfeed
+
+#include "dlfeed/detail/inline.h"
+#ifdef DLFEED_HEADER_ONLY
+#include "dlfeed/format/deflate-inl.h"
+#endif
