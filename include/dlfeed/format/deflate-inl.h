@@ -153,11 +153,11 @@ inline constexpr uint32_t kTwoLiterals = 0x100;
 inline void pair_literals(uint32_t* table) {
   for (unsigned i = 1u << kLitlenBits; i-- > 0;) {
     const uint32_t e = table[i];
-    if (!(e & kLiteral)) continue;
-    const unsigned len1 = e & 0xff;
+    const unsigned len1 = e & 0xff;  // at most 15 (any kind of entry)
     const uint32_t e2 = table[i >> len1];
-    if (!(e2 & kLiteral) || (e2 & kTwoLiterals) || (e2 & 0xff) > kLitlenBits - len1) continue;
-    table[i] = kLiteral | kTwoLiterals | (e & 0xff0000) | (e2 & 0xff0000) << 8 | (len1 + (e2 & 0xff));
+    const bool pair = (e & e2 & kLiteral) && !(e2 & kTwoLiterals) && (e2 & 0xff) + len1 <= kLitlenBits;
+    const uint32_t both = kLiteral | kTwoLiterals | (e & 0xff0000) | (e2 & 0xff0000) << 8 | (len1 + (e2 & 0xff));
+    table[i] = pair ? both : e;  // no branch: whether a pair fits is close to random
   }
 }
 
@@ -620,8 +620,9 @@ DLFEED_INLINE uint32_t adler32(std::span<const std::byte> bytes, uint32_t adler)
 }
 
 DLFEED_INLINE InflateResult inflate_deflate(std::span<const std::byte> in, std::span<std::byte> out) {
-  // Heap, not stack: the tables are 43 KB, and decode threads' stacks may be small.
-  auto d = std::make_unique<deflate_detail::Decoder>();
+  // Heap, not stack: the tables are 43 KB, and decode threads' stacks may be
+  // small. Default-initialized: the tables are written before they are read.
+  std::unique_ptr<deflate_detail::Decoder> d(new deflate_detail::Decoder);
   d->in = d->in_begin = reinterpret_cast<const uint8_t*>(in.data());
   d->in_end = d->in + in.size();
   d->out = d->out_begin = reinterpret_cast<uint8_t*>(out.data());
