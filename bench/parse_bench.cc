@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Parser micro benchmarks: the per-file and per-sample CPU work of the
-// formats, without I/O (except BM_TfrecordScanFile, which scans a cached file
+// formats (and of inflating a deflated HDF5 chunk, against zlib), without I/O (except BM_TfrecordScanFile, which scans a cached file
 // through the real scan_records).
 //   build/bench/parse_bench                          # every case
 //   build/bench/parse_bench --benchmark_filter=Crc   # one family
@@ -8,8 +8,13 @@
 // bytes the case walks over (payloads for CRC and unframing).
 #include <benchmark/benchmark.h>
 
+#include <zlib.h>
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -17,6 +22,7 @@
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/dtype.h"
+#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord.h"
@@ -207,6 +213,70 @@ void BM_ExampleParseAll(benchmark::State& state) {
 BENCHMARK(BM_ExampleParseAll)->Arg(32 << 10);
 
 // ------------------------------------------------------------------ CRC32C
+
+// A decode-bound HDF5 chunk: 64x64x4 float32 normals rounded to 2 decimals,
+// byte planes apart (the shuffle filter), zlib level range(0), as h5py's
+// compression="gzip", shuffle=True writes the chunks of bench/node_scaling.py.
+std::vector<std::byte> shuffled_floats_zlib(int level, std::vector<std::byte>* plain) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  constexpr size_t kN = 64 * 64 * 4;
+  plain->assign(kN * 4, std::byte{0});
+  for (size_t i = 0; i < kN; ++i) {
+    const float v = std::round(normal(rng) * 100) / 100;
+    unsigned char b[4];
+    std::memcpy(b, &v, 4);
+    for (int k = 0; k < 4; ++k) (*plain)[k * kN + i] = std::byte(b[k]);
+  }
+  uLongf len = compressBound(plain->size());
+  std::vector<std::byte> z(len);
+  compress2(reinterpret_cast<Bytef*>(z.data()), &len, reinterpret_cast<const Bytef*>(plain->data()), plain->size(),
+            level);
+  z.resize(len);
+  return z;
+}
+
+// Inflating one such chunk (64 KiB out): range(1) 0 = dlfeed's decoder
+// (dlfeed/format/deflate.h, what HDF5 chunks and NPZ members use), 1 = zlib's
+// uncompress (what libhdf5 and h5py use). bytes/s count the output.
+void BM_InflateChunk(benchmark::State& state) {
+  std::vector<std::byte> plain;
+  const std::vector<std::byte> z = shuffled_floats_zlib(static_cast<int>(state.range(0)), &plain);
+  std::vector<std::byte> out(plain.size());
+  const bool zlib = state.range(1) == 1;
+  for (auto _ : state) {
+    if (zlib) {
+      uLongf len = out.size();
+      if (uncompress(reinterpret_cast<Bytef*>(out.data()), &len, reinterpret_cast<const Bytef*>(z.data()), z.size()) !=
+          Z_OK) {
+        state.SkipWithError("zlib refused the stream");
+        return;
+      }
+    } else if (!dlfeed::inflate_zlib(z, out).ok()) {
+      state.SkipWithError("dlfeed refused the stream");
+      return;
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  if (std::memcmp(out.data(), plain.data(), plain.size()) != 0) state.SkipWithError("wrong output");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * plain.size()));
+  state.SetLabel(zlib ? "zlib uncompress" : "dlfeed inflate_zlib");
+}
+BENCHMARK(BM_InflateChunk)->ArgsProduct({{1, 6}, {0, 1}});
+
+// Adler-32 of 64 KiB: range(0) 0 = dlfeed's (AVX2 where the CPU has it), 1 = zlib's.
+void BM_Adler32(benchmark::State& state) {
+  const std::vector<std::byte> data = pattern(64 << 10);
+  uint32_t a = 1;
+  for (auto _ : state) {
+    a = state.range(0) == 0 ? dlfeed::adler32(data, a)
+                            : uint32_t(::adler32(a, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+  }
+  benchmark::DoNotOptimize(a);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * data.size()));
+  state.SetLabel(state.range(0) == 0 ? "dlfeed" : "zlib");
+}
+BENCHMARK(BM_Adler32)->Arg(0)->Arg(1);
 
 // range(0): bytes; range(1): 0 = portable (slicing-by-8), 1 = hardware (SSE4.2
 // crc32 in three interleaved chains, combined by PCLMUL). Target: >= 15 GB/s

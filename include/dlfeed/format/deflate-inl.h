@@ -67,10 +67,14 @@ inline uint32_t dist_entry(unsigned sym) {
 }
 inline uint32_t precode_entry(unsigned sym) { return sym << 16; }
 
+// The low `len` bits of `code`, most significant first (a Huffman code as
+// DEFLATE packs it, least significant bit first).
 inline unsigned reverse_bits(unsigned code, unsigned len) {
-  unsigned r = 0;
-  for (unsigned i = 0; i < len; ++i, code >>= 1) r = (r << 1) | (code & 1);
-  return r;
+  code = ((code & 0x5555) << 1) | ((code >> 1) & 0x5555);
+  code = ((code & 0x3333) << 2) | ((code >> 2) & 0x3333);
+  code = ((code & 0x0f0f) << 4) | ((code >> 4) & 0x0f0f);
+  code = ((code & 0x00ff) << 8) | ((code >> 8) & 0x00ff);
+  return code >> (16 - len);
 }
 
 // Builds the lookup table of the canonical Huffman code with code lengths
