@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Parser micro benchmarks: the per-file and per-sample CPU work of the
-// formats (and of inflating a deflated HDF5 chunk, against zlib), without I/O (except BM_TfrecordScanFile, which scans a cached file
-// through the real scan_records).
+// formats (and of inflating a deflated HDF5 chunk, against zlib), without I/O (except BM_TfrecordScanFile, which scans
+// a cached file through the real scan_records).
 //   build/bench/parse_bench                          # every case
 //   build/bench/parse_bench --benchmark_filter=Crc   # one family
 // items/s are headers, records or Examples per second; bytes/s count the
@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 

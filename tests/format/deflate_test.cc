@@ -64,7 +64,7 @@ std::vector<std::pair<std::string, Bytes>> inputs() {
   const char* words[] = {"sample ", "batch ", "epoch ", "shuffle ", "read ", "HDF5 ", "the ", "loader "};
   while (text.size() < 100000) text += words[rng() % 8];
   v.emplace_back("text", Bytes(reinterpret_cast<const std::byte*>(text.data()),
-                                reinterpret_cast<const std::byte*>(text.data()) + text.size()));
+                               reinterpret_cast<const std::byte*>(text.data()) + text.size()));
   Bytes runs;
   while (runs.size() < 80000) runs.insert(runs.end(), 1 + rng() % 700, std::byte(rng() % 4));
   v.emplace_back("runs", runs);
@@ -302,8 +302,8 @@ TEST(Deflate, Adler32MatchesZlib) {
     }
     // The largest sums: every byte 0xff.
     Bytes ff(n, std::byte{0xff});
-    EXPECT_EQ(adler32(ff, 0xfff0fff0u), uint32_t(::adler32(0xfff0fff0u, reinterpret_cast<const Bytef*>(ff.data()),
-                                                           uInt(n))))
+    EXPECT_EQ(adler32(ff, 0xfff0fff0u),
+              uint32_t(::adler32(0xfff0fff0u, reinterpret_cast<const Bytef*>(ff.data()), uInt(n))))
         << n << " bytes of 0xff";
   }
 }

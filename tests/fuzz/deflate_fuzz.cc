@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::fail("deflate: zlib says " + std::to_string(rc) + ", dlfeed code " + std::to_string(int(r.code)) + " (" +
                r.what + ")");
   }
-  if (r.ok() && (r.produced != zlib_out || std::memcmp(out.data(), want.data(), zlib_out) != 0)) {
+  if (r.ok() && (r.produced != zlib_out || (zlib_out > 0 && std::memcmp(out.data(), want.data(), zlib_out) != 0))) {
     fuzz::fail("deflate: output differs from zlib's");
   }
   const uint32_t a = adler32(in);

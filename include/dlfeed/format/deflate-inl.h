@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <memory>
 
@@ -48,12 +49,13 @@ inline constexpr uint16_t kLengthBase[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,
                                              31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
 inline constexpr uint8_t kLengthExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
                                              2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-inline constexpr uint16_t kDistBase[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,    49,    65,    97,
-                                           129, 193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193,
-                                           12289, 16385, 24577};
-inline constexpr uint8_t kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6,
+inline constexpr uint16_t kDistBase[30] = {1,    2,    3,    4,    5,    7,    9,    13,    17,    25,
+                                           33,   49,   65,   97,   129,  193,  257,  385,   513,   769,
+                                           1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+inline constexpr uint8_t kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2,  3,  3,  4,  4,  5,  5,  6,
                                            6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
-inline constexpr uint8_t kPrecodeOrder[kNumPrecode] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+inline constexpr uint8_t kPrecodeOrder[kNumPrecode] = {16, 17, 18, 0, 8,  7, 9,  6, 10, 5,
+                                                       11, 4,  12, 3, 13, 2, 14, 1, 15};
 
 inline uint32_t litlen_entry(unsigned sym) {
   if (sym < 256) return kLiteral | sym << 16;
@@ -187,7 +189,8 @@ inline const FixedTables& fixed_tables() {
 inline uint64_t load_le64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
-  return v;  // x86 and every little-endian target
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  return v;
 }
 
 // The decoder of one call. Bits are taken from the low end of `bitbuf`;
@@ -258,7 +261,8 @@ struct Stream {
   }
   // A first-level literal entry: one or two bytes out (two always stored).
   __attribute__((always_inline)) void emit_literals(uint32_t e) {
-    const uint16_t v = uint16_t(e >> 16);
+    uint16_t v = uint16_t(e >> 16);  // the first literal in the low byte
+    if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap16(v);
     std::memcpy(out, &v, 2);
     out += 1 + ((e & kTwoLiterals) >> 8);
     drop(e & 0xff);
@@ -389,7 +393,7 @@ inline InflateResult Stream::stored_block() {
   const size_t have = size_t(in_end - in);
   const size_t room = size_t(out_end - out);
   const size_t n = std::min<size_t>({len, have, room});
-  std::memcpy(out, in, n);
+  if (n > 0) std::memcpy(out, in, n);  // `out` may be null when there is no room
   out += n;
   in += n;
   if (n < len) return fail(room < len ? InflateResult::kTooLong : InflateResult::kTruncated, "");
