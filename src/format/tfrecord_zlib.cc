@@ -14,6 +14,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/tfrecord.h"
 #include "tfrecord_scan.h"
 
@@ -63,21 +64,34 @@ absl::Status stream_error(const std::string& path, Compression c, const z_stream
 // Inflated bytes a thread keeps from its current checkpoint span (at most).
 constexpr uint64_t kSpanCache = 2 * kCheckpointSpan + (uint64_t{1} << 20);
 
-// One thread's inflate stream, kept between calls: a record of the same
-// checkpoint span is copied from the bytes already inflated (kept up to
-// kSpanCache), or inflated onward from where the last call stopped.
-struct ThreadInflate {
-  z_stream zs{};
-  bool init = false;
-  bool valid = false;  // zs is positioned at (in_pos, out_pos) of (stream_id, point)
-  uint64_t stream_id = 0, point = 0, in_pos = 0, out_pos = 0;
-  uint64_t cache_begin = 0;  // cache holds inflated bytes [cache_begin, out_pos)
-  std::vector<std::byte> cache;
-  std::vector<std::byte> discard;
-  ~ThreadInflate() {
-    if (init) inflateEnd(&zs);
-  }
+// One thread's inflated span, kept between calls: the checkpoint's window,
+// then the bytes inflated from it. A record of the same span already
+// inflated is a copy; a later one goes on from the last deflate block begun
+// (decoding at most one block again), so a sequential epoch inflates each
+// byte about once.
+struct ThreadSpan {
+  bool valid = false;
+  uint64_t stream_id = 0, point = 0;
+  std::vector<std::byte> buf;  // window, then inflated bytes from the checkpoint's `out`
+  size_t window = 0;
+  uint64_t reached = 0;  // inflated bytes after the checkpoint held in buf
+  InflateResume mark;    // the last block begun: a bit of raw, a place in buf
 };
+
+// The error for an inflate that stopped before `need` bytes past the
+// checkpoint (or found corrupt data), in the user's terms.
+absl::Status inflate_error(const InflateResult& r, uint64_t have, uint64_t need, uint64_t want_end, uint64_t base,
+                           size_t raw_size, absl::string_view path) {
+  const uint64_t at = base + r.consumed;
+  if (r.code == InflateResult::kCorrupt || r.code == InflateResult::kChecksum) {
+    return format_error(path, at, "valid deflate data", absl::StrCat(r.what, ": the compressed stream is corrupt"));
+  }
+  return format_error(
+      path, at, absl::StrCat(need - have, " more inflated bytes (up to inflated offset ", want_end, ")"),
+      r.code == InflateResult::kOk ? std::string("the end of the deflate stream")
+                                   : absl::StrCat("the end of the ", raw_size, " compressed bytes read from offset ",
+                                                  base, " (did the file change since it was opened?)"));
+}
 
 }  // namespace
 
@@ -246,105 +260,56 @@ uint64_t new_stream_id() {
 
 absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<const std::byte> raw, uint64_t skip_to,
                         std::span<std::byte> out, uint64_t stream_id, absl::string_view path) {
-  thread_local ThreadInflate t;
-  z_stream& zs = t.zs;
-  if (!t.init) {
-    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK) return absl::ResourceExhaustedError("zlib inflateInit2 failed");
-    t.init = true;
-  }
+  thread_local ThreadSpan t;
   const uint64_t base = p.first_byte();
   if (skip_to < p.out) {
     return absl::InternalError(absl::StrCat(path, ": inflated offset ", skip_to, " is before its checkpoint"));
   }
   const uint64_t end = skip_to + out.size();
-  const bool same = t.valid && t.stream_id == stream_id && t.point == point_index && t.cache_begin <= skip_to;
-  if (same && end <= t.out_pos) {  // inflated already (raw, shorter, is not needed)
-    if (!out.empty()) std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), out.size());
+  const uint64_t need = end - p.out;                   // inflated bytes past the checkpoint
+  const uint64_t first_bit = p.bits ? 8 - p.bits : 0;  // the block's first bit, in raw[0]
+  // The same span, and raw reaches where this thread's inflate stopped.
+  const bool same = t.valid && t.stream_id == stream_id && t.point == point_index && t.mark.in_bit <= raw.size() * 8;
+  if (same && need <= t.reached) {  // inflated already (raw, shorter, is not needed)
+    if (!out.empty()) std::memcpy(out.data(), t.buf.data() + t.window + (skip_to - p.out), out.size());
     return absl::OkStatus();
   }
-  // Going on needs raw to reach past where the stream stopped.
-  const bool resume = same && t.in_pos >= base && t.in_pos - base <= raw.size();
-  t.valid = false;
-  if (!resume) {
-    if (inflateReset(&zs) != Z_OK) return absl::InternalError("zlib inflateReset failed");
-    uint64_t pos = base;
-    if (p.bits) {
-      if (raw.empty()) {
-        return format_error(path, base, "the byte holding the checkpoint's first bits", "no bytes read");
-      }
-      inflatePrime(&zs, p.bits, static_cast<uint8_t>(raw[0]) >> (8 - p.bits));
-      pos = p.in;
+  if (skip_to == p.out && p.window.empty() && need > kSpanCache) {
+    // A large record at its checkpoint, which needs no window (CosmoFlow: one
+    // record per file): inflated in place, nothing kept.
+    const InflateResult r = inflate_deflate_at(raw, InflateResume{first_bit, 0}, out);
+    if (r.code == InflateResult::kCorrupt || r.produced < out.size()) {
+      return inflate_error(r, r.produced, need, end, base, raw.size(), path);
     }
-    if (!p.window.empty() && inflateSetDictionary(&zs, reinterpret_cast<const Bytef*>(p.window.data()),
-                                                  static_cast<uInt>(p.window.size())) != Z_OK) {
-      return absl::InternalError("zlib inflateSetDictionary failed");
-    }
+    return absl::OkStatus();
+  }
+  InflateResume start{first_bit, p.window.size()};
+  if (same) {
+    start = t.mark;  // go on from the last block begun
+  } else {
     t.stream_id = stream_id;
     t.point = point_index;
-    t.in_pos = pos;
-    t.out_pos = p.out;
-    t.cache_begin = p.out;
-    t.cache.clear();
+    t.buf.assign(p.window.begin(), p.window.end());
+    t.window = p.window.size();
+    t.reached = 0;
   }
-  zs.avail_in = 0;
-  // Inflates exactly n bytes into dst, feeding raw from t.in_pos.
-  auto run = [&](std::byte* dst, uint64_t n) -> absl::Status {
-    while (n > 0) {
-      if (zs.avail_in == 0) {
-        const uint64_t at = t.in_pos - base;
-        const size_t m = static_cast<size_t>(std::min<uint64_t>(raw.size() - at, kZChunk));
-        zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(raw.data() + at));
-        zs.avail_in = static_cast<uInt>(m);
-      }
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, kZChunk));
-      zs.next_out = reinterpret_cast<Bytef*>(dst);
-      zs.avail_out = static_cast<uInt>(want);
-      const uInt in_before = zs.avail_in;
-      const int rc = inflate(&zs, Z_NO_FLUSH);
-      const size_t got = want - zs.avail_out;
-      t.in_pos += in_before - zs.avail_in;
-      t.out_pos += got;
-      dst += got;
-      n -= got;
-      if (rc == Z_DATA_ERROR) {
-        return format_error(path, t.in_pos, "valid deflate data",
-                            absl::StrCat(zmessage(zs), ": the compressed stream is corrupt"));
-      }
-      if (rc == Z_MEM_ERROR) return absl::ResourceExhaustedError(absl::StrCat(path, ": zlib ran out of memory"));
-      if (n > 0 && (rc == Z_STREAM_END || (got == 0 && zs.avail_in == 0 && t.in_pos - base >= raw.size()))) {
-        return format_error(
-            path, t.in_pos, absl::StrCat(n, " more inflated bytes (up to inflated offset ", skip_to + out.size(), ")"),
-            rc == Z_STREAM_END ? std::string("the end of the deflate stream")
-                               : absl::StrCat("the end of the ", raw.size(), " compressed bytes read from offset ",
-                                              base, " (did the file change since it was opened?)"));
-      }
-    }
-    return absl::OkStatus();
-  };
-  if (end - t.cache_begin <= kSpanCache) {
+  t.valid = false;
+  t.buf.resize(t.window + need);
+  InflateResume mark;
+  const InflateResult r = inflate_deflate_at(raw, start, t.buf, &mark);
+  const uint64_t have = r.produced - t.window;
+  if (r.code == InflateResult::kCorrupt || r.code == InflateResult::kChecksum || have < need) {
+    return inflate_error(r, have, need, end, base, raw.size(), path);
+  }
+  if (!out.empty()) std::memcpy(out.data(), t.buf.data() + t.window + (skip_to - p.out), out.size());
+  if (need <= kSpanCache) {
     // Keep what is inflated: later records of this span are copies.
-    const size_t have = t.cache.size();
-    t.cache.resize(end - t.cache_begin);
-    DLFEED_RETURN_IF_ERROR(run(t.cache.data() + have, end - t.out_pos));
-    if (!out.empty()) std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), out.size());
+    t.reached = need;
+    t.mark = mark;
+    t.valid = true;
   } else {
-    // Too far for the cache (a long span or a large record): skip to the
-    // record, or take its start from the cache, and inflate the rest in place.
-    size_t done = 0;
-    if (skip_to < t.out_pos) {
-      done = static_cast<size_t>(t.out_pos - skip_to);
-      std::memcpy(out.data(), t.cache.data() + (skip_to - t.cache_begin), done);
-    }
-    if (t.discard.empty()) t.discard.resize(size_t(1) << 16);
-    while (t.out_pos < skip_to) {
-      const uint64_t n = std::min<uint64_t>(skip_to - t.out_pos, t.discard.size());
-      DLFEED_RETURN_IF_ERROR(run(t.discard.data(), n));
-    }
-    DLFEED_RETURN_IF_ERROR(run(out.data() + done, out.size() - done));
-    t.cache.clear();
-    t.cache_begin = t.out_pos;
+    std::vector<std::byte>().swap(t.buf);  // too far for the cache: not kept
   }
-  t.valid = true;
   return absl::OkStatus();
 }
 

@@ -286,6 +286,71 @@ TEST(Deflate, CraftedStreamsSayWhatIsWrong) {
   }
 }
 
+// Decoding a prefix, resuming at a block, starting mid-byte and with a
+// history: what the compressed TFRecord reader does from its checkpoints.
+TEST(Deflate, PrefixesResumesBitOffsetsAndHistory) {
+  const auto all = inputs();
+  const Bytes& data = all[3].second;  // text, 100 KB: several blocks at memLevel 1
+  const Bytes z = zlib_compress(data, 6, Z_DEFAULT_STRATEGY, -15, 1);
+  // The first 40,000 bytes: output full, all of it the stream's.
+  Bytes out(data.size());
+  InflateResume mark;
+  InflateResult r = inflate_deflate_at(z, {}, std::span(out).first(40000), &mark);
+  ASSERT_EQ(r.code, InflateResult::kTooLong);
+  ASSERT_EQ(r.produced, 40000u);
+  ASSERT_EQ(0, std::memcmp(out.data(), data.data(), 40000));
+  ASSERT_GT(mark.out, 0u);  // a later block than the first
+  ASSERT_LE(mark.out, 40000u);
+  // Going on from that block's start with the output so far as history.
+  r = inflate_deflate_at(z, mark, out, &mark);
+  ASSERT_TRUE(r.ok()) << r.what;
+  ASSERT_EQ(r.produced, data.size());
+  ASSERT_EQ(r.consumed, z.size());
+  ASSERT_EQ(0, std::memcmp(out.data(), data.data(), data.size()));
+  // Input cut at 60%: what comes out is a true prefix.
+  Bytes cut(z.begin(), z.begin() + z.size() * 6 / 10);
+  std::fill(out.begin(), out.end(), std::byte{0});
+  r = inflate_deflate_at(cut, {}, out);
+  ASSERT_EQ(r.code, InflateResult::kTruncated);
+  ASSERT_GT(r.produced, data.size() / 3);
+  ASSERT_EQ(0, std::memcmp(out.data(), data.data(), r.produced));
+  // The stream k bits into its first byte.
+  for (unsigned k = 1; k < 8; ++k) {
+    Bytes shifted(z.size() + 1, std::byte{0});
+    for (size_t i = 0; i < z.size(); ++i) {
+      shifted[i] |= std::byte(uint8_t(unsigned(z[i]) << k));
+      shifted[i + 1] |= std::byte(uint8_t(unsigned(z[i]) >> (8 - k)));
+    }
+    std::fill(out.begin(), out.end(), std::byte{0});
+    r = inflate_deflate_at(shifted, InflateResume{k, 0}, out);
+    ASSERT_TRUE(r.ok()) << "k " << k << ": " << r.what;
+    ASSERT_EQ(0, std::memcmp(out.data(), data.data(), data.size())) << "k " << k;
+  }
+  // A stream written with a preset dictionary: the dictionary as history.
+  const Bytes dict(data.begin(), data.begin() + 32768);
+  const Bytes rest(data.begin() + 32768, data.end());
+  z_stream zs{};
+  ASSERT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  ASSERT_EQ(deflateSetDictionary(&zs, reinterpret_cast<const Bytef*>(dict.data()), uInt(dict.size())), Z_OK);
+  Bytes zd(deflateBound(&zs, rest.size()) + 16);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(rest.data()));
+  zs.avail_in = uInt(rest.size());
+  zs.next_out = reinterpret_cast<Bytef*>(zd.data());
+  zs.avail_out = uInt(zd.size());
+  ASSERT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  zd.resize(zs.total_out);
+  deflateEnd(&zs);
+  Bytes both(data.size());
+  std::memcpy(both.data(), dict.data(), dict.size());
+  r = inflate_deflate_at(zd, InflateResume{0, dict.size()}, both);
+  ASSERT_TRUE(r.ok()) << r.what;
+  ASSERT_EQ(r.produced, data.size());
+  ASSERT_EQ(0, std::memcmp(both.data(), data.data(), data.size()));
+  // Without the history the same stream reaches too far back.
+  Bytes alone(rest.size());
+  EXPECT_STREQ(inflate_deflate(zd, alone).what, "a distance too far back");
+}
+
 TEST(Deflate, Adler32MatchesZlib) {
   std::mt19937 rng(3);
   for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(32), size_t(33), size_t(5552), size_t(32768),

@@ -267,6 +267,8 @@ struct Stream {
     out += 1 + ((e & kTwoLiterals) >> 8);
     drop(e & 0xff);
   }
+  // Input bits used so far, counted from in_begin.
+  uint64_t consumed_bits() const { return (uint64_t(in - in_begin) + overread) * 8 - bitsleft; }
   uint64_t consumed() const {
     const uint64_t buffered = bitsleft >> 3;
     const uint64_t real = buffered > overread ? buffered - overread : 0;
@@ -291,6 +293,7 @@ struct Stream {
 
 struct Decoder : Stream {
   const char* what = "";
+  InflateResume* block_mark = nullptr;  // where the last block begun starts
   const uint32_t* litlen = nullptr;
   const uint32_t* dist = nullptr;
   uint32_t litlen_table[kLitlenTableSize];
@@ -495,6 +498,9 @@ inline InflateResult Stream::huffman_loop(const uint32_t* litlen, const uint32_t
     if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
     const uint32_t e = decode(litlen, kLitlenBits);
     if (e & kLiteral) {
+      // Nothing from bits past the input's end is written: every byte
+      // produced, even by a truncated stream, is the stream's.
+      if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
       if (out == out_end) return fail(InflateResult::kTooLong, "");
       *out++ = uint8_t(e >> 16);
       if (e & kTwoLiterals) {
@@ -515,15 +521,22 @@ inline InflateResult Stream::huffman_loop(const uint32_t* litlen, const uint32_t
     const unsigned distance = (d >> 16) + take((d >> 8) & 0xf);
     if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
     if (distance > size_t(out - out_begin)) return fail(InflateResult::kCorrupt, "a distance too far back");
-    if (len > size_t(out_end - out)) return fail(InflateResult::kTooLong, "");
+    // A match longer than the room left fills it (a caller decoding a
+    // prefix of the stream gets every byte of it) and stops.
+    const size_t n = std::min<size_t>(len, size_t(out_end - out));
     const uint8_t* src = out - distance;
-    for (unsigned k = 0; k < len; ++k) out[k] = src[k];
-    out += len;
+    for (size_t k = 0; k < n; ++k) out[k] = src[k];
+    out += n;
+    if (n < len) return fail(InflateResult::kTooLong, "");
   }
 }
 
 inline InflateResult Decoder::run() {
   for (;;) {
+    if (block_mark != nullptr) {
+      block_mark->in_bit = consumed_bits();
+      block_mark->out = uint64_t(out - out_begin);
+    }
     refill();
     const unsigned final_block = take(1);
     const unsigned type = take(2);
@@ -627,15 +640,33 @@ DLFEED_INLINE uint32_t adler32(std::span<const std::byte> bytes, uint32_t adler)
   return deflate_detail::adler32_portable(adler, p, bytes.size());
 }
 
-DLFEED_INLINE InflateResult inflate_deflate(std::span<const std::byte> in, std::span<std::byte> out) {
+DLFEED_INLINE InflateResult inflate_deflate_at(std::span<const std::byte> in, InflateResume start,
+                                               std::span<std::byte> out, InflateResume* last_block) {
   // Heap, not stack: the tables are 43 KB, and decode threads' stacks may be
   // small. Default-initialized: the tables are written before they are read.
   std::unique_ptr<deflate_detail::Decoder> d(new deflate_detail::Decoder);
-  d->in = d->in_begin = reinterpret_cast<const uint8_t*>(in.data());
-  d->in_end = d->in + in.size();
-  d->out = d->out_begin = reinterpret_cast<uint8_t*>(out.data());
-  d->out_end = d->out + out.size();
+  d->in_begin = reinterpret_cast<const uint8_t*>(in.data());
+  d->in_end = d->in_begin + in.size();
+  d->out_begin = reinterpret_cast<uint8_t*>(out.data());
+  d->out_end = d->out_begin + out.size();
+  d->block_mark = last_block;
+  if (start.out > out.size() || start.in_bit > uint64_t(in.size()) * 8) {
+    InflateResult r;
+    r.code = InflateResult::kCorrupt;
+    r.what = "a start outside the input or the output";
+    return r;
+  }
+  d->out = d->out_begin + start.out;
+  d->in = d->in_begin + start.in_bit / 8;
+  if (start.in_bit % 8 != 0) {
+    d->refill();
+    d->drop(unsigned(start.in_bit % 8));
+  }
   return d->run();
+}
+
+DLFEED_INLINE InflateResult inflate_deflate(std::span<const std::byte> in, std::span<std::byte> out) {
+  return inflate_deflate_at(in, InflateResume{}, out, nullptr);
 }
 
 DLFEED_INLINE InflateResult inflate_zlib(std::span<const std::byte> in, std::span<std::byte> out) {

@@ -44,6 +44,26 @@ struct InflateResult {
 /// the stream ended.
 DLFEED_EXPORT InflateResult inflate_deflate(std::span<const std::byte> in, std::span<std::byte> out);
 
+/// A place in a DEFLATE stream: input bit `in_bit` (from the first byte's
+/// least significant bit), output position `out`.
+struct InflateResume {
+  uint64_t in_bit = 0;
+  uint64_t out = 0;
+};
+
+/// Decodes from bit `start.in_bit` of `in`, where a block begins, into
+/// `out` from position `start.out`; out[0, start.out) is the history that
+/// back-references may reach (a checkpoint's window, or earlier output).
+/// `produced` is then the output's end in `out` (start.out included). It
+/// stops at the stream's end (kOk); when `out` is full (kTooLong, with all
+/// of `out` written: a caller that wanted a prefix of the output has it);
+/// or at the input's end (kTruncated, `produced` bytes written, every one of
+/// them the stream's). When `last_block` is not null it gets the start of
+/// the last block begun, where a later call can go on with the same input
+/// and the output written so far.
+DLFEED_EXPORT InflateResult inflate_deflate_at(std::span<const std::byte> in, InflateResume start,
+                                               std::span<std::byte> out, InflateResume* last_block = nullptr);
+
 /// The same for a zlib stream (2-byte header, DEFLATE, big-endian Adler-32
 /// of the output); a preset dictionary is refused (kCorrupt).
 DLFEED_EXPORT InflateResult inflate_zlib(std::span<const std::byte> in, std::span<std::byte> out);
