@@ -7,6 +7,7 @@
 //   headers_consumer explicit RANK WORLD NUM_SAMPLES ID...   the explicit order of the ids
 //   headers_consumer npy FILE        "<descr> <shape> <fortran 0/1> <data offset>"
 //   headers_consumer npz FILE        per member: "<name> <method> <data offset> <descr> <shape>"
+//                                    (deflated members inflated, then " adler32=<the array data's>")
 //   headers_consumer tfrecord FILE   per record: "record <k> <offset>", then per feature
 //                                    "<name> <kind> <values...>" (bytes as hex)
 //   headers_consumer counters WALL_S AU VALUES WALL_S AU VALUES
@@ -28,6 +29,7 @@
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord_framing.h"
+#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/zip.h"
 #include "dlfeed/order/order.h"
 
@@ -130,6 +132,12 @@ int run_npz(const char* path) {
     if (m.method == 0) {  // stored: the member is an NPY file in place
       const auto h = dlfeed::value_or_throw(dlfeed::parse_npy_header(all.subspan(data, m.compressed_size), path, data));
       line += " " + header_line(h);
+    } else if (m.method == 8) {  // deflated: inflated here, then the array's Adler-32
+      std::vector<std::byte> npy(m.uncompressed_size);
+      dlfeed::throw_if_error(dlfeed::inflate_raw(all.subspan(data, m.compressed_size), npy, path, data, m.name));
+      const auto h = dlfeed::value_or_throw(dlfeed::parse_npy_header(npy, path, 0));
+      line += " " + header_line(h) + " adler32=" +
+              std::to_string(dlfeed::adler32(std::span<const std::byte>(npy).subspan(h.data_offset, h.data_bytes())));
     }
     std::printf("%s\n", line.c_str());
   }

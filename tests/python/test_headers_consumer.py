@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -134,6 +135,9 @@ def test_npz_directory_as_numpy_wrote_it(tmp_path):
     np.savez_compressed(compressed, x=x)
     (line,) = run("npz", compressed).stdout.strip().splitlines()
     assert line.split(" ")[:2] == ["x.npy", "8"]
+    # Inflated by the header tier's own DEFLATE decoder, no zlib linked.
+    assert line.split(" ")[3] == x.dtype.str
+    assert line.endswith(f" adler32={zlib.adler32(x.tobytes())}"), line
 
 
 def test_tfrecord_and_examples_as_tensorflow_wrote_them(tmp_path):
