@@ -26,10 +26,10 @@
 #include "dlfeed/counters/snapshot.h"
 #include "dlfeed/dtype.h"
 #include "dlfeed/error.h"
+#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/npy.h"
 #include "dlfeed/format/tfrecord_framing.h"
-#include "dlfeed/format/deflate.h"
 #include "dlfeed/format/zip.h"
 #include "dlfeed/order/order.h"
 

@@ -9,12 +9,9 @@
 #include <cstring>
 #include <memory>
 
+#include "dlfeed/detail/adler32.h"
 #include "dlfeed/detail/inline.h"
 #include "dlfeed/format/deflate.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace deflate_detail {
@@ -289,6 +286,11 @@ struct Stream {
   // Decodes one Huffman block with the tables `litlen`/`dist`; kOk at its end of block.
   InflateResult huffman_block(const uint32_t* litlen, const uint32_t* dist);
   __attribute__((always_inline)) InflateResult huffman_loop(const uint32_t* litlen, const uint32_t* dist);
+  __attribute__((always_inline)) bool careful_step(const uint32_t* litlen, const uint32_t* dist, InflateResult* r);
+  static bool stop(InflateResult* r, const InflateResult& result) {
+    *r = result;
+    return false;
+  }
 };
 
 struct Decoder : Stream {
@@ -493,42 +495,49 @@ inline InflateResult Stream::huffman_loop(const uint32_t* litlen, const uint32_t
       out = copy_match_fast(out, distance, len);
       continue;
     }
-    // Near either end: every step checked.
-    refill();
-    if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
-    const uint32_t e = decode(litlen, kLitlenBits);
-    if (e & kLiteral) {
-      // Nothing from bits past the input's end is written: every byte
-      // produced, even by a truncated stream, is the stream's.
-      if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
-      if (out == out_end) return fail(InflateResult::kTooLong, "");
-      *out++ = uint8_t(e >> 16);
-      if (e & kTwoLiterals) {
-        if (out == out_end) return fail(InflateResult::kTooLong, "");
-        *out++ = uint8_t(e >> 24);
-      }
-      continue;
-    }
-    if (e & kInvalid) return fail(InflateResult::kCorrupt, "an invalid literal/length code");
-    if (e & kEndOfBlock) {
-      if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
-      return InflateResult{};
-    }
-    refill();
-    const unsigned len = (e >> 16) + take((e >> 8) & 0xf);
-    const uint32_t d = decode(dist, kDistBits);
-    if (d & kInvalid) return fail(InflateResult::kCorrupt, "an invalid distance code");
-    const unsigned distance = (d >> 16) + take((d >> 8) & 0xf);
-    if (phantom_consumed()) return fail(InflateResult::kTruncated, "");
-    if (distance > size_t(out - out_begin)) return fail(InflateResult::kCorrupt, "a distance too far back");
-    // A match longer than the room left fills it (a caller decoding a
-    // prefix of the stream gets every byte of it) and stops.
-    const size_t n = std::min<size_t>(len, size_t(out_end - out));
-    const uint8_t* src = out - distance;
-    for (size_t k = 0; k < n; ++k) out[k] = src[k];
-    out += n;
-    if (n < len) return fail(InflateResult::kTooLong, "");
+    InflateResult r;
+    if (!careful_step(litlen, dist, &r)) return r;
   }
+}
+
+// One symbol near either end of the buffers, every bound checked: true to
+// go on, else false with the block's result in *r.
+inline bool Stream::careful_step(const uint32_t* litlen, const uint32_t* dist, InflateResult* r) {
+  refill();
+  if (phantom_consumed()) return stop(r, fail(InflateResult::kTruncated, ""));
+  const uint32_t e = decode(litlen, kLitlenBits);
+  if (e & kLiteral) {
+    // Nothing from bits past the input's end is written: every byte
+    // produced, even by a truncated stream, is the stream's.
+    if (phantom_consumed()) return stop(r, fail(InflateResult::kTruncated, ""));
+    if (out == out_end) return stop(r, fail(InflateResult::kTooLong, ""));
+    *out++ = uint8_t(e >> 16);
+    if (e & kTwoLiterals) {
+      if (out == out_end) return stop(r, fail(InflateResult::kTooLong, ""));
+      *out++ = uint8_t(e >> 24);
+    }
+    return true;
+  }
+  if (e & kInvalid) return stop(r, fail(InflateResult::kCorrupt, "an invalid literal/length code"));
+  if (e & kEndOfBlock) {
+    if (phantom_consumed()) return stop(r, fail(InflateResult::kTruncated, ""));
+    return stop(r, InflateResult{});
+  }
+  refill();
+  const unsigned len = (e >> 16) + take((e >> 8) & 0xf);
+  const uint32_t d = decode(dist, kDistBits);
+  if (d & kInvalid) return stop(r, fail(InflateResult::kCorrupt, "an invalid distance code"));
+  const unsigned distance = (d >> 16) + take((d >> 8) & 0xf);
+  if (phantom_consumed()) return stop(r, fail(InflateResult::kTruncated, ""));
+  if (distance > size_t(out - out_begin)) return stop(r, fail(InflateResult::kCorrupt, "a distance too far back"));
+  // A match longer than the room left fills it (a caller decoding a
+  // prefix of the stream gets every byte of it) and stops.
+  const size_t n = std::min<size_t>(len, size_t(out_end - out));
+  const uint8_t* src = out - distance;
+  for (size_t k = 0; k < n; ++k) out[k] = src[k];
+  out += n;
+  if (n < len) return stop(r, fail(InflateResult::kTooLong, ""));
+  return true;
 }
 
 inline InflateResult Decoder::run() {
@@ -565,79 +574,10 @@ inline InflateResult Decoder::run() {
   }
 }
 
-#if defined(__x86_64__)
-inline bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-}
-
-// 32 bytes a step: a += the bytes, b += 32 * a-before-the-step + the bytes
-// weighted 32..1. Lanes stay in 32 bits for up to 1024 steps; the sums are
-// taken modulo 65521 after each block of that many.
-__attribute__((target("avx2"))) inline uint32_t adler32_avx2(uint32_t adler, const uint8_t* p, size_t n) {
-  constexpr uint32_t kMod = 65521;
-  uint64_t a = adler & 0xffff, b = adler >> 16;
-  const __m256i weights = _mm256_setr_epi8(32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                                           13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i zero = _mm256_setzero_si256();
-  while (n >= 32) {
-    const size_t steps = std::min<size_t>(n / 32, 1024);
-    __m256i sum_a = zero, prefix = zero, sum_w = zero;
-    for (size_t s = 0; s < steps; ++s) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      p += 32;
-      prefix = _mm256_add_epi32(prefix, sum_a);
-      sum_a = _mm256_add_epi32(sum_a, _mm256_sad_epu8(x, zero));
-      sum_w = _mm256_add_epi32(sum_w, _mm256_madd_epi16(_mm256_maddubs_epi16(x, weights), ones));
-    }
-    alignas(32) uint32_t la[8], lp[8], lw[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(la), sum_a);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lp), prefix);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lw), sum_w);
-    uint64_t ta = 0, tp = 0, tw = 0;
-    for (int i = 0; i < 8; ++i) {
-      ta += la[i];
-      tp += lp[i];
-      tw += lw[i];
-    }
-    b = (b + 32 * steps * a + 32 * tp + tw) % kMod;
-    a = (a + ta) % kMod;
-    n -= steps * 32;
-  }
-  for (; n > 0; --n) {
-    a += *p++;
-    b += a;
-  }
-  return uint32_t((b % kMod) << 16 | (a % kMod));
-}
-#endif
-
-inline uint32_t adler32_portable(uint32_t adler, const uint8_t* p, size_t n) {
-  constexpr uint32_t kMod = 65521;
-  uint32_t a = adler & 0xffff, b = adler >> 16;
-  while (n > 0) {
-    size_t k = std::min<size_t>(n, 5552);  // the most bytes before b can pass 2^32
-    n -= k;
-    for (; k > 0; --k) {
-      a += *p++;
-      b += a;
-    }
-    a %= kMod;
-    b %= kMod;
-  }
-  return b << 16 | a;
-}
-DLFEED_DETAIL_END
-
 }  // namespace deflate_detail
 
 DLFEED_INLINE uint32_t adler32(std::span<const std::byte> bytes, uint32_t adler) {
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-#if defined(__x86_64__)
-  if (deflate_detail::have_avx2()) return deflate_detail::adler32_avx2(adler, p, bytes.size());
-#endif
-  return deflate_detail::adler32_portable(adler, p, bytes.size());
+  return detail::adler32_extend(adler, bytes.data(), bytes.size());
 }
 
 DLFEED_INLINE InflateResult inflate_deflate_at(std::span<const std::byte> in, InflateResume start,
