@@ -268,8 +268,7 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
   const uint64_t end = skip_to + out.size();
   const uint64_t need = end - p.out;                   // inflated bytes past the checkpoint
   const uint64_t first_bit = p.bits ? 8 - p.bits : 0;  // the block's first bit, in raw[0]
-  // The same span, and raw reaches where this thread's inflate stopped.
-  const bool same = t.valid && t.stream_id == stream_id && t.point == point_index && t.mark.in_bit <= raw.size() * 8;
+  const bool same = t.valid && t.stream_id == stream_id && t.point == point_index;
   if (same && need <= t.reached) {  // inflated already (raw, shorter, is not needed)
     if (!out.empty()) std::memcpy(out.data(), t.buf.data() + t.window + (skip_to - p.out), out.size());
     return absl::OkStatus();
@@ -284,7 +283,7 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
     return absl::OkStatus();
   }
   InflateResume start{first_bit, p.window.size()};
-  if (same) {
+  if (same && t.mark.in_bit <= uint64_t(raw.size()) * 8) {
     start = t.mark;  // go on from the last block begun
   } else {
     t.stream_id = stream_id;
