@@ -296,7 +296,7 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
   t.buf.resize(t.window + need);
   InflateResume mark;
   const InflateResult r = inflate_deflate_at(raw, start, t.buf, &mark);
-  const uint64_t have = r.produced - t.window;
+  const uint64_t have = r.produced > t.window ? r.produced - t.window : 0;
   if (r.code == InflateResult::kCorrupt || r.code == InflateResult::kChecksum || have < need) {
     return inflate_error(r, have, need, end, base, raw.size(), path);
   }
