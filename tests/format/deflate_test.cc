@@ -102,7 +102,7 @@ TEST(Deflate, DecodesWhatZlibWritesAtEveryLevelAndStrategy) {
           ASSERT_TRUE(r.ok()) << r.what << " code " << int(r.code);
           ASSERT_EQ(r.produced, data.size());
           ASSERT_EQ(r.consumed, z.size());
-          ASSERT_EQ(0, std::memcmp(out.data(), data.data(), data.size()));
+          ASSERT_TRUE(data.empty() || std::memcmp(out.data(), data.data(), data.size()) == 0);
           ++streams;
         }
       }
@@ -180,7 +180,7 @@ TEST(Deflate, DamagedStreamsAgreeWithZlib) {
         ASSERT_EQ(r.ok(), want.has_value()) << "dlfeed: code " << int(r.code) << " " << r.what;
         if (r.ok()) {
           ASSERT_EQ(r.produced, want->size());
-          ASSERT_EQ(0, std::memcmp(out.data(), want->data(), want->size()));
+          ASSERT_TRUE(want->empty() || std::memcmp(out.data(), want->data(), want->size()) == 0);
           ++decoded;
         } else {
           ++refused;

@@ -83,7 +83,6 @@ inline uint32_t adler32_portable(uint32_t adler, const uint8_t* p, size_t n) {
   }
   return b << 16 | a;
 }
-DLFEED_DETAIL_END
 
 }  // namespace adler32_impl
 

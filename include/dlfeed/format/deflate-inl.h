@@ -574,6 +574,8 @@ inline InflateResult Decoder::run() {
   }
 }
 
+DLFEED_DETAIL_END
+
 }  // namespace deflate_detail
 
 DLFEED_INLINE uint32_t adler32(std::span<const std::byte> bytes, uint32_t adler) {
