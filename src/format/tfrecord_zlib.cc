@@ -27,9 +27,6 @@ uint64_t load_le(const std::byte* p, int n) {
   return v;
 }
 
-// zlib counts in 32-bit uInt: longer buffers go in pieces of this size.
-constexpr size_t kZChunk = size_t(1) << 30;
-
 struct Inflater {
   z_stream zs{};
   bool ok = false;
