@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // DEFLATE (RFC 1951) and its zlib wrapper (RFC 1950), decoded whole into a
 // buffer of known size: HDF5's deflate filter and numpy's savez_compressed
-// members. Header tier (dlfeed/detail/inline.h): no zlib needed.
+// members; and from a checkpoint inside a stream (a block start, a window),
+// the records of compressed TFRecord files. Header tier
+// (dlfeed/detail/inline.h): no zlib needed.
 //
 // Decoded in one call, with no state kept between calls: a 64-bit bit buffer
 // refilled 8 bytes at a time, 11-bit literal/length and 8-bit distance lookup
@@ -64,8 +66,8 @@ struct InflateResume {
 DLFEED_EXPORT InflateResult inflate_deflate_at(std::span<const std::byte> in, InflateResume start,
                                                std::span<std::byte> out, InflateResume* last_block = nullptr);
 
-/// The same for a zlib stream (2-byte header, DEFLATE, big-endian Adler-32
-/// of the output); a preset dictionary is refused (kCorrupt).
+/// inflate_deflate() for a zlib stream (2-byte header, DEFLATE, big-endian
+/// Adler-32 of the output); a preset dictionary is refused (kCorrupt).
 DLFEED_EXPORT InflateResult inflate_zlib(std::span<const std::byte> in, std::span<std::byte> out);
 
 /// Adler-32 of `bytes`, continuing from `adler` (1 for a new stream).
