@@ -13,9 +13,25 @@
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
-absl::StatusOr<std::shared_ptr<const UnpackedFiles::Loaded>> UnpackedFiles::load(const Entry& e) const {
+ByteBuffer UnpackedFiles::take_read_buffer() const {
+  std::lock_guard<std::mutex> lock(read_buffers_mu_);
+  if (read_buffers_.empty()) return ByteBuffer();
+  ByteBuffer b = std::move(read_buffers_.back());
+  read_buffers_.pop_back();
+  return b;
+}
+
+void UnpackedFiles::give_read_buffer(ByteBuffer&& b) const {
+  std::lock_guard<std::mutex> lock(read_buffers_mu_);
+  read_buffers_.push_back(std::move(b));
+}
+
+absl::StatusOr<std::shared_ptr<UnpackedFiles::Loaded>> UnpackedFiles::load(Entry& e) const {
   auto out = std::make_shared<Loaded>();
   Loaded& l = *out;
+  const bool deflated = e.source->unpack_inflated_bytes() > 0;
+  // What the last epoch's load of this file kept is this one's to fill.
+  (deflated ? l.inflated : l.raw) = std::move(e.spare);
   const Extent ext = e.source->unpack_extent();
   const std::string path = table_->path(e.table_id);
   [[maybe_unused]] const uint64_t t0 = counters_ ? now_of(*counters_) : 0;
@@ -31,6 +47,7 @@ absl::StatusOr<std::shared_ptr<const UnpackedFiles::Loaded>> UnpackedFiles::load
     raw = std::span<const std::byte>(held_->data(e.table_id) + ext.offset, ext.length);
   } else {
     DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, table_->pin(e.table_id));
+    if (deflated) l.raw = take_read_buffer();
     l.raw.resize(ext.length);
     DLFEED_ASSIGN_OR_RETURN(size_t got,
                             pread_full(pin.fd(), std::span<std::byte>(l.raw.data(), ext.length), ext.offset, path));
@@ -45,9 +62,11 @@ absl::StatusOr<std::shared_ptr<const UnpackedFiles::Loaded>> UnpackedFiles::load
   DLFEED_REC({
     if (counters_ != nullptr) record_reads(*counters_, t0, now_of(*counters_), 1, ext.length);  // as the engine counts
   });
-  DLFEED_ASSIGN_OR_RETURN(l.data, e.source->unpack(raw, l.inflated));
-  if (e.source->unpack_inflated_bytes() > 0) l.raw = ByteBuffer();  // inflated: the compressed bytes are done
-  return std::shared_ptr<const Loaded>(std::move(out));
+  auto data = e.source->unpack(raw, l.inflated);
+  if (deflated && l.raw.capacity() > 0) give_read_buffer(std::move(l.raw));  // the compressed bytes are done
+  if (!data.ok()) return data.status();
+  l.data = *data;
+  return out;
 }
 
 absl::StatusOr<DecodedSample> UnpackedFiles::decode(size_t field, const SampleRef& ref,
@@ -71,6 +90,11 @@ void UnpackedFiles::reset() {
     for (auto& e : field) {
       if (e == nullptr) continue;
       std::lock_guard<std::mutex> lock(e->mu);
+      // No decode runs now, so nothing else holds the bytes: keep the buffer.
+      if (e->loaded != nullptr && e->loaded.use_count() == 1) {
+        Loaded& l = *e->loaded;
+        e->spare = std::move(e->source->unpack_inflated_bytes() > 0 ? l.inflated : l.raw);
+      }
       e->loaded.reset();
     }
   }
