@@ -336,17 +336,25 @@ class ChunkedSource final : public Hdf5Source {
       s *= g_.chunk[d + 1];
       t *= g_.dims[d + 1];
     }
-    const uint64_t run = ext[m - 1] * es;
+    // One run copies dimension `lead` and every one inside it; it grows
+    // outward while the dimension inside is whole in both the chunk and the
+    // sample (a chunk of one whole sample: one copy, not one per row).
+    size_t lead = m - 1;
+    uint64_t run = ext[m - 1] * es;
+    while (lead > 0 && ext[lead] == g_.chunk[lead + 1] && ext[lead] == g_.dims[lead + 1]) {
+      --lead;
+      run *= ext[lead];
+    }
     absl::InlinedVector<uint64_t, 4> idx(m, 0);
     while (true) {
-      uint64_t so = 0, dof = origin[m - 1] * es;
-      for (size_t d = 0; d + 1 < m; ++d) {
+      uint64_t so = 0, dof = origin[lead] * dstride[lead];
+      for (size_t d = 0; d < lead; ++d) {
         so += idx[d] * sstride[d];
         dof += (origin[d] + idx[d]) * dstride[d];
       }
       std::memcpy(out + dof, slice + so, run);
-      // Advance the odometer over the outer dimensions 0..m-2.
-      int64_t d = static_cast<int64_t>(m) - 2;
+      // Advance the odometer over the outer dimensions 0..lead-1.
+      int64_t d = static_cast<int64_t>(lead) - 1;
       for (; d >= 0; --d) {
         if (++idx[d] < ext[d]) break;
         idx[d] = 0;
