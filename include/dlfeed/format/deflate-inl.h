@@ -21,10 +21,11 @@ DLFEED_DETAIL_BEGIN
 //   bits 0-7   bits of input the entry stands for (a code's length; for a
 //              pointer to a second-level table, the first level's bits)
 //   bits 8-11  extra bits that follow the code (length, distance), or the
-//              second-level table's index bits
+//              second-level table's index bits; for a literal, bit 8 is
+//              kTwoLiterals (see pair_literals)
 //   bits 12-15 kind flags (none set: a length or a distance)
-//   bits 16-31 the value: a literal byte, a length or distance base, or the
-//              second-level table's offset
+//   bits 16-31 the value: a literal byte (two: the second in bits 24-31), a
+//              length or distance base, or the second-level table's offset
 inline constexpr uint32_t kLiteral = 0x1000;
 inline constexpr uint32_t kSubtable = 0x2000;
 inline constexpr uint32_t kEndOfBlock = 0x4000;
