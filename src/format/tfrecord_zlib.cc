@@ -80,7 +80,7 @@ struct ThreadSpan {
 absl::Status inflate_error(const InflateResult& r, uint64_t have, uint64_t need, uint64_t want_end, uint64_t base,
                            size_t raw_size, absl::string_view path) {
   const uint64_t at = base + r.consumed;
-  if (r.code == InflateResult::kCorrupt || r.code == InflateResult::kChecksum) {
+  if (r.code == InflateResult::kCorrupt) {
     return format_error(path, at, "valid deflate data", absl::StrCat(r.what, ": the compressed stream is corrupt"));
   }
   return format_error(
@@ -294,7 +294,7 @@ absl::Status inflate_at(const InflatePoint& p, uint64_t point_index, std::span<c
   InflateResume mark;
   const InflateResult r = inflate_deflate_at(raw, start, t.buf, &mark);
   const uint64_t have = r.produced > t.window ? r.produced - t.window : 0;
-  if (r.code == InflateResult::kCorrupt || r.code == InflateResult::kChecksum || have < need) {
+  if (r.code == InflateResult::kCorrupt || have < need) {  // raw DEFLATE: no checksum to fail
     return inflate_error(r, have, need, end, base, raw.size(), path);
   }
   if (!out.empty()) std::memcpy(out.data(), t.buf.data() + t.window + (skip_to - p.out), out.size());

@@ -332,11 +332,9 @@ inline bool Decoder::read_dynamic_tables() {
   for (unsigned i = 0; i < nlit + ndist;) {
     refill();
     if (phantom_consumed()) return false;
+    // The code-length code is complete (built with allow_incomplete false):
+    // every entry is a symbol.
     const uint32_t e = precode[bitbuf & ((1u << kPrecodeBits) - 1)];
-    if (e & kInvalid) {
-      what = "an invalid code lengths set";
-      return false;
-    }
     drop(e & 0xff);
     const unsigned sym = e >> 16;
     if (sym < 16) {
