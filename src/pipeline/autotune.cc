@@ -19,6 +19,10 @@ uint32_t Autotuner::depth_cap(uint64_t batch_bytes) const {
   return static_cast<uint32_t>(std::clamp<uint64_t>(fits, 1, limits_.max_depth));
 }
 
+double Autotuner::margin() const {
+  return std::max(limits_.threshold, noise_ > 0 ? limits_.noise_margin * noise_ : 0.0);
+}
+
 uint32_t Autotuner::stepped(Knob k, int dir) const {
   if (k == Knob::kEngines) {
     const uint32_t e = now_.engines;
@@ -30,8 +34,16 @@ uint32_t Autotuner::stepped(Knob k, int dir) const {
   return std::max(1u, d / 2);
 }
 
-void Autotuner::give_up(Knob k) {
-  rest_until_[static_cast<size_t>(k)] = window_ + limits_.rest_windows;
+void Autotuner::give_up(Knob k, bool judged) {
+  // A knob whose tries keep finding nothing rests longer each time (x2, up to x16):
+  // a settled loader stops paying for tries. A kept step starts the rests over.
+  uint32_t& fails = fails_[static_cast<size_t>(k)];
+  if (gained_) {
+    fails = 0;
+  } else if (judged) {
+    fails = std::min(fails + 1, kMaxBackoff);
+  }
+  rest_until_[static_cast<size_t>(k)] = window_ + (uint64_t{limits_.rest_windows} << fails);
   phase_ = Phase::kMeasuring;
 }
 
@@ -65,7 +77,7 @@ bool Autotuner::observe(const TuneWindow& w) {
   if (limits_.tune_depth && now_.depth > depth_cap(depth_bytes_)) {
     // Batches grew: the depth comes down to what the budget holds, now.
     if (phase_ == Phase::kTrying && knob_ == Knob::kEngines) now_.engines = before_;
-    if (phase_ == Phase::kTrying) give_up(knob_);
+    if (phase_ == Phase::kTrying) give_up(knob_, /*judged=*/false);
     now_.depth = depth_cap(depth_bytes_);
     ++changes_;
     skip_ = true;
@@ -78,8 +90,16 @@ bool Autotuner::observe(const TuneWindow& w) {
     return false;
   }
   sum_ += w.rate;
+  lo_ = summed_ == 0 ? w.rate : std::min(lo_, w.rate);
+  hi_ = summed_ == 0 ? w.rate : std::max(hi_, w.rate);
   if (++summed_ < std::max(1u, limits_.judge_windows)) return false;
   const double rate = sum_ / summed_;
+  if (summed_ > 1 && rate > 0) {
+    // The windows were all at one setting: how far apart they are is the machine's noise.
+    const double spread = (hi_ - lo_) / rate;
+    // Up quickly, down slowly: one quiet pair does not lower the margin.
+    noise_ = noise_ < 0 ? spread : spread > noise_ ? 0.5 * (noise_ + spread) : 0.9 * noise_ + 0.1 * spread;
+  }
   sum_ = 0;
   summed_ = 0;
   if (phase_ == Phase::kMeasuring) {
@@ -87,13 +107,13 @@ bool Autotuner::observe(const TuneWindow& w) {
     return start_trying(w);
   }
   const Knob k = knob_;
-  if (rate > base_rate_ * (1 + limits_.threshold)) {
+  if (rate > base_rate_ * (1 + margin())) {
     // Better: keep it, and go on the same way while it pays.
     gained_ = true;
     base_rate_ = rate;
     const uint32_t next = stepped(k, dir_);
     if (next == value(k)) {
-      give_up(k);
+      give_up(k, /*judged=*/true);
       return false;
     }
     before_ = value(k);
@@ -114,7 +134,7 @@ bool Autotuner::observe(const TuneWindow& w) {
       return true;
     }
   }
-  give_up(k);
+  give_up(k, /*judged=*/true);
   return true;
 }
 

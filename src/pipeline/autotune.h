@@ -9,9 +9,14 @@
 //     the rate before a step and the rate after it are each the mean of
 //     `judge_windows` windows (one window's noise is not a gain);
 //   - a knob is stepped once; the step is kept while its rate beats the
-//     rate before it by more than `threshold`, else it is undone, the other
+//     rate before it by more than a margin, else it is undone, the other
 //     direction is tried once (only if the first step gained nothing), and
-//     the knob rests for `rest_windows` windows before it is tried again;
+//     the knob rests for `rest_windows` windows before it is tried again,
+//     twice as long after each try in a row that found nothing (up to 16x);
+//   - the margin is `threshold`, or more on a noisy machine: `noise_margin`
+//     times the spread measured between the windows of one setting (a
+//     smoothed (max - min) / mean), so that two windows' noise is not kept
+//     as a gain;
 //   - nothing is tried while the consumer hardly waits (the loader is not
 //     what holds the rate back), nor more engines while the active ones are
 //     idle;
@@ -47,7 +52,8 @@ struct TuneLimits {
   uint32_t depth = 8;  // read-ahead depth (batches) to start with
   uint32_t max_depth = 64;
   uint64_t budget_bytes = 0;  // the look-ahead's bytes may never exceed this (0: no limit)
-  double threshold = 0.05;    // a step is kept when the rate gains more than this share
+  double threshold = 0.05;    // a step is kept when the rate gains more than this share...
+  double noise_margin = 2.0;  // ...or more than this times the windows' measured spread
   uint32_t rest_windows = 40;
   uint32_t judge_windows = 2;  // windows averaged for a rate (before a step, and after it)
   double min_wait = 0.02;      // below this consumer wait, nothing is tried
@@ -76,6 +82,10 @@ class Autotuner {
   bool settled() const { return phase_ != Phase::kTrying; }
   /// The most depth `batch_bytes` batches may have within the budget.
   uint32_t depth_cap(uint64_t batch_bytes) const;
+  /// The gain a step must beat now: max(threshold, noise_margin x the spread).
+  double margin() const;
+  /// The smoothed spread, (max - min) / mean, of the windows of one setting.
+  double noise() const { return noise_; }
 
  private:
   enum class Knob { kEngines = 0, kDepth = 1 };
@@ -85,7 +95,9 @@ class Autotuner {
   // The knob's value one step up (dir +1) or down (-1), or its value now when it cannot move.
   uint32_t stepped(Knob k, int dir) const;
   bool start_trying(const TuneWindow& w);
-  void give_up(Knob k);
+  // Ends the knob's try; `judged`: its steps were measured (not cut short by the budget).
+  void give_up(Knob k, bool judged);
+  static constexpr uint32_t kMaxBackoff = 4;  // rests of up to rest_windows << 4
 
   TuneLimits limits_;
   TuneSetting now_;
@@ -96,12 +108,15 @@ class Autotuner {
   uint32_t before_ = 0;   // its value before the step being judged
   double base_rate_ = 0;  // the rate to beat
   double sum_ = 0;        // rates of the windows averaged so far
+  double lo_ = 0, hi_ = 0;  // their least and greatest
   uint32_t summed_ = 0;
+  double noise_ = -1;  // the smoothed spread; -1 before the first measurement
   bool skip_ = true;     // the next window is not judged
   uint64_t window_ = 0;  // windows seen
   uint64_t changes_ = 0;
   uint64_t depth_bytes_ = 0;  // the largest batch seen
   std::array<uint64_t, 2> rest_until_{0, 0};
+  std::array<uint32_t, 2> fails_{0, 0};  // tries in a row that found nothing, per knob
   std::size_t next_knob_ = 0;
 };
 

@@ -78,6 +78,75 @@ TEST(Autotune, NoiseWithinTheThresholdDoesNotMoveIt) {
   EXPECT_LE(t.changes(), 3u * 2u * (300u / l.rest_windows + 1));  // up, undo and down, undo
 }
 
+// A share of `windows` windows spent at a setting other than `start`.
+double share_moved(Autotuner& t, int windows, double noise, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> jitter(-noise, noise);
+  const TuneSetting start = t.setting();
+  int moved = 0;
+  for (int i = 0; i < windows; ++i) {
+    TuneWindow w;
+    w.rate = 150000.0 * (1 + jitter(rng));  // no setting is faster than another
+    w.consumer_wait = 0.3;
+    w.engine_busy = 0.9;
+    w.batch_bytes = 38ull << 20;
+    moved += t.setting() == start ? 0 : 1;
+    t.observe(w);
+  }
+  return static_cast<double>(moved) / windows;
+}
+
+TEST(Autotune, NoiseBeyondTheThresholdIsMeasuredAndNotKeptAsAGain) {
+  // Windows spread by up to ±12% (a busy 16-core node's 100 ms windows) and no setting
+  // faster than another. With the fixed 5% threshold alone, a step's two windows often
+  // beat the two before it by chance and the step is kept; the measured spread raises
+  // the margin, so the only windows spent away from the start are the tries' own.
+  TuneLimits l = engines_and_depth();
+  l.engines = 8;
+  l.depth = 6;  // what a 256 MiB budget holds of 38 MiB batches
+  double fixed = 0, measured = 0, tries_alone = 0;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    TuneLimits f = l;
+    f.noise_margin = 0;  // the threshold alone
+    TuneLimits never = l;
+    never.threshold = 10;  // every try undone: the windows the tries themselves cost
+    Autotuner a(f), b(l), c(never);
+    fixed += share_moved(a, 400, 0.12, seed) / 8;
+    measured += share_moved(b, 400, 0.12, seed) / 8;
+    tries_alone += share_moved(c, 400, 0.12, seed) / 8;
+    EXPECT_GT(b.noise(), 0.05) << seed;  // (max - min) / mean of two windows: 0.08 on average
+    EXPECT_NEAR(b.margin(), 2 * b.noise(), 1e-12) << seed;
+  }
+  EXPECT_LT(measured, tries_alone + 0.03) << measured << " " << tries_alone;
+  EXPECT_GT(fixed, 2 * measured) << fixed << " " << measured;
+}
+
+TEST(Autotune, TriesThatFindNothingComeLessOftenAndAGainStartsThemOver) {
+  TuneLimits l = engines_and_depth();
+  l.tune_depth = false;
+  Autotuner t(l);
+  // Flat: nothing to find. Each try is up, undo, down, undo (4 changes); the rests double
+  // from 40 windows to 640, so 4,000 windows hold about 7 tries, not the ~80 of a fixed rest.
+  feed(
+      t, 4000, [](const TuneSetting&) { return 50000.0; }, 0.01);
+  EXPECT_LE(t.changes(), 4u * 10u);
+  EXPECT_GE(t.changes(), 4u * 5u);
+  EXPECT_EQ(t.setting().engines, 2u);
+  // Then the machine changes (another job left): 3 engines pay. The next try finds it
+  // within the longest rest, and the tries after it come at the shortest rest again.
+  const uint64_t before = t.changes();
+  const Fed r = feed(t, 700, [](const TuneSetting& s) { return 10000.0 * std::min(s.engines, 3u); }, 0.01);
+  EXPECT_EQ(r.last.engines, 3u);
+  EXPECT_GE(t.changes() - before, 5u);  // found 3 (kept), tried 4 (undone), and tried again soon
+}
+
+TEST(Autotune, AGainWellBeyondTheNoiseIsStillFound) {
+  Autotuner t(engines_and_depth());
+  const Fed r = feed(
+      t, 300, [](const TuneSetting& s) { return 10000.0 * std::min(s.engines, 4u); }, 0.12);
+  EXPECT_EQ(r.last.engines, 4u);
+}
+
 TEST(Autotune, ARateThatFallsWithDepthStepsBack) {
   TuneLimits l = engines_and_depth();
   l.tune_engines = false;
