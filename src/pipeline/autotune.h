@@ -104,13 +104,13 @@ class Autotuner {
   Phase phase_ = Phase::kMeasuring;
   Knob knob_ = Knob::kEngines;
   int dir_ = 1;
-  bool gained_ = false;   // the knob tried now gained in its first direction
-  uint32_t before_ = 0;   // its value before the step being judged
-  double base_rate_ = 0;  // the rate to beat
-  double sum_ = 0;        // rates of the windows averaged so far
+  bool gained_ = false;     // the knob tried now gained in its first direction
+  uint32_t before_ = 0;     // its value before the step being judged
+  double base_rate_ = 0;    // the rate to beat
+  double sum_ = 0;          // rates of the windows averaged so far
   double lo_ = 0, hi_ = 0;  // their least and greatest
   uint32_t summed_ = 0;
-  double noise_ = -1;  // the smoothed spread; -1 before the first measurement
+  double noise_ = -1;    // the smoothed spread; -1 before the first measurement
   bool skip_ = true;     // the next window is not judged
   uint64_t window_ = 0;  // windows seen
   uint64_t changes_ = 0;

@@ -135,7 +135,8 @@ TEST(Autotune, TriesThatFindNothingComeLessOftenAndAGainStartsThemOver) {
   // Then the machine changes (another job left): 3 engines pay. The next try finds it
   // within the longest rest, and the tries after it come at the shortest rest again.
   const uint64_t before = t.changes();
-  const Fed r = feed(t, 700, [](const TuneSetting& s) { return 10000.0 * std::min(s.engines, 3u); }, 0.01);
+  const Fed r = feed(
+      t, 700, [](const TuneSetting& s) { return 10000.0 * std::min(s.engines, 3u); }, 0.01);
   EXPECT_EQ(r.last.engines, 3u);
   EXPECT_GE(t.changes() - before, 5u);  // found 3 (kept), tried 4 (undone), and tried again soon
 }
