@@ -4,6 +4,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -217,46 +218,71 @@ void Decoder::decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store
 
 void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
   // Sizes known only after decode (e.g. TFRecord features without a shape).
-  // Sample 0 is decoded first and its size taken as every sample's guess;
-  // the others are decoded in parallel, each copied into place at once
+  // A field laid out by prediction (w.predicted: every sample a split
+  // record's value of one length) has its buffer, and the values that passed
+  // their check are in place already: nothing of them is copied. Otherwise
+  // sample 0 is decoded first and its size taken as every sample's guess.
+  // The others are decoded in parallel, each copied into place at once
   // while its bytes are in the CPU's caches when its size matches. When one
   // does not, the sizes are added up in order and every sample copied again
-  // from its decoded bytes (each sample keeps buffers of its own for that).
-  // The first error in sample order is the batch's.
-  const size_t n = w.ids.size();
+  // into a new buffer from its decoded bytes (each sample keeps buffers of its
+  // own for that; a value in place is copied from the old buffer, given back
+  // after). The first error in sample order is the batch's.
+  const size_t n = w.ids.size(), F = indices_.size();
   if (n == 0) return;
   std::vector<absl::StatusOr<DecodedSample>> decoded(n, absl::UnknownError("not decoded"));
   std::vector<ByteBuffer> tmps(n);
   std::vector<std::vector<std::byte>> scratches(n);
-  {
-    counters::CurrentScope timed(counters_);
-    decoded[0] = decode_one(w, 0, f, tmps[0], scratches[0]);
+  std::vector<uint8_t> in_place(n, 0);
+  uint64_t guess = 0;
+  if (w.laid_out(f)) {
+    store = std::move(w.out[f]);
+    guess = w.out_offsets[f][1];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = i * F + f;
+      if (!split_in_place(w, k)) continue;
+      // Checked in place (check_split): the value of its record, of the
+      // field's dtype, 1-D (no shape given), as decode() would give it.
+      const DType dtype = w.refs[k].dtype;
+      DecodedSample d;
+      d.bytes = std::span<const std::byte>(store.data() + i * guess, guess);
+      d.dtype = dtype;
+      d.shape = {static_cast<int64_t>(guess / std::max<uint64_t>(1, dtype.size))};
+      decoded[i] = std::move(d);
+      in_place[i] = 1;
+    }
+  } else {
+    {
+      counters::CurrentScope timed(counters_);
+      decoded[0] = decode_one(w, 0, f, tmps[0], scratches[0]);
+    }
+    if (!decoded[0].ok()) {
+      w.error = decoded[0].status();
+      return;
+    }
+    guess = decoded[0]->bytes.size();
+    store = pool_->take(guess * n);
+    in_place[0] = 2;  // decoded; copied below with the others
   }
-  if (!decoded[0].ok()) {
-    w.error = decoded[0].status();
-    return;
-  }
-  const uint64_t guess = decoded[0]->bytes.size();
-  store = pool_->take(guess * n);
   std::atomic<bool> misfit{false};
-  auto copy = [&](size_t i, uint64_t at) {
-    const std::span<const std::byte> b = decoded[i]->bytes;
-    if (!b.empty()) std::memcpy(store.data() + at, b.data(), b.size());
-  };
   auto one = [&](size_t i) {
     tsan_handshake();
-    if (i > 0) {
+    if (in_place[i] == 0) {
       counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
       decoded[i] = decode_one(w, i, f, tmps[i], scratches[i]);
     }
-    if (decoded[i].ok() && decoded[i]->bytes.size() == guess) {
-      copy(i, guess * i);
+    if (in_place[i] == 1) {
+      // Already where it belongs.
+    } else if (decoded[i].ok() && decoded[i]->bytes.size() == guess) {
+      if (guess) std::memcpy(store.data() + guess * i, decoded[i]->bytes.data(), guess);
     } else {
       misfit.store(true, std::memory_order_relaxed);
     }
     tsan_handshake();
   };
-  if (n < 8) {
+  size_t to_decode = 0;
+  for (uint8_t p : in_place) to_decode += p != 1;
+  if (to_decode < 8) {
     for (size_t i = 0; i < n; ++i) one(i);
   } else {
     tsan_handshake();
@@ -275,9 +301,13 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
   }
   out.dtype = decoded[0]->dtype;
   if (misfit.load(std::memory_order_relaxed)) {  // sizes differ: lay them out again
+    ByteBuffer again = pool_->take(out.offsets[n]);
+    for (size_t i = 0; i < n; ++i) {
+      const std::span<const std::byte> b = decoded[i]->bytes;
+      if (!b.empty()) std::memcpy(again.data() + out.offsets[i], b.data(), b.size());
+    }
     pool_->give(std::move(store));
-    store = pool_->take(out.offsets[n]);
-    for (size_t i = 0; i < n; ++i) copy(i, out.offsets[i]);
+    store = std::move(again);
   }
 }
 

@@ -250,7 +250,9 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
   }
 
   /// Records as long as record 0 are predicted to hold their bytes value
-  /// where record 0 does (`span`, within the framed record of `record` bytes).
+  /// where record 0 does (`span`, within the framed record of `record` bytes),
+  /// with or without a shape: without one, the planner predicts the value's
+  /// length too (predict_split_layout), and the check confirms it.
   void set_split(detail::ValueSpan span, uint64_t record) {
     const bool inside = span.length > 0 && span.offset >= tfrecord::kHeaderSize &&
                         span.offset + span.length + tfrecord::kFooterSize <= record;
@@ -258,7 +260,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     split_record_ = inside ? record : 0;
   }
   std::optional<detail::ValueSpan> value_span(const SampleRef& ref) const override {
-    if (z_ || split_.length == 0 || !shape_ || kind_ != FeatureKind::kBytes || ref.extents.size() != 1 ||
+    if (z_ || split_.length == 0 || kind_ != FeatureKind::kBytes || ref.extents.size() != 1 ||
         ref.extents[0].length != split_record_) {
       return std::nullopt;
     }

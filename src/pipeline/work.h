@@ -52,12 +52,18 @@ struct Work {
     uint64_t dest;              // offset in out[field]
     uint32_t split = kNoSplit;  // the split record whose value this is (splits[split])
   };
-  std::vector<uint8_t> known;                      // per field
-  std::vector<std::vector<uint64_t>> out_offsets;  // per known field: n + 1
+  std::vector<uint8_t> known;  // per field
+  // Per field of unknown sizes whose every sample is a split record's value
+  // of one predicted length (predict_split_layout): laid out as if known, the
+  // values read into place; decode confirms the sizes (or lays them out again).
+  std::vector<uint8_t> predicted;
+  std::vector<std::vector<uint64_t>> out_offsets;  // per known or predicted field: n + 1
   std::vector<uint64_t> unknown_bytes;             // per other field: the bytes read for it (a size hint)
   std::vector<uint8_t> direct;                     // per (sample, field)
   std::vector<DirectRead> direct_reads;
-  std::vector<ByteBuffer> out;  // per field (known ones allocated)
+  std::vector<ByteBuffer> out;  // per field (known and predicted ones allocated)
+  /// Field f has out_offsets and a batch buffer before decode.
+  bool laid_out(size_t f) const { return known[f] || (!predicted.empty() && predicted[f]); }
   // Records read around their value (src/format/split_record.h): the value
   // straight into its slot, the bytes before and after it into the read
   // buffer at their places in the record's region there, whose middle (the

@@ -131,11 +131,11 @@ void Lookahead::add_split_read(Work& w, const Work::DirectRead& d, detail::ReadB
 
 namespace {
 
-// The batch's read buffer and the buffers of its fields of known sizes.
+// The batch's read buffer and the buffers of its fields of known (or predicted) sizes.
 void take_buffers(Work& w, BufferPool& pool) {
   w.raw = pool.take(w.plan.buffer_bytes);
   for (size_t f = 0; f < w.known.size(); ++f) {
-    if (w.known[f]) w.out[f] = pool.take(w.out_offsets[f].back());
+    if (w.laid_out(f)) w.out[f] = pool.take(w.out_offsets[f].back());
   }
 }
 
@@ -151,7 +151,7 @@ void Lookahead::issue_reads(Work& w) {
   // Copies are gathered to be spread only in batches big enough to spread
   // (their buffers' bytes); small samples keep the inline copies below.
   uint64_t batch_bytes = w.plan.buffer_bytes;
-  for (size_t f = 0; f < w.known.size(); ++f) batch_bytes += w.known[f] ? w.out_offsets[f].back() : 0;
+  for (size_t f = 0; f < w.known.size(); ++f) batch_bytes += w.laid_out(f) ? w.out_offsets[f].back() : 0;
   const bool defer = held != nullptr && parts_.copy_threads > 1 && parts_.spread && batch_bytes >= kSpreadAtLeast;
   absl::Status copy_status;
   uint64_t copies = 0, copied = 0;

@@ -162,6 +162,7 @@ void Planner::plan_strided(Work& w) {
   w.piece_begin.assign(1, 0);
   w.plan = prefetch::ReadPlan{};
   w.known.assign(F, 1);
+  w.predicted.assign(F, 0);
   w.out_offsets.resize(F);
   w.unknown_bytes.assign(F, 0);
   w.direct.assign(n * F, 1);
@@ -214,6 +215,7 @@ void ref_samples(const std::vector<SampleIndex>& indices, Work& w) {
   const size_t n = w.ids.size(), F = indices.size();
   w.piece_begin.resize(n * F + 1);
   w.known.assign(F, 1);
+  w.predicted.assign(F, 0);
   w.out_offsets.assign(F, {});
   w.unknown_bytes.assign(F, 0);
   w.direct.assign(n * F, 0);
@@ -256,6 +258,7 @@ void Planner::plan(Work& w) {
   std::vector<size_t>& last_direct = last_direct_scratch_;  // per field: its latest direct read
   last_direct.assign(F, kNone);
   auto not_read = [&](size_t f, const SampleRef& r) { return unpacked_ != nullptr && unpacked_->has(f, r.file); };
+  predict_split_layout(w, split_src_, not_read);
   for (size_t i = 0; i < n; ++i) {
     // A record read around its value (split_reads.h): its fields are planned.
     plan_split(w, i, split_src_, file_ids_, split_done_, not_read);
@@ -285,11 +288,11 @@ void Planner::plan(Work& w) {
       }
       if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) continue;  // decoded from the unpacked array
       for (const Extent& e : ref.extents) ext.push_back({file, e.offset, e.length});
-      if (!w.known[f]) w.unknown_bytes[f] += ref.read_bytes();
+      if (!w.laid_out(f)) w.unknown_bytes[f] += ref.read_bytes();
     }
   }
   uint64_t out_bytes = 0;
-  for (size_t f = 0; f < F; ++f) out_bytes += w.known[f] ? w.out_offsets[f][n] : w.unknown_bytes[f];
+  for (size_t f = 0; f < F; ++f) out_bytes += w.laid_out(f) ? w.out_offsets[f][n] : w.unknown_bytes[f];
   w.piece_begin[n * F] = static_cast<uint32_t>(ext.size());
   prefetch::CoalesceOptions coalesce = options_.coalesce;
   coalesce.max_gap = gap_;

@@ -40,6 +40,15 @@ template <typename Skip>
 void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vector<std::vector<uint32_t>>& file_ids,
                 std::vector<uint8_t>& done, Skip&& skip);
 
+/// Before plan_split: a field of unknown sizes (a TFRecord bytes feature
+/// without a shape) whose every sample in `w` is a record predicted to hold
+/// its value at record 0's place, all of one length of at least
+/// kSplitMinBytes, is laid out as if its sizes were known (w.predicted,
+/// w.out_offsets), so that its values are read into place as a known
+/// field's are. `skip(f, ref)`: a sample not read (unpacked).
+template <typename Skip>
+void predict_split_layout(Work& w, const SplitSources& sources, Skip&& skip);
+
 /// After prefetch::plan_reads: each split record's region in the read
 /// buffer. Its bytes are one scattered read (Lookahead::issue_reads), for
 /// which the value's DirectRead (split set) stands.
@@ -63,7 +72,30 @@ inline bool split_in_place(const Work& w, size_t k) {
 /// CRCs need no check.
 std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked);
 
-// ---- plan_split's body (a template for the planner's skip test) ----
+// ---- the bodies (templates for the planner's skip test) ----
+
+template <typename Skip>
+void predict_split_layout(Work& w, const SplitSources& sources, Skip&& skip) {
+  const size_t F = sources.size(), n = w.ids.size();
+  for (size_t f = 0; f < F; ++f) {
+    if (w.known[f] || n == 0) continue;
+    uint64_t length = 0;
+    bool all = true;
+    for (size_t i = 0; i < n && all; ++i) {
+      const SampleRef& ref = w.refs[i * F + f];
+      const detail::SplitRecords* src = sources[f][ref.source];
+      std::optional<detail::ValueSpan> span;
+      if (src != nullptr && ref.extents.size() == 1 && !skip(f, ref)) span = src->value_span(ref);
+      if (i == 0 && span) length = span->length;
+      all = span && span->length == length && length >= kSplitMinBytes;
+    }
+    if (!all) continue;
+    w.predicted[f] = 1;
+    auto& off = w.out_offsets[f];
+    off.resize(n + 1);
+    for (size_t i = 0; i <= n; ++i) off[i] = i * length;
+  }
+}
 
 template <typename Skip>
 void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vector<std::vector<uint32_t>>& file_ids,
@@ -75,7 +107,7 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
   for (size_t f = 0; f < F && fs == F; ++f) {
     const SampleRef& ref = w.refs[i * F + f];
     const detail::SplitRecords* src = sources[f][ref.source];
-    if (src == nullptr || !w.known[f] || ref.extents.size() != 1 || skip(f, ref)) continue;
+    if (src == nullptr || !w.laid_out(f) || ref.extents.size() != 1 || skip(f, ref)) continue;
     span = src->value_span(ref);
     const uint64_t slot_bytes = w.out_offsets[f][i + 1] - w.out_offsets[f][i];
     if (span && span->length == slot_bytes && span->length >= kSplitMinBytes) fs = f;
@@ -105,7 +137,7 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
     if (!same) continue;
     w.split_of[i * F + f] = s;
     done[f] = 1;
-    if (!w.known[f]) w.unknown_bytes[f] += sr.before + sr.after;  // a size hint
+    if (!w.laid_out(f)) w.unknown_bytes[f] += sr.before + sr.after;  // a size hint
   }
 }
 

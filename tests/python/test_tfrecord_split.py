@@ -95,7 +95,8 @@ def test_held_files_take_the_same_route(tmp_path):
 
 @pytest.mark.parametrize("fields", [["image", "label"], ["label", "image"], ["image"]])
 @pytest.mark.parametrize("where", ["image", "label"])
-def test_a_flipped_byte_fails_the_payload_crc_at_the_records_footer(tmp_path, fields, where):
+@pytest.mark.parametrize("shape_feature", ["auto", "off"])  # shaped by `size`, or 1-D (its layout predicted)
+def test_a_flipped_byte_fails_the_payload_crc_at_the_records_footer(tmp_path, fields, where, shape_feature):
     train = tmp_path / "data" / "train"
     want = write_files(train, files=1, per_file=10, seed=1)
     path = train / "img_0_of_1.tfrecord"
@@ -111,7 +112,8 @@ def test_a_flipped_byte_fails_the_payload_crc_at_the_records_footer(tmp_path, fi
     data[at] ^= 0x40
     path.write_bytes(bytes(data))
     footer = offsets[k][0] + offsets[k][1] - 4
-    loader = dlfeed.Loader(train, fields=fields, batch_size=4, strategy="sequential", resident="off")
+    loader = dlfeed.Loader(train, fields=fields, batch_size=4, strategy="sequential", resident="off",
+                           shape_feature=shape_feature)
     with pytest.raises(dlfeed.Error) as e:
         for _ in loader:
             pass
@@ -119,7 +121,7 @@ def test_a_flipped_byte_fails_the_payload_crc_at_the_records_footer(tmp_path, fi
     assert str(path) in msg and f"at offset {footer}" in msg and "payload CRC" in msg, msg
     # CRC checks off: the bytes as they are on disk.
     loader = dlfeed.Loader(train, fields=fields, batch_size=4, strategy="sequential", resident="off",
-                           verify_crc=False)
+                           verify_crc=False, shape_feature=shape_feature)
     got = read_all(loader, fields)
     if where == "image" and "image" in fields:
         img = got[k][fields.index("image")]
@@ -183,30 +185,35 @@ def test_records_whose_image_lies_elsewhere_are_read_whole(tmp_path):
         assert parsed["image"].numpy() == want[k][0].tobytes() and int(parsed["label"]) == want[k][1]
     for fields in (["image", "label"], ["label", "image"]):
         for verify_crc in (True, False):
-            loader = dlfeed.Loader(train, fields=fields, batch_size=4, strategy="global_shuffle", seed=2,
-                                   resident="off", verify_crc=verify_crc)
-            got = read_all(loader, fields)
-            assert sorted(got) == list(range(12))
-            for sid, values in got.items():
-                by = dict(zip(fields, values))
-                np.testing.assert_array_equal(by["image"], want[sid][0])
-                assert int(by["label"].reshape(-1)[0]) == want[sid][1]
+            for shape_feature in ("auto", "off"):  # (SIDE, SIDE) by `size`, or 1-D: the length predicted too
+                loader = dlfeed.Loader(train, fields=fields, batch_size=4, strategy="global_shuffle", seed=2,
+                                       resident="off", verify_crc=verify_crc, shape_feature=shape_feature)
+                got = read_all(loader, fields)
+                assert sorted(got) == list(range(12))
+                for sid, values in got.items():
+                    by = dict(zip(fields, values))
+                    img = want[sid][0] if shape_feature == "auto" else want[sid][0].reshape(-1)
+                    np.testing.assert_array_equal(by["image"], img)
+                    assert int(by["label"].reshape(-1)[0]) == want[sid][1]
+                s = loader.stats()
+                assert s.split_records == 12 and s.split_records_whole == 4, (shape_feature, s)
 
 
-def test_a_record_whose_image_has_another_size_is_the_usual_error(tmp_path):
-    """A record of the first record's length whose image is 16 bytes short
-    (padded by another feature): read whole, it gives the error a whole
-    read gives, naming the file, the offset and the shape expected."""
-    train = tmp_path / "data" / "train"
+def _write_one_short_image(train: pathlib.Path, short_at: int = 4):
+    """6 records of one length; record `short_at`'s image is 16 bytes short,
+    padded by another feature. Returns the path and the images written."""
     train.mkdir(parents=True)
     rng = np.random.default_rng(4)
     path = train / "img_0_of_1.tfrecord"
+    images = []
     with tf.io.TFRecordWriter(str(path)) as w:
         for k in range(6):
             img = rng.integers(0, 256, size=(SIDE, SIDE), dtype=np.uint8)
             f = _features(img, k)
             first = _example({"image": f["image"], "size": f["size"]})
-            if k == 4:
+            images.append(img.reshape(-1))
+            if k == short_at:
+                images[-1] = images[-1][:-16]
                 short = tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()[:-16]]))
                 first = _example({"image": short, "size": f["size"]})
                 plain = len(_example({"label": f["label"]}))
@@ -222,6 +229,15 @@ def test_a_record_whose_image_has_another_size_is_the_usual_error(tmp_path):
                 w.write(first + _example({"label": f["label"]}))
     offsets = _record_offsets(path)
     assert len({n for _, n in offsets}) == 1, offsets
+    return path, images
+
+
+def test_a_record_whose_image_has_another_size_is_the_usual_error(tmp_path):
+    """A record of the first record's length whose image is 16 bytes short
+    (padded by another feature): read whole, it gives the error a whole
+    read gives, naming the file, the offset and the shape expected."""
+    train = tmp_path / "data" / "train"
+    path, _ = _write_one_short_image(train)
     loader = dlfeed.Loader(train, fields=["image", "label"], batch_size=2, strategy="sequential", resident="off")
     with pytest.raises(dlfeed.Error) as e:
         for _ in loader:
@@ -229,6 +245,60 @@ def test_a_record_whose_image_has_another_size_is_the_usual_error(tmp_path):
     msg = str(e.value)
     assert str(path) in msg and "record 4" in msg and f"{SIDE * SIDE} elements" in msg, msg
     assert f"{SIDE * SIDE - 16} elements" in msg, msg
+
+
+@pytest.mark.parametrize("batch_size", [2, 6])
+def test_without_a_shape_a_record_whose_image_has_another_size_is_laid_out_again(tmp_path, batch_size):
+    """The same file with no shape (1-D images): the batch's images were laid
+    out by the first record's length and read into place; record 4's check
+    fails, it is decoded whole, its 16-byte-shorter image does not fit, and the
+    batch is laid out again: every image as TensorFlow wrote it."""
+    train = tmp_path / "data" / "train"
+    _, images = _write_one_short_image(train)
+    loader = dlfeed.Loader(train, fields=["image", "label"], batch_size=batch_size, strategy="sequential",
+                           resident="off", shape_feature="off")
+    seen = 0
+    for b in loader:
+        for i, sid in enumerate(int(x) for x in b.sample_ids):
+            np.testing.assert_array_equal(np.array(b["image"][i]), images[sid])
+            assert int(np.array(b["label"][i]).reshape(-1)[0]) == sid
+            seen += 1
+    assert seen == 6
+    s = loader.stats()
+    assert s.split_records == 6 and s.split_records_whole == 1
+
+
+@pytest.mark.parametrize("fields", [["image", "label"], ["label", "image"], ["image"]])
+@pytest.mark.parametrize("verify_crc", [True, False])
+@pytest.mark.parametrize("resident", ["off", "on"])  # read, or held (the engines copy the pieces)
+def test_without_a_shape_images_are_read_into_place_by_their_predicted_length(tmp_path, fields, verify_crc,
+                                                                               resident):
+    """TensorFlow-written records outside DLIO's layout (no shape feature
+    read): each image is 1-D, and its length is predicted from the first
+    record's, so it is read straight into the batch as a shaped one is."""
+    data = tmp_path / "plain"
+    want = write_files(data)
+    for p in data.iterdir():  # out of DLIO's names: `size` is not read
+        p.rename(data / p.name.replace("img_", "part-"))
+    loader = dlfeed.Loader(data, fields=fields, batch_size=8, strategy="global_shuffle", seed=3,
+                           verify_crc=verify_crc, resident=resident)
+    for epoch in range(2):
+        got = read_all(loader.iter_epoch(epoch), fields)
+        assert sorted(got) == sorted(range(len(want)))
+        files = sorted(p.name for p in data.iterdir() if p.suffix == ".tfrecord")
+        assert files == ["part-0_of_2.tfrecord", "part-1_of_2.tfrecord"]
+        for sid, values in got.items():
+            img, label = want[sid]
+            for f, v in zip(fields, values):
+                if f == "image":
+                    assert v.shape == (SIDE * SIDE,) and v.dtype == np.uint8
+                    np.testing.assert_array_equal(v, img.reshape(-1))
+                else:
+                    assert int(v.reshape(-1)[0]) == label
+    s = loader.stats()
+    assert s.split_records == 2 * len(want) and s.split_records_whole == 0
+    if resident == "off":
+        assert s.read_requests == 2 * len(want)
 
 
 def test_the_index_cache_keeps_the_split_layout(tmp_path):
