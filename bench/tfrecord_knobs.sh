@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# What holds TFRecord back against HDF5 on one machine: `dlfeed run` (global
+# shuffle, batch 256, read not held) over the same samples stored both ways,
+# with the TFRecord run's knobs turned one at a time:
+#
+#   bench/tfrecord_knobs.sh DLFEED_BIN TFRECORD_DIR HDF5_DIR [ROUNDS] [EPOCHS]
+#
+# Cases, alternating, ROUNDS rounds (default 3): hdf5 (fields records,labels),
+# tfrecord (image,label), tfrecord --no-verify-crc, tfrecord --io-engines 16.
+# Prints one line a run: the case and the rate over epochs 1.. (harmonic mean
+# of the summary's per-epoch samples/s), then the median of each case. The
+# files are evicted and read through once first (both formats cached alike).
+set -uo pipefail
+BIN=${1:?usage: bench/tfrecord_knobs.sh DLFEED_BIN TFRECORD_DIR HDF5_DIR [ROUNDS] [EPOCHS]}
+TF=${2:?}; H5=${3:?}
+ROUNDS=${4:-3}
+EPOCHS=${5:-12}
+PY=${PYTHON:-python3}
+"$PY" - "$TF" "$H5" <<'PY'
+import os, pathlib, sys
+for d in sys.argv[1:]:
+    for p in sorted(pathlib.Path(d).iterdir()):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
+            with open(p, "rb") as f:
+                while f.read(16 << 20):
+                    pass
+PY
+LOG=$(mktemp)
+run() {  # NAME DIR FIELDS FLAGS...
+  local name=$1 dir=$2 fields=$3; shift 3
+  "$BIN" run --quiet --strategy global_shuffle --epochs "$EPOCHS" --fields "$fields" --batch-size 256 \
+    --resident off --summary-json /tmp/tk_s.json "$@" "$dir" > /dev/null 2>&1 || { echo "$name failed"; return; }
+  "$PY" - "$name" <<'PY' | tee -a "$LOG"
+import json, sys
+d = json.load(open("/tmp/tk_s.json"))["run"]
+rs = [e["samples_per_s"] for e in d["epochs"][1:]]
+print(sys.argv[1], round(len(rs) / sum(1 / x for x in rs)), "engines", d["io_engines"], "threads", d["threads"])
+PY
+}
+for r in $(seq "$ROUNDS"); do
+  run hdf5 "$H5" records,labels
+  run tfrecord "$TF" image,label
+  run tfrecord_no_crc "$TF" image,label --no-verify-crc
+  run tfrecord_engines16 "$TF" image,label --io_engines 16
+done
+"$PY" - "$LOG" <<'PY'
+import statistics, sys
+by = {}
+for line in open(sys.argv[1]):
+    name, rate = line.split()[:2]
+    by.setdefault(name, []).append(int(rate))
+h5 = statistics.median(by.get("hdf5", [0])) or 1
+for name, rates in by.items():
+    m = statistics.median(rates)
+    print(f"median {name}: {m:,.0f} samples/s ({m / h5:.2f} of hdf5)")
+PY
+rm -f "$LOG"
