@@ -125,7 +125,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
   /// that buys no throughput and every batch ahead is a fresh buffer), with
-  /// more than 4 I/O engines 2 batches and 32 MiB per engine; and
+  /// more than 4 I/O engines 2 batches and 64 MiB per engine (within half
+  /// of memory_budget); and
   /// "depth:8,budget:16M" when the files are held in memory (`resident`):
   /// a batch is then copies made at once, with no latency to hide, and the
   /// first touch of a fresh batch buffer costs more than the copies into it

@@ -356,7 +356,8 @@ Loader::~Loader() = default;
 
 namespace {
 // LoaderOptions::prefetch "auto" when copying from held files; when reading,
-// "depth:8,budget:256M" up to 4 engines, more with more (pipeline/cores.h).
+// "depth:8,budget:256M" up to 4 engines, more with more, within half the
+// memory budget (pipeline/cores.h).
 constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
 std::string read_prefetch(const pipeline::MachineDefaults& d) {
   return absl::StrCat("depth:", d.read_depth, ",budget:", d.read_budget);
@@ -400,7 +401,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
-  const pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
+  pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
+  machine.read_budget = pipeline::read_budget_within(machine, options.memory_budget);
   // Autotuning: what is left to the machine, when the files are read.
   const bool tune = !impl->resident && (options.autotune == Mode::kOn ||
                                         (options.autotune == Mode::kAuto && pipeline::process_cores() >= 4));

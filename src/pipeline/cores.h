@@ -51,8 +51,14 @@ struct MachineDefaults {
   uint32_t io_engines;   // 2 on 1-3 cores (1 on 1), then cores / 2, up to 16
   uint32_t threads;      // decode threads: the cores, at least 2
   uint32_t read_depth;   // read prefetch "auto": depth (8, or 2 per engine)
-  uint64_t read_budget;  // and its budget (256 MiB, or 32 MiB per engine)
+  uint64_t read_budget;  // and its budget (256 MiB, or 64 MiB per engine; the loader takes at most
+                         // half of its memory budget, and never less than 256 MiB)
 };
 MachineDefaults machine_defaults(uint32_t cores);
+
+/// The read-ahead's budget a loader with `memory_budget` uses: the machine's,
+/// but no more than half the memory budget (the rest is for batches the
+/// consumer holds), and never less than the 256 MiB of a small machine.
+uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget);
 
 }  // namespace dlfeed::pipeline

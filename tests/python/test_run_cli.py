@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """`dlfeed run`: the loader end to end from the command line. Its --checksum
 is recomputed here from the files with numpy/h5py, independently of dlfeed."""
+import json
+import os
 import re
+import subprocess
 
 import h5py
 import numpy as np
@@ -153,3 +156,22 @@ def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
         e = json.loads(summary.read_text())["epochs"][0]
         assert e["bytes_read"] == x.nbytes
         assert e["read_requests"] == requests, split
+
+
+@pytest.mark.parametrize("cores,memory_mb,want", [
+    ("2", None, "depth:8,budget:268435456"),  # a small machine: as before
+    ("16", None, "depth:16,budget:536870912"),  # 8 engines x 64 MiB
+    ("64", None, "depth:32,budget:536870912"),  # 16 engines x 64 MiB, but half the 1 GiB memory budget
+    ("64", 4096, "depth:32,budget:1073741824"),  # a larger memory budget lets it have all
+    ("16", 256, "depth:16,budget:268435456"),  # never below 256 MiB
+])
+def test_the_read_ahead_follows_the_cores_within_half_the_memory_budget(dlfeed, hdf5_dataset, tmp_path, cores,
+                                                                          memory_mb, want):
+    summary = tmp_path / "s.json"
+    args = [dlfeed.binary, "run", "--quiet", "--epochs", "1", "--batch-size", "16", "--resident", "off",
+            "--autotune", "off", "--summary-json", str(summary)]
+    if memory_mb:
+        args += ["--memory-budget-mb", str(memory_mb)]
+    env = dict(os.environ, DLFEED_CORES=cores)  # the machine's defaults for that many cores
+    subprocess.run(args + [str(hdf5_dataset)], check=True, capture_output=True, env=env, timeout=120)
+    assert json.loads(summary.read_text())["run"]["prefetch"] == want
