@@ -103,6 +103,41 @@ TEST(SplitRecords, EveryBackendReadsImagesAroundTheirRecordsByteExact) {
   }
 }
 
+// Outside DLIO's names the `size` feature is not read: the image is 1-D, its
+// length known only after decode. Its batches are laid out by the first
+// record's value length (predict_split_layout), and each image is read
+// straight into its slot all the same.
+TEST(SplitRecords, WithoutAShapeImagesAreReadIntoPlaceByTheFirstRecordsLength) {
+  const std::string root = scratch_dir();
+  auto spec = testing::dataset_spec(root + "/flat", FileFormat::kTfRecord, 3, 10, kBig, DType::u8(), kSeed);
+  auto d = testing::write_generated(spec);
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (IoKind io : backends()) {
+    for (bool verify : {true, false}) {
+      LoaderOptions o = big_options(d->path, io);
+      o.format.verify_crc = verify;
+      o.threads = 4;  // checks and decodes spread over the arena
+      auto loader = Loader::create(o);
+      ASSERT_TRUE(loader.ok()) << loader.status();
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        std::vector<uint64_t> ids;
+        const absl::Status st = read_checked(**loader, epoch, ids);
+        ASSERT_TRUE(st.ok()) << io_kind_name(io) << ": " << st;
+        ASSERT_EQ(ids.size(), 30u);
+      }
+      const LoaderStats st = (*loader)->stats();
+      EXPECT_EQ(st.read_requests, 2u * 30u) << io_kind_name(io);
+      EXPECT_EQ(st.split_records, 2u * 30u) << io_kind_name(io);
+      EXPECT_EQ(st.split_records_whole, 0u) << io_kind_name(io);
+      ASSERT_TRUE((*loader)->start_epoch(2).ok());
+      auto b = (*loader)->next();
+      ASSERT_TRUE(b.ok() && *b) << b.status();
+      const BatchField& image = (**b).fields[0];
+      EXPECT_EQ(image.shape, (Shape{8, kBig[0] * kBig[1]}));  // 1-D samples, uniform: a (batch, bytes) array
+    }
+  }
+}
+
 // A backend of the caller's that counts the requests it is given and the
 // scattered ones among them, reading through a built-in backend.
 class CountingBackend final : public IoBackend {
