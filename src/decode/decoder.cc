@@ -242,12 +242,15 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
       const size_t k = i * F + f;
       if (!split_in_place(w, k)) continue;
       // Checked in place (check_split): the value of its record, of the
-      // field's dtype, 1-D (no shape given), as decode() would give it.
-      const DType dtype = w.refs[k].dtype;
+      // field's dtype, as decode() would give it: its index's shape where that
+      // is whole (a source with a shape, beside others without), else 1-D.
+      const SampleRef& ref = w.refs[k];
       DecodedSample d;
       d.bytes = std::span<const std::byte>(store.data() + i * guess, guess);
-      d.dtype = dtype;
-      d.shape = {static_cast<int64_t>(guess / std::max<uint64_t>(1, dtype.size))};
+      d.dtype = ref.dtype;
+      const bool whole =
+          !ref.shape.empty() && std::all_of(ref.shape.begin(), ref.shape.end(), [](int64_t x) { return x >= 0; });
+      d.shape = whole ? ref.shape : Shape{static_cast<int64_t>(guess / std::max<uint64_t>(1, ref.dtype.size))};
       decoded[i] = std::move(d);
       in_place[i] = 1;
     }
