@@ -123,6 +123,41 @@ void set_bytes_and_shape(BatchField& out, const ByteBuffer& store, size_t n) {
   }
 }
 
+// The values of predicted field f (w.laid_out) checked in place
+// (check_split): each becomes decoded[i], a view of its slot in `store`,
+// with in_place[i] = 1. Of the field's dtype, as decode() would give it: its
+// index's shape where that is whole (a source with a shape, beside others
+// without), else 1-D.
+void adopt_in_place(const Work& w, size_t f, size_t F, const ByteBuffer& store, uint64_t guess,
+                    std::vector<absl::StatusOr<DecodedSample>>& decoded, std::vector<uint8_t>& in_place) {
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    const size_t k = i * F + f;
+    if (!split_in_place(w, k)) continue;
+    const SampleRef& ref = w.refs[k];
+    DecodedSample d;
+    d.bytes = std::span<const std::byte>(store.data() + i * guess, guess);
+    d.dtype = ref.dtype;
+    const bool whole =
+        !ref.shape.empty() && std::all_of(ref.shape.begin(), ref.shape.end(), [](int64_t x) { return x >= 0; });
+    d.shape = whole ? ref.shape : Shape{static_cast<int64_t>(guess / std::max<uint64_t>(1, ref.dtype.size))};
+    decoded[i] = std::move(d);
+    in_place[i] = 1;
+  }
+}
+
+// Sizes differ: every value copied into a new buffer at `offsets` (a value
+// in place is copied from the old buffer, given back after).
+void lay_out_again(BufferPool& pool, const std::vector<absl::StatusOr<DecodedSample>>& decoded,
+                   const std::vector<uint64_t>& offsets, ByteBuffer& store) {
+  ByteBuffer again = pool.take(offsets[decoded.size()]);
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    const std::span<const std::byte> b = decoded[i]->bytes;
+    if (!b.empty()) std::memcpy(again.data() + offsets[i], b.data(), b.size());
+  }
+  pool.give(std::move(store));
+  store = std::move(again);
+}
+
 }  // namespace
 
 void Decoder::decode_reads(Work& w) const {
@@ -238,22 +273,7 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
   if (w.laid_out(f)) {
     store = std::move(w.out[f]);
     guess = w.out_offsets[f][1];
-    for (size_t i = 0; i < n; ++i) {
-      const size_t k = i * F + f;
-      if (!split_in_place(w, k)) continue;
-      // Checked in place (check_split): the value of its record, of the
-      // field's dtype, as decode() would give it: its index's shape where that
-      // is whole (a source with a shape, beside others without), else 1-D.
-      const SampleRef& ref = w.refs[k];
-      DecodedSample d;
-      d.bytes = std::span<const std::byte>(store.data() + i * guess, guess);
-      d.dtype = ref.dtype;
-      const bool whole =
-          !ref.shape.empty() && std::all_of(ref.shape.begin(), ref.shape.end(), [](int64_t x) { return x >= 0; });
-      d.shape = whole ? ref.shape : Shape{static_cast<int64_t>(guess / std::max<uint64_t>(1, ref.dtype.size))};
-      decoded[i] = std::move(d);
-      in_place[i] = 1;
-    }
+    adopt_in_place(w, f, F, store, guess, decoded, in_place);
   } else {
     {
       counters::CurrentScope timed(counters_);
@@ -303,15 +323,7 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
     out.sample_shapes[i] = decoded[i]->shape;
   }
   out.dtype = decoded[0]->dtype;
-  if (misfit.load(std::memory_order_relaxed)) {  // sizes differ: lay them out again
-    ByteBuffer again = pool_->take(out.offsets[n]);
-    for (size_t i = 0; i < n; ++i) {
-      const std::span<const std::byte> b = decoded[i]->bytes;
-      if (!b.empty()) std::memcpy(again.data() + out.offsets[i], b.data(), b.size());
-    }
-    pool_->give(std::move(store));
-    store = std::move(again);
-  }
+  if (misfit.load(std::memory_order_relaxed)) lay_out_again(*pool_, decoded, out.offsets, store);
 }
 
 }  // namespace dlfeed::pipeline
