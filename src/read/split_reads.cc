@@ -4,6 +4,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "pipeline/pipeline.h"
@@ -22,9 +23,40 @@ SplitSources split_sources(const std::vector<SampleIndex>& indices) {
 
 void add_split_reads(Work& w) {
   prefetch::ReadPlan& plan = w.plan;
+  if (w.splits.empty()) return;
+  // Only the bytes before and after each value are read into the buffer;
+  // the value's place in its record's region is never written, and a parse
+  // of the record reads nothing there (check_split). So regions may overlap:
+  // when every split record of the batch is laid out alike (one file's
+  // record 0, or files written alike), each region starts `stride` bytes
+  // (its bytes before and after, rounded up to 64) after the one before, up
+  // to value / stride + 1 regions in a group: every one's bytes before lie
+  // ahead of the group's first bytes after, so a region's middle holds other
+  // records' bytes, never its own, and no two records' bytes meet. Groups
+  // follow one another. A batch of 256 147 KiB records then holds about one
+  // record plus 128 bytes a record, not 38 MB. Otherwise each region is whole.
+  const Work::SplitRead& first = w.splits.front();
+  bool alike = true;
+  for (const Work::SplitRead& s : w.splits) {
+    alike = alike && s.before == first.before && s.value == first.value && s.after == first.after;
+  }
+  const uint64_t whole = first.before + first.value + first.after;
+  const uint64_t stride = (first.before + first.after + 63) / 64 * 64;
+  const uint64_t group = alike && stride > 0 ? first.value / stride + 1 : 1;
+  uint64_t start = plan.buffer_bytes, in_group = 0;
   for (Work::SplitRead& s : w.splits) {
-    s.region = plan.buffer_bytes;
-    plan.buffer_bytes += s.before + s.value + s.after;
+    if (!alike) {
+      s.region = plan.buffer_bytes;
+      plan.buffer_bytes += s.before + s.value + s.after;
+    } else {
+      if (in_group == group) {  // the next group, after this one's last region
+        start += (group - 1) * stride + whole;
+        in_group = 0;
+      }
+      s.region = start + in_group * stride;
+      plan.buffer_bytes = std::max(plan.buffer_bytes, s.region + whole);
+      ++in_group;
+    }
     plan.requested_bytes += s.before + s.after;
   }
 }

@@ -50,8 +50,10 @@ template <typename Skip>
 void predict_split_layout(Work& w, const SplitSources& sources, Skip&& skip);
 
 /// After prefetch::plan_reads: each split record's region in the read
-/// buffer. Its bytes are one scattered read (Lookahead::issue_reads), for
-/// which the value's DirectRead (split set) stands.
+/// buffer (regions of records laid out alike overlap: only the bytes around
+/// each value are written, never a region's middle). Its bytes are one
+/// scattered read (Lookahead::issue_reads), for which the value's DirectRead
+/// (split set) stands.
 void add_split_reads(Work& w);
 
 /// Checks every split record of `w` (its reads landed): each passes

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// add_split_reads: where each record read around its value keeps the bytes
+// before and after the value in the read buffer. Regions of records laid out
+// alike overlap (a region's middle, the value's place, is never written), so
+// the checks here are the ones that make that safe: no two records' written
+// bytes meet, and a record's own bytes never lie in its own middle, for group
+// boundaries, one-record groups and mixed layouts.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "read/split_reads.h"
+
+namespace dlfeed::pipeline {
+namespace {
+
+struct Layout {
+  uint64_t before, value, after;
+};
+
+// A fresh Work (not movable: it holds a mutex) with these split records, laid out.
+std::unique_ptr<Work> planned(const std::vector<Layout>& records, uint64_t already = 0) {
+  auto work = std::make_unique<Work>();
+  Work& w = *work;
+  w.plan.buffer_bytes = already;  // the plan's plain reads come first
+  for (const Layout& l : records) {
+    Work::SplitRead& s = w.splits.emplace_back();
+    s.before = l.before;
+    s.value = l.value;
+    s.after = l.after;
+  }
+  add_split_reads(w);
+  return work;
+}
+
+// Every written range [begin, end) of the read buffer: each record's bytes before and after its value.
+std::vector<std::pair<uint64_t, uint64_t>> written(const Work& w) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const Work::SplitRead& s : w.splits) {
+    out.emplace_back(s.region, s.region + s.before);
+    out.emplace_back(s.region + s.before + s.value, s.region + s.before + s.value + s.after);
+  }
+  return out;
+}
+
+void expect_safe(const Work& w, uint64_t already) {
+  auto ranges = written(w);
+  for (const Work::SplitRead& s : w.splits) {
+    EXPECT_GE(s.region, already);
+    EXPECT_LE(s.region + s.before + s.value + s.after, w.plan.buffer_bytes);  // the whole region is in the buffer
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    EXPECT_LE(ranges[i - 1].second, ranges[i].first) << "written ranges " << i - 1 << " and " << i << " meet";
+  }
+}
+
+TEST(SplitLayout, RecordsLaidOutAlikeShareTheBufferAndNeverMeet) {
+  // DLIO's 147 KiB image records: 34 bytes before the value, 42 after (a stride of 128).
+  const Layout image{34, 150528, 42};
+  for (size_t n : {1, 2, 8, 256, 1176, 1177, 1178, 4000}) {  // 1177 = value / 128 + 1: one group
+    const auto work = planned(std::vector<Layout>(n, image), 4096);
+    const Work& w = *work;
+    expect_safe(w, 4096);
+    const uint64_t whole = image.before + image.value + image.after;
+    if (n == 256) {
+      EXPECT_LT(w.plan.buffer_bytes - 4096, whole + 256 * 128);  // not 256 whole records: about one, and 128 B each
+    }
+    EXPECT_LE(w.plan.buffer_bytes - 4096, n * whole);
+    EXPECT_EQ(w.plan.requested_bytes, n * (image.before + image.after));
+  }
+}
+
+TEST(SplitLayout, ValuesSmallerThanTheStrideAndMixedLayoutsGetWholeRegions) {
+  // A value shorter than the bytes around it: groups of one, back to back.
+  auto w = planned(std::vector<Layout>(5, Layout{100, 60, 100}));
+  expect_safe(*w, 0);
+  EXPECT_EQ(w->plan.buffer_bytes, 5u * 260u);
+  // Two layouts in one batch (files written apart): every region whole, in order.
+  w = planned({{34, 150528, 42}, {40, 150528, 42}, {34, 150528, 42}});
+  expect_safe(*w, 0);
+  EXPECT_EQ(w->plan.buffer_bytes, 3u * 150604u + 6u);
+}
+
+TEST(SplitLayout, LargeBytesAroundTheValueMakeSmallGroups) {
+  // 5 KB before and 9 KB after a 70 KB value: a stride of 14,016, groups of 5.
+  const Layout l{5000, 70000, 9000};
+  for (size_t n : {4, 5, 6, 11, 64}) {
+    expect_safe(*planned(std::vector<Layout>(n, l), 100), 100);
+  }
+}
+
+}  // namespace
+}  // namespace dlfeed::pipeline
