@@ -42,6 +42,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _benchlib as bl  # noqa: E402 (stdlib only: evict, warm)
+
 
 def cores() -> int:
     """The cores this process may use (affinity; dlfeed's stats() add the cgroup quota)."""
@@ -112,16 +115,8 @@ def warm(path: str) -> None:
     files just written a record at a time, read warm, spent 9.3% of the run's
     CPU in the kernel's page-cache lookups (filemap_get_read_batch), 2.2% once
     evicted and read through (bench/tfrecord_route.py does the same)."""
-    for p in sorted(q for q in pathlib.Path(path).iterdir() if q.is_file()):
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        with open(p, "rb") as f:
-            while f.read(16 << 20):
-                pass
+    bl.evict([path])
+    bl.warm([path])
 
 
 def dlfeed_command():

@@ -18,17 +18,8 @@ TF=${2:?}; H5=${3:?}
 ROUNDS=${4:-3}
 EPOCHS=${5:-12}
 PY=${PYTHON:-python3}
-"$PY" - "$TF" "$H5" <<'PY'
-import os, pathlib, sys
-for d in sys.argv[1:]:
-    for p in sorted(pathlib.Path(d).iterdir()):
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
-            with open(p, "rb") as f:
-                while f.read(16 << 20):
-                    pass
-PY
+"$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import _benchlib as bl; bl.evict(sys.argv[2:]); bl.warm(sys.argv[2:])' \
+  "$(dirname "$0")" "$TF" "$H5"
 LOG=$(mktemp)
 run() {  # NAME DIR FIELDS FLAGS...
   local name=$1 dir=$2 fields=$3; shift 3

@@ -73,6 +73,26 @@ absl::Status read_checked(Loader& loader, uint64_t epoch, std::vector<uint64_t>&
   }
 }
 
+// Two epochs of the 30 records, every sample checked and each id once; then
+// the route: one scattered read per record (the image into the batch, the
+// bytes around it into the read buffer; the label decodes from those), and
+// every record passed its check from the pieces (with CRCs: the image's CRC
+// taken by the backend joined to the others'), none read again whole.
+void expect_two_split_epochs(Loader& loader, IoKind io, bool verify) {
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    std::vector<uint64_t> ids;
+    const absl::Status st = read_checked(loader, epoch, ids);
+    ASSERT_TRUE(st.ok()) << io_kind_name(io) << ": " << st;
+    std::sort(ids.begin(), ids.end());
+    ASSERT_EQ(ids.size(), 30u);
+    for (uint64_t k = 0; k < ids.size(); ++k) EXPECT_EQ(ids[k], k);
+  }
+  const LoaderStats st = loader.stats();
+  EXPECT_EQ(st.read_requests, 2u * 30u) << io_kind_name(io);
+  EXPECT_EQ(st.split_records, 2u * 30u) << io_kind_name(io);
+  EXPECT_EQ(st.split_records_whole, 0u) << io_kind_name(io) << (verify ? " with" : " without") << " CRCs";
+}
+
 TEST(SplitRecords, EveryBackendReadsImagesAroundTheirRecordsByteExact) {
   const std::string root = scratch_dir();
   const testing::GeneratedDataset d = write_big(root, "tfr");
@@ -82,23 +102,7 @@ TEST(SplitRecords, EveryBackendReadsImagesAroundTheirRecordsByteExact) {
       o.format.verify_crc = verify;
       auto loader = Loader::create(o);
       ASSERT_TRUE(loader.ok()) << loader.status();
-      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-        std::vector<uint64_t> ids;
-        const absl::Status st = read_checked(**loader, epoch, ids);
-        ASSERT_TRUE(st.ok()) << io_kind_name(io) << ": " << st;
-        std::sort(ids.begin(), ids.end());
-        ASSERT_EQ(ids.size(), 30u);
-        for (uint64_t k = 0; k < ids.size(); ++k) EXPECT_EQ(ids[k], k);
-      }
-      // Split: one scattered read per record (the image into the batch, the
-      // bytes around it into the read buffer; the label decodes from those),
-      // and every record passed its check from the pieces (with CRCs: the
-      // image's CRC taken by the backend joined to the others'), none read
-      // again whole.
-      const LoaderStats st = (*loader)->stats();
-      EXPECT_EQ(st.read_requests, 2u * 30u) << io_kind_name(io);
-      EXPECT_EQ(st.split_records, 2u * 30u) << io_kind_name(io);
-      EXPECT_EQ(st.split_records_whole, 0u) << io_kind_name(io) << (verify ? " with" : " without") << " CRCs";
+      expect_two_split_epochs(**loader, io, verify);
     }
   }
 }
@@ -119,16 +123,7 @@ TEST(SplitRecords, WithoutAShapeImagesAreReadIntoPlaceByTheFirstRecordsLength) {
       o.threads = 4;  // checks and decodes spread over the arena
       auto loader = Loader::create(o);
       ASSERT_TRUE(loader.ok()) << loader.status();
-      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-        std::vector<uint64_t> ids;
-        const absl::Status st = read_checked(**loader, epoch, ids);
-        ASSERT_TRUE(st.ok()) << io_kind_name(io) << ": " << st;
-        ASSERT_EQ(ids.size(), 30u);
-      }
-      const LoaderStats st = (*loader)->stats();
-      EXPECT_EQ(st.read_requests, 2u * 30u) << io_kind_name(io);
-      EXPECT_EQ(st.split_records, 2u * 30u) << io_kind_name(io);
-      EXPECT_EQ(st.split_records_whole, 0u) << io_kind_name(io);
+      expect_two_split_epochs(**loader, io, verify);
       ASSERT_TRUE((*loader)->start_epoch(2).ok());
       auto b = (*loader)->next();
       ASSERT_TRUE(b.ok() && *b) << b.status();
