@@ -298,7 +298,16 @@ void BM_Crc32c(benchmark::State& state) {
   benchmark::DoNotOptimize(crc);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n));
   const bool wide = impl == 1 && n >= 1024 && dlfeed::detail::crc32c_wide_available();
-  state.SetLabel(impl == 0 ? "portable" : impl == 2 ? "crc32 chains" : wide ? "hardware: AVX-512 fold" : "hardware");
+#ifdef DLFEED_CRC32C_VPCLMUL
+  const bool fused = wide && n >= dlfeed::detail::crc32c_impl::kFusedAtLeast;
+#else
+  const bool fused = false;
+#endif
+  state.SetLabel(impl == 0   ? "portable"
+                 : impl == 2 ? "crc32 chains"
+                 : fused     ? "hardware: AVX-512 fold + crc32 chains"
+                 : wide      ? "hardware: AVX-512 fold"
+                             : "hardware");
 }
 BENCHMARK(BM_Crc32c)->ArgsProduct({{64, 4 << 10, 128 << 10, 150528, 1 << 20}, {0, 1, 2}});
 
@@ -322,7 +331,9 @@ void BM_Crc32cFromMemory(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(crc);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kSample));
-  state.SetLabel(impl == 2 ? "crc32 chains" : dlfeed::detail::crc32c_wide_available() ? "AVX-512 fold" : "hardware");
+  state.SetLabel(impl == 2                                 ? "crc32 chains"
+                 : dlfeed::detail::crc32c_wide_available() ? "AVX-512 fold + crc32 chains"
+                                                           : "hardware");
 }
 BENCHMARK(BM_Crc32cFromMemory)->Arg(1)->Arg(2);
 

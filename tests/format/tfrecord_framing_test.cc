@@ -78,17 +78,19 @@ TEST(Crc32cTest, HardwareEqualsPortableAcrossThreeWayBlocks) {
 }
 
 // Where the CPU has AVX-512 and VPCLMULQDQ, 1 KiB and more are folded 256
-// bytes at a time, then 64, and the last 64 finished with crc32: lengths on
-// and around each of those steps, at every alignment, with a nonzero
-// starting CRC (xored into the first lanes), equal the table loop; so do
-// all-zero and all-one buffers, whose lanes fold to zero or repeat.
+// bytes at a time, then 64, and the last 64 finished with crc32; from 4 KiB
+// three crc32 chains run beside the folds over the buffer's end, in steps of
+// 376 bytes: lengths on and around each of those steps, at every alignment,
+// with a nonzero starting CRC (xored into the first lanes), equal the table
+// loop; so do all-zero and all-one buffers, whose lanes fold to zero or repeat.
 TEST(Crc32cTest, WideFoldEqualsPortable) {
   if (!detail::crc32c_wide_available()) GTEST_SKIP() << "no AVX-512 VPCLMULQDQ on this CPU";
   std::mt19937 rng(11);
   std::vector<uint8_t> buf(160000);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   for (size_t start = 0; start < 9; ++start) {
-    for (size_t base : {size_t{1024}, size_t{1088}, size_t{1280}, size_t{1536}, size_t{4096}, size_t{150528}}) {
+    for (size_t base : {size_t{1024}, size_t{1088}, size_t{1280}, size_t{1536}, size_t{4096}, size_t{4096 + 376},
+                        size_t{9999}, size_t{150528}}) {
       for (size_t n : {base - 1, base, base + 1, base + 7, base + 8, base + 63, base + 64, base + 255}) {
         for (uint32_t init : {0u, 0xdeadbeefu}) {
           ASSERT_EQ(detail::crc32c_extend_hardware(init, buf.data() + start, n),
@@ -99,7 +101,7 @@ TEST(Crc32cTest, WideFoldEqualsPortable) {
     }
   }
   for (uint8_t fill : {uint8_t{0}, uint8_t{0xff}}) {
-    const std::vector<uint8_t> same(5000, fill);
+    const std::vector<uint8_t> same(50000, fill);
     EXPECT_EQ(detail::crc32c_extend_hardware(7, same.data(), same.size()),
               detail::crc32c_extend_portable(7, same.data(), same.size()));
   }

@@ -8,6 +8,9 @@
 // 1 KiB and more are folded 256 bytes at a time by carry-less multiplies
 // instead, four 64-byte lanes at once, and the last 64 bytes finished with
 // crc32: twice the rate of the three chains, in the caches and out of them.
+// From 4 KiB three crc32 chains run beside the folds, over their own regions
+// at the end of the buffer, since the folds leave the crc32 unit idle: ~1.4x
+// the folds alone on AMD Zen 5 (extend_fused).
 // Elsewhere a slicing-by-8 table loop. The tables and constants are
 // constexpr; the only state is the cached CPU check.
 #pragma once
@@ -108,6 +111,37 @@ __attribute__((target("sse4.2,pclmul"))) inline uint64_t extend_3way(uint64_t cr
   return crc;
 }
 
+#endif
+
+/// T[k] = x^(8 * 2^k) modulo P: a shift by 2^k bytes.
+inline constexpr size_t kShiftBits = 60;  // shifts below 2^60 bytes
+using ShiftTable = std::array<uint32_t, kShiftBits>;
+constexpr ShiftTable make_shift_table(int offset) {
+  ShiftTable t{};
+  for (size_t k = 0; k < kShiftBits; ++k) {
+    const int64_t n = (int64_t{8} << k) + offset;
+    t[k] = n < 0 ? 0 : x_pow_mod(static_cast<uint64_t>(n));
+  }
+  return t;
+}
+
+#ifdef DLFEED_CRC32C_X86
+/// `crc` times x^(8 * nbytes) modulo P: 0-7 bytes by crc32 over zero bytes
+/// (which multiplies by x^8 each), each higher bit of `nbytes` by a
+/// carry-less multiply by x^(8 * 2^k - 33) that crc32 reduces (see
+/// extend_3way).
+__attribute__((target("sse4.2,pclmul"))) inline uint32_t shift_hardware(uint32_t crc, uint64_t nbytes) {
+  static constexpr ShiftTable kTable = make_shift_table(-33);
+  for (uint64_t i = 0; i < (nbytes & 7); ++i) crc = _mm_crc32_u8(crc, 0);
+  for (size_t k = 3; k < kShiftBits && (nbytes >> k) != 0; ++k) {
+    if (((nbytes >> k) & 1) == 0) continue;
+    const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(crc)),
+                                                 _mm_cvtsi32_si128(static_cast<int>(kTable[k])), 0x00);
+    crc = static_cast<uint32_t>(_mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product))));
+  }
+  return crc;
+}
+
 #ifdef DLFEED_CRC32C_VPCLMUL
 #define DLFEED_CRC32C_WIDE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,vpclmulqdq,sse4.2,pclmul")))
 
@@ -147,6 +181,16 @@ DLFEED_CRC32C_WIDE_TARGET inline __m512i fold_constants() {
   return _mm512_set_epi64(lo, hi, lo, hi, lo, hi, lo, hi);
 }
 
+/// crc32's running value for the 64 bytes of `a` from 0: what four lanes fold
+/// to is congruent to the state after the bytes they folded.
+DLFEED_CRC32C_WIDE_TARGET inline uint64_t reduce_lane(__m512i a) {
+  alignas(64) uint8_t last[64];
+  _mm512_store_si512(last, a);
+  uint64_t out = 0;
+  for (size_t i = 0; i < 64; i += 8) out = _mm_crc32_u64(out, load_le64(last + i));
+  return out;
+}
+
 /// Folds [p, p + n) for n >= 256 into the CRC state `l` (crc32's running
 /// value): leaves fewer than 64 bytes for the caller. The state is xored
 /// into the first 4 bytes, as crc32 does; four 64-byte accumulators fold 256
@@ -168,11 +212,65 @@ DLFEED_CRC32C_WIDE_TARGET inline uint64_t extend_wide(uint64_t l, const uint8_t*
   }
   a3 = fold_lanes(fold_lanes(fold_lanes(a0, k64, a1), k64, a2), k64, a3);
   for (; n >= 64; p += 64, n -= 64) a3 = fold_lanes(a3, k64, _mm512_loadu_si512(p));
-  alignas(64) uint8_t last[64];
-  _mm512_store_si512(last, a3);
-  uint64_t out = 0;
-  for (size_t i = 0; i < 64; i += 8) out = _mm_crc32_u64(out, load_le64(last + i));
-  return out;
+  return reduce_lane(a3);
+}
+
+/// `state` (32 bits) times k's low 32 bits, x^(8n - 33): state moved n bytes.
+DLFEED_CRC32C_WIDE_TARGET inline uint64_t times_reduced(uint64_t state, __m128i k) {
+  const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi64_si128(static_cast<int64_t>(state)), k, 0x00);
+  return _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product)));
+}
+
+/// Bytes each crc32 chain of extend_fused moves per step, and a step's bytes.
+inline constexpr size_t kChainStep = 40;
+inline constexpr size_t kFusedStep = 256 + 3 * kChainStep;
+/// Below this, extend_wide alone: the combine costs ~100 ns.
+inline constexpr size_t kFusedAtLeast = 4096;
+
+/// extend_wide's folds and extend_3way's crc32 chains at once. The carry-less
+/// multiplies are what holds the fold back (the crc32 unit sits idle), so
+/// [p, p + n) is cut into a folded region and, after it, three chain regions
+/// of kChainStep * m bytes each (m = n / kFusedStep, at least 2): each of m
+/// steps folds 256 bytes and moves each chain kChainStep bytes, then the
+/// folded region's last whole 64-byte blocks (under kFusedStep bytes) are
+/// folded on their own. Each region's state is then moved past the regions
+/// after it by one constant, x^(8 * chain region) (Horner), as extend_3way
+/// combines its chains. Leaves fewer than 64 bytes. On AMD Zen 5, 147 KiB in
+/// the caches: ~1.4x extend_wide's rate with 40 bytes a chain per step,
+/// ~1.35x with 32 and 48, ~1.2x with 64 (more starve the folds of issue slots).
+DLFEED_CRC32C_WIDE_TARGET inline uint64_t extend_fused(uint64_t l, const uint8_t*& p, size_t& n) {
+  const size_t m = n / kFusedStep;
+  const size_t chain = kChainStep * m;
+  const size_t folded_bytes = (n - 3 * chain) / 64 * 64;
+  const __m512i k256 = fold_constants<256>(), k64 = fold_constants<64>();
+  const uint8_t* v = p;
+  const uint8_t* s = p + folded_bytes;  // chain j reads s + j * chain
+  __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 64);
+  __m512i a2 = _mm512_loadu_si512(v + 128), a3 = _mm512_loadu_si512(v + 192);
+  a0 = _mm512_xor_si512(a0, _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(l)))));
+  uint64_t c0 = 0, c1 = 0, c2 = 0;
+  for (size_t i = 0;;) {
+    for (size_t j = 0; j < kChainStep; j += 8) {
+      c0 = _mm_crc32_u64(c0, load_le64(s + j));
+      c1 = _mm_crc32_u64(c1, load_le64(s + chain + j));
+      c2 = _mm_crc32_u64(c2, load_le64(s + 2 * chain + j));
+    }
+    s += kChainStep;
+    v += 256;
+    if (++i == m) break;
+    a0 = fold_lanes(a0, k256, _mm512_loadu_si512(v));
+    a1 = fold_lanes(a1, k256, _mm512_loadu_si512(v + 64));
+    a2 = fold_lanes(a2, k256, _mm512_loadu_si512(v + 128));
+    a3 = fold_lanes(a3, k256, _mm512_loadu_si512(v + 192));
+  }
+  a3 = fold_lanes(fold_lanes(fold_lanes(a0, k64, a1), k64, a2), k64, a3);
+  for (const uint8_t* end = p + folded_bytes; v < end; v += 64) a3 = fold_lanes(a3, k64, _mm512_loadu_si512(v));
+  const uint64_t folded = reduce_lane(a3);
+  // x^(8 * chain - 33): x^7 moved chain - 5 bytes (see extend_3way).
+  const __m128i k = _mm_cvtsi32_si128(static_cast<int>(shift_hardware(1u << 24, chain - 5)));
+  p += folded_bytes + 3 * chain;
+  n -= folded_bytes + 3 * chain;
+  return times_reduced(times_reduced(times_reduced(folded, k) ^ c0, k) ^ c1, k) ^ c2;
 }
 #undef DLFEED_CRC32C_WIDE_TARGET
 #endif
@@ -183,6 +281,7 @@ __attribute__((target("sse4.2,pclmul"))) inline uint32_t extend_sse42(uint32_t c
                                                                       bool wide) {
   uint64_t l = ~crc;
 #ifdef DLFEED_CRC32C_VPCLMUL
+  if (wide && n >= kFusedAtLeast) l = extend_fused(l, p, n);
   if (wide && n >= 1024) l = extend_wide(l, p, n);
 #else
   (void)wide;
@@ -271,40 +370,6 @@ inline uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
   if (crc32c_hardware_available()) return crc32c_extend_hardware(crc, data, n);
   return crc32c_extend_portable(crc, data, n);
 }
-
-namespace crc32c_impl {
-
-/// T[k] = x^(8 * 2^k) modulo P: a shift by 2^k bytes.
-inline constexpr size_t kShiftBits = 60;  // shifts below 2^60 bytes
-using ShiftTable = std::array<uint32_t, kShiftBits>;
-constexpr ShiftTable make_shift_table(int offset) {
-  ShiftTable t{};
-  for (size_t k = 0; k < kShiftBits; ++k) {
-    const int64_t n = (int64_t{8} << k) + offset;
-    t[k] = n < 0 ? 0 : x_pow_mod(static_cast<uint64_t>(n));
-  }
-  return t;
-}
-
-#ifdef DLFEED_CRC32C_X86
-/// `crc` times x^(8 * nbytes) modulo P: 0-7 bytes by crc32 over zero bytes
-/// (which multiplies by x^8 each), each higher bit of `nbytes` by a
-/// carry-less multiply by x^(8 * 2^k - 33) that crc32 reduces (see
-/// extend_3way).
-__attribute__((target("sse4.2,pclmul"))) inline uint32_t shift_hardware(uint32_t crc, uint64_t nbytes) {
-  static constexpr ShiftTable kTable = make_shift_table(-33);
-  for (uint64_t i = 0; i < (nbytes & 7); ++i) crc = _mm_crc32_u8(crc, 0);
-  for (size_t k = 3; k < kShiftBits && (nbytes >> k) != 0; ++k) {
-    if (((nbytes >> k) & 1) == 0) continue;
-    const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(crc)),
-                                                 _mm_cvtsi32_si128(static_cast<int>(kTable[k])), 0x00);
-    crc = static_cast<uint32_t>(_mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product))));
-  }
-  return crc;
-}
-#endif
-
-}  // namespace crc32c_impl
 
 /// `crc` (any CRC32C value) times x^(8 * nbytes) modulo the polynomial: what
 /// crc32c_combine moves the first part's CRC by (tens of nanoseconds).
