@@ -79,8 +79,8 @@ TEST(Crc32cTest, HardwareEqualsPortableAcrossThreeWayBlocks) {
 
 // Where the CPU has AVX-512 and VPCLMULQDQ, 1 KiB and more are folded 256
 // bytes at a time, then 64, and the last 64 finished with crc32; from 4 KiB
-// three crc32 chains run beside the folds over the buffer's end, in steps of
-// 376 bytes: lengths on and around each of those steps, at every alignment,
+// (on AMD, and here on every CPU) three crc32 chains run beside the folds over
+// the buffer's end, in steps of 376 bytes: lengths on and around each of those steps, at every alignment,
 // with a nonzero starting CRC (xored into the first lanes), equal the table
 // loop; so do all-zero and all-one buffers, whose lanes fold to zero or repeat.
 TEST(Crc32cTest, WideFoldEqualsPortable) {
@@ -93,17 +93,24 @@ TEST(Crc32cTest, WideFoldEqualsPortable) {
                         size_t{9999}, size_t{150528}}) {
       for (size_t n : {base - 1, base, base + 1, base + 7, base + 8, base + 63, base + 64, base + 255}) {
         for (uint32_t init : {0u, 0xdeadbeefu}) {
-          ASSERT_EQ(detail::crc32c_extend_hardware(init, buf.data() + start, n),
-                    detail::crc32c_extend_portable(init, buf.data() + start, n))
+          const uint32_t want = detail::crc32c_extend_portable(init, buf.data() + start, n);
+          ASSERT_EQ(detail::crc32c_extend_hardware(init, buf.data() + start, n), want)
               << "start " << start << " n " << n << " init " << init;
+          for (detail::crc32c_impl::Path path :
+               {detail::crc32c_impl::Path::kFolds, detail::crc32c_impl::Path::kFused}) {
+            ASSERT_EQ(detail::crc32c_extend_by(path, init, buf.data() + start, n), want)
+                << "path " << static_cast<int>(path) << " start " << start << " n " << n << " init " << init;
+          }
         }
       }
     }
   }
   for (uint8_t fill : {uint8_t{0}, uint8_t{0xff}}) {
     const std::vector<uint8_t> same(50000, fill);
-    EXPECT_EQ(detail::crc32c_extend_hardware(7, same.data(), same.size()),
-              detail::crc32c_extend_portable(7, same.data(), same.size()));
+    const uint32_t want = detail::crc32c_extend_portable(7, same.data(), same.size());
+    EXPECT_EQ(detail::crc32c_extend_hardware(7, same.data(), same.size()), want);
+    EXPECT_EQ(detail::crc32c_extend_by(detail::crc32c_impl::Path::kFolds, 7, same.data(), same.size()), want);
+    EXPECT_EQ(detail::crc32c_extend_by(detail::crc32c_impl::Path::kFused, 7, same.data(), same.size()), want);
   }
 }
 

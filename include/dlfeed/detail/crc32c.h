@@ -8,9 +8,9 @@
 // 1 KiB and more are folded 256 bytes at a time by carry-less multiplies
 // instead, four 64-byte lanes at once, and the last 64 bytes finished with
 // crc32: twice the rate of the three chains, in the caches and out of them.
-// From 4 KiB three crc32 chains run beside the folds, over their own regions
-// at the end of the buffer, since the folds leave the crc32 unit idle: ~1.4x
-// the folds alone on AMD Zen 5 (extend_fused).
+// On AMD, from 4 KiB, three crc32 chains run beside the folds, over their own
+// regions at the end of the buffer, since the folds leave the crc32 unit
+// idle: ~1.4x the folds alone on Zen 5 (extend_fused; slower on an Intel Xeon).
 // Elsewhere a slicing-by-8 table loop. The tables and constants are
 // constexpr; the only state is the cached CPU check.
 #pragma once
@@ -142,6 +142,11 @@ __attribute__((target("sse4.2,pclmul"))) inline uint32_t shift_hardware(uint32_t
   return crc;
 }
 
+/// What the hardware loop runs over 1 KiB and more: crc32 chains only
+/// (extend_3way), AVX-512 folds (extend_wide), or folds with chains beside
+/// them (extend_fused, from kFusedAtLeast).
+enum class Path : uint8_t { kChains, kFolds, kFused };
+
 #ifdef DLFEED_CRC32C_VPCLMUL
 #define DLFEED_CRC32C_WIDE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,vpclmulqdq,sse4.2,pclmul")))
 
@@ -158,6 +163,24 @@ inline bool wide_available() {
     return (b & need_b) == need_b && (c & (1u << 10)) != 0;        // VPCLMULQDQ
   }();
   return available;
+}
+
+/// The path this CPU runs fastest: folds with chains beside them on AMD
+/// (Zen 5: ~1.4x the folds alone, 147 KiB in the caches), the folds alone
+/// elsewhere (an Intel Xeon of a lent H100 node: the chains cost 0.87-0.94x,
+/// whatever bytes a chain per step; its folds are not short of multiplies).
+/// Out of the caches the chains' three more streams cost instead (Zen 5,
+/// 147 KiB each from a 256 MiB buffer: ~0.75x), but dlfeed takes a read's CRC
+/// as it completes, with its bytes just copied into the caches.
+inline Path best_wide_path() {
+  static const Path path = [] {
+    if (!wide_available()) return Path::kChains;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) == 0) return Path::kFolds;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+    return amd ? Path::kFused : Path::kFolds;
+  }();
+  return path;
 }
 
 /// Each 128-bit lane of `acc` (16 message bytes: H the first 8, L the next,
@@ -275,16 +298,16 @@ DLFEED_CRC32C_WIDE_TARGET inline uint64_t extend_fused(uint64_t l, const uint8_t
 #undef DLFEED_CRC32C_WIDE_TARGET
 #endif
 
-/// The hardware loop: `crc` a finished CRC32C. `wide`: fold 1 KiB and more
-/// with AVX-512 (only when wide_available()).
+/// The hardware loop: `crc` a finished CRC32C. `path`: kFolds and kFused
+/// only when wide_available().
 __attribute__((target("sse4.2,pclmul"))) inline uint32_t extend_sse42(uint32_t crc, const uint8_t* p, size_t n,
-                                                                      bool wide) {
+                                                                      Path path) {
   uint64_t l = ~crc;
 #ifdef DLFEED_CRC32C_VPCLMUL
-  if (wide && n >= kFusedAtLeast) l = extend_fused(l, p, n);
-  if (wide && n >= 1024) l = extend_wide(l, p, n);
+  if (path == Path::kFused && n >= kFusedAtLeast) l = extend_fused(l, p, n);
+  if (path != Path::kChains && n >= 1024) l = extend_wide(l, p, n);
 #else
-  (void)wide;
+  (void)path;
 #endif
   while (n > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
     l = _mm_crc32_u8(static_cast<uint32_t>(l), *p++);
@@ -347,19 +370,28 @@ inline bool crc32c_wide_available() {
 inline uint32_t crc32c_extend_hardware(uint32_t crc, const void* data, size_t n) {
 #ifdef DLFEED_CRC32C_VPCLMUL
   // The caller checked crc32c_hardware_available(): only the wide check is left.
-  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, crc32c_impl::wide_available());
+  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, crc32c_impl::best_wide_path());
 #elif defined(DLFEED_CRC32C_X86)
-  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, false);
+  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, crc32c_impl::Path::kChains);
 #else
   return crc32c_extend_portable(crc, data, n);
 #endif
 }
 
+/// The hardware implementation by one path, whatever this CPU runs best, for
+/// tests and benchmarks: kChains (no AVX-512) needs crc32c_hardware_available(),
+/// kFolds and kFused crc32c_wide_available().
+#ifdef DLFEED_CRC32C_X86
+inline uint32_t crc32c_extend_by(crc32c_impl::Path path, uint32_t crc, const void* data, size_t n) {
+  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, path);
+}
+#endif
+
 /// The hardware implementation without the AVX-512 fold (three crc32 chains
 /// only), for tests and benchmarks; call only when crc32c_hardware_available().
 inline uint32_t crc32c_extend_chains(uint32_t crc, const void* data, size_t n) {
 #ifdef DLFEED_CRC32C_X86
-  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, false);
+  return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, crc32c_impl::Path::kChains);
 #else
   return crc32c_extend_portable(crc, data, n);
 #endif
