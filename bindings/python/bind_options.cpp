@@ -242,7 +242,7 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("io_engines", &LoaderOptions::io_engines,
                      "I/O engine threads, each with its own backend; more than the first are used only while it "
                      "is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 "
-                     "core, 2 on 2-5, cores/2 up to 16")
+                     "core, then one per core (at least 2) up to 16")
       .def_property(
           "autotune", [](const LoaderOptions& o) { return mode_name(o.autotune); },
           [](LoaderOptions& o, const std::string& s) { o.autotune = unwrap(parse_mode(s, "autotune")); },

@@ -102,8 +102,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// until together they are busy less than half of one thread again (reads
   /// waiting on the device, which more rings do not make faster). 0: from
   /// the cores the process may use (its CPU affinity and cgroup quota, not
-  /// the host's): 1 on 1 core, 2 on 2-5, then cores / 2 up to 16; 1 with
-  /// io_factory. 1: one engine.
+  /// the host's): 1 on 1 core, then one per core (at least 2) up to 16; 1
+  /// with io_factory. 1: one engine.
   uint32_t io_engines = 0;
   /// Knobs for dlfeed's own tests and measurements (not a stable API).
   LoaderTuning tuning;
@@ -125,8 +125,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
   /// that buys no throughput and every batch ahead is a fresh buffer), with
-  /// more than 4 I/O engines 2 batches and 64 MiB per engine (within half
-  /// of memory_budget); and
+  /// more than 8 cores one batch and 32 MiB per core (up to 32 cores, within
+  /// half of memory_budget); and
   /// "depth:8,budget:16M" when the files are held in memory (`resident`):
   /// a batch is then copies made at once, with no latency to hide, and the
   /// first touch of a fresh batch buffer costs more than the copies into it

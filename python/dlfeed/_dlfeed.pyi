@@ -173,7 +173,7 @@ class LoaderOptions:
     io: IoOptions
     """The I/O backend's options"""
     io_engines: int
-    """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 core, 2 on 2-5, cores/2 up to 16"""
+    """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 core, then one per core (at least 2) up to 16"""
     autotune: str
     """on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while it runs, within the memory budget (an explicit value is never moved); off; auto (the default): on with 4 cores or more"""
     tuning: LoaderTuning

@@ -356,7 +356,7 @@ Loader::~Loader() = default;
 
 namespace {
 // LoaderOptions::prefetch "auto" when copying from held files; when reading,
-// "depth:8,budget:256M" up to 4 engines, more with more, within half the
+// "depth:8,budget:256M" up to 8 cores, more with more, within half the
 // memory budget (pipeline/cores.h).
 constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
 std::string read_prefetch(const pipeline::MachineDefaults& d) {

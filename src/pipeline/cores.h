@@ -48,11 +48,11 @@ uint32_t process_cores();
 
 /// LoaderOptions defaults for a process with `cores` cores.
 struct MachineDefaults {
-  uint32_t io_engines;   // 2 on 1-3 cores (1 on 1), then cores / 2, up to 16
+  uint32_t io_engines;   // the cores (1 on 1, at least 2 otherwise), up to 16
   uint32_t threads;      // decode threads: the cores, at least 2
-  uint32_t read_depth;   // read prefetch "auto": depth (8, or 2 per engine)
-  uint64_t read_budget;  // and its budget (256 MiB, or 64 MiB per engine; the loader takes at most
-                         // half of its memory budget, and never less than 256 MiB)
+  uint32_t read_depth;   // read prefetch "auto": depth (8, or 1 per core up to 32)
+  uint64_t read_budget;  // and its budget (256 MiB, or 32 MiB per core up to 32; the loader takes at
+                         // most half of its memory budget, and never less than 256 MiB)
 };
 MachineDefaults machine_defaults(uint32_t cores);
 

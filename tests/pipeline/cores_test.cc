@@ -106,14 +106,17 @@ TEST(Cores, DefaultsKeepTwoCoresAsTheyWereAndGrowWithMore) {
   EXPECT_EQ(two.threads, 2u);
   EXPECT_EQ(two.read_depth, 8u);
   EXPECT_EQ(two.read_budget, 256ull << 20);
-  EXPECT_EQ(machine_defaults(4).io_engines, 2u);
+  EXPECT_EQ(machine_defaults(3).io_engines, 3u);  // one per core
+  EXPECT_EQ(machine_defaults(3).read_depth, 8u);
+  EXPECT_EQ(machine_defaults(4).io_engines, 4u);
   const MachineDefaults sixteen = machine_defaults(16);
-  EXPECT_EQ(sixteen.io_engines, 8u);
+  EXPECT_EQ(sixteen.io_engines, 16u);
   EXPECT_EQ(sixteen.threads, 16u);
   EXPECT_EQ(sixteen.read_depth, 16u);
-  EXPECT_EQ(sixteen.read_budget, 512ull << 20);  // 64 MiB per engine
+  EXPECT_EQ(sixteen.read_budget, 512ull << 20);  // 32 MiB per core
   EXPECT_EQ(machine_defaults(8).read_budget, 256ull << 20);
   EXPECT_EQ(machine_defaults(128).io_engines, 16u);
+  EXPECT_EQ(machine_defaults(128).read_depth, 32u);
   EXPECT_EQ(machine_defaults(128).read_budget, 1024ull << 20);
   EXPECT_EQ(read_budget_within(machine_defaults(128), 1ull << 30), 512ull << 20);  // half the memory budget
   EXPECT_EQ(read_budget_within(machine_defaults(128), 4ull << 30), 1024ull << 20);

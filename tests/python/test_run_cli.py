@@ -160,8 +160,8 @@ def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
 
 @pytest.mark.parametrize("cores,memory_mb,want", [
     ("2", None, "depth:8,budget:268435456"),  # a small machine: as before
-    ("16", None, "depth:16,budget:536870912"),  # 8 engines x 64 MiB
-    ("64", None, "depth:32,budget:536870912"),  # 16 engines x 64 MiB, but half the 1 GiB memory budget
+    ("16", None, "depth:16,budget:536870912"),  # 16 cores x 32 MiB
+    ("64", None, "depth:32,budget:536870912"),  # 32 x 32 MiB, but half the 1 GiB memory budget
     ("64", 4096, "depth:32,budget:1073741824"),  # a larger memory budget lets it have all
     ("16", 256, "depth:16,budget:268435456"),  # never below 256 MiB
 ])

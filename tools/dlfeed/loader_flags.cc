@@ -15,7 +15,7 @@ ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
 ABSL_FLAG(uint32_t, io_engines, 0,
           "I/O engine threads, each with its own backend; batches go to more than the first only while it "
           "is busy on the CPU (page-cache hits). 0: from the cores the process may use (affinity and cgroup quota): 1 "
-          "on 1 core, 2 on 2-5, cores/2 up to 16");
+          "on 1 core, then one per core (at least 2) up to 16");
 ABSL_FLAG(bool, io_spread_always, false,
           "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
 ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
