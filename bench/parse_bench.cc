@@ -294,10 +294,8 @@ uint32_t crc_by(int impl, uint32_t crc, const void* p, size_t n) {
     case 0: return dlfeed::detail::crc32c_extend_portable(crc, p, n);
     case 1: return dlfeed::detail::crc32c_extend_hardware(crc, p, n);
     case 2: return dlfeed::detail::crc32c_extend_chains(crc, p, n);
-#ifdef DLFEED_CRC32C_X86
     case 3: return dlfeed::detail::crc32c_extend_by(dlfeed::detail::crc32c_impl::Path::kFolds, crc, p, n);
     case 4: return dlfeed::detail::crc32c_extend_by(dlfeed::detail::crc32c_impl::Path::kFused, crc, p, n);
-#endif
     default: return dlfeed::detail::crc32c_extend_portable(crc, p, n);
   }
 }

@@ -113,6 +113,11 @@ __attribute__((target("sse4.2,pclmul"))) inline uint64_t extend_3way(uint64_t cr
 
 #endif
 
+/// What the hardware loop runs over 1 KiB and more: crc32 chains only
+/// (extend_3way), AVX-512 folds (extend_wide), or folds with chains beside
+/// them (extend_fused, from kFusedAtLeast).
+enum class Path : uint8_t { kChains, kFolds, kFused };
+
 /// T[k] = x^(8 * 2^k) modulo P: a shift by 2^k bytes.
 inline constexpr size_t kShiftBits = 60;  // shifts below 2^60 bytes
 using ShiftTable = std::array<uint32_t, kShiftBits>;
@@ -141,11 +146,6 @@ __attribute__((target("sse4.2,pclmul"))) inline uint32_t shift_hardware(uint32_t
   }
   return crc;
 }
-
-/// What the hardware loop runs over 1 KiB and more: crc32 chains only
-/// (extend_3way), AVX-512 folds (extend_wide), or folds with chains beside
-/// them (extend_fused, from kFusedAtLeast).
-enum class Path : uint8_t { kChains, kFolds, kFused };
 
 #ifdef DLFEED_CRC32C_VPCLMUL
 #define DLFEED_CRC32C_WIDE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,vpclmulqdq,sse4.2,pclmul")))
@@ -380,12 +380,16 @@ inline uint32_t crc32c_extend_hardware(uint32_t crc, const void* data, size_t n)
 
 /// The hardware implementation by one path, whatever this CPU runs best, for
 /// tests and benchmarks: kChains (no AVX-512) needs crc32c_hardware_available(),
-/// kFolds and kFused crc32c_wide_available().
-#ifdef DLFEED_CRC32C_X86
+/// kFolds and kFused crc32c_wide_available(). Portable without the crc32
+/// instruction.
 inline uint32_t crc32c_extend_by(crc32c_impl::Path path, uint32_t crc, const void* data, size_t n) {
+#ifdef DLFEED_CRC32C_X86
   return crc32c_impl::extend_sse42(crc, static_cast<const uint8_t*>(data), n, path);
-}
+#else
+  (void)path;
+  return crc32c_extend_portable(crc, data, n);
 #endif
+}
 
 /// The hardware implementation without the AVX-512 fold (three crc32 chains
 /// only), for tests and benchmarks; call only when crc32c_hardware_available().
