@@ -173,7 +173,8 @@ void add_loader_resource_fields(RecordClass<LoaderStats>& stats) {
       .field(
           "autotune_changes", [](const LoaderStats& s) { return s.autotune_changes; }, "Steps the autotuner has taken")
       .field(
-          "threads", [](const LoaderStats& s) { return s.threads; }, "The loader's decode arena, as used")
+          "threads", [](const LoaderStats& s) { return s.threads; },
+          "Decode threads batches go to now (threads, or the autotuner's)")
       .field(
           "cores", [](const LoaderStats& s) { return s.cores; },
           "Cores the process may use (affinity and cgroup quota)")

@@ -183,13 +183,15 @@ struct DLFEED_EXPORT LoaderOptions {
   /// 2). They are this loader's own (a task arena of its size), whatever
   /// other loaders the process holds.
   uint32_t threads = 0;
-  /// Tune while it runs ("on"): what is left to the machine (io_engines 0
-  /// and prefetch "auto", when the files are read, not held) is moved toward
-  /// the best delivered rate, one step at a time, and settles: the I/O
-  /// engines batches are spread over (up to the cores, at most 16, made at
-  /// create) and the read-ahead depth (never past the prefetch and memory
-  /// budgets). An explicit io_engines or prefetch is never moved.
-  /// LoaderStats (io_engines, prefetch, autotune_changes) and the trace
+  /// Tune while it runs ("on"): what is left to the machine (io_engines 0,
+  /// prefetch "auto" and threads 0, when the files are read, not held) is
+  /// moved toward the best delivered rate, one step at a time, and settles:
+  /// the I/O engines batches are spread over (up to the cores, at most 16,
+  /// made at create), the read-ahead depth (never past the prefetch and
+  /// memory budgets) and the decode threads (2 .. the threads made; fewer
+  /// only while the engines are busy). An explicit io_engines, prefetch or
+  /// threads is never moved.
+  /// LoaderStats (io_engines, prefetch, threads, autotune_changes) and the trace
   /// ("autotune" events) show what it chose. kAuto (the default): on when
   /// the process may use 4 cores or more (on 2, engines cannot grow and the
   /// tries cost more than they found: docs/performance.md); kOn: whatever
@@ -224,7 +226,7 @@ struct DLFEED_EXPORT LoaderStats {
   uint32_t io_engines_made = 0;    // I/O engines made at create (the most the autotuner may use)
   bool autotune = false;           // the autotuner moves something (LoaderOptions::autotune)
   uint64_t autotune_changes = 0;   // settings it applied so far (steps tried, kept and undone)
-  uint32_t threads = 0;            // the loader's decode arena (LoaderOptions::threads, as used)
+  uint32_t threads = 0;            // decode threads batches go to now (LoaderOptions::threads, or autotune's)
   uint32_t cores = 0;              // cores the process may use (affinity and cgroup quota), which the defaults follow
   uint32_t decode_peak = 0;        // the most batches in the decode stage at once
   uint64_t batches_spread = 0;     // batches read by an engine other than the first

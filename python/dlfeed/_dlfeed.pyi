@@ -376,7 +376,7 @@ class LoaderStats:
         """Steps the autotuner has taken"""
     @property
     def threads(self) -> int:
-        """The loader's decode arena, as used"""
+        """Decode threads batches go to now (threads, or the autotuner's)"""
     @property
     def cores(self) -> int:
         """Cores the process may use (affinity and cgroup quota)"""

@@ -10,7 +10,7 @@
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
 DecodeFeed::DecodeFeed(tbb::task_arena& arena, size_t tokens)
-    : arena_(arena), tokens_(tokens == 0 ? 1 : tokens), decoded_(tokens_, nullptr) {}
+    : arena_(&arena), tokens_(tokens == 0 ? 1 : tokens), decoded_(tokens_, nullptr) {}
 
 void DecodeFeed::begin(std::function<void(Work&)> decode, std::function<void(Work&)> collate) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -46,7 +46,7 @@ void DecodeFeed::hand(Work& w) {
 #if defined(__SANITIZE_THREAD__)
     std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
 #endif
-    arena_.enqueue([this, work] {
+    arena_.load(std::memory_order_acquire)->enqueue([this, work] {
       tsan_handshake();
       run(*work);
     });

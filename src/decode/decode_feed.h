@@ -18,6 +18,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -35,6 +36,9 @@ namespace dlfeed::inline DLFEED_ABI::pipeline {
 class DecodeFeed {
  public:
   DecodeFeed(tbb::task_arena& arena, size_t tokens);
+  /// Batches whose reads complete from now on are decoded in `arena`
+  /// (initialized, outliving every task queued in it). Any thread.
+  void set_arena(tbb::task_arena& arena) { arena_.store(&arena, std::memory_order_release); }
   ~DecodeFeed() { wait_all(); }
   DecodeFeed(const DecodeFeed&) = delete;
   DecodeFeed& operator=(const DecodeFeed&) = delete;
@@ -60,7 +64,7 @@ class DecodeFeed {
   void run(Work& w);
   void collate_in_order(Work& w);
 
-  tbb::task_arena& arena_;
+  std::atomic<tbb::task_arena*> arena_;
   const size_t tokens_;
   std::function<void(Work&)> decode_, collate_;
   std::mutex mu_;

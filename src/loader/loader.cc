@@ -194,7 +194,7 @@ struct Loader::Impl {
   }
 
   // The autotuner over what the options left to the machine (after build_stages).
-  void setup_autotune(const pipeline::MachineDefaults& machine, bool tune_engines) {
+  void setup_autotune(const pipeline::MachineDefaults& machine, bool tune_engines, bool tune_threads) {
     pipeline::TuneLimits l;
     l.tune_engines = tune_engines && engines.size() > 1;
     l.engines = machine.io_engines;
@@ -202,9 +202,10 @@ struct Loader::Impl {
     l.tune_depth = tuned_depth != nullptr;
     l.depth = machine.read_depth;
     l.budget_bytes = std::min(machine.read_budget, source.rule.memory_budget);
-    if (!l.tune_engines && !l.tune_depth) return;
-    tuner = std::make_unique<pipeline::LiveTuner>(l, l.tune_engines ? &engines : nullptr, tuned_depth.get(),
-                                                  counters.get());
+    l.tune_threads = tune_threads;
+    l.threads = l.max_threads = runner->threads();
+    if (!l.tune_engines && !l.tune_depth && !l.tune_threads) return;
+    tuner = std::make_unique<pipeline::LiveTuner>(l, &engines, tuned_depth.get(), runner.get(), counters.get());
   }
 
   // Epoch `e` from `first_batch`, then (overlap_epochs) the next ones from
@@ -407,6 +408,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   const bool tune = !impl->resident && (options.autotune == Mode::kOn ||
                                         (options.autotune == Mode::kAuto && pipeline::process_cores() >= 4));
   const bool tune_engines = tune && options.io_engines == 0 && !options.io_factory;
+  const bool tune_threads = tune && options.threads == 0;
   if (impl->policy == nullptr && tune) {
     impl->tuned_depth = std::make_shared<pipeline::TunedDepthPolicy>(machine.read_depth, machine.read_budget);
     impl->policy = impl->tuned_depth;
@@ -439,7 +441,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // when small (as prepare_order), else made again then.
   if (impl->small_order()) impl->prepared = std::move(checked);
   impl->build_stages(threads);
-  impl->setup_autotune(machine, tune_engines);
+  impl->setup_autotune(machine, tune_engines, tune_threads);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
@@ -650,7 +652,7 @@ LoaderStats Loader::stats() const {
   s.io_engines_made = static_cast<uint32_t>(m.engines.size());
   s.autotune = m.tuner != nullptr;
   s.autotune_changes = m.tuner ? m.tuner->changes() : 0;
-  s.threads = m.runner->threads();
+  s.threads = m.runner->width();
   s.decode_peak = m.runner->peak_decoding();
   s.cores = pipeline::process_cores();
   s.batches_spread = m.engines.batches_spread();

@@ -11,6 +11,10 @@ Autotuner::Autotuner(const TuneLimits& limits) : limits_(limits) {
   now_.engines = std::clamp(limits_.engines, 1u, limits_.max_engines);
   now_.depth = std::clamp(limits_.depth, 1u, limits_.max_depth);
   if (now_.engines == limits_.max_engines && now_.engines == 1) limits_.tune_engines = false;
+  limits_.min_threads = std::max(1u, limits_.min_threads);
+  limits_.max_threads = std::max(limits_.min_threads, limits_.max_threads);
+  now_.threads = std::clamp(limits_.threads, limits_.min_threads, limits_.max_threads);
+  if (limits_.min_threads == limits_.max_threads) limits_.tune_threads = false;
 }
 
 uint32_t Autotuner::depth_cap(uint64_t batch_bytes) const {
@@ -28,6 +32,11 @@ uint32_t Autotuner::stepped(Knob k, int dir) const {
     const uint32_t e = now_.engines;
     if (dir > 0) return std::min(e + 1, limits_.max_engines);
     return e > 1 ? e - 1 : e;
+  }
+  if (k == Knob::kThreads) {  // halved and doubled, as the depth
+    const uint32_t t = now_.threads;
+    if (dir > 0) return std::min(t * 2, limits_.max_threads);
+    return std::max(limits_.min_threads, t / 2);
   }
   const uint32_t d = now_.depth;
   if (dir > 0) return std::max(d, std::min(d * 2, depth_cap(depth_bytes_)));
@@ -49,10 +58,12 @@ void Autotuner::give_up(Knob k, bool judged) {
 
 bool Autotuner::start_trying(const TuneWindow& w) {
   if (w.consumer_wait < limits_.min_wait) return false;  // the loader keeps up: nothing to gain
-  for (size_t i = 0; i < 2; ++i) {
-    const Knob k = static_cast<Knob>((next_knob_ + i) % 2);
+  for (size_t i = 0; i < kKnobs; ++i) {
+    const Knob k = static_cast<Knob>((next_knob_ + i) % kKnobs);
     if (!tunable(k) || window_ < rest_until_[static_cast<size_t>(k)]) continue;
     if (k == Knob::kEngines && w.engine_busy < limits_.min_busy) continue;  // idle engines: more won't help
+    // Fewer decode threads can only help engines short of cores; a decode-bound loader needs them all.
+    if (k == Knob::kThreads && now_.threads == limits_.max_threads && w.engine_busy < limits_.min_busy) continue;
     int dir = 1;
     uint32_t next = stepped(k, dir);
     if (next == value(k)) next = stepped(k, dir = -1);
@@ -65,7 +76,7 @@ bool Autotuner::start_trying(const TuneWindow& w) {
     ++changes_;
     skip_ = true;
     phase_ = Phase::kTrying;
-    next_knob_ = (static_cast<size_t>(k) + 1) % 2;
+    next_knob_ = (static_cast<size_t>(k) + 1) % kKnobs;
     return true;
   }
   return false;
@@ -76,7 +87,7 @@ bool Autotuner::observe(const TuneWindow& w) {
   depth_bytes_ = std::max(depth_bytes_, w.batch_bytes);
   if (limits_.tune_depth && now_.depth > depth_cap(depth_bytes_)) {
     // Batches grew: the depth comes down to what the budget holds, now.
-    if (phase_ == Phase::kTrying && knob_ == Knob::kEngines) now_.engines = before_;
+    if (phase_ == Phase::kTrying && knob_ != Knob::kDepth) value(knob_) = before_;
     if (phase_ == Phase::kTrying) give_up(knob_, /*judged=*/false);
     now_.depth = depth_cap(depth_bytes_);
     ++changes_;

@@ -19,7 +19,8 @@
 //     as a gain;
 //   - nothing is tried while the consumer hardly waits (the loader is not
 //     what holds the rate back), nor more engines while the active ones are
-//     idle;
+//     idle, nor fewer decode threads unless the engines are busy (only then
+//     may idle decode workers be taking cores the engines' copies need);
 //   - the read-ahead depth never goes past what the byte budget holds of
 //     batches of the size measured (it is lowered at once when batches grow).
 //
@@ -51,6 +52,10 @@ struct TuneLimits {
   bool tune_depth = false;
   uint32_t depth = 8;  // read-ahead depth (batches) to start with
   uint32_t max_depth = 64;
+  bool tune_threads = false;
+  uint32_t threads = 2;      // decode threads batches go to, to start with
+  uint32_t max_threads = 2;  // made at create(): the most there can be
+  uint32_t min_threads = 2;
   uint64_t budget_bytes = 0;  // the look-ahead's bytes may never exceed this (0: no limit)
   double threshold = 0.05;    // a step is kept when the rate gains more than this share...
   double noise_margin = 2.0;  // ...or more than this times the windows' measured spread
@@ -64,10 +69,11 @@ struct TuneLimits {
 struct TuneSetting {
   uint32_t engines = 1;
   uint32_t depth = 8;
+  uint32_t threads = 2;
   bool operator==(const TuneSetting&) const = default;
 };
 
-/// Hill-climbs engines, then depth, with hysteresis (see above).
+/// Hill-climbs engines, then depth, then decode threads, with hysteresis (see above).
 class Autotuner {
  public:
   explicit Autotuner(const TuneLimits& limits);
@@ -88,10 +94,13 @@ class Autotuner {
   double noise() const { return noise_; }
 
  private:
-  enum class Knob { kEngines = 0, kDepth = 1 };
+  enum class Knob { kEngines = 0, kDepth = 1, kThreads = 2 };
+  static constexpr size_t kKnobs = 3;
   enum class Phase { kMeasuring, kTrying };
-  uint32_t& value(Knob k) { return k == Knob::kEngines ? now_.engines : now_.depth; }
-  bool tunable(Knob k) const { return k == Knob::kEngines ? limits_.tune_engines : limits_.tune_depth; }
+  uint32_t& value(Knob k) { return k == Knob::kEngines ? now_.engines : k == Knob::kDepth ? now_.depth : now_.threads; }
+  bool tunable(Knob k) const {
+    return k == Knob::kEngines ? limits_.tune_engines : k == Knob::kDepth ? limits_.tune_depth : limits_.tune_threads;
+  }
   // The knob's value one step up (dir +1) or down (-1), or its value now when it cannot move.
   uint32_t stepped(Knob k, int dir) const;
   bool start_trying(const TuneWindow& w);
@@ -115,8 +124,8 @@ class Autotuner {
   uint64_t window_ = 0;  // windows seen
   uint64_t changes_ = 0;
   uint64_t depth_bytes_ = 0;  // the largest batch seen
-  std::array<uint64_t, 2> rest_until_{0, 0};
-  std::array<uint32_t, 2> fails_{0, 0};  // tries in a row that found nothing, per knob
+  std::array<uint64_t, kKnobs> rest_until_{};
+  std::array<uint32_t, kKnobs> fails_{};  // tries in a row that found nothing, per knob
   std::size_t next_knob_ = 0;
 };
 

@@ -111,17 +111,33 @@ struct Pipeline::Arena {
   tbb::task_arena arena;
 };
 
-Pipeline::Pipeline(uint32_t threads) : threads_(threads) {
+Pipeline::Pipeline(uint32_t threads) : threads_(std::max(1u, threads)) {
   register_fork_handler();
   worker_pool().change(static_cast<int64_t>(threads_));
-  arena_ = std::make_unique<Arena>(threads);
-  feed_ = std::make_unique<DecodeFeed>(arena_->arena, std::clamp<size_t>(threads_ * 2 + 8, 4, 64));
+  arenas_.resize(threads_ + 1);
+  arenas_[threads_] = std::make_unique<Arena>(threads_);
+  current_.store(arenas_[threads_].get(), std::memory_order_release);
+  width_.store(threads_, std::memory_order_relaxed);
+  feed_ = std::make_unique<DecodeFeed>(arenas_[threads_]->arena, std::clamp<size_t>(threads_ * 2 + 8, 4, 64));
 }
 
 Pipeline::~Pipeline() {
-  feed_.reset();
-  arena_.reset();
+  feed_.reset();  // waits for every batch handed over: no task is left in any arena
+  arenas_.clear();
   worker_pool().change(-static_cast<int64_t>(threads_));
+}
+
+void Pipeline::set_width(uint32_t width) {
+  width = std::clamp(width, 1u, threads_);
+  std::lock_guard<std::mutex> lock(arenas_mu_);
+  std::unique_ptr<Arena>& a = arenas_[width];
+  if (a == nullptr) {
+    a = std::make_unique<Arena>(width);
+    initialize_under_handshake(a->arena);
+  }
+  current_.store(a.get(), std::memory_order_release);
+  feed_->set_arena(a->arena);
+  width_.store(width, std::memory_order_relaxed);
 }
 
 void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
@@ -134,12 +150,13 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
     body(i);
     tsan_handshake();
   };
-  initialize_under_handshake(arena_->arena);
+  tbb::task_arena& arena = current().arena;
+  initialize_under_handshake(arena);
   tsan_handshake();
   detail::ProcessNamed named;  // a worker it starts is not named after this thread
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
-  arena_->arena.execute([&] {
+  arena.execute([&] {
     tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, std::cref(each), tbb::simple_partitioner()); });
   });
   tsan_handshake();
@@ -195,7 +212,7 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
 
 void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& collator,
                           const std::atomic<bool>& stop) {
-  initialize_under_handshake(arena_->arena);
+  initialize_under_handshake(current().arena);
   // This thread plans, waits for admission and issues the reads, outside the
   // arena; the workers decode a batch once its reads are done and collate in
   // order (decode_feed.h).

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "batch/collator.h"
@@ -69,7 +70,16 @@ class Pipeline {
   bool run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
            bool in_turn = false, const std::function<bool()>& then = nullptr);
 
+  /// The decode workers made (the most there can be).
   uint32_t threads() const { return threads_; }
+  /// The decode workers batches go to now: threads() until set_width().
+  uint32_t width() const { return width_.load(std::memory_order_relaxed); }
+  /// Sends batches (and parallel()'s work) from now on to an arena of
+  /// `width` workers (1 .. threads(), clamped), made on first use and kept:
+  /// a oneTBB arena's concurrency is fixed, so the width changes by which
+  /// arena is fed, with no worker held waiting. Batches already queued
+  /// finish where they are. Any thread, while an epoch runs or not.
+  void set_width(uint32_t width);
   /// body(0) .. body(n - 1), spread over this pipeline's arena (joined by
   /// the calling thread); returns when all are done.
   void parallel(size_t n, const std::function<void(size_t)>& body);
@@ -81,8 +91,12 @@ class Pipeline {
   void run_stages(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop);
 
   struct Arena;
+  Arena& current() const { return *current_.load(std::memory_order_acquire); }
   uint32_t threads_;
-  std::unique_ptr<Arena> arena_;
+  std::mutex arenas_mu_;                        // making arenas
+  std::vector<std::unique_ptr<Arena>> arenas_;  // by width (index), made on first use, kept to the end
+  std::atomic<Arena*> current_{nullptr};
+  std::atomic<uint32_t> width_{0};
   std::unique_ptr<DecodeFeed> feed_;  // the decode stage's hand-off (its tasks point to it)
   std::atomic<uint32_t> decoding_{0}, peak_decoding_{0};
 };

@@ -15,12 +15,18 @@ bool TunedDepthPolicy::admit(const prefetch::InFlight& now, uint64_t next_bytes)
   return now.batches == 0 || now.bytes + next_bytes <= budget_;
 }
 
-LiveTuner::LiveTuner(const TuneLimits& limits, detail::EngineSet* engines, TunedDepthPolicy* depth,
+LiveTuner::LiveTuner(const TuneLimits& limits, detail::EngineSet* engines, TunedDepthPolicy* depth, Pipeline* decode,
                      counters::Counters* counters)
-    : tuner_(limits), engines_(engines), depth_(depth), counters_(counters) {
+    : tuner_(limits),
+      engines_(engines),
+      move_engines_(limits.tune_engines && engines != nullptr),
+      depth_(limits.tune_depth ? depth : nullptr),
+      decode_(limits.tune_threads ? decode : nullptr),
+      counters_(counters) {
   const TuneSetting s = tuner_.setting();
-  if (limits.tune_engines) engines_->set_active(s.engines);
-  if (limits.tune_depth) depth_->set_depth(s.depth);
+  if (move_engines_) engines_->set_active(s.engines);
+  if (depth_ != nullptr) depth_->set_depth(s.depth);
+  if (decode_ != nullptr) decode_->set_width(s.threads);
 }
 
 void LiveTuner::restart() { fresh_epoch_ = true; }
@@ -48,8 +54,9 @@ void LiveTuner::on_batch(uint64_t now_ns, uint64_t samples, uint64_t wait_ns, ui
 
 void LiveTuner::apply([[maybe_unused]] uint64_t now_ns) {
   const TuneSetting s = tuner_.setting();
-  if (engines_ != nullptr) engines_->set_active(s.engines);
+  if (move_engines_) engines_->set_active(s.engines);
   if (depth_ != nullptr) depth_->set_depth(s.depth);
+  if (decode_ != nullptr) decode_->set_width(s.threads);
   changes_.store(tuner_.changes(), std::memory_order_relaxed);
   DLFEED_REC({
     if (counters_ != nullptr && counters_->tracing()) {

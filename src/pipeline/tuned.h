@@ -3,9 +3,10 @@
 // consumer's thread measures windows of at least kMinBatches batches and
 // kWindowNs, feeds them to the Autotuner (pipeline/autotune.h) and applies
 // what it chooses: the I/O engines batches are spread over (EngineSet::
-// set_active; all of them were made at create()) and the read-ahead depth
-// (a TunedDepthPolicy, read by the look-ahead at its next admission). Each
-// change is a trace event ("autotune": engines, depth, changes so far).
+// set_active; all of them were made at create()), the read-ahead depth
+// (a TunedDepthPolicy, read by the look-ahead at its next admission) and the
+// decode threads batches go to (Pipeline::set_width). Each change is a trace
+// event ("autotune": engines, depth, changes so far; threads in LoaderStats).
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "dlfeed/detail/export.h"
 #include "dlfeed/plan/policy.h"
 #include "pipeline/autotune.h"
+#include "pipeline/pipeline.h"
 #include "read/engine.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -42,8 +44,9 @@ class LiveTuner {
   static constexpr uint64_t kWindowNs = 100'000'000;
   static constexpr uint32_t kMinBatches = 8;
 
-  /// `engines` (when limits.tune_engines) and `depth` (when limits.tune_depth) outlive it.
-  LiveTuner(const TuneLimits& limits, detail::EngineSet* engines, TunedDepthPolicy* depth,
+  /// `engines` (measured always; moved when limits.tune_engines), `depth`
+  /// (when limits.tune_depth) and `decode` (when limits.tune_threads) outlive it.
+  LiveTuner(const TuneLimits& limits, detail::EngineSet* engines, TunedDepthPolicy* depth, Pipeline* decode,
             counters::Counters* counters);
   /// An epoch starts: the time until its first batch arrives is not counted
   /// (only that batch's wait), so a window may span short epochs.
@@ -58,7 +61,9 @@ class LiveTuner {
 
   Autotuner tuner_;
   detail::EngineSet* engines_;
+  bool move_engines_;
   TunedDepthPolicy* depth_;
+  Pipeline* decode_;
   counters::Counters* counters_;
   uint64_t last_ns_ = 0, span_ = 0, samples_ = 0, wait_ns_ = 0, bytes_ = 0;
   bool fresh_epoch_ = true;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// LoaderOptions::autotune on a real loader: while it moves the engines and
-// the read-ahead depth, every batch is what it is with autotune off; and
-// what the options set is never moved. DLFEED_CORES=8 (set before the first
-// loader: the core count is read once) gives 8 engines made and active (one
-// per core), so there is room to move down on this 2-core machine too, and
-// the read-ahead depth to move either way.
+// LoaderOptions::autotune on a real loader: while it moves the engines, the
+// read-ahead depth and the decode threads, every batch is what it is with
+// autotune off; and what the options set is never moved. DLFEED_CORES=8 (set
+// before the first loader: the core count is read once) gives 8 engines made
+// and active (one per core) and 8 decode threads, so there is room to move
+// down on this 2-core machine too, and the read-ahead depth either way.
 #include <cstdlib>
 #include <vector>
 
@@ -82,6 +82,8 @@ TEST(LoaderAutotune, OnAndOffGiveTheSameBatchesWhileItMoves) {
     const LoaderStats s = on->stats();
     EXPECT_GE(s.io_engines, 1u);
     EXPECT_LE(s.io_engines, 8u);
+    EXPECT_GE(s.threads, 2u);  // decode threads: between the floor and the 8 made
+    EXPECT_LE(s.threads, 8u);
   }
   EXPECT_GE(on->stats().autotune_changes, 3u) << "it never moved in " << epoch << " epochs";
   EXPECT_EQ(off->stats().autotune_changes, 0u);
@@ -103,11 +105,13 @@ TEST(LoaderAutotune, ExplicitOptionsAreNeverMoved) {
   LoaderOptions both = options(true);
   both.io_engines = 3;
   both.prefetch = "depth:4";
+  both.threads = 4;
   auto fixed = Loader::create(both).value();
   EXPECT_FALSE(fixed->stats().autotune);  // nothing left to tune
 
   LoaderOptions engines = options(true);
-  engines.io_engines = 3;  // depth left to it, engines not
+  engines.io_engines = 3;  // depth left to it, engines and threads not
+  engines.threads = 3;
   auto half = Loader::create(engines).value();
   EXPECT_TRUE(half->stats().autotune);
   EXPECT_EQ(half->stats().io_engines_made, 3u);
@@ -116,7 +120,9 @@ TEST(LoaderAutotune, ExplicitOptionsAreNeverMoved) {
     epoch_ids(*half, e);
     EXPECT_EQ(fixed->stats().io_engines, 3u);
     EXPECT_EQ(fixed->stats().prefetch, "depth:4");
+    EXPECT_EQ(fixed->stats().threads, 4u);
     EXPECT_EQ(half->stats().io_engines, 3u);
+    EXPECT_EQ(half->stats().threads, 3u);
   }
   EXPECT_EQ(fixed->stats().autotune_changes, 0u);
   EXPECT_GE(half->stats().autotune_changes, 3u);

@@ -217,5 +217,66 @@ TEST(Autotune, FewerEnginesAreKeptWhenTheyAreFaster) {
   EXPECT_EQ(r.last.engines, 1u);
 }
 
+TuneLimits decode_threads() {
+  TuneLimits l;
+  l.tune_threads = true;
+  l.threads = 16;
+  l.max_threads = 16;
+  l.min_threads = 2;
+  l.rest_windows = 40;
+  return l;
+}
+
+// 16 decode threads on 16 cores beside 16 busy engines: 8 leave the engines
+// the cores they need (rate 1.2x), 4 no more. It halves to 8, keeps that,
+// tries 4, undoes it, and settles at 8.
+TEST(Autotune, FewerDecodeThreadsAreKeptWhenTheEnginesNeedTheCores) {
+  Autotuner t(decode_threads());
+  EXPECT_EQ(t.setting().threads, 16u);
+  const Fed r = feed(
+      t, 300, [](const TuneSetting& s) { return s.threads <= 8 ? 1200.0 : 1000.0; }, 0.01);
+  EXPECT_EQ(r.last.threads, 8u);
+  size_t first = 0;
+  while (first < r.settled.size() && r.settled[first].threads != 8) ++first;
+  ASSERT_LT(first, 20u);
+  for (size_t i = first; i < r.settled.size(); ++i) EXPECT_EQ(r.settled[i].threads, 8u) << i;
+}
+
+// Decode-bound (the engines idle): fewer threads cannot help, so none are cut.
+TEST(Autotune, DecodeThreadsAreNotCutWhileTheEnginesAreIdle) {
+  Autotuner t(decode_threads());
+  feed(
+      t, 300, [](const TuneSetting& s) { return 100.0 * s.threads; }, 0, 1 << 20, 0.5, /*busy=*/0.1);
+  EXPECT_EQ(t.changes(), 0u);
+  EXPECT_EQ(t.setting().threads, 16u);
+}
+
+// A rate that grows as threads fall takes them to the floor and no further;
+// they never pass what was made; with nothing between floor and top (2 made,
+// 2 cores) they are not tuned.
+TEST(Autotune, DecodeThreadsStayBetweenTheFloorAndWhatWasMade) {
+  Autotuner t(decode_threads());
+  TuneSetting lowest = t.setting(), highest = t.setting();
+  for (int i = 0; i < 400; ++i) {
+    TuneWindow w;
+    w.rate = 10000.0 / t.setting().threads;
+    w.consumer_wait = 0.5;
+    w.engine_busy = 0.9;
+    w.batch_bytes = 1 << 20;
+    t.observe(w);
+    lowest.threads = std::min(lowest.threads, t.setting().threads);
+    highest.threads = std::max(highest.threads, t.setting().threads);
+  }
+  EXPECT_EQ(lowest.threads, 2u);
+  EXPECT_EQ(highest.threads, 16u);
+  EXPECT_EQ(t.setting().threads, 2u);
+
+  TuneLimits two = decode_threads();
+  two.threads = two.max_threads = 2;
+  Autotuner none(two);
+  feed(none, 200, [](const TuneSetting& s) { return 10000.0 / s.threads; });
+  EXPECT_EQ(none.changes(), 0u);
+}
+
 }  // namespace
 }  // namespace dlfeed::pipeline

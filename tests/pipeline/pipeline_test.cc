@@ -2,7 +2,8 @@
 // The stages wired together (src/pipeline/pipeline.h) over a real NPY file
 // and a real I/O engine: every batch of the epoch arrives once, in order,
 // with the right bytes, then the end; a stop ends the epoch early and cleanly;
-// a look-ahead under depth:2 never runs more than two batches ahead.
+// a look-ahead under depth:2 never runs more than two batches ahead; the
+// decode width moves live.
 
 #include "pipeline/pipeline.h"
 
@@ -132,6 +133,70 @@ TEST(Pipeline, AStopEndsTheEpochEarly) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(bytes_held(*rig.budget), 0u) << "batches planned but never delivered were given back";
+}
+
+// The most bodies of parallel(8, ...) running at once (each sleeps 30 ms).
+uint32_t peak_of_parallel(Pipeline& pipeline) {
+  std::atomic<uint32_t> now{0}, peak{0};
+  pipeline.parallel(8, [&](size_t) {
+    const uint32_t n = now.fetch_add(1) + 1;
+    uint32_t p = peak.load();
+    while (n > p && !peak.compare_exchange_weak(p, n)) {}
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    now.fetch_sub(1);
+  });
+  return peak.load();
+}
+
+// set_width moves the work to an arena of that many workers (the autotuner's
+// decode threads): the width bounds what runs at once, and a width changed
+// again and again mid-epoch delivers every batch once, in order, intact.
+TEST(Pipeline, TheWidthBoundsTheWorkersAndMovesMidEpoch) {
+  Pipeline pipeline(4);
+  EXPECT_EQ(pipeline.width(), 4u);
+  EXPECT_GE(peak_of_parallel(pipeline), 3u);  // 4 workers (and the caller): sleeping bodies all run
+  pipeline.set_width(1);
+  EXPECT_EQ(pipeline.width(), 1u);
+  EXPECT_LE(peak_of_parallel(pipeline), 2u);  // 1 worker and the caller
+  pipeline.set_width(0);                      // clamped
+  EXPECT_EQ(pipeline.width(), 1u);
+  pipeline.set_width(99);
+  EXPECT_EQ(pipeline.width(), 4u);
+  EXPECT_GE(peak_of_parallel(pipeline), 3u);  // the first arena again
+
+  Rig rig(testing::scratch_dir() + "/x.npy", 1000, 16, "depth:4");
+  Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
+  Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
+  OrderCursor order = rig.cursor("global_shuffle");
+  OrderCursor expected = order;
+  std::thread t([&] {
+    Lookahead source(rig.parts, order, 0, 0);
+    pipeline.run(source, decoder, collator, rig.stop);
+  });
+  uint64_t batches = 0;
+  std::vector<uint64_t> ids(16);
+  const uint32_t widths[] = {1, 3, 2, 4};
+  while (true) {
+    pipeline.set_width(widths[batches % 4]);
+    Delivery d = rig.queue.pop(*rig.budget);
+    if (d.end) break;
+    ASSERT_TRUE(d.error.ok()) << d.error;
+    d.ticket->handed_over();
+    EXPECT_EQ(d.batch->index, batches);
+    ids.resize(16);
+    ids.resize(expected.next(std::span<uint64_t>(ids)));
+    EXPECT_EQ(d.batch->sample_ids, ids) << "batch " << batches;
+    const BatchField& f = d.batch->fields[0];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto want = dlfeed::testing::read_bytes(rig.indices[0], ids[i]);
+      ASSERT_TRUE(want.ok());
+      ASSERT_EQ(std::string(reinterpret_cast<const char*>(f.bytes.data()) + f.offsets[i], 32), *want);
+    }
+    ++batches;
+  }
+  t.join();
+  EXPECT_EQ(batches, (1000 + 15) / 16);
+  EXPECT_EQ(bytes_held(*rig.budget), 0u);
 }
 
 }  // namespace

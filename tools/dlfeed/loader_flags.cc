@@ -50,8 +50,8 @@ ABSL_FLAG(uint32_t, threads, 0,
 
 ABSL_FLAG(std::string, autotune, "auto",
           "auto (on with 4 cores or more), on: move what is left to the machine (I/O engines when --io_engines is 0, "
-          "the read-ahead depth when "
-          "--prefetch is auto) toward the best rate while it runs, within the memory budget; off: keep the defaults");
+          "the read-ahead depth when --prefetch is auto, decode threads when --threads is 0) toward the best rate "
+          "while it runs, within the memory budget; off: keep the defaults");
 
 namespace dlfeed::cli {
 
