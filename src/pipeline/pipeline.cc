@@ -142,9 +142,12 @@ void Pipeline::set_width(uint32_t width) {
 
 void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   // The loop's body is made before the handshake below and handed to
-  // parallel_for by reference, so what a worker reads of it was written
-  // before an edge TSan can see (libtbb's own hand-off of the task is not
-  // instrumented; a closure made after the handshake would look unordered).
+  // parallel_for itself (which keeps a reference to it and calls it), so a
+  // worker reads nothing of it before its own handshake: the call reads the
+  // capture only after. libtbb's own hand-off of the task is not
+  // instrumented; a closure made after the handshake, or a std::cref whose
+  // pointer the worker reads before calling, looks unordered to TSan (a
+  // worker's first read then races with older writes at that stack address).
   const auto each = [&body](size_t i) {
     tsan_handshake();
     body(i);
@@ -157,7 +160,7 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
   arena.execute([&] {
-    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, std::cref(each), tbb::simple_partitioner()); });
+    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, each, tbb::simple_partitioner()); });
   });
   tsan_handshake();
 }
