@@ -202,8 +202,8 @@ struct Loader::Impl {
     l.tune_depth = tuned_depth != nullptr;
     l.depth = machine.read_depth;
     l.budget_bytes = std::min(machine.read_budget, source.rule.memory_budget);
-    l.tune_threads = tune_threads;
     l.threads = l.max_threads = runner->threads();
+    l.tune_threads = tune_threads && l.max_threads > l.min_threads;  // 2 made (2 cores): nothing to move
     if (!l.tune_engines && !l.tune_depth && !l.tune_threads) return;
     tuner = std::make_unique<pipeline::LiveTuner>(l, &engines, tuned_depth.get(), runner.get(), counters.get());
   }

@@ -122,8 +122,13 @@ def test_autotune_keyword_on_off_and_auto(learnable):
     assert st_off["autotune_changes"] == 0
     assert 1 <= st_on["io_engines"] <= st_on["io_engines_made"]
     # An explicit value is never moved: nothing left to tune.
-    fixed = dlfeed.Loader(root, autotune=True, io_engines=2, prefetch="depth:4", **kw)
+    fixed = dlfeed.Loader(root, autotune=True, io_engines=2, prefetch="depth:4", threads=3, **kw)
     assert not fixed.stats()["autotune"]
+    assert fixed.stats()["threads"] == 3
+    # Nor are the decode threads where only 2 were made (the floor): on 2 cores, as CI's.
+    two = dlfeed.Loader(root, autotune=True, io_engines=2, prefetch="depth:4", **kw)
+    if two.stats()["threads"] == 2:
+        assert not two.stats()["autotune"]
     with pytest.raises(Exception, match="autotune is auto, on or off, not 'sometimes'"):
         dlfeed.Loader(root, autotune="sometimes", **kw)
 
