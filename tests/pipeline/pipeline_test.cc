@@ -7,6 +7,7 @@
 
 #include "pipeline/pipeline.h"
 
+#include <functional>
 #include <thread>
 
 #include "dlfeed/io/file_table.h"
@@ -36,8 +37,10 @@ struct Rig {
   std::unique_ptr<Planner> planner;
   SourceParts parts;
   DeliveryQueue queue;
+  uint64_t samples;
+  uint32_t batch;
 
-  Rig(const std::string& path, uint64_t n, uint32_t batch, const std::string& prefetch) {
+  Rig(const std::string& path, uint64_t n, uint32_t batch, const std::string& prefetch) : samples(n), batch(batch) {
     indices.push_back(testing::write_and_open(path, n));
     file_ids = {{files->add(path)}};
     auto p = prefetch::parse_policy(prefetch);
@@ -62,11 +65,13 @@ struct Rig {
   }
 };
 
-TEST(Pipeline, DeliversEveryBatchInOrderThenTheEnd) {
-  Rig rig(testing::scratch_dir() + "/x.npy", 1000, 32, "depth:4");
+// One epoch of `rig` (global shuffle) through `pipeline`, as the consumer
+// sees it: every batch once, in order, with the right ids and bytes, then the
+// end, and every byte given back. `before_pop(k)` runs before the consumer
+// waits for batch k.
+void expect_whole_epoch(Rig& rig, Pipeline& pipeline, const std::function<void(uint64_t)>& before_pop = nullptr) {
   Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
   Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
-  Pipeline pipeline(2);
   OrderCursor order = rig.cursor("global_shuffle");
   OrderCursor expected = order;
   std::thread t([&] {
@@ -74,15 +79,16 @@ TEST(Pipeline, DeliversEveryBatchInOrderThenTheEnd) {
     pipeline.run(source, decoder, collator, rig.stop);
   });
   uint64_t batches = 0;
-  std::vector<uint64_t> ids(32);
+  std::vector<uint64_t> ids(rig.batch);
   while (true) {
+    if (before_pop) before_pop(batches);
     Delivery d = rig.queue.pop(*rig.budget);
     if (d.end) break;
     ASSERT_TRUE(d.error.ok()) << d.error;
     ASSERT_NE(d.batch, nullptr);
     d.ticket->handed_over();
     EXPECT_EQ(d.batch->index, batches);
-    ids.resize(32);
+    ids.resize(rig.batch);
     ids.resize(expected.next(std::span<uint64_t>(ids)));
     EXPECT_EQ(d.batch->sample_ids, ids) << "batch " << batches;
     const BatchField& f = d.batch->fields[0];
@@ -94,8 +100,14 @@ TEST(Pipeline, DeliversEveryBatchInOrderThenTheEnd) {
     ++batches;
   }
   t.join();
-  EXPECT_EQ(batches, (1000 + 31) / 32);
+  EXPECT_EQ(batches, (rig.samples + rig.batch - 1) / rig.batch);
   EXPECT_EQ(bytes_held(*rig.budget), 0u) << "every batch dropped, every byte given back";
+}
+
+TEST(Pipeline, DeliversEveryBatchInOrderThenTheEnd) {
+  Rig rig(testing::scratch_dir() + "/x.npy", 1000, 32, "depth:4");
+  Pipeline pipeline(2);
+  expect_whole_epoch(rig, pipeline);
 }
 
 TEST(Pipeline, AStopEndsTheEpochEarly) {
@@ -165,38 +177,8 @@ TEST(Pipeline, TheWidthBoundsTheWorkersAndMovesMidEpoch) {
   EXPECT_GE(peak_of_parallel(pipeline), 3u);  // the first arena again
 
   Rig rig(testing::scratch_dir() + "/x.npy", 1000, 16, "depth:4");
-  Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
-  Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
-  OrderCursor order = rig.cursor("global_shuffle");
-  OrderCursor expected = order;
-  std::thread t([&] {
-    Lookahead source(rig.parts, order, 0, 0);
-    pipeline.run(source, decoder, collator, rig.stop);
-  });
-  uint64_t batches = 0;
-  std::vector<uint64_t> ids(16);
   const uint32_t widths[] = {1, 3, 2, 4};
-  while (true) {
-    pipeline.set_width(widths[batches % 4]);
-    Delivery d = rig.queue.pop(*rig.budget);
-    if (d.end) break;
-    ASSERT_TRUE(d.error.ok()) << d.error;
-    d.ticket->handed_over();
-    EXPECT_EQ(d.batch->index, batches);
-    ids.resize(16);
-    ids.resize(expected.next(std::span<uint64_t>(ids)));
-    EXPECT_EQ(d.batch->sample_ids, ids) << "batch " << batches;
-    const BatchField& f = d.batch->fields[0];
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto want = dlfeed::testing::read_bytes(rig.indices[0], ids[i]);
-      ASSERT_TRUE(want.ok());
-      ASSERT_EQ(std::string(reinterpret_cast<const char*>(f.bytes.data()) + f.offsets[i], 32), *want);
-    }
-    ++batches;
-  }
-  t.join();
-  EXPECT_EQ(batches, (1000 + 15) / 16);
-  EXPECT_EQ(bytes_held(*rig.budget), 0u);
+  expect_whole_epoch(rig, pipeline, [&](uint64_t k) { pipeline.set_width(widths[k % 4]); });
 }
 
 }  // namespace
