@@ -107,7 +107,8 @@ void initialize_under_handshake(tbb::task_arena& arena) {
 // `threads` workers decode; the one slot kept for a thread from outside is
 // the pipeline thread's, which joins only to spread copies (parallel()).
 struct Pipeline::Arena {
-  explicit Arena(uint32_t threads) : arena(static_cast<int>(threads) + 1, 1) {}
+  explicit Arena(uint32_t threads) : width(threads), arena(static_cast<int>(threads) + 1, 1) {}
+  uint32_t width;  // its decode workers
   tbb::task_arena arena;
 };
 
@@ -117,7 +118,6 @@ Pipeline::Pipeline(uint32_t threads) : threads_(std::max(1u, threads)) {
   arenas_.resize(threads_ + 1);
   arenas_[threads_] = std::make_unique<Arena>(threads_);
   current_.store(arenas_[threads_].get(), std::memory_order_release);
-  width_.store(threads_, std::memory_order_relaxed);
   feed_ = std::make_unique<DecodeFeed>(arenas_[threads_]->arena, std::clamp<size_t>(threads_ * 2 + 8, 4, 64));
 }
 
@@ -137,8 +137,9 @@ void Pipeline::set_width(uint32_t width) {
   }
   current_.store(a.get(), std::memory_order_release);
   feed_->set_arena(a->arena);
-  width_.store(width, std::memory_order_relaxed);
 }
+
+uint32_t Pipeline::width() const { return current().width; }
 
 void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   // The loop's body is made before the handshake below and handed to

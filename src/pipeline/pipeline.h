@@ -73,7 +73,7 @@ class Pipeline {
   /// The decode workers made (the most there can be).
   uint32_t threads() const { return threads_; }
   /// The decode workers batches go to now: threads() until set_width().
-  uint32_t width() const { return width_.load(std::memory_order_relaxed); }
+  uint32_t width() const;
   /// Sends batches (and parallel()'s work) from now on to an arena of
   /// `width` workers (1 .. threads(), clamped), made on first use and kept:
   /// a oneTBB arena's concurrency is fixed, so the width changes by which
@@ -96,7 +96,6 @@ class Pipeline {
   std::mutex arenas_mu_;                        // making arenas
   std::vector<std::unique_ptr<Arena>> arenas_;  // by width (index), made on first use, kept to the end
   std::atomic<Arena*> current_{nullptr};
-  std::atomic<uint32_t> width_{0};
   std::unique_ptr<DecodeFeed> feed_;  // the decode stage's hand-off (its tasks point to it)
   std::atomic<uint32_t> decoding_{0}, peak_decoding_{0};
 };
