@@ -204,38 +204,57 @@ DLFEED_CRC32C_WIDE_TARGET inline __m512i fold_constants() {
   return _mm512_set_epi64(lo, hi, lo, hi, lo, hi, lo, hi);
 }
 
-/// crc32's running value for the 64 bytes of `a` from 0: what four lanes fold
-/// to is congruent to the state after the bytes they folded.
-DLFEED_CRC32C_WIDE_TARGET inline uint64_t reduce_lane(__m512i a) {
-  alignas(64) uint8_t last[64];
-  _mm512_store_si512(last, a);
+/// Four 64-byte accumulators over consecutive 256-byte blocks: the folds of
+/// extend_wide and extend_fused.
+struct Lanes {
+  __m512i a0, a1, a2, a3;
+};
+
+/// The 256 bytes at `p`, the CRC state `l` xored into the first 4, as crc32 does.
+DLFEED_CRC32C_WIDE_TARGET __attribute__((always_inline)) inline Lanes start_lanes(uint64_t l, const uint8_t* p) {
+  const __m512i state = _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(l))));
+  return {_mm512_xor_si512(_mm512_loadu_si512(p), state), _mm512_loadu_si512(p + 64), _mm512_loadu_si512(p + 128),
+          _mm512_loadu_si512(p + 192)};
+}
+
+/// Each lane moved 256 bytes ahead, plus the next 256 bytes, at `p`.
+DLFEED_CRC32C_WIDE_TARGET __attribute__((always_inline)) inline void fold_256(Lanes& a, __m512i k256,
+                                                                              const uint8_t* p) {
+  a.a0 = fold_lanes(a.a0, k256, _mm512_loadu_si512(p));
+  a.a1 = fold_lanes(a.a1, k256, _mm512_loadu_si512(p + 64));
+  a.a2 = fold_lanes(a.a2, k256, _mm512_loadu_si512(p + 128));
+  a.a3 = fold_lanes(a.a3, k256, _mm512_loadu_si512(p + 192));
+}
+
+/// The lanes folded into one, then each 64-byte block of [p, end) (a
+/// multiple of 64) into it; crc32 over that last accumulator from 0 gives
+/// the state after all the bytes folded (everything is congruent modulo P).
+DLFEED_CRC32C_WIDE_TARGET inline uint64_t finish_lanes(const Lanes& a, const uint8_t* p, const uint8_t* end) {
+  const __m512i k64 = fold_constants<64>();
+  __m512i last = fold_lanes(fold_lanes(fold_lanes(a.a0, k64, a.a1), k64, a.a2), k64, a.a3);
+  for (; p < end; p += 64) last = fold_lanes(last, k64, _mm512_loadu_si512(p));
+  alignas(64) uint8_t bytes[64];
+  _mm512_store_si512(bytes, last);
   uint64_t out = 0;
-  for (size_t i = 0; i < 64; i += 8) out = _mm_crc32_u64(out, load_le64(last + i));
+  for (size_t i = 0; i < 64; i += 8) out = _mm_crc32_u64(out, load_le64(bytes + i));
   return out;
 }
 
 /// Folds [p, p + n) for n >= 256 into the CRC state `l` (crc32's running
-/// value): leaves fewer than 64 bytes for the caller. The state is xored
-/// into the first 4 bytes, as crc32 does; four 64-byte accumulators fold 256
-/// bytes ahead per step, then into one, which folds 64 bytes ahead to the
-/// end; crc32 over that last accumulator from 0 gives the state after all
-/// the bytes folded (everything is congruent modulo P).
+/// value): leaves fewer than 64 bytes for the caller. Four 64-byte
+/// accumulators fold 256 bytes ahead per step, then into one, which folds 64
+/// bytes ahead to the end (finish_lanes).
 DLFEED_CRC32C_WIDE_TARGET inline uint64_t extend_wide(uint64_t l, const uint8_t*& p, size_t& n) {
-  const __m512i k256 = fold_constants<256>(), k64 = fold_constants<64>();
-  __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
-  __m512i a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
-  a0 = _mm512_xor_si512(a0, _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(l)))));
+  const __m512i k256 = fold_constants<256>();
+  Lanes a = start_lanes(l, p);
   p += 256;
   n -= 256;
-  for (; n >= 256; p += 256, n -= 256) {
-    a0 = fold_lanes(a0, k256, _mm512_loadu_si512(p));
-    a1 = fold_lanes(a1, k256, _mm512_loadu_si512(p + 64));
-    a2 = fold_lanes(a2, k256, _mm512_loadu_si512(p + 128));
-    a3 = fold_lanes(a3, k256, _mm512_loadu_si512(p + 192));
-  }
-  a3 = fold_lanes(fold_lanes(fold_lanes(a0, k64, a1), k64, a2), k64, a3);
-  for (; n >= 64; p += 64, n -= 64) a3 = fold_lanes(a3, k64, _mm512_loadu_si512(p));
-  return reduce_lane(a3);
+  for (; n >= 256; p += 256, n -= 256) fold_256(a, k256, p);
+  const uint8_t* end = p + n / 64 * 64;
+  const uint64_t out = finish_lanes(a, p, end);
+  n -= static_cast<size_t>(end - p);
+  p = end;
+  return out;
 }
 
 /// `state` (32 bits) times k's low 32 bits, x^(8n - 33): state moved n bytes.
@@ -265,12 +284,10 @@ DLFEED_CRC32C_WIDE_TARGET inline uint64_t extend_fused(uint64_t l, const uint8_t
   const size_t m = n / kFusedStep;
   const size_t chain = kChainStep * m;
   const size_t folded_bytes = (n - 3 * chain) / 64 * 64;
-  const __m512i k256 = fold_constants<256>(), k64 = fold_constants<64>();
+  const __m512i k256 = fold_constants<256>();
   const uint8_t* v = p;
   const uint8_t* s = p + folded_bytes;  // chain j reads s + j * chain
-  __m512i a0 = _mm512_loadu_si512(v), a1 = _mm512_loadu_si512(v + 64);
-  __m512i a2 = _mm512_loadu_si512(v + 128), a3 = _mm512_loadu_si512(v + 192);
-  a0 = _mm512_xor_si512(a0, _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(static_cast<uint32_t>(l)))));
+  Lanes a = start_lanes(l, v);
   uint64_t c0 = 0, c1 = 0, c2 = 0;
   for (size_t i = 0;;) {
     for (size_t j = 0; j < kChainStep; j += 8) {
@@ -281,14 +298,9 @@ DLFEED_CRC32C_WIDE_TARGET inline uint64_t extend_fused(uint64_t l, const uint8_t
     s += kChainStep;
     v += 256;
     if (++i == m) break;
-    a0 = fold_lanes(a0, k256, _mm512_loadu_si512(v));
-    a1 = fold_lanes(a1, k256, _mm512_loadu_si512(v + 64));
-    a2 = fold_lanes(a2, k256, _mm512_loadu_si512(v + 128));
-    a3 = fold_lanes(a3, k256, _mm512_loadu_si512(v + 192));
+    fold_256(a, k256, v);
   }
-  a3 = fold_lanes(fold_lanes(fold_lanes(a0, k64, a1), k64, a2), k64, a3);
-  for (const uint8_t* end = p + folded_bytes; v < end; v += 64) a3 = fold_lanes(a3, k64, _mm512_loadu_si512(v));
-  const uint64_t folded = reduce_lane(a3);
+  const uint64_t folded = finish_lanes(a, v, p + folded_bytes);
   // x^(8 * chain - 33): x^7 moved chain - 5 bytes (see extend_3way).
   const __m128i k = _mm_cvtsi32_si128(static_cast<int>(shift_hardware(1u << 24, chain - 5)));
   p += folded_bytes + 3 * chain;
