@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "counters/record.h"
+#include "pipeline/pipeline.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 

@@ -18,10 +18,11 @@
 #include "dlfeed/detail/export.h"
 #include "dlfeed/plan/policy.h"
 #include "pipeline/autotune.h"
-#include "pipeline/pipeline.h"
 #include "read/engine.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
+
+class Pipeline;
 
 /// "depth:N,budget:B" whose N may change while the look-ahead reads it.
 class TunedDepthPolicy : public prefetch::PrefetchPolicy {
