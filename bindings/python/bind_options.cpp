@@ -232,6 +232,34 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("format", &LoaderOptions::format, "How files are indexed")
       .def_readwrite("fields", &LoaderOptions::fields,
                      "NPY columns, NPZ members, HDF5 datasets or TFRecord features; empty: one field")
+      .def_property(
+          "field_shapes",
+          [](const LoaderOptions& o) {
+            py::dict d;
+            for (const auto& [k, v] : o.field_shapes) d[py::str(k)] = shape_to_py(v);
+            return d;
+          },
+          [](LoaderOptions& o, const py::dict& d) {
+            std::map<std::string, Shape> m;
+            for (const auto& [k, v] : d) m[py::cast<std::string>(k)] = shape_from_py(v);
+            o.field_shapes = std::move(m);
+          },
+          "Per field name: the sample shape where the files do not record it (a TFRecord feature's; () for a "
+          "scalar)")
+      .def_property(
+          "field_dtypes",
+          [](const LoaderOptions& o) {
+            py::dict d;
+            for (const auto& [k, v] : o.field_dtypes) d[py::str(k)] = v.name();
+            return d;
+          },
+          [](LoaderOptions& o, const py::dict& d) {
+            std::map<std::string, DType> m;
+            for (const auto& [k, v] : d) m[py::cast<std::string>(k)] = unwrap(DType::parse(py::cast<std::string>(v)));
+            o.field_dtypes = std::move(m);
+          },
+          "Per field name: the element type where the files do not record it (a TFRecord bytes feature's, "
+          "e.g. 'uint8')")
       .def_readwrite("ragged", &LoaderOptions::ragged,
                      "Allow samples of different shapes in a field (ragged batches); else refused at create")
       .def_readwrite("batch_size", &LoaderOptions::batch_size, "Samples per batch")

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,17 @@ struct DLFEED_EXPORT LoaderOptions {
   /// by folder and what the '*' matched; a file without its partner is an
   /// error naming it (FormatOptions::file_pattern).
   std::vector<std::string> fields;
+  /// Per field, by its name in `fields`: the sample shape and element type
+  /// where the files do not record them, i.e. a TFRecord feature's (as
+  /// tf.io.parse_example's FixedLenFeature(shape, dtype) gives them):
+  /// {"x": (3, 224, 224)} with {"x": uint8} reads an image's raw bytes
+  /// straight into its place in the batch, while {"y": ()} reads an int64
+  /// label as a scalar. A field not named takes format.feature_shape and
+  /// format.feature_dtype. Files that record their own shape and dtype (NPY,
+  /// NPZ, HDF5, indexed binary) take theirs; a name that is not a field is
+  /// an error at create().
+  std::map<std::string, Shape> field_shapes;
+  std::map<std::string, DType> field_dtypes;
   /// Samples of one field may differ in shape (batches are then ragged:
   /// BatchField::ragged()). Off: such a dataset is refused at create(),
   /// naming two files whose samples differ.

@@ -135,10 +135,13 @@ class DLFEED_EXPORT SampleSource {
 };
 
 /// What identifies a file's bytes without reading them: stat's size, mtime
-/// (ns), inode and device. device 0 means unknown and is not compared (an
-/// identity from another host, whose device numbers may differ).
+/// (ns), inode, device and change time (ns: st_ctime, which a write sets and
+/// no user call can set back, unlike the mtime that `rsync -t`, `tar -x` or
+/// `os.utime` restore). device 0 means unknown and is not compared (an
+/// identity from another host, whose device numbers may differ); so does
+/// ctime_ns 0.
 struct DLFEED_EXPORT FileIdentity {
-  uint64_t size = 0, mtime_ns = 0, inode = 0, device = 0;
+  uint64_t size = 0, mtime_ns = 0, inode = 0, device = 0, ctime_ns = 0;
   bool operator==(const FileIdentity&) const = default;
 };
 

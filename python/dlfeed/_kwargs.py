@@ -17,7 +17,7 @@ not repeat a named parameter.
 from __future__ import annotations
 
 import os
-from typing import Literal, Mapping, Optional, Sequence, TypedDict, Union
+from typing import Any, Literal, Mapping, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ class OptionKwargs(TypedDict, total=False):
     """Every keyword but rank, world_size and ragged (see the module's docstring)."""
 
     fields: Optional[Union[str, Sequence[str], Mapping[str, PathLike]]]
+    dtypes: Optional[Mapping[str, Any]]
     batch_size: Optional[int]
     drop_last_batch: Optional[bool]
     # order (OrderSpec)
@@ -93,7 +94,7 @@ class OptionKwargs(TypedDict, total=False):
     stage_dir: Optional[PathLike]
     stage_limit: Optional[int]
     stage_sync: Optional[bool]
-    # Python only: {field: sample shape}
+    # {field: sample shape}: LoaderOptions field_shapes, and a view of the decoded samples
     shapes: Optional[Mapping[str, Sequence[int]]]
 
 

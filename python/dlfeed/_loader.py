@@ -104,6 +104,10 @@ class Loader:
                 while len(reshape) <= idx:
                     reshape.append(None)
                 reshape[idx] = [int(d) for d in shape]
+            # Named fields: the C++ loader reads a TFRecord feature in that shape (its bytes straight into
+            # the batch); the view above is then the shape the samples already have.
+            if names is not None:
+                o.field_shapes = {key: tuple(int(d) for d in shape) for key, shape in shapes.items()}
 
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0

@@ -87,6 +87,9 @@ KEYWORDS: Dict[str, Keyword] = {
     "fields": Keyword("fields", "fields", convert=_fields,
                       note="a name, a list of names, or {name: file pattern} ({'x': '*_data.npy', 'y': "
                            "'*_label.npy'}: files paired by what '*' matched; --fields x=*_data.npy,y=*_label.npy)"),
+    "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
+                      note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
+                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype"),
     "batch_size": Keyword("batch_size", "batch-size"),
     "drop_last_batch": Keyword("drop_last_batch", "drop-last-batch"),
     "ragged": Keyword("ragged", "ragged"),
@@ -155,8 +158,10 @@ KEYWORDS: Dict[str, Keyword] = {
     "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),
     # Python only
-    "shapes": Keyword(None, python_only="a view of the decoded samples, not an option of the C++ loader",
-                      note="{field: sample shape}: view a field's samples with that shape (same element count)"),
+    "shapes": Keyword(None, "field-shapes",
+                      note="{field: sample shape}: a TFRecord feature is read with that shape (LoaderOptions "
+                           "field_shapes: raw bytes straight into the batch; () a scalar); other formats' samples "
+                           "are viewed with it (same element count)"),
 }
 
 # Fields of the bound LoaderOptions (and the structs in it) that no keyword sets, and why.
@@ -166,6 +171,7 @@ NOT_KEYWORDS: Dict[str, str] = {
     "order.global_start": "the loader sets it when it restores a state saved on another world size",
     "buffer_allocator": "dlfeed.Loader's pin_memory= and device= set it (page-locked pool buffers)",
     "format.file_pattern": "set per field by fields={name: file pattern}",
+    "field_shapes": "set from shapes= for the fields named in fields=",
 }
 
 
@@ -237,9 +243,33 @@ def build_options(paths: List[str], kwargs: Mapping[str, Any], where: str = "dlf
         try:
             setattr(obj, attr, converted)
         except TypeError:
+            top = _unsigned_top(k.field) if _is_int(converted) and _is_int(getattr(obj, attr)) else None
+            if top is not None:  # an int out of an unsigned field's range, not a wrong type
+                raise _dlfeed.InvalidArgumentError(
+                    f"{where}: {keyword}={value!r}: expected an int from 0 to {top} (LoaderOptions.{k.field})") from None
             expected = type(getattr(obj, attr)).__name__
             raise TypeError(f"{where}: {keyword}={value!r}: expected {expected} (LoaderOptions.{k.field})") from None
     return o
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _unsigned_top(field: str) -> Optional[int]:
+    """The largest value of an unsigned integer field (found by trying), or None when it takes negatives."""
+    obj, attr = _resolve(_dlfeed.LoaderOptions(), field)
+    try:
+        setattr(obj, attr, -1)
+        return None
+    except TypeError:
+        pass
+    for bits in (8, 16, 32, 64):
+        try:
+            setattr(obj, attr, 1 << bits)
+        except TypeError:
+            return (1 << bits) - 1
+    return None
 
 
 def keyword_help() -> str:

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "decode/decoder.h"
 
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/task_arena.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -13,7 +10,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "format/checked_bytes.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/isolated_for.h"
 #include "read/split_reads.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
@@ -232,16 +229,7 @@ void Decoder::decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store
   };
   size_t to_decode = 0;
   for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
-  if (to_decode >= 8) {
-    tsan_handshake();
-    // Isolated: while this thread waits for the loop's last samples it
-    // runs only the loop's own tasks, not another batch's decode (queued
-    // in the same arena), which would hold this batch until it ended.
-    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
-    tsan_handshake();
-  } else {
-    for (size_t i = 0; i < n; ++i) one(i);
-  }
+  isolated_for(n, one, /*spread=*/to_decode >= 8);
   for (size_t i = 0; i < n; ++i) {
     if (!errs[i].ok()) {
       w.error = errs[i];
@@ -305,14 +293,7 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
   };
   size_t to_decode = 0;
   for (uint8_t p : in_place) to_decode += p != 1;
-  if (to_decode < 8) {
-    for (size_t i = 0; i < n; ++i) one(i);
-  } else {
-    tsan_handshake();
-    // Isolated, as decode_known's loop: no other pipeline task on this stack.
-    tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
-    tsan_handshake();
-  }
+  isolated_for(n, one, /*spread=*/to_decode >= 8);
   out.offsets[0] = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!decoded[i].ok()) {

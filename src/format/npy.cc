@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <vector>
+#include <cstdlib>
+#include <cstdio>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -11,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "array_source.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/error.h"
@@ -57,11 +62,88 @@ std::string make_npy_header(DType dtype, const Shape& shape, bool fortran_order)
 
 namespace detail {
 
-bool in_dlio_layout(const std::string& path) {
+namespace {
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mount_path(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() &&
+        std::all_of(s.begin() + i + 1, s.begin() + i + 4, [](char c) { return c >= '0' && c <= '7'; })) {
+      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// `inner` is `outer` or inside it, component by component.
+bool path_within(absl::string_view inner, absl::string_view outer) {
+  if (outer == "/") return absl::StartsWith(inner, "/");
+  return absl::StartsWith(inner, outer) && (inner.size() == outer.size() || inner[outer.size()] == '/');
+}
+}  // namespace
+
+std::string real_folder(const std::string& folder) {
+  thread_local std::string last_in, last_out;
+  thread_local bool have = false;
+  if (have && folder == last_in) return last_out;
+  const std::string asked = folder.empty() ? std::string(".") : folder;
+  std::string out = asked;
+  if (char* r = ::realpath(asked.c_str(), nullptr)) {
+    out = r;
+    std::free(r);
+  }
+  last_in = folder;
+  last_out = out;
+  have = true;
+  return out;
+}
+
+std::string source_folder(const std::string& folder) {
+  const std::string real = real_folder(folder);
+  thread_local std::string last_in, last_out;
+  thread_local bool have = false;
+  if (have && real == last_in) return last_out;
+  std::string out = real;
+  // The mount holding `real` is the last listed whose mount point contains
+  // it (a later mount over a path hides an earlier one).
+  if (std::FILE* f = std::fopen("/proc/self/mountinfo", "re")) {
+    std::string root, point;
+    char* line = nullptr;
+    size_t cap = 0;
+    while (::getline(&line, &cap, f) > 0) {
+      // id parent major:minor root mount-point options ...
+      std::vector<absl::string_view> w = absl::StrSplit(absl::StripTrailingAsciiWhitespace(line), ' ');
+      if (w.size() < 5) continue;
+      std::string mp = unescape_mount_path(w[4]);
+      if (!path_within(real, mp)) continue;
+      if (!point.empty() && mp.size() < point.size() && path_within(point, mp)) continue;  // an outer mount
+      point = std::move(mp);
+      root = unescape_mount_path(w[3]);
+    }
+    std::free(line);
+    std::fclose(f);
+    if (!point.empty() && root != "/" && absl::StartsWith(root, "/")) {
+      const std::string rest = point == "/" ? real.substr(1) : real.substr(std::min(real.size(), point.size() + 1));
+      out = rest.empty() ? root : absl::StrCat(root, "/", rest);
+    }
+  }
+  last_in = real;
+  last_out = out;
+  have = true;
+  return out;
+}
+
+namespace {
+bool digits(absl::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
+}
+}  // namespace
+
+bool dlio_file_name(const std::string& path) {
   namespace fs = std::filesystem;
-  auto digits = [](absl::string_view s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
-  };
   // {prefix}_{i}_of_{n}, i below n and written with n's digit count.
   const fs::path p(path);
   const std::string name = p.stem().string();
@@ -76,8 +158,14 @@ bool in_dlio_layout(const std::string& path) {
       !absl::SimpleAtoi(n_text, &n) || i >= n) {
     return false;
   }
+  return true;
+}
+
+bool in_dlio_layout(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!dlio_file_name(path)) return false;
   // {data}/{train|valid}/ or {data}/{train|valid}/{k}/ (DLIO's subfolders).
-  fs::path dir = p.parent_path();
+  fs::path dir = source_folder(fs::path(path).parent_path().string());
   if (digits(dir.filename().string())) dir = dir.parent_path();
   const std::string split = dir.filename().string();
   return split == "train" || split == "valid";

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -174,6 +175,26 @@ absl::StatusOr<NpyHeader> deflated_header(detail::File& f, const ZipMember& m, c
   return parse_npy_header(head, path, m.data_offset);
 }
 
+// DLIO's NPZ told by its content, wherever it lies (a link to its train/
+// folder under another name, say): exactly the members x and y, as
+// np.savez(x=records, y=labels) writes them, with one label per sample of
+// x's last axis, and that axis not also its first.
+bool dlio_npz_content(detail::File& f, uint64_t size, const std::vector<ZipMember>& members,
+                      const std::string& path) {
+  if (members.size() != 2) return false;
+  std::optional<NpyHeader> x, y;
+  for (ZipMember m : members) {
+    if (m.name != "x.npy" && m.name != "y.npy") return false;
+    if (!locate_member_data(f, size, m, path).ok()) return false;
+    const std::string label = absl::StrCat("member '", m.name, "'");
+    absl::StatusOr<NpyHeader> h = m.method == 0 ? stored_header(f, m, path, label) : deflated_header(f, m, path, label);
+    if (!h.ok()) return false;
+    (m.name == "x.npy" ? x : y) = *std::move(h);
+  }
+  return x && y && x->shape.size() >= 2 && y->shape.size() == 1 && y->shape[0] == x->shape.back() &&
+         x->shape.front() != x->shape.back();
+}
+
 }  // namespace
 
 absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOptions& options) {
@@ -198,7 +219,11 @@ absl::StatusOr<SampleIndex> open_npz(const std::string& path, const FormatOption
         absl::StrCat(h.data_bytes(), " bytes of array data for shape ", shape_str(h.shape), " in ", label),
         absl::StrCat("a member of ", m.uncompressed_size, " bytes"));
   }
-  const SampleAxis axis = detail::resolve_axis(options, path);
+  SampleAxis axis = detail::resolve_axis(options, path);
+  if (options.axis == SampleAxis::kAuto && axis == SampleAxis::kFirst && detail::dlio_file_name(path) &&
+      dlio_npz_content(f, size, members, path)) {
+    axis = SampleAxis::kLast;
+  }
   DLFEED_ASSIGN_OR_RETURN(detail::SampleGeometry g, detail::sample_geometry(h, axis, path));
   std::string name = m.name;
   if (name.size() > 4 && name.substr(name.size() - 4) == ".npy") name.resize(name.size() - 4);

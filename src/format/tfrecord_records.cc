@@ -192,9 +192,9 @@ std::vector<std::string> idx_candidates(const std::string& data_path, const Form
   if (!options.index_dir.empty()) return {(fs::path(options.index_dir) / name).string()};
   std::vector<std::string> out;
   if (beside) out.push_back(data_path + ".idx");
-  std::error_code ec;
-  fs::path folder = data.parent_path();
-  if (folder.empty()) folder = fs::current_path(ec);
+  // DLIO's {data}/index/{split}/ beside the folder the file is in, whatever
+  // the path's spelling (".", a link to train/).
+  const fs::path folder = detail::real_folder(data.parent_path().string());
   const std::string split = folder.filename().string();
   if (split == "train" || split == "valid") out.push_back((folder.parent_path() / "index" / split / name).string());
   return out;

@@ -17,13 +17,25 @@ namespace fs = std::filesystem;
 absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
   const size_t eq = entry.find('=');
   if (eq == std::string::npos) return FieldEntry{entry, ""};
-  FieldEntry f{entry.substr(0, eq), entry.substr(eq + 1)};
+  FieldEntry f{entry.substr(0, eq), entry.substr(eq + 1), ""};
+  // PATTERN:MEMBER: the pattern is a file name (no '/'), so the first ':'
+  // after its '*' ends it.
+  const size_t star = f.pattern.find('*');
+  if (const size_t colon = f.pattern.find(':', star == std::string::npos ? 0 : star); colon != std::string::npos) {
+    f.member = f.pattern.substr(colon + 1);
+    f.pattern.resize(colon);
+    if (f.member.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field '", entry, "': expected NAME=PATTERN:MEMBER with a member, dataset or feature after ':' "
+                            "(x=data-*.h5:climate/data)"));
+    }
+  }
   if (f.name.empty() || std::count(f.pattern.begin(), f.pattern.end(), '*') != 1 ||
       f.pattern.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("field '", entry,
                      "': expected NAME=PATTERN, a field name and a file name with exactly one '*' (x=*_data.npy), "
-                     "or a plain name"));
+                     "NAME=PATTERN:MEMBER (x=data-*.h5:climate/data), or a plain name"));
   }
   return f;
 }

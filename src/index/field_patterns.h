@@ -10,15 +10,19 @@
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
-/// A field as the user named it: "x" (a member, dataset, column or feature)
-/// or "x=*_data.npy" (the files whose name matches the pattern).
+/// A field as the user named it: "x" (a member, dataset, column or feature),
+/// "x=*_data.npy" (the files whose name matches the pattern), or
+/// "x=data-*.h5:climate/data" (in those files, that member, dataset or
+/// feature: a CDB folder's data files beside its stats.h5).
 struct FieldEntry {
   std::string name;
   std::string pattern;  // empty: none
+  std::string member;   // empty: the files' default one (or `name` without a pattern)
 };
 
-/// "x=*_data.npy" -> {x, *_data.npy}; "x" -> {x, ""}. An empty name or a
-/// pattern without exactly one '*' is InvalidArgument.
+/// "x=*_data.npy" -> {x, *_data.npy, ""}; "x=d-*.h5:a/b" -> {x, d-*.h5, a/b};
+/// "x" -> {x, "", ""}. An empty name or member, or a pattern without exactly
+/// one '*', is InvalidArgument.
 absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry);
 
 /// OK when the files of `b` pair one by one with those of `a` by folder and

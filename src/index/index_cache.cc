@@ -10,7 +10,7 @@
 //   u8 listed     1: the listing follows, and the entries are every listed file
 //     str key, u64 folders, then per folder: str path, u64 mtime_ns, u64 inode
 //   u64 files, then per file:
-//     str path, u64 size, u64 mtime_ns, u64 inode, u64 device, str tag, str state
+//     str path, u64 size, u64 mtime_ns, u64 inode, u64 device, u64 ctime_ns, str tag, str state
 //   (an empty tag: a source that is not cached, indexed from its file)
 #include "index_cache.h"
 #include "format/whole_source.h"
@@ -45,7 +45,7 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'L', 'F', 'I', 'D', 'X', '\r', '\n'};
 constexpr uint32_t kCacheVersion =
-    4;                               // 4: a TFRecord entry keeps its split layout (3: the shape feature's 1-D verdict)
+    5;  // 5: a file's change time (4: a TFRecord entry keeps its split layout; 3: the shape feature's 1-D verdict)
 constexpr size_t kHeaderBytes = 16;  // magic, version, crc
 
 #define DLFEED_STR2(x) #x
@@ -56,8 +56,10 @@ using Identity = FileIdentity;
 
 // The same file as the cache recorded, device aside: a cache beside the
 // data on a shared file system is read by hosts whose device numbers differ.
+// The change time too: a file rewritten in place with its size and mtime
+// kept (rsync -t, tar -x, os.utime) has a new ctime.
 bool same_file(const Identity& a, const Identity& b) {
-  return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode;
+  return a.size == b.size && a.mtime_ns == b.mtime_ns && a.inode == b.inode && a.ctime_ns == b.ctime_ns;
 }
 
 // The identity of `path` as stat finds it now; false when it cannot be stat'ed.
@@ -169,6 +171,7 @@ std::string encode(const SampleIndex& index, const FormatOptions& options, bool 
     w.u64(id.mtime_ns);
     w.u64(id.inode);
     w.u64(id.device);
+    w.u64(id.ctime_ns);
     const std::string tag = index.sources[f]->cache_tag();
     w.str(tag);
     state.clear();
@@ -273,6 +276,7 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
     cached.mtime_ns = in.u64();
     cached.inode = in.u64();
     cached.device = in.u64();
+    cached.ctime_ns = in.u64();
     const std::string tag = in.str();
     const std::string state = in.str();
     if (!in.ok()) return unusable(absl::StrCat("entry ", e, " is truncated"));
@@ -384,6 +388,7 @@ std::optional<SampleIndex> reopen_from_listing(const std::string& cache_path, co
     id.mtime_ns = in.u64();
     id.inode = in.u64();
     in.u64();  // the device of the host that wrote it: not compared (device 0)
+    id.ctime_ns = in.u64();
     const std::string_view tag = in.view();
     const std::string_view state = in.view();
     if (!in.ok()) return std::nullopt;
@@ -482,6 +487,7 @@ absl::StatusOr<SampleIndex> decode_index(const std::string& bytes, const FormatO
     id.mtime_ns = in.u64();
     id.inode = in.u64();
     in.u64();  // the sender's device number, which may differ on this host (a network file system)
+    id.ctime_ns = in.u64();
     const std::string tag = in.str();
     const std::string state = in.str();
     if (!in.ok()) return bad(absl::StrCat("entry ", e, " is truncated"));

@@ -7,9 +7,12 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <iterator>
@@ -25,7 +28,10 @@
 #include "absl/strings/strip.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
+#include "dlfeed/detail/file.h"
+#include "dlfeed/format/example.h"
 #include "dlfeed/format/indexed_binary.h"
+#include "dlfeed/format/tfrecord.h"
 #include "format/whole_source.h"
 #include "index_cache.h"
 #include "open_listed.h"
@@ -396,9 +402,29 @@ absl::StatusOr<std::vector<std::string>> list_fields(const std::string& path, co
     case FileFormat::kNpz: return npz_member_names(path);
     case FileFormat::kHdf5: return hdf5_dataset_names(path);
     case FileFormat::kIndexedBinary: return std::vector<std::string>{"data"};
+    case FileFormat::kTfRecord: {
+      // The features of the first record (records may differ; the loader checks each).
+      DLFEED_ASSIGN_OR_RETURN(detail::File file, detail::File::open(path));
+      std::array<std::byte, 12> head{};
+      if (file.size() < head.size()) return file_error(path, "a TFRecord record header at offset 0", "a shorter file");
+      DLFEED_RETURN_IF_ERROR(file.read_exact(0, head, "TFRecord record header"));
+      if (tfrecord::detect_compression(head, file.size()) != tfrecord::Compression::kNone) {
+        return absl::UnimplementedError(
+            absl::StrCat(path, ": a compressed TFRecord file's features are not listed; name one with --feature"));
+      }
+      uint64_t length = 0;
+      std::memcpy(&length, head.data(), sizeof length);  // little-endian, as TFRecord writes it
+      if (length > file.size() - head.size() || length > (uint64_t{1} << 30)) {
+        return file_error(path, absl::StrCat("a first record of at most ", file.size() - head.size(), " bytes"),
+                          absl::StrCat("a length of ", length, " at offset 0"));
+      }
+      std::vector<std::byte> example(length);
+      DLFEED_RETURN_IF_ERROR(file.read_exact(head.size(), example, "TFRecord record"));
+      return example::feature_names(example, {path, head.size()});
+    }
     default: break;
   }
-  return absl::UnimplementedError(absl::StrCat(path, ": fields are listed for NPY, NPZ and HDF5 files"));
+  return absl::UnimplementedError(absl::StrCat(path, ": fields are listed for NPY, NPZ, HDF5 and TFRecord files"));
 }
 
 namespace {
@@ -459,40 +485,111 @@ struct Gathered {
   // Folders read whole here, and those of them holding a *.idx file: a
   // TFRecord in a listed folder without one has no FILE.idx sidecar to try.
   absl::flat_hash_set<std::string> listed_folders, idx_folders;
+  // A link was followed while walking (to a file, or to a folder): a file
+  // may then be reached twice, so the files are told apart by device and inode.
+  bool through_links = false;
 };
+
+// The real path of `p` ("" when it cannot be resolved).
+std::string real_path(const std::string& p) {
+  std::string out;
+  if (char* r = ::realpath(p.c_str(), nullptr)) {
+    out = r;
+    std::free(r);
+  }
+  return out;
+}
+
+// `inner` is `outer` or inside it, component by component.
+bool within(absl::string_view inner, absl::string_view outer) {
+  if (outer == "/") return true;
+  return absl::StartsWith(inner, outer) && (inner.size() == outer.size() || inner[outer.size()] == '/');
+}
+
+// Says once per walk what a link that is not followed is, so that a file
+// missing from the dataset has a reason in the run's output.
+void note_link(const std::string& folder, const std::string& link, absl::string_view why, int& noted) {
+  constexpr int kMostNoted = 8;
+  if (noted < kMostNoted) {
+    std::fprintf(stderr, "dlfeed: note: %s: skipped %s: %s\n", folder.c_str(), link.c_str(),
+                 std::string(why).c_str());
+  } else if (noted == kMostNoted) {
+    std::fprintf(stderr, "dlfeed: note: %s: more links skipped, not named\n", folder.c_str());
+  }
+  ++noted;
+}
 
 // Appends the data files in folder `p` and below to `found` (unsorted).
 absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gathered& g,
                          std::vector<std::string>& found) {
-  std::error_code ec;
-  // Directory links are followed (a DLIO train/ linked elsewhere).
-  auto it = fs::recursive_directory_iterator(
-      p, fs::directory_options::skip_permission_denied | fs::directory_options::follow_directory_symlink, ec);
-  if (ec) return io_error(p, "opendir", ec.value());
-  // The entry's type comes from the directory listing (d_type): no stat
-  // per entry, but for symlinks and file systems that leave it unknown.
-  // Each folder once (by device and inode): a link back up, or to a
-  // folder walked already, adds no file twice and ends no walk in ELOOP.
+  // The folder named may itself be a link (a DLIO train/ linked elsewhere).
+  // Inside it, the folders themselves are walked first; then each directory
+  // link, unless it leads back to the folder or above it, or to a folder
+  // walked already (each folder once, by device and inode: no file twice,
+  // no walk ending in ELOOP, and a link to a folder inside never stands in
+  // for the folder itself).
+  const std::string root = real_path(p);
+  int noted = 0;
   absl::flat_hash_set<std::pair<dev_t, ino_t>> walked;
   if (struct stat st; ::stat(p.c_str(), &st) == 0) walked.insert({st.st_dev, st.st_ino});
-  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) return io_error(p, "readdir", ec.value());
-    if (it->is_directory()) {
-      struct stat st;
-      if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder ||
-          (::stat(it->path().c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second)) {
-        it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache, a folder seen
+  std::vector<std::string> links;  // directory links met, walked after the folders
+  auto walk_tree = [&](const std::string& top) -> absl::Status {
+    std::error_code ec;
+    auto it = fs::recursive_directory_iterator(top, fs::directory_options::skip_permission_denied, ec);
+    if (ec) return io_error(top, "opendir", ec.value());
+    // The entry's type comes from the directory listing (d_type): no stat
+    // per entry, but for links and file systems that leave it unknown.
+    for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) return io_error(top, "readdir", ec.value());
+      const bool link = it->is_symlink(ec);
+      if (link && !fs::exists(it->path(), ec)) {
+        note_link(p, it->path().string(), "a broken link (its target does not exist)", noted);
         continue;
       }
-      if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(it->path().string(), g.listed_at_ns));
-      g.listed_folders.insert(it->path().string());
+      if (it->is_directory(ec)) {
+        if (link) {
+          links.push_back(it->path().string());  // not recursed into now (links are not followed here)
+          continue;
+        }
+        struct stat st;
+        if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder ||
+            (::stat(it->path().c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second)) {
+          it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache, a folder seen (a bind mount)
+          continue;
+        }
+        if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(it->path().string(), g.listed_at_ns));
+        g.listed_folders.insert(it->path().string());
+        continue;
+      }
+      if (!it->is_regular_file(ec)) continue;
+      if (link) g.through_links = true;
+      const std::string s = it->path().string();
+      if (absl::EndsWith(s, ".idx")) g.idx_folders.insert(it->path().parent_path().string());
+      if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
+      found.push_back(s);
+    }
+    return absl::OkStatus();
+  };
+  DLFEED_RETURN_IF_ERROR(walk_tree(p));
+  for (size_t k = 0; k < links.size(); ++k) {  // a linked folder's own links join the queue
+    const std::string link = links[k];
+    const std::string name = fs::path(link).filename().string();
+    if (name == "index" || name == detail::kCacheFolder) continue;
+    const std::string target = real_path(link);
+    if (!root.empty() && !target.empty() && within(root, target)) {
+      note_link(p, link, absl::StrCat("a link to ", target, ", which holds this dataset folder (not walked again)"),
+                noted);
       continue;
     }
-    if (!it->is_regular_file()) continue;
-    const std::string s = it->path().string();
-    if (absl::EndsWith(s, ".idx")) g.idx_folders.insert(it->path().parent_path().string());
-    if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
-    found.push_back(s);
+    struct stat st;
+    if (::stat(link.c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second) {
+      note_link(p, link, absl::StrCat("a link to ", target, ", a folder walked already"), noted);
+      continue;
+    }
+    g.through_links = true;
+    if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(link, g.listed_at_ns));
+    g.listed_folders.insert(link);
+    DLFEED_RETURN_IF_ERROR(walk_tree(link));
   }
   return absl::OkStatus();
 }
@@ -511,12 +608,26 @@ absl::Status list_folder(const std::string& given, const FormatOptions& options,
       g.listing.folders.push_back(detail::stamp_folder(given, given == g.made_in ? INT64_MAX : g.listed_at_ns));
     }
   }
+  g.through_links = false;
   DLFEED_RETURN_IF_ERROR(walk_folder(p, options, g, found));
   std::sort(found.begin(), found.end());
+  if (g.through_links) {
+    // A file reached directly and again through a link (or twice through
+    // links) is one file: the first path in order is kept.
+    absl::flat_hash_set<std::pair<dev_t, ino_t>> seen;
+    std::vector<std::string> once;
+    once.reserve(found.size());
+    for (std::string& f : found) {
+      struct stat st;
+      if (::stat(f.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) continue;
+      once.push_back(std::move(f));
+    }
+    found = std::move(once);
+  }
   if (found.empty()) {
     const std::string kinds = options.format == FileFormat::kAuto
                                   ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec, "
-                                    ".indexed_binary, .bin + .idx)"
+                                    ".indexed_binary/.mmap_indexed_binary, .bin + .idx)"
                                   : absl::StrCat("no ", format_name(options.format), " file");
     return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
   }

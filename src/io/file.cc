@@ -35,7 +35,8 @@ uint64_t mtime_ns_of(const struct stat& st) {
 
 FileIdentity identity_of(const struct stat& st) {
   return {static_cast<uint64_t>(st.st_size), mtime_ns_of(st), static_cast<uint64_t>(st.st_ino),
-          static_cast<uint64_t>(st.st_dev)};
+          static_cast<uint64_t>(st.st_dev),
+          static_cast<uint64_t>(st.st_ctim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_ctim.tv_nsec)};
 }
 
 absl::StatusOr<File> File::open(const std::string& path) {

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
@@ -36,8 +37,9 @@ struct FileTable::Impl {
     dev_t dev = 0;
     ino_t ino = 0;
     off_t size = 0;
-    timespec mtime{};
-    static Identity of(const struct stat& st) { return {true, true, st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+    uint64_t mtime_ns = 0;
+    uint64_t ctime_ns = 0;  // 0: not known (an identity recorded without it), not compared
+    static Identity of(const struct stat& st) { return of(detail::identity_of(st)); }
     static Identity of(const FileIdentity& f) {
       Identity id;
       id.known = true;
@@ -45,18 +47,27 @@ struct FileTable::Impl {
       id.dev = static_cast<dev_t>(f.device);
       id.ino = static_cast<ino_t>(f.inode);
       id.size = static_cast<off_t>(f.size);
-      id.mtime.tv_sec = static_cast<time_t>(f.mtime_ns / 1000000000ull);
-      id.mtime.tv_nsec = static_cast<long>(f.mtime_ns % 1000000000ull);
+      id.mtime_ns = f.mtime_ns;
+      id.ctime_ns = f.ctime_ns;
       return id;
     }
-    // `o` is what an open found (its device known).
-    bool same(const Identity& o) const {
-      return (!dev_known || dev == o.dev) && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
-             mtime.tv_nsec == o.mtime.tv_nsec;
-    }
-    std::string str() const {
-      return absl::StrCat("inode ", ino, " on device ", dev, ", ", size, " bytes, modified at ", mtime.tv_sec, ".",
-                          absl::Dec(mtime.tv_nsec, absl::kZeroPad9));
+    // `o` is what an open found (its device and change time known).
+    bool same(const Identity& o) const { return difference(o).empty(); }
+    // What differs from `o`, field by field ("" when nothing does).
+    std::string difference(const Identity& o) const {
+      auto time = [](uint64_t ns) { return absl::StrCat(ns / 1000000000ull, ".", absl::Dec(ns % 1000000000ull, absl::kZeroPad9)); };
+      std::vector<std::string> d;
+      if (dev_known && dev != o.dev) d.push_back(absl::StrCat("device ", dev, " -> ", o.dev));
+      if (ino != o.ino) d.push_back(absl::StrCat("inode ", ino, " -> ", o.ino));
+      if (size != o.size) d.push_back(absl::StrCat("size ", size, " -> ", o.size, " bytes"));
+      if (mtime_ns != o.mtime_ns) d.push_back(absl::StrCat("modified time ", time(mtime_ns), " -> ", time(o.mtime_ns)));
+      if (ctime_ns != 0 && ctime_ns != o.ctime_ns) {
+        d.push_back(absl::StrCat("change time (ctime) ", time(ctime_ns), " -> ", time(o.ctime_ns),
+                                 d.empty() ? " (size and modified time the same: written in place with its "
+                                             "modified time set back, as rsync -t, tar -x or os.utime leave it)"
+                                           : ""));
+      }
+      return absl::StrJoin(d, ", ");
     }
   };
   struct Entry {
@@ -286,11 +297,10 @@ absl::Status FileTable::check_open_files() const {
     struct stat st {};
     if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
     const Impl::Identity found = Impl::Identity::of(st);
-    if (!e.identity.same(found)) {
-      return file_error(
-          e.path, absl::StrCat("the file registered (", e.identity.str(), ")"),
-          absl::StrCat(found.str(),
-                       ": changed in place (rewritten, truncated or appended to) while the loader held it open"));
+    if (const std::string d = e.identity.difference(found); !d.empty()) {
+      return file_error(e.path, "the file as it was registered",
+                        absl::StrCat(d, ": changed in place (rewritten, truncated or appended to) while the loader "
+                                        "held it open"));
     }
   }
   return absl::OkStatus();
@@ -350,12 +360,12 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   }
   Impl::Entry& e = im.entries[id];
   const Impl::Identity found = Impl::Identity::of(st);
-  if (expect.known && !expect.same(found)) {
+  if (const std::string d = expect.known ? expect.difference(found) : std::string(); !d.empty()) {
     ::close(fd);
-    return file_error(path, absl::StrCat("the file registered (", expect.str(), ")"),
-                      absl::StrCat(found.str(), ": replaced or modified while being read"));
+    return file_error(path, "the file as it was registered",
+                      absl::StrCat(d, ": replaced or modified while being read"));
   }
-  if (e.path == path && (!e.identity.known || !e.identity.dev_known)) e.identity = found;
+  if (e.path == path && (!e.identity.known || !e.identity.dev_known || e.identity.ctime_ns == 0)) e.identity = found;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "index/field_patterns.h"
@@ -24,13 +25,31 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
   }
   std::vector<FieldEntry> entries;
+  std::vector<std::string> parsed_names;
+  for (const std::string& entry : names) {
+    DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
+    parsed_names.push_back(field.name.empty() ? (names.size() == 1 ? "data" : field.name) : field.name);
+  }
+  auto check_named = [&](const std::string& key, absl::string_view what) -> absl::Status {
+    if (std::find(parsed_names.begin(), parsed_names.end(), key) != parsed_names.end()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("loader: ", what, " names '", key,
+                                                   "', which is not a field (the fields: ",
+                                                   absl::StrJoin(parsed_names, ", "), ")"));
+  };
+  for (const auto& [key, shape] : options.field_shapes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_shapes"));
+  for (const auto& [key, dtype] : options.field_dtypes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_dtypes"));
   for (const std::string& entry : names) {
     DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
     const std::string& name = field.name;
     FormatOptions fo = options.format;
-    fo.name = field.pattern.empty() ? name : options.format.name;  // a pattern names files, not a member
+    // A pattern names files, not a member (unless PATTERN:MEMBER names one too).
+    fo.name = field.pattern.empty() ? name : !field.member.empty() ? field.member : options.format.name;
     fo.file_pattern = field.pattern;
     if (!name.empty() && field.pattern.empty()) fo.feature = name;
+    if (!field.member.empty()) fo.feature = field.member;
+    const std::string& called = parsed_names[entries.size()];
+    if (auto it = options.field_shapes.find(called); it != options.field_shapes.end()) fo.feature_shape = it->second;
+    if (auto it = options.field_dtypes.find(called); it != options.field_dtypes.end()) fo.feature_dtype = it->second;
     counters::Span open_span(&cnt, counters::kOpenSpan);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
                                                                   : open_dataset(options.paths, fo));

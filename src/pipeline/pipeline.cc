@@ -31,6 +31,8 @@ namespace {
 std::atomic<int> g_running{0};    // epochs running (their oneTBB tasks live) in this process
 std::atomic<int> g_inherited{0};  // in a child of fork(): those of the parent at the fork
 int g_parent_pid = 0;
+std::atomic<bool> g_tbb_started{false};  // work was handed to oneTBB in this process (or an ancestor)
+std::atomic<bool> g_tbb_gone{false};     // forked after that: oneTBB's workers are not in this process
 
 void register_fork_handler() {
   static std::once_flag once;
@@ -39,10 +41,19 @@ void register_fork_handler() {
       g_parent_pid = static_cast<int>(::getppid());
       // A child of a child keeps its ancestor's broken TBB state too.
       g_inherited.store(g_inherited.load() + g_running.exchange(0));
+      if (g_tbb_started.load()) g_tbb_gone.store(true);
     });
   });
 }
 }  // namespace
+
+bool tbb_unusable() { return g_tbb_gone.load(std::memory_order_relaxed); }
+
+void note_tbb_started() {
+  if (g_tbb_started.load(std::memory_order_relaxed)) return;
+  register_fork_handler();
+  g_tbb_started.store(true);
+}
 
 absl::Status fork_check() {
   const int n = g_inherited.load();
@@ -97,6 +108,7 @@ namespace {
 // the handshake makes it visible to ThreadSanitizer before another loader's
 // pipeline thread reads what it made.
 void initialize_under_handshake(tbb::task_arena& arena) {
+  note_tbb_started();
 #if defined(__SANITIZE_THREAD__)
   std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
 #endif
@@ -112,8 +124,9 @@ struct Pipeline::Arena {
   tbb::task_arena arena;
 };
 
-Pipeline::Pipeline(uint32_t threads) : threads_(std::max(1u, threads)) {
+Pipeline::Pipeline(uint32_t threads) : serial_(tbb_unusable()), threads_(serial_ ? 1u : std::max(1u, threads)) {
   register_fork_handler();
+  if (serial_) return;  // no arena, no feed: run() takes every epoch in turn
   worker_pool().change(static_cast<int64_t>(threads_));
   arenas_.resize(threads_ + 1);
   arenas_[threads_] = std::make_unique<Arena>(threads_);
@@ -122,12 +135,14 @@ Pipeline::Pipeline(uint32_t threads) : threads_(std::max(1u, threads)) {
 }
 
 Pipeline::~Pipeline() {
+  if (serial_) return;
   feed_.reset();  // waits for every batch handed over: no task is left in any arena
   arenas_.clear();
   worker_pool().change(-static_cast<int64_t>(threads_));
 }
 
 void Pipeline::set_width(uint32_t width) {
+  if (serial_) return;
   width = std::clamp(width, 1u, threads_);
   std::lock_guard<std::mutex> lock(arenas_mu_);
   std::unique_ptr<Arena>& a = arenas_[width];
@@ -139,9 +154,13 @@ void Pipeline::set_width(uint32_t width) {
   feed_->set_arena(a->arena);
 }
 
-uint32_t Pipeline::width() const { return current().width; }
+uint32_t Pipeline::width() const { return serial_ ? 1u : current().width; }
 
 void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
+  if (serial_) {
+    for (size_t i = 0; i < n; ++i) body(i);
+    return;
+  }
   // The loop's body is made before the handshake below and handed to
   // parallel_for itself (which keeps a reference to it and calls it), so a
   // worker reads nothing of it before its own handshake: the call reads the
@@ -189,7 +208,7 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
   } running;
   bool threw = false;
   try {
-    if (in_turn) {
+    if (in_turn || serial_) {
       while (Work* w = source.next()) {
         decoder.decode(*w);
         std::shared_ptr<Work> keep = std::move(w->self);

@@ -46,12 +46,25 @@ inline void tsan_handshake() {}
 /// libtbb (a torch DataLoader's fork workers after the parent iterated).
 absl::Status fork_check();
 
+/// True in a child of fork() whose parent (or an ancestor before it) had
+/// started oneTBB's workers: the child inherits the pool's bookkeeping but
+/// none of its threads, so work queued to an arena would wait forever.
+/// Pipelines made in such a process run every stage in turn on their own
+/// thread and never call into oneTBB (a DataLoader worker forked after the
+/// parent finished an epoch decodes there, on one thread).
+bool tbb_unusable();
+/// Called before work is handed to oneTBB: from then on a child forked from
+/// this process knows that oneTBB's workers may have started here.
+void note_tbb_started();
+
 class Pipeline {
  public:
   /// An arena of `threads` decode workers (and a slot for the pipeline
   /// thread, which joins only to spread copies), its own whatever other
   /// pipelines the process holds: oneTBB's worker pool is grown to serve
   /// them all.
+  /// In a process where tbb_unusable(), no arena is made: threads() is 1
+  /// and every epoch runs in turn on the calling thread.
   explicit Pipeline(uint32_t threads);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
@@ -72,6 +85,8 @@ class Pipeline {
 
   /// The decode workers made (the most there can be).
   uint32_t threads() const { return threads_; }
+  /// No oneTBB here (tbb_unusable() when it was made): stages run in turn.
+  bool in_turn_only() const { return serial_; }
   /// The decode workers batches go to now: threads() until set_width().
   uint32_t width() const;
   /// Sends batches (and parallel()'s work) from now on to an arena of
@@ -92,6 +107,7 @@ class Pipeline {
 
   struct Arena;
   Arena& current() const { return *current_.load(std::memory_order_acquire); }
+  bool serial_;
   uint32_t threads_;
   std::mutex arenas_mu_;                        // making arenas
   std::vector<std::unique_ptr<Arena>> arenas_;  // by width (index), made on first use, kept to the end

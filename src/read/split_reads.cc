@@ -1,13 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "read/split_reads.h"
 
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/task_arena.h>
-
 #include <algorithm>
 #include <cstring>
 
-#include "pipeline/pipeline.h"
+#include "pipeline/isolated_for.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
@@ -107,14 +104,7 @@ void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Co
     check_one(w, w.splits[n - 1 - k], indices);
     tsan_handshake();
   };
-  if (n < 8) {
-    for (size_t k = 0; k < n; ++k) one(k);
-    return;
-  }
-  tsan_handshake();
-  // Isolated, as the decoder's loops: no other pipeline task on this stack.
-  tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, one); });
-  tsan_handshake();
+  isolated_for(n, one, /*spread=*/n >= 8);
 }
 
 std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked) {

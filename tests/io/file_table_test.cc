@@ -76,7 +76,7 @@ TEST(FileTable, AFileReplacedOrModifiedSinceAddIsRefused) {
   std::filesystem::rename(other, a);
   auto pa = table.pin(0);
   ASSERT_FALSE(pa.ok());
-  EXPECT_CONTAINS(std::string(pa.status().message()), a + ": expected the file registered (inode ");
+  EXPECT_CONTAINS(std::string(pa.status().message()), a + ": expected the file as it was registered, found inode ");
   EXPECT_CONTAINS(std::string(pa.status().message()), "replaced or modified while being read");
   // c: grown before its first open.
   {

@@ -3,7 +3,12 @@
 // mid-epoch gets the threads it asked for (oneTBB's worker pool is one per
 // process, sized by the first arena unless the loaders grow it), and holding
 // a dataset in memory spreads its copies without changing a byte.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <thread>
 #include <vector>
@@ -158,6 +163,62 @@ TEST(LoaderThreads, HeldCopiesSpreadOverThreadsGiveTheSameBatches) {
     return loader->stats().bytes_read;
   };
   EXPECT_EQ(epoch_of(2), epoch_of(6));
+}
+
+// A child of fork() has none of its parent's oneTBB workers, though oneTBB's
+// bookkeeping says it has: decode work queued there waited forever (a torch
+// DataLoader's fork workers after the parent finished an epoch of gzip
+// HDF5). A loader made in the child runs its stages in turn instead, with
+// the same bytes; the child is bounded by alarm() so a regression fails,
+// not hangs.
+TEST(LoaderThreads, AChildForkedAfterAFinishedEpochDecodesWithoutTheParentsWorkers) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not run threads started after a multithreaded fork";
+#else
+  const std::string path = deflated_hdf5(testing::scratch_dir() + "/fork_hdf5");
+  // Every sample's bytes checked, in the parent and again in the child.
+  auto epoch_ok = [&](Loader& loader) -> uint64_t {
+    if (!loader.start_epoch(0).ok()) return 0;
+    uint64_t n = 0;
+    while (true) {
+      auto b = loader.next();
+      if (!b.ok()) return 0;
+      if (!*b) break;
+      for (size_t i = 0; i < (*b)->size(); ++i) {
+        const auto data = (*b)->fields[0].sample(i);
+        if (std::string(reinterpret_cast<const char*>(data.data()), data.size()) !=
+            testing::expected_sample(kSeed, (*b)->sample_ids[i], DType::f32(), Shape{64, 64, 4})) {
+          return 0;
+        }
+        ++n;
+      }
+    }
+    return n;
+  };
+  auto parent = Loader::create(options(path, 2)).value();
+  ASSERT_EQ(epoch_ok(*parent), 4u * 96);  // oneTBB's workers ran here: the epoch is finished, the arena idle
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(60);
+    auto made = Loader::create(options(path, 4));
+    int code = 3;
+    if (made.ok()) {
+      const bool in_turn = (*made)->stats().threads == 1;
+      code = !in_turn ? 2 : epoch_ok(**made) == 4u * 96 ? 0 : 1;
+    }
+    std::fflush(nullptr);
+    ::_exit(code);  // not the parent's loader's destructor: its threads are not here
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not finish (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << "; SIGALRM: it hung)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: wrong bytes or an error; 2: decode threads made; 3: create failed";
+  // The parent's threads are untouched.
+  EXPECT_EQ(epoch_ok(*parent), 4u * 96);
+  EXPECT_EQ(parent->stats().threads, 2u);
+#endif
 }
 
 }  // namespace

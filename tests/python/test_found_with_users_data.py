@@ -6,6 +6,8 @@ drop_last_batch, a file rewritten under an open loader, and the small ones.
 Fixtures are written by numpy, h5py and TensorFlow as users and DLIO write them."""
 import os
 import pathlib
+import shutil
+import subprocess
 import time
 
 import h5py
@@ -141,6 +143,36 @@ def test_a_file_rewritten_in_place_under_an_open_loader_is_named(tmp_path):
         list(loader)
     msg = str(e.value)
     assert str(path) in msg and "changed in place" in msg, msg
+
+
+@pytest.mark.parametrize("how", ["utime", "rsync"])
+def test_a_rewrite_that_keeps_size_and_mtime_is_named_by_its_change_time(tmp_path, how):
+    # rsync --inplace -t, tar -x over a file, or a write then os.utime: the
+    # same inode, size and mtime, new bytes. Only st_ctime tells.
+    path = tmp_path / "x.npy"
+    np.save(path, np.full((16, 4), 12, dtype=np.float32))
+    loader = dlfeed.Loader(path, batch_size=4, resident="off")
+    assert float(np.array(next(iter(loader))[0])[0, 0]) == 12.0
+    before = path.stat()
+    time.sleep(0.02)
+    new = tmp_path / "new.npy"
+    np.save(new, np.full((16, 4), 12, dtype=np.int32))  # same size: int32 and float32
+    assert new.stat().st_size == before.st_size
+    if how == "rsync" and shutil.which("rsync"):
+        subprocess.run(["rsync", "--inplace", "-t", str(new), str(path)], check=True)
+    else:
+        path.write_bytes(new.read_bytes())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    with pytest.raises(dlfeed.DataError) as e:
+        list(loader)
+    msg = str(e.value)
+    assert str(path) in msg and "change time (ctime)" in msg and "changed in place" in msg, msg
+    # A loader made now reads what the file holds.
+    fresh = dlfeed.Loader(path, batch_size=4, resident="off")
+    got = np.array(next(iter(fresh))[0])
+    assert got.dtype == np.int32 and got[0, 0] == 12
 
 
 def test_small_ones(tmp_path):

@@ -3,6 +3,7 @@
 processes), DataLoader workers, pin_memory."""
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
@@ -278,6 +279,64 @@ def test_a_resume_position_is_refused_in_workers(odd):
     fresh.set_epoch(0)  # a whole epoch instead: fine
     assert epoch_orders(fresh, torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2), 1) == \
         [reference_order(odd, 0, 2)]
+
+
+FORK_AFTER_AN_EPOCH = r"""
+import os, sys
+import h5py, numpy as np, torch
+import dlfeed, dlfeed.torch as dtorch
+path, kind = sys.argv[1], sys.argv[2]
+x = np.arange(96 * 16 * 16, dtype=np.float32).reshape(96, 16, 16)
+if kind == "hdf5":  # gzip chunks of one sample: decode is the work
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=x, chunks=(1, 16, 16), compression="gzip")
+    kw = dict(fields=["x"])
+else:  # savez_compressed: deflated members
+    np.savez_compressed(path, x=x)
+    kw = dict(fields=["x"], unpack="off")  # inflated per batch in the decode stage
+# A validation pass in this process, to its end: oneTBB's workers ran here.
+seen = sum(len(b) for b in dlfeed.Loader(path, batch_size=8, **kw))
+assert seen == 96, seen
+ds = dtorch.Dataset(path, batch_size=8, strategy="global_shuffle", seed=4, as_dict=True, **kw)
+ids = []
+for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2):  # fork
+    for i, s in zip(b["sample_ids"].tolist(), b["x"].numpy()):
+        np.testing.assert_array_equal(s, x[i])
+        ids.append(i)
+assert sorted(ids) == list(range(96)), ids
+# A plain fork, and a loader made and read in the child.
+pid = os.fork()
+if pid == 0:
+    n = 0
+    loader = dlfeed.Loader(path, batch_size=8, **kw)
+    for b in loader:
+        n += len(b)
+    os._exit(0 if n == 96 and loader.stats().threads == 1 else 1)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", ["hdf5", "npz"])
+def test_fork_workers_after_a_finished_epoch_over_compressed_data_read_every_sample(tmp_path, kind):
+    # The most common pattern: validate in the parent, then train with fork
+    # workers. The children inherit oneTBB's bookkeeping but none of its
+    # threads; decode queued there waited forever. Bounded by a timeout, so
+    # a regression fails here rather than hanging the suite.
+    script = tmp_path / "fork_after.py"
+    script.write_text(FORK_AFTER_AN_EPOCH)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    path = tmp_path / ("d.h5" if kind == "hdf5" else "d.npz")
+    proc = subprocess.Popen([sys.executable, str(script), str(path), kind], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the script and every worker it forked
+        out, _ = proc.communicate()
+        pytest.fail(f"hung after a finished epoch ({kind}): {out}")
+    assert proc.returncode == 0 and out.strip().endswith("ok"), out
 
 
 def test_fork_workers_while_an_epoch_runs_here_get_a_clear_error(odd):

@@ -373,7 +373,8 @@ int run_phases(const DlioConfig& c, const std::string& config_path, const OrderM
   }
   Data d = open_data(c, order, scale);
   r.train_files = d.train_files.size();
-  r.eval_files = d.eval_files.size();
+  // As DLIO writes it: the configured value, evaluated or not.
+  r.eval_files = c.do_eval ? d.eval_files.size() : static_cast<size_t>(c.num_files_eval);
   r.spf = d.spf;
   r.batch = d.batch;
   r.batch_eval = d.batch_eval;

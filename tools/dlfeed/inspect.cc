@@ -2,15 +2,19 @@
 // dlfeed inspect: what dlfeed finds in a file or folder, and the raw bytes of
 // one sample, so any tool can check dlfeed's reading from outside.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "command.h"
 #include "common_format.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
+#include "index/field_patterns.h"
 #include "json.h"
 
 ABSL_FLAG(bool, json, false, "Print JSON: files, sources and every sample's shape, dtype and extents");
@@ -25,7 +29,7 @@ std::string json_shape(const Shape& s) {
   return o + "]";
 }
 
-void print_json(const SampleIndex& index, int64_t limit) {
+std::string index_json(const SampleIndex& index, int64_t limit) {
   std::string o = "{\n  \"num_files\": " + std::to_string(index.num_files()) +
                   ",\n  \"num_samples\": " + std::to_string(index.size()) +
                   ",\n  \"samples_per_file\": " + json_quote(samples_per_file_str(index)) + ",\n  \"files\": [";
@@ -51,8 +55,8 @@ void print_json(const SampleIndex& index, int64_t limit) {
     }
     o += "]}";
   }
-  o += "\n  ]\n}\n";
-  std::fputs(o.c_str(), stdout);
+  o += "\n  ]\n}";
+  return o;
 }
 
 void print_text(const SampleIndex& index, int64_t limit) {
@@ -79,12 +83,43 @@ void print_text(const SampleIndex& index, int64_t limit) {
   }
 }
 
-// A file with several fields and no default: each field's samples and layout.
-int print_fields(const std::string& path, const std::vector<std::string>& fields, FormatOptions options) {
-  std::printf("%s: %zu fields; choose one with --name (or --fields for run)\n", path.c_str(), fields.size());
+// The first data file of `paths` in the order they are read (the first
+// path's, a folder's first by path), or "" when there is none.
+std::string first_data_file(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string& p = paths.front();
+  if (!fs::is_directory(p, ec)) return fs::exists(p, ec) ? p : "";
+  std::string best;
+  for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || !detect_format(it->path().string()).ok()) continue;
+    if (best.empty() || it->path().string() < best) best = it->path().string();
+  }
+  return best;
+}
+
+// What a field entry of --fields reads, as the loader takes it: a member,
+// dataset, column or feature by name, or the files NAME=PATTERN matches.
+FormatOptions field_options(const std::string& entry, FormatOptions o) {
+  const detail::FieldEntry f = value_or_throw(detail::parse_field_entry(entry));
+  o.name = f.pattern.empty() ? f.name : !f.member.empty() ? f.member : o.name;
+  o.file_pattern = f.pattern;
+  if (f.pattern.empty()) o.feature = f.name;
+  if (!f.member.empty()) o.feature = f.member;
+  return o;
+}
+
+// Every field the files offer (as h5ls lists datasets): each one's samples
+// and layout over all the paths.
+int print_fields(const std::vector<std::string>& paths, const std::string& file, const std::vector<std::string>& fields,
+                 FormatOptions options) {
+  std::printf("%s: %zu fields in %s; choose with --fields (run and inspect) or --name\n",
+              absl::StrJoin(paths, " ").c_str(), fields.size(), file.c_str());
   for (const std::string& field : fields) {
     options.name = field;
-    absl::StatusOr<SampleIndex> idx = open_dataset({path}, options);
+    options.feature = field;
+    absl::StatusOr<SampleIndex> idx = open_dataset(paths, options);
     if (!idx.ok()) {
       std::printf("  %s: not readable as samples: %s\n", field.c_str(), std::string(idx.status().message()).c_str());
       continue;
@@ -99,18 +134,41 @@ int print_fields(const std::string& path, const std::vector<std::string>& fields
   return 0;
 }
 
+// --fields: each field's samples, as `run --fields` reads them.
+int inspect_each_field(const std::vector<std::string>& args, const std::vector<std::string>& entries,
+                       const FormatOptions& options) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  std::string o = "{\n\"fields\": {";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const SampleIndex index = value_or_throw(open_dataset(args, field_options(entries[i], options)));
+    const std::string name = value_or_throw(detail::parse_field_entry(entries[i])).name;
+    if (json) {
+      absl::StrAppend(&o, i ? ",\n" : "\n", json_quote(name), ": ", index_json(index, absl::GetFlag(FLAGS_limit)));
+    } else {
+      std::printf("%sfield %s: ", i ? "\n" : "", name.c_str());
+      print_text(index, absl::GetFlag(FLAGS_limit));
+    }
+  }
+  if (json) std::printf("%s\n}}\n", o.c_str());
+  return 0;
+}
+
 int run_inspect(const std::vector<std::string>& args) {
   if (args.empty()) {
     std::fprintf(stderr, "dlfeed inspect: give a file or folder (see --help)\n");
     return 2;
   }
   FormatOptions options = value_or_throw(format_options_from_flags());
+  const std::vector<std::string> entries = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
+  if (!entries.empty() && absl::GetFlag(FLAGS_dump_sample) < 0) return inspect_each_field(args, entries, options);
+  if (!entries.empty()) options = field_options(entries.front(), options);  // --dump-sample: the first field's
   absl::StatusOr<SampleIndex> opened = open_dataset(args, options);
-  if (!opened.ok() && absl::IsNotFound(opened.status()) && options.name.empty() && args.size() == 1 &&
-      absl::GetFlag(FLAGS_dump_sample) < 0 && !absl::GetFlag(FLAGS_json)) {
-    // No field named and no default one (records, x): show what the file offers.
-    auto fields = list_fields(args[0], options);
-    if (fields.ok()) return print_fields(args[0], *fields, options);
+  const std::string first = first_data_file(args);
+  if (!opened.ok() && absl::IsNotFound(opened.status()) && options.name.empty() && entries.empty() &&
+      absl::GetFlag(FLAGS_dump_sample) < 0 && !absl::GetFlag(FLAGS_json) && !first.empty()) {
+    // No field named and no default one (records, x): show every field the files offer.
+    auto fields = list_fields(first, options);
+    if (fields.ok()) return print_fields(args, first, *fields, options);
   }
   SampleIndex index = value_or_throw(std::move(opened));
   const int64_t dump = absl::GetFlag(FLAGS_dump_sample);
@@ -134,15 +192,22 @@ int run_inspect(const std::vector<std::string>& args) {
     return 0;
   }
   if (absl::GetFlag(FLAGS_json)) {
-    print_json(index, absl::GetFlag(FLAGS_limit));
+    std::printf("%s\n", index_json(index, absl::GetFlag(FLAGS_limit)).c_str());
   } else {
+    // The read field first, then any other the first file offers (as h5ls lists them).
+    if (!first.empty()) {
+      if (auto fields = list_fields(first, options); fields.ok() && fields->size() > 1) {
+        std::printf("%s holds the fields %s; below, the one read by default (--fields names others)\n",
+                    first.c_str(), absl::StrJoin(*fields, ", ").c_str());
+      }
+    }
     print_text(index, absl::GetFlag(FLAGS_limit));
   }
   return 0;
 }
 
 std::vector<FlagGroup> inspect_flags() {
-  return {flag_group("", FLAGS_json, FLAGS_limit, FLAGS_dump_sample, FLAGS_out), format_flags()};
+  return {flag_group("", FLAGS_json, FLAGS_limit, FLAGS_dump_sample, FLAGS_out, FLAGS_fields), format_flags()};
 }
 
 }  // namespace

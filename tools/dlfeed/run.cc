@@ -30,7 +30,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "calibration.h"
 #include "command.h"
 #include "common_format.h"
@@ -52,6 +54,13 @@ ABSL_FLAG(double, compute_ms, 0.0,
 ABSL_FLAG(double, compute_stdev_ms, 0.0,
           "Standard deviation of the compute per step: each step draws normal(--compute-ms, this) truncated at "
           "0 (negative draws are drawn again), from a generator seeded by --seed");
+ABSL_FLAG(std::string, field_shapes, "",
+          "Per field, the sample shape where the files do not record it (TFRecord features), fields separated by "
+          "';': 'x=3,224,224;y=' reads x's raw bytes as (3, 224, 224) and y as a scalar; a field not named takes "
+          "--feature-shape");
+ABSL_FLAG(std::string, field_dtypes, "",
+          "Per field, the element type of a TFRecord bytes feature, fields separated by ';', e.g. 'x=uint8'; a field "
+          "not named takes --feature-dtype");
 ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
 ABSL_FLAG(bool, ragged, false,
           "Allow samples of different shapes in one field (ragged batches); without it such a dataset is refused");
@@ -183,6 +192,23 @@ RunConfig configure(const std::vector<std::string>& args) {
     if (!given("compute_ms")) c.compute_mean_s = c.workload->compute_s;
     if (!given("strategy")) o.order.strategy = "global_shuffle";
     if (!given("evict")) c.evict = true;
+  }
+  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_field_shapes), ';', absl::SkipWhitespace())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    const std::string dims(absl::StripAsciiWhitespace(kv.second));
+    if (kv.first.empty() || entry.find('=') == absl::string_view::npos) {
+      throw Error(absl::InvalidArgumentError(
+          absl::StrCat("--field-shapes: '", entry, "': expected NAME=DIMS, e.g. x=3,224,224 (y= for a scalar)")));
+    }
+    o.field_shapes[kv.first] = dims == "()" ? Shape{} : value_or_throw(parse_shape(dims));
+  }
+  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_field_dtypes), ';', absl::SkipWhitespace())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    if (kv.first.empty() || kv.second.empty()) {
+      throw Error(absl::InvalidArgumentError(
+          absl::StrCat("--field-dtypes: '", entry, "': expected NAME=DTYPE, e.g. x=uint8")));
+    }
+    o.field_dtypes[kv.first] = value_or_throw(DType::parse(kv.second));
   }
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.ragged = absl::GetFlag(FLAGS_ragged);
@@ -550,7 +576,8 @@ int run_run(const std::vector<std::string>& args) {
 
 std::vector<FlagGroup> run_flags() {
   return {
-      flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_compute_ms, FLAGS_compute_stdev_ms,
+      flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_field_shapes, FLAGS_field_dtypes,
+                 FLAGS_compute_ms, FLAGS_compute_stdev_ms,
                  FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum, FLAGS_quiet, FLAGS_evict, FLAGS_calibration,
                  FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events, FLAGS_trace_io_sample),
       loader_flags(),

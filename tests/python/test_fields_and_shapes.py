@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fields as users name them: each TFRecord field with its own shape and dtype
+(as tf.io.parse_example's feature spec gives them), a file pattern that also
+names the dataset inside the files (a CDB folder with stats.h5 beside its
+data), `dlfeed inspect` showing every field, and option values out of range.
+Fixtures are written by TensorFlow and h5py."""
+import h5py
+import numpy as np
+import pytest
+
+import dlfeed as dl  # the module; `dlfeed` is the fixture running the command line
+from test_reference_workloads import deepcam_file
+
+
+def write_image_label_records(path, n, seed=0):
+    """ImageNet-style records as TensorFlow writes them: x raw uint8 bytes (3, 8, 8), y an int64 label."""
+    tf = pytest.importorskip("tensorflow")
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(n, 3, 8, 8), dtype=np.uint8)
+    labels = rng.integers(0, 1000, size=n, dtype=np.int64)
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for img, lab in zip(images, labels):
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()])),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(lab)])),
+            }))
+            w.write(ex.SerializeToString())
+    return images, labels
+
+
+def by_id(loader):
+    out = {}
+    for b in loader:
+        for k, i in enumerate(b.sample_ids):
+            out[int(i)] = (np.array(b[0])[k], np.array(b[1])[k])
+    return out
+
+
+def test_each_tfrecord_field_has_its_own_shape_and_dtype(tmp_path):
+    images, labels = write_image_label_records(tmp_path / "a.tfrecord", 40)
+    loader = dl.Loader(tmp_path / "a.tfrecord", fields=["x", "y"], shapes={"x": (3, 8, 8), "y": ()},
+                       dtypes={"x": np.uint8}, batch_size=16)
+    specs = loader.field_specs()
+    assert specs[0][1] == np.uint8 and specs[0][2] == (3, 8, 8)
+    assert specs[1][1] == np.int64 and specs[1][2] == ()
+    got = by_id(loader)
+    assert sorted(got) == list(range(40))
+    for i, (x, y) in got.items():
+        np.testing.assert_array_equal(x, images[i])
+        assert y.shape == () and int(y) == labels[i]
+    # A shape that does not fit a record is an error naming the file and the feature.
+    with pytest.raises(dl.Error, match=r"a\.tfrecord.*'x'"):
+        list(dl.Loader(tmp_path / "a.tfrecord", fields=["x", "y"], shapes={"x": (3, 8, 9)}, batch_size=16))
+    # A shape or dtype for a name that is not a field.
+    with pytest.raises(dl.InvalidArgumentError, match="field_dtypes names 'z', which is not a field"):
+        dl.Loader(tmp_path / "a.tfrecord", fields=["x", "y"], dtypes={"z": np.uint8})
+
+
+def test_the_cli_takes_a_shape_and_dtype_per_field(dlfeed, tmp_path):
+    images, labels = write_image_label_records(tmp_path / "a.tfrecord", 24)
+    out = dlfeed.run("run", "--fields", "x,y", "--field-shapes", "x=3,8,8;y=", "--field-dtypes", "x=uint8",
+                     "--batch-size", 8, "--checksum", tmp_path / "a.tfrecord").stdout
+    assert "24 samples" in out or "samples: 24" in out or "24" in out, out
+    # The same samples by Python, shaped alike: the same checksum line.
+    shaped = dlfeed.run("run", "--fields", "x,y", "--field-shapes", "x=3,8,8;y=", "--field-dtypes", "x=uint8",
+                        "--batch-size", 4, "--checksum", tmp_path / "a.tfrecord").stdout
+    checksum = [line for line in out.splitlines() if "checksum" in line]
+    assert checksum and checksum == [line for line in shaped.splitlines() if "checksum" in line]
+    err = dlfeed.error("run", "--fields", "x,y", "--field-shapes", "x3,8,8", tmp_path / "a.tfrecord")
+    assert "--field-shapes: 'x3,8,8': expected NAME=DIMS" in err
+
+
+def test_a_cdb_folder_reads_its_data_files_beside_stats_h5(dlfeed, tmp_path):
+    folder = tmp_path / "cdb"
+    folder.mkdir()
+    arrays = [deepcam_file(folder / f"data-{i:03d}.h5", 4, 6, 3, seed=i) for i in range(5)]
+    with h5py.File(folder / "stats.h5", "w") as f:
+        f["climate/mean"] = np.zeros(3)
+    loader = dl.Loader(folder, axis="none", batch_size=2,
+                       fields={"x": "data-*.h5:climate/data", "y": "data-*.h5:climate/labels_0"})
+    assert loader.num_samples == 5
+    got = by_id(loader)
+    for i, (x, y) in got.items():
+        np.testing.assert_array_equal(x, arrays[i][0])
+        np.testing.assert_array_equal(y, arrays[i][1])
+    # The same from the command line, and inspect lists every dataset of the files.
+    dlfeed.run("run", "--axis", "none", "--fields", "x=data-*.h5:climate/data,y=data-*.h5:climate/labels_0",
+               "--batch-size", 2, folder)
+    text = dlfeed.run("inspect", "--axis", "none", folder / "data-000.h5").stdout
+    for name in ("climate/data", "climate/labels_0", "climate/data_stats"):
+        assert name in text, text
+    one = dlfeed.inspect(folder, "--axis", "none", "--fields", "x=data-*.h5:climate/data")
+    assert one["fields"]["x"]["num_samples"] == 5
+
+
+def test_inspect_of_a_folder_with_several_datasets_lists_them(dlfeed, tmp_path):
+    train = tmp_path / "train"
+    train.mkdir()
+    for i in range(3):
+        deepcam_file(train / f"data-{i}.h5", 4, 6, 3, seed=i)
+    text = dlfeed.run("inspect", "--axis", "none", train).stdout
+    assert "fields in" in text and "climate/data:" in text and "climate/labels_0:" in text, text
+    both = dlfeed.run("inspect", "--axis", "none", "--fields", "climate/data,climate/labels_0", train).stdout
+    assert "field climate/data: 3 files, 3 samples" in both and "field climate/labels_0: 3 files" in both, both
+
+
+def test_tfrecord_features_are_listed(dlfeed, tmp_path):
+    write_image_label_records(tmp_path / "a.tfrecord", 4)
+    text = dlfeed.run("inspect", tmp_path / "a.tfrecord").stdout
+    assert "2 fields in" in text and "x:" in text and "y:" in text, text
+
+
+@pytest.mark.parametrize("keyword,value,top", [("seed", -1, 2**64 - 1), ("batch_size", -4, 2**32 - 1)])
+def test_an_int_out_of_range_says_the_range(tmp_path, keyword, value, top):
+    np.save(tmp_path / "x.npy", np.zeros((8, 2), np.float32))
+    with pytest.raises(dl.InvalidArgumentError, match=rf"{keyword}={value}: expected an int from 0 to {top}"):
+        dl.Loader(tmp_path / "x.npy", **{keyword: value})
