@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
   const size_t eq = entry.find('=');
-  if (eq == std::string::npos) return FieldEntry{entry, ""};
+  if (eq == std::string::npos) return FieldEntry{entry, "", ""};
   FieldEntry f{entry.substr(0, eq), entry.substr(eq + 1), ""};
   // PATTERN:MEMBER: the pattern is a file name (no '/'), so the first ':'
   // after its '*' ends it.

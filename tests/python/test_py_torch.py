@@ -286,32 +286,31 @@ import os, sys
 import h5py, numpy as np, torch
 import dlfeed, dlfeed.torch as dtorch
 path, kind = sys.argv[1], sys.argv[2]
-x = np.arange(96 * 16 * 16, dtype=np.float32).reshape(96, 16, 16)
+x = np.random.default_rng(0).standard_normal((512, 64, 64)).astype(np.float32)
 if kind == "hdf5":  # gzip chunks of one sample: decode is the work
     with h5py.File(path, "w") as f:
-        f.create_dataset("x", data=x, chunks=(1, 16, 16), compression="gzip")
+        f.create_dataset("x", data=x, chunks=(1, 64, 64), compression="gzip")
     kw = dict(fields=["x"])
 else:  # savez_compressed: deflated members
     np.savez_compressed(path, x=x)
-    kw = dict(fields=["x"], unpack="off")  # inflated per batch in the decode stage
-# A validation pass in this process, to its end: oneTBB's workers ran here.
-seen = sum(len(b) for b in dlfeed.Loader(path, batch_size=8, **kw))
-assert seen == 96, seen
-ds = dtorch.Dataset(path, batch_size=8, strategy="global_shuffle", seed=4, as_dict=True, **kw)
+    kw = dict(fields=["x"])
+ds = dtorch.Dataset(path, batch_size=32, strategy="global_shuffle", seed=4, as_dict=True, **kw)
+# A validation pass in this process, to its end, its loader kept: oneTBB's
+# workers ran here and are idle, and the DataLoader's workers fork now.
+val = dlfeed.Loader(path, batch_size=32, **kw)
+assert sum(len(b) for b in val) == 512
 ids = []
 for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2):  # fork
     for i, s in zip(b["sample_ids"].tolist(), b["x"].numpy()):
         np.testing.assert_array_equal(s, x[i])
         ids.append(i)
-assert sorted(ids) == list(range(96)), ids
+assert sorted(ids) == list(range(512)), ids
 # A plain fork, and a loader made and read in the child.
 pid = os.fork()
 if pid == 0:
-    n = 0
-    loader = dlfeed.Loader(path, batch_size=8, **kw)
-    for b in loader:
-        n += len(b)
-    os._exit(0 if n == 96 and loader.stats().threads == 1 else 1)
+    loader = dlfeed.Loader(path, batch_size=32, **kw)
+    n = sum(len(b) for b in loader)
+    os._exit(0 if n == 512 and loader.stats().threads == 1 else 1)
 _, status = os.waitpid(pid, 0)
 assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 print("ok")
@@ -331,7 +330,7 @@ def test_fork_workers_after_a_finished_epoch_over_compressed_data_read_every_sam
     proc = subprocess.Popen([sys.executable, str(script), str(path), kind], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=240)
+        out, _ = proc.communicate(timeout=180)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the script and every worker it forked
         out, _ = proc.communicate()
