@@ -53,6 +53,11 @@ struct FileTable::Impl {
     }
     // `o` is what an open found (its device and change time known).
     bool same(const Identity& o) const { return difference(o).empty(); }
+    // Only the change time differs: metadata, or bytes written with the mtime set back.
+    bool only_ctime_differs(const Identity& o) const {
+      return ctime_ns != 0 && ctime_ns != o.ctime_ns && (!dev_known || dev == o.dev) && ino == o.ino &&
+             size == o.size && mtime_ns == o.mtime_ns;
+    }
     // What differs from `o`, field by field ("" when nothing does).
     std::string difference(const Identity& o) const {
       auto time = [](uint64_t ns) { return absl::StrCat(ns / 1000000000ull, ".", absl::Dec(ns % 1000000000ull, absl::kZeroPad9)); };
@@ -81,6 +86,7 @@ struct FileTable::Impl {
     // next pin wanted the new path: each closes when its own pins are gone.
     std::vector<std::pair<int, uint32_t>> retired;  // (fd, pins)
     int8_t direct = -1;                             // O_DIRECT for this file: -1 the table's, else 0/1
+    bool recheck = false;  // a reopen found only its change time new: check_open_files asks whether it is still indexed
     std::list<uint32_t>::iterator lru_it;
   };
 
@@ -289,19 +295,54 @@ FileTableStats FileTable::stats() const {
   return s;
 }
 
-absl::Status FileTable::check_open_files() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  for (uint32_t id : impl_->open_ids) {
-    const Impl::Entry& e = impl_->entries[id];
-    if (e.fd < 0 || e.stale || !e.identity.known) continue;
-    struct stat st {};
-    if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
-    const Impl::Identity found = Impl::Identity::of(st);
-    if (const std::string d = e.identity.difference(found); !d.empty()) {
-      return file_error(e.path, "the file as it was registered",
-                        absl::StrCat(d, ": changed in place (rewritten, truncated or appended to) while the loader "
-                                        "held it open"));
+absl::Status FileTable::check_open_files(const std::function<bool(uint32_t id)>& still_indexed) {
+  // Under the lock: each open file's fstat; the files whose change time
+  // alone is new (and those a reopen found so) are asked about outside it
+  // (indexing a file again reads it).
+  std::vector<std::pair<uint32_t, Impl::Identity>> ask;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (uint32_t id : impl_->open_ids) {
+      Impl::Entry& e = impl_->entries[id];
+      if (e.fd < 0 || e.stale || !e.identity.known) continue;
+      struct stat st {};
+      if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
+      const Impl::Identity found = Impl::Identity::of(st);
+      if (e.identity.only_ctime_differs(found) && st.st_nlink == 0) {
+        // Deleted, or renamed over: the unlink set its change time, and this
+        // descriptor still reads the bytes indexed (no path reaches them).
+        e.identity.ctime_ns = found.ctime_ns;
+      } else if (e.identity.only_ctime_differs(found) && still_indexed) {
+        ask.emplace_back(id, found);
+      } else if (const std::string d = e.identity.difference(found); !d.empty()) {
+        return file_error(e.path, "the file as it was registered",
+                          absl::StrCat(d, ": changed in place (rewritten, truncated or appended to) while the loader "
+                                          "held it open"));
+      } else if (e.recheck) {
+        ask.emplace_back(id, found);
+      }
     }
+    for (uint32_t id = 0; id < impl_->entries.size(); ++id) {
+      Impl::Entry& e = impl_->entries[id];
+      if (!e.recheck || e.fd >= 0) continue;
+      struct stat st {};
+      if (::stat(e.path.c_str(), &st) != 0) continue;  // its next open reports it
+      ask.emplace_back(id, Impl::Identity::of(st));
+    }
+  }
+  for (const auto& [id, found] : ask) {
+    const bool same = still_indexed && still_indexed(id);
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    Impl::Entry& e = impl_->entries[id];
+    if (!same) {
+      return file_error(e.path, "the file as it was registered",
+                        absl::StrCat(e.identity.difference(found).empty() ? "its bytes indexed again differ"
+                                                                          : e.identity.difference(found),
+                                     ": changed in place (rewritten with its size and modified time kept) while "
+                                     "the loader held it; its samples are no longer where they were indexed"));
+    }
+    e.identity.ctime_ns = found.ctime_ns;  // a metadata change, or new bytes that read alike
+    e.recheck = false;
   }
   return absl::OkStatus();
 }
@@ -360,6 +401,17 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   }
   Impl::Entry& e = im.entries[id];
   const Impl::Identity found = Impl::Identity::of(st);
+  if (expect.known && expect.only_ctime_differs(found)) {
+    // Its metadata changed (chmod, a link) or its bytes were rewritten with
+    // the mtime set back: which, only indexing it again tells, and that is
+    // not done in the middle of reads. The next epoch's check does it.
+    ::close(fd);
+    if (e.path == path) e.recheck = true;
+    return file_error(path, "the file as it was registered",
+                      absl::StrCat(expect.difference(found),
+                                   ": its metadata changed or it was rewritten in place since it was indexed; start "
+                                   "the epoch again to have it checked (indexed again)"));
+  }
   if (const std::string d = expect.known ? expect.difference(found) : std::string(); !d.empty()) {
     ::close(fd);
     return file_error(path, "the file as it was registered",

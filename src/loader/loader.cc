@@ -55,6 +55,7 @@ struct Loader::Impl {
   std::vector<std::string> field_names;
   std::vector<FieldSpec> field_specs;
   std::vector<SampleIndex> indices;             // one per field
+  std::vector<FormatOptions> field_formats;     // what each field was indexed with
   std::vector<std::vector<uint32_t>> file_ids;  // [field][file] -> FileTable id
   FileLayout layout;
   uint64_t samples_per_epoch = 0;  // this rank's, from the order checked at create
@@ -390,7 +391,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   } else if (options.prefetch != "auto") {
     DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
   }
-  DLFEED_RETURN_IF_ERROR(detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices));
+  DLFEED_RETURN_IF_ERROR(
+      detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);
   FileTableOptions fto;
   fto.max_open = options.max_open_files;
@@ -482,7 +484,17 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   // A file rewritten in place under a descriptor held since the last epoch
   // (reopens are checked as they open): an error naming it, not new bytes
   // decoded with the old index.
-  DLFEED_RETURN_IF_ERROR(m.files->check_open_files());
+  // A file whose change time alone is new (chmod, or bytes rewritten with
+  // the mtime set back) is indexed again: it reads on only if its samples
+  // are where they were.
+  DLFEED_RETURN_IF_ERROR(m.files->check_open_files([&m](uint32_t id) {
+    for (size_t f = 0; f < m.file_ids.size(); ++f) {
+      for (uint32_t k = 0; k < m.file_ids[f].size(); ++k) {
+        if (m.file_ids[f][k] == id && !detail::still_indexed(m.indices[f], k, m.field_formats[f])) return false;
+      }
+    }
+    return true;
+  }));
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;

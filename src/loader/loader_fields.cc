@@ -12,7 +12,8 @@
 namespace dlfeed::inline DLFEED_ABI::detail {
 
 absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, std::vector<std::string>& field_names,
-                         std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices) {
+                         std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices,
+                         std::vector<FormatOptions>& formats) {
   std::vector<std::string> names = options.fields;
   for (size_t i = 0; i < names.size(); ++i) {
     if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
@@ -75,9 +76,27 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, field_names.back(), options.ragged));
     field_specs.push_back(std::move(spec));
     indices.push_back(std::move(idx));
+    formats.push_back(std::move(fo));
     entries.push_back(std::move(field));
   }
   return absl::OkStatus();
+}
+
+bool still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options) {
+  if (k >= index.num_files()) return false;
+  absl::StatusOr<SampleIndex> again = open_file(index.files[k], options);
+  if (!again.ok() || again->num_files() != 1) return false;
+  const uint64_t begin = index.file_begin[k], n = index.file_begin[k + 1] - begin;
+  if (again->size() != n) return false;
+  auto known = [](const Shape& s) { return std::none_of(s.begin(), s.end(), [](int64_t d) { return d < 0; }); };
+  SampleRef was, now;
+  for (uint64_t i = 0; i < n; ++i) {
+    index.ref_in_file(begin + i, k, was);
+    again->ref_in_file(i, 0, now);
+    if (was.item != now.item || was.extents != now.extents || !(was.dtype == now.dtype)) return false;
+    if (known(was.shape) && known(now.shape) && was.shape != now.shape) return false;
+  }
+  return true;
 }
 
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,

@@ -17,10 +17,17 @@ namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// Opens the index of each field options.fields names (none: the one field
 /// options.format names), checks that the fields pair sample for sample, and
-/// appends each field's name, spec and index to `field_names`, `field_specs`
-/// and `indices`.
+/// appends each field's name, spec, index and the format options it was
+/// indexed with to `field_names`, `field_specs`, `indices` and `formats`.
 absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, std::vector<std::string>& field_names,
-                         std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices);
+                         std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices,
+                         std::vector<FormatOptions>& formats);
+
+/// Whether file `k` of `index` (indexed with `options`) is still described by
+/// it: indexed again now, the same samples at the same extents, with the same
+/// dtypes and (where known before decode) shapes. For a file whose change
+/// time alone is new (FileTable::check_open_files).
+bool still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options);
 
 /// Adds every field's files to `files`: appends to `file_ids` each field's
 /// FileTable ids (per file), and sets `file_names[id]` to id's path.

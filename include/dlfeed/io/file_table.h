@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,7 +123,16 @@ class DLFEED_EXPORT FileTable {
   /// fstat each): a file rewritten in place since (same inode, other size
   /// or modification time) is an error naming it. A closed file is checked
   /// when it is opened again; the loader calls this at each epoch's start.
-  absl::Status check_open_files() const;
+  ///
+  /// A file whose change time (st_ctime) alone differs kept its inode, size
+  /// and mtime: its metadata changed (chmod, a link added or removed) or its
+  /// bytes were rewritten with the mtime set back (rsync -t, tar -x,
+  /// os.utime). `still_indexed(id)` tells which, by indexing the file again:
+  /// true, and the new change time is the file's identity from now on;
+  /// false, or no callback, and it is an error as any change. A reopen
+  /// (pin) that finds such a file fails naming it (reads do not wait for an
+  /// index), and the next call here checks it.
+  absl::Status check_open_files(const std::function<bool(uint32_t id)>& still_indexed = nullptr);
   size_t max_open() const { return max_open_; }
   bool direct() const { return direct_; }
   FileTableStats stats() const;
