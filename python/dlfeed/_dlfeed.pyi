@@ -162,6 +162,10 @@ class LoaderOptions:
     """How files are indexed"""
     fields: list[str]
     """NPY columns, NPZ members, HDF5 datasets or TFRecord features; empty: one field"""
+    field_shapes: dict
+    """Per field name: the sample shape where the files do not record it (a TFRecord feature's; () for a scalar)"""
+    field_dtypes: dict
+    """Per field name: the element type where the files do not record it (a TFRecord bytes feature's, e.g. 'uint8')"""
     ragged: bool
     """Allow samples of different shapes in a field (ragged batches); else refused at create"""
     batch_size: int

@@ -33,7 +33,6 @@ class OptionKwargs(TypedDict, total=False):
     """Every keyword but rank, world_size and ragged (see the module's docstring)."""
 
     fields: Optional[Union[str, Sequence[str], Mapping[str, PathLike]]]
-    dtypes: Optional[Mapping[str, Any]]
     batch_size: Optional[int]
     drop_last_batch: Optional[bool]
     # order (OrderSpec)
@@ -94,6 +93,8 @@ class OptionKwargs(TypedDict, total=False):
     stage_dir: Optional[PathLike]
     stage_limit: Optional[int]
     stage_sync: Optional[bool]
+    # {field: dtype}: LoaderOptions field_dtypes
+    dtypes: Optional[Mapping[str, Any]]
     # {field: sample shape}: LoaderOptions field_shapes, and a view of the decoded samples
     shapes: Optional[Mapping[str, Sequence[int]]]
 

@@ -87,9 +87,6 @@ KEYWORDS: Dict[str, Keyword] = {
     "fields": Keyword("fields", "fields", convert=_fields,
                       note="a name, a list of names, or {name: file pattern} ({'x': '*_data.npy', 'y': "
                            "'*_label.npy'}: files paired by what '*' matched; --fields x=*_data.npy,y=*_label.npy)"),
-    "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
-                      note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
-                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype"),
     "batch_size": Keyword("batch_size", "batch-size"),
     "drop_last_batch": Keyword("drop_last_batch", "drop-last-batch"),
     "ragged": Keyword("ragged", "ragged"),
@@ -157,7 +154,10 @@ KEYWORDS: Dict[str, Keyword] = {
     "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath),
     "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),
-    # Python only
+    # per field: shape and dtype where the files do not record them (TFRecord features)
+    "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
+                      note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
+                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype"),
     "shapes": Keyword(None, "field-shapes",
                       note="{field: sample shape}: a TFRecord feature is read with that shape (LoaderOptions "
                            "field_shapes: raw bytes straight into the batch; () a scalar); other formats' samples "

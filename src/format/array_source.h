@@ -37,7 +37,8 @@ void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, con
 /// The folder `folder` is, whatever the spelling of the path to it ("",
 /// ".", "..", a relative path, symbolic links): its real path, or `folder`
 /// itself when it cannot be resolved. Remembered per thread for the last
-/// folder asked (a folder's files are indexed one after another).
+/// folder asked while a stat of it finds the same directory (a folder's
+/// files are indexed one after another).
 std::string real_folder(const std::string& folder);
 
 /// real_folder(folder), and where the folder is (inside) a bind mount, the

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dlfeed/format/npy.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <vector>
-#include <cstdlib>
-#include <cstdio>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -85,27 +88,48 @@ bool path_within(absl::string_view inner, absl::string_view outer) {
 }
 }  // namespace
 
+// The last folder a thread asked about, known by its spelling and by the
+// directory it reached (a stat): ".", a relative path or a link then
+// resolves again after a chdir or a new link target.
+struct LastFolder {
+  std::string asked;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool have = false;
+  std::string answer;
+  bool same(const std::string& a, const struct stat& st) const {
+    return have && asked == a && dev == st.st_dev && ino == st.st_ino;
+  }
+  void set(const std::string& a, const struct stat& st, std::string ans) {
+    asked = a;
+    dev = st.st_dev;
+    ino = st.st_ino;
+    have = true;
+    answer = std::move(ans);
+  }
+};
+
 std::string real_folder(const std::string& folder) {
-  thread_local std::string last_in, last_out;
-  thread_local bool have = false;
-  if (have && folder == last_in) return last_out;
+  thread_local LastFolder last;
   const std::string asked = folder.empty() ? std::string(".") : folder;
+  struct stat st {};
+  if (::stat(asked.c_str(), &st) != 0) return asked;
+  if (last.same(asked, st)) return last.answer;
   std::string out = asked;
   if (char* r = ::realpath(asked.c_str(), nullptr)) {
     out = r;
     std::free(r);
   }
-  last_in = folder;
-  last_out = out;
-  have = true;
+  last.set(asked, st, out);
   return out;
 }
 
 std::string source_folder(const std::string& folder) {
+  thread_local LastFolder last;
   const std::string real = real_folder(folder);
-  thread_local std::string last_in, last_out;
-  thread_local bool have = false;
-  if (have && real == last_in) return last_out;
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0) return real;
+  if (last.same(real, st)) return last.answer;
   std::string out = real;
   // The mount holding `real` is the last listed whose mount point contains
   // it (a later mount over a path hides an earlier one).
@@ -130,9 +154,7 @@ std::string source_folder(const std::string& folder) {
       out = rest.empty() ? root : absl::StrCat(root, "/", rest);
     }
   }
-  last_in = real;
-  last_out = out;
-  have = true;
+  last.set(real, st, out);
   return out;
 }
 

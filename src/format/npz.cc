@@ -4,8 +4,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <optional>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -179,8 +179,7 @@ absl::StatusOr<NpyHeader> deflated_header(detail::File& f, const ZipMember& m, c
 // folder under another name, say): exactly the members x and y, as
 // np.savez(x=records, y=labels) writes them, with one label per sample of
 // x's last axis, and that axis not also its first.
-bool dlio_npz_content(detail::File& f, uint64_t size, const std::vector<ZipMember>& members,
-                      const std::string& path) {
+bool dlio_npz_content(detail::File& f, uint64_t size, const std::vector<ZipMember>& members, const std::string& path) {
   if (members.size() != 2) return false;
   std::optional<NpyHeader> x, y;
   for (ZipMember m : members) {

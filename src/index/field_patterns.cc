@@ -25,9 +25,10 @@ absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
     f.member = f.pattern.substr(colon + 1);
     f.pattern.resize(colon);
     if (f.member.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "field '", entry, "': expected NAME=PATTERN:MEMBER with a member, dataset or feature after ':' "
-                            "(x=data-*.h5:climate/data)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", entry,
+                       "': expected NAME=PATTERN:MEMBER with a member, dataset or feature after ':' "
+                       "(x=data-*.h5:climate/data)"));
     }
   }
   if (f.name.empty() || std::count(f.pattern.begin(), f.pattern.end(), '*') != 1 ||

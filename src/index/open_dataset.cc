@@ -10,9 +10,9 @@
 #include <array>
 #include <atomic>
 #include <climits>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iterator>
@@ -27,8 +27,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "dlfeed/detail/error.h"
-#include "dlfeed/error.h"
 #include "dlfeed/detail/file.h"
+#include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/indexed_binary.h"
 #include "dlfeed/format/tfrecord.h"
@@ -511,8 +511,7 @@ bool within(absl::string_view inner, absl::string_view outer) {
 void note_link(const std::string& folder, const std::string& link, absl::string_view why, int& noted) {
   constexpr int kMostNoted = 8;
   if (noted < kMostNoted) {
-    std::fprintf(stderr, "dlfeed: note: %s: skipped %s: %s\n", folder.c_str(), link.c_str(),
-                 std::string(why).c_str());
+    std::fprintf(stderr, "dlfeed: note: %s: skipped %s: %s\n", folder.c_str(), link.c_str(), std::string(why).c_str());
   } else if (noted == kMostNoted) {
     std::fprintf(stderr, "dlfeed: note: %s: more links skipped, not named\n", folder.c_str());
   }
@@ -626,8 +625,8 @@ absl::Status list_folder(const std::string& given, const FormatOptions& options,
   }
   if (found.empty()) {
     const std::string kinds = options.format == FileFormat::kAuto
-                                  ? "no data file (.npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec, "
-                                    ".indexed_binary/.mmap_indexed_binary, .bin + .idx)"
+                                  ? "no data file (.npy, .npz, .h5/.hdf5/.hdf/.he5, .tfrecord/.tfrecords/.tfrec/.tfr "
+                                    "(also + .gz), .indexed_binary/.mmap_indexed_binary, .bin + .idx)"
                                   : absl::StrCat("no ", format_name(options.format), " file");
     return absl::NotFoundError(absl::StrCat(p, ": ", kinds, " in this folder or below; ", folder_listing(p)));
   }

@@ -60,7 +60,9 @@ struct FileTable::Impl {
     }
     // What differs from `o`, field by field ("" when nothing does).
     std::string difference(const Identity& o) const {
-      auto time = [](uint64_t ns) { return absl::StrCat(ns / 1000000000ull, ".", absl::Dec(ns % 1000000000ull, absl::kZeroPad9)); };
+      auto time = [](uint64_t ns) {
+        return absl::StrCat(ns / 1000000000ull, ".", absl::Dec(ns % 1000000000ull, absl::kZeroPad9));
+      };
       std::vector<std::string> d;
       if (dev_known && dev != o.dev) d.push_back(absl::StrCat("device ", dev, " -> ", o.dev));
       if (ino != o.ino) d.push_back(absl::StrCat("inode ", ino, " -> ", o.ino));
@@ -316,8 +318,9 @@ absl::Status FileTable::check_open_files(const std::function<bool(uint32_t id)>&
         ask.emplace_back(id, found);
       } else if (const std::string d = e.identity.difference(found); !d.empty()) {
         return file_error(e.path, "the file as it was registered",
-                          absl::StrCat(d, ": changed in place (rewritten, truncated or appended to) while the loader "
-                                          "held it open"));
+                          absl::StrCat(d,
+                                       ": changed in place (rewritten, truncated or appended to) while the loader "
+                                       "held it open"));
       } else if (e.recheck) {
         ask.emplace_back(id, found);
       }

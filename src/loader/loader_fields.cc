@@ -33,9 +33,9 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
   }
   auto check_named = [&](const std::string& key, absl::string_view what) -> absl::Status {
     if (std::find(parsed_names.begin(), parsed_names.end(), key) != parsed_names.end()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("loader: ", what, " names '", key,
-                                                   "', which is not a field (the fields: ",
-                                                   absl::StrJoin(parsed_names, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader: ", what, " names '", key,
+                     "', which is not a field (the fields: ", absl::StrJoin(parsed_names, ", "), ")"));
   };
   for (const auto& [key, shape] : options.field_shapes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_shapes"));
   for (const auto& [key, dtype] : options.field_dtypes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_dtypes"));

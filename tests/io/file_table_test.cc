@@ -239,7 +239,8 @@ TEST(FileTable, ARewriteThatKeepsSizeAndMtimeIsFoundByItsChangeTime) {
   ASSERT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
   const absl::Status st = table.check_open_files();
   ASSERT_FALSE(st.ok());
-  EXPECT_CONTAINS(std::string(st.message()), a + ": expected the file as it was registered, found change time (ctime) ");
+  EXPECT_CONTAINS(std::string(st.message()),
+                  a + ": expected the file as it was registered, found change time (ctime) ");
   EXPECT_CONTAINS(std::string(st.message()), "size and modified time the same");
 }
 

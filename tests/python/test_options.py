@@ -84,6 +84,7 @@ SPECIAL = {
     "feature": ("label", "label"),
     "feature_dtype": (np.float32, "float32"),
     "feature_shape": ([2, 3], (2, 3)),
+    "dtypes": ({"x": np.uint8}, {"x": "uint8"}),
     "shape_feature": ("size", "size"),
     "index_dir": ("/tmp/idx", "/tmp/idx"),
     "index_cache": ("auto", "auto"),

@@ -197,8 +197,8 @@ int run_inspect(const std::vector<std::string>& args) {
     // The read field first, then any other the first file offers (as h5ls lists them).
     if (!first.empty()) {
       if (auto fields = list_fields(first, options); fields.ok() && fields->size() > 1) {
-        std::printf("%s holds the fields %s; below, the one read by default (--fields names others)\n",
-                    first.c_str(), absl::StrJoin(*fields, ", ").c_str());
+        std::printf("%s holds the fields %s; below, the one read by default (--fields names others)\n", first.c_str(),
+                    absl::StrJoin(*fields, ", ").c_str());
       }
     }
     print_text(index, absl::GetFlag(FLAGS_limit));

@@ -26,11 +26,11 @@
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "calibration.h"
@@ -205,8 +205,8 @@ RunConfig configure(const std::vector<std::string>& args) {
   for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_field_dtypes), ';', absl::SkipWhitespace())) {
     const std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
     if (kv.first.empty() || kv.second.empty()) {
-      throw Error(absl::InvalidArgumentError(
-          absl::StrCat("--field-dtypes: '", entry, "': expected NAME=DTYPE, e.g. x=uint8")));
+      throw Error(
+          absl::InvalidArgumentError(absl::StrCat("--field-dtypes: '", entry, "': expected NAME=DTYPE, e.g. x=uint8")));
     }
     o.field_dtypes[kv.first] = value_or_throw(DType::parse(kv.second));
   }
@@ -575,16 +575,15 @@ int run_run(const std::vector<std::string>& args) {
 }
 
 std::vector<FlagGroup> run_flags() {
-  return {
-      flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_field_shapes, FLAGS_field_dtypes,
-                 FLAGS_compute_ms, FLAGS_compute_stdev_ms,
-                 FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum, FLAGS_quiet, FLAGS_evict, FLAGS_calibration,
-                 FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format, FLAGS_trace_max_events, FLAGS_trace_io_sample),
-      loader_flags(),
-      workload_flags(),
-      format_flags(),
-      order_flags(),
-      scale_out_flags()};
+  return {flag_group("", FLAGS_epochs, FLAGS_batch_size, FLAGS_fields, FLAGS_field_shapes, FLAGS_field_dtypes,
+                     FLAGS_compute_ms, FLAGS_compute_stdev_ms, FLAGS_drop_last_batch, FLAGS_ragged, FLAGS_checksum,
+                     FLAGS_quiet, FLAGS_evict, FLAGS_calibration, FLAGS_summary_json, FLAGS_trace, FLAGS_trace_format,
+                     FLAGS_trace_max_events, FLAGS_trace_io_sample),
+          loader_flags(),
+          workload_flags(),
+          format_flags(),
+          order_flags(),
+          scale_out_flags()};
 }
 
 }  // namespace
