@@ -260,11 +260,33 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     split_record_ = inside ? record : 0;
   }
   std::optional<detail::ValueSpan> value_span(const SampleRef& ref) const override {
-    if (z_ || split_.length == 0 || kind_ != FeatureKind::kBytes || ref.extents.size() != 1 ||
-        ref.extents[0].length != split_record_) {
-      return std::nullopt;
+    if (z_ || split_.length == 0 || kind_ != FeatureKind::kBytes || ref.extents.size() != 1) return std::nullopt;
+    const uint64_t len = ref.extents[0].length;
+    if (len == split_record_) return split_;
+    // A record of another length whose value has the same length (a shape
+    // fixes it): another feature's value differs in length (an int64 label's
+    // varint, say). The value is predicted as far from the record's end as in
+    // record 0 when it was the record's last bytes there (TensorFlow writes
+    // an Example's features in key order, so `y` before `x`), else at record
+    // 0's offset; check_split confirms it, and a wrong guess costs only a
+    // copy of the pieces into one record.
+    if (!value_length_fixed()) return std::nullopt;
+    const uint64_t tail = split_record_ - split_.offset - split_.length;  // footer, and any bytes after the value
+    if (tail == tfrecord::kFooterSize && len >= tfrecord::kHeaderSize + split_.length + tail) {
+      return detail::ValueSpan{len - tail - split_.length, split_.length};
     }
-    return split_;
+    if (split_.offset + split_.length + tfrecord::kFooterSize <= len) return split_;
+    return std::nullopt;
+  }
+  // Every record's value has split_.length bytes: the shape is known and says so.
+  bool value_length_fixed() const {
+    if (!shape_) return false;
+    int64_t n = 1;
+    for (int64_t d : *shape_) {
+      if (d < 0) return false;
+      n *= d;
+    }
+    return static_cast<uint64_t>(n) * dtype_.size == split_.length;
   }
   bool parses_around_values(const SampleRef& ref) const override { return !z_ && ref.extents.size() == 1; }
   bool verifies_crc() const override { return verify_; }

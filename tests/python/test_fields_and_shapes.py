@@ -12,11 +12,11 @@ import dlfeed as dl  # the module; `dlfeed` is the fixture running the command l
 from test_reference_workloads import deepcam_file
 
 
-def write_image_label_records(path, n, seed=0):
-    """ImageNet-style records as TensorFlow writes them: x raw uint8 bytes (3, 8, 8), y an int64 label."""
+def write_image_label_records(path, n, seed=0, shape=(3, 8, 8)):
+    """ImageNet-style records as TensorFlow writes them: x raw uint8 bytes, y an int64 label."""
     tf = pytest.importorskip("tensorflow")
     rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, size=(n, 3, 8, 8), dtype=np.uint8)
+    images = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
     labels = rng.integers(0, 1000, size=n, dtype=np.int64)
     with tf.io.TFRecordWriter(str(path)) as w:
         for img, lab in zip(images, labels):
@@ -54,6 +54,22 @@ def test_each_tfrecord_field_has_its_own_shape_and_dtype(tmp_path):
     # A shape or dtype for a name that is not a field.
     with pytest.raises(dl.InvalidArgumentError, match="field_dtypes names 'z', which is not a field"):
         dl.Loader(tmp_path / "a.tfrecord", fields=["x", "y"], dtypes={"z": np.uint8})
+
+
+def test_images_beside_labels_of_varying_length_are_read_into_the_batch(tmp_path):
+    # 3x160x160 images (75 KiB): read straight into the batch. Labels 0..999
+    # are varints of 1 or 2 bytes, so records differ in length; TensorFlow
+    # writes y before x, so the image is the last bytes of every record.
+    images, labels = write_image_label_records(tmp_path / "a.tfrecord", 48, shape=(3, 160, 160))
+    assert len({int(v) < 128 for v in labels}) == 2  # both lengths present
+    loader = dl.Loader(tmp_path / "a.tfrecord", fields=["x", "y"], shapes={"x": (3, 160, 160), "y": ()},
+                       dtypes={"x": np.uint8}, batch_size=16, resident="off")
+    got = by_id(loader)
+    for i, (x, y) in got.items():
+        np.testing.assert_array_equal(x, images[i])
+        assert int(y) == labels[i]
+    s = loader.stats()
+    assert s.split_records == 48 and s.split_records_whole == 0, (s.split_records, s.split_records_whole)
 
 
 def test_the_cli_takes_a_shape_and_dtype_per_field(dlfeed, tmp_path):
