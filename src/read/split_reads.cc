@@ -25,21 +25,30 @@ void add_split_reads(Work& w) {
   // the value's place in its record's region is never written, and a parse
   // of the record reads nothing there (check_split). So regions may overlap:
   // when every split record of the batch is laid out alike (one file's
-  // record 0, or files written alike), each region starts `stride` bytes
-  // (its bytes before and after, rounded up to 64) after the one before, up
-  // to value / stride + 1 regions in a group: every one's bytes before lie
-  // ahead of the group's first bytes after, so a region's middle holds other
-  // records' bytes, never its own, and no two records' bytes meet. Groups
-  // follow one another. A batch of 256 147 KiB records then holds about one
-  // record plus 128 bytes a record, not 38 MB. Otherwise each region is whole.
+  // record 0, or files written alike) with values of one length V, each
+  // region starts `stride` bytes (the most bytes before and after a value,
+  // rounded up to 64) after the one before, up to (V - (B - b)) / stride + 1
+  // regions in a group (B, b: the most and the fewest bytes before a value):
+  // every one's bytes before lie ahead of the group's first bytes after, so a
+  // region's middle holds other records' bytes, never its own, and no two
+  // records' bytes meet. Groups follow one another. Records of one layout
+  // but for another feature's length (an int64 label's varint) fit the same
+  // way. A batch of 256 147 KiB records then holds about one record plus 128
+  // bytes a record, not 38 MB. Otherwise each region is whole.
   const Work::SplitRead& first = w.splits.front();
   bool alike = true;
+  uint64_t most_before = 0, fewest_before = first.before, most_after = 0;
   for (const Work::SplitRead& s : w.splits) {
-    alike = alike && s.before == first.before && s.value == first.value && s.after == first.after;
+    alike = alike && s.value == first.value;
+    most_before = std::max(most_before, s.before);
+    fewest_before = std::min(fewest_before, s.before);
+    most_after = std::max(most_after, s.after);
   }
-  const uint64_t whole = first.before + first.value + first.after;
-  const uint64_t stride = (first.before + first.after + 63) / 64 * 64;
-  const uint64_t group = alike && stride > 0 ? first.value / stride + 1 : 1;
+  const uint64_t spread = most_before - fewest_before;
+  alike = alike && first.value >= spread;
+  const uint64_t whole = most_before + first.value + most_after;
+  const uint64_t stride = (most_before + most_after + 63) / 64 * 64;
+  const uint64_t group = alike && stride > 0 ? (first.value - spread) / stride + 1 : 1;
   uint64_t start = plan.buffer_bytes, in_group = 0;
   for (Work::SplitRead& s : w.splits) {
     if (!alike) {
@@ -51,7 +60,7 @@ void add_split_reads(Work& w) {
         in_group = 0;
       }
       s.region = start + in_group * stride;
-      plan.buffer_bytes = std::max(plan.buffer_bytes, s.region + whole);
+      plan.buffer_bytes = std::max(plan.buffer_bytes, s.region + s.before + s.value + s.after);
       ++in_group;
     }
     plan.requested_bytes += s.before + s.after;
