@@ -88,9 +88,12 @@ struct DLFEED_EXPORT LoaderOptions {
   /// {"x": (3, 224, 224)} with {"x": uint8} reads an image's raw bytes
   /// straight into its place in the batch, while {"y": ()} reads an int64
   /// label as a scalar. A field not named takes format.feature_shape and
-  /// format.feature_dtype. Files that record their own shape and dtype (NPY,
-  /// NPZ, HDF5, indexed binary) take theirs; a name that is not a field is
-  /// an error at create().
+  /// format.feature_dtype. Other formats give each sample its shape and
+  /// dtype themselves (NPY, NPZ and HDF5 from their headers; indexed binary
+  /// 1-D uint8) and take neither from here (Python's shapes= views their
+  /// samples instead). A name that is not a field is an error at create();
+  /// with `fields` empty, the one field may also be named by format.feature
+  /// or format.name.
   std::map<std::string, Shape> field_shapes;
   std::map<std::string, DType> field_dtypes;
   /// Samples of one field may differ in shape (batches are then ragged:

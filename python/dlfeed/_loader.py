@@ -108,6 +108,8 @@ class Loader:
             # the batch); the view above is then the shape the samples already have.
             if names is not None:
                 o.field_shapes = {key: tuple(int(d) for d in shape) for key, shape in shapes.items()}
+            elif len(shapes) == 1 and next(iter(shapes)) in (o.format.feature, o.format.name, "data"):
+                o.field_shapes = {k: tuple(int(d) for d in s) for k, s in shapes.items()}  # the one field, by its name
 
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0

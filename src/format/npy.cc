@@ -2,6 +2,7 @@
 #include "dlfeed/format/npy.h"
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -131,19 +132,20 @@ std::string source_folder(const std::string& folder) {
   if (::stat(real.c_str(), &st) != 0) return real;
   if (last.same(real, st)) return last.answer;
   std::string out = real;
-  // The mount holding `real` is the last listed whose mount point contains
-  // it (a later mount over a path hides an earlier one).
+  // The mount holding `real`: of the mounts of its device, the one with the
+  // longest mount point containing it (the last listed of equals: a later
+  // mount over a path hides an earlier one).
   if (std::FILE* f = std::fopen("/proc/self/mountinfo", "re")) {
+    const std::string dev = absl::StrCat(major(st.st_dev), ":", minor(st.st_dev));
     std::string root, point;
     char* line = nullptr;
     size_t cap = 0;
     while (::getline(&line, &cap, f) > 0) {
       // id parent major:minor root mount-point options ...
       std::vector<absl::string_view> w = absl::StrSplit(absl::StripTrailingAsciiWhitespace(line), ' ');
-      if (w.size() < 5) continue;
+      if (w.size() < 5 || w[2] != dev) continue;
       std::string mp = unescape_mount_path(w[4]);
-      if (!path_within(real, mp)) continue;
-      if (!point.empty() && mp.size() < point.size() && path_within(point, mp)) continue;  // an outer mount
+      if (!path_within(real, mp) || (!point.empty() && mp.size() < point.size())) continue;
       point = std::move(mp);
       root = unescape_mount_path(w[3]);
     }
@@ -186,11 +188,18 @@ bool dlio_file_name(const std::string& path) {
 bool in_dlio_layout(const std::string& path) {
   namespace fs = std::filesystem;
   if (!dlio_file_name(path)) return false;
-  // {data}/{train|valid}/ or {data}/{train|valid}/{k}/ (DLIO's subfolders).
-  fs::path dir = source_folder(fs::path(path).parent_path().string());
-  if (digits(dir.filename().string())) dir = dir.parent_path();
-  const std::string split = dir.filename().string();
-  return split == "train" || split == "valid";
+  // {data}/{train|valid}/ or {data}/{train|valid}/{k}/ (DLIO's subfolders),
+  // by any name the folder goes by: the path given (a link or a mount point
+  // named train/), the folder it resolves to (".", a relative path, a link
+  // to train/) or its source under a bind mount.
+  auto is_split = [&](fs::path dir) {
+    if (digits(dir.filename().string())) dir = dir.parent_path();
+    const std::string split = dir.filename().string();
+    return split == "train" || split == "valid";
+  };
+  const std::string given = fs::path(path).parent_path().lexically_normal().string();
+  return is_split(fs::path(given).filename().empty() ? fs::path(given).parent_path() : fs::path(given)) ||
+         is_split(real_folder(given)) || is_split(source_folder(given));
 }
 
 SampleAxis resolve_axis(const FormatOptions& options, const std::string& path) {

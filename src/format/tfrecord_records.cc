@@ -192,11 +192,16 @@ std::vector<std::string> idx_candidates(const std::string& data_path, const Form
   if (!options.index_dir.empty()) return {(fs::path(options.index_dir) / name).string()};
   std::vector<std::string> out;
   if (beside) out.push_back(data_path + ".idx");
-  // DLIO's {data}/index/{split}/ beside the folder the file is in, whatever
-  // the path's spelling (".", a link to train/).
-  const fs::path folder = detail::real_folder(data.parent_path().string());
-  const std::string split = folder.filename().string();
-  if (split == "train" || split == "valid") out.push_back((folder.parent_path() / "index" / split / name).string());
+  // DLIO's {data}/index/{split}/ beside the folder the file is in, by the
+  // path given (a link named train/) and by the folder it resolves to (".",
+  // a link to train/).
+  const fs::path given = data.parent_path().lexically_normal();
+  for (const fs::path& folder : {given, fs::path(detail::real_folder(given.string()))}) {
+    const std::string split = folder.filename().string();
+    if (split != "train" && split != "valid") continue;
+    std::string p = (folder.parent_path() / "index" / split / name).string();
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
+  }
   return out;
 }
 

@@ -18,10 +18,15 @@ absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
   const size_t eq = entry.find('=');
   if (eq == std::string::npos) return FieldEntry{entry, "", ""};
   FieldEntry f{entry.substr(0, eq), entry.substr(eq + 1), ""};
-  // PATTERN:MEMBER: the pattern is a file name (no '/'), so the first ':'
-  // after its '*' ends it.
+  // PATTERN:MEMBER: the pattern is a file name (no '/') with a data file's
+  // extension, so the first ':' after its '*' that follows one ends it (a
+  // name holding ':', as a time of day, stays whole).
   const size_t star = f.pattern.find('*');
-  if (const size_t colon = f.pattern.find(':', star == std::string::npos ? 0 : star); colon != std::string::npos) {
+  size_t colon = f.pattern.find(':', star == std::string::npos ? 0 : star);
+  while (colon != std::string::npos && !detect_format(f.pattern.substr(0, colon)).ok()) {
+    colon = f.pattern.find(':', colon + 1);
+  }
+  if (colon != std::string::npos) {
     f.member = f.pattern.substr(colon + 1);
     f.pattern.resize(colon);
     if (f.member.empty()) {

@@ -485,9 +485,10 @@ struct Gathered {
   // Folders read whole here, and those of them holding a *.idx file: a
   // TFRecord in a listed folder without one has no FILE.idx sidecar to try.
   absl::flat_hash_set<std::string> listed_folders, idx_folders;
-  // A link was followed while walking (to a file, or to a folder): a file
-  // may then be reached twice, so the files are told apart by device and inode.
-  bool through_links = false;
+  // Data files reached through a link (to the file, or to a folder above
+  // it): a file may then be reached twice, so the files are told apart by
+  // device and inode.
+  absl::flat_hash_set<std::string> through_links;
 };
 
 // The real path of `p` ("" when it cannot be resolved).
@@ -532,7 +533,7 @@ absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gat
   absl::flat_hash_set<std::pair<dev_t, ino_t>> walked;
   if (struct stat st; ::stat(p.c_str(), &st) == 0) walked.insert({st.st_dev, st.st_ino});
   std::vector<std::string> links;  // directory links met, walked after the folders
-  auto walk_tree = [&](const std::string& top) -> absl::Status {
+  auto walk_tree = [&](const std::string& top, bool linked) -> absl::Status {
     std::error_code ec;
     auto it = fs::recursive_directory_iterator(top, fs::directory_options::skip_permission_denied, ec);
     if (ec) return io_error(top, "opendir", ec.value());
@@ -541,9 +542,19 @@ absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gat
     for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (ec) return io_error(top, "readdir", ec.value());
       const bool link = it->is_symlink(ec);
-      if (link && !fs::exists(it->path(), ec)) {
-        note_link(p, it->path().string(), "a broken link (its target does not exist)", noted);
-        continue;
+      if (link) {
+        std::error_code lec;
+        const bool there = fs::exists(it->path(), lec);
+        if (!there) {
+          // Named when it might have been data (an editor's lock link is not).
+          if (in_folder_listing(it->path().string(), options.format) || it->path().extension().empty()) {
+            note_link(p, it->path().string(),
+                      lec ? absl::StrCat("a link that cannot be followed (", lec.message(), ")")
+                          : std::string("a broken link (its target does not exist)"),
+                      noted);
+          }
+          continue;
+        }
       }
       if (it->is_directory(ec)) {
         if (link) {
@@ -561,20 +572,23 @@ absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gat
         continue;
       }
       if (!it->is_regular_file(ec)) continue;
-      if (link) g.through_links = true;
       const std::string s = it->path().string();
       if (absl::EndsWith(s, ".idx")) g.idx_folders.insert(it->path().parent_path().string());
       if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
+      if (link || linked) g.through_links.insert(s);
       found.push_back(s);
     }
     return absl::OkStatus();
   };
-  DLFEED_RETURN_IF_ERROR(walk_tree(p));
+  DLFEED_RETURN_IF_ERROR(walk_tree(p, false));
   for (size_t k = 0; k < links.size(); ++k) {  // a linked folder's own links join the queue
     const std::string link = links[k];
-    const std::string name = fs::path(link).filename().string();
-    if (name == "index" || name == detail::kCacheFolder) continue;
     const std::string target = real_path(link);
+    const std::string name = fs::path(link).filename().string(), target_name = fs::path(target).filename().string();
+    if (name == "index" || name == detail::kCacheFolder || target_name == "index" ||
+        target_name == detail::kCacheFolder) {
+      continue;
+    }
     if (!root.empty() && !target.empty() && within(root, target)) {
       note_link(p, link, absl::StrCat("a link to ", target, ", which holds this dataset folder (not walked again)"),
                 noted);
@@ -585,10 +599,9 @@ absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gat
       note_link(p, link, absl::StrCat("a link to ", target, ", a folder walked already"), noted);
       continue;
     }
-    g.through_links = true;
     if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(link, g.listed_at_ns));
     g.listed_folders.insert(link);
-    DLFEED_RETURN_IF_ERROR(walk_tree(link));
+    DLFEED_RETURN_IF_ERROR(walk_tree(link, true));
   }
   return absl::OkStatus();
 }
@@ -607,21 +620,35 @@ absl::Status list_folder(const std::string& given, const FormatOptions& options,
       g.listing.folders.push_back(detail::stamp_folder(given, given == g.made_in ? INT64_MAX : g.listed_at_ns));
     }
   }
-  g.through_links = false;
+  g.through_links.clear();
   DLFEED_RETURN_IF_ERROR(walk_folder(p, options, g, found));
   std::sort(found.begin(), found.end());
-  if (g.through_links) {
+  if (!g.through_links.empty()) {
     // A file reached directly and again through a link (or twice through
-    // links) is one file: the first path in order is kept.
+    // links) is one file: the path reached without a link is kept, else the
+    // first in order.
     absl::flat_hash_set<std::pair<dev_t, ino_t>> seen;
     std::vector<std::string> once;
     once.reserve(found.size());
-    for (std::string& f : found) {
-      struct stat st;
-      if (::stat(f.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) continue;
-      once.push_back(std::move(f));
+    uint64_t dropped = 0;
+    std::string example;
+    for (const bool linked : {false, true}) {
+      for (std::string& f : found) {
+        if (g.through_links.contains(f) != linked) continue;
+        struct stat st;
+        if (::stat(f.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) {
+          if (dropped++ == 0) example = f;
+          continue;
+        }
+        once.push_back(std::move(f));
+      }
     }
+    std::sort(once.begin(), once.end());
     found = std::move(once);
+    if (dropped > 0) {
+      std::fprintf(stderr, "dlfeed: note: %s: %llu files reached twice (through links; e.g. %s) are read once\n",
+                   p.c_str(), static_cast<unsigned long long>(dropped), example.c_str());
+    }
   }
   if (found.empty()) {
     const std::string kinds = options.format == FileFormat::kAuto

@@ -297,10 +297,10 @@ FileTableStats FileTable::stats() const {
   return s;
 }
 
-absl::Status FileTable::check_open_files(const std::function<bool(uint32_t id)>& still_indexed) {
+absl::Status FileTable::check_open_files(const std::function<absl::Status(uint32_t id)>& still_indexed) {
   // Under the lock: each open file's fstat; the files whose change time
   // alone is new (and those a reopen found so) are asked about outside it
-  // (indexing a file again reads it).
+  // (indexing a file again reads it). Called with no read in flight.
   std::vector<std::pair<uint32_t, Impl::Identity>> ask;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -310,19 +310,26 @@ absl::Status FileTable::check_open_files(const std::function<bool(uint32_t id)>&
       struct stat st {};
       if (::fstat(e.fd, &st) != 0) return io_error(e.path, "fstat", errno);
       const Impl::Identity found = Impl::Identity::of(st);
-      if (e.identity.only_ctime_differs(found) && st.st_nlink == 0) {
-        // Deleted, or renamed over: the unlink set its change time, and this
-        // descriptor still reads the bytes indexed (no path reaches them).
-        e.identity.ctime_ns = found.ctime_ns;
-      } else if (e.identity.only_ctime_differs(found) && still_indexed) {
-        ask.emplace_back(id, found);
-      } else if (const std::string d = e.identity.difference(found); !d.empty()) {
+      if (e.identity.only_ctime_differs(found) || (e.recheck && e.identity.same(found))) {
+        // Deleted, renamed or renamed over (the unlink or rename set its
+        // change time): no path reaches this inode any more, and the
+        // descriptor still reads the bytes indexed.
+        struct stat at {};
+        if (::stat(e.path.c_str(), &at) != 0 || at.st_dev != st.st_dev || at.st_ino != st.st_ino) {
+          e.identity.ctime_ns = found.ctime_ns;
+          e.recheck = false;
+          continue;
+        }
+        if (still_indexed) {
+          ask.emplace_back(id, found);
+          continue;
+        }
+      }
+      if (const std::string d = e.identity.difference(found); !d.empty()) {
         return file_error(e.path, "the file as it was registered",
                           absl::StrCat(d,
                                        ": changed in place (rewritten, truncated or appended to) while the loader "
                                        "held it open"));
-      } else if (e.recheck) {
-        ask.emplace_back(id, found);
       }
     }
     for (uint32_t id = 0; id < impl_->entries.size(); ++id) {
@@ -334,15 +341,16 @@ absl::Status FileTable::check_open_files(const std::function<bool(uint32_t id)>&
     }
   }
   for (const auto& [id, found] : ask) {
-    const bool same = still_indexed && still_indexed(id);
+    const absl::Status again = still_indexed ? still_indexed(id) : absl::UnknownError("not indexed again");
     std::lock_guard<std::mutex> lock(impl_->mu);
     Impl::Entry& e = impl_->entries[id];
-    if (!same) {
+    if (!again.ok()) {
+      const std::string d = e.identity.difference(found);
       return file_error(e.path, "the file as it was registered",
-                        absl::StrCat(e.identity.difference(found).empty() ? "its bytes indexed again differ"
-                                                                          : e.identity.difference(found),
-                                     ": changed in place (rewritten with its size and modified time kept) while "
-                                     "the loader held it; its samples are no longer where they were indexed"));
+                        absl::StrCat(d.empty() ? "a new change time" : d,
+                                     ": changed in place while the loader held it; indexed again, its samples are not "
+                                     "where they were: ",
+                                     again.message()));
     }
     e.identity.ctime_ns = found.ctime_ns;  // a metadata change, or new bytes that read alike
     e.recheck = false;
@@ -404,23 +412,19 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   }
   Impl::Entry& e = im.entries[id];
   const Impl::Identity found = Impl::Identity::of(st);
-  if (expect.known && expect.only_ctime_differs(found)) {
-    // Its metadata changed (chmod, a link) or its bytes were rewritten with
-    // the mtime set back: which, only indexing it again tells, and that is
-    // not done in the middle of reads. The next epoch's check does it.
-    ::close(fd);
-    if (e.path == path) e.recheck = true;
-    return file_error(path, "the file as it was registered",
-                      absl::StrCat(expect.difference(found),
-                                   ": its metadata changed or it was rewritten in place since it was indexed; start "
-                                   "the epoch again to have it checked (indexed again)"));
-  }
-  if (const std::string d = expect.known ? expect.difference(found) : std::string(); !d.empty()) {
+  // Only its change time new: its metadata changed (chmod, a link) or its
+  // bytes were rewritten with the mtime set back. Which, only indexing it
+  // again tells, and that is not done in the middle of reads: it is read on,
+  // as a file rewritten within an epoch is, and the next epoch's check
+  // (check_open_files) indexes it again.
+  const bool only_ctime = expect.known && expect.only_ctime_differs(found);
+  if (const std::string d = expect.known && !only_ctime ? expect.difference(found) : std::string(); !d.empty()) {
     ::close(fd);
     return file_error(path, "the file as it was registered",
                       absl::StrCat(d, ": replaced or modified while being read"));
   }
   if (e.path == path && (!e.identity.known || !e.identity.dev_known || e.identity.ctime_ns == 0)) e.identity = found;
+  if (e.path == path && only_ctime) e.recheck = true;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);

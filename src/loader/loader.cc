@@ -116,6 +116,7 @@ struct Loader::Impl {
   std::optional<OrderCursor> prepared;
   std::future<absl::StatusOr<OrderCursor>> ahead;  // its destructor waits for it
   pid_t ahead_pid = 0;                             // the process whose thread makes it
+  pid_t made_in = ::getpid();                      // a child of fork() has none of its threads
 
   // Staging (options.stage): the stager copies this rank's files; sources[id]
   // is FileTable id's source, stage_index[id] its index in the stager (or -1).
@@ -354,7 +355,21 @@ struct Loader::Impl {
 };
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Loader::~Loader() = default;
+Loader::~Loader() {
+  // In a child of fork(), this loader's threads (I/O engines, pipeline,
+  // oneTBB's) are the parent's: joining them would wait forever. Let go of
+  // it whole (a leak, in the child only).
+  if (impl_ && impl_->made_in != ::getpid()) (void)impl_.release();
+}
+
+namespace {
+absl::Status made_here(pid_t made_in) {
+  if (made_in == ::getpid()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("loader: made in process ", made_in, ", used in process ", ::getpid(),
+                   " (a child of fork()), where its threads do not exist: make a new Loader in this process"));
+}
+}  // namespace
 
 namespace {
 // LoaderOptions::prefetch "auto" when copying from held files; when reading,
@@ -475,6 +490,7 @@ void Loader::set_overlap_epochs(bool on) {
 
 absl::Status Loader::start_epoch(uint64_t epoch) {
   Impl& m = *impl_;
+  DLFEED_RETURN_IF_ERROR(made_here(m.made_in));
   if (m.adopt(epoch)) return absl::OkStatus();
   m.cancel_epoch();
   DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
@@ -487,13 +503,18 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   // A file whose change time alone is new (chmod, or bytes rewritten with
   // the mtime set back) is indexed again: it reads on only if its samples
   // are where they were.
-  DLFEED_RETURN_IF_ERROR(m.files->check_open_files([&m](uint32_t id) {
-    for (size_t f = 0; f < m.file_ids.size(); ++f) {
-      for (uint32_t k = 0; k < m.file_ids[f].size(); ++k) {
-        if (m.file_ids[f][k] == id && !detail::still_indexed(m.indices[f], k, m.field_formats[f])) return false;
+  std::vector<std::vector<std::pair<size_t, uint32_t>>> fields_of;  // FileTable id -> (field, file), made if asked
+  DLFEED_RETURN_IF_ERROR(m.files->check_open_files([&m, &fields_of](uint32_t id) -> absl::Status {
+    if (fields_of.empty()) {
+      fields_of.resize(m.file_names.size());
+      for (size_t f = 0; f < m.file_ids.size(); ++f) {
+        for (uint32_t k = 0; k < m.file_ids[f].size(); ++k) fields_of[m.file_ids[f][k]].emplace_back(f, k);
       }
     }
-    return true;
+    for (const auto& [f, k] : fields_of[id]) {
+      DLFEED_RETURN_IF_ERROR(detail::still_indexed(m.indices[f], k, m.field_formats[f]));
+    }
+    return absl::OkStatus();
   }));
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
@@ -530,6 +551,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
 
 absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   Impl& m = *impl_;
+  DLFEED_RETURN_IF_ERROR(made_here(m.made_in));
   if (!m.running) {
     if (m.finished) return std::shared_ptr<const Batch>();
     return absl::FailedPreconditionError("loader: call start_epoch() before next()");

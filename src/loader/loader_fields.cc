@@ -2,6 +2,7 @@
 #include "loader/loader_fields.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,15 +31,32 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
   for (const std::string& entry : names) {
     DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
     parsed_names.push_back(field.name.empty() ? (names.size() == 1 ? "data" : field.name) : field.name);
+    if (std::find(parsed_names.begin(), parsed_names.end() - 1, parsed_names.back()) != parsed_names.end() - 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader: two fields are named '", parsed_names.back(), "'; name each field once"));
+    }
   }
+  // One field not named in `fields`: its shape and dtype may be given by
+  // the name the options read (the TFRecord feature, the member) as well.
+  const bool one_default = options.fields.empty();
+  auto key_of = [&](const std::string& key) -> std::string {
+    if (one_default && (key == options.format.feature || key == options.format.name)) return parsed_names[0];
+    return key;
+  };
   auto check_named = [&](const std::string& key, absl::string_view what) -> absl::Status {
-    if (std::find(parsed_names.begin(), parsed_names.end(), key) != parsed_names.end()) return absl::OkStatus();
+    if (std::find(parsed_names.begin(), parsed_names.end(), key_of(key)) != parsed_names.end()) {
+      return absl::OkStatus();
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("loader: ", what, " names '", key,
                      "', which is not a field (the fields: ", absl::StrJoin(parsed_names, ", "), ")"));
   };
   for (const auto& [key, shape] : options.field_shapes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_shapes"));
   for (const auto& [key, dtype] : options.field_dtypes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_dtypes"));
+  std::map<std::string, Shape> shapes;
+  std::map<std::string, DType> dtypes;
+  for (const auto& [key, shape] : options.field_shapes) shapes[key_of(key)] = shape;
+  for (const auto& [key, dtype] : options.field_dtypes) dtypes[key_of(key)] = dtype;
   for (const std::string& entry : names) {
     DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
     const std::string& name = field.name;
@@ -49,8 +67,8 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     if (!name.empty() && field.pattern.empty()) fo.feature = name;
     if (!field.member.empty()) fo.feature = field.member;
     const std::string& called = parsed_names[entries.size()];
-    if (auto it = options.field_shapes.find(called); it != options.field_shapes.end()) fo.feature_shape = it->second;
-    if (auto it = options.field_dtypes.find(called); it != options.field_dtypes.end()) fo.feature_dtype = it->second;
+    if (auto it = shapes.find(called); it != shapes.end()) fo.feature_shape = it->second;
+    if (auto it = dtypes.find(called); it != dtypes.end()) fo.feature_dtype = it->second;
     counters::Span open_span(&cnt, counters::kOpenSpan);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
                                                                   : open_dataset(options.paths, fo));
@@ -82,21 +100,33 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
   return absl::OkStatus();
 }
 
-bool still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options) {
-  if (k >= index.num_files()) return false;
+absl::Status still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options) {
+  if (k >= index.num_files()) return absl::InternalError(absl::StrCat("no file ", k, " in the index"));
   absl::StatusOr<SampleIndex> again = open_file(index.files[k], options);
-  if (!again.ok() || again->num_files() != 1) return false;
+  if (!again.ok()) return again.status();
+  if (again->num_files() != 1) return absl::DataLossError(absl::StrCat(again->num_files(), " files"));
   const uint64_t begin = index.file_begin[k], n = index.file_begin[k + 1] - begin;
-  if (again->size() != n) return false;
+  if (again->size() != n) return absl::DataLossError(absl::StrCat(again->size(), " samples, not ", n));
+  const SampleSource& was_src = *index.sources[k];
+  const SampleSource& now_src = *again->sources[0];
+  std::string was_state, now_state;
+  was_src.cache_save(was_state);
+  now_src.cache_save(now_state);
+  if (was_src.layout() != now_src.layout() || was_state != now_state) {
+    return absl::DataLossError(absl::StrCat("now ", now_src.describe(), ", was ", was_src.describe()));
+  }
   auto known = [](const Shape& s) { return std::none_of(s.begin(), s.end(), [](int64_t d) { return d < 0; }); };
   SampleRef was, now;
   for (uint64_t i = 0; i < n; ++i) {
     index.ref_in_file(begin + i, k, was);
     again->ref_in_file(i, 0, now);
-    if (was.item != now.item || was.extents != now.extents || !(was.dtype == now.dtype)) return false;
-    if (known(was.shape) && known(now.shape) && was.shape != now.shape) return false;
+    if (was.item != now.item || was.extents != now.extents || !(was.dtype == now.dtype) ||
+        (known(was.shape) && known(now.shape) && was.shape != now.shape)) {
+      return absl::DataLossError(absl::StrCat("sample ", i, " now ", shape_str(now.shape), " ", now.dtype.name(),
+                                              ", was ", shape_str(was.shape), " ", was.dtype.name()));
+    }
   }
-  return true;
+  return absl::OkStatus();
 }
 
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,

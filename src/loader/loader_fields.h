@@ -23,11 +23,12 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
                          std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices,
                          std::vector<FormatOptions>& formats);
 
-/// Whether file `k` of `index` (indexed with `options`) is still described by
-/// it: indexed again now, the same samples at the same extents, with the same
-/// dtypes and (where known before decode) shapes. For a file whose change
-/// time alone is new (FileTable::check_open_files).
-bool still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options);
+/// OK when file `k` of `index` (indexed with `options`) is still described
+/// by it: indexed again now, the same source state and the same samples at
+/// the same extents, with the same dtypes and (where known before decode)
+/// shapes; else what differs, or why it could not be indexed. For a file
+/// whose change time alone is new (FileTable::check_open_files).
+absl::Status still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options);
 
 /// Adds every field's files to `files`: appends to `file_ids` each field's
 /// FileTable ids (per file), and sets `file_names[id]` to id's path.

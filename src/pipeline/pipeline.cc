@@ -198,14 +198,16 @@ void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
 
 bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
                    bool in_turn, const std::function<bool()>& then) {
-  g_running.fetch_add(1);
+  // Only epochs that use oneTBB count: a child forked during one in turn
+  // without it (serial_) may run pipelines.
+  if (!serial_) g_running.fetch_add(1);
   struct Running {
-    bool on = true;
+    bool on;
     void end() {
       if (std::exchange(on, false)) g_running.fetch_sub(1);
     }
     ~Running() { end(); }
-  } running;
+  } running{!serial_};
   bool threw = false;
   try {
     if (in_turn || serial_) {

@@ -111,6 +111,18 @@ def test_a_cdb_folder_reads_its_data_files_beside_stats_h5(dlfeed, tmp_path):
     assert one["fields"]["x"]["num_samples"] == 5
 
 
+def test_a_pattern_whose_file_names_hold_a_colon(tmp_path):
+    # "12:00" is part of the file name, not a member: only a ':' after a data
+    # file's extension starts one.
+    for h in (0, 6):
+        np.save(tmp_path / f"t_{h:02d}_12:00.npy", np.full((3, 2), h, np.float32))
+    loader = dl.Loader(tmp_path, fields={"x": "t_*_12:00.npy"}, batch_size=6)
+    assert loader.num_samples == 6
+    with h5py.File(tmp_path / "d_0.h5", "w") as f:
+        f["a/b"] = np.zeros((4, 2), np.float32)
+    assert dl.Loader(tmp_path, fields={"x": "d_*.h5:a/b"}, batch_size=4).num_samples == 4
+
+
 def test_inspect_of_a_folder_with_several_datasets_lists_them(dlfeed, tmp_path):
     train = tmp_path / "train"
     train.mkdir()

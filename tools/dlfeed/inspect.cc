@@ -163,14 +163,16 @@ int run_inspect(const std::vector<std::string>& args) {
   if (!entries.empty() && absl::GetFlag(FLAGS_dump_sample) < 0) return inspect_each_field(args, entries, options);
   if (!entries.empty()) options = field_options(entries.front(), options);  // --dump-sample: the first field's
   absl::StatusOr<SampleIndex> opened = open_dataset(args, options);
-  const std::string first = first_data_file(args);
   if (!opened.ok() && absl::IsNotFound(opened.status()) && options.name.empty() && entries.empty() &&
-      absl::GetFlag(FLAGS_dump_sample) < 0 && !absl::GetFlag(FLAGS_json) && !first.empty()) {
+      absl::GetFlag(FLAGS_dump_sample) < 0 && !absl::GetFlag(FLAGS_json)) {
     // No field named and no default one (records, x): show every field the files offer.
-    auto fields = list_fields(first, options);
-    if (fields.ok()) return print_fields(args, first, *fields, options);
+    if (const std::string first = first_data_file(args); !first.empty()) {
+      auto fields = list_fields(first, options);
+      if (fields.ok()) return print_fields(args, first, *fields, options);
+    }
   }
   SampleIndex index = value_or_throw(std::move(opened));
+  const std::string first = index.files.empty() ? std::string() : index.files.front();
   const int64_t dump = absl::GetFlag(FLAGS_dump_sample);
   if (dump >= 0) {
     const std::string out = absl::GetFlag(FLAGS_out);

@@ -193,22 +193,27 @@ RunConfig configure(const std::vector<std::string>& args) {
     if (!given("strategy")) o.order.strategy = "global_shuffle";
     if (!given("evict")) c.evict = true;
   }
-  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_field_shapes), ';', absl::SkipWhitespace())) {
-    const std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
-    const std::string dims(absl::StripAsciiWhitespace(kv.second));
-    if (kv.first.empty() || entry.find('=') == absl::string_view::npos) {
-      throw Error(absl::InvalidArgumentError(
-          absl::StrCat("--field-shapes: '", entry, "': expected NAME=DIMS, e.g. x=3,224,224 (y= for a scalar)")));
+  // NAME=VALUE entries separated by ';' (spaces around each part ignored).
+  auto entries = [](const std::string& flag, const std::string& text, absl::string_view example) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (absl::string_view entry : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
+      const size_t eq = entry.find('=');
+      const std::string name(absl::StripAsciiWhitespace(entry.substr(0, eq)));
+      if (eq == absl::string_view::npos || name.empty()) {
+        throw Error(absl::InvalidArgumentError(
+            absl::StrCat("--", flag, ": '", absl::StripAsciiWhitespace(entry), "': expected ", example)));
+      }
+      out.emplace_back(name, std::string(absl::StripAsciiWhitespace(entry.substr(eq + 1))));
     }
-    o.field_shapes[kv.first] = dims == "()" ? Shape{} : value_or_throw(parse_shape(dims));
+    return out;
+  };
+  for (const auto& [name, dims] :
+       entries("field-shapes", absl::GetFlag(FLAGS_field_shapes), "NAME=DIMS, e.g. x=3,224,224 (y= for a scalar)")) {
+    o.field_shapes[name] = dims == "()" ? Shape{} : value_or_throw(parse_shape(dims));
   }
-  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_field_dtypes), ';', absl::SkipWhitespace())) {
-    const std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
-    if (kv.first.empty() || kv.second.empty()) {
-      throw Error(
-          absl::InvalidArgumentError(absl::StrCat("--field-dtypes: '", entry, "': expected NAME=DTYPE, e.g. x=uint8")));
-    }
-    o.field_dtypes[kv.first] = value_or_throw(DType::parse(kv.second));
+  for (const auto& [name, dtype] :
+       entries("field-dtypes", absl::GetFlag(FLAGS_field_dtypes), "NAME=DTYPE, e.g. x=uint8")) {
+    o.field_dtypes[name] = value_or_throw(DType::parse(dtype));
   }
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.ragged = absl::GetFlag(FLAGS_ragged);

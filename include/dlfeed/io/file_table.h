@@ -128,11 +128,14 @@ class DLFEED_EXPORT FileTable {
   /// and mtime: its metadata changed (chmod, a link added or removed) or its
   /// bytes were rewritten with the mtime set back (rsync -t, tar -x,
   /// os.utime). `still_indexed(id)` tells which, by indexing the file again:
-  /// true, and the new change time is the file's identity from now on;
-  /// false, or no callback, and it is an error as any change. A reopen
-  /// (pin) that finds such a file fails naming it (reads do not wait for an
-  /// index), and the next call here checks it.
-  absl::Status check_open_files(const std::function<bool(uint32_t id)>& still_indexed = nullptr);
+  /// OK, and the new change time is the file's identity from now on; an
+  /// error (its reason in the message), or no callback, and it is an error
+  /// as any change. One whose path no longer leads to the open inode
+  /// (deleted, renamed, renamed over) reads on: its descriptor reads the
+  /// bytes indexed. A reopen (pin) that finds only the change time new reads
+  /// on too, and is asked about here at the next call. Call it with no read
+  /// in flight (the loader: at each epoch's start).
+  absl::Status check_open_files(const std::function<absl::Status(uint32_t id)>& still_indexed = nullptr);
   size_t max_open() const { return max_open_; }
   bool direct() const { return direct_; }
   FileTableStats stats() const;
