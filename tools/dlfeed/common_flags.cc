@@ -30,9 +30,9 @@ ABSL_FLAG(uint64_t, batch_size, 32,
 ABSL_FLAG(std::string, fields, "",
           "Comma-separated fields of a sample (NPZ members, HDF5 datasets, TFRecord features), e.g. x,y, or "
           "NAME=PATTERN fields read from the files a pattern with one '*' matches, paired by what '*' matched "
-          "as in x=*_data.npy,y=*_label.npy, or NAME=PATTERN:MEMBER naming the dataset in them too "
-          "(x=data-*.h5:climate/data); default: the one --name/--feature selects (calibrate measures the first; "
-          "inspect shows each)");
+          "as in x=*_data.npy,y=*_label.npy, or NAME=PATTERN:MEMBER naming the dataset in them too, as in "
+          "x=data-*.h5:climate/data. Without it: the one --name/--feature selects (calibrate measures the first "
+          "field; inspect shows each)");
 // Output files (inspect, calibrate).
 ABSL_FLAG(std::string, out, "",
           "Output file: inspect --dump-sample's bytes (- for stdout); calibrate's JSON (default: "
