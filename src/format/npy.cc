@@ -197,6 +197,8 @@ bool in_dlio_layout(const std::string& path) {
     const std::string split = dir.filename().string();
     return split == "train" || split == "valid";
   };
+  // The name given first: it costs no system call, and DLIO's folders are
+  // mostly named so.
   const std::string given = fs::path(path).parent_path().lexically_normal().string();
   return is_split(fs::path(given).filename().empty() ? fs::path(given).parent_path() : fs::path(given)) ||
          is_split(real_folder(given)) || is_split(source_folder(given));

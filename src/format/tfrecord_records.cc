@@ -195,13 +195,16 @@ std::vector<std::string> idx_candidates(const std::string& data_path, const Form
   // DLIO's {data}/index/{split}/ beside the folder the file is in, by the
   // path given (a link named train/) and by the folder it resolves to (".",
   // a link to train/).
-  const fs::path given = data.parent_path().lexically_normal();
-  for (const fs::path& folder : {given, fs::path(detail::real_folder(given.string()))}) {
+  // The name given first, with no system call (DLIO's folders are mostly
+  // named so); the real folder only when that is not a split.
+  auto add = [&](const fs::path& folder) {
     const std::string split = folder.filename().string();
-    if (split != "train" && split != "valid") continue;
-    std::string p = (folder.parent_path() / "index" / split / name).string();
-    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
-  }
+    if (split != "train" && split != "valid") return false;
+    out.push_back((folder.parent_path() / "index" / split / name).string());
+    return true;
+  };
+  const fs::path given = data.parent_path().lexically_normal();
+  if (!add(given)) add(fs::path(detail::real_folder(given.string())));
   return out;
 }
 
