@@ -34,27 +34,15 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
 void gather_strided(const std::byte* src, std::byte* dst, const Shape& dims, const std::vector<int64_t>& strides,
                     size_t itemsize);
 
-/// The folder `folder` is, whatever the spelling of the path to it ("",
-/// ".", "..", a relative path, symbolic links): its real path, or `folder`
-/// itself when it cannot be resolved. Remembered per thread for the last
-/// folder asked while a stat of it finds the same directory (a folder's
-/// files are indexed one after another).
-std::string real_folder(const std::string& folder);
-
-/// real_folder(folder), and where the folder is (inside) a bind mount, the
-/// path its file system knows it by (/proc/self/mountinfo's root of the
-/// mount): a DLIO train/ folder bind-mounted at /mnt/x is still train/.
-/// For names only: the result may not be reachable from this process.
-std::string source_folder(const std::string& folder);
-
 /// True for a file named as DLIO's generator names it: {prefix}_{i}_of_{n}.ext,
 /// i below n and zero-padded to n's digits.
 bool dlio_file_name(const std::string& path);
 
 /// True for a file where and as DLIO's generator writes it:
 /// .../{train|valid}/[{k}/]{prefix}_{i}_of_{n}.ext, i zero-padded to n's digits.
-/// The folder is judged by what it is (source_folder), not by how `path`
-/// spells it: ./x, train/x and a link to train/ read alike.
+/// The folder is judged by every name it goes by (the path given, and
+/// format/paths.h's real_folder and source_folder): ./x, train/x and a link
+/// to train/ read alike.
 bool in_dlio_layout(const std::string& path);
 
 /// The resolved sample axis for a file under `options` (kAuto: kLast only for

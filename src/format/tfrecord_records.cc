@@ -32,6 +32,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "format/checked_bytes.h"
+#include "format/paths.h"
 #include "index/index_codec.h"
 #include "index/open_listed.h"
 #include "tfrecord_scan.h"

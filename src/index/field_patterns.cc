@@ -46,6 +46,19 @@ absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
   return f;
 }
 
+FormatOptions format_of(const FieldEntry& f, FormatOptions o) {
+  // A pattern names files, not a member (unless PATTERN:MEMBER names one too).
+  if (f.pattern.empty()) {
+    o.name = f.name;
+    if (!f.name.empty()) o.feature = f.name;
+  } else if (!f.member.empty()) {
+    o.name = f.member;
+    o.feature = f.member;
+  }
+  o.file_pattern = f.pattern;
+  return o;
+}
+
 namespace {
 
 using Key = std::pair<std::string, std::string>;  // (folder, what '*' matched)

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "dlfeed/format/format.h"
 #include "dlfeed/sample.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
@@ -24,6 +25,11 @@ struct FieldEntry {
 /// "x" -> {x, "", ""}. An empty name or member, or a pattern without exactly
 /// one '*', is InvalidArgument.
 absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry);
+
+/// The format options that read field `f`: `o` with the member, dataset,
+/// column or feature it names, or the files its pattern matches (and the
+/// member named after the pattern, if any).
+FormatOptions format_of(const FieldEntry& f, FormatOptions o);
 
 /// OK when the files of `b` pair one by one with those of `a` by folder and
 /// what '*' matched; else InvalidArgument naming the first file without its

@@ -33,11 +33,15 @@
 #include "dlfeed/format/indexed_binary.h"
 #include "dlfeed/format/tfrecord.h"
 #include "format/whole_source.h"
+#include "index/folder_walk.h"
 #include "index_cache.h"
 #include "open_listed.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace fs = std::filesystem;
+using detail::Gathered;
+using detail::read_each_file_once;
+using detail::walk_folder;
 
 absl::StatusOr<FileFormat> detect_format(const std::string& path) {
   const fs::path p(path);
@@ -61,21 +65,6 @@ absl::StatusOr<FileFormat> detect_format(const std::string& path) {
                    "' (expected .npy, .npz, .h5/.hdf5, .tfrecord/.tfrecords/.tfrec/.tfr (also + .gz), "
                    ".indexed_binary/.mmap_indexed_binary, or .bin with its .idx); pass the format explicitly"));
 }
-
-namespace {
-// Whether a folder listing takes `path` for `format`: a file whose extension
-// names that format (any known one for kAuto), or, with an explicit format,
-// a file with no extension at all. Others (.idx, logs, hidden files) are not.
-bool in_folder_listing(const std::string& path, FileFormat format) {
-  auto got = detect_format(path);
-  if (got.ok()) return format == FileFormat::kAuto || *got == format;
-  // With an explicit format, a file with no extension at all is taken too
-  // (TFRecord shards are often named "train-00000-of-01024"); one with an
-  // unknown extension (.idx, .txt, .json, ...) or a hidden one is not.
-  const std::string name = fs::path(path).filename().string();
-  return format != FileFormat::kAuto && !name.empty() && name[0] != '.' && name.find('.') == std::string::npos;
-}
-}  // namespace
 
 std::string format_name(FileFormat f) {
   switch (f) {
@@ -476,136 +465,6 @@ std::string make_cache_folder(const std::string& cache, const std::vector<std::s
   return made_in;
 }
 
-// What reading the given paths gathers besides the files.
-struct Gathered {
-  bool stamp = false;  // folders only, with a cache: each folder read is stamped into `listing`
-  int64_t listed_at_ns = 0;
-  std::string made_in;  // the folder make_cache_folder made the cache's folder in
-  detail::Listing listing;
-  // Folders read whole here, and those of them holding a *.idx file: a
-  // TFRecord in a listed folder without one has no FILE.idx sidecar to try.
-  absl::flat_hash_set<std::string> listed_folders, idx_folders;
-  // Data files reached through a link (to the file, or to a folder above
-  // it): a file may then be reached twice, so the files are told apart by
-  // device and inode.
-  absl::flat_hash_set<std::string> through_links;
-};
-
-// The real path of `p` ("" when it cannot be resolved).
-std::string real_path(const std::string& p) {
-  std::string out;
-  if (char* r = ::realpath(p.c_str(), nullptr)) {
-    out = r;
-    std::free(r);
-  }
-  return out;
-}
-
-// `inner` is `outer` or inside it, component by component.
-bool within(absl::string_view inner, absl::string_view outer) {
-  if (outer == "/") return true;
-  return absl::StartsWith(inner, outer) && (inner.size() == outer.size() || inner[outer.size()] == '/');
-}
-
-// Says once per walk what a link that is not followed is, so that a file
-// missing from the dataset has a reason in the run's output.
-void note_link(const std::string& folder, const std::string& link, absl::string_view why, int& noted) {
-  constexpr int kMostNoted = 8;
-  if (noted < kMostNoted) {
-    std::fprintf(stderr, "dlfeed: note: %s: skipped %s: %s\n", folder.c_str(), link.c_str(), std::string(why).c_str());
-  } else if (noted == kMostNoted) {
-    std::fprintf(stderr, "dlfeed: note: %s: more links skipped, not named\n", folder.c_str());
-  }
-  ++noted;
-}
-
-// Appends the data files in folder `p` and below to `found` (unsorted).
-absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gathered& g,
-                         std::vector<std::string>& found) {
-  // The folder named may itself be a link (a DLIO train/ linked elsewhere).
-  // Inside it, the folders themselves are walked first; then each directory
-  // link, unless it leads back to the folder or above it, or to a folder
-  // walked already (each folder once, by device and inode: no file twice,
-  // no walk ending in ELOOP, and a link to a folder inside never stands in
-  // for the folder itself).
-  const std::string root = real_path(p);
-  int noted = 0;
-  absl::flat_hash_set<std::pair<dev_t, ino_t>> walked;
-  if (struct stat st; ::stat(p.c_str(), &st) == 0) walked.insert({st.st_dev, st.st_ino});
-  std::vector<std::string> links;  // directory links met, walked after the folders
-  auto walk_tree = [&](const std::string& top, bool linked) -> absl::Status {
-    std::error_code ec;
-    auto it = fs::recursive_directory_iterator(top, fs::directory_options::skip_permission_denied, ec);
-    if (ec) return io_error(top, "opendir", ec.value());
-    // The entry's type comes from the directory listing (d_type): no stat
-    // per entry, but for links and file systems that leave it unknown.
-    for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) return io_error(top, "readdir", ec.value());
-      const bool link = it->is_symlink(ec);
-      if (link) {
-        std::error_code lec;
-        const bool there = fs::exists(it->path(), lec);
-        if (!there) {
-          // Named when it might have been data (an editor's lock link is not).
-          if (in_folder_listing(it->path().string(), options.format) || it->path().extension().empty()) {
-            note_link(p, it->path().string(),
-                      lec ? absl::StrCat("a link that cannot be followed (", lec.message(), ")")
-                          : std::string("a broken link (its target does not exist)"),
-                      noted);
-          }
-          continue;
-        }
-      }
-      if (it->is_directory(ec)) {
-        if (link) {
-          links.push_back(it->path().string());  // not recursed into now (links are not followed here)
-          continue;
-        }
-        struct stat st;
-        if (it->path().filename() == "index" || it->path().filename() == detail::kCacheFolder ||
-            (::stat(it->path().c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second)) {
-          it.disable_recursion_pending();  // DLIO's TFRecord sidecars, the index cache, a folder seen (a bind mount)
-          continue;
-        }
-        if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(it->path().string(), g.listed_at_ns));
-        g.listed_folders.insert(it->path().string());
-        continue;
-      }
-      if (!it->is_regular_file(ec)) continue;
-      const std::string s = it->path().string();
-      if (absl::EndsWith(s, ".idx")) g.idx_folders.insert(it->path().parent_path().string());
-      if (!in_folder_listing(s, options.format)) continue;  // not a data file (.idx, logs, ...)
-      if (link || linked) g.through_links.insert(s);
-      found.push_back(s);
-    }
-    return absl::OkStatus();
-  };
-  DLFEED_RETURN_IF_ERROR(walk_tree(p, false));
-  for (size_t k = 0; k < links.size(); ++k) {  // a linked folder's own links join the queue
-    const std::string link = links[k];
-    const std::string target = real_path(link);
-    const std::string name = fs::path(link).filename().string(), target_name = fs::path(target).filename().string();
-    if (name == "index" || name == detail::kCacheFolder || target_name == "index" ||
-        target_name == detail::kCacheFolder) {
-      continue;
-    }
-    if (!root.empty() && !target.empty() && within(root, target)) {
-      note_link(p, link, absl::StrCat("a link to ", target, ", which holds this dataset folder (not walked again)"),
-                noted);
-      continue;
-    }
-    struct stat st;
-    if (::stat(link.c_str(), &st) == 0 && !walked.insert({st.st_dev, st.st_ino}).second) {
-      note_link(p, link, absl::StrCat("a link to ", target, ", a folder walked already"), noted);
-      continue;
-    }
-    if (g.stamp) g.listing.folders.push_back(detail::stamp_folder(link, g.listed_at_ns));
-    g.listed_folders.insert(link);
-    DLFEED_RETURN_IF_ERROR(walk_tree(link, true));
-  }
-  return absl::OkStatus();
-}
-
 // Appends the data files of folder `given` (its training split), sorted.
 absl::Status list_folder(const std::string& given, const FormatOptions& options, Gathered& g,
                          std::vector<std::string>& files) {
@@ -623,33 +482,7 @@ absl::Status list_folder(const std::string& given, const FormatOptions& options,
   g.through_links.clear();
   DLFEED_RETURN_IF_ERROR(walk_folder(p, options, g, found));
   std::sort(found.begin(), found.end());
-  if (!g.through_links.empty()) {
-    // A file reached directly and again through a link (or twice through
-    // links) is one file: the path reached without a link is kept, else the
-    // first in order.
-    absl::flat_hash_set<std::pair<dev_t, ino_t>> seen;
-    std::vector<std::string> once;
-    once.reserve(found.size());
-    uint64_t dropped = 0;
-    std::string example;
-    for (const bool linked : {false, true}) {
-      for (std::string& f : found) {
-        if (g.through_links.contains(f) != linked) continue;
-        struct stat st;
-        if (::stat(f.c_str(), &st) == 0 && !seen.insert({st.st_dev, st.st_ino}).second) {
-          if (dropped++ == 0) example = f;
-          continue;
-        }
-        once.push_back(std::move(f));
-      }
-    }
-    std::sort(once.begin(), once.end());
-    found = std::move(once);
-    if (dropped > 0) {
-      std::fprintf(stderr, "dlfeed: note: %s: %llu files reached twice (through links; e.g. %s) are read once\n",
-                   p.c_str(), static_cast<unsigned long long>(dropped), example.c_str());
-    }
-  }
+  read_each_file_once(p, g, found);
   if (found.empty()) {
     const std::string kinds = options.format == FileFormat::kAuto
                                   ? "no data file (.npy, .npz, .h5/.hdf5/.hdf/.he5, .tfrecord/.tfrecords/.tfrec/.tfr "

@@ -503,19 +503,8 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   // A file whose change time alone is new (chmod, or bytes rewritten with
   // the mtime set back) is indexed again: it reads on only if its samples
   // are where they were.
-  std::vector<std::vector<std::pair<size_t, uint32_t>>> fields_of;  // FileTable id -> (field, file), made if asked
-  DLFEED_RETURN_IF_ERROR(m.files->check_open_files([&m, &fields_of](uint32_t id) -> absl::Status {
-    if (fields_of.empty()) {
-      fields_of.resize(m.file_names.size());
-      for (size_t f = 0; f < m.file_ids.size(); ++f) {
-        for (uint32_t k = 0; k < m.file_ids[f].size(); ++k) fields_of[m.file_ids[f][k]].emplace_back(f, k);
-      }
-    }
-    for (const auto& [f, k] : fields_of[id]) {
-      DLFEED_RETURN_IF_ERROR(detail::still_indexed(m.indices[f], k, m.field_formats[f]));
-    }
-    return absl::OkStatus();
-  }));
+  DLFEED_RETURN_IF_ERROR(
+      m.files->check_open_files(detail::still_indexed_by_id(m.indices, m.file_ids, m.field_formats)));
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;

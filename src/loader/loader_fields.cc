@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +12,35 @@
 #include "index/field_patterns.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
+
+namespace {
+
+// options.field_shapes and field_dtypes by field name (`called`, as the
+// fields are called), each name checked. With `fields` empty, the one field
+// may also be named by the feature or member the options read.
+absl::Status per_field(const LoaderOptions& options, const std::vector<std::string>& called,
+                       std::map<std::string, Shape>& shapes, std::map<std::string, DType>& dtypes) {
+  auto key_of = [&](const std::string& key) -> std::string {
+    if (options.fields.empty() && (key == options.format.feature || key == options.format.name)) return called[0];
+    return key;
+  };
+  auto check_named = [&](const std::string& key, absl::string_view what) -> absl::Status {
+    if (std::find(called.begin(), called.end(), key_of(key)) != called.end()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loader: ", what, " names '", key, "', which is not a field (the fields: ", absl::StrJoin(called, ", "), ")"));
+  };
+  for (const auto& [key, shape] : options.field_shapes) {
+    DLFEED_RETURN_IF_ERROR(check_named(key, "field_shapes"));
+    shapes[key_of(key)] = shape;
+  }
+  for (const auto& [key, dtype] : options.field_dtypes) {
+    DLFEED_RETURN_IF_ERROR(check_named(key, "field_dtypes"));
+    dtypes[key_of(key)] = dtype;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, std::vector<std::string>& field_names,
                          std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices,
@@ -26,49 +56,27 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     const FileFormat f = options.format.format;
     names.push_back(f == FileFormat::kTfRecord ? options.format.feature : options.format.name);
   }
-  std::vector<FieldEntry> entries;
-  std::vector<std::string> parsed_names;
+  std::vector<FieldEntry> parsed;
+  std::vector<std::string> called;  // the fields' names
   for (const std::string& entry : names) {
     DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
-    parsed_names.push_back(field.name.empty() ? (names.size() == 1 ? "data" : field.name) : field.name);
-    if (std::find(parsed_names.begin(), parsed_names.end() - 1, parsed_names.back()) != parsed_names.end() - 1) {
+    called.push_back(field.name.empty() ? (names.size() == 1 ? "data" : field.name) : field.name);
+    if (std::find(called.begin(), called.end() - 1, called.back()) != called.end() - 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("loader: two fields are named '", parsed_names.back(), "'; name each field once"));
+          absl::StrCat("loader: two fields are named '", called.back(), "'; name each field once"));
     }
+    parsed.push_back(std::move(field));
   }
-  // One field not named in `fields`: its shape and dtype may be given by
-  // the name the options read (the TFRecord feature, the member) as well.
-  const bool one_default = options.fields.empty();
-  auto key_of = [&](const std::string& key) -> std::string {
-    if (one_default && (key == options.format.feature || key == options.format.name)) return parsed_names[0];
-    return key;
-  };
-  auto check_named = [&](const std::string& key, absl::string_view what) -> absl::Status {
-    if (std::find(parsed_names.begin(), parsed_names.end(), key_of(key)) != parsed_names.end()) {
-      return absl::OkStatus();
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("loader: ", what, " names '", key,
-                     "', which is not a field (the fields: ", absl::StrJoin(parsed_names, ", "), ")"));
-  };
-  for (const auto& [key, shape] : options.field_shapes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_shapes"));
-  for (const auto& [key, dtype] : options.field_dtypes) DLFEED_RETURN_IF_ERROR(check_named(key, "field_dtypes"));
   std::map<std::string, Shape> shapes;
   std::map<std::string, DType> dtypes;
-  for (const auto& [key, shape] : options.field_shapes) shapes[key_of(key)] = shape;
-  for (const auto& [key, dtype] : options.field_dtypes) dtypes[key_of(key)] = dtype;
-  for (const std::string& entry : names) {
-    DLFEED_ASSIGN_OR_RETURN(FieldEntry field, parse_field_entry(entry));
+  DLFEED_RETURN_IF_ERROR(per_field(options, called, shapes, dtypes));
+  std::vector<FieldEntry> entries;
+  for (FieldEntry& field : parsed) {
     const std::string& name = field.name;
-    FormatOptions fo = options.format;
-    // A pattern names files, not a member (unless PATTERN:MEMBER names one too).
-    fo.name = field.pattern.empty() ? name : !field.member.empty() ? field.member : options.format.name;
-    fo.file_pattern = field.pattern;
-    if (!name.empty() && field.pattern.empty()) fo.feature = name;
-    if (!field.member.empty()) fo.feature = field.member;
-    const std::string& called = parsed_names[entries.size()];
-    if (auto it = shapes.find(called); it != shapes.end()) fo.feature_shape = it->second;
-    if (auto it = dtypes.find(called); it != dtypes.end()) fo.feature_dtype = it->second;
+    FormatOptions fo = format_of(field, options.format);
+    const std::string& call = called[entries.size()];
+    if (auto it = shapes.find(call); it != shapes.end()) fo.feature_shape = it->second;
+    if (auto it = dtypes.find(call); it != dtypes.end()) fo.feature_dtype = it->second;
     counters::Span open_span(&cnt, counters::kOpenSpan);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
                                                                   : open_dataset(options.paths, fo));
@@ -90,7 +98,7 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
             field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
       }
     }
-    field_names.push_back(name.empty() ? (names.size() == 1 ? "data" : name) : name);
+    field_names.push_back(call);
     DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, field_names.back(), options.ragged));
     field_specs.push_back(std::move(spec));
     indices.push_back(std::move(idx));
@@ -127,6 +135,26 @@ absl::Status still_indexed(const SampleIndex& index, uint32_t k, const FormatOpt
     }
   }
   return absl::OkStatus();
+}
+
+std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<SampleIndex>& indices,
+                                                             const std::vector<std::vector<uint32_t>>& file_ids,
+                                                             const std::vector<FormatOptions>& formats) {
+  // FileTable id -> (field, file), made when a file is first asked about.
+  auto fields_of = std::make_shared<std::vector<std::vector<std::pair<size_t, uint32_t>>>>();
+  return [&indices, &file_ids, &formats, fields_of](uint32_t id) -> absl::Status {
+    if (fields_of->empty()) {
+      for (size_t f = 0; f < file_ids.size(); ++f) {
+        for (uint32_t k = 0; k < file_ids[f].size(); ++k) {
+          if (fields_of->size() <= file_ids[f][k]) fields_of->resize(file_ids[f][k] + 1);
+          (*fields_of)[file_ids[f][k]].emplace_back(f, k);
+        }
+      }
+    }
+    if (id >= fields_of->size()) return absl::OkStatus();
+    for (const auto& [f, k] : (*fields_of)[id]) DLFEED_RETURN_IF_ERROR(still_indexed(indices[f], k, formats[f]));
+    return absl::OkStatus();
+  };
 }
 
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,

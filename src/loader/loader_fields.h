@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
 /// shapes; else what differs, or why it could not be indexed. For a file
 /// whose change time alone is new (FileTable::check_open_files).
 absl::Status still_indexed(const SampleIndex& index, uint32_t k, const FormatOptions& options);
+
+/// still_indexed() by FileTable id, for FileTable::check_open_files: every
+/// field's file with that id (file_ids[field][file]) is indexed again.
+std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<SampleIndex>& indices,
+                                                             const std::vector<std::vector<uint32_t>>& file_ids,
+                                                             const std::vector<FormatOptions>& formats);
 
 /// Adds every field's files to `files`: appends to `file_ids` each field's
 /// FileTable ids (per file), and sets `file_names[id]` to id's path.

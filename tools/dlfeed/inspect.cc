@@ -101,13 +101,8 @@ std::string first_data_file(const std::vector<std::string>& paths) {
 
 // What a field entry of --fields reads, as the loader takes it: a member,
 // dataset, column or feature by name, or the files NAME=PATTERN matches.
-FormatOptions field_options(const std::string& entry, FormatOptions o) {
-  const detail::FieldEntry f = value_or_throw(detail::parse_field_entry(entry));
-  o.name = f.pattern.empty() ? f.name : !f.member.empty() ? f.member : o.name;
-  o.file_pattern = f.pattern;
-  if (f.pattern.empty()) o.feature = f.name;
-  if (!f.member.empty()) o.feature = f.member;
-  return o;
+FormatOptions field_options(const std::string& entry, const FormatOptions& o) {
+  return detail::format_of(value_or_throw(detail::parse_field_entry(entry)), o);
 }
 
 // Every field the files offer (as h5ls lists datasets): each one's samples

@@ -155,6 +155,32 @@ struct EpochResult {
   LoaderStats before, after;
 };
 
+// --field-shapes and --field-dtypes: NAME=VALUE entries separated by ';'
+// (spaces around each part ignored).
+void apply_field_flags(LoaderOptions& o) {
+  auto entries = [](const std::string& flag, const std::string& text, absl::string_view example) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (absl::string_view entry : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
+      const size_t eq = entry.find('=');
+      const std::string name(absl::StripAsciiWhitespace(entry.substr(0, eq)));
+      if (eq == absl::string_view::npos || name.empty()) {
+        throw Error(absl::InvalidArgumentError(
+            absl::StrCat("--", flag, ": '", absl::StripAsciiWhitespace(entry), "': expected ", example)));
+      }
+      out.emplace_back(name, std::string(absl::StripAsciiWhitespace(entry.substr(eq + 1))));
+    }
+    return out;
+  };
+  for (const auto& [name, dims] :
+       entries("field-shapes", absl::GetFlag(FLAGS_field_shapes), "NAME=DIMS, e.g. x=3,224,224 (y= for a scalar)")) {
+    o.field_shapes[name] = dims == "()" ? Shape{} : value_or_throw(parse_shape(dims));
+  }
+  for (const auto& [name, dtype] :
+       entries("field-dtypes", absl::GetFlag(FLAGS_field_dtypes), "NAME=DTYPE, e.g. x=uint8")) {
+    o.field_dtypes[name] = value_or_throw(DType::parse(dtype));
+  }
+}
+
 RunConfig configure(const std::vector<std::string>& args) {
   RunConfig c;
   LoaderOptions& o = c.loader;
@@ -193,28 +219,7 @@ RunConfig configure(const std::vector<std::string>& args) {
     if (!given("strategy")) o.order.strategy = "global_shuffle";
     if (!given("evict")) c.evict = true;
   }
-  // NAME=VALUE entries separated by ';' (spaces around each part ignored).
-  auto entries = [](const std::string& flag, const std::string& text, absl::string_view example) {
-    std::vector<std::pair<std::string, std::string>> out;
-    for (absl::string_view entry : absl::StrSplit(text, ';', absl::SkipWhitespace())) {
-      const size_t eq = entry.find('=');
-      const std::string name(absl::StripAsciiWhitespace(entry.substr(0, eq)));
-      if (eq == absl::string_view::npos || name.empty()) {
-        throw Error(absl::InvalidArgumentError(
-            absl::StrCat("--", flag, ": '", absl::StripAsciiWhitespace(entry), "': expected ", example)));
-      }
-      out.emplace_back(name, std::string(absl::StripAsciiWhitespace(entry.substr(eq + 1))));
-    }
-    return out;
-  };
-  for (const auto& [name, dims] :
-       entries("field-shapes", absl::GetFlag(FLAGS_field_shapes), "NAME=DIMS, e.g. x=3,224,224 (y= for a scalar)")) {
-    o.field_shapes[name] = dims == "()" ? Shape{} : value_or_throw(parse_shape(dims));
-  }
-  for (const auto& [name, dtype] :
-       entries("field-dtypes", absl::GetFlag(FLAGS_field_dtypes), "NAME=DTYPE, e.g. x=uint8")) {
-    o.field_dtypes[name] = value_or_throw(DType::parse(dtype));
-  }
+  apply_field_flags(o);
   o.drop_last_batch = absl::GetFlag(FLAGS_drop_last_batch);
   o.ragged = absl::GetFlag(FLAGS_ragged);
   apply_loader_flags(o, c.evict);
