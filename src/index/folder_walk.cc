@@ -74,9 +74,8 @@ struct Walk {
         if (!there) {
           // Named when it might have been data (an editor's lock link is not).
           if (in_folder_listing(it->path().string(), options.format) || it->path().extension().empty()) {
-            note_link(it->path().string(),
-                      lec ? absl::StrCat("a link that cannot be followed (", lec.message(), ")")
-                          : std::string("a broken link (its target does not exist)"));
+            note_link(it->path().string(), lec ? absl::StrCat("a link that cannot be followed (", lec.message(), ")")
+                                               : std::string("a broken link (its target does not exist)"));
           }
           continue;
         }
