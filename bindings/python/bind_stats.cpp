@@ -143,7 +143,11 @@ void add_loader_traffic_fields(RecordClass<LoaderStats>& stats) {
       .field(
           "bytes_read", [](const LoaderStats& s) { return s.bytes_read; }, "Bytes read from files")
       .field(
-          "read_requests", [](const LoaderStats& s) { return s.read_requests; }, "Reads issued after coalescing")
+          "planned_reads", [](const LoaderStats& s) { return s.planned_reads; },
+          "Reads planned after coalescing (one per merged run of extents)")
+      .field(
+          "io_operations", [](const LoaderStats& s) { return s.io_operations; },
+          "Reads the I/O engines completed: planned reads, large ones in pieces")
       .field(
           "extents", [](const LoaderStats& s) { return s.extents; }, "Extents asked for before coalescing")
       .field("peak_in_flight_bytes", [](const LoaderStats& s) { return s.peak_in_flight_bytes; })
@@ -197,6 +201,10 @@ void add_loader_resource_fields(RecordClass<LoaderStats>& stats) {
           "resident_bytes", [](const LoaderStats& s) { return s.resident_bytes; },
           "Held in memory (resident); 0: read from the files")
       .field("resident_reason", [](const LoaderStats& s) { return s.resident_reason; })
+      .field(
+          "memory_budget", [](const LoaderStats& s) { return s.memory_budget; },
+          "The memory budget in use, in bytes (memory_budget, or the machine's when 0)")
+      .field("memory_budget_reason", [](const LoaderStats& s) { return s.memory_budget_reason; })
       .field(
           "unpacked_bytes", [](const LoaderStats& s) { return s.unpacked_bytes; },
           "Kept for unpacked arrays (unpack), reserved at create")

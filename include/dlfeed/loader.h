@@ -163,7 +163,13 @@ struct DLFEED_EXPORT LoaderOptions {
   /// consumer that keeps many batches gets them one at a time). The prefetch
   /// policy's byte limit counts only the look-ahead, so batches the consumer
   /// holds take room from this budget, not from the read-ahead.
-  uint64_t memory_budget = 1ull << 30;
+  /// 0 (the default): from the machine, when the loader is made: a quarter
+  /// of the memory the process may use (MemAvailable, capped by its cgroup's
+  /// memory.max less what it uses), shared by the ranks of the job on this
+  /// node (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE,
+  /// LOCAL_WORLD_SIZE...), at least 256 MiB. LoaderStats::memory_budget and
+  /// memory_budget_reason say what was used and why.
+  uint64_t memory_budget = 0;
   /// Memory for the batch buffers (null: allocate_buffer's pages). A trainer
   /// passes e.g. cudaHostAlloc/cudaFreeHost to get page-locked batches, ready
   /// for asynchronous copies to a GPU; buffers are pooled and reused, so each
@@ -229,7 +235,8 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t samples = 0;
   uint64_t bytes_delivered = 0;  // decoded bytes handed out
   uint64_t bytes_read = 0;       // bytes read from files
-  uint64_t read_requests = 0;    // reads issued after coalescing
+  uint64_t planned_reads = 0;    // reads planned after coalescing (one per merged run of extents)
+  uint64_t io_operations = 0;    // reads the I/O engines completed: planned reads, large ones in pieces
   uint64_t extents = 0;          // extents asked for before coalescing
   uint64_t peak_in_flight_bytes = 0;
   uint64_t pool_allocations = 0;
@@ -253,14 +260,16 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t split_records = 0;
   uint64_t split_records_whole = 0;
   std::string io_fallback_reason;
-  staging::StageStats stage;       // the stager's (LoaderOptions::stage)
-  uint64_t files_read_staged = 0;  // files read from staged copies (from the last start_epoch on)
-  uint64_t files = 0;              // distinct files of the dataset (all fields)
-  uint64_t resident_bytes = 0;     // held in memory (LoaderOptions::resident); 0: read from the files
-  std::string resident_reason;     // why the dataset is or is not held in memory
-  uint64_t unpacked_bytes = 0;     // kept for unpacked arrays (LoaderOptions::unpack), reserved at create
-  std::string unpacked_reason;     // what was unpacked and why (empty: no deflated or strided array)
-  std::string prefetch;            // the prefetch policy in use ("auto" resolved), e.g. "depth:8,budget:268435456"
+  staging::StageStats stage;         // the stager's (LoaderOptions::stage)
+  uint64_t files_read_staged = 0;    // files read from staged copies (from the last start_epoch on)
+  uint64_t files = 0;                // distinct files of the dataset (all fields)
+  uint64_t resident_bytes = 0;       // held in memory (LoaderOptions::resident); 0: read from the files
+  std::string resident_reason;       // why the dataset is or is not held in memory
+  uint64_t memory_budget = 0;        // LoaderOptions::memory_budget in use (0 resolved from the machine)
+  std::string memory_budget_reason;  // "given (memory_budget)", or how the machine's was chosen
+  uint64_t unpacked_bytes = 0;       // kept for unpacked arrays (LoaderOptions::unpack), reserved at create
+  std::string unpacked_reason;       // what was unpacked and why (empty: no deflated or strided array)
+  std::string prefetch;              // the prefetch policy in use ("auto" resolved), e.g. "depth:8,budget:268435456"
   /// How batches are made: "gather" when every file is held and every field
   /// is raw samples at a fixed stride (NPY, stored NPZ, contiguous HDF5),
   /// each batch gathered by copies on one thread with nothing to decode;

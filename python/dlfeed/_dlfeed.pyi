@@ -122,6 +122,10 @@ class CoalesceOptions:
     """The piece size of split_above"""
     split_piece_cold: int
     """The piece size of split_above while most reads miss the page cache (0: split_piece)"""
+    large_above: int
+    """Reads of at least this many bytes go in large_piece pieces that kernel workers copy, so one batch's large samples spread over the cores (0: no such route)"""
+    large_piece: int
+    """The piece size of large_above"""
 
 class TraceOptions:
     """Trace events of the counters (C++ counters::TraceOptions)."""
@@ -346,8 +350,11 @@ class LoaderStats:
     def bytes_read(self) -> int:
         """Bytes read from files"""
     @property
-    def read_requests(self) -> int:
-        """Reads issued after coalescing"""
+    def planned_reads(self) -> int:
+        """Reads planned after coalescing (one per merged run of extents)"""
+    @property
+    def io_operations(self) -> int:
+        """Reads the I/O engines completed: planned reads, large ones in pieces"""
     @property
     def extents(self) -> int:
         """Extents asked for before coalescing"""
@@ -406,6 +413,11 @@ class LoaderStats:
         """Held in memory (resident); 0: read from the files"""
     @property
     def resident_reason(self) -> str: ...
+    @property
+    def memory_budget(self) -> int:
+        """The memory budget in use, in bytes (memory_budget, or the machine's when 0)"""
+    @property
+    def memory_budget_reason(self) -> str: ...
     @property
     def unpacked_bytes(self) -> int:
         """Kept for unpacked arrays (unpack), reserved at create"""

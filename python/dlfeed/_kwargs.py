@@ -77,6 +77,8 @@ class OptionKwargs(TypedDict, total=False):
     split_above: Optional[int]
     split_piece: Optional[int]
     split_piece_cold: Optional[int]
+    large_above: Optional[int]
+    large_piece: Optional[int]
     fadvise_willneed: Optional[bool]
     resident: Optional[Mode]
     unpack: Optional[Mode]

@@ -137,6 +137,8 @@ KEYWORDS: Dict[str, Keyword] = {
     "split_above": Keyword("coalesce.split_above", "split-above"),
     "split_piece": Keyword("coalesce.split_piece", "split-piece"),
     "split_piece_cold": Keyword("coalesce.split_piece_cold", "split-piece-cold"),
+    "large_above": Keyword("coalesce.large_above", "large-above"),
+    "large_piece": Keyword("coalesce.large_piece", "large-piece"),
     "fadvise_willneed": Keyword("fadvise_willneed", "fadvise"),
     "resident": Keyword("resident", "resident"),
     "unpack": Keyword("unpack", "unpack"),

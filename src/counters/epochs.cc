@@ -180,8 +180,9 @@ EpochReport Counters::make_report(const EpochState& e, const Delta& d, uint64_t 
   r.samples = S(Id::kSamples);
   r.bytes_read = S(Id::kBytesRead);
   r.bytes_delivered = S(Id::kBytesDelivered);
-  r.read_requests = S(Id::kReadRequests);
+  r.io_operations = S(Id::kIoOperations);
   r.extents = S(Id::kExtents);
+  r.planned_reads = S(Id::kPlannedReads);
   r.plan_s = B(Component::kPlan);
   r.io_busy_s = B(Component::kIo);
   r.decode_s = B(Component::kDecode);
@@ -260,7 +261,8 @@ Snapshot Counters::snapshot() const {
     t.samples += e.samples;
     t.bytes_read += e.bytes_read;
     t.bytes_delivered += e.bytes_delivered;
-    t.read_requests += e.read_requests;
+    t.io_operations += e.io_operations;
+    t.planned_reads += e.planned_reads;
     t.extents += e.extents;
     t.bytes_read_staged += e.bytes_read_staged;
     t.bytes_staged += e.bytes_staged;

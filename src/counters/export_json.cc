@@ -28,8 +28,9 @@ std::string epoch_json(const EpochReport& e) {
   std::string s = absl::StrCat(
       "{\"epoch\":", e.epoch, ",\"complete\":", e.complete ? "true" : "false", ",\"wall_s\":", num(e.wall_s),
       ",\"steps\":", e.steps, ",\"batches\":", e.batches, ",\"samples\":", e.samples, ",\"bytes_read\":", e.bytes_read,
-      ",\"bytes_delivered\":", e.bytes_delivered, ",\"read_requests\":", e.read_requests, ",\"extents\":", e.extents,
-      ",\"coalesced_extents\":", e.extents > e.read_requests ? e.extents - e.read_requests : 0);
+      ",\"bytes_delivered\":", e.bytes_delivered, ",\"extents\":", e.extents, ",\"planned_reads\":", e.planned_reads,
+      ",\"coalesced_extents\":", e.extents > e.planned_reads ? e.extents - e.planned_reads : 0,
+      ",\"io_operations\":", e.io_operations);
   absl::StrAppend(
       &s, ",\"plan_s\":", num(e.plan_s), ",\"io_busy_s\":", num(e.io_busy_s), ",\"decode_s\":", num(e.decode_s),
       ",\"collate_s\":", num(e.collate_s), ",\"stall_s\":", num(e.stall_s), ",\"compute_s\":", num(e.compute_s),

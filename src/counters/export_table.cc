@@ -50,12 +50,14 @@ std::string Snapshot::summary_table() const {
     }
   }
   const auto& br = (*this)[Id::kBytesRead];
-  const auto& rq = (*this)[Id::kReadRequests];
+  const auto& ops = (*this)[Id::kIoOperations];
+  const auto& rq = (*this)[Id::kPlannedReads];
   const auto& ex = (*this)[Id::kExtents];
   absl::StrAppend(
-      &s, absl::StrFormat("read %.1f MiB in %d requests for %d extents (%d coalesced away)%s\n", br.value / 1048576.0,
-                          rq.value, ex.value, ex.value > rq.value ? ex.value - rq.value : 0,
-                          epochs.empty() || total.complete ? "" : "; * = epoch not complete"));
+      &s, absl::StrFormat("read %.1f MiB in %d planned reads for %d extents (%d coalesced away), done as %d "
+                          "I/O operations%s\n",
+                          br.value / 1048576.0, rq.value, ex.value, ex.value > rq.value ? ex.value - rq.value : 0,
+                          ops.value, epochs.empty() || total.complete ? "" : "; * = epoch not complete"));
   absl::StrAppend(&s, absl::StrFormat("%-14s %9s %9s %9s %9s %9s %9s %9s\n", "latency", "count", "mean_ms", "p50_ms",
                                       "p95_ms", "p99_ms", "max_ms", "total_s"));
   for (const CounterValue& c : counters) {

@@ -32,7 +32,7 @@ inline uint64_t now_of(const counters::Counters& c) { return c.now(); }
 inline void record_reads(counters::Counters& c, uint64_t t0, uint64_t t1, uint64_t requests, uint64_t bytes) {
   c.interval_begin(counters::Component::kIo, t0);
   c.interval_end(counters::Component::kIo, t1);
-  c.add(counters::Id::kReadRequests, requests);
+  c.add(counters::Id::kIoOperations, requests);
   c.add(counters::Id::kBytesRead, bytes);
   for (uint64_t i = 0; i < requests; ++i) c.sample(counters::Id::kIoLatency, t1 - t0);
 }

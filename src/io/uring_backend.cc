@@ -16,6 +16,14 @@
 // a cold read's completion comes later anyway, and rounds would only cut the
 // queue depth, so then there are none.
 //
+// Reads marked ReadRequest::hand_off (pieces of large extents) go in with
+// IOSQE_ASYNC: a kernel worker (io-wq) does each, so the copies of one
+// batch's page-cache hits run on many cores rather than on the engine thread
+// that submits. The ring lets at most as many workers run as the process has
+// cores, keeps at most twice that many handed-off reads in the kernel, and
+// leaves them out of max_bytes_in_flight (the workers, not the bytes, are
+// what bounds them; the bytes are the batch's own slots).
+//
 // Files are pinned when a read is put in the ring (not at submit), with
 // FileTable::try_pin, so a ring with many requests for many files keeps no
 // more descriptors open than the table's cap: when the cap is reached the
@@ -24,6 +32,7 @@
 // and held open by one pin each until the backend goes.
 
 #include <liburing.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +73,14 @@ class UringBackend final : public IoBackend {
     }
     ring_ok_ = true;
     if (direct_) register_bounce_buffers();
+    // Kernel workers for handed-off reads: as many as the cores we may run
+    // on. A kernel without the call (before 5.15) keeps its own bound.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    workers_ = static_cast<uint32_t>(std::max(1, cpus));
+    unsigned limits[2] = {workers_, 0};  // bounded (regular files), unbounded: unchanged
+    (void)io_uring_register_iowq_max_workers(&ring_, limits);
     const size_t n = files_->size();
     if (want_registered_ && n > 0 && n <= kMaxRegisteredFiles && n <= files_->max_open() / 2 &&
         io_uring_register_files_sparse(&ring_, static_cast<unsigned>(n)) == 0) {
@@ -259,7 +276,11 @@ class UringBackend final : public IoBackend {
         }
       }
       const uint64_t len = op.next_length();
-      if (max_bytes_ > 0 && in_ring_ > 0 && bytes_in_ring_ + len > max_bytes_) break;  // in order: wait
+      const bool hand_off = op.req.hand_off && !op.direct && op.fixed < 0 && !op.scattered();
+      if (hand_off ? handed_in_ring_ >= 2 * workers_
+                   : max_bytes_ > 0 && in_ring_ > handed_in_ring_ && bytes_in_ring_ + len > max_bytes_) {
+        break;  // in order: wait
+      }
       const bool checksum = op.req.checksum && !op.direct;
       if (checksum && warm_ && checksum_round_ > 0 && checksum_in_ring_ > 0 &&
           checksum_in_ring_ + len > checksum_round_) {
@@ -281,7 +302,14 @@ class UringBackend final : public IoBackend {
       }
       if (op.fixed_file >= 0) sqe->flags |= IOSQE_FIXED_FILE;
       op.in_kernel = len;
-      bytes_in_ring_ += len;
+      op.handed_off = hand_off;
+      if (hand_off) {
+        sqe->flags |= IOSQE_ASYNC;
+        ++handed_in_ring_;
+        StatsCounters::add(stats_.handed_off);
+      } else {
+        bytes_in_ring_ += len;
+      }
       if (checksum) checksum_in_ring_ += len;
       if (bytes_in_ring_ > stats_.peak_bytes_in_kernel.load(std::memory_order_relaxed)) {
         stats_.peak_bytes_in_kernel.store(bytes_in_ring_, std::memory_order_relaxed);  // one writer: this thread
@@ -321,7 +349,12 @@ class UringBackend final : public IoBackend {
       auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
       --in_ring_;
       ReadOp& op = *ops_[slot];
-      bytes_in_ring_ -= op.in_kernel;
+      if (op.handed_off) {
+        --handed_in_ring_;
+        op.handed_off = false;
+      } else {
+        bytes_in_ring_ -= op.in_kernel;
+      }
       if (op.req.checksum && !op.direct) checksum_in_ring_ -= op.in_kernel;
       op.in_kernel = 0;
       switch (op.on_result(cqe->res, *files_, stats_)) {
@@ -339,7 +372,9 @@ class UringBackend final : public IoBackend {
   bool direct_;
   uint32_t depth_;
   uint64_t max_bytes_;             // bytes in the kernel at once (0: no limit)
-  uint64_t bytes_in_ring_ = 0;     // ... now
+  uint64_t bytes_in_ring_ = 0;     // ... now (handed-off reads not counted)
+  uint32_t workers_ = 1;           // kernel workers for handed-off reads (the cores we may use)
+  uint32_t handed_in_ring_ = 0;    // handed-off reads in the ring
   uint64_t checksum_round_;        // bytes of checksum reads per round while warm (0: no rounds)
   uint64_t checksum_in_ring_ = 0;  // bytes of checksum reads in the ring now
   bool warm_ = false;              // the last submit's reads all completed in it

@@ -67,6 +67,7 @@ struct Loader::Impl {
   // LoaderOptions::resident: the files held in memory (null: read them).
   std::shared_ptr<const detail::ResidentFiles> resident;
   std::string resident_reason;
+  std::string memory_budget_reason;          // LoaderStats::memory_budget_reason
   std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
   // LoaderOptions::unpack: arrays read once whole (null: none).
   std::shared_ptr<detail::UnpackedFiles> unpacked;
@@ -190,7 +191,8 @@ struct Loader::Impl {
       if (o.io_factory) backend = make_checked_backend(std::move(backend), files);
       if (resident) backend = detail::make_resident_backend(std::move(backend), resident);
       engines.add(std::make_unique<detail::IoEngine>(std::move(backend), counters.get(), max_piece, k, split_above,
-                                                     o.coalesce.split_piece, o.coalesce.split_piece_cold));
+                                                     o.coalesce.split_piece, o.coalesce.split_piece_cold,
+                                                     o.io.direct ? 0 : o.coalesce.large_above, o.coalesce.large_piece));
     }
     return absl::OkStatus();
   }
@@ -362,41 +364,16 @@ Loader::~Loader() {
   if (impl_ && impl_->made_in != ::getpid()) (void)impl_.release();
 }
 
-namespace {
-absl::Status made_here(pid_t made_in) {
-  if (made_in == ::getpid()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("loader: made in process ", made_in, ", used in process ", ::getpid(),
-                   " (a child of fork()), where its threads do not exist: make a new Loader in this process"));
-}
-}  // namespace
-
-namespace {
-// LoaderOptions::prefetch "auto" when copying from held files; when reading,
-// "depth:8,budget:256M" up to 8 cores, more with more, within half the
-// memory budget (pipeline/cores.h).
-constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
-std::string read_prefetch(const pipeline::MachineDefaults& d) {
-  return absl::StrCat("depth:", d.read_depth, ",budget:", d.read_budget);
-}
-// Records read around their value (TFRecord images, split_reads.h): held or
-// not, the engines copy them and the decode stage checks them, so batches
-// ahead overlap the two as when reading; one 16 MiB batch ahead made a held
-// TFRecord dataset slower to load than reading it.
-bool any_split_sources(const std::vector<SampleIndex>& indices) {
-  for (const auto& field : pipeline::split_sources(indices)) {
-    for (const detail::SplitRecords* s : field) {
-      if (s != nullptr) return true;
-    }
-  }
-  return false;
-}
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
   auto impl = std::make_unique<Impl>();
+  impl->memory_budget_reason = "given (memory_budget)";
+  if (options.memory_budget == 0) {
+    const pipeline::MemoryBudget b = pipeline::process_memory_budget();
+    options.memory_budget = b.bytes;
+    impl->memory_budget_reason = b.why;
+  }
   impl->counters = std::make_shared<Counters>(options.trace);
   Counters& cnt = *impl->counters;
   if (options.buffer_allocator) impl->pool->set_allocator(options.buffer_allocator);
@@ -420,7 +397,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
   pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
-  machine.read_budget = pipeline::read_budget_within(machine, options.memory_budget);
+  machine.read_budget = pipeline::read_budget_within(machine, options.memory_budget,
+                                                     detail::mean_batch_bytes(impl->indices, options.batch_size));
   // Autotuning: what is left to the machine, when the files are read.
   const bool tune = !impl->resident && (options.autotune == Mode::kOn ||
                                         (options.autotune == Mode::kAuto && pipeline::process_cores() >= 4));
@@ -431,9 +409,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     impl->policy = impl->tuned_depth;
   }
   if (impl->policy == nullptr) {
-    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(impl->resident && !any_split_sources(impl->indices)
-                                                                     ? kHeldPrefetch
-                                                                     : read_prefetch(machine)));
+    DLFEED_ASSIGN_OR_RETURN(impl->policy,
+                            prefetch::parse_policy(impl->resident && !detail::any_split_sources(impl->indices)
+                                                       ? detail::kHeldPrefetch
+                                                       : detail::read_prefetch(machine)));
   }
   DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
                           detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,
@@ -490,7 +469,7 @@ void Loader::set_overlap_epochs(bool on) {
 
 absl::Status Loader::start_epoch(uint64_t epoch) {
   Impl& m = *impl_;
-  DLFEED_RETURN_IF_ERROR(made_here(m.made_in));
+  DLFEED_RETURN_IF_ERROR(detail::made_here(m.made_in));
   if (m.adopt(epoch)) return absl::OkStatus();
   m.cancel_epoch();
   DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
@@ -540,7 +519,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
 
 absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   Impl& m = *impl_;
-  DLFEED_RETURN_IF_ERROR(made_here(m.made_in));
+  DLFEED_RETURN_IF_ERROR(detail::made_here(m.made_in));
   if (!m.running) {
     if (m.finished) return std::shared_ptr<const Batch>();
     return absl::FailedPreconditionError("loader: call start_epoch() before next()");
@@ -659,7 +638,8 @@ LoaderStats Loader::stats() const {
   const IoStats io = m.engines.stats();
   s.bytes_read = (io.device_bytes ? io.device_bytes : io.bytes) + m.resident_copied.load(std::memory_order_relaxed) +
                  (m.unpacked ? m.unpacked->bytes_read() : 0);
-  s.read_requests = m.planner->planned_reads();
+  s.planned_reads = m.planner->planned_reads();
+  s.io_operations = io.completions;
   s.extents = m.planner->extents();
   s.peak_in_flight_bytes = m.budget->peak();
   s.pool_allocations = m.pool->allocations();
@@ -686,6 +666,8 @@ LoaderStats Loader::stats() const {
   s.files = m.file_names.size();
   s.resident_bytes = m.resident ? m.resident->bytes() : 0;
   s.resident_reason = m.resident_reason;
+  s.memory_budget = m.options.memory_budget;
+  s.memory_budget_reason = m.memory_budget_reason;
   s.prefetch = m.policy->name();
   s.route = m.planner != nullptr && m.planner->copies_only() ? "gather" : "pipeline";
   s.unpacked_bytes = m.unpacked ? m.unpacked->reserved_bytes() : 0;

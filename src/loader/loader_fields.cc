@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "loader/loader_fields.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -10,6 +12,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "index/field_patterns.h"
+#include "read/split_reads.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
@@ -170,6 +173,35 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
     }
     file_ids.push_back(std::move(ids));
   }
+}
+
+absl::Status made_here(pid_t made_in) {
+  if (made_in == ::getpid()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("loader: made in process ", made_in, ", used in process ", ::getpid(),
+                   " (a child of fork()), where its threads do not exist: make a new Loader in this process"));
+}
+
+std::string read_prefetch(const pipeline::MachineDefaults& d) {
+  return absl::StrCat("depth:", d.read_depth, ",budget:", d.read_budget);
+}
+
+bool any_split_sources(const std::vector<SampleIndex>& indices) {
+  for (const auto& field : pipeline::split_sources(indices)) {
+    for (const SplitRecords* s : field) {
+      if (s != nullptr) return true;
+    }
+  }
+  return false;
+}
+
+uint64_t mean_batch_bytes(const std::vector<SampleIndex>& indices, uint32_t batch_size) {
+  uint64_t bytes = 0;
+  for (const SampleIndex& index : indices) {
+    const uint64_t n = index.size();
+    if (n > 0) bytes += index.total_read_bytes() / n * batch_size;
+  }
+  return bytes;
 }
 
 }  // namespace dlfeed::inline DLFEED_ABI::detail

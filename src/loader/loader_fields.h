@@ -3,6 +3,8 @@
 // stages: each field's index opened, and every field's files in one FileTable.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -13,6 +15,7 @@
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/sample.h"
+#include "pipeline/cores.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
@@ -41,5 +44,24 @@ std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<S
 /// FileTable ids (per file), and sets `file_names[id]` to id's path.
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,
                std::vector<std::string>& file_names);
+
+/// FailedPrecondition when this is not process `made_in` (a child of fork():
+/// a loader's threads stay in the parent).
+absl::Status made_here(pid_t made_in);
+
+/// LoaderOptions::prefetch "auto" when copying from held files; when
+/// reading, the machine's depth and read-ahead budget (pipeline/cores.h).
+inline constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
+std::string read_prefetch(const pipeline::MachineDefaults& d);
+
+/// Whether any field has records read around their value (TFRecord images,
+/// split_reads.h): held or not, the engines copy them and the decode stage
+/// checks them, so batches ahead overlap the two as when reading (one 16
+/// MiB batch ahead made a held TFRecord dataset slower to load than reading).
+bool any_split_sources(const std::vector<SampleIndex>& indices);
+
+/// The bytes read for a batch of `batch_size` samples of every field, on
+/// average over the dataset (0 for an empty one).
+uint64_t mean_batch_bytes(const std::vector<SampleIndex>& indices, uint32_t batch_size);
 
 }  // namespace dlfeed::inline DLFEED_ABI::detail

@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 namespace {
@@ -94,6 +97,7 @@ CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup) {
     }
     for (absl::string_view c : absl::StrSplit(controllers, ',')) {
       if (c == "cpu" && !out.v1_cpu) out.v1_cpu = path;
+      if (c == "memory" && !out.v1_memory) out.v1_memory = path;
     }
   }
   return out;
@@ -167,8 +171,98 @@ MachineDefaults machine_defaults(uint32_t cores) {
   return d;
 }
 
-uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget) {
-  return std::min(d.read_budget, std::max<uint64_t>(256ull << 20, memory_budget / 2));
+uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget, uint64_t batch_bytes) {
+  const uint64_t want = std::max(d.read_budget, kBatchesAhead * batch_bytes);
+  return std::min(want, std::max<uint64_t>(256ull << 20, memory_budget / 2));
+}
+
+namespace {
+// "MemAvailable:   23456789 kB" -> bytes.
+std::optional<uint64_t> mem_available(absl::string_view meminfo) {
+  for (absl::string_view line : absl::StrSplit(meminfo, '\n', absl::SkipWhitespace())) {
+    if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    const bool kb = absl::ConsumeSuffix(&line, "kB");
+    const std::optional<int64_t> v = parse_int(line);
+    if (!v || *v < 0) return std::nullopt;
+    return static_cast<uint64_t>(*v) * (kb ? 1024 : 1);
+  }
+  return std::nullopt;
+}
+
+// A limit file's value: "max" (v2) or a v1 "unlimited" of 2^62 or more is none.
+std::optional<uint64_t> limit_of(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  const std::optional<int64_t> v = parse_int(*text);
+  if (!v || *v <= 0 || *v >= (int64_t{1} << 62)) return std::nullopt;
+  return static_cast<uint64_t>(*v);
+}
+
+// The least room under a memory limit from `path` up to the root.
+std::optional<uint64_t> cgroup_room(const MemorySources& from, const std::string& path, bool v1) {
+  std::optional<uint64_t> least;
+  for (const std::string& dir : self_and_parents(path)) {
+    const std::string base = from.cgroup_root + (v1 ? "/memory" : "") + dir;
+    const std::optional<uint64_t> limit = limit_of(read_text(base + (v1 ? "/memory.limit_in_bytes" : "/memory.max")));
+    if (!limit) continue;
+    const std::optional<std::string> used_text = read_text(base + (v1 ? "/memory.usage_in_bytes" : "/memory.current"));
+    const std::optional<int64_t> used = used_text ? parse_int(*used_text) : std::nullopt;
+    const uint64_t u = used && *used > 0 ? static_cast<uint64_t>(*used) : 0;
+    const uint64_t room = *limit > u ? *limit - u : 0;
+    if (!least || room < *least) least = room;
+  }
+  return least;
+}
+
+std::string gib(uint64_t bytes) { return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1ull << 30)); }
+}  // namespace
+
+UsableMemory usable_memory(const MemorySources& from) {
+  UsableMemory out;
+  if (const auto text = read_text(from.meminfo)) {
+    if (const auto avail = mem_available(*text)) out = {*avail, "MemAvailable"};
+  }
+  const std::optional<std::string> self = read_text(from.proc_self_cgroup);
+  if (!self) return out;
+  const CgroupPaths paths = cgroup_paths_of(*self);
+  auto cap = [&](const std::optional<std::string>& path, bool v1, const char* what) {
+    if (!path) return;
+    const std::optional<uint64_t> room = cgroup_room(from, *path, v1);
+    if (room && (out.bytes == 0 || *room < out.bytes)) out = {*room, what};
+  };
+  cap(paths.v2, false, "cgroup memory.max less memory.current");
+  cap(paths.v1_memory, true, "cgroup memory.limit_in_bytes less memory.usage_in_bytes");
+  return out;
+}
+
+uint32_t ranks_on_node(const std::function<const char*(const char*)>& getenv) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
+                           "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"}) {
+    const char* v = getenv(name);
+    if (v == nullptr) continue;
+    const std::optional<int64_t> n = parse_int(v);
+    if (n && *n > 0) return static_cast<uint32_t>(std::min<int64_t>(*n, 1 << 16));
+  }
+  return 1;
+}
+
+MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks) {
+  constexpr uint64_t kFloor = 256ull << 20;
+  ranks = std::max(1u, ranks);
+  if (memory.bytes == 0) return {1ull << 30, "1 GiB: the memory this process may use is not known here"};
+  const uint64_t share = memory.bytes / 4 / ranks;
+  const std::string whose = ranks == 1 ? "" : absl::StrCat(", shared by ", ranks, " ranks on this node");
+  if (share < kFloor) {
+    return {kFloor, absl::StrCat("256 MiB, the least (a quarter of ", gib(memory.bytes), " the process may use (",
+                                 memory.source, ")", whose, " is less)")};
+  }
+  return {share, absl::StrCat(gib(share), ": a quarter of ", gib(memory.bytes), " the process may use (", memory.source,
+                              ")", whose)};
+}
+
+MemoryBudget process_memory_budget() {
+  return machine_memory_budget(usable_memory(MemorySources{}),
+                               ranks_on_node([](const char* n) { return std::getenv(n); }));
 }
 
 }  // namespace dlfeed::pipeline

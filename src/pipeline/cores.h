@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -28,7 +29,7 @@ std::optional<uint32_t> cores_of_cfs(absl::string_view quota, absl::string_view 
 /// ("0::/a/b") and the v1 line's whose controllers include "cpu" (a hybrid
 /// system has both; the quota is wherever a cpu controller is mounted).
 struct CgroupPaths {
-  std::optional<std::string> v2, v1_cpu;
+  std::optional<std::string> v2, v1_cpu, v1_memory;
 };
 CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup);
 
@@ -56,9 +57,49 @@ struct MachineDefaults {
 };
 MachineDefaults machine_defaults(uint32_t cores);
 
-/// The read-ahead's budget a loader with `memory_budget` uses: the machine's,
-/// but no more than half the memory budget (the rest is for batches the
-/// consumer holds), and never less than the 256 MiB of a small machine.
-uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget);
+/// Batches of the mean size the read-ahead holds at least, where half the
+/// memory budget allows: large samples (a 256 MiB batch of four 64 MiB
+/// samples) would else have one batch in flight, and the cores would wait
+/// for the consumer between batches.
+inline constexpr uint64_t kBatchesAhead = 4;
+
+/// The read-ahead's budget a loader with `memory_budget` and batches of
+/// `batch_bytes` (on average) uses: the machine's, or kBatchesAhead batches
+/// if more, but no more than half the memory budget (the rest is for
+/// batches the consumer holds), and never less than the 256 MiB of a small
+/// machine.
+uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget, uint64_t batch_bytes = 0);
+
+/// Where the memory this process may use is read from (tests give their own).
+struct MemorySources {
+  std::string meminfo = "/proc/meminfo";
+  std::string proc_self_cgroup = "/proc/self/cgroup";
+  std::string cgroup_root = "/sys/fs/cgroup";  // v2 unified; v1's "memory" controller under it
+};
+/// Memory the process may still take, and where that number came from.
+struct UsableMemory {
+  uint64_t bytes = 0;  // 0: not known
+  std::string source;  // e.g. "MemAvailable", "cgroup memory.max less memory.current"
+};
+/// MemAvailable of /proc/meminfo, capped by the room left under the memory
+/// limit of the process's cgroup and of each parent: v2 memory.max less
+/// memory.current, v1 memory.limit_in_bytes less memory.usage_in_bytes.
+UsableMemory usable_memory(const MemorySources& from);
+/// Processes of this job on this node, from what launchers set
+/// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, MV2_COMM_WORLD_LOCAL_SIZE,
+/// SLURM_NTASKS_PER_NODE, LOCAL_WORLD_SIZE of torchrun), else 1. `getenv`
+/// is the lookup (tests give their own).
+uint32_t ranks_on_node(const std::function<const char*(const char*)>& getenv);
+
+/// LoaderOptions::memory_budget when left at 0: a quarter of the memory the
+/// process may use, shared by the ranks on this node, at least 256 MiB (and
+/// 1 GiB when nothing says how much there is); `why` says so in words.
+struct MemoryBudget {
+  uint64_t bytes = 0;
+  std::string why;
+};
+MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks);
+/// machine_memory_budget() of this process now (its memory, its launcher's ranks).
+MemoryBudget process_memory_budget();
 
 }  // namespace dlfeed::pipeline

@@ -71,6 +71,7 @@ std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_
   DLFEED_REC({
     if (counters_ != nullptr) {
       counters_->add(CId::kExtents, w->piece_begin.back() + std::count(w->direct.begin(), w->direct.end(), 1));
+      counters_->add(CId::kPlannedReads, w->plan.reads.size() + w->direct_reads.size());
     }
   });
   span.args(epoch, w->index, w->plan.reads.size());

@@ -111,10 +111,13 @@ class IoEngine {
   /// reads longer than `split_above` (when not 0) in pieces of `split_piece`
   /// (CoalesceOptions::split_above), or of `split_piece_cold` (when not 0)
   /// while fewer than 95% of the engine's recent reads were page-cache hits
-  /// (BusyMeter::last_hits_permille). `number` names the thread (0: the first
-  /// engine, which is always used). `counters` outlives the engine.
+  /// (BusyMeter::last_hits_permille); reads of at least `large_above` (when
+  /// not 0) in pieces of `large_piece` marked ReadRequest::hand_off, warm or
+  /// cold (CoalesceOptions::large_above). `number` names the thread (0: the
+  /// first engine, which is always used). `counters` outlives the engine.
   IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number,
-           uint64_t split_above = 0, uint64_t split_piece = 0, uint64_t split_piece_cold = 0);
+           uint64_t split_above = 0, uint64_t split_piece = 0, uint64_t split_piece_cold = 0, uint64_t large_above = 0,
+           uint64_t large_piece = 0);
   /// Fails batches not yet submitted (Cancelled), waits for the reads in the
   /// backend, joins the thread.
   ~IoEngine();
@@ -158,6 +161,7 @@ class IoEngine {
   counters::Counters* counters_;
   uint64_t max_piece_;
   uint64_t split_above_, split_piece_, split_piece_cold_;
+  uint64_t large_above_, large_piece_;
   // Warm, for the split: at least this share (permille) of the last window's
   // reads were page-cache hits. Cold reads in order still hit often (pages
   // the kernel read ahead), so the bar is high: a warm cache hits ~100%.

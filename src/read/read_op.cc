@@ -90,6 +90,7 @@ IoStats StatsCounters::snapshot() const {
   s.submit_calls = ld(submit_calls);
   s.peak_bytes_in_kernel = ld(peak_bytes_in_kernel);
   s.completed_at_submit = ld(completed_at_submit);
+  s.handed_off = ld(handed_off);
   return s;
 }
 

@@ -66,7 +66,7 @@ class BouncePool {
 /// Atomic counters behind IoStats.
 struct StatsCounters {
   std::atomic<uint64_t> requests{0}, completions{0}, errors{0}, bytes{0}, device_bytes{0}, reads{0}, short_reads{0},
-      eagain{0}, eintr{0}, submit_calls{0}, peak_bytes_in_kernel{0}, completed_at_submit{0};
+      eagain{0}, eintr{0}, submit_calls{0}, peak_bytes_in_kernel{0}, completed_at_submit{0}, handed_off{0};
   IoStats snapshot() const;
   static void add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 };
@@ -83,11 +83,12 @@ struct ReadOp {
   uint64_t done = 0;            // bytes of target read so far
   uint32_t retries = 0;
   bool direct = false;
-  int fixed = -1;          // io_uring: index of the registered buffer used as bounce
-  uint64_t in_kernel = 0;  // io_uring: length of the read in the ring
-  int fixed_file = -1;     // io_uring: the file's index in the ring's registered files
-  bool prepared = false;   // io_uring: file and target set up (pinned or registered)
-  absl::Status status;     // set when the op fails
+  int fixed = -1;           // io_uring: index of the registered buffer used as bounce
+  uint64_t in_kernel = 0;   // io_uring: length of the read in the ring
+  int fixed_file = -1;      // io_uring: the file's index in the ring's registered files
+  bool prepared = false;    // io_uring: file and target set up (pinned or registered)
+  bool handed_off = false;  // io_uring: in the ring with IOSQE_ASYNC
+  absl::Status status;      // set when the op fails
 
   /// Sets target/need for buffered or O_DIRECT reading. When O_DIRECT needs
   /// a bounce buffer it uses `fixed_buf` (a registered buffer of

@@ -397,7 +397,8 @@ TEST(LoaderCounters, BytesRequestsAndEpochs) {
   EXPECT_EQ(s[Id::kBytesRead].value, 2 * want_bytes);
   EXPECT_EQ(s[Id::kBytesRead].value, loader->stats().bytes_read);
   EXPECT_EQ(s[Id::kExtents].value, 120u);
-  EXPECT_EQ(s[Id::kReadRequests].value, loader->stats().read_requests);
+  EXPECT_EQ(s[Id::kPlannedReads].value, loader->stats().planned_reads);
+  EXPECT_EQ(s[Id::kIoOperations].value, loader->stats().io_operations);
   EXPECT_EQ(s[Id::kSamples].value, 120u);
   EXPECT_EQ(s[Id::kBatches].value, 24u);
   EXPECT_EQ(s[Id::kDecode].count, 24u);

@@ -146,9 +146,9 @@ TEST(Loader, PrefetchPoliciesAndCoalescingDeliverTheSameData) {
       EXPECT_EQ(ids, reference) << policy;
       const LoaderStats s = loader->stats();
       if (!coalesce) {
-        EXPECT_EQ(s.read_requests, s.extents) << policy;
+        EXPECT_EQ(s.planned_reads, s.extents) << policy;
       } else {
-        EXPECT_LT(s.read_requests, s.extents) << policy;  // neighbours merged
+        EXPECT_LT(s.planned_reads, s.extents) << policy;  // neighbours merged
       }
     }
   }
@@ -220,7 +220,7 @@ TEST(Loader, LargeRawSamplesAreReadStraightIntoTheBatch) {
       const LoaderStats st = loader->stats();
       if (std::string(strategy) == "sequential") {
         // Per batch: one merged data read (or two where a batch spans files) and one label read.
-        EXPECT_LT(st.read_requests, 30u) << format_name(format);
+        EXPECT_LT(st.planned_reads, 30u) << format_name(format);
       }
       EXPECT_EQ(st.extents, 60u);
     }

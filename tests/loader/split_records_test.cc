@@ -88,7 +88,7 @@ void expect_two_split_epochs(Loader& loader, IoKind io, bool verify) {
     for (uint64_t k = 0; k < ids.size(); ++k) EXPECT_EQ(ids[k], k);
   }
   const LoaderStats st = loader.stats();
-  EXPECT_EQ(st.read_requests, 2u * 30u) << io_kind_name(io);
+  EXPECT_EQ(st.planned_reads, 2u * 30u) << io_kind_name(io);
   EXPECT_EQ(st.split_records, 2u * 30u) << io_kind_name(io);
   EXPECT_EQ(st.split_records_whole, 0u) << io_kind_name(io) << (verify ? " with" : " without") << " CRCs";
 }

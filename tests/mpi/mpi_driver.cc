@@ -219,7 +219,7 @@ TEST(Reduce, JobSummaryIsTheReductionOfTheRanks) {
   EXPECT_EQ(job->ranks, static_cast<uint32_t>(n));
   ASSERT_EQ(job->rank_totals.size(), static_cast<size_t>(n));
   using counters::Id;
-  for (Id id : {Id::kSamples, Id::kBytesRead, Id::kReadRequests, Id::kBarrier, Id::kCompute, Id::kIoLatency}) {
+  for (Id id : {Id::kSamples, Id::kBytesRead, Id::kIoOperations, Id::kBarrier, Id::kCompute, Id::kIoLatency}) {
     uint64_t value = 0, count = 0;
     std::map<uint16_t, uint64_t> hist;
     for (const auto& r : ranks) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "format/test_util.h"
 #include "gtest/gtest.h"
@@ -122,6 +123,66 @@ TEST(Cores, DefaultsKeepTwoCoresAsTheyWereAndGrowWithMore) {
   EXPECT_EQ(read_budget_within(machine_defaults(128), 4ull << 30), 1024ull << 20);
   EXPECT_EQ(read_budget_within(machine_defaults(16), 128ull << 20), 256ull << 20);  // never below 256 MiB
   EXPECT_EQ(read_budget_within(two, 1ull << 30), 256ull << 20);
+  // Large batches: kBatchesAhead of them where half the memory budget allows.
+  EXPECT_EQ(read_budget_within(two, 8ull << 30, 256ull << 20), 1024ull << 20);
+  EXPECT_EQ(read_budget_within(two, 1ull << 30, 256ull << 20), 512ull << 20);
+  EXPECT_EQ(read_budget_within(sixteen, 8ull << 30, 16ull << 20), 512ull << 20);  // small batches: the machine's
+}
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
+  const std::string root = testing::scratch_dir() + "/memory";
+  std::filesystem::remove_all(root);
+  MemorySources s;
+  s.meminfo = root + "/meminfo";
+  s.proc_self_cgroup = root + "/proc_self_cgroup";
+  s.cgroup_root = root + "/sys";
+  EXPECT_EQ(usable_memory(s).bytes, 0u);  // nothing to read: not known
+  write(s.meminfo, "MemTotal:       24683656 kB\nMemFree:        1000 kB\nMemAvailable:   20971520 kB\n");
+  UsableMemory m = usable_memory(s);
+  EXPECT_EQ(m.bytes, 20 * kGiB);
+  EXPECT_EQ(m.source, "MemAvailable");
+  write(s.proc_self_cgroup, "0::/slurm/job7\n");
+  write(s.cgroup_root + "/slurm/job7/memory.max", "max\n");
+  EXPECT_EQ(usable_memory(s).bytes, 20 * kGiB);  // no limit
+  write(s.cgroup_root + "/slurm/memory.max", std::to_string(8 * kGiB) + "\n");
+  write(s.cgroup_root + "/slurm/memory.current", std::to_string(2 * kGiB) + "\n");
+  m = usable_memory(s);
+  EXPECT_EQ(m.bytes, 6 * kGiB);  // the parent's limit less what it uses
+  EXPECT_EQ(m.source, "cgroup memory.max less memory.current");
+  // cgroup v1: the memory controller's line, and its "unlimited" of 2^63 rounded to pages.
+  write(s.proc_self_cgroup, "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n");
+  write(s.cgroup_root + "/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(usable_memory(s).bytes, 20 * kGiB);
+  write(s.cgroup_root + "/memory/docker/abc/memory.limit_in_bytes", std::to_string(4 * kGiB));
+  write(s.cgroup_root + "/memory/docker/abc/memory.usage_in_bytes", std::to_string(1 * kGiB));
+  EXPECT_EQ(usable_memory(s).bytes, 3 * kGiB);
+}
+
+TEST(Memory, RanksOnTheNodeFromTheLaunchersEnvironment) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char* n) { return env.count(n) ? env[n].c_str() : nullptr; };
+  EXPECT_EQ(ranks_on_node(get), 1u);
+  env["LOCAL_WORLD_SIZE"] = "8";  // torchrun
+  EXPECT_EQ(ranks_on_node(get), 8u);
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4";  // mpirun: Open MPI's is read first
+  EXPECT_EQ(ranks_on_node(get), 4u);
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "lots";
+  EXPECT_EQ(ranks_on_node(get), 8u);  // not a number: the next that is
+}
+
+TEST(Memory, TheBudgetIsAQuarterSharedByTheRanksAtLeast256MiB) {
+  MemoryBudget b = machine_memory_budget({24 * kGiB, "MemAvailable"}, 1);
+  EXPECT_EQ(b.bytes, 6 * kGiB);
+  EXPECT_EQ(b.why, "6.0 GiB: a quarter of 24.0 GiB the process may use (MemAvailable)");
+  b = machine_memory_budget({120 * kGiB, "MemAvailable"}, 4);
+  EXPECT_EQ(b.bytes, 120 * kGiB / 16);
+  EXPECT_NE(b.why.find("shared by 4 ranks on this node"), std::string::npos) << b.why;
+  EXPECT_EQ(machine_memory_budget({512ull << 20, "MemAvailable"}, 1).bytes, 256ull << 20);  // the floor
+  b = machine_memory_budget({}, 1);  // nothing known: as before
+  EXPECT_EQ(b.bytes, kGiB);
+  EXPECT_NE(b.why.find("not known"), std::string::npos);
 }
 
 }  // namespace

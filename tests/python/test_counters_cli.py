@@ -44,13 +44,13 @@ def test_bytes_read_equal_the_dataset_and_coalescing_reduces_requests(dlfeed, co
     e = s["epochs"][0]
     assert e["complete"] and e["samples"] == 120 and e["batches"] == 12 and e["steps"] == 12
     assert e["bytes_read"] == want == s["counters"]["bytes_read"]["value"]
-    assert e["read_requests"] == e["extents"] == 120 and e["coalesced_extents"] == 0
+    assert e["planned_reads"] == e["extents"] == 120 and e["coalesced_extents"] == 0
     s2, _ = run_json(dlfeed, tmp_path, "--fields", "records", "--strategy", "sequential", "--batch-size", 10,
                      "--resident", "off", contiguous)
     e2 = s2["epochs"][0]
     assert e2["bytes_read"] == want
     # Sequential batches of 10 contiguous samples, none across a file: one read per batch.
-    assert e2["extents"] == 120 and e2["read_requests"] == 12 and e2["coalesced_extents"] == 108
+    assert e2["extents"] == 120 and e2["planned_reads"] == 12 and e2["coalesced_extents"] == 108
     assert s2["counters"]["io_latency_ns"]["count"] == 12
     assert "epoch" in out and "latency" in out and "AU%" in out
 

@@ -134,11 +134,11 @@ def test_io_preset_finds_every_read_with_its_bytes(dft, traced_run):
     total = summary["total"]
     got = counts(view(dft, tmp, trace, "--preset", "io", "--group-by", "cat,name", "--agg", "count"))
     assert {name for _, name in got} == {"pread"}
-    assert sum(got.values()) == total["read_requests"] == 512 * 3
+    assert sum(got.values()) == total["io_operations"] == 512 * 3
     reads = view(dft, tmp, trace, "--preset", "io")
-    assert len(reads) == total["read_requests"]
+    assert len(reads) == total["io_operations"]
     assert sum(r["args"]["size"] for r in reads) == total["bytes_read"]
-    assert Counter(r["args"]["dlfeed"] for r in reads) == {"read": total["read_requests"]}
+    assert Counter(r["args"]["dlfeed"] for r in reads) == {"read": total["io_operations"]}
 
 
 def test_python_loader_writes_gzip_dftracer(dft, traced_run, tmp_path):

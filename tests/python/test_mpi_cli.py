@@ -126,7 +126,7 @@ def test_job_summary_is_the_reduction_of_the_rank_summaries(mpirun, dlfeed, data
     assert len(job["epochs"]) == 2
     for e, je in enumerate(job["epochs"] + [job["total"]]):
         re_ = [r["epochs"][e] if e < 2 else r["total"] for r in ranks]
-        for k in ("samples", "batches", "bytes_read", "bytes_delivered", "read_requests", "extents"):
+        for k in ("samples", "batches", "bytes_read", "bytes_delivered", "planned_reads", "io_operations", "extents"):
             assert je[k] == sum(x[k] for x in re_), (e, k)
         for k in ("samples_per_s", "read_mib_per_s", "delivered_mib_per_s"):
             assert je[k] == pytest.approx(sum(x[k] for x in re_), rel=1e-6), (e, k)

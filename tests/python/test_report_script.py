@@ -44,7 +44,7 @@ def test_every_format_gives_dlfeeds_events(report, runs):
         events = report.load_trace(str(path))
         names = Counter(n for n, _, _, _ in events)
         total = summary["total"]
-        assert names["read"] == total["read_requests"] == 2 * 256, name
+        assert names["read"] == total["io_operations"] == 2 * 256, name
         assert names["epoch"] == 2 and names["decode"] == total["batches"] and names["compute"] == 0, name
         assert names["stall"] >= total["batches"], name
         assert min(ts for _, ts, _, _ in events) == 0.0 and all(d >= 0 for _, _, d, _ in events), name

@@ -135,8 +135,10 @@ def test_errors_name_the_file(dlfeed, tmp_path):
 @pytest.mark.parametrize("io", ["sync", "io_uring"])
 def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
     """Samples written by h5py, 5 MiB each (contiguous): a batch of three is
-    one 15 MiB run in the file, read as pieces of at most --max-read bytes, or,
-    by default, of --split-piece bytes (a buffered read over --split-above)."""
+    one 15 MiB run in the file: one planned read, done by default as pieces of
+    --large-piece bytes (kernel workers copy them), or, without that route,
+    of at most --max-read bytes, or of --split-piece bytes (a buffered read
+    over --split-above)."""
     import json
     rng = np.random.default_rng(7)
     x = rng.integers(0, 255, size=(3, 5 << 20), dtype=np.uint8)
@@ -144,10 +146,11 @@ def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
     with h5py.File(path, "w") as h:
         h["records"] = x
     want = checksum((k, [x[k].tobytes()]) for k in range(3))
-    for split, requests in ((["--split-above", 0], 4),  # 15 MiB in pieces of 4 MiB
+    for split, requests in (([], 8),  # 15 MiB in pieces of 2 MiB (--large-above 1 MiB, --large-piece 2 MiB)
+                            (["--large-above", 0, "--split-above", 0], 4),  # pieces of 4 MiB
                             # in pieces of 64 KiB (--split-piece-cold 0: whether the engine
                             # has yet seen its reads hit the cache does not matter)
-                            (["--split-piece-cold", 0], 240)):
+                            (["--large-above", 0, "--split-piece-cold", 0], 240)):
         summary = tmp_path / "s.json"
         got, n, _ = run_checksum(dlfeed, "--io", io, "--fields", "records", "--strategy", "sequential",
                                  "--batch-size", 3, "--max-read", 4 << 20, "--resident", "off", "--summary-json",
@@ -155,13 +158,13 @@ def test_large_samples_are_read_in_pieces_byte_exact(dlfeed, tmp_path, io):
         assert (got, n) == (want, 3)
         e = json.loads(summary.read_text())["epochs"][0]
         assert e["bytes_read"] == x.nbytes
-        assert e["read_requests"] == requests, split
+        assert (e["planned_reads"], e["io_operations"]) == (1, requests), split
 
 
 @pytest.mark.parametrize("cores,memory_mb,want", [
     ("2", None, "depth:8,budget:268435456"),  # a small machine: as before
     ("16", None, "depth:16,budget:536870912"),  # 16 cores x 32 MiB
-    ("64", None, "depth:32,budget:536870912"),  # 32 x 32 MiB, but half the 1 GiB memory budget
+    ("64", 1024, "depth:32,budget:536870912"),  # 32 x 32 MiB, but half a 1 GiB memory budget
     ("64", 4096, "depth:32,budget:1073741824"),  # a larger memory budget lets it have all
     ("16", 256, "depth:16,budget:268435456"),  # never below 256 MiB
 ])

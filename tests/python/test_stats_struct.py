@@ -9,12 +9,12 @@ import pytest
 import dlfeed
 from test_py_datasets import learnable  # noqa: F401 (fixture)
 
-KEYS = ["batches", "samples", "bytes_delivered", "bytes_read", "read_requests", "extents", "peak_in_flight_bytes",
+KEYS = ["batches", "samples", "bytes_delivered", "bytes_read", "planned_reads", "io_operations", "extents", "peak_in_flight_bytes",
         "pool_allocations", "pool_reuses", "io_backend", "lookahead_batches", "held_batches", "io_engines",
         "io_engines_made", "autotune", "autotune_changes", "threads", "cores", "decode_peak", "batches_spread",
         "split_records", "split_records_whole",
         "io_fallback_reason", "files",
-        "resident_bytes", "resident_reason", "unpacked_bytes", "unpacked_reason", "prefetch", "route", "stage"]
+        "resident_bytes", "resident_reason", "memory_budget", "memory_budget_reason", "unpacked_bytes", "unpacked_reason", "prefetch", "route", "stage"]
 STAGE_KEYS = ["files", "staged", "reused", "skipped_limit", "skipped_space", "failed", "bytes_copied", "bytes_staged",
               "bytes_skipped", "done", "first_error", "files_read_staged"]
 

@@ -79,7 +79,7 @@ def test_tf_written_records_read_around_their_image_are_byte_exact(tmp_path, fie
     # image's CRC taken as it was read joined the others').
     s = loader.stats()
     assert s.split_records == 2 * len(want) and s.split_records_whole == 0
-    assert s.read_requests == 2 * len(want)
+    assert s.planned_reads == 2 * len(want)
 
 
 def test_held_files_take_the_same_route(tmp_path):
@@ -298,7 +298,7 @@ def test_without_a_shape_images_are_read_into_place_by_their_predicted_length(tm
     s = loader.stats()
     assert s.split_records == 2 * len(want) and s.split_records_whole == 0
     if resident == "off":
-        assert s.read_requests == 2 * len(want)
+        assert s.planned_reads == 2 * len(want)
 
 
 def test_the_index_cache_keeps_the_split_layout(tmp_path):

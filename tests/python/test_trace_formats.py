@@ -105,7 +105,7 @@ def test_async_reads_paired_and_every_read_kept(run):
         assert (ended[i]["name"], ended[i]["cat"]) == (b["name"], b["cat"]) == ("read", "io")
         assert ended[i]["ts"] >= b["ts"]
     lane_reads = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "read"]
-    assert len(lane_reads) + len(begun) == summary["total"]["read_requests"] == 512 * 3
+    assert len(lane_reads) + len(begun) == summary["total"]["io_operations"] == 512 * 3
     assert doc["otherData"]["dlfeed_trace"]["io_reads_async"] == len(begun)
     size = sum(e["args"]["size"] for e in lane_reads) + sum(b["args"]["size"] for b in begun.values())
     assert size == summary["total"]["bytes_read"]

@@ -22,7 +22,9 @@ ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
 ABSL_FLAG(std::string, prefetch, "auto",
           "Prefetch policy: auto (depth:8,budget:256M when samples are read, depth:8,budget:16M when the files "
           "are held in memory), off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
-ABSL_FLAG(uint64_t, memory_budget_mb, 1024, "Most MiB of batches in flight (reads and decoded batches)");
+ABSL_FLAG(uint64_t, memory_budget_mb, 0,
+          "Most MiB of batches in flight (reads and decoded batches); 0: a quarter of the memory the process may "
+          "use (MemAvailable, cgroup memory.max), shared by the job's ranks on this node, at least 256");
 ABSL_FLAG(uint64_t, max_gap, 64 * 1024,
           "Coalesce extents of a file at most this many bytes apart. Not given: at most 64 KiB and at most the "
           "batch's mean extent (a read carries at most about as many bytes nobody asked for as it was asked for); "
@@ -36,6 +38,10 @@ ABSL_FLAG(uint64_t, split_above, 256 * 1024,
 ABSL_FLAG(uint64_t, split_piece, 64 * 1024, "The piece size of --split-above");
 ABSL_FLAG(uint64_t, split_piece_cold, 16 * 1024,
           "The piece size of --split-above while most reads miss the page cache (0: --split-piece)");
+ABSL_FLAG(uint64_t, large_above, 1 << 20,
+          "Reads of at least this many bytes go in --large-piece pieces that kernel workers copy, so one batch's "
+          "large samples spread over the cores (0: no such route)");
+ABSL_FLAG(uint64_t, large_piece, 2 << 20, "The piece size of --large-above");
 ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(std::string, resident, "auto",
           "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
@@ -72,6 +78,8 @@ void apply_loader_flags(LoaderOptions& o, bool cold) {
   o.coalesce.split_above = absl::GetFlag(FLAGS_split_above);
   o.coalesce.split_piece = absl::GetFlag(FLAGS_split_piece);
   o.coalesce.split_piece_cold = absl::GetFlag(FLAGS_split_piece_cold);
+  o.coalesce.large_above = absl::GetFlag(FLAGS_large_above);
+  o.coalesce.large_piece = absl::GetFlag(FLAGS_large_piece);
   o.fadvise_willneed = absl::GetFlag(FLAGS_fadvise);
   o.resident = value_or_throw(parse_mode(absl::GetFlag(FLAGS_resident), "resident"));
   // Held in memory, the dropped pages would never be read.
@@ -85,7 +93,8 @@ FlagGroup loader_flags() {
   return flag_group("Loader flags", FLAGS_io, FLAGS_queue_depth, FLAGS_max_in_flight_mb, FLAGS_io_threads,
                     FLAGS_io_engines, FLAGS_io_spread_always, FLAGS_direct, FLAGS_prefetch, FLAGS_memory_budget_mb,
                     FLAGS_max_gap, FLAGS_max_read, FLAGS_no_coalesce, FLAGS_split_above, FLAGS_split_piece,
-                    FLAGS_split_piece_cold, FLAGS_fadvise, FLAGS_resident, FLAGS_unpack, FLAGS_threads, FLAGS_autotune);
+                    FLAGS_split_piece_cold, FLAGS_large_above, FLAGS_large_piece, FLAGS_fadvise, FLAGS_resident,
+                    FLAGS_unpack, FLAGS_threads, FLAGS_autotune);
 }
 
 }  // namespace dlfeed::cli

@@ -389,13 +389,14 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
   const double secs = r.secs;
   std::printf(
       "epoch %llu: %llu batches, %llu samples in %.3f s: %.0f samples/s, %.1f MiB/s delivered, "
-      "%.1f MiB/s read (%llu reads for %llu extents), waited %.3f s for data\n",
+      "%.1f MiB/s read (%llu planned reads for %llu extents, %llu I/O operations), waited %.3f s for data\n",
       static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.batches),
       static_cast<unsigned long long>(r.samples), secs, secs > 0 ? r.samples / secs : 0,
       secs > 0 ? r.bytes / secs / 1048576.0 : 0,
       secs > 0 ? (r.after.bytes_read - r.before.bytes_read) / secs / 1048576.0 : 0,
-      static_cast<unsigned long long>(r.after.read_requests - r.before.read_requests),
-      static_cast<unsigned long long>(r.after.extents - r.before.extents), r.stall_s);
+      static_cast<unsigned long long>(r.after.planned_reads - r.before.planned_reads),
+      static_cast<unsigned long long>(r.after.extents - r.before.extents),
+      static_cast<unsigned long long>(r.after.io_operations - r.before.io_operations), r.stall_s);
   std::string line =
       absl::StrFormat("  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed",
                       e.au_percent, e.samples_per_s, io_mib_per_s(e), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s);
@@ -470,6 +471,8 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
       ",\"io_engines\":", loader.stats().io_engines, ",\"threads\":", loader.stats().threads,
       ",\"cores\":", loader.stats().cores, ",\"autotune\":", loader.stats().autotune ? "true" : "false",
       ",\"autotune_changes\":", loader.stats().autotune_changes, ",\"prefetch\":", json_quote(loader.stats().prefetch),
+      ",\"memory_budget\":{\"bytes\":", loader.stats().memory_budget,
+      ",\"why\":", json_quote(loader.stats().memory_budget_reason), "}",
       ",\"record_bytes\":", json_number(record_bytes_of(loader)), ",\"delivered_bytes_per_sample\":",
       json_number(all.samples ? static_cast<double>(all.bytes_delivered) / static_cast<double>(all.samples) : 0),
       ",\"compute\":", compute, ",\"calibration\":", calibration, ",\"epochs\":[", absl::StrJoin(epochs, ","),
@@ -483,7 +486,7 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
       "total: %llu samples in %.3f s (%.0f samples/s); peak in flight %.1f MiB of %.0f MiB budget; "
       "buffers %llu allocated, %llu reused; %llu batches on more I/O engines (of %u)\n",
       static_cast<unsigned long long>(total_samples), total_s, total_s > 0 ? total_samples / total_s : 0,
-      st.peak_in_flight_bytes / 1048576.0, c.loader.memory_budget / 1048576.0,
+      st.peak_in_flight_bytes / 1048576.0, st.memory_budget / 1048576.0,
       static_cast<unsigned long long>(st.pool_allocations), static_cast<unsigned long long>(st.pool_reuses),
       static_cast<unsigned long long>(st.batches_spread), st.io_engines);
   if (c.checksum) {
@@ -552,7 +555,8 @@ int run_run(const std::vector<std::string>& args) {
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
               o.prefetch == s0.prefetch ? o.prefetch.c_str() : absl::StrCat(o.prefetch, " (", s0.prefetch, ")").c_str(),
               s0.route.c_str(), open_s);
-  std::printf("dataset %s\n", s0.resident_reason.c_str());
+  std::printf("memory budget %.0f MiB (%s)\ndataset %s\n", s0.memory_budget / 1048576.0,
+              s0.memory_budget_reason.c_str(), s0.resident_reason.c_str());
   if (!s0.unpacked_reason.empty()) std::printf("arrays %s\n", s0.unpacked_reason.c_str());
   const std::optional<Efficiency> eff = find_calibration(c, *loader);
   if (!c.quiet) {

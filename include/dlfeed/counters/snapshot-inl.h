@@ -34,7 +34,8 @@ DLFEED_INLINE const CounterInfo& info(Id id) {
       {"compute_ns", Unit::kNanoseconds, Kind::kDistribution, "user compute regions (ScopedTimer)"},
       {"step_ns", Unit::kNanoseconds, Kind::kDistribution, "one training step, boundary to boundary"},
       {"bytes_read", Unit::kBytes, Kind::kSum, "bytes read from files"},
-      {"read_requests", Unit::kCount, Kind::kSum, "read requests completed (after coalescing)"},
+      {"io_operations", Unit::kCount, Kind::kSum,
+       "I/O operations completed: reads the backend did (pieces of planned reads)"},
       {"extents", Unit::kCount, Kind::kSum, "extents asked for (before coalescing)"},
       {"read_errors", Unit::kCount, Kind::kSum, "read requests that failed"},
       {"batches", Unit::kCount, Kind::kSum, "batches delivered to the consumer"},
@@ -54,6 +55,7 @@ DLFEED_INLINE const CounterInfo& info(Id id) {
       {"h2d_ns", Unit::kNanoseconds, Kind::kDistribution,
        "copy a batch to the GPU, start to end as the device timed it (Python device=)"},
       {"h2d_bytes", Unit::kBytes, Kind::kSum, "bytes copied to the GPU (Python device=)"},
+      {"planned_reads", Unit::kCount, Kind::kSum, "reads planned for the batches (after coalescing, before pieces)"},
   };
   return kInfo[static_cast<size_t>(id)];
 }
@@ -182,8 +184,8 @@ class Writer {
     varint(static_cast<uint64_t>(e.epoch + 1));  // -1 (the total) is 0
     u8(e.complete ? 1 : 0);
     for (double d : {e.wall_s, e.wall_min_s}) f64(d);
-    for (uint64_t v : {e.steps, e.batches, e.samples, e.bytes_read, e.bytes_delivered, e.read_requests, e.extents,
-                       e.bytes_read_staged, e.bytes_staged}) {
+    for (uint64_t v : {e.steps, e.batches, e.samples, e.bytes_read, e.bytes_delivered, e.io_operations, e.extents,
+                       e.planned_reads, e.bytes_read_staged, e.bytes_staged}) {
       varint(v);
     }
     for (double d : {e.plan_s, e.io_busy_s, e.decode_s, e.collate_s, e.stall_s, e.compute_s, e.io_hidden_s,
@@ -261,8 +263,8 @@ class Reader {
     for (double* d : {&e.wall_s, &e.wall_min_s}) {
       DLFEED_ASSIGN_OR_RETURN(*d, f64());
     }
-    for (uint64_t* v : {&e.steps, &e.batches, &e.samples, &e.bytes_read, &e.bytes_delivered, &e.read_requests,
-                        &e.extents, &e.bytes_read_staged, &e.bytes_staged}) {
+    for (uint64_t* v : {&e.steps, &e.batches, &e.samples, &e.bytes_read, &e.bytes_delivered, &e.io_operations,
+                        &e.extents, &e.planned_reads, &e.bytes_read_staged, &e.bytes_staged}) {
       DLFEED_ASSIGN_OR_RETURN(*v, varint());
     }
     for (double* d : {&e.plan_s, &e.io_busy_s, &e.decode_s, &e.collate_s, &e.stall_s, &e.compute_s, &e.io_hidden_s,
@@ -319,8 +321,9 @@ DLFEED_INLINE EpochReport merge_reports(const std::vector<const EpochReport*>& r
     m.samples += r->samples;
     m.bytes_read += r->bytes_read;
     m.bytes_delivered += r->bytes_delivered;
-    m.read_requests += r->read_requests;
+    m.io_operations += r->io_operations;
     m.extents += r->extents;
+    m.planned_reads += r->planned_reads;
     m.bytes_read_staged += r->bytes_read_staged;
     m.bytes_staged += r->bytes_staged;
     m.plan_s += r->plan_s / n;

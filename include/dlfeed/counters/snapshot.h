@@ -49,7 +49,7 @@ enum class Id : uint8_t {
   kCompute,          // ns  dist  user compute regions (per region)
   kStep,             // ns  dist  step to step (per step)
   kBytesRead,        // bytes sum  bytes read from files
-  kReadRequests,     // count sum  read requests issued (after coalescing)
+  kIoOperations,     // count sum  I/O operations: reads handed to the backend (pieces of planned reads)
   kExtents,          // count sum  extents asked for (before coalescing)
   kReadErrors,       // count sum  reads that failed
   kBatches,          // count sum  batches delivered
@@ -65,6 +65,7 @@ enum class Id : uint8_t {
   kBarrier,          // ns  dist  waiting for the other ranks at the end of a step (Region::kBarrier)
   kH2d,              // ns  dist  one batch's copy to the GPU, as the device timed it (per batch; Python device=)
   kH2dBytes,         // bytes sum  bytes copied to the GPU
+  kPlannedReads,     // count sum  reads planned for the batches (after coalescing, before pieces)
   kCount
 };
 inline constexpr size_t kNumIds = static_cast<size_t>(Id::kCount);
@@ -142,7 +143,7 @@ struct DLFEED_EXPORT EpochReport {
   double wall_s = 0;      // merged over ranks: the slowest rank's
   double wall_min_s = 0;  // the fastest rank's (== wall_s for one rank)
   uint64_t steps = 0, batches = 0, samples = 0;
-  uint64_t bytes_read = 0, bytes_delivered = 0, read_requests = 0, extents = 0;
+  uint64_t bytes_read = 0, bytes_delivered = 0, io_operations = 0, extents = 0, planned_reads = 0;
   // Interval unions (seconds), merged across threads.
   double plan_s = 0, io_busy_s = 0, decode_s = 0, collate_s = 0, stall_s = 0, compute_s = 0;
   double io_hidden_s = 0;   // I/O busy during compute

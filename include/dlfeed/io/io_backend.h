@@ -81,6 +81,12 @@ struct DLFEED_EXPORT ReadRequest {
   const ReadPiece* pieces = nullptr;
   uint32_t piece_count = 0;
   uint32_t checksum_piece = 0;
+  /// A hint: this read is a piece of a large extent, so large that handing
+  /// it to another thread costs little beside its copy. A backend whose
+  /// page-cache hits are copied by the thread that submits (io_uring) may
+  /// give it to kernel workers instead (IOSQE_ASYNC), so the pieces of one
+  /// batch copy on many cores at once. Backends may ignore it.
+  bool hand_off = false;
 };
 
 /// The outcome of one ReadRequest.
@@ -110,6 +116,9 @@ struct DLFEED_EXPORT IoStats {
   /// hits, which the kernel copies on the submitting thread (io_uring: CQEs
   /// that appeared during io_uring_submit; sync: every read; thread_pool: 0).
   uint64_t completed_at_submit = 0;
+  /// Reads given to kernel workers (ReadRequest::hand_off; io_uring only):
+  /// they never complete at submit, whether or not the page cache held them.
+  uint64_t handed_off = 0;
 };
 
 enum class IoKind {
