@@ -40,8 +40,8 @@ int usage() {
 
 // One pass: every file read whole by one of the threads. Returns seconds, or
 // a negative value when a read failed (the message is on stderr).
-double one_pass(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes,
-                std::vector<Buffer>& buffers, uint64_t piece) {
+double one_pass(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes, std::vector<Buffer>& buffers,
+                uint64_t piece) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   auto work = [&](size_t t) {
