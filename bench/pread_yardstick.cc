@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The machine's own read rate for whole files, as a plain program gets it:
 // N threads each take the next file, pread it whole in pieces into a buffer
-// of its own that was touched beforehand, and take the next. No dlfeed code,
-// no planning, no decode. bench/large_samples.py sets dlfeed against it.
+// of its own that was touched beforehand, and take the next. Each thread's
+// buffer holds --ring-mib MiB (default 256, at least one file): the next
+// file goes after the last, wrapping around, as a loader fills the slots of
+// its batches, so a small file is not copied into the same cache-hot bytes
+// again and again. No dlfeed code, no planning, no decode.
+// bench/large_samples.py sets dlfeed against it.
 //
-//   build/bench/pread_yardstick [--threads N] [--piece BYTES] [--rounds R] FILE...
+//   build/bench/pread_yardstick [--threads N] [--piece BYTES] [--rounds R] [--ring-mib M] FILE...
 //
 // Prints one JSON line: the bytes of one pass over the files, each round's
 // seconds and GB/s, and the median GB/s. --threads 0 (the default): as many
@@ -34,19 +38,22 @@ struct Free {
 using Buffer = std::unique_ptr<char, Free>;
 
 int usage() {
-  std::fprintf(stderr, "usage: pread_yardstick [--threads N] [--piece BYTES] [--rounds R] FILE...\n");
+  std::fprintf(stderr, "usage: pread_yardstick [--threads N] [--piece BYTES] [--rounds R] [--ring-mib M] FILE...\n");
   return 2;
 }
 
 // One pass: every file read whole by one of the threads. Returns seconds, or
 // a negative value when a read failed (the message is on stderr).
 double one_pass(const std::vector<std::string>& files, const std::vector<uint64_t>& sizes, std::vector<Buffer>& buffers,
-                uint64_t piece) {
+                uint64_t cap, uint64_t piece) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   auto work = [&](size_t t) {
-    char* buf = buffers[t].get();
+    uint64_t used = 0;  // where in the ring the next file goes
     for (size_t i = next++; i < files.size(); i = next++) {
+      if (used + sizes[i] > cap) used = 0;
+      char* buf = buffers[t].get() + used;
+      used += (sizes[i] + 4095) / 4096 * 4096;
       const int fd = ::open(files[i].c_str(), O_RDONLY);
       if (fd < 0) {
         std::fprintf(stderr, "pread_yardstick: open %s: %s\n", files[i].c_str(), std::strerror(errno));
@@ -80,14 +87,16 @@ int main(int argc, char** argv) {
   unsigned threads = 0;
   uint64_t piece = 8ull << 20;
   int rounds = 5;
+  uint64_t ring = 256ull << 20;
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--threads" || a == "--piece" || a == "--rounds") && i + 1 < argc) {
+    if ((a == "--threads" || a == "--piece" || a == "--rounds" || a == "--ring-mib") && i + 1 < argc) {
       const unsigned long long v = std::strtoull(argv[++i], nullptr, 10);
       if (a == "--threads") threads = static_cast<unsigned>(v);
       if (a == "--piece") piece = v;
       if (a == "--rounds") rounds = static_cast<int>(v);
+      if (a == "--ring-mib") ring = v << 20;
     } else if (a.rfind("--", 0) == 0) {
       return usage();
     } else {
@@ -116,7 +125,7 @@ int main(int argc, char** argv) {
   // Page-aligned buffers (the kernel's copy to an unaligned destination is
   // slower on some CPUs; dlfeed's batch buffers are page-aligned too),
   // touched beforehand: the pass times the reads, not page faults.
-  const uint64_t cap = (std::max<uint64_t>(largest, 1) + 4095) / 4096 * 4096;
+  const uint64_t cap = (std::max<uint64_t>({largest, ring, 1}) + 4095) / 4096 * 4096;
   std::vector<Buffer> buffers;
   for (unsigned t = 0; t < threads; ++t) {
     buffers.emplace_back(static_cast<char*>(std::aligned_alloc(4096, cap)));
@@ -129,7 +138,7 @@ int main(int argc, char** argv) {
   }
   std::vector<double> secs;
   for (int r = 0; r < rounds; ++r) {
-    const double s = one_pass(files, sizes, buffers, piece);
+    const double s = one_pass(files, sizes, buffers, cap, piece);
     if (s < 0) return 1;
     secs.push_back(s);
   }
@@ -137,8 +146,9 @@ int main(int argc, char** argv) {
   for (double s : secs) rates.push_back(total / s / 1e9);
   std::vector<double> sorted = rates;
   std::sort(sorted.begin(), sorted.end());
-  std::printf("{\"bytes\": %llu, \"threads\": %u, \"piece\": %llu, \"gb_per_s\": [",
-              static_cast<unsigned long long>(total), threads, static_cast<unsigned long long>(piece));
+  std::printf("{\"bytes\": %llu, \"threads\": %u, \"piece\": %llu, \"ring\": %llu, \"gb_per_s\": [",
+              static_cast<unsigned long long>(total), threads, static_cast<unsigned long long>(piece),
+              static_cast<unsigned long long>(cap));
   for (size_t i = 0; i < rates.size(); ++i) std::printf("%s%.3f", i ? ", " : "", rates[i]);
   std::printf("], \"median_gb_per_s\": %.3f}\n", sorted[sorted.size() / 2]);
   return 0;
