@@ -225,6 +225,13 @@ void add_loader_resource_fields(RecordClass<LoaderStats>& stats) {
 
 void bind_stats(py::module_& m) {
   bind_stage_stats(m);
+  m.def(
+      "machine_memory_budget",
+      [] {
+        MachineBudget b = machine_memory_budget();
+        return py::make_tuple(b.bytes, b.why);
+      },
+      "The memory budget a Loader takes when memory_budget is 0 (the default), read now: (bytes, why).");
 
   RecordClass<LoaderStats> stats(m, "LoaderStats", "Totals since the loader was created (C++ LoaderStats; a snapshot)");
   add_loader_traffic_fields(stats);

@@ -64,6 +64,17 @@ DLFEED_EXPORT const char* mode_name(Mode mode);
 /// InvalidArgument "loader: resident is auto, on or off, not 'x'" otherwise.
 DLFEED_EXPORT absl::StatusOr<Mode> parse_mode(absl::string_view text, absl::string_view what);
 
+/// The memory budget a loader takes when LoaderOptions::memory_budget is 0,
+/// read now: its bytes, and why (e.g. "5.5 GiB: a quarter of 22.0 GiB the
+/// process may use (MemAvailable)"). For processes that share a node's memory
+/// in ways the loader cannot see (DataLoader workers each making a loader):
+/// give each its share as memory_budget.
+struct DLFEED_EXPORT MachineBudget {
+  uint64_t bytes = 0;
+  std::string why;
+};
+DLFEED_EXPORT MachineBudget machine_memory_budget();
+
 /// Everything a Loader is built from.
 struct DLFEED_EXPORT LoaderOptions {
   /// Files and folders (folders are walked recursively, sorted).

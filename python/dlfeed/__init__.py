@@ -34,6 +34,7 @@ from ._dlfeed import (  # noqa: E402
     Tensor,
     decode_state,
     io_uring_available,
+    machine_memory_budget,
     strategy_names,
 )
 from ._kwargs import LoaderKwargs  # noqa: E402
@@ -70,6 +71,7 @@ __all__ = [
     "Tensor",
     "decode_state",
     "io_uring_available",
+    "machine_memory_budget",
     "strategy_names",
 ]
 

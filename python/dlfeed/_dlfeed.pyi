@@ -336,6 +336,9 @@ class StageStats:
     def items(self) -> typing.Any: ...
     def __repr__(self) -> str: ...
 
+def machine_memory_budget() -> tuple[int, str]:
+    """The memory budget a Loader takes when memory_budget is 0 (the default), read now: (bytes, why)."""
+
 class LoaderStats:
     """Totals since the loader was created (C++ LoaderStats; a snapshot)"""
     @property

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import torch
 import torch.utils.data
 
-from . import _options
+from . import _dlfeed, _options
 from ._kwargs import TorchDatasetKwargs
 from ._loader import Loader
 
@@ -268,8 +268,15 @@ class Dataset(torch.utils.data.IterableDataset):
         key = (os.getpid(), rank, world)
         if self._loader is None or self._loader_key != key:
             pin = self.pin_memory or self.device is not None
+            kwargs = dict(self._kwargs)
+            info = torch.utils.data.get_worker_info()
+            if info is not None and info.num_workers > 1 and not kwargs.get("memory_budget"):
+                # Each DataLoader worker makes a loader of its own: they share the
+                # machine's budget (a quarter of its memory), not one each.
+                machine, _ = _dlfeed.machine_memory_budget()
+                kwargs["memory_budget"] = max(256 << 20, machine // info.num_workers)
             loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
-                            overlap_epochs=self.overlap_epochs, **self._kwargs)
+                            overlap_epochs=self.overlap_epochs, **kwargs)
             self._check_names(loader.field_names)
             self._loader = loader
             self._loader_key = key

@@ -127,6 +127,39 @@ def test_dataloader_workers_split_without_duplicates(tmp_path):
     assert sorted(ids) == list(range(245))
 
 
+class _BudgetRecording(dtorch.Dataset):
+    """Writes each process's loader's memory budget to out/<pid>."""
+    out = None
+
+    def _get_loader(self, rank, world):
+        loader = super()._get_loader(rank, world)
+        (self.out / str(os.getpid())).write_text(str(loader.stats().memory_budget))
+        return loader
+
+
+def test_dataloader_workers_share_the_machines_memory_budget(tmp_path):
+    """Each worker makes a loader of its own: with memory_budget left to the
+    machine, two workers get half of it each, not all of it each."""
+    root, _, _ = write_dataset("npz", tmp_path / "d", files=4, per_file=16)
+    out = tmp_path / "budgets"
+    out.mkdir()
+    ds = _BudgetRecording(root, batch_size=16, as_dict=True, **loader_kwargs("npz"))
+    ds.out = out
+    machine, why = dlfeed.machine_memory_budget()
+    assert "a quarter of" in why or "256 MiB" in why
+    assert sum(1 for _ in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)) == 4
+    budgets = [int(f.read_text()) for f in out.iterdir() if f.name != str(os.getpid())]
+    assert len(budgets) == 2
+    for b in budgets:  # MemAvailable moves a little between the reads
+        assert max(256 << 20, machine // 2) * 0.8 <= b <= max(256 << 20, machine // 2) * 1.2, (b, machine)
+    given = _BudgetRecording(root, batch_size=16, memory_budget=300 << 20, **loader_kwargs("npz"))
+    given.out = out
+    for f in out.iterdir():
+        f.unlink()
+    assert sum(1 for _ in torch.utils.data.DataLoader(given, batch_size=None, num_workers=2)) == 4
+    assert [int(f.read_text()) for f in out.iterdir()] == [300 << 20] * 2  # a given budget is kept
+
+
 # -- DataLoader: epochs, workers, batching ------------------------------------
 N_EPOCH_TEST = 245  # 5 files of 49: odd, so the workers' parts differ in length
 
