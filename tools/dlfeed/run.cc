@@ -397,11 +397,10 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
       static_cast<unsigned long long>(r.after.planned_reads - r.before.planned_reads),
       static_cast<unsigned long long>(r.after.extents - r.before.extents),
       static_cast<unsigned long long>(r.after.io_operations - r.before.io_operations), r.stall_s);
-  std::string line =
-      absl::StrFormat("  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed; "
-                      "first step %.3f s",
-                      e.au_percent, e.samples_per_s, io_mib_per_s(e), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s,
-                      e.first_step_s);
+  std::string line = absl::StrFormat(
+      "  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed; "
+      "first step %.3f s",
+      e.au_percent, e.samples_per_s, io_mib_per_s(e), e.read_mib_per_s, e.io_hidden_s, e.io_exposed_s, e.first_step_s);
   if (auto x = efficiency_of(e, eff)) {
     absl::StrAppend(&line, absl::StrFormat("; efficiency %.1f%% of %s", *x * 100, limit_str(e, *eff)));
   }
