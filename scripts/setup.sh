@@ -33,7 +33,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow, matplotlib, torch, pybind11, scikit_build_core, auditwheel' 2>/dev/null; then
+if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow, matplotlib, torch, pybind11, scikit_build_core, auditwheel, ruff, mypy' 2>/dev/null; then
   echo "setup: installing Python test dependencies into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
 fi

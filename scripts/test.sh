@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Sets up (scripts/setup.sh), checks the C++ format (scripts/format.sh --check),
+# Sets up (scripts/setup.sh), runs the quick checks (scripts/check.sh: C++ format,
+# Python lint and types, SPDX lines),
 # then runs every test: ctest (C++), pytest
 # (interop with numpy, h5py, TensorFlow, and the command line), the C++ suite
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and again under
@@ -14,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-echo "== C++ format (.clang-format)"
-scripts/format.sh --check
+# Format, Python lint and types, SPDX lines (scripts/check.sh).
+scripts/check.sh
 
 echo "== ctest (build/)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"

@@ -94,7 +94,7 @@ def pinned_allocator(where: str) -> Optional[Any]:
         import torch
         import torch.utils.data
     except ImportError:
-        torch = None
+        torch = None  # type: ignore[assignment]
     if torch is None or not torch.cuda.is_available():
         warnings.warn(f"{where}: pin_memory=True ignored: CUDA is not available; batches are in ordinary "
                       "(pageable) memory", RuntimeWarning, stacklevel=3)
@@ -294,6 +294,13 @@ def _host_copies(jobs: "queue.SimpleQueue[Any]", torch: Any, delay_s: float) -> 
 
 class _Copy:
     __slots__ = ("host", "start", "done", "nbytes", "t0", "epoch", "index")
+    host: Any
+    start: Any
+    done: Any
+    nbytes: int
+    t0: int
+    epoch: int
+    index: int
 
 
 class DeviceCopier:

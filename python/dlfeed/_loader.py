@@ -340,4 +340,5 @@ class EpochIterator:
             return None
 
 
-Loader.__doc__ = (Loader.__doc__ or "") + "\n    Keywords (field of LoaderOptions: what it does):\n\n" + _options.keyword_help() + "\n"
+Loader.__doc__ = ((Loader.__doc__ or "") + "\n    Keywords (field of LoaderOptions: what it does):\n\n"
+                   + _options.keyword_help() + "\n")

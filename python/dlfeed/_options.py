@@ -248,7 +248,8 @@ def build_options(paths: List[str], kwargs: Mapping[str, Any], where: str = "dlf
             top = _unsigned_top(k.field) if _is_int(converted) and _is_int(getattr(obj, attr)) else None
             if top is not None:  # an int out of an unsigned field's range, not a wrong type
                 raise _dlfeed.InvalidArgumentError(
-                    f"{where}: {keyword}={value!r}: expected an int from 0 to {top} (LoaderOptions.{k.field})") from None
+                    f"{where}: {keyword}={value!r}: expected an int from 0 to {top} "
+                    f"(LoaderOptions.{k.field})") from None
             expected = type(getattr(obj, attr)).__name__
             raise TypeError(f"{where}: {keyword}={value!r}: expected {expected} (LoaderOptions.{k.field})") from None
     return o

@@ -26,7 +26,7 @@ import operator
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Set, Union
+from typing import TYPE_CHECKING, AbstractSet, Any, List, Optional, Sequence, Set, Union
 
 import numpy as np
 import tensorflow as tf
@@ -79,7 +79,8 @@ def _names(option: Union[bool, Sequence[str]], loader: Loader, what: str) -> Set
     return set(names)
 
 
-def _field_specs(loader: Loader, ragged: Set[str] = frozenset(), pad: Set[str] = frozenset()) -> List[Any]:
+def _field_specs(loader: Loader, ragged: AbstractSet[str] = frozenset(),
+                 pad: AbstractSet[str] = frozenset()) -> List[Any]:
     o = loader.options
     batch_dim = o.batch_size if o.drop_last_batch else None
     specs = []
@@ -128,7 +129,7 @@ class _Feed:
     tf.numpy_function (on tf.data's threads, holding the GIL only while Python
     runs: the loader's next() releases it while it waits)."""
 
-    def __init__(self, loader: Loader, ragged: Set[str] = frozenset(), pad: Set[str] = frozenset(),
+    def __init__(self, loader: Loader, ragged: AbstractSet[str] = frozenset(), pad: AbstractSet[str] = frozenset(),
                  pad_value: Any = 0) -> None:
         self.loader = loader
         self.fields = range(len(loader.field_names))

@@ -180,7 +180,7 @@ def _auto_collating_fetcher() -> Optional[Any]:
         from torch.utils.data._utils.fetch import _IterableDatasetFetcher
     except ImportError:  # pragma: no cover - another torch layout
         return None
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     for _ in range(4):  # iter(dataset) is called from the fetcher's __init__
         if frame is None:
             break
@@ -268,7 +268,7 @@ class Dataset(torch.utils.data.IterableDataset):
         key = (os.getpid(), rank, world)
         if self._loader is None or self._loader_key != key:
             pin = self.pin_memory or self.device is not None
-            kwargs = dict(self._kwargs)
+            kwargs: Dict[str, Any] = dict(self._kwargs)
             info = torch.utils.data.get_worker_info()
             if info is not None and info.num_workers > 1 and not kwargs.get("memory_budget"):
                 # Each DataLoader worker makes a loader of its own: they share the
@@ -390,6 +390,7 @@ class Dataset(torch.utils.data.IterableDataset):
             # direct iteration gives (drop_last_batch drops only the rank's last
             # partial batch): the same batches whatever K, len(DataLoader) true.
             info = torch.utils.data.get_worker_info()
+            assert info is not None  # in_worker
             n = len(loader)
             first, end = info.id * n // info.num_workers, (info.id + 1) * n // info.num_workers
             if first < end:
