@@ -37,6 +37,9 @@ namespace {
 // walk ending in ELOOP). The folder named may itself be a link (a DLIO
 // train/ linked elsewhere).
 struct Walk {
+  Walk(const std::string& path, const FormatOptions& format, Gathered& gathered, std::vector<std::string>& out)
+      : p(path), options(format), g(gathered), found(out) {}
+
   const std::string& p;
   const FormatOptions& options;
   Gathered& g;
