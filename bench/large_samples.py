@@ -3,8 +3,10 @@
 """Large samples (1 to 256 MiB) against the machine's own read of the same files.
 
 For each sample size: one-sample files written by h5py (a contiguous float32
-dataset, as DeepCAM's are) and by numpy (np.savez, one array), about
---set-mib MiB of them. Warm page cache, global shuffle, side by side in
+dataset, as DeepCAM's are), by numpy (np.savez, one array) and, with
+--formats cosmoflow, by TensorFlow as MLPerf HPC's CosmoFlow files are (one
+gzip TFRecord per sample: `x` int16 bytes, `y` 4 floats; the yardstick then
+reads the compressed files), about --set-mib MiB of them. Warm page cache, global shuffle, side by side in
 alternating rounds:
 
 - `pread_yardstick`: as many threads as cores, each reading whole files with
@@ -30,9 +32,8 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 import _benchlib as bl
+import numpy as np
 from _benchlib import BUILD, DLFEED, ROOT
 
 YARD = BUILD / "bench" / "pread_yardstick"
@@ -54,8 +55,17 @@ def write_set(folder: pathlib.Path, fmt: str, mib: int, files: int) -> list:
             import h5py
             with h5py.File(folder / f"sample{i:04d}.h5", "w") as f:
                 f.create_dataset("data", data=x.reshape(1, n))
-        else:
+        elif fmt == "npz":
             np.savez(folder / f"sample{i:04d}.npz", x=x.reshape(1, n))
+        else:  # cosmoflow: MLPerf HPC's files, one gzip TFRecord per sample: x int16 bytes, y 4 float32
+            import tensorflow as tf
+            xi = rng.integers(0, 50, size=mib * (1 << 20) // 2, dtype=np.int16)
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[xi.tobytes()])),
+                "y": tf.train.Feature(float_list=tf.train.FloatList(value=rng.random(4).tolist()))}))
+            opts = tf.io.TFRecordOptions(compression_type="GZIP")
+            with tf.io.TFRecordWriter(str(folder / f"univ_{i:04d}.tfrecord"), opts) as w:
+                w.write(ex.SerializeToString())
     stamp.write_text(want)
     return sorted(str(p) for p in folder.iterdir() if p.name != ".written")
 
@@ -67,7 +77,11 @@ def yardstick(files: list, rounds: int) -> float:
 
 def dlfeed_run(folder: pathlib.Path, batch: int, epochs: int, extra: list, tmp: pathlib.Path) -> dict:
     summary = tmp / "summary.json"
-    bl.sh([DLFEED, "run", "--quiet", "--axis", "none", "--strategy", "global_shuffle", "--batch-size", batch,
+    if folder.name.startswith("cosmoflow"):
+        extra = [*extra, "--fields", "x,y", "--field-dtypes", "x=int16"]
+    else:
+        extra = [*extra, "--axis", "none"]
+    bl.sh([DLFEED, "run", "--quiet", "--strategy", "global_shuffle", "--batch-size", batch,
            "--epochs", epochs, "--summary-json", summary, *extra, folder])
     s = json.loads(summary.read_text())
     eps = s["epochs"]
@@ -152,7 +166,8 @@ def main() -> None:
           "| first step s | I/O ops per sample | dlfeed default | PyTorch + h5py |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in results["cases"]:
-        med = lambda f: bl.median([f(r) for r in c["rounds"]])  # noqa: E731
+        def med(f, rounds=c["rounds"]):
+            return bl.median([f(r) for r in rounds])
         y = med(lambda r: r["yard"])
         later = med(lambda r: r["off"]["later_gb_per_s"])
         first = med(lambda r: r["off"]["first_gb_per_s"])
