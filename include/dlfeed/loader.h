@@ -151,8 +151,9 @@ struct DLFEED_EXPORT LoaderOptions {
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
   /// that buys no throughput and every batch ahead is a fresh buffer), with
-  /// more than 8 cores one batch and 32 MiB per core (up to 32 cores, within
-  /// half of memory_budget); and
+  /// more than 8 cores one batch and 32 MiB per core (up to 32 cores), and
+  /// at least 4 batches of the dataset's mean batch size (large samples),
+  /// all within half of memory_budget; and
   /// "depth:8,budget:16M" when the files are held in memory (`resident`):
   /// a batch is then copies made at once, with no latency to hide, and the
   /// first touch of a fresh batch buffer costs more than the copies into it
