@@ -103,3 +103,12 @@ def test_the_cli_names_planned_reads_and_io_operations_apart(dlfeed, deepcam_64,
     e = s["epochs"][0]
     assert (e["planned_reads"], e["extents"], e["coalesced_extents"], e["io_operations"]) == (3, 3, 0, 96)
     assert s["run"]["memory_budget"]["bytes"] >= 256 * MIB and s["run"]["memory_budget"]["why"]
+
+
+def test_max_read_still_bounds_the_large_pieces(dlfeed, deepcam_64, tmp_path):
+    folder, _ = deepcam_64
+    summary = tmp_path / "s.json"
+    dlfeed.run("run", "--quiet", "--axis", "none", "--fields", "climate/data", "--batch-size", 3, "--epochs", 1,
+               "--resident", "off", "--max-read", 1 << 20, "--summary-json", summary, folder)
+    e = json.loads(summary.read_text())["epochs"][0]
+    assert (e["planned_reads"], e["io_operations"]) == (3, 3 * 64)  # 1 MiB pieces, not 2 MiB

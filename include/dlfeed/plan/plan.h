@@ -66,8 +66,8 @@ struct DLFEED_EXPORT CoalesceOptions {
   /// request's overhead on the copy (0.6-0.9x). 0: split_piece always.
   uint64_t split_piece_cold = 16 * 1024;
   /// Reads of at least large_above bytes (a large sample's extent, or a
-  /// merged run of them) go to the backend in pieces of large_piece, not
-  /// split_piece, each marked ReadRequest::hand_off: io_uring gives them to
+  /// merged run of them) go to the backend in pieces of large_piece (at
+  /// most max_read), not split_piece, each marked ReadRequest::hand_off: io_uring gives them to
   /// its kernel workers, so the pieces of one batch are copied on as many
   /// cores as the process may use, where a page-cache hit read the usual way
   /// is copied by the one I/O engine that submitted it. A 64 MiB sample is
