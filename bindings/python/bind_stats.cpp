@@ -227,11 +227,13 @@ void bind_stats(py::module_& m) {
   bind_stage_stats(m);
   m.def(
       "machine_memory_budget",
-      [] {
-        MachineBudget b = machine_memory_budget();
+      [](uint32_t workers) {
+        MachineBudget b = machine_memory_budget(workers);
         return py::make_tuple(b.bytes, b.why);
       },
-      "The memory budget a Loader takes when memory_budget is 0 (the default), read now: (bytes, why).");
+      py::arg("workers") = 1,
+      "The memory budget a Loader takes when memory_budget is 0 (the default), read now: (bytes, why); "
+      "workers: processes of this rank each making a loader (DataLoader workers), the share of each.");
 
   RecordClass<LoaderStats> stats(m, "LoaderStats", "Totals since the loader was created (C++ LoaderStats; a snapshot)");
   add_loader_traffic_fields(stats);

@@ -66,14 +66,14 @@ DLFEED_EXPORT absl::StatusOr<Mode> parse_mode(absl::string_view text, absl::stri
 
 /// The memory budget a loader takes when LoaderOptions::memory_budget is 0,
 /// read now: its bytes, and why (e.g. "5.5 GiB: a quarter of 22.0 GiB the
-/// process may use (MemAvailable)"). For processes that share a node's memory
-/// in ways the loader cannot see (DataLoader workers each making a loader):
-/// give each its share as memory_budget.
+/// process may use (MemAvailable)"). `workers`: processes of this rank that
+/// each make a loader (DataLoader workers), which the loader cannot see:
+/// the share of each, to give it as memory_budget.
 struct DLFEED_EXPORT MachineBudget {
   uint64_t bytes = 0;
   std::string why;
 };
-DLFEED_EXPORT MachineBudget machine_memory_budget();
+DLFEED_EXPORT MachineBudget machine_memory_budget(uint32_t workers = 1);
 
 /// Everything a Loader is built from.
 struct DLFEED_EXPORT LoaderOptions {

@@ -336,8 +336,8 @@ class StageStats:
     def items(self) -> typing.Any: ...
     def __repr__(self) -> str: ...
 
-def machine_memory_budget() -> tuple[int, str]:
-    """The memory budget a Loader takes when memory_budget is 0 (the default), read now: (bytes, why)."""
+def machine_memory_budget(workers: typing.SupportsInt | typing.SupportsIndex = ...) -> tuple[int, str]:
+    """The memory budget a Loader takes when memory_budget is 0 (the default), read now: (bytes, why); workers: processes of this rank each making a loader (DataLoader workers), the share of each."""
 
 class LoaderStats:
     """Totals since the loader was created (C++ LoaderStats; a snapshot)"""

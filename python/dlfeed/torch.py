@@ -273,8 +273,7 @@ class Dataset(torch.utils.data.IterableDataset):
             if info is not None and info.num_workers > 1 and not kwargs.get("memory_budget"):
                 # Each DataLoader worker makes a loader of its own: they share the
                 # machine's budget (a quarter of its memory), not one each.
-                machine, _ = _dlfeed.machine_memory_budget()
-                kwargs["memory_budget"] = max(256 << 20, machine // info.num_workers)
+                kwargs["memory_budget"], _ = _dlfeed.machine_memory_budget(info.num_workers)
             loader = Loader(self._paths, rank=rank, world_size=world, device=self.device, pin_memory=pin,
                             overlap_epochs=self.overlap_epochs, **kwargs)
             self._check_names(loader.field_names)

@@ -23,8 +23,8 @@ absl::StatusOr<Mode> parse_mode(absl::string_view text, absl::string_view what) 
   return absl::InvalidArgumentError(absl::StrCat("loader: ", what, " is auto, on or off, not '", text, "'"));
 }
 
-MachineBudget machine_memory_budget() {
-  pipeline::MemoryBudget b = pipeline::process_memory_budget();
+MachineBudget machine_memory_budget(uint32_t workers) {
+  pipeline::MemoryBudget b = pipeline::process_memory_budget(workers);
   return {b.bytes, std::move(b.why)};
 }
 

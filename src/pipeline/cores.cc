@@ -65,6 +65,18 @@ std::vector<std::string> self_and_parents(std::string path) {
   return out;
 }
 
+// The least of `value_at` over the cgroup at `path` and each parent (those
+// with a value), or none.
+template <typename T, typename F>
+std::optional<T> least_along(const std::string& path, F value_at) {
+  std::optional<T> least;
+  for (const std::string& dir : self_and_parents(path)) {
+    const std::optional<T> v = value_at(dir);
+    if (v && (!least || *v < *least)) least = v;
+  }
+  return least;
+}
+
 }  // namespace
 
 std::optional<uint32_t> cores_of_cpu_max(absl::string_view text) {
@@ -106,8 +118,7 @@ CgroupPaths cgroup_paths_of(absl::string_view proc_self_cgroup) {
 namespace {
 // The smallest quota of the cgroup at `path` and its parents, v2 or v1.
 std::optional<uint32_t> quota_along(const CoreSources& from, const std::string& path, bool v1) {
-  std::optional<uint32_t> least;
-  for (const std::string& dir : self_and_parents(path)) {
+  return least_along<uint32_t>(path, [&](const std::string& dir) {
     std::optional<uint32_t> quota;
     if (!v1) {
       if (const auto t = read_text(from.cgroup_root + dir + "/cpu.max")) quota = cores_of_cpu_max(*t);
@@ -121,9 +132,8 @@ std::optional<uint32_t> quota_along(const CoreSources& from, const std::string& 
         }
       }
     }
-    if (quota && (!least || *quota < *least)) least = quota;
-  }
-  return least;
+    return quota;
+  });
 }
 }  // namespace
 
@@ -200,18 +210,15 @@ std::optional<uint64_t> limit_of(const std::optional<std::string>& text) {
 
 // The least room under a memory limit from `path` up to the root.
 std::optional<uint64_t> cgroup_room(const MemorySources& from, const std::string& path, bool v1) {
-  std::optional<uint64_t> least;
-  for (const std::string& dir : self_and_parents(path)) {
+  return least_along<uint64_t>(path, [&](const std::string& dir) -> std::optional<uint64_t> {
     const std::string base = from.cgroup_root + (v1 ? "/memory" : "") + dir;
     const std::optional<uint64_t> limit = limit_of(read_text(base + (v1 ? "/memory.limit_in_bytes" : "/memory.max")));
-    if (!limit) continue;
+    if (!limit) return std::nullopt;
     const std::optional<std::string> used_text = read_text(base + (v1 ? "/memory.usage_in_bytes" : "/memory.current"));
     const std::optional<int64_t> used = used_text ? parse_int(*used_text) : std::nullopt;
     const uint64_t u = used && *used > 0 ? static_cast<uint64_t>(*used) : 0;
-    const uint64_t room = *limit > u ? *limit - u : 0;
-    if (!least || room < *least) least = room;
-  }
-  return least;
+    return *limit > u ? *limit - u : 0;
+  });
 }
 
 std::string gib(uint64_t bytes) { return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1ull << 30)); }
@@ -246,12 +253,17 @@ uint32_t ranks_on_node(const std::function<const char*(const char*)>& getenv) {
   return 1;
 }
 
-MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks) {
+MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks, uint32_t workers) {
   constexpr uint64_t kFloor = 256ull << 20;
   ranks = std::max(1u, ranks);
-  if (memory.bytes == 0) return {1ull << 30, "1 GiB: the memory this process may use is not known here"};
-  const uint64_t share = memory.bytes / 4 / ranks;
-  const std::string whose = ranks == 1 ? "" : absl::StrCat(", shared by ", ranks, " ranks on this node");
+  workers = std::max(1u, workers);
+  const std::string by_workers = workers == 1 ? "" : absl::StrCat(", shared by ", workers, " worker processes");
+  if (memory.bytes == 0) {
+    return {std::max<uint64_t>(kFloor, (1ull << 30) / workers),
+            absl::StrCat("1 GiB: the memory this process may use is not known here", by_workers)};
+  }
+  const uint64_t share = memory.bytes / 4 / ranks / workers;
+  const std::string whose = (ranks == 1 ? "" : absl::StrCat(", shared by ", ranks, " ranks on this node")) + by_workers;
   if (share < kFloor) {
     return {kFloor, absl::StrCat("256 MiB, the least (a quarter of ", gib(memory.bytes), " the process may use (",
                                  memory.source, ")", whose, " is less)")};
@@ -260,9 +272,9 @@ MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks) {
                               ")", whose)};
 }
 
-MemoryBudget process_memory_budget() {
+MemoryBudget process_memory_budget(uint32_t workers) {
   return machine_memory_budget(usable_memory(MemorySources{}),
-                               ranks_on_node([](const char* n) { return std::getenv(n); }));
+                               ranks_on_node([](const char* n) { return std::getenv(n); }), workers);
 }
 
 }  // namespace dlfeed::pipeline

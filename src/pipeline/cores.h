@@ -92,14 +92,16 @@ UsableMemory usable_memory(const MemorySources& from);
 uint32_t ranks_on_node(const std::function<const char*(const char*)>& getenv);
 
 /// LoaderOptions::memory_budget when left at 0: a quarter of the memory the
-/// process may use, shared by the ranks on this node, at least 256 MiB (and
-/// 1 GiB when nothing says how much there is); `why` says so in words.
+/// process may use, shared by the ranks on this node and by `workers`
+/// processes of each (DataLoader workers each making a loader), at least
+/// 256 MiB (and 1 GiB, shared by the workers, when nothing says how much
+/// there is); `why` says so in words.
 struct MemoryBudget {
   uint64_t bytes = 0;
   std::string why;
 };
-MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks);
+MemoryBudget machine_memory_budget(const UsableMemory& memory, uint32_t ranks, uint32_t workers = 1);
 /// machine_memory_budget() of this process now (its memory, its launcher's ranks).
-MemoryBudget process_memory_budget();
+MemoryBudget process_memory_budget(uint32_t workers = 1);
 
 }  // namespace dlfeed::pipeline

@@ -180,7 +180,11 @@ TEST(Memory, TheBudgetIsAQuarterSharedByTheRanksAtLeast256MiB) {
   EXPECT_EQ(b.bytes, 120 * kGiB / 16);
   EXPECT_NE(b.why.find("shared by 4 ranks on this node"), std::string::npos) << b.why;
   EXPECT_EQ(machine_memory_budget({512ull << 20, "MemAvailable"}, 1).bytes, 256ull << 20);  // the floor
-  b = machine_memory_budget({}, 1);                                                         // nothing known: as before
+  b = machine_memory_budget({24 * kGiB, "MemAvailable"}, 1, 3);  // 3 worker processes each making a loader
+  EXPECT_EQ(b.bytes, 2 * kGiB);
+  EXPECT_NE(b.why.find("shared by 3 worker processes"), std::string::npos) << b.why;
+  EXPECT_EQ(machine_memory_budget({}, 1, 2).bytes, 512ull << 20);
+  b = machine_memory_budget({}, 1);  // nothing known: as before
   EXPECT_EQ(b.bytes, kGiB);
   EXPECT_NE(b.why.find("not known"), std::string::npos);
 }
