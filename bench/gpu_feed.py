@@ -22,15 +22,15 @@ batch 256 (--quick: 32). Cases, each a few seconds:
 - au:         a 20 ms matmul step per batch on the GPU; AU = step time / wall time (and the
               waits at epoch boundaries and mid-epoch, the time in next(), and au_gpu_pct: the
               steps' GPU time by CUDA events / wall, which a step waiting on the device for its
-              copy lowers); au_inline: the copies issued inside next() (no feeder thread: the
-              path before it); au_no_overlap: overlap_epochs=False; au_epochs: one iter_epochs()
+              copy lowers); au_no_overlap: overlap_epochs=False; au_epochs: one iter_epochs()
 - cpu_with_copy_load: the CPU-only loader while another thread copies a pinned batch-sized
               buffer to the GPU in a loop on its own stream (memory bandwidth shared?)
-- consumer_overhead / consumer_overhead_inline: the device feed from held files (resident="on")
-              with a 5 ms sleep for the step: the consumer thread's time in next() per batch
-              (median, p90) and its CPU time, copies issued by the feeder thread / inside next()
-- consumer_overhead_host / _host_inline (also without CUDA): the same with _device.HostStream
-              standing in for CUDA on the CPU: the feed's structure runs, and its cost
+- consumer_overhead: the device feed from held files (resident="on") with a 5 ms sleep for
+              the step: the consumer thread's time in next() per batch (median, p90) and its
+              CPU time, the copies issued by the feeder thread
+- consumer_overhead_host (also without CUDA): the same with HostStream (the tests' CPU
+              stand-in, tests/python/adaptors/host_stream.py) for CUDA: the feed's structure
+              runs, and its cost
 
 Without CUDA the device cases are skipped, saying so, and the CPU cases run (the
 held batches, pin_memory's warning, device="cuda"'s error). Writes
@@ -232,7 +232,6 @@ class Bench:
         safe(self.boundary)("boundary_on", True)
         # The device feed's structure on the CPU (HostStream for CUDA): it runs, and what it costs.
         safe(self.consumer_overhead)("consumer_overhead_host", host=True)
-        safe(self.consumer_overhead)("consumer_overhead_host_inline", feeder=False, host=True)
 
     def boundary(self, case: str, overlap: bool) -> Dict[str, Any]:
         """CPU: the consumer's wait for each batch (the time in next()) while a sleep stands for
@@ -366,12 +365,10 @@ class Bench:
         s = time.perf_counter() - t
         return log(case, gb_s=round(tot / s / 1e9, 3), gb=round(tot / 1e9, 2))
 
-    def au(self, case: str, overlap: Optional[bool] = None, continuous: bool = False,
-           feeder: bool = True) -> Dict[str, Any]:
+    def au(self, case: str, overlap: Optional[bool] = None, continuous: bool = False) -> Dict[str, Any]:
         """20 ms of GPU work per step (a matmul loop), the loader alone much faster. One
         iter_epoch(e) per epoch (overlap_epochs as given; None: the default, on with device=),
-        or `continuous`: one iter_epochs() over all of them; `feeder` False: the copies issued
-        inside next() (the path before the feeder thread).
+        or `continuous`: one iter_epochs() over all of them.
 
         au_pct: the steps' time on the host (from the batch in hand to the loss's .item()) over
         the wall time, as DLIO counts AU. A step whose stream waits on the device for its
@@ -392,7 +389,6 @@ class Bench:
         per = (time.perf_counter() - t) / 20
         reps = max(1, round(0.020 / per))
         L = self.loader(device="cuda", overlap_epochs=overlap)
-        L._feeder_thread = feeder
         steps = 0
         step_s = 0.0
         t_start = None
@@ -468,7 +464,7 @@ class Bench:
                    counters_au=_au(c), step_ms=round(1000 * step, 2), gpu_step_ms=ms(gpu),
                    host_minus_gpu_ms=ms(extra), host_minus_gpu_ms_max=round(1000 * max(extra), 3) if extra else None,
                    steps=steps - 5, matmul_reps=reps, epochs=epochs[0], overlap_epochs=overlap,
-                   continuous=continuous, feeder=feeder,
+                   continuous=continuous,
                    loader_x_faster=round(step / (self.batch / cpu), 1) if cpu else None,
                    wait_ms_epoch_start=ms(waits["start"]), wait_ms_epoch_start_max=round(1000 * max(waits["start"]),
                    3) if waits["start"] else None, wait_ms_mid=ms(waits["mid"]), next_ms_mid=ms(in_next),
@@ -476,23 +472,27 @@ class Bench:
                    consumer_waits=h2d.get("consumer_waits"), consumer_waited_ms=round(h2d.get(
                        "consumer_waited_ns", 0) / 1e6, 3))
 
-    def consumer_overhead(self, case: str, feeder: bool = True, host: bool = False) -> Dict[str, Any]:
+    def consumer_overhead(self, case: str, host: bool = False) -> Dict[str, Any]:
         """The device feed's cost on the consumer's thread: the time inside next() per batch (and
         the thread's CPU time in it), with the files held in memory (resident="on": reads cost
         little) and a 5 ms sleep standing for the step (the GIL released, as a step waiting on
-        the GPU releases it), so the feeder thread runs while the consumer "trains". `feeder`:
-        the copies issued by the feeder thread (False: inside next(), as before it). `host`: on
-        the CPU, _device.HostStream standing in for CUDA (the structure's cost, not a GPU's)."""
-        from dlfeed import _device
+        the GPU releases it), so the feeder thread runs while the consumer "trains". `host`: on
+        the CPU, the tests' HostStream standing in for CUDA (the structure's cost, not a GPU's)."""
 
         step = 0.005
         L = self.loader(device=None if host else "cuda", resident="on", memory_budget=8 << 30,
                         overlap_epochs=True)  # the 2.47 GB held: a budget over twice it
         if host:
+            from dlfeed.torch._device import DeviceCopier
+
+            # The CPU stand-in for CUDA is test code, not the package's: from the checkout's tests.
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                                            "python", "adaptors"))
+            from host_stream import HostStream
+
             core = L._core
-            L._copier = _device.DeviceCopier(_device.HostStream(), L._h2d_budget, core.record_h2d, core.counters_now)
+            L._copier = DeviceCopier(HostStream(), L._h2d_budget, core.record_h2d, core.counters_now)
             L._device = "host stand-in"  # iter_epoch takes the device path, through the copier set above
-        L._feeder_thread = feeder
         in_next: List[float] = []
         cpu = 0.0
         seen = e = 0
@@ -526,7 +526,7 @@ class Bench:
         L.close()
         n = max(1, len(in_next))
         us = sorted(1e6 * x for x in in_next) or [0.0]
-        return log(case, feeder=feeder, host_stand_in=host, batches=len(in_next), step_ms=step * 1000,
+        return log(case, host_stand_in=host, batches=len(in_next), step_ms=step * 1000,
                    next_us_median=round(statistics.median(us), 1), next_us_p90=round(us[int(0.9 * (len(us) - 1))], 1),
                    next_us_mean=round(sum(us) / n, 1), consumer_cpu_us_per_batch=round(1e6 * cpu / n, 1),
                    samples_s=round(len(in_next) * self.batch / wall) if wall else None,
@@ -543,11 +543,9 @@ class Bench:
         safe(self.cpu_with_copy_load)("cpu_with_copy_load")
         safe(self.run_loader)("cpu_again", skip=2)  # the CPU-only rate beside it, on the same warm machine
         safe(self.consumer_overhead)("consumer_overhead")  # the copies issued by the feeder thread
-        safe(self.consumer_overhead)("consumer_overhead_inline", feeder=False)  # issued inside next(): before
         safe(self.torch_dataset)("torch_dev")
         safe(self.torch_dl)("torch_dl_w8", 8)
         safe(self.au)("au")  # one iter_epoch() per epoch, overlap_epochs on (device='s default)
-        safe(self.au)("au_inline", feeder=False)  # the same with the copies issued inside next() (before)
         safe(self.au)("au_no_overlap", overlap=False)  # the same with the next epoch read only when asked
         safe(self.au)("au_epochs", continuous=True)  # one iter_epochs(): copies go on across the boundaries
         r = safe(self.cold_cat)("cold_cat")
@@ -654,8 +652,7 @@ def targets(cuda: bool) -> List[Dict[str, Any]]:
           f"{au.get('au_gpu_pct')}; wait ms at an epoch's start {au.get('wait_ms_epoch_start')}, mid-epoch "
           f"{au.get('wait_ms_mid')} (in next() {au.get('next_ms_mid')}); loader {au.get('loader_x_faster')}x "
           "faster than the step" if au else "")
-    for k, what in (("au_inline", "copies issued inside next() (no feeder thread)"),
-                    ("au_no_overlap", "overlap_epochs=False"), ("au_epochs", "one iter_epochs()")):
+    for k, what in (("au_no_overlap", "overlap_epochs=False"), ("au_epochs", "one iter_epochs()")):
         r = find(k)
         ratio(f"AU, 20 ms GPU step, {what}", r.get("au_pct"), 99.0, f"wait ms at an epoch's start "
               f"{r.get('wait_ms_epoch_start')}, mid-epoch {r.get('wait_ms_mid')}" if r else "")
@@ -666,9 +663,8 @@ def targets(cuda: bool) -> List[Dict[str, Any]]:
     ratio("diagnostic: AU on the GPU's clock (steps' GPU time / wall)", au.get("au_gpu_pct"), None,
           f"host step minus GPU step, median {au.get('host_minus_gpu_ms')} ms, max {au.get('host_minus_gpu_ms_max')}"
           if au else "")
-    for k, what in (("consumer_overhead", "feeder thread"), ("consumer_overhead_inline", "copies issued in next()"),
-                    ("consumer_overhead_host", "CPU, HostStream for CUDA, feeder thread"),
-                    ("consumer_overhead_host_inline", "CPU, HostStream for CUDA, in next()")):
+    for k, what in (("consumer_overhead", "feeder thread"),
+                    ("consumer_overhead_host", "CPU, HostStream for CUDA, feeder thread")):
         co = find(k)
         ratio(f"diagnostic: {k}: us in next() per batch (median; {what})", co.get("next_us_median"), None,
               f"p90 {co.get('next_us_p90')} us, consumer CPU {co.get('consumer_cpu_us_per_batch')} us per batch"
@@ -713,7 +709,7 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true", help="skip the device parts even where CUDA is")
     ap.add_argument("--data", default="/tmp/gf28")
     ap.add_argument("--seconds", type=float, default=5.0, help="seconds per timed case (not --quick)")
-    ap.add_argument("--cases", default="", help="comma-separated case names: run only these (e.g. au,au_inline)")
+    ap.add_argument("--cases", default="", help="comma-separated case names: run only these (e.g. au,au_epochs)")
     a = ap.parse_args()
     ONLY[:] = [c for c in a.cases.split(",") if c]
     os.makedirs(a.out, exist_ok=True)

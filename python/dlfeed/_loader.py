@@ -6,11 +6,12 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _device, _dlfeed, _options
+from . import _dlfeed, _options
 from ._kwargs import LoaderKwargs
 
 # typing.Unpack from Python 3.11; before, only type checkers need it (the
@@ -21,6 +22,25 @@ elif TYPE_CHECKING:
     from typing_extensions import Unpack
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: device=: bytes of copies to the device in flight at once (their own budget: host
+#: buffers of batches whose copy has not finished stay out of the pool).
+DEFAULT_H2D_BUDGET = 512 << 20
+#: device=: batches copied ahead of the one the consumer works on.
+DEFAULT_DEVICE_PREFETCH = 2
+
+
+def _device_feed() -> Any:
+    """dlfeed.torch._device, the device feed: device= and pin_memory= need PyTorch,
+    so it is imported on their first use (``import dlfeed`` needs no framework);
+    None when PyTorch is not installed."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    from .torch import _device
+
+    return _device
 
 
 def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
@@ -48,7 +68,7 @@ class Loader:
     waits forever.
 
     GPU (docs/python.md): ``device="cuda"`` (or ``"cuda:N"``) yields batches on the
-    device (:class:`dlfeed._device.DeviceBatch`: {field: torch CUDA tensor}, each a
+    device (:class:`dlfeed.torch._device.DeviceBatch`: {field: torch CUDA tensor}, each a
     DLPack producer), copied on a stream of their own from page-locked pool buffers
     while the consumer works on the previous batch; ``h2d_budget`` bounds the bytes
     of copies in flight, ``device_prefetch`` the batches copied ahead.
@@ -62,29 +82,34 @@ class Loader:
     pipeline still runs between epochs). ``iter_epochs()`` iterates epochs on end.
     """
 
-    #: device=: the copies are issued by a feeder thread (False: inside next(), on the
-    #: consumer's thread, as before the feeder; bench/gpu_feed.py compares the two).
-    _feeder_thread = True
-
     def __init__(self, paths: Union[PathLike, Iterable[PathLike]], *, device: Any = None, pin_memory: Any = False,
-                 h2d_budget: int = _device.DEFAULT_H2D_BUDGET,
-                 device_prefetch: int = _device.DEFAULT_DEVICE_PREFETCH, overlap_epochs: Optional[bool] = None,
+                 h2d_budget: int = DEFAULT_H2D_BUDGET,
+                 device_prefetch: int = DEFAULT_DEVICE_PREFETCH, overlap_epochs: Optional[bool] = None,
                  **options: Unpack[LoaderKwargs]) -> None:
         # The keywords are _options.KEYWORDS, typed by LoaderKwargs; a name that is
         # not one is a TypeError naming the nearest (_options.check_keywords).
-        self._device = _device.cuda_device(device)  # a clear error without CUDA, before any work
+        own_pinned = isinstance(pin_memory, _dlfeed.PinnedAllocator)
+        feed: Any = _device_feed() if device is not None or (pin_memory and not own_pinned) else None
+        if device is not None and feed is None:
+            raise RuntimeError("device='cuda' needs PyTorch (pip install torch with CUDA)")
+        # A clear error without CUDA, before any work.
+        self._device = feed.cuda_device(device) if device is not None else None
         self._h2d_budget = int(h2d_budget)
         self._device_prefetch = int(device_prefetch)
-        self._copier: Optional[_device.DeviceCopier] = None
-        self._feed: Any = None  # a weak reference to the running device feed (_device.loader_feed)
-        self._feeder: Optional[_device.Feeder] = None  # the device feed's thread (made on first use)
+        self._copier: Any = None  # the device feed's DeviceCopier (made on first use)
+        self._feed: Any = None  # a weak reference to the running device feed (dlfeed.torch._device.loader_feed)
+        self._feeder: Any = None  # the device feed's Feeder thread (made on first use)
         o = _options.build_options(_paths(paths), options)
         self._pinned = None
-        if isinstance(pin_memory, _dlfeed.PinnedAllocator):
+        if own_pinned:
             self._pinned = pin_memory  # your own register/unregister pair (_dlfeed.page_locked_allocator)
             o.buffer_allocator = pin_memory
         elif pin_memory or self._device is not None:
-            self._pinned = _device.pinned_allocator("dlfeed.Loader")
+            if feed is None:
+                warnings.warn("dlfeed.Loader: pin_memory=True ignored: CUDA is not available; batches are in "
+                              "ordinary (pageable) memory", RuntimeWarning, stacklevel=2)
+            else:
+                self._pinned = feed.pinned_allocator("dlfeed.Loader")
             if self._pinned is not None:
                 o.buffer_allocator = self._pinned
         shapes: Optional[Mapping[str, Sequence[int]]] = options.get("shapes")
@@ -171,10 +196,12 @@ class Loader:
             return self._device_epoch(epochs())
         return epochs()
 
-    def _device_epoch(self, host: Iterable[Any]) -> Iterator["_device.DeviceBatch"]:
-        # The copies are issued by a feeder thread (_device.DeviceFeed); the host batches
-        # are still taken on the consumer's thread, so the counters see its steps and waits.
-        return _device.loader_feed(self, host, threaded=self._feeder_thread)
+    def _device_epoch(self, host: Iterable[Any]) -> Iterator[Any]:
+        # The copies are issued by a feeder thread (dlfeed.torch._device.DeviceFeed); the host
+        # batches are still taken on the consumer's thread, so the counters see its steps and waits.
+        from .torch import _device
+
+        return _device.loader_feed(self, host)
 
     def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
         """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
@@ -240,7 +267,7 @@ class Loader:
         """A snapshot of the built-in counters: per-stage latencies, bytes,
         per-epoch AU, samples/s and MB/s (the JSON of docs/counters.md), and ``h2d``:
         the copies to the device (device=) that were timed (one in
-        ``_device.DEFAULT_TIME_EVERY``; h2d_stats() counts them all): copies,
+        ``dlfeed.torch._device.DEFAULT_TIME_EVERY``; h2d_stats() counts them all): copies,
         seconds (as the device timed them), bytes and GB/s."""
         c = json.loads(self._core.counters_json())
         ns = c["counters"].get("h2d_ns", {})
@@ -289,7 +316,10 @@ class Loader:
 
     def close(self) -> None:
         """Stops the pipeline now (batches already handed out stay valid)."""
-        _device.close_loader(self)  # device=: its feed and feeder thread stop, copies in flight finish
+        if self._feed is not None or self._feeder is not None or self._copier is not None:
+            from .torch import _device
+
+            _device.close_loader(self)  # device=: its feed and feeder thread stop, copies in flight finish
         self._core.close()
 
     def __enter__(self) -> "Loader":

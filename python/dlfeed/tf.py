@@ -34,6 +34,7 @@ import tensorflow as tf
 from . import _options
 from ._kwargs import TfDatasetKwargs
 from ._loader import Loader
+from ._structure import pack
 
 # typing.Unpack from Python 3.11; before, only type checkers need it (the
 # annotations are strings: `from __future__ import annotations`).
@@ -110,12 +111,7 @@ def output_signature(loader: Loader, as_dict: bool = False, *, ragged: Union[boo
     fixed when drop_last_batch is set, and None where samples' dimensions differ or are
     known only after decode; tf.RaggedTensorSpec [batch, None, ...] for ragged fields."""
     specs = _field_specs(loader, _names(ragged, loader, "ragged"), _names(pad, loader, "pad"))
-    names = loader.field_names
-    if as_dict:
-        return dict(zip(names, specs))
-    if len(specs) == 1:
-        return specs[0]
-    return tuple(specs)
+    return pack(loader.field_names, specs, as_dict)
 
 
 def _lengths(arrays: List[np.ndarray]) -> str:
@@ -278,11 +274,7 @@ def dataset(paths: Any = None, *, as_dict: bool = False, loader: Optional[Loader
                 else:
                     t.set_shape(s.shape)  # numpy_function's outputs have unknown shapes
                     tensors.append(t)
-            if as_dict:
-                return dict(zip(names, tensors))
-            if len(tensors) == 1:
-                return tensors[0]
-            return tuple(tensors)
+            return pack(names, tensors, as_dict)
 
         return tf.data.Dataset.range(count).map(element)
 

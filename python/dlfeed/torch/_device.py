@@ -9,7 +9,11 @@ registered page-locked once each (``pin_memory``), so copies run at the link's
 rate. The copies are issued by a feeder thread (DeviceFeed), so the consumer's
 next() only takes the host batch, hands it over and makes its stream wait for a
 batch already issued. Every CUDA call is in CudaStream, through PyTorch's public
-API; HostStream stands in for it on the CPU (tests). libdlfeed never links CUDA.
+API; the rest (DeviceCopier, Feeder, DeviceFeed) takes any StreamOps, so the tests
+run it on the CPU with a stand-in (tests/python/adaptors/host_stream.py).
+libdlfeed never links CUDA.
+
+dlfeed.Loader(device=...) imports this module on first use (it needs PyTorch).
 """
 from __future__ import annotations
 
@@ -19,15 +23,15 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple
 
-from . import _dlfeed
+from .. import _dlfeed
+from .._loader import DEFAULT_DEVICE_PREFETCH, DEFAULT_H2D_BUDGET
 
-#: Bytes of copies to the device in flight at once (their own budget: host
-#: buffers of batches whose copy has not finished stay out of the pool).
-DEFAULT_H2D_BUDGET = 512 << 20
-#: Batches copied ahead of the one the consumer works on.
-DEFAULT_DEVICE_PREFETCH = 2
+__all__ = ["DEFAULT_DEVICE_PREFETCH", "DEFAULT_H2D_BUDGET", "DEFAULT_TIME_EVERY", "CudaStream", "DeviceBatch",
+           "DeviceCopier", "DeviceFeed", "Feeder", "StreamOps", "close_loader", "cuda_device", "loader_feed",
+           "pinned_allocator"]
+
 #: One copy in this many is timed on the device (two timing events) and recorded
 #: into the counters' h2d stage; the others cost one plain event each.
 DEFAULT_TIME_EVERY = 8
@@ -142,11 +146,37 @@ def _nbytes(t: Any) -> int:
     return t.numel() * t.element_size()
 
 
+class StreamOps(Protocol):
+    """What DeviceCopier, Feeder and DeviceFeed ask of a copy stream: CudaStream on
+    a GPU; tests run the same path on the CPU with a stand-in of this shape."""
+
+    def enter_thread(self) -> None:
+        """On the feeder thread, before its first copy."""
+
+    def copy(self, tensors: Dict[str, Any], timed: bool) -> Tuple[Dict[str, Any], Any, Any]:
+        """Issues the copies: (device tensors, start event or None, done event)."""
+
+    def finished(self, done: Any) -> bool:
+        """Whether the copy of ``done`` has finished (without waiting)."""
+
+    def wait(self, done: Any) -> None:
+        """Waits on the host until the copy of ``done`` has finished."""
+
+    def elapsed_ns(self, start: Any, done: Any) -> int:
+        """The device's time for a timed copy."""
+
+    def hand_over(self, out: Dict[str, Any], done: Any) -> None:
+        """The consumer (on its thread) may use ``out``: its work is ordered after the copy."""
+
+    def close(self) -> None:
+        """The loader is closed: release what the stream holds of its own."""
+
+
 class CudaStream:
     """Every CUDA call of the device path, and nothing else: a copy stream on one
     device, its events, and the hand-over of copied tensors to the consumer's
     stream (the torch.cuda calls the path has made since issue 28). copy() runs on
-    the feeder thread, hand_over() on the consumer's."""
+    the feeder thread, hand_over() on the consumer's. A StreamOps."""
 
     def __init__(self, device: Any) -> None:
         torch = _torch()
@@ -205,91 +235,8 @@ class CudaStream:
             for x in (t if isinstance(t, list) else [t]):
                 x.record_stream(cur)
 
-
-class _HostEvent:
-    """HostStream's event: set when its copy has finished, with the time it did."""
-
-    __slots__ = ("flag", "ns")
-
-    def __init__(self) -> None:
-        self.flag = threading.Event()
-        self.ns = 0
-
-
-class HostStream:
-    """CudaStream's stand-in on the CPU, for the tests and ``gpu_feed.py --quick``
-    (no CUDA there): each copy is a real copy into new host tensors, made in order
-    on a thread of its own (the copy engine) after ``delay_s`` (a slow link); its
-    events are set when the copy has finished; hand_over() waits for it. The feeder,
-    the copier's budget and the hand-over order run as they do with CUDA."""
-
-    def __init__(self, delay_s: float = 0.0) -> None:
-        import torch
-
-        self.torch = torch
-        self.delay_s = float(delay_s)
-        self.jobs: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
-        self.thread = threading.Thread(target=_host_copies, args=(self.jobs, torch, self.delay_s),
-                                       name="dlfeed-host-stream", daemon=True)
-        self.thread.start()
-        weakref.finalize(self, self.jobs.put, None)  # collected unclosed: the copy thread ends too
-
-    def enter_thread(self) -> None:
-        pass
-
-    def copy(self, tensors: Dict[str, Any], timed: bool) -> Tuple[Dict[str, Any], Any, Any]:
-        # As a DMA engine reads registered memory: by address, owning nothing; the
-        # copier must keep the host batch until the copy is done (else its bytes
-        # may be a later batch's by the time they are read).
-        pairs = []
-        out = {k: _each(t, self.torch.empty_like) for k, t in tensors.items()}
-        for k, t in tensors.items():
-            for src, dst in zip(t if isinstance(t, list) else [t], out[k] if isinstance(t, list) else [out[k]]):
-                if not src.is_contiguous():
-                    raise ValueError("HostStream copies contiguous tensors only")
-                pairs.append((src.data_ptr(), src.numel() * src.element_size(), dst))
-        start = _HostEvent() if timed else None
-        done = _HostEvent()
-        self.jobs.put((pairs, start, done))
-        return out, start, done
-
-    def finished(self, done: Any) -> bool:
-        return done.flag.is_set()
-
-    def wait(self, done: Any) -> None:
-        done.flag.wait()
-
-    def elapsed_ns(self, start: Any, done: Any) -> int:
-        return done.ns - start.ns
-
-    def hand_over(self, out: Dict[str, Any], done: Any) -> None:
-        done.flag.wait()
-
     def close(self) -> None:
-        self.jobs.put(None)
-        self.thread.join()
-
-
-def _host_copies(jobs: "queue.SimpleQueue[Any]", torch: Any, delay_s: float) -> None:
-    """HostStream's copy thread (no reference to the HostStream: dropping it ends the thread)."""
-    import ctypes  # here: only the CPU stand-in reads memory by address
-
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        pairs, start, done = job
-        if start is not None:
-            start.ns = time.perf_counter_ns()
-        if delay_s:
-            time.sleep(delay_s)
-        for address, nbytes, dst in pairs:
-            if nbytes:
-                raw = (ctypes.c_uint8 * nbytes).from_address(address)
-                dst.view(-1).view(torch.uint8).copy_(torch.frombuffer(raw, dtype=torch.uint8))
-        del job, pairs
-        done.ns = time.perf_counter_ns()
-        done.flag.set()
+        """Nothing of its own to release: the stream and its events are torch's."""
 
 
 class _Copy:
@@ -305,7 +252,7 @@ class _Copy:
 
 class DeviceCopier:
     """Copies host tensors to the device on a stream of its own (``ops``: a
-    CudaStream, or HostStream on the CPU).
+    StreamOps, CudaStream on a GPU).
 
     submit() issues a batch's copies and returns its device tensors and the copy's
     event; the host batch is kept until that event has fired (retire), then
@@ -318,8 +265,9 @@ class DeviceCopier:
     close() may come from the consumer's.
     """
 
-    def __init__(self, ops: Any, budget_bytes: int = DEFAULT_H2D_BUDGET, record: Optional[Callable[..., None]] = None,
-                 now: Optional[Callable[[], int]] = None, time_every: int = DEFAULT_TIME_EVERY) -> None:
+    def __init__(self, ops: StreamOps, budget_bytes: int = DEFAULT_H2D_BUDGET,
+                 record: Optional[Callable[..., None]] = None, now: Optional[Callable[[], int]] = None,
+                 time_every: int = DEFAULT_TIME_EVERY) -> None:
         self.ops = ops
         self.budget = int(budget_bytes)
         self.record = record
@@ -527,12 +475,11 @@ class DeviceFeed:
     it was raised there. close() (also on the consumer's leaving early, by ``del`` or
     garbage collection) drops the host batches not yet issued and waits for the copies
     in flight; at the epoch's end the copies still running are left to finish behind
-    the next epoch's. ``feeder=None`` issues the copies on the consumer's thread, inside
-    next() (the path before the feeder thread: for comparison).
+    the next epoch's.
     """
 
     def __init__(self, host: Iterable[Any], convert: Callable[[Any], Tuple[Dict[str, Any], Any]],
-                 wrap: Callable[[Dict[str, Any], Any], Any], copier: DeviceCopier, feeder: Optional[Feeder],
+                 wrap: Callable[[Dict[str, Any], Any], Any], copier: DeviceCopier, feeder: Feeder,
                  prefetch: int = DEFAULT_DEVICE_PREFETCH, on_wait: Optional[Callable[[int, int], None]] = None,
                  clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self._host: Optional[Iterator[Any]] = iter(host)
@@ -588,14 +535,7 @@ class DeviceFeed:
             except BaseException:
                 self.close()
                 raise
-            if self._feeder is not None:
-                self._feeder.todo.put((host, self._job))
-            else:
-                try:
-                    _issue(host, self._job)
-                    self._copier.poll()
-                except Exception as e:
-                    self._job.ready.put(_Failure(e))
+            self._feeder.todo.put((host, self._job))
             del host
             self._handed += 1
 
@@ -611,7 +551,7 @@ class DeviceFeed:
                 item = ready.get(timeout=1.0)
                 break
             except queue.Empty:
-                if self._feeder is not None and not self._feeder.alive() and ready.empty():
+                if not self._feeder.alive() and ready.empty():
                     raise RuntimeError("dlfeed: the device feeder thread ended without a batch") from None
         t1 = self._clock()
         self._copier.consumer_waited_ns += t1 - t0
@@ -624,9 +564,9 @@ class DeviceFeed:
         return item
 
     @property
-    def feeder(self) -> Optional[threading.Thread]:
-        """The feeder thread (None with feeder=None)."""
-        return self._feeder.thread if self._feeder is not None else None
+    def feeder(self) -> threading.Thread:
+        """The feeder thread."""
+        return self._feeder.thread
 
     def close(self, finished: bool = False) -> None:
         """Drops the host batches not yet issued; the copies in flight finish (and are
@@ -636,7 +576,7 @@ class DeviceFeed:
         self._closed = True
         self._more = False
         self._job.cancelled = True
-        if self._feeder is not None and self._handed:
+        if self._handed:
             self._feeder.barrier()  # the feeder is done with this feed's batches
         while True:  # device batches not returned
             try:
@@ -656,14 +596,14 @@ class DeviceFeed:
             pass
 
 
-def loader_feed(loader: Any, host: Iterable[Any], threaded: bool = True) -> DeviceFeed:
+def loader_feed(loader: Any, host: Iterable[Any]) -> DeviceFeed:
     """A dlfeed.Loader's device batches from its host batches ``host``: the loader's
     copier (made on first use, a CudaStream unless one was set; one for all epochs,
     so an epoch's end does not wait for its copies), its feeder thread (made on first
     use; stopped by close_loader or when the loader is collected), its counters
     (record_h2d, and the consumer's waits as stall), and DeviceBatch objects. A feed of
     the loader's still open is closed first: one epoch's batches run at a time."""
-    import torch
+    from . import to_torch  # dlfeed.torch, which imports this module first
 
     core = loader._core
     copier = loader._copier
@@ -674,15 +614,12 @@ def loader_feed(loader: Any, host: Iterable[Any], threaded: bool = True) -> Devi
     if prev is not None:
         prev.close()
     feeder = getattr(loader, "_feeder", None)
-    if threaded and feeder is None:
+    if feeder is None:
         loader._feeder = feeder = Feeder(copier.ops)
         weakref.finalize(loader, feeder.stop)
 
     def convert(b: Any) -> Any:
-        tensors = {}
-        for name in b.keys():
-            t = b.tensor(name)
-            tensors[name] = [torch.from_dlpack(x) for x in t] if isinstance(t, list) else torch.from_dlpack(t)
+        tensors = {name: to_torch(b, name) for name in b.keys()}
         return tensors, (b.epoch, b.index, b.position, b.sample_ids)
 
     def wrap(out: Dict[str, Any], info: Any) -> DeviceBatch:
@@ -691,7 +628,7 @@ def loader_feed(loader: Any, host: Iterable[Any], threaded: bool = True) -> Devi
         return d
 
     record_wait = getattr(core, "record_wait", None)  # a build before it: the waits are in h2d_stats() only
-    feed = DeviceFeed(host, convert, wrap, copier, feeder if threaded else None, loader._device_prefetch,
+    feed = DeviceFeed(host, convert, wrap, copier, feeder, loader._device_prefetch,
                       on_wait=record_wait, clock=core.counters_now)
     loader._feed = weakref.ref(feed)
     return feed
@@ -709,6 +646,4 @@ def close_loader(loader: Any) -> None:
         feeder.stop()
     if loader._copier is not None:
         loader._copier.close()
-        end = getattr(loader._copier.ops, "close", None)  # HostStream's copy thread
-        if end is not None:
-            end()
+        loader._copier.ops.close()

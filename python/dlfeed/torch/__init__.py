@@ -15,6 +15,9 @@ direct iteration gives, whatever K: drop_last_batch drops only the rank's last
 partial batch, and len(DataLoader) is right), no sample is read twice, and each
 DataLoader iteration is the next epoch (a file-backed counter the workers share;
 see _EpochRecord).
+
+With device="cuda" the batches are copied to the GPU by the loader's device feed
+(dlfeed.torch._device: a copy stream, its feeder thread, page-locked pool buffers).
 """
 from __future__ import annotations
 
@@ -31,9 +34,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import torch
 import torch.utils.data
 
-from . import _dlfeed, _options
-from ._kwargs import TorchDatasetKwargs
-from ._loader import Loader
+from .. import _dlfeed, _options
+from .._kwargs import TorchDatasetKwargs
+from .._loader import Loader
+from .._structure import pack
+from . import _device
 
 # typing.Unpack from Python 3.11; before, only type checkers need it (the
 # annotations are strings: `from __future__ import annotations`).
@@ -231,8 +236,6 @@ class Dataset(torch.utils.data.IterableDataset):
         **loader_kwargs: Unpack[TorchDatasetKwargs],
     ) -> None:
         super().__init__()
-        from . import _device
-
         self.device = _device.cuda_device(device)  # a clear error without CUDA, now
         # Checked now, not when the first iteration makes the loader.
         _options.check_keywords(loader_kwargs, "dlfeed.torch.Dataset()")
@@ -319,19 +322,20 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending = None
 
     # -- iteration ------------------------------------------------------------
+    def _pack(self, batch: Any, tensors: List[Any]) -> Any:
+        """The element yielded: a tuple of the fields' tensors (the one tensor of a single
+        field), or with as_dict {field: tensor, "sample_ids": int64 tensor}."""
+        ids = {_IDS_KEY: torch.from_numpy(batch.sample_ids.astype("int64"))} if self.as_dict else None
+        return pack(batch.keys(), tensors, self.as_dict, ids)
+
     def _convert(self, batch: Any, copy_to_pin: bool = False) -> Any:
-        names = batch.keys()
         out: List[Any] = []
-        for i in range(len(names)):
+        for i in range(len(batch.keys())):
             t = to_torch(batch, i)
             if copy_to_pin:
                 t = self._pin(t)  # the pool could not be pinned: a copy
             out.append(t)
-        if self.as_dict:
-            d: Dict[str, Any] = dict(zip(names, out))
-            d[_IDS_KEY] = torch.from_numpy(batch.sample_ids.astype("int64"))
-            return d
-        return out[0] if len(out) == 1 else tuple(out)
+        return self._pack(batch, out)
 
     def _pin(self, t: Any) -> Any:
         if isinstance(t, list):
@@ -413,15 +417,8 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def _device_epoch(self, loader: Loader, epoch: int, direct: bool) -> Iterator[Any]:
         for d in loader.iter_epoch(epoch):
-            names = d.keys()
-            out: List[Any] = [d[n] for n in names]
-            if self.as_dict:
-                dd: Dict[str, Any] = dict(zip(names, out))
-                dd[_IDS_KEY] = torch.from_numpy(d.sample_ids.astype("int64"))
-                yield dd
-            else:
-                yield out[0] if len(out) == 1 else tuple(out)
-            del d, out
+            yield self._pack(d, [d[n] for n in d.keys()])
+            del d
         if direct:
             self._record.set_next(epoch + 1)
 
@@ -431,9 +428,7 @@ class Dataset(torch.utils.data.IterableDataset):
         same options (and the same rank and world size)."""
         state = self._loader.state() if self._loader is not None else self._pending
         if state is not None:
-            from . import decode_state
-
-            s = decode_state(state)
+            s = _dlfeed.decode_state(state)
             if s["epoch"] != self.epoch or s["position"] == 0:
                 state = None  # not inside the current epoch
         return {"epoch": self.epoch, "loader_state": state, "rank": self.rank, "world_size": self.world_size}
