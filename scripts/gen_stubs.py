@@ -3,7 +3,7 @@
 """Writes the type stubs of dlfeed's compiled core, python/dlfeed/_dlfeed.pyi, from
 the built module itself: the signatures pybind11 puts at the head of each
 docstring, the docstrings, and the classes' properties (read-write ones become
-attributes). tests/python/test_options_stubs.py fails when the checked-in file
+attributes). tests/python/packaging/test_options_stubs.py fails when the checked-in file
 differs from what this writes.
 
     PYTHONPATH=python:build/python .venv/bin/python scripts/gen_stubs.py [OUT]

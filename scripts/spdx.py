@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Puts `SPDX-License-Identifier: Apache-2.0` at the head of every source file
 dlfeed owns (C++, Python, shell, CMake), after a shebang; `--check` lists the
-files without it and exits 1 (tests/python/test_version.py runs it).
+files without it and exits 1 (tests/python/packaging/test_version.py runs it).
 
     python3 scripts/spdx.py [--check]
 """

@@ -5,7 +5,7 @@
 keyword with its type, and flags a misspelt one before the program runs (at run
 time dlfeed._options.check_keywords says the same, naming the nearest keyword).
 What each keyword sets is in dlfeed._options.KEYWORDS (field, ``dlfeed run`` flag);
-tests/python/test_options_kwargs.py checks that the keys here are exactly those
+tests/python/api/test_options_kwargs.py checks that the keys here are exactly those
 keywords, that they reach every option field the C++ binding has, and that each
 type admits its field's default. Every keyword also takes None: the C++ default.
 

@@ -7,10 +7,10 @@ path in the bound struct (``_dlfeed.LoaderOptions``, bindings/python/bind_option
 dlfeed.tf.dataset take the same keywords and pass them on. Each row also names
 the ``dlfeed run`` flag that sets the same field, or says why there is none.
 
-tests/python/test_options.py checks that every bound field is reachable from a
+tests/python/api/test_options.py checks that every bound field is reachable from a
 keyword here or listed in NOT_KEYWORDS with a reason, and that every flag named
 here exists. The keywords' types, for type checkers, are dlfeed._kwargs.LoaderKwargs
-(a TypedDict; tests/python/test_options_kwargs.py keeps its keys equal to these).
+(a TypedDict; tests/python/api/test_options_kwargs.py keeps its keys equal to these).
 """
 from __future__ import annotations
 

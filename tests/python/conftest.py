@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Shared fixtures: run the built `dlfeed` command line against real files."""
+"""Shared fixtures of every folder below (api, adaptors, cli, packaging): run the built
+`dlfeed` command line against real files; the learnable datasets (py_datasets.py).
+Helpers the folders share are modules here (py_datasets.py, workload_files.py): this
+folder is on sys.path, as conftest.py's."""
 import json
 import os
 import pathlib
@@ -7,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+
+from py_datasets import FORMATS, write_dataset
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # `dlfeed report` draws with $DLFEED_PYTHON (else python3 on PATH): this one, which has matplotlib.
@@ -56,3 +61,10 @@ class Dlfeed:
 @pytest.fixture(scope="session")
 def dlfeed() -> Dlfeed:
     return Dlfeed(dlfeed_binary())
+
+
+@pytest.fixture(scope="session")
+def learnable(tmp_path_factory):
+    """{format: (dir, x, y)}: 4 files x 64 samples each (py_datasets.write_dataset)."""
+    base = tmp_path_factory.mktemp("learnable")
+    return {fmt: write_dataset(fmt, base / fmt) for fmt in FORMATS}

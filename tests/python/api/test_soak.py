@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from test_py_datasets import rss_bytes, write_dataset
+from py_datasets import rss_bytes, write_dataset
 
 EPOCHS = 1000
 MEASURED_FROM = 100  # allocator, pools and caches filled by then

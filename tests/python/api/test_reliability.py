@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from test_py_datasets import loader_kwargs, write_dataset
+from py_datasets import loader_kwargs, write_dataset
 
 FORMATS = ["npz", "hdf5", "tfrecord"]
 

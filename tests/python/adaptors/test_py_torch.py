@@ -14,9 +14,9 @@ import torch
 
 import dlfeed
 import dlfeed.torch as dtorch
-from test_py_datasets import FORMATS, learnable, loader_kwargs, write_dataset  # noqa: F401 (fixture)
+from py_datasets import FORMATS, loader_kwargs, write_dataset
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -7,7 +7,6 @@ import json
 import pytest
 
 import dlfeed
-from test_py_datasets import learnable  # noqa: F401 (fixture)
 
 KEYS = ["batches", "samples", "bytes_delivered", "bytes_read", "planned_reads", "io_operations", "extents", "peak_in_flight_bytes",
         "pool_allocations", "pool_reuses", "io_backend", "lookahead_batches", "held_batches", "io_engines",

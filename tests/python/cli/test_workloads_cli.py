@@ -5,7 +5,7 @@ read back with numpy, h5py and TensorFlow (not with dlfeed); --scale changes
 the size as documented; a complete dataset is reused, a changed one
 regenerated, a foreign folder left alone; bad inputs fail with clear errors.
 (deepcam and cosmoflow write their reference code's own files:
-test_reference_workloads.py.)
+api/test_reference_workloads.py.)
 
 The expected numbers below are worked out by hand from the rule in
 docs/workloads.md (floors of 8 steps and up to 8 files; samples shrink in

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import dlfeed
-from test_py_datasets import learnable  # noqa: F401 (fixture)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import importlib.util
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 CHECKED_IN = ROOT / "python" / "dlfeed" / "_dlfeed.pyi"
 COMMAND = "PYTHONPATH=python:build/python .venv/bin/python scripts/gen_stubs.py"
 

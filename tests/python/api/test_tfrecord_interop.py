@@ -158,7 +158,7 @@ def test_corrupt_byte_is_reported_with_file_and_offset(dlfeed, tmp_path):
 
 @pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
 def test_compressed_tfrecord_is_read(dlfeed, tmp_path, compression):
-    """Compressed files are read (tests/python/test_tfrecord_compressed.py has the rest)."""
+    """Compressed files are read (test_tfrecord_compressed.py has the rest)."""
     path = tmp_path / "c.tfrecord"
     records = []
     with tf.io.TFRecordWriter(str(path), options=compression) as w:

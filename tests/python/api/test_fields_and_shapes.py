@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dlfeed as dl  # the module; `dlfeed` is the fixture running the command line
-from test_reference_workloads import deepcam_file
+from workload_files import deepcam_file
 
 
 def write_image_label_records(path, n, seed=0, shape=(3, 8, 8)):

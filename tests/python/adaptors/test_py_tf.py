@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import dlfeed
 import dlfeed.tf as dtf
-from test_py_datasets import FORMATS, learnable, loader_kwargs, rss_growth  # noqa: F401 (fixture)
+from py_datasets import FORMATS, loader_kwargs, rss_growth
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

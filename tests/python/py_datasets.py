@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Learnable datasets for the Python-package tests, written with numpy, h5py and
-TensorFlow (not with dlfeed), and a check that dlfeed.Loader reads each exactly.
+TensorFlow (not with dlfeed), and resident-memory readings. conftest.py makes the
+session's ``learnable`` fixture from them; test modules in every folder import them
+(tests/python is on sys.path: conftest.py's folder).
 
 Sample k has label k % 10 and x = 0.1 * noise with x.flat[label] = 1, so a linear
-model learns it in a few dozen steps. Other test_py_* modules import these
-helpers (pytest puts this folder on sys.path).
+model learns it in a few dozen steps.
 """
 import gc
 import os
@@ -12,9 +13,6 @@ import pathlib
 
 import h5py
 import numpy as np
-import pytest
-
-import dlfeed
 
 SHAPE = (8, 8)
 FORMATS = ["hdf5", "npz", "tfrecord"]
@@ -83,26 +81,3 @@ def rss_growth(run, passes, warm=2):
         run()
     gc.collect()
     return rss_bytes() - before
-
-
-@pytest.fixture(scope="session")
-def learnable(tmp_path_factory):
-    """{format: (dir, x, y)}: 4 files x 64 samples each."""
-    base = tmp_path_factory.mktemp("learnable")
-    return {fmt: write_dataset(fmt, base / fmt) for fmt in FORMATS}
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_reads_what_numpy_h5py_tensorflow_wrote(learnable, fmt):
-    root, x, y = learnable[fmt]
-    loader = dlfeed.Loader(root, batch_size=24, strategy="global_shuffle", seed=3, **loader_kwargs(fmt))
-    seen = []
-    for batch in loader:
-        xb, yb = batch[0], batch[1]
-        assert xb.dtype == np.float32 and xb.shape[1:] == SHAPE and yb.shape == (len(batch),)
-        ids = batch.sample_ids
-        np.testing.assert_array_equal(xb, x[ids])
-        np.testing.assert_array_equal(yb, y[ids])
-        seen.extend(ids.tolist())
-    assert sorted(seen) == list(range(len(x)))  # each sample exactly once
-    assert seen != sorted(seen)  # and shuffled

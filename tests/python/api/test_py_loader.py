@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from test_py_datasets import learnable, loader_kwargs, rss_growth, write_dataset  # noqa: F401 (fixture)
+from py_datasets import loader_kwargs, rss_growth, write_dataset
 
 
 @pytest.fixture(scope="module")

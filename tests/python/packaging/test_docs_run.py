@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MUST_MARK = {"README.md", "python.md", "counters.md"}
 MARK = re.compile(r"^<!-- doc-test: (run|skip: (\S.*?)) -->$")

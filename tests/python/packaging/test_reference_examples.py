@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from test_reference_workloads import deepcam_folder, write_cosmoflow_tfrecords
+from workload_files import deepcam_folder, write_cosmoflow_tfrecords
 
 pytest.importorskip("torch")
 
