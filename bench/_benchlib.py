@@ -304,12 +304,27 @@ def git_commit() -> str:
         return "unknown"
 
 
+def undated(text: str) -> str:
+    """`text` without the run's date and commit (machine_line's "Measured
+    DATE on", git_commit's ", commit HASH[ plus uncommitted changes]")."""
+    text = re.sub(r"Measured \d{4}-\d{2}-\d{2} on", "Measured on", text)
+    return re.sub(r",? commit (?:[0-9a-f]{7,40}|unknown)(?: plus uncommitted changes)?", "", text)
+
+
 def replace_section(doc: pathlib.Path, key: str, body: str, legacy_heading: Optional[str] = None) -> None:
     """Rewrites the text between `<!-- KEY:begin -->` and `<!-- KEY:end -->`
     in `doc` (appending the markers at the end the first time); the rest of
     the file is left as it is. `legacy_heading`: a section written before the
     markers existed, from that heading to the next `## `, is replaced."""
     doc = pathlib.Path(doc)
+    if doc.resolve().parent == (pathlib.Path(ROOT) / "docs").resolve():
+        # docs/ is a reference, not a log: the dated, per-commit record of the
+        # run goes to bench/results/latest/, the page keeps the numbers, the
+        # machine and the command (tests/python/test_docs_paths.py checks).
+        latest = pathlib.Path(ROOT) / "bench" / "results" / "latest"
+        latest.mkdir(parents=True, exist_ok=True)
+        (latest / (re.sub(r"[^A-Za-z0-9_.-]+", "_", key) + ".md")).write_text(body.strip() + "\n")
+        body = undated(body)
     begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
     block = f"{begin}\n{body.strip()}\n{end}"
     text = doc.read_text() if doc.exists() else "# Performance\n"

@@ -127,8 +127,8 @@ def main():
         "",
         "- Deflated: per sample, each sample's decode inflates its whole member, so an epoch's time grows with "
         "the square of a file's samples (the first row: 512 samples inflate 512 x 8 MiB); unpacked, each member "
-        "is inflated once (by the first sample decoded from it) and the time is linear (issue 17 measured the route "
-        "before at 6.2-8.6 s and 1.5-2.2 s for the first two rows on a quieter machine; the load figures above "
+        "is inflated once (by the first sample decoded from it) and the time is linear (an earlier measurement of the route, "
+        "6.2-8.6 s and 1.5-2.2 s for the first two rows, was on a quieter machine; the load figures above "
         "say how busy this one was). The bytes read per sample "
         "are one member per batch touching it (a batch's identical extents share one read); unpacked, the "
         "compressed members once, below the bytes delivered.",

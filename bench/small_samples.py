@@ -277,7 +277,7 @@ def section(rows, args, repeats, m, png_rel):
         "seed=S, resident=\"auto\")` in a fresh interpreter, `for batch in loader: batch[\"records\"]` per epoch; "
         "the rates time the iteration only; create (index and the held read) is timed apart: *create s*.",
         "- *numpy memmap*: a fancy-index gather per batch from np.memmap views of the same datasets, one per "
-        "file the batch touches (no decode, no batch assembly beyond the copy). The goal (issue 17): dlfeed, "
+        "file the batch touches (no decode, no batch assembly beyond the copy). The goal: dlfeed, "
         "held and Python, at 0.8x it or more.",
         "- *PyTorch + h5py*: `torch.utils.data.DataLoader(dataset, batch_size=B, shuffle=True, num_workers=W, "
         "persistent_workers=W > 0)`, default collate, over a map-style Dataset whose `__getitem__` returns one "

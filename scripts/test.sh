@@ -13,7 +13,9 @@
 # the fuzzing; DLFEED_FUZZ_SECONDS (default 30) is the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Warnings are errors in dlfeed's own targets here (a build configured by this
+# command; an existing build/ keeps its settings).
+CMAKE_ARGS="-DDLFEED_WERROR=ON ${CMAKE_ARGS:-}" scripts/setup.sh
 
 # Format, Python lint and types, SPDX lines (scripts/check.sh).
 scripts/check.sh

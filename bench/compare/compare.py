@@ -335,7 +335,7 @@ def markdown(results: Dict, summary: Dict, goal_rows: List[Dict], img_rel: str) 
             lines.append(f"| {s['label']} | " + " | ".join(cells) + f" | {rss:,.0f} | {spread} |")
         lines.append("")
     if goal_rows:
-        lines += ["### Goals (issue 7)", "", "| goal | measured | met |", "|---|---|---|"]
+        lines += ["### Goals", "", "| goal | measured | met |", "|---|---|---|"]
         for g in goal_rows:
             lines.append(f"| {g['goal']} | {g['measured']} | {'yes' if g['met'] else 'no'} |")
         lines.append("")

@@ -3,7 +3,7 @@
 // LoaderOptions and the structs it holds (FormatOptions, OrderSpec with its
 // OrderParams, IoOptions, CoalesceOptions, TraceOptions, StageOptions).
 // python/dlfeed/_options.py maps each dlfeed.Loader keyword to a field path
-// here ("shard_drop_last" -> "order.drop_last"); tests/python/test_options.py
+// here ("shard_drop_last" -> "order.drop_last"); tests/python/api/test_options.py
 // checks that every field bound here has a keyword (or a reason it has none)
 // and, through _option_structs(), that every C++ member is bound here or
 // listed below as unbound. So a new C++ field fails a test until it is bound

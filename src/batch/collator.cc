@@ -3,7 +3,7 @@
 
 #include "counters/record.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::batch {
 
 void DeliveryQueue::push(Delivery d) {
   {
@@ -65,4 +65,4 @@ void Collator::deliver(Work& w) {
   queue_.push({std::move(handed), absl::OkStatus(), false, std::move(ticket)});
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

@@ -12,13 +12,13 @@
 #include <mutex>
 
 #include "absl/status/status.h"
+#include "batch/budget.h"
+#include "batch/work.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
-#include "pipeline/work.h"
-#include "plan/budget.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::batch {
 
 /// What the pipeline hands the consumer, in order.
 struct Delivery {
@@ -67,4 +67,4 @@ class Collator {
   std::atomic<bool>& failed_;
 };
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

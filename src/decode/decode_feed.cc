@@ -4,15 +4,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "pipeline/pipeline.h"
-#include "thread_name.h"
+#include "base/tbb.h"
+#include "base/thread_name.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::decode {
 
 DecodeFeed::DecodeFeed(tbb::task_arena& arena, size_t tokens)
     : arena_(&arena), tokens_(tokens == 0 ? 1 : tokens), decoded_(tokens_, nullptr) {}
 
-void DecodeFeed::begin(std::function<void(Work&)> decode, std::function<void(Work&)> collate) {
+void DecodeFeed::begin(std::function<void(batch::Work&)> decode, std::function<void(batch::Work&)> collate) {
   std::lock_guard<std::mutex> lock(mu_);
   decode_ = std::move(decode);
   collate_ = std::move(collate);
@@ -25,7 +25,7 @@ void DecodeFeed::wait_for_token() {
   cv_.wait(lock, [&] { return handed_ - next_ < tokens_; });
 }
 
-void DecodeFeed::hand(Work& w) {
+void DecodeFeed::hand(batch::Work& w) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     w.handed = handed_++;
@@ -44,16 +44,16 @@ void DecodeFeed::hand(Work& w) {
     }
     detail::ProcessNamed named;  // a worker it starts is not named "dlfeed-io"
 #if defined(__SANITIZE_THREAD__)
-    std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+    std::lock_guard<std::mutex> lock(base::tsan_handshake_mutex());
 #endif
     arena_.load(std::memory_order_acquire)->enqueue([this, work] {
-      tsan_handshake();
+      base::tsan_handshake();
       run(*work);
     });
   });
 }
 
-void DecodeFeed::run(Work& w) {
+void DecodeFeed::run(batch::Work& w) {
   try {
     decode_(w);
   } catch (const std::exception& e) {
@@ -63,19 +63,19 @@ void DecodeFeed::run(Work& w) {
     w.error = absl::InternalError("loader pipeline: an unknown exception in decode");
     w.batch.reset();
   }
-  tsan_handshake();
+  base::tsan_handshake();
   collate_in_order(w);
-  tsan_handshake();
+  base::tsan_handshake();
 }
 
-void DecodeFeed::collate_in_order(Work& w) {
+void DecodeFeed::collate_in_order(batch::Work& w) {
   std::unique_lock<std::mutex> lock(mu_);
   // At most `tokens` batches are in flight, so the slots of next ..
   // next + tokens - 1 are distinct.
   decoded_[w.handed % tokens_] = &w;
   if (collating_) return;  // the worker collating takes it (w may be gone once the lock is let go)
   collating_ = true;
-  while (Work* c = decoded_[next_ % tokens_]) {
+  while (batch::Work* c = decoded_[next_ % tokens_]) {
     decoded_[next_ % tokens_] = nullptr;
     lock.unlock();
     std::exception_ptr thrown;
@@ -99,7 +99,7 @@ void DecodeFeed::wait_all() {
 
 void DecodeFeed::finish() {
   wait_all();
-  tsan_handshake();
+  base::tsan_handshake();
   std::exception_ptr thrown;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -108,4 +108,4 @@ void DecodeFeed::finish() {
   if (thrown) std::rethrow_exception(thrown);
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::decode

@@ -26,10 +26,10 @@
 #include <mutex>
 #include <vector>
 
+#include "batch/work.h"
 #include "dlfeed/detail/export.h"
-#include "pipeline/work.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::decode {
 
 /// The hand-off from the pipeline thread to the arena's workers, an epoch at
 /// a time. It outlives every task it queues (the pipeline's).
@@ -47,13 +47,13 @@ class DecodeFeed {
   /// completed (an exception it throws becomes the batch's error); `collate`
   /// once per batch, in hand-out order, one at a time. Both stay valid until
   /// finish() returns. The pipeline thread only, with nothing in flight.
-  void begin(std::function<void(Work&)> decode, std::function<void(Work&)> collate);
+  void begin(std::function<void(batch::Work&)> decode, std::function<void(batch::Work&)> collate);
   /// Waits (on the calling thread) until fewer than `tokens` batches are in
   /// flight. The pipeline thread only.
   void wait_for_token();
   /// Hands `w` (its reads issued; kept alive by w.self until collated) over.
   /// The pipeline thread only, after wait_for_token().
-  void hand(Work& w);
+  void hand(batch::Work& w);
   /// Waits until every batch handed over was collated, then rethrows the
   /// first exception a collate threw (if any).
   void finish();
@@ -61,18 +61,18 @@ class DecodeFeed {
  private:
   void wait_all();
   // On a worker: decodes `w`, then collates every batch ready in order.
-  void run(Work& w);
-  void collate_in_order(Work& w);
+  void run(batch::Work& w);
+  void collate_in_order(batch::Work& w);
 
   std::atomic<tbb::task_arena*> arena_;
   const size_t tokens_;
-  std::function<void(Work&)> decode_, collate_;
+  std::function<void(batch::Work&)> decode_, collate_;
   std::mutex mu_;
-  std::condition_variable cv_;      // a batch was collated
-  uint64_t handed_ = 0, next_ = 0;  // batches handed over; the next to collate
-  std::vector<Work*> decoded_;      // by Work::handed % tokens: decoded, not yet collated
-  bool collating_ = false;          // a worker is collating (the others leave theirs to it)
+  std::condition_variable cv_;         // a batch was collated
+  uint64_t handed_ = 0, next_ = 0;     // batches handed over; the next to collate
+  std::vector<batch::Work*> decoded_;  // by Work::handed % tokens: decoded, not yet collated
+  bool collating_ = false;             // a worker is collating (the others leave theirs to it)
   std::exception_ptr thrown_;
 };
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::decode

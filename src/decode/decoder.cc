@@ -6,27 +6,28 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/isolated_for.h"
 #include "counters/record.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "format/checked_bytes.h"
-#include "pipeline/isolated_for.h"
 #include "read/split_reads.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::decode {
 
 Decoder::Decoder(const std::vector<SampleIndex>& indices, const std::vector<std::string>& field_names,
                  std::shared_ptr<BufferPool> pool, counters::Counters* counters, const detail::UnpackedFiles* unpacked)
     : indices_(indices), field_names_(field_names), pool_(std::move(pool)), counters_(counters), unpacked_(unpacked) {}
 
-absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
+absl::StatusOr<DecodedSample> Decoder::decode_one(batch::Work& w, size_t i, size_t f, ByteBuffer& tmp,
                                                   std::vector<std::byte>& scratch) const {
   const SampleRef& ref = w.refs[i * indices_.size() + f];
   if (unpacked_ != nullptr && unpacked_->has(f, ref.file)) return unpacked_->decode(f, ref, scratch);
   // A record read around its value: checked by check_splits (or whole).
   bool checked = false;
-  const bool split = is_split(w, i * indices_.size() + f);
-  const std::span<std::byte> raw = split ? split_bytes(w, i * indices_.size() + f, checked) : raw_of(w, i, f, tmp);
+  const bool split = detail::is_split(w, i * indices_.size() + f);
+  const std::span<std::byte> raw =
+      split ? detail::split_bytes(w, i * indices_.size() + f, checked) : raw_of(w, i, f, tmp);
   // The same bytes of the read buffer as an earlier field of this sample,
   // decoded (and so checked) already: its source need not check them again.
   for (size_t g = 0; g < f && !checked && !split && raw.data() != tmp.data(); ++g) {
@@ -43,7 +44,7 @@ absl::StatusOr<DecodedSample> Decoder::decode_one(Work& w, size_t i, size_t f, B
   return out;
 }
 
-std::span<std::byte> Decoder::view_of(Work& w, size_t i, size_t f) const {
+std::span<std::byte> Decoder::view_of(batch::Work& w, size_t i, size_t f) const {
   const size_t F = indices_.size();
   const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
   if (e == b) return {};
@@ -55,7 +56,7 @@ std::span<std::byte> Decoder::view_of(Work& w, size_t i, size_t f) const {
   return {w.raw.data() + begin, end - begin};
 }
 
-std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const {
+std::span<std::byte> Decoder::raw_of(batch::Work& w, size_t i, size_t f, ByteBuffer& tmp) const {
   const size_t F = indices_.size();
   const uint32_t b = w.piece_begin[i * F + f], e = w.piece_begin[i * F + f + 1];
   if (e == b) return {};
@@ -74,7 +75,7 @@ std::span<std::byte> Decoder::raw_of(Work& w, size_t i, size_t f, ByteBuffer& tm
   return {tmp.data(), tmp.size()};
 }
 
-void Decoder::decode(Work& w) const {
+void Decoder::decode(batch::Work& w) const {
   absl::Status st = w.wait_reads();
   if (!st.ok()) {
     w.error = st;
@@ -84,9 +85,9 @@ void Decoder::decode(Work& w) const {
   counters::Span span(counters_, counters::kDecodeSpan);
   span.args(w.epoch, w.index, w.ids.size());
   if (!w.splits.empty()) {
-    check_splits(w, indices_, counters_);
+    detail::check_splits(w, indices_, counters_);
     uint64_t whole = 0;
-    for (const Work::SplitRead& s : w.splits) whole += s.state == 2;
+    for (const batch::Work::SplitRead& s : w.splits) whole += s.state == 2;
     split_records_.fetch_add(w.splits.size(), std::memory_order_relaxed);
     if (whole) split_whole_.fetch_add(whole, std::memory_order_relaxed);
   }
@@ -97,7 +98,7 @@ namespace {
 
 // Field f of a strided batch: read straight into place, all of one shape,
 // nothing to decode.
-void take_strided(Work& w, size_t f, const SampleIndex& idx, BatchField& out, ByteBuffer& store) {
+void take_strided(batch::Work& w, size_t f, const SampleIndex& idx, BatchField& out, ByteBuffer& store) {
   const size_t n = w.ids.size();
   out.offsets = std::move(w.out_offsets[f]);
   store = std::move(w.out[f]);
@@ -125,11 +126,11 @@ void set_bytes_and_shape(BatchField& out, const ByteBuffer& store, size_t n) {
 // with in_place[i] = 1. Of the field's dtype, as decode() would give it: its
 // index's shape where that is whole (a source with a shape, beside others
 // without), else 1-D.
-void adopt_in_place(const Work& w, size_t f, size_t F, const ByteBuffer& store, uint64_t guess,
+void adopt_in_place(const batch::Work& w, size_t f, size_t F, const ByteBuffer& store, uint64_t guess,
                     std::vector<absl::StatusOr<DecodedSample>>& decoded, std::vector<uint8_t>& in_place) {
   for (size_t i = 0; i < decoded.size(); ++i) {
     const size_t k = i * F + f;
-    if (!split_in_place(w, k)) continue;
+    if (!detail::split_in_place(w, k)) continue;
     const SampleRef& ref = w.refs[k];
     DecodedSample d;
     d.bytes = std::span<const std::byte>(store.data() + i * guess, guess);
@@ -157,7 +158,7 @@ void lay_out_again(BufferPool& pool, const std::vector<absl::StatusOr<DecodedSam
 
 }  // namespace
 
-void Decoder::decode_reads(Work& w) const {
+void Decoder::decode_reads(batch::Work& w) const {
   const size_t n = w.ids.size(), F = indices_.size();
   auto batch = std::make_shared<Batch>();
   batch->epoch = w.epoch;
@@ -194,20 +195,20 @@ void Decoder::decode_reads(Work& w) const {
   w.batch = std::move(batch);
 }
 
-void Decoder::decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
+void Decoder::decode_known(batch::Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
   const size_t n = w.ids.size(), F = indices_.size();
   const SampleIndex& idx = indices_[f];
   out.offsets = std::move(w.out_offsets[f]);
   store = std::move(w.out[f]);
   std::vector<absl::Status> errs(n);
   auto one = [&](size_t i) {
-    tsan_handshake();
+    base::tsan_handshake();
     struct End {
-      ~End() { tsan_handshake(); }
+      ~End() { base::tsan_handshake(); }
     } end;
     const SampleRef& ref = w.refs[i * F + f];
     counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
-    if (w.direct[i * F + f] && (!is_split(w, i * F + f) || split_in_place(w, i * F + f))) {
+    if (w.direct[i * F + f] && (!detail::is_split(w, i * F + f) || detail::split_in_place(w, i * F + f))) {
       out.sample_shapes[i] = ref.shape;
       return;
     }
@@ -229,7 +230,7 @@ void Decoder::decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store
   };
   size_t to_decode = 0;
   for (size_t i = 0; i < n; ++i) to_decode += w.direct[i * F + f] == 0;
-  isolated_for(n, one, /*spread=*/to_decode >= 8);
+  base::isolated_for(n, one, /*spread=*/to_decode >= 8);
   for (size_t i = 0; i < n; ++i) {
     if (!errs[i].ok()) {
       w.error = errs[i];
@@ -239,7 +240,7 @@ void Decoder::decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store
   out.dtype = n ? w.refs[f].dtype : DType{};
 }
 
-void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
+void Decoder::decode_unknown(batch::Work& w, size_t f, BatchField& out, ByteBuffer& store) const {
   // Sizes known only after decode (e.g. TFRecord features without a shape).
   // A field laid out by prediction (w.predicted: every sample a split
   // record's value of one length) has its buffer, and the values that passed
@@ -277,7 +278,7 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
   }
   std::atomic<bool> misfit{false};
   auto one = [&](size_t i) {
-    tsan_handshake();
+    base::tsan_handshake();
     if (in_place[i] == 0) {
       counters::CurrentScope timed(counters_);  // format code times CRC/inflate/parse
       decoded[i] = decode_one(w, i, f, tmps[i], scratches[i]);
@@ -289,11 +290,11 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
     } else {
       misfit.store(true, std::memory_order_relaxed);
     }
-    tsan_handshake();
+    base::tsan_handshake();
   };
   size_t to_decode = 0;
   for (uint8_t p : in_place) to_decode += p != 1;
-  isolated_for(n, one, /*spread=*/to_decode >= 8);
+  base::isolated_for(n, one, /*spread=*/to_decode >= 8);
   out.offsets[0] = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!decoded[i].ok()) {
@@ -307,4 +308,4 @@ void Decoder::decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& sto
   if (misfit.load(std::memory_order_relaxed)) lay_out_again(*pool_, decoded, out.offsets, store);
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::decode

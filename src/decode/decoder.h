@@ -14,12 +14,12 @@
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
 
+#include "batch/work.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/sample.h"
-#include "pipeline/work.h"
 #include "read/unpacked.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::decode {
 
 class Decoder {
  public:
@@ -34,7 +34,7 @@ class Decoder {
   /// straight into the batch's buffers: w.batch, or w.error (the first
   /// failing read or decode, naming file and offset). The read buffer goes
   /// back to the pool either way. Any thread; calls may overlap.
-  void decode(Work& w) const;
+  void decode(batch::Work& w) const;
 
   /// TFRecord records read around their value (split_reads.h) and checked,
   /// and of those, the ones that failed the check and were decoded whole.
@@ -42,20 +42,20 @@ class Decoder {
   uint64_t split_records_whole() const { return split_whole_.load(std::memory_order_relaxed); }
 
  private:
-  void decode_reads(Work& w) const;
+  void decode_reads(batch::Work& w) const;
   // Field f of a batch whose sample sizes are known before decode: each
   // sample decoded (in parallel when 8 or more) straight into its place.
-  void decode_known(Work& w, size_t f, BatchField& out, ByteBuffer& store) const;
+  void decode_known(batch::Work& w, size_t f, BatchField& out, ByteBuffer& store) const;
   // Field f of a batch whose sample sizes are known only after decode.
-  void decode_unknown(Work& w, size_t f, BatchField& out, ByteBuffer& store) const;
+  void decode_unknown(batch::Work& w, size_t f, BatchField& out, ByteBuffer& store) const;
   // The bytes of sample i, field f: a view into the read buffer (one extent,
   // or pieces end to end there) or gathered into `tmp` (several extents).
-  std::span<std::byte> raw_of(Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
+  std::span<std::byte> raw_of(batch::Work& w, size_t i, size_t f, ByteBuffer& tmp) const;
   // The bytes of sample i, field f when they lie end to end in the read
   // buffer (a view); else empty.
-  std::span<std::byte> view_of(Work& w, size_t i, size_t f) const;
+  std::span<std::byte> view_of(batch::Work& w, size_t i, size_t f) const;
   // Sample i of field f decoded (from its bytes read, or its unpacked array).
-  absl::StatusOr<DecodedSample> decode_one(Work& w, size_t i, size_t f, ByteBuffer& tmp,
+  absl::StatusOr<DecodedSample> decode_one(batch::Work& w, size_t i, size_t f, ByteBuffer& tmp,
                                            std::vector<std::byte>& scratch) const;
 
   const std::vector<SampleIndex>& indices_;
@@ -66,4 +66,4 @@ class Decoder {
   mutable std::atomic<uint64_t> split_records_{0}, split_whole_{0};
 };
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::decode

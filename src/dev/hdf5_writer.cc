@@ -8,13 +8,13 @@
 #include <cstring>
 #include <mutex>
 
-#include "../format/hdf5_util.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dev/generate.h"
 #include "dlfeed/error.h"
+#include "format/hdf5_util.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace gen {

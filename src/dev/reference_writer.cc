@@ -9,12 +9,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "../format/hdf5_util.h"
 #include "absl/strings/str_cat.h"
 #include "dev/generate.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/tfrecord.h"
+#include "format/hdf5_util.h"
 
 namespace dlfeed::inline DLFEED_ABI::gen {
 namespace {

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "dlfeed/format/format.h"
-#include "index/index_codec.h"
+#include "format/index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 

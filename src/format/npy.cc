@@ -25,8 +25,8 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "format/index_codec.h"
 #include "format/paths.h"
-#include "index/index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace {

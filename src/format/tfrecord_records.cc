@@ -32,9 +32,9 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
 #include "format/checked_bytes.h"
+#include "format/index_codec.h"
+#include "format/open_listed.h"
 #include "format/paths.h"
-#include "index/index_codec.h"
-#include "index/open_listed.h"
 #include "tfrecord_scan.h"
 
 namespace dlfeed::inline DLFEED_ABI {

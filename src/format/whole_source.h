@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "dlfeed/sample.h"
-#include "index/index_codec.h"
+#include "format/index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 

@@ -36,7 +36,7 @@
 #include "dlfeed/error.h"
 #include "format/array_source.h"
 #include "format/hdf5_source.h"
-#include "index_codec.h"
+#include "format/index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace fs = std::filesystem;

@@ -32,10 +32,10 @@
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/indexed_binary.h"
 #include "dlfeed/format/tfrecord.h"
+#include "format/open_listed.h"
 #include "format/whole_source.h"
 #include "index/folder_walk.h"
 #include "index_cache.h"
-#include "open_listed.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace fs = std::filesystem;

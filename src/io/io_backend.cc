@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
-#include "read/read_op.h"
+#include "io/read_op.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 

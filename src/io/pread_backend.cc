@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "../thread_name.h"
 #include "absl/strings/str_cat.h"
+#include "base/thread_name.h"
 #include "dlfeed/error.h"
-#include "read/read_op.h"
+#include "io/read_op.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {

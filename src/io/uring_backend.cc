@@ -45,7 +45,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/error.h"
-#include "read/read_op.h"
+#include "io/read_op.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {

@@ -15,6 +15,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/tbb.h"
+#include "base/thread_name.h"
+#include "batch/budget.h"
 #include "batch/collator.h"
 #include "counters/record.h"
 #include "decode/decoder.h"
@@ -28,14 +31,12 @@
 #include "pipeline/cores.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/tuned.h"
-#include "plan/budget.h"
 #include "plan/lookahead.h"
 #include "plan/planner.h"
 #include "read/engine.h"
 #include "read/resident.h"
 #include "read/split_reads.h"
 #include "read/unpacked.h"
-#include "thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 namespace {
@@ -63,7 +64,7 @@ struct Loader::Impl {
   std::vector<std::string> file_names;  // per FileTable id: the source path
   std::shared_ptr<const prefetch::PrefetchPolicy> policy;
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>(256);
-  std::shared_ptr<pipeline::Budget> budget = std::make_shared<pipeline::Budget>();
+  std::shared_ptr<batch::Budget> budget = std::make_shared<batch::Budget>();
   // LoaderOptions::resident: the files held in memory (null: read them).
   std::shared_ptr<const detail::ResidentFiles> resident;
   std::string resident_reason;
@@ -74,12 +75,12 @@ struct Loader::Impl {
   std::string unpacked_reason;
 
   // The stages, in flow order (built at the end of create()).
-  std::unique_ptr<pipeline::Planner> planner;
+  std::unique_ptr<plan::Planner> planner;
   detail::EngineSet engines;
-  pipeline::SourceParts source;  // the look-ahead's parts
-  std::unique_ptr<pipeline::Decoder> decoder;
-  pipeline::DeliveryQueue queue;
-  std::unique_ptr<pipeline::Collator> collator;
+  plan::SourceParts source;  // the look-ahead's parts
+  std::unique_ptr<decode::Decoder> decoder;
+  batch::DeliveryQueue queue;
+  std::unique_ptr<batch::Collator> collator;
   std::unique_ptr<pipeline::Pipeline> runner;
   // LoaderOptions::autotune (null: nothing tuned).
   std::shared_ptr<pipeline::TunedDepthPolicy> tuned_depth;
@@ -144,9 +145,9 @@ struct Loader::Impl {
     // From memory, reading across a gap only copies bytes nobody asked for.
     prefetch::CoalesceOptions coalesce = options.coalesce;
     if (resident) coalesce.enabled = false;
-    planner = std::make_unique<pipeline::Planner>(
+    planner = std::make_unique<plan::Planner>(
         indices, file_ids,
-        pipeline::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.coalesce.enabled}, c,
+        plan::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.coalesce.enabled}, c,
         unpacked.get(), resident.get());
     source.planner = planner.get();
     source.budget = budget;
@@ -160,8 +161,8 @@ struct Loader::Impl {
     source.counters = c;
     source.stop = &stop;
     source.failed = &failed;
-    decoder = std::make_unique<pipeline::Decoder>(indices, field_names, pool, c, unpacked.get());
-    collator = std::make_unique<pipeline::Collator>(pool, c, queue, failed);
+    decoder = std::make_unique<decode::Decoder>(indices, field_names, pool, c, unpacked.get());
+    collator = std::make_unique<batch::Collator>(pool, c, queue, failed);
     runner = std::make_unique<pipeline::Pipeline>(threads);
     source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
     // A backend of the caller's may predate scattered reads (it would write
@@ -222,7 +223,7 @@ struct Loader::Impl {
         next = chain_order(e + 1);
         return next.has_value();
       };
-      pipeline::Lookahead lookahead(source, std::move(cursor), e, first_batch);
+      plan::Lookahead lookahead(source, std::move(cursor), e, first_batch);
       if (!runner->run(lookahead, *decoder, *collator, stop, planner->copies_only(), then)) return;
       cursor = *std::move(next);
       ++e;
@@ -472,7 +473,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   DLFEED_RETURN_IF_ERROR(detail::made_here(m.made_in));
   if (m.adopt(epoch)) return absl::OkStatus();
   m.cancel_epoch();
-  DLFEED_RETURN_IF_ERROR(pipeline::fork_check());
+  DLFEED_RETURN_IF_ERROR(base::fork_check());
   // Staged copies first: a file now read from its copy is reopened there, so
   // its source may change (or be scrambled) without harm.
   m.apply_staging();
@@ -533,7 +534,7 @@ absl::StatusOr<std::shared_ptr<const Batch>> Loader::next() {
   // The consumer waits: stall time, and the I/O busy meanwhile is exposed.
   counters::Span stall(&c, counters::kStallSpan, t0);
   const uint64_t w0 = m.tuner ? c.now() : 0;
-  pipeline::Delivery d = m.queue.pop(*m.budget);
+  batch::Delivery d = m.queue.pop(*m.budget);
   if (m.tuner && d.batch) {
     const uint64_t w1 = c.now();
     m.tuner->on_batch(w1, d.batch->size(), w1 - w0, d.ticket ? d.ticket->bytes : 0);

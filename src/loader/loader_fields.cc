@@ -187,7 +187,7 @@ std::string read_prefetch(const pipeline::MachineDefaults& d) {
 }
 
 bool any_split_sources(const std::vector<SampleIndex>& indices) {
-  for (const auto& field : pipeline::split_sources(indices)) {
+  for (const auto& field : detail::split_sources(indices)) {
     for (const SplitRecords* s : field) {
       if (s != nullptr) return true;
     }

@@ -15,55 +15,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/tbb.h"
+#include "base/thread_name.h"
 #include "decode/decode_feed.h"
-#include "thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
-
-#if defined(__SANITIZE_THREAD__)
-std::mutex& tsan_handshake_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-#endif
-
-namespace {
-std::atomic<int> g_running{0};    // epochs running (their oneTBB tasks live) in this process
-std::atomic<int> g_inherited{0};  // in a child of fork(): those of the parent at the fork
-int g_parent_pid = 0;
-std::atomic<bool> g_tbb_started{false};  // work was handed to oneTBB in this process (or an ancestor)
-std::atomic<bool> g_tbb_gone{false};     // forked after that: oneTBB's workers are not in this process
-
-void register_fork_handler() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ::pthread_atfork(nullptr, nullptr, [] {
-      g_parent_pid = static_cast<int>(::getppid());
-      // A child of a child keeps its ancestor's broken TBB state too.
-      g_inherited.store(g_inherited.load() + g_running.exchange(0));
-      if (g_tbb_started.load()) g_tbb_gone.store(true);
-    });
-  });
-}
-}  // namespace
-
-bool tbb_unusable() { return g_tbb_gone.load(std::memory_order_relaxed); }
-
-void note_tbb_started() {
-  if (g_tbb_started.load(std::memory_order_relaxed)) return;
-  register_fork_handler();
-  g_tbb_started.store(true);
-}
-
-absl::Status fork_check() {
-  const int n = g_inherited.load();
-  if (n == 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "loader: this process (pid ", ::getpid(), ") was forked from pid ", g_parent_pid, " while ", n,
-      " dlfeed epoch(s) were running there, and oneTBB's threads do not survive fork(): start worker processes "
-      "with the spawn or forkserver method (torch: DataLoader(..., multiprocessing_context=\"spawn\")), or "
-      "before the parent iterates, or after its loaders finished their epoch or were closed"));
-}
 
 namespace {
 // oneTBB's workers are one process-wide pool: its size is fixed when the
@@ -108,9 +64,9 @@ namespace {
 // the handshake makes it visible to ThreadSanitizer before another loader's
 // pipeline thread reads what it made.
 void initialize_under_handshake(tbb::task_arena& arena) {
-  note_tbb_started();
+  base::note_tbb_started();
 #if defined(__SANITIZE_THREAD__)
-  std::lock_guard<std::mutex> lock(tsan_handshake_mutex());
+  std::lock_guard<std::mutex> lock(base::tsan_handshake_mutex());
 #endif
   arena.initialize();
 }
@@ -124,14 +80,14 @@ struct Pipeline::Arena {
   tbb::task_arena arena;
 };
 
-Pipeline::Pipeline(uint32_t threads) : serial_(tbb_unusable()), threads_(serial_ ? 1u : std::max(1u, threads)) {
-  register_fork_handler();
+Pipeline::Pipeline(uint32_t threads) : serial_(base::tbb_unusable()), threads_(serial_ ? 1u : std::max(1u, threads)) {
+  base::watch_forks();
   if (serial_) return;  // no arena, no feed: run() takes every epoch in turn
   worker_pool().change(static_cast<int64_t>(threads_));
   arenas_.resize(threads_ + 1);
   arenas_[threads_] = std::make_unique<Arena>(threads_);
   current_.store(arenas_[threads_].get(), std::memory_order_release);
-  feed_ = std::make_unique<DecodeFeed>(arenas_[threads_]->arena, std::clamp<size_t>(threads_ * 2 + 8, 4, 64));
+  feed_ = std::make_unique<decode::DecodeFeed>(arenas_[threads_]->arena, std::clamp<size_t>(threads_ * 2 + 8, 4, 64));
 }
 
 Pipeline::~Pipeline() {
@@ -169,23 +125,23 @@ void Pipeline::parallel(size_t n, const std::function<void(size_t)>& body) {
   // pointer the worker reads before calling, looks unordered to TSan (a
   // worker's first read then races with older writes at that stack address).
   const auto each = [&body](size_t i) {
-    tsan_handshake();
+    base::tsan_handshake();
     body(i);
-    tsan_handshake();
+    base::tsan_handshake();
   };
   tbb::task_arena& arena = current().arena;
   initialize_under_handshake(arena);
-  tsan_handshake();
+  base::tsan_handshake();
   detail::ProcessNamed named;  // a worker it starts is not named after this thread
   // Isolated: while it waits, the calling thread (the pipeline's source
   // stage, say) takes none of the pipeline's other tasks.
   arena.execute([&] {
     tbb::this_task_arena::isolate([&] { tbb::parallel_for(size_t(0), n, each, tbb::simple_partitioner()); });
   });
-  tsan_handshake();
+  base::tsan_handshake();
 }
 
-void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
+void Pipeline::decode_counted(const decode::Decoder& decoder, batch::Work& w) {
   const uint32_t now = decoding_.fetch_add(1, std::memory_order_relaxed) + 1;
   uint32_t peak = peak_decoding_.load(std::memory_order_relaxed);
   while (now > peak && !peak_decoding_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
@@ -196,24 +152,17 @@ void Pipeline::decode_counted(const Decoder& decoder, Work& w) {
   decoder.decode(w);
 }
 
-bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
-                   bool in_turn, const std::function<bool()>& then) {
+bool Pipeline::run(plan::Lookahead& source, const decode::Decoder& decoder, batch::Collator& collator,
+                   const std::atomic<bool>& stop, bool in_turn, const std::function<bool()>& then) {
   // Only epochs that use oneTBB count: a child forked during one in turn
   // without it (serial_) may run pipelines.
-  if (!serial_) g_running.fetch_add(1);
-  struct Running {
-    bool on;
-    void end() {
-      if (std::exchange(on, false)) g_running.fetch_sub(1);
-    }
-    ~Running() { end(); }
-  } running{!serial_};
+  base::RunningEpoch running(!serial_);
   bool threw = false;
   try {
     if (in_turn || serial_) {
-      while (Work* w = source.next()) {
+      while (batch::Work* w = source.next()) {
         decoder.decode(*w);
-        std::shared_ptr<Work> keep = std::move(w->self);
+        std::shared_ptr<batch::Work> keep = std::move(w->self);
         if (stop) break;
         collator.collate(*w);
       }
@@ -235,23 +184,23 @@ bool Pipeline::run(Lookahead& source, const Decoder& decoder, Collator& collator
   return chained;
 }
 
-void Pipeline::run_stages(Lookahead& source, const Decoder& decoder, Collator& collator,
+void Pipeline::run_stages(plan::Lookahead& source, const decode::Decoder& decoder, batch::Collator& collator,
                           const std::atomic<bool>& stop) {
   initialize_under_handshake(current().arena);
   // This thread plans, waits for admission and issues the reads, outside the
   // arena; the workers decode a batch once its reads are done and collate in
   // order (decode_feed.h).
-  DecodeFeed& feed = *feed_;
-  feed.begin([this, &decoder](Work& w) { decode_counted(decoder, w); },
-             [&collator, &stop](Work& w) {
-               std::shared_ptr<Work> keep = std::move(w.self);
+  decode::DecodeFeed& feed = *feed_;
+  feed.begin([this, &decoder](batch::Work& w) { decode_counted(decoder, w); },
+             [&collator, &stop](batch::Work& w) {
+               std::shared_ptr<batch::Work> keep = std::move(w.self);
                if (!stop) collator.collate(w);
              });
-  tsan_handshake();
+  base::tsan_handshake();
   try {
     for (;;) {
       feed.wait_for_token();
-      Work* w = source.next();
+      batch::Work* w = source.next();
       if (w == nullptr) break;
       feed.hand(*w);
     }

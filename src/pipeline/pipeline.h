@@ -28,35 +28,6 @@
 
 namespace dlfeed::inline DLFEED_ABI::pipeline {
 
-// oneTBB's own synchronization is inside libtbb, which ThreadSanitizer does
-// not see; in TSan builds every task body passes through one mutex at its
-// start and end (and the threads that spawn and join the tasks do too), so
-// the happens-before edges TBB provides are visible to the checker.
-// Elsewhere it compiles to nothing.
-#if defined(__SANITIZE_THREAD__)
-std::mutex& tsan_handshake_mutex();
-inline void tsan_handshake() { std::lock_guard<std::mutex> lock(tsan_handshake_mutex()); }
-#else
-inline void tsan_handshake() {}
-#endif
-
-/// OK, or why this process cannot run a pipeline: it was forked while
-/// pipelines were running in its parent. oneTBB's threads and locks do not
-/// survive fork(), and a pipeline started in such a child crashes inside
-/// libtbb (a torch DataLoader's fork workers after the parent iterated).
-absl::Status fork_check();
-
-/// True in a child of fork() whose parent (or an ancestor before it) had
-/// started oneTBB's workers: the child inherits the pool's bookkeeping but
-/// none of its threads, so work queued to an arena would wait forever.
-/// Pipelines made in such a process run every stage in turn on their own
-/// thread and never call into oneTBB (a DataLoader worker forked after the
-/// parent finished an epoch decodes there, on one thread).
-bool tbb_unusable();
-/// Called before work is handed to oneTBB: from then on a child forked from
-/// this process knows that oneTBB's workers may have started here.
-void note_tbb_started();
-
 class Pipeline {
  public:
   /// An arena of `threads` decode workers (and a slot for the pipeline
@@ -80,8 +51,8 @@ class Pipeline {
   /// set, and not stopped) is asked before the end goes out whether the
   /// caller runs the next epoch at once; its answer marks the end chained.
   /// Returns that answer.
-  bool run(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop,
-           bool in_turn = false, const std::function<bool()>& then = nullptr);
+  bool run(plan::Lookahead& source, const decode::Decoder& decoder, batch::Collator& collator,
+           const std::atomic<bool>& stop, bool in_turn = false, const std::function<bool()>& then = nullptr);
 
   /// The decode workers made (the most there can be).
   uint32_t threads() const { return threads_; }
@@ -102,8 +73,9 @@ class Pipeline {
   uint32_t peak_decoding() const { return peak_decoding_.load(std::memory_order_relaxed); }
 
  private:
-  void decode_counted(const Decoder& decoder, Work& w);
-  void run_stages(Lookahead& source, const Decoder& decoder, Collator& collator, const std::atomic<bool>& stop);
+  void decode_counted(const decode::Decoder& decoder, batch::Work& w);
+  void run_stages(plan::Lookahead& source, const decode::Decoder& decoder, batch::Collator& collator,
+                  const std::atomic<bool>& stop);
 
   struct Arena;
   Arena& current() const { return *current_.load(std::memory_order_acquire); }
@@ -112,7 +84,7 @@ class Pipeline {
   std::mutex arenas_mu_;                        // making arenas
   std::vector<std::unique_ptr<Arena>> arenas_;  // by width (index), made on first use, kept to the end
   std::atomic<Arena*> current_{nullptr};
-  std::unique_ptr<DecodeFeed> feed_;  // the decode stage's hand-off (its tasks point to it)
+  std::unique_ptr<decode::DecodeFeed> feed_;  // the decode stage's hand-off (its tasks point to it)
   std::atomic<uint32_t> decoding_{0}, peak_decoding_{0};
 };
 

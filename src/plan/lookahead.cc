@@ -10,7 +10,7 @@
 
 #include "counters/record.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::plan {
 namespace {
 constexpr uint64_t kCopyPiece = 1 << 20;         // a deferred copy's largest piece
 constexpr uint64_t kSpreadAtLeast = 1 << 20;     // a batch copying less stays on one thread
@@ -20,11 +20,11 @@ constexpr uint64_t kBytesPerThread = 256 << 10;  // and one with more gets at mo
 Lookahead::Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch)
     : parts_(parts), cursor_(std::move(cursor)), epoch_(epoch), batch_index_(first_batch) {}
 
-Work* Lookahead::next() {
+batch::Work* Lookahead::next() {
   const std::atomic<bool>& stop = *parts_.stop;
   while (!stop) {
     if (staged_ == nullptr && !exhausted_) {
-      std::shared_ptr<Work> w;
+      std::shared_ptr<batch::Work> w;
       if (!*parts_.failed) w = parts_.planner->next(cursor_, epoch_, batch_index_);
       if (!w) {
         exhausted_ = true;
@@ -39,13 +39,13 @@ Work* Lookahead::next() {
     staged_ = nullptr;
   }
   if (ahead_.empty() || stop) return nullptr;
-  Work* w = ahead_.front();
+  batch::Work* w = ahead_.front();
   ahead_.pop_front();
   return w;
 }
 
 void Lookahead::drop() {
-  for (Work* w : ahead_) w->self.reset();
+  for (batch::Work* w : ahead_) w->self.reset();
   ahead_.clear();
   if (staged_) staged_->self.reset();
   staged_ = nullptr;
@@ -80,7 +80,7 @@ void Lookahead::flush_copies(uint64_t bytes) {
   copies_.clear();
 }
 
-bool Lookahead::admit_and_read(Work& w, bool wait) {
+bool Lookahead::admit_and_read(batch::Work& w, bool wait) {
   // Only a wait is timed (trace events of 1 µs or more).
   counters::Span span(wait ? parts_.counters : nullptr, counters::kAdmitWaitSpan);
   const bool admitted = admit(parts_.budget, *w.ticket, parts_.rule, wait, *parts_.stop);
@@ -95,7 +95,7 @@ namespace {
 
 // The CRCs the engine took of split values (crc_reads: split, read index)
 // into their records (a read not answered: the check takes it from the bytes).
-void take_crcs(Work& w, const detail::ReadBatch& b, const Lookahead::CrcReads& crc_reads) {
+void take_crcs(batch::Work& w, const detail::ReadBatch& b, const Lookahead::CrcReads& crc_reads) {
   for (const auto& [split, k] : crc_reads) {
     if (b.crc_known[k] == 0) continue;
     w.splits[split].value_crc = b.crcs[k];
@@ -106,11 +106,11 @@ void take_crcs(Work& w, const detail::ReadBatch& b, const Lookahead::CrcReads& c
 }  // namespace
 
 template <typename Read>
-void Lookahead::add_split_read(Work& w, const Work::DirectRead& d, detail::ReadBatch& batch, Read& read,
+void Lookahead::add_split_read(batch::Work& w, const batch::Work::DirectRead& d, detail::ReadBatch& batch, Read& read,
                                CrcReads& crc_reads) const {
   // One scattered read: the bytes before and after the value into the
   // record's region of the read buffer, the value into its slot.
-  Work::SplitRead& s = w.splits[d.split];
+  batch::Work::SplitRead& s = w.splits[d.split];
   std::byte* region = w.raw.data() + s.region;
   ReadPiece* p = &w.pieces[3 * d.split];
   p[0] = {region, s.before};
@@ -132,7 +132,7 @@ void Lookahead::add_split_read(Work& w, const Work::DirectRead& d, detail::ReadB
 namespace {
 
 // The batch's read buffer and the buffers of its fields of known (or predicted) sizes.
-void take_buffers(Work& w, BufferPool& pool) {
+void take_buffers(batch::Work& w, BufferPool& pool) {
   w.raw = pool.take(w.plan.buffer_bytes);
   for (size_t f = 0; f < w.known.size(); ++f) {
     if (w.laid_out(f)) w.out[f] = pool.take(w.out_offsets[f].back());
@@ -141,7 +141,7 @@ void take_buffers(Work& w, BufferPool& pool) {
 
 }  // namespace
 
-void Lookahead::issue_reads(Work& w) {
+void Lookahead::issue_reads(batch::Work& w) {
   take_buffers(w, *parts_.pool);
   auto batch = std::make_shared<detail::ReadBatch>();
   batch->reads.reserve(w.plan.reads.size() + w.direct_reads.size());
@@ -192,8 +192,8 @@ void Lookahead::issue_reads(Work& w) {
   for (const prefetch::PlannedRead& r : w.plan.reads) read(r.file, r.offset, r.length, w.raw.data() + r.buffer_offset);
   CrcReads crc_reads;
   w.pieces.assign(3 * w.splits.size(), ReadPiece{});  // never grows while the reads are out
-  for (const Work::DirectRead& d : w.direct_reads) {
-    if (d.split == Work::kNoSplit) {
+  for (const batch::Work::DirectRead& d : w.direct_reads) {
+    if (d.split == batch::Work::kNoSplit) {
       read(d.file, d.offset, d.length, w.out[d.field].data() + d.dest);
     } else {
       add_split_read(w, d, *batch, read, crc_reads);
@@ -222,4 +222,4 @@ void Lookahead::issue_reads(Work& w) {
   parts_.engines->submit(w.index, std::move(batch));
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::plan

@@ -15,24 +15,24 @@
 #include <memory>
 #include <vector>
 
+#include "batch/budget.h"
+#include "batch/work.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/order/order.h"
-#include "pipeline/work.h"
-#include "plan/budget.h"
 #include "plan/planner.h"
 #include "read/engine.h"
 #include "read/resident.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::plan {
 
 /// What the look-ahead draws on, the same for every epoch (all outlive it).
 struct SourceParts {
   Planner* planner = nullptr;
-  std::shared_ptr<Budget> budget;
-  AdmitRule rule;
+  std::shared_ptr<batch::Budget> budget;
+  batch::AdmitRule rule;
   BufferPool* pool = nullptr;            // the read and batch buffers
   FileTable* fadvise = nullptr;          // non-null: hint each batch's reads (WILLNEED) before issuing them
   detail::EngineSet* engines = nullptr;  // issues the reads
@@ -70,7 +70,7 @@ class Lookahead {
 
   /// The oldest admitted batch, its reads issued (the pipeline owns it from
   /// now on, through Work::self); null at the end of the epoch or on stop.
-  Work* next();
+  batch::Work* next();
   /// Drops the batches planned but never handed to the pipeline.
   void drop();
   /// Batches admitted and not yet handed out.
@@ -79,13 +79,13 @@ class Lookahead {
  private:
   // Admits `w` (waiting when `wait`, else refusing at once), then takes its
   // buffers and issues its reads.
-  bool admit_and_read(Work& w, bool wait);
-  void issue_reads(Work& w);
+  bool admit_and_read(batch::Work& w, bool wait);
+  void issue_reads(batch::Work& w);
   // A split record (its value's DirectRead `d`): one scattered read into
   // `batch`, or three plain reads through `read(file, offset, length, dest)`
   // (a caller's backend). Defined and used in lookahead.cc only.
   template <typename Read>
-  void add_split_read(Work& w, const Work::DirectRead& d, detail::ReadBatch& batch, Read& read,
+  void add_split_read(batch::Work& w, const batch::Work::DirectRead& d, detail::ReadBatch& batch, Read& read,
                       CrcReads& crc_reads) const;
   // Makes copies_ (deferred copies from held files), spread when there are
   // enough bytes, and clears them.
@@ -102,9 +102,9 @@ class Lookahead {
   OrderCursor cursor_;
   uint64_t epoch_;
   uint64_t batch_index_;
-  std::deque<Work*> ahead_;  // admitted, reads issued, in order
-  Work* staged_ = nullptr;   // planned, waiting for admission
+  std::deque<batch::Work*> ahead_;  // admitted, reads issued, in order
+  batch::Work* staged_ = nullptr;   // planned, waiting for admission
   bool exhausted_ = false;
 };
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::plan

@@ -7,7 +7,7 @@
 #include "counters/record.h"
 #include "read/split_reads.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::plan {
 
 using counters::Component;
 using CId = counters::Id;
@@ -17,7 +17,7 @@ Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std:
                  PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked,
                  const detail::ResidentFiles* held)
     : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters), unpacked_(unpacked) {
-  split_src_ = split_sources(indices_);
+  split_src_ = detail::split_sources(indices_);
   if (held == nullptr) return;
   // Strided batches: every file held and not unpacked, every source strided,
   // of one sample spec per field with exactly the layout's bytes.
@@ -53,11 +53,11 @@ Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std:
   strided_ = std::move(fields);
 }
 
-std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index) {
+std::shared_ptr<batch::Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index) {
   if (cursor.done()) return nullptr;
   [[maybe_unused]] const uint64_t t0 = counters_ ? now_of(*counters_) : 0;
   const uint32_t B = options_.batch_size;
-  auto w = std::make_shared<Work>();
+  auto w = std::make_shared<batch::Work>();
   w->epoch = epoch;
   w->index = batch_index;
   w->position = cursor.position();
@@ -78,7 +78,7 @@ std::shared_ptr<Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_
   return w;
 }
 
-void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
+void Planner::choose_direct(const batch::Work& w, std::vector<uint8_t>& raw_ok) {
   const size_t n = w.ids.size(), F = indices_.size();
   raw_ok.assign(n * F, 0);
   for (size_t i = 0; i < n; ++i) {
@@ -139,7 +139,7 @@ void Planner::choose_direct(const Work& w, std::vector<uint8_t>& raw_ok) {
   }
 }
 
-uint64_t Planner::batch_gap(const Work& w) const {
+uint64_t Planner::batch_gap(const batch::Work& w) const {
   const uint64_t max_gap = options_.coalesce.max_gap;
   if (!options_.coalesce.adaptive_gap) return max_gap;
   uint64_t bytes = 0, count = 0;
@@ -156,7 +156,7 @@ uint64_t Planner::batch_gap(const Work& w) const {
   return count == 0 ? max_gap : std::min(max_gap, bytes / count);
 }
 
-void Planner::plan_strided(Work& w) {
+void Planner::plan_strided(batch::Work& w) {
   const size_t n = w.ids.size(), F = indices_.size();
   w.strided = true;
   w.refs.clear();
@@ -204,7 +204,7 @@ void Planner::plan_strided(Work& w) {
   }
   extents_.fetch_add(n * F, std::memory_order_relaxed);
   planned_reads_.fetch_add(w.direct_reads.size(), std::memory_order_relaxed);
-  w.ticket = std::make_shared<Ticket>();
+  w.ticket = std::make_shared<batch::Ticket>();
   w.ticket->bytes = out_bytes;
 }
 
@@ -212,7 +212,7 @@ namespace {
 
 // Sets `w` up for planning its ids: every sample's SampleRef per field, and
 // each field's output offsets when every dimension of every sample is known.
-void ref_samples(const std::vector<SampleIndex>& indices, Work& w) {
+void ref_samples(const std::vector<SampleIndex>& indices, batch::Work& w) {
   const size_t n = w.ids.size(), F = indices.size();
   w.piece_begin.resize(n * F + 1);
   w.known.assign(F, 1);
@@ -242,7 +242,7 @@ void ref_samples(const std::vector<SampleIndex>& indices, Work& w) {
 
 }  // namespace
 
-void Planner::plan(Work& w) {
+void Planner::plan(batch::Work& w) {
   if (copies_only()) {
     plan_strided(w);
     return;
@@ -259,10 +259,10 @@ void Planner::plan(Work& w) {
   std::vector<size_t>& last_direct = last_direct_scratch_;  // per field: its latest direct read
   last_direct.assign(F, kNone);
   auto not_read = [&](size_t f, const SampleRef& r) { return unpacked_ != nullptr && unpacked_->has(f, r.file); };
-  predict_split_layout(w, split_src_, not_read);
+  detail::predict_split_layout(w, split_src_, not_read);
   for (size_t i = 0; i < n; ++i) {
     // A record read around its value (split_reads.h): its fields are planned.
-    plan_split(w, i, split_src_, file_ids_, split_done_, not_read);
+    detail::plan_split(w, i, split_src_, file_ids_, split_done_, not_read);
     for (size_t f = 0; f < F; ++f) {
       w.piece_begin[i * F + f] = static_cast<uint32_t>(ext.size());
       if (split_done_[f]) continue;
@@ -298,13 +298,13 @@ void Planner::plan(Work& w) {
   prefetch::CoalesceOptions coalesce = options_.coalesce;
   coalesce.max_gap = gap_;
   w.plan = prefetch::plan_reads(ext, coalesce);
-  add_split_reads(w);
+  detail::add_split_reads(w);
   extents_.fetch_add(ext.size() + direct_extents + w.splits.size(), std::memory_order_relaxed);
   planned_reads_.fetch_add(w.plan.reads.size() + w.direct_reads.size(), std::memory_order_relaxed);
-  w.ticket = std::make_shared<Ticket>();
+  w.ticket = std::make_shared<batch::Ticket>();
   // The regions' unwritten middles count: with transparent huge pages a
   // touched page backs them anyway, and the buffer pool hands them out whole.
   w.ticket->bytes = w.plan.buffer_bytes + out_bytes;
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::plan

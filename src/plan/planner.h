@@ -11,17 +11,17 @@
 #include <utility>
 #include <vector>
 
+#include "batch/work.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/plan/plan.h"
 #include "dlfeed/sample.h"
 #include "format/split_record.h"
-#include "pipeline/work.h"
 #include "read/resident.h"
 #include "read/unpacked.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::plan {
 
 /// Raw samples at least this big are read straight into the batch buffer
 /// whatever their neighbours.
@@ -56,11 +56,11 @@ class Planner {
   /// The next batch of `cursor` (batch `batch_index` of `epoch`, which then
   /// counts up), planned; null when the cursor is done or only a short last
   /// batch is left and drop_last_batch is set. One thread at a time.
-  std::shared_ptr<Work> next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index);
+  std::shared_ptr<batch::Work> next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index);
 
   /// Plans `w` (its ids set): the direct-read decision, the read plan, the
   /// known output sizes and the ticket's bytes (read buffer + output).
-  void plan(Work& w);
+  void plan(batch::Work& w);
 
   /// Totals over every batch planned: extents asked for, reads planned
   /// (coalesced and direct).
@@ -71,12 +71,12 @@ class Planner {
   // Which (sample, field) slots are read directly: raw samples (one extent,
   // decode is the identity) whose sizes are known, unless small and near
   // another extent of the batch that does not follow it in the batch too.
-  void choose_direct(const Work& w, std::vector<uint8_t>& direct);
+  void choose_direct(const batch::Work& w, std::vector<uint8_t>& direct);
   // The gap this batch merges across (CoalesceOptions::adaptive_gap).
-  uint64_t batch_gap(const Work& w) const;
+  uint64_t batch_gap(const batch::Work& w) const;
   // plan() for a strided batch: a direct read per sample (or run of
   // neighbours) from each field's layout.
-  void plan_strided(Work& w);
+  void plan_strided(batch::Work& w);
 
   // Per field when copies_only(): each file's layout.
   struct StridedField {
@@ -104,4 +104,4 @@ class Planner {
   std::vector<prefetch::ExtentRef> ext_scratch_;
 };
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::plan

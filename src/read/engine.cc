@@ -6,8 +6,8 @@
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread_name.h"
 #include "counters/record.h"
-#include "thread_name.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {

@@ -20,8 +20,8 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "io/read_op.h"
 #include "io/stream_copy.h"
-#include "read_op.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "pipeline/isolated_for.h"
+#include "base/isolated_for.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 SplitSources split_sources(const std::vector<SampleIndex>& indices) {
   SplitSources out(indices.size());
@@ -18,7 +18,7 @@ SplitSources split_sources(const std::vector<SampleIndex>& indices) {
   return out;
 }
 
-void add_split_reads(Work& w) {
+void add_split_reads(batch::Work& w) {
   prefetch::ReadPlan& plan = w.plan;
   if (w.splits.empty()) return;
   // Only the bytes before and after each value are read into the buffer;
@@ -35,10 +35,10 @@ void add_split_reads(Work& w) {
   // but for another feature's length (an int64 label's varint) fit the same
   // way. A batch of 256 147 KiB records then holds about one record plus 128
   // bytes a record, not 38 MB. Otherwise each region is whole.
-  const Work::SplitRead& first = w.splits.front();
+  const batch::Work::SplitRead& first = w.splits.front();
   bool alike = true;
   uint64_t most_before = 0, fewest_before = first.before, most_after = 0;
-  for (const Work::SplitRead& s : w.splits) {
+  for (const batch::Work::SplitRead& s : w.splits) {
     alike = alike && s.value == first.value;
     most_before = std::max(most_before, s.before);
     fewest_before = std::min(fewest_before, s.before);
@@ -50,7 +50,7 @@ void add_split_reads(Work& w) {
   const uint64_t stride = (most_before + most_after + 63) / 64 * 64;
   const uint64_t group = alike && stride > 0 ? (first.value - spread) / stride + 1 : 1;
   uint64_t start = plan.buffer_bytes, in_group = 0;
-  for (Work::SplitRead& s : w.splits) {
+  for (batch::Work::SplitRead& s : w.splits) {
     if (!alike) {
       s.region = plan.buffer_bytes;
       plan.buffer_bytes += s.before + s.value + s.after;
@@ -70,17 +70,17 @@ void add_split_reads(Work& w) {
 namespace {
 
 // The record of split `s` in the read buffer, its value's place unwritten.
-std::span<std::byte> region_of(Work& w, const Work::SplitRead& s) {
+std::span<std::byte> region_of(batch::Work& w, const batch::Work::SplitRead& s) {
   return {w.raw.data() + s.region, s.before + s.value + s.after};
 }
 
 // The value's bytes of split `s`: where they were read, in the batch slot.
-std::span<const std::byte> value_of(const Work& w, const Work::SplitRead& s, size_t fields) {
+std::span<const std::byte> value_of(const batch::Work& w, const batch::Work::SplitRead& s, size_t fields) {
   const size_t i = s.slot / fields, f = s.slot % fields;
   return {w.out[f].data() + w.out_offsets[f][i], s.value};
 }
 
-void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indices) {
+void check_one(batch::Work& w, batch::Work::SplitRead& s, const std::vector<SampleIndex>& indices) {
   const size_t F = indices.size();
   const SampleRef& ref = w.refs[s.slot];
   const auto* src = dynamic_cast<const detail::SplitRecords*>(indices[s.slot % F].sources[ref.source].get());
@@ -103,21 +103,21 @@ void check_one(Work& w, Work::SplitRead& s, const std::vector<SampleIndex>& indi
 
 }  // namespace
 
-void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters) {
+void check_splits(batch::Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters) {
   const size_t n = w.splits.size();
   auto one = [&](size_t k) {
-    tsan_handshake();
+    base::tsan_handshake();
     counters::CurrentScope timed(counters);  // the source times its CRC and parse
     // Latest landed first: values are read in sample order, so the last
     // ones are the likeliest still in the caches.
     check_one(w, w.splits[n - 1 - k], indices);
-    tsan_handshake();
+    base::tsan_handshake();
   };
-  isolated_for(n, one, /*spread=*/n >= 8);
+  base::isolated_for(n, one, /*spread=*/n >= 8);
 }
 
-std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked) {
-  Work::SplitRead& s = w.splits[w.split_of[k]];
+std::span<std::byte> split_bytes(batch::Work& w, size_t k, bool& checked) {
+  batch::Work::SplitRead& s = w.splits[w.split_of[k]];
   if (s.state == 1) {
     checked = true;
     return region_of(w, s);
@@ -129,4 +129,4 @@ std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked) {
   return {s.whole.data(), s.whole.size()};
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::detail

@@ -10,15 +10,15 @@
 #include <span>
 #include <vector>
 
+#include "batch/work.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/plan/plan.h"
 #include "dlfeed/sample.h"
 #include "format/split_record.h"
-#include "pipeline/work.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// Values smaller than this are read with their record: two more reads
 /// would cost more than the copy they save.
@@ -37,8 +37,8 @@ SplitSources split_sources(const std::vector<SampleIndex>& indices);
 /// `file_ids[f][file]`: the file's FileTable id; `skip(f, ref)`: a sample
 /// not read (unpacked).
 template <typename Skip>
-void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vector<std::vector<uint32_t>>& file_ids,
-                std::vector<uint8_t>& done, Skip&& skip);
+void plan_split(batch::Work& w, size_t i, const SplitSources& sources,
+                const std::vector<std::vector<uint32_t>>& file_ids, std::vector<uint8_t>& done, Skip&& skip);
 
 /// Before plan_split: a field of unknown sizes (a TFRecord bytes feature
 /// without a shape) whose every sample in `w` is a record predicted to hold
@@ -47,24 +47,26 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
 /// w.out_offsets), so that its values are read into place as a known
 /// field's are. `skip(f, ref)`: a sample not read (unpacked).
 template <typename Skip>
-void predict_split_layout(Work& w, const SplitSources& sources, Skip&& skip);
+void predict_split_layout(batch::Work& w, const SplitSources& sources, Skip&& skip);
 
 /// After prefetch::plan_reads: each split record's region in the read
 /// buffer (regions of records laid out alike overlap: only the bytes around
 /// each value are written, never a region's middle). Its bytes are one
 /// scattered read (Lookahead::issue_reads), for which the value's DirectRead
 /// (split set) stands.
-void add_split_reads(Work& w);
+void add_split_reads(batch::Work& w);
 
 /// Checks every split record of `w` (its reads landed): each passes
 /// check_split, or is put back together whole for a plain decode.
 /// `counters` (may be null) times the CRCs and parses.
-void check_splits(Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters);
+void check_splits(batch::Work& w, const std::vector<SampleIndex>& indices, counters::Counters* counters);
 
 /// True when slot k (sample i * fields + f) decodes from a split record.
-inline bool is_split(const Work& w, size_t k) { return !w.split_of.empty() && w.split_of[k] != Work::kNoSplit; }
+inline bool is_split(const batch::Work& w, size_t k) {
+  return !w.split_of.empty() && w.split_of[k] != batch::Work::kNoSplit;
+}
 /// True when slot k's value was read into its batch slot and checked there.
-inline bool split_in_place(const Work& w, size_t k) {
+inline bool split_in_place(const batch::Work& w, size_t k) {
   return is_split(w, k) && w.splits[w.split_of[k]].slot == k && w.splits[w.split_of[k]].state == 1;
 }
 
@@ -72,12 +74,12 @@ inline bool split_in_place(const Work& w, size_t k) {
 /// its value's place unwritten (the record passed its check, so no Example
 /// parse reads there), or the whole record (it did not). `checked`: its
 /// CRCs need no check.
-std::span<std::byte> split_bytes(Work& w, size_t k, bool& checked);
+std::span<std::byte> split_bytes(batch::Work& w, size_t k, bool& checked);
 
 // ---- the bodies (templates for the planner's skip test) ----
 
 template <typename Skip>
-void predict_split_layout(Work& w, const SplitSources& sources, Skip&& skip) {
+void predict_split_layout(batch::Work& w, const SplitSources& sources, Skip&& skip) {
   const size_t F = sources.size(), n = w.ids.size();
   for (size_t f = 0; f < F; ++f) {
     if (w.known[f] || n == 0) continue;
@@ -100,8 +102,8 @@ void predict_split_layout(Work& w, const SplitSources& sources, Skip&& skip) {
 }
 
 template <typename Skip>
-void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vector<std::vector<uint32_t>>& file_ids,
-                std::vector<uint8_t>& done, Skip&& skip) {
+void plan_split(batch::Work& w, size_t i, const SplitSources& sources,
+                const std::vector<std::vector<uint32_t>>& file_ids, std::vector<uint8_t>& done, Skip&& skip) {
   const size_t F = sources.size();
   done.assign(F, 0);
   size_t fs = F;
@@ -115,12 +117,12 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
     if (span && span->length == slot_bytes && span->length >= kSplitMinBytes) fs = f;
   }
   if (fs == F) return;
-  if (w.split_of.empty()) w.split_of.assign(w.ids.size() * F, Work::kNoSplit);
+  if (w.split_of.empty()) w.split_of.assign(w.ids.size() * F, batch::Work::kNoSplit);
   const SampleRef& ref = w.refs[i * F + fs];
   const Extent e = ref.extents[0];
   const uint32_t file = file_ids[fs][ref.file];
   const uint32_t s = static_cast<uint32_t>(w.splits.size());
-  Work::SplitRead& sr = w.splits.emplace_back();
+  batch::Work::SplitRead& sr = w.splits.emplace_back();
   sr.slot = static_cast<uint32_t>(i * F + fs);
   sr.file = file;
   sr.offset = e.offset;
@@ -143,4 +145,4 @@ void plan_split(Work& w, size_t i, const SplitSources& sources, const std::vecto
   }
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::detail

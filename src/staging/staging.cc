@@ -16,9 +16,9 @@
 #include <set>
 #include <thread>
 
-#include "../thread_name.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/thread_name.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/order/order.h"

@@ -12,7 +12,7 @@
 #include "pipeline/stage_fixture.h"
 #include "plan/planner.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::batch {
 namespace {
 
 TEST(Collator, HandsTheBatchOutAndItsDropReleasesEverything) {
@@ -104,4 +104,4 @@ TEST(DeliveryQueue, DeliversInOrderAndClears) {
 }
 
 }  // namespace
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

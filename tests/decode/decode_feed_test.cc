@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::decode {
 namespace {
 
 using namespace std::chrono_literals;
@@ -38,7 +38,7 @@ struct Seen {
   std::vector<uint64_t> decoded, collated;
   std::vector<absl::Status> errors;  // per collated batch
 
-  void decode(Work& w) {
+  void decode(batch::Work& w) {
     {
       std::lock_guard<std::mutex> lock(w.mu);
       EXPECT_TRUE(w.reads_done) << "batch " << w.index << " decoded before its reads landed";
@@ -47,7 +47,7 @@ struct Seen {
     decoded.push_back(w.index);
     cv.notify_all();
   }
-  void collate(Work& w) {
+  void collate(batch::Work& w) {
     std::lock_guard<std::mutex> lock(mu);
     collated.push_back(w.index);
     errors.push_back(w.error);
@@ -60,10 +60,10 @@ struct Seen {
   }
 };
 
-std::vector<std::shared_ptr<Work>> works(size_t n) {
-  std::vector<std::shared_ptr<Work>> out;
+std::vector<std::shared_ptr<batch::Work>> works(size_t n) {
+  std::vector<std::shared_ptr<batch::Work>> out;
   for (size_t i = 0; i < n; ++i) {
-    out.push_back(std::make_shared<Work>());
+    out.push_back(std::make_shared<batch::Work>());
     out.back()->index = i;
     out.back()->known = {0};  // a field whose sizes decode finds: a worker decodes it
   }
@@ -74,7 +74,7 @@ TEST(DecodeFeed, ABatchWaitingForItsReadsHoldsNoWorker) {
   tbb::task_arena arena(2, 1);  // one worker
   DecodeFeed feed(arena, 8);
   Seen seen;
-  feed.begin([&](Work& w) { seen.decode(w); }, [&](Work& w) { seen.collate(w); });
+  feed.begin([&](batch::Work& w) { seen.decode(w); }, [&](batch::Work& w) { seen.collate(w); });
   auto w = works(3);
   w[1]->reads_finished(absl::OkStatus());  // landed before it was handed over
   for (auto& x : w) {
@@ -102,11 +102,11 @@ TEST(DecodeFeed, ABatchReadIntoPlaceIsFinishedWhereItsReadsCompleteAndADecodedOn
   std::mutex mu;
   std::vector<std::thread::id> where(2);
   feed.begin(
-      [&](Work& w) {
+      [&](batch::Work& w) {
         std::lock_guard<std::mutex> lock(mu);
         where[w.index] = std::this_thread::get_id();
       },
-      [](Work&) {});
+      [](batch::Work&) {});
   auto w = works(2);
   w[0]->known = {1};
   w[0]->direct = {1, 1, 1};  // three samples, all read straight into the batch
@@ -128,16 +128,16 @@ TEST(DecodeFeed, ManyBatchesOverSeveralWorkersAreCollatedInOrder) {
   tbb::task_arena arena(5, 1);
   DecodeFeed feed(arena, 6);
   Seen seen;
-  feed.begin([&](Work& w) { seen.decode(w); }, [&](Work& w) { seen.collate(w); });
+  feed.begin([&](batch::Work& w) { seen.decode(w); }, [&](batch::Work& w) { seen.collate(w); });
   auto w = works(200);
   // Reads land on another thread, each pair's second batch first.
-  std::vector<Work*> handed;
+  std::vector<batch::Work*> handed;
   std::mutex mu;
   std::condition_variable cv;
   std::thread engine([&] {
     for (size_t k = 0; k < w.size(); k += 2) {
       const size_t last = std::min(k + 2, w.size());
-      std::vector<Work*> pair;
+      std::vector<batch::Work*> pair;
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return handed.size() >= last; });
@@ -163,7 +163,7 @@ TEST(DecodeFeed, TokensBoundTheBatchesInFlight) {
   tbb::task_arena arena(3, 1);
   DecodeFeed feed(arena, 2);
   Seen seen;
-  feed.begin([&](Work& w) { seen.decode(w); }, [&](Work& w) { seen.collate(w); });
+  feed.begin([&](batch::Work& w) { seen.decode(w); }, [&](batch::Work& w) { seen.collate(w); });
   auto w = works(3);
   feed.wait_for_token();
   feed.hand(*w[0]);
@@ -194,11 +194,11 @@ TEST(DecodeFeed, ADecodeThatThrowsIsItsBatchsErrorInItsPlace) {
   DecodeFeed feed(arena, 4);
   Seen seen;
   feed.begin(
-      [&](Work& w) {
+      [&](batch::Work& w) {
         if (w.index == 1) throw std::runtime_error("no memory for batch 1");
         seen.decode(w);
       },
-      [&](Work& w) { seen.collate(w); });
+      [&](batch::Work& w) { seen.collate(w); });
   auto w = works(3);
   for (auto& x : w) {
     x->reads_finished(absl::OkStatus());
@@ -216,8 +216,8 @@ TEST(DecodeFeed, ACollateThatThrowsIsRethrownByFinishAfterTheRest) {
   tbb::task_arena arena(3, 1);
   DecodeFeed feed(arena, 4);
   Seen seen;
-  feed.begin([&](Work& w) { seen.decode(w); },
-             [&](Work& w) {
+  feed.begin([&](batch::Work& w) { seen.decode(w); },
+             [&](batch::Work& w) {
                if (w.index == 0) throw std::runtime_error("queue gone");
                seen.collate(w);
              });
@@ -230,7 +230,7 @@ TEST(DecodeFeed, ACollateThatThrowsIsRethrownByFinishAfterTheRest) {
   EXPECT_THROW(feed.finish(), std::runtime_error);
   EXPECT_EQ(seen.collated, (std::vector<uint64_t>{1}));
   // The next epoch starts clean.
-  feed.begin([&](Work& w) { seen.decode(w); }, [&](Work& w) { seen.collate(w); });
+  feed.begin([&](batch::Work& w) { seen.decode(w); }, [&](batch::Work& w) { seen.collate(w); });
   auto more = works(1);
   more[0]->reads_finished(absl::OkStatus());
   feed.hand(*more[0]);
@@ -239,4 +239,4 @@ TEST(DecodeFeed, ACollateThatThrowsIsRethrownByFinishAfterTheRest) {
 }
 
 }  // namespace
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::decode

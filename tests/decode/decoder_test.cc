@@ -9,7 +9,7 @@
 #include "pipeline/stage_fixture.h"
 #include "plan/planner.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::decode {
 namespace {
 
 using testing::read_by_hand;
@@ -28,16 +28,16 @@ struct Stage {
     file_ids = {{0}};
     files = {path};
   }
-  std::shared_ptr<Work> planned(std::vector<uint64_t> ids) {
-    Planner p(indices, file_ids, {static_cast<uint32_t>(ids.size()), false, {}}, nullptr);
-    auto w = std::make_shared<Work>();
+  std::shared_ptr<batch::Work> planned(std::vector<uint64_t> ids) {
+    plan::Planner p(indices, file_ids, {static_cast<uint32_t>(ids.size()), false, {}}, nullptr);
+    auto w = std::make_shared<batch::Work>();
     w->ids = std::move(ids);
     w->index = 4;
     w->epoch = 2;
     p.plan(*w);
     return w;
   }
-  void expect_samples(const Work& w) {
+  void expect_samples(const batch::Work& w) {
     ASSERT_TRUE(w.error.ok()) << w.error;
     ASSERT_NE(w.batch, nullptr);
     const BatchField& f = w.batch->fields[0];
@@ -104,4 +104,4 @@ TEST(Decoder, CorruptBytesAreTheBatchsErrorNamingTheFile) {
 }
 
 }  // namespace
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::decode

@@ -25,8 +25,8 @@
 #include <memory>
 #include <string>
 
-#include "../../src/read/read_op.h"
 #include "dlfeed/io/io_backend.h"
+#include "io/read_op.h"
 
 namespace dlfeed::fault {
 

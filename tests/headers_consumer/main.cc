@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A program built against dlfeed::headers alone, with no libdlfeed on its
-// link line (tests/python/test_headers_consumer.py checks the link and
+// link line (tests/python/packaging/test_headers_consumer.py checks the link and
 // compares every answer with numpy, TensorFlow and `dlfeed order`):
 //   headers_consumer order FILES PER STRATEGY SEED EPOCH RANK WORLD DROP_LAST BUFFER BLOCK WINDOW
 //       one id per line; checks the resume state halfway round-trips first

@@ -18,7 +18,7 @@
 namespace dlfeed::pipeline {
 namespace {
 
-uint64_t bytes_held(Budget& b) {
+uint64_t bytes_held(batch::Budget& b) {
   std::lock_guard<std::mutex> lock(b.mu);
   return b.bytes;
 }
@@ -30,13 +30,13 @@ struct Rig {
   std::shared_ptr<FileTable> files = std::make_shared<FileTable>();
   std::shared_ptr<const prefetch::PrefetchPolicy> policy;
   std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
-  std::shared_ptr<Budget> budget = std::make_shared<Budget>();
+  std::shared_ptr<batch::Budget> budget = std::make_shared<batch::Budget>();
   counters::Counters counters;
   detail::EngineSet engines;
   std::atomic<bool> stop{false}, failed{false};
-  std::unique_ptr<Planner> planner;
-  SourceParts parts;
-  DeliveryQueue queue;
+  std::unique_ptr<plan::Planner> planner;
+  plan::SourceParts parts;
+  batch::DeliveryQueue queue;
   uint64_t samples;
   uint32_t batch;
 
@@ -51,7 +51,7 @@ struct Rig {
     auto backend = make_io_backend(files, io);
     EXPECT_TRUE(backend.ok());
     engines.add(std::make_unique<detail::IoEngine>(std::move(*backend), &counters, 0, 0));
-    planner = std::make_unique<Planner>(indices, file_ids, PlannerOptions{batch, false, {}}, &counters);
+    planner = std::make_unique<plan::Planner>(indices, file_ids, plan::PlannerOptions{batch, false, {}}, &counters);
     parts = {planner.get(), budget, {policy.get(), 1 << 30, pool.get()}, pool.get(), nullptr, &engines, &counters,
              &stop,         &failed};
   }
@@ -70,19 +70,19 @@ struct Rig {
 // end, and every byte given back. `before_pop(k)` runs before the consumer
 // waits for batch k.
 void expect_whole_epoch(Rig& rig, Pipeline& pipeline, const std::function<void(uint64_t)>& before_pop = nullptr) {
-  Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
-  Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
+  decode::Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
+  batch::Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
   OrderCursor order = rig.cursor("global_shuffle");
   OrderCursor expected = order;
   std::thread t([&] {
-    Lookahead source(rig.parts, order, 0, 0);
+    plan::Lookahead source(rig.parts, order, 0, 0);
     pipeline.run(source, decoder, collator, rig.stop);
   });
   uint64_t batches = 0;
   std::vector<uint64_t> ids(rig.batch);
   while (true) {
     if (before_pop) before_pop(batches);
-    Delivery d = rig.queue.pop(*rig.budget);
+    batch::Delivery d = rig.queue.pop(*rig.budget);
     if (d.end) break;
     ASSERT_TRUE(d.error.ok()) << d.error;
     ASSERT_NE(d.batch, nullptr);
@@ -112,14 +112,14 @@ TEST(Pipeline, DeliversEveryBatchInOrderThenTheEnd) {
 
 TEST(Pipeline, AStopEndsTheEpochEarly) {
   Rig rig(testing::scratch_dir() + "/x.npy", 1000, 10, "depth:2");
-  Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
-  Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
+  decode::Decoder decoder(rig.indices, rig.names, rig.pool, &rig.counters);
+  batch::Collator collator(rig.pool, &rig.counters, rig.queue, rig.failed);
   Pipeline pipeline(2);
   std::thread t([&] {
-    Lookahead source(rig.parts, rig.cursor("sequential"), 0, 0);
+    plan::Lookahead source(rig.parts, rig.cursor("sequential"), 0, 0);
     pipeline.run(source, decoder, collator, rig.stop);
   });
-  Delivery first = rig.queue.pop(*rig.budget);
+  batch::Delivery first = rig.queue.pop(*rig.budget);
   ASSERT_NE(first.batch, nullptr);
   {
     std::lock_guard<std::mutex> lock(rig.budget->mu);
@@ -133,7 +133,7 @@ TEST(Pipeline, AStopEndsTheEpochEarly) {
   uint64_t delivered = 1;
   bool ended = false;
   while (!ended) {
-    Delivery d = rig.queue.pop(*rig.budget);
+    batch::Delivery d = rig.queue.pop(*rig.budget);
     ended = d.end;
     delivered += d.batch != nullptr;
   }

@@ -10,15 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "batch/work.h"
 #include "dev/generate.h"
 #include "dlfeed/format/format.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
-#include "pipeline/work.h"
 
-namespace dlfeed::pipeline::testing {
-
-using dlfeed::testing::scratch_dir;
+namespace dlfeed::testing {
 
 /// `n` float32 samples of shape {8}, in `path` (.npy, or .npz deflated).
 inline SampleIndex write_and_open(const std::string& path, uint64_t n) {
@@ -40,7 +38,7 @@ inline SampleIndex write_and_open(const std::string& path, uint64_t n) {
 
 /// Does `w`'s reads (planned and direct) with pread from `files` (FileTable
 /// id -> path) into buffers from `pool`, as admission and the engine would.
-inline absl::Status read_by_hand(Work& w, const std::vector<std::string>& files, BufferPool& pool) {
+inline absl::Status read_by_hand(batch::Work& w, const std::vector<std::string>& files, BufferPool& pool) {
   w.raw = pool.take(w.plan.buffer_bytes);
   for (size_t f = 0; f < w.known.size(); ++f) {
     if (w.known[f]) w.out[f] = pool.take(w.out_offsets[f].back());
@@ -62,4 +60,4 @@ inline absl::Status read_by_hand(Work& w, const std::vector<std::string>& files,
   return absl::OkStatus();
 }
 
-}  // namespace dlfeed::pipeline::testing
+}  // namespace dlfeed::testing

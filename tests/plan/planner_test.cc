@@ -11,7 +11,7 @@
 #include "dlfeed/order/order.h"
 #include "gtest/gtest.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::plan {
 namespace {
 
 // Samples whose bytes are the sample (`identity`), or bytes that need a
@@ -72,9 +72,9 @@ struct OneField {
     for (uint32_t f = 0; f < idx.num_files(); ++f) file_ids[0].push_back(f);
     indices.push_back(std::move(idx));
   }
-  std::shared_ptr<Work> plan(std::vector<uint64_t> ids, prefetch::CoalesceOptions coalesce = {}) {
+  std::shared_ptr<batch::Work> plan(std::vector<uint64_t> ids, prefetch::CoalesceOptions coalesce = {}) {
     Planner p(indices, file_ids, {static_cast<uint32_t>(ids.size()), false, coalesce}, nullptr);
-    auto w = std::make_shared<Work>();
+    auto w = std::make_shared<batch::Work>();
     w->ids = std::move(ids);
     p.plan(*w);
     return w;
@@ -258,7 +258,7 @@ TEST(Planner, FieldsReadTheirOwnFileIds) {
   indices.push_back(y.done());
   const std::vector<std::vector<uint32_t>> file_ids = {{7}, {3}};
   Planner p(indices, file_ids, {2, false, {}}, nullptr);
-  Work w;
+  batch::Work w;
   w.ids = {1, 0};  // neighbours in each file, not in the batch: coalesced, then copied
   p.plan(w);
   ASSERT_EQ(w.plan.reads.size(), 2u) << "two files, each coalesced";
@@ -273,7 +273,7 @@ TEST(Planner, FieldsReadTheirOwnFileIds) {
 
   // In order, each field's samples are one direct read of its own file,
   // though the fields' slots alternate (sample 0 x, sample 0 y, sample 1 x...).
-  Work in_order;
+  batch::Work in_order;
   in_order.ids = {0, 1};
   p.plan(in_order);
   EXPECT_TRUE(in_order.plan.reads.empty());
@@ -322,4 +322,4 @@ TEST(Planner, NextCutsBatchesFromTheCursor) {
 }
 
 }  // namespace
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::plan

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "read/split_reads.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::detail {
 namespace {
 
 struct Layout {
@@ -22,12 +22,12 @@ struct Layout {
 };
 
 // A fresh Work (not movable: it holds a mutex) with these split records, laid out.
-std::unique_ptr<Work> planned(const std::vector<Layout>& records, uint64_t already = 0) {
-  auto work = std::make_unique<Work>();
-  Work& w = *work;
+std::unique_ptr<batch::Work> planned(const std::vector<Layout>& records, uint64_t already = 0) {
+  auto work = std::make_unique<batch::Work>();
+  batch::Work& w = *work;
   w.plan.buffer_bytes = already;  // the plan's plain reads come first
   for (const Layout& l : records) {
-    Work::SplitRead& s = w.splits.emplace_back();
+    batch::Work::SplitRead& s = w.splits.emplace_back();
     s.before = l.before;
     s.value = l.value;
     s.after = l.after;
@@ -37,18 +37,18 @@ std::unique_ptr<Work> planned(const std::vector<Layout>& records, uint64_t alrea
 }
 
 // Every written range [begin, end) of the read buffer: each record's bytes before and after its value.
-std::vector<std::pair<uint64_t, uint64_t>> written(const Work& w) {
+std::vector<std::pair<uint64_t, uint64_t>> written(const batch::Work& w) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  for (const Work::SplitRead& s : w.splits) {
+  for (const batch::Work::SplitRead& s : w.splits) {
     out.emplace_back(s.region, s.region + s.before);
     out.emplace_back(s.region + s.before + s.value, s.region + s.before + s.value + s.after);
   }
   return out;
 }
 
-void expect_safe(const Work& w, uint64_t already) {
+void expect_safe(const batch::Work& w, uint64_t already) {
   auto ranges = written(w);
-  for (const Work::SplitRead& s : w.splits) {
+  for (const batch::Work::SplitRead& s : w.splits) {
     EXPECT_GE(s.region, already);
     EXPECT_LE(s.region + s.before + s.value + s.after, w.plan.buffer_bytes);  // the whole region is in the buffer
   }
@@ -63,7 +63,7 @@ TEST(SplitLayout, RecordsLaidOutAlikeShareTheBufferAndNeverMeet) {
   const Layout image{34, 150528, 42};
   for (size_t n : {1, 2, 8, 256, 1176, 1177, 1178, 4000}) {  // 1177 = value / 128 + 1: one group
     const auto work = planned(std::vector<Layout>(n, image), 4096);
-    const Work& w = *work;
+    const batch::Work& w = *work;
     expect_safe(w, 4096);
     const uint64_t whole = image.before + image.value + image.after;
     if (n == 256) {
@@ -116,4 +116,4 @@ TEST(SplitLayout, LargeBytesAroundTheValueMakeSmallGroups) {
 }
 
 }  // namespace
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::detail

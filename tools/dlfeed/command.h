@@ -29,7 +29,7 @@ FlagGroup flag_group(std::string title, const absl::Flag<T>&... f) {
 /// positional arguments left after flag parsing (argv[0] excluded).
 ///
 /// A command accepts exactly the flags its `flags` lists and --help shows
-/// exactly those: a flag it reads must be listed (tests/python/test_cli_help.py
+/// exactly those: a flag it reads must be listed (tests/python/cli/test_cli_help.py
 /// checks the lists against the sources).
 struct Command {
   std::string summary;

@@ -4,7 +4,7 @@
 // (dlio_checkpoint.cc), the per-epoch measurements and the summary files
 // (dlio_summary.cc); dlio.cc sets up and runs the phases. Command-line flags
 // are read in dlio.cc only (the rest take what they need as arguments):
-// tests/python/test_cli_help.py finds the flags a command reads by following
+// tests/python/cli/test_cli_help.py finds the flags a command reads by following
 // its calls into the .cc files named like the headers it includes, which
 // this header is not.
 #pragma once

@@ -12,7 +12,7 @@
 // misbehaving at run time. DLFEED_ABI follows the project's major and minor
 // version (0.x releases may break the ABI). The version comes from the file
 // VERSION at the top of the tree; CMakeLists.txt stops the configure when
-// these lines do not match it (tests/python/test_version.py checks all four
+// these lines do not match it (tests/python/packaging/test_version.py checks all four
 // places agree).
 #pragma once
 

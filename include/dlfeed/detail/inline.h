@@ -9,7 +9,7 @@
 //     declaring header includes its -inl.h and the bodies are `inline`;
 //   * compiled (libdlfeed, and every target linking dlfeed::dlfeed, which
 //     carries DLFEED_COMPILED_LIB): the -inl.h files are compiled once, in
-//     src/header_tier.cc, as ordinary exported functions, and headers only declare.
+//     src/base/header_tier.cc, as ordinary exported functions, and headers only declare.
 // One program should use one mode: the definitions are the same tokens either
 // way (one source), so a mixed program gets identical code, but the inline and
 // the compiled copies are then two definitions of one function (an ODR

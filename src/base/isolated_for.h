@@ -8,9 +8,9 @@
 
 #include <cstddef>
 
-#include "pipeline/pipeline.h"
+#include "base/tbb.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::base {
 
 /// one(0) .. one(n - 1): in turn on this thread when not `spread` or
 /// oneTBB cannot run here (tbb_unusable(): a child forked after its parent
@@ -30,4 +30,4 @@ void isolated_for(size_t n, const F& one, bool spread) {
   tsan_handshake();
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::base

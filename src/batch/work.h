@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "batch/budget.h"
 #include "dlfeed/batch/batch.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/plan/plan.h"
 #include "dlfeed/sample.h"
-#include "plan/budget.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::batch {
 
 struct Work {
   uint64_t epoch = 0;
@@ -154,4 +154,4 @@ struct Work {
   }
 };
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

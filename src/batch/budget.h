@@ -15,7 +15,7 @@
 #include "dlfeed/detail/export.h"
 #include "dlfeed/plan/policy.h"
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::batch {
 
 /// Shared by the look-ahead and every batch handed out (a batch may outlive
 /// its loader, so this lives in a shared_ptr).
@@ -76,4 +76,4 @@ struct AdmitRule {
 bool admit(const std::shared_ptr<Budget>& budget, Ticket& ticket, const AdmitRule& rule, bool wait,
            const std::atomic<bool>& stop);
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

@@ -5,7 +5,7 @@
 // and exported. With dlfeed::headers alone the headers include these files
 // themselves and the bodies are inline (dlfeed/detail/inline.h).
 #ifndef DLFEED_COMPILED_LIB
-#error "src/header_tier.cc is compiled with DLFEED_COMPILED_LIB (CMakeLists.txt)"
+#error "src/base/header_tier.cc is compiled with DLFEED_COMPILED_LIB (CMakeLists.txt)"
 #endif
 
 #include "dlfeed/counters/snapshot-inl.h"

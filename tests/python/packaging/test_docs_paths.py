@@ -17,7 +17,7 @@ in CHANGELOG.md and bench/results/ (bench/results/history.md).
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # Top-level folders whose paths the docs name. data/ is not among them: it is

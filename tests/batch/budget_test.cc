@@ -4,7 +4,7 @@
 // always gets a batch, a waiting admission wakes on release and on stop, and
 // tickets give their bytes back.
 
-#include "plan/budget.h"
+#include "batch/budget.h"
 
 #include <atomic>
 #include <chrono>
@@ -16,7 +16,7 @@
 #include "dlfeed/plan/policy.h"
 #include "gtest/gtest.h"
 
-namespace dlfeed::pipeline {
+namespace dlfeed::batch {
 namespace {
 
 std::shared_ptr<const prefetch::PrefetchPolicy> policy(const std::string& spec) {
@@ -189,4 +189,4 @@ TEST(Budget, BatchesTheConsumerHoldsDoNotCountAgainstThePolicysBytes) {
 }
 
 }  // namespace
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

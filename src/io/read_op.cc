@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "read_op.h"
+#include "io/read_op.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "plan/budget.h"
+#include "batch/budget.h"
 
 #include <algorithm>
 
-namespace dlfeed::inline DLFEED_ABI::pipeline {
+namespace dlfeed::inline DLFEED_ABI::batch {
 
 void Budget::release(uint64_t n, bool in_pipeline) {
   {
@@ -76,4 +76,4 @@ bool admit(const std::shared_ptr<Budget>& budget, Ticket& ticket, const AdmitRul
   return true;
 }
 
-}  // namespace dlfeed::pipeline
+}  // namespace dlfeed::batch

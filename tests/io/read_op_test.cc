@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // ReadOp's step: short reads, retries and EOF; O_DIRECT reads of the aligned
 // superset of an extent; a scattered read's pieces resumed after a short read.
-#include "read/read_op.h"  // ReadOp's step, unit-tested here
+#include "io/read_op.h"  // ReadOp's step, unit-tested here
 #include "io/io_fixture.h"
 #include "read/resident.h"
 
