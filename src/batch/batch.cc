@@ -51,8 +51,8 @@ void* map_huge(size_t bytes) {
   const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
   if (aligned > start) ::munmap(raw, aligned - start);
   const uintptr_t end = start + length + kHuge;
-  if (end > aligned + length) ::munmap(reinterpret_cast<void*>(aligned + length), end - (aligned + length));
-  void* p = reinterpret_cast<void*>(aligned);
+  char* const p = static_cast<char*>(raw) + (aligned - start);
+  if (end > aligned + length) ::munmap(p + length, end - (aligned + length));
   const bool advised = ::madvise(p, length, MADV_HUGEPAGE) == 0;  // refused: small pages, still correct
   if (advised && huge_pages_on()) return p;
 #ifdef MADV_POPULATE_WRITE

@@ -4,6 +4,7 @@
 // slab at once (read_raw). What each counter is and the histograms are in the
 // header tier (dlfeed/counters/snapshot-inl.h).
 #include <algorithm>
+#include <utility>
 
 #include "internal.h"
 
@@ -94,7 +95,7 @@ Counters::Counters(TraceOptions trace)
       id_(g_next_counters_id.fetch_add(1)),
       pool_(std::make_shared<detail::SlabPool>()),
       baseline_(std::make_unique<Raw>()),
-      trace_opts_(trace) {
+      trace_opts_(std::move(trace)) {
   if (trace_opts_.io_sample_every == 0) trace_opts_.io_sample_every = 1;
   if (trace_opts_.enabled) set_tracing(true);
 }
@@ -225,7 +226,7 @@ uint64_t Counters::memory_bytes() const {
     if (e.start) b += raw;
   }
   if (trace_slots_) b += trace_opts_.max_events * sizeof(detail::TraceSlot);
-  for (const std::string& f : file_names_) b += sizeof(f) + f.capacity();
+  for (const std::string& f : file_names_) b += sizeof(std::string) + f.capacity();
   std::lock_guard<std::mutex> pool_lock(pool_->mu);
   b += pool_->all.size() * sizeof(detail::Slab) + (pool_->all.capacity() + pool_->idle.capacity()) * sizeof(void*);
   return b;
@@ -271,8 +272,8 @@ uint64_t Counters::region_begin(Region r, uint64_t t0) {
   return span_begin(r == Region::kBarrier ? kBarrierSpan : kComputeSpan, t0);
 }
 
-void Counters::region_end(Region r, uint64_t t0, uint64_t t1, uint64_t io0) {
-  span_end(r == Region::kBarrier ? kBarrierSpan : kComputeSpan, t0, t1, io0, 0, 0, 0);
+void Counters::region_end(Region r, uint64_t t0, uint64_t t1, uint64_t io_busy_at_t0) {
+  span_end(r == Region::kBarrier ? kBarrierSpan : kComputeSpan, t0, t1, io_busy_at_t0, 0, 0, 0);
 }
 
 }  // namespace dlfeed::counters

@@ -179,7 +179,8 @@ void Decoder::decode_reads(batch::Work& w) const {
     if (w.strided) {
       take_strided(w, f, indices_[f], out, store);
       continue;
-    } else if (known) {
+    }
+    if (known) {
       decode_known(w, f, out, store);
     } else {
       decode_unknown(w, f, out, store);

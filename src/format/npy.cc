@@ -85,11 +85,8 @@ bool dlio_file_name(const std::string& path) {
   if (us == std::string::npos || us == 0 || of == 0) return false;
   const absl::string_view i_text = absl::string_view(name).substr(us + 1, of - us - 1);
   uint64_t i = 0, n = 0;
-  if (!digits(n_text) || !digits(i_text) || i_text.size() != n_text.size() || !absl::SimpleAtoi(i_text, &i) ||
-      !absl::SimpleAtoi(n_text, &n) || i >= n) {
-    return false;
-  }
-  return true;
+  return digits(n_text) && digits(i_text) && i_text.size() == n_text.size() && absl::SimpleAtoi(i_text, &i) &&
+         absl::SimpleAtoi(n_text, &n) && i < n;
 }
 
 bool in_dlio_layout(const std::string& path) {

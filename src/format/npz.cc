@@ -52,6 +52,7 @@ std::string field_of(const ZipMember& m) {
 
 std::string member_list(const std::vector<ZipMember>& members) {
   std::vector<std::string> names;
+  names.reserve(members.size());
   for (const auto& m : members) {
     names.push_back(absl::StrCat("'", field_of(m), "'"));
   }
@@ -90,6 +91,7 @@ absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& pat
   ZipDirectory dir;
   DLFEED_ASSIGN_OR_RETURN(std::vector<ZipMember> members, read_members(path, f, dir));
   std::vector<std::string> names;
+  names.reserve(members.size());
   for (const ZipMember& m : members) {
     names.push_back(field_of(m));
   }
@@ -105,7 +107,7 @@ absl::StatusOr<const ZipMember*> choose_member(const std::vector<ZipMember>& mem
   for (const auto& m : members) {
     if (!wanted.empty() ? (m.name == wanted || m.name == wanted + ".npy") : m.name == "x.npy") chosen = &m;
   }
-  if (chosen == nullptr && wanted.empty() && members.size() == 1) chosen = &members[0];
+  if (chosen == nullptr && wanted.empty() && members.size() == 1) chosen = members.data();
   if (chosen == nullptr) {
     return absl::NotFoundError(
         wanted.empty()

@@ -73,7 +73,7 @@ struct LastFolder {
 
 std::string real_folder(const std::string& folder) {
   thread_local LastFolder last;
-  const std::string asked = folder.empty() ? std::string(".") : folder;
+  std::string asked = folder.empty() ? std::string(".") : folder;
   struct stat st {};
   if (::stat(asked.c_str(), &st) != 0) return asked;
   if (last.same(asked, st)) return last.answer;
@@ -85,7 +85,7 @@ std::string real_folder(const std::string& folder) {
 
 std::string source_folder(const std::string& folder) {
   thread_local LastFolder last;
-  const std::string real = real_folder(folder);
+  std::string real = real_folder(folder);
   struct stat st {};
   if (::stat(real.c_str(), &st) != 0) return real;
   if (last.same(real, st)) return last.answer;

@@ -590,8 +590,11 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   const uint64_t split_record = in.u64();
   if (!in.ok()) return file_error(path, "a TFRecord entry in the index cache", "a truncated one");
   auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
-  if (shape && !options.feature_shape) src->set_shape(std::move(*shape), std::move(shape_from));
-  if (derived == 2 && !options.feature_shape) src->set_flat_verdict(std::move(shape_from));
+  if (shape && !options.feature_shape) {  // derived == 1
+    src->set_shape(std::move(*shape), std::move(shape_from));
+  } else if (derived == 2 && !options.feature_shape) {
+    src->set_flat_verdict(std::move(shape_from));
+  }
   src->set_records(std::move(records));
   src->set_split(split, split_record);
   return std::unique_ptr<SampleSource>(std::move(src));

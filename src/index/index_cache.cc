@@ -120,6 +120,7 @@ std::string index_cache_path(const std::vector<std::string>& paths, const Format
   if (options.index_cache.empty() || options.index_cache == "off") return "";
   if (options.index_cache != "auto") return options.index_cache;
   std::vector<std::string> abs;
+  abs.reserve(paths.size());
   std::error_code ec;
   for (const std::string& p : paths) abs.push_back(fs::absolute(p, ec).lexically_normal().string());
   const std::string key = absl::StrCat(absl::StrJoin(abs, "\n"), "\n", fingerprint(options));

@@ -334,11 +334,12 @@ absl::StatusOr<std::vector<std::string>> files_of_pattern(std::vector<std::strin
   std::vector<std::pair<std::pair<std::string, std::string>, std::string>> kept;  // ((folder, stem), path)
   for (std::string& f : files) {
     if (std::optional<std::string> stem = pattern_stem(f, pattern)) {
-      kept.push_back({{fs::path(f).parent_path().string(), std::move(*stem)}, std::move(f)});
+      kept.emplace_back(std::pair{fs::path(f).parent_path().string(), std::move(*stem)}, std::move(f));
     }
   }
   if (kept.empty()) {
     std::vector<std::string> names;
+    names.reserve(files.size());
     for (const std::string& f : files) names.push_back(fs::path(f).filename().string());
     const size_t shown = std::min<size_t>(names.size(), 12);
     std::string there = names.empty() ? "no data file" : absl::StrJoin(names.begin(), names.begin() + shown, ", ");

@@ -71,7 +71,7 @@ class Planner {
   // Which (sample, field) slots are read directly: raw samples (one extent,
   // decode is the identity) whose sizes are known, unless small and near
   // another extent of the batch that does not follow it in the batch too.
-  void choose_direct(const batch::Work& w, std::vector<uint8_t>& direct);
+  void choose_direct(const batch::Work& w, std::vector<uint8_t>& raw_ok);
   // The gap this batch merges across (CoalesceOptions::adaptive_gap).
   uint64_t batch_gap(const batch::Work& w) const;
   // plan() for a strided batch: a direct read per sample (or run of

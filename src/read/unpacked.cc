@@ -147,7 +147,7 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
   u->slots_.resize(indices.size());
   for (size_t f = 0; f < indices.size(); ++f) u->slots_[f].resize(indices[f].sources.size());
   u->table_ = &table;
-  u->held_ = held;
+  u->held_ = std::move(held);
   u->counters_ = counters;
   size_t skipped = 0;
   for (const Candidate& c : want) {

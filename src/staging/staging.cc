@@ -223,7 +223,7 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
   }
   const std::string final_path = (std::filesystem::path(options_.dir) / staged_name(src)).string();
   const std::string tmp_path = absl::StrCat(options_.dir, "/.", staged_name(src), ".tmp.", ::getpid());
-  auto fail = [&](absl::Status st) {
+  auto fail = [&](const absl::Status& st) {
     ::unlink(tmp_path.c_str());
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stats.first_error.empty()) impl_->stats.first_error = st.ToString();
