@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang-format-14: the C++ style check in scripts/test.sh (scripts/format.sh).
+# clang-tidy-14: the C++ lint (.clang-tidy; scripts/tidy.sh, scripts/check.sh).
 # libopenmpi-dev + openmpi-bin: the optional dlfeed::mpi component and its
 # mpirun tests (docs/distributed.md); libdlfeed itself does not use MPI.
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
               libhdf5-dev libtbb-dev liburing-dev libabsl-dev zlib1g-dev libgtest-dev libbenchmark-dev
-              libopenmpi-dev openmpi-bin clang-format-14)
+              libopenmpi-dev openmpi-bin clang-format-14 clang-tidy-14)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
