@@ -42,7 +42,11 @@ dlfeed_stage(loader USES pipeline index order staging)        # the public Loade
 # view of src/ (its own folder and those it sees), made at configure time.
 function(dlfeed_stage_view stage out_var)
   set(view ${PROJECT_BINARY_DIR}/layers/${stage})
-  file(REMOVE_RECURSE ${view})
+  # Only the links go (file(REMOVE) removes a link, never what it points at).
+  file(GLOB old LIST_DIRECTORIES true ${view}/*)
+  if(old)
+    file(REMOVE ${old})
+  endif()
   file(MAKE_DIRECTORY ${view})
   foreach(folder ${DLFEED_STAGE_${stage}_SEES})
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${folder} ${view}/${folder} SYMBOLIC)

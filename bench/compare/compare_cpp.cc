@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     else if (s == "--threads")
       o.threads = static_cast<uint32_t>(std::stoul(value()));
     else if (s == "--prefetch")
-      o.prefetch = value();
+      o.advanced.prefetch = value();
     else if (s == "--warmup-batches")
       warmup = std::stoull(value());
     else if (s == "--settle-s")

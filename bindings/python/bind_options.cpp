@@ -226,10 +226,28 @@ void bind_loader_option_structs(py::module_& m) {
 void bind_loader_options(py::module_& m) {
   bind_loader_option_structs(m);
 
-  describe<LoaderOptions>("LoaderOptions",
-                          {{"io_factory", "a C++ callback making I/O backends"},
-                           {"index_opener", "a C++ callback opening the index (mpi::Job::share_index)"},
-                           {"prefetch_policy", "a C++ plug-in object (prefetch::PrefetchPolicy); use prefetch"}});
+  describe<AdvancedOptions>("AdvancedOptions",
+                            {{"io_factory", "a C++ callback making I/O backends"},
+                             {"index_opener", "a C++ callback opening the index (mpi::Job::share_index)"},
+                             {"prefetch_policy", "a C++ plug-in object (prefetch::PrefetchPolicy); use prefetch"}});
+  py::class_<AdvancedOptions>(m, "AdvancedOptions",
+                              "The engines, read-ahead, read merging (C++ AdvancedOptions): the defaults follow the "
+                              "machine and the data")
+      .def(py::init<>())
+      .def_readwrite("io_engines", &AdvancedOptions::io_engines,
+                     "I/O engine threads, each with its own backend; more than the first are used only while it "
+                     "is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 "
+                     "core, then one per core (at least 2) up to 16")
+      .def_readwrite("tuning", &AdvancedOptions::tuning, "For dlfeed's tests and benches; not a stable API")
+      .def_readwrite("max_open_files", &AdvancedOptions::max_open_files, "Files kept open at once (0: the default)")
+      .def_readwrite("prefetch", &AdvancedOptions::prefetch,
+                     "Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, "
+                     "depth:N (batches), budget:BYTES, or both joined by a comma")
+      .def_readwrite("coalesce", &AdvancedOptions::coalesce, "Merging of nearby reads")
+      .def_readwrite("fadvise_willneed", &AdvancedOptions::fadvise_willneed,
+                     "posix_fadvise(WILLNEED) each batch's reads when it is planned");
+
+  describe<LoaderOptions>("LoaderOptions");
   py::class_<LoaderOptions>(m, "LoaderOptions", "Everything a Loader is built from (C++ LoaderOptions).")
       .def(py::init<>())
       .def_readwrite("paths", &LoaderOptions::paths, "Files, folders (walked recursively, sorted) and globs")
@@ -271,24 +289,12 @@ void bind_loader_options(py::module_& m) {
                      "Drop this rank's last batch when it is partial")
       .def_readwrite("order", &LoaderOptions::order, "Strategy, seed, rank, world size, shard padding")
       .def_readwrite("io", &LoaderOptions::io, "The I/O backend's options")
-      .def_readwrite("io_engines", &LoaderOptions::io_engines,
-                     "I/O engine threads, each with its own backend; more than the first are used only while it "
-                     "is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 "
-                     "core, then one per core (at least 2) up to 16")
       .def_property(
           "autotune", [](const LoaderOptions& o) { return mode_name(o.autotune); },
           [](LoaderOptions& o, const std::string& s) { o.autotune = unwrap(parse_mode(s, "autotune")); },
           "on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while "
           "it runs, within the memory budget (an explicit value is never moved); off; auto (the default): "
           "on with 4 cores or more")
-      .def_readwrite("tuning", &LoaderOptions::tuning, "For dlfeed's tests and benches; not a stable API")
-      .def_readwrite("max_open_files", &LoaderOptions::max_open_files, "Files kept open at once (0: the default)")
-      .def_readwrite("prefetch", &LoaderOptions::prefetch,
-                     "Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, "
-                     "depth:N (batches), budget:BYTES, or both joined by a comma")
-      .def_readwrite("coalesce", &LoaderOptions::coalesce, "Merging of nearby reads")
-      .def_readwrite("fadvise_willneed", &LoaderOptions::fadvise_willneed,
-                     "posix_fadvise(WILLNEED) each batch's reads when it is planned")
       .def_readwrite("memory_budget", &LoaderOptions::memory_budget,
                      "Most bytes of batches in flight (read buffers and decoded batches, held ones included)")
       .def_property(
@@ -306,7 +312,9 @@ void bind_loader_options(py::module_& m) {
                      "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process "
                      "may use, at least 2); this loader's own")
       .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
-      .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)");
+      .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)")
+      .def_readwrite("advanced", &LoaderOptions::advanced,
+                     "The engines, read-ahead, read merging: the defaults follow the machine and the data");
 }
 
 }  // namespace

@@ -44,16 +44,13 @@
 
 namespace dlfeed::inline DLFEED_ABI {
 
-/// LoaderOptions::tuning: knobs for dlfeed's own tests and benches; may
+/// AdvancedOptions::tuning: knobs for dlfeed's own tests and benches; may
 /// change or go without notice.
 struct DLFEED_EXPORT LoaderTuning {
   /// Send batches round all io_engines whatever their reads (to test
   /// spreading, and to measure what it costs where it does not engage).
   bool io_spread_always = false;
 };
-namespace detail {
-using LoaderTuning = ::dlfeed::LoaderTuning;  // its former name
-}  // namespace detail
 
 /// A loader switch (LoaderOptions::resident, LoaderOptions::unpack), written
 /// "auto", "on" or "off" in Python and on the command line.
@@ -74,6 +71,60 @@ struct DLFEED_EXPORT MachineBudget {
   std::string why;
 };
 DLFEED_EXPORT MachineBudget machine_memory_budget(uint32_t workers = 1);
+
+/// LoaderOptions::advanced: what the loader chooses from the machine and the
+/// data by itself. Set these to measure, to plug in your own parts, or to
+/// override a default that measurement showed wrong for your storage.
+struct DLFEED_EXPORT AdvancedOptions {
+  /// I/O engines: threads that hand reads to a backend of their own (an
+  /// io_uring ring, a pread pool) and reap them. The first takes every batch
+  /// while it has time to spare; when it spends 75% of its time on a CPU
+  /// (reads served from the page cache, where the kernel's copy runs on the
+  /// thread that submits, io_uring included), batches go round all engines,
+  /// until together they are busy less than half of one thread again (reads
+  /// waiting on the device, which more rings do not make faster). 0: from
+  /// the cores the process may use (its CPU affinity and cgroup quota, not
+  /// the host's): 1 on 1 core, then one per core (at least 2) up to 16; 1
+  /// with io_factory. 1: one engine.
+  uint32_t io_engines = 0;
+  /// Knobs for dlfeed's own tests and measurements (not a stable API).
+  LoaderTuning tuning;
+  /// Makes the I/O backend (once per engine); empty (the default) uses make_io_backend. A
+  /// backend made here is checked against the IoBackend contract
+  /// (make_checked_backend), so a faulty one gives errors, not bad batches.
+  IoBackendFactory io_factory;
+  /// Opens the index of each field (called once per field, in field order,
+  /// with options.paths and that field's format options); empty (the
+  /// default) calls open_dataset. mpi::Job::share_index sets it so that one
+  /// rank indexes the files and the others receive the index.
+  std::function<absl::StatusOr<SampleIndex>(const std::vector<std::string>& paths, const FormatOptions& format)>
+      index_opener;
+  /// Files kept open at once (0: the FileTable default).
+  size_t max_open_files = 0;
+  /// How far to read ahead of the consumer: "off", "depth:N" (batches),
+  /// "budget:BYTES", or both ("depth:8,budget:256M"; see dlfeed/plan/policy.h),
+  /// or "auto". Batches the consumer holds do not count against depth:N.
+  /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
+  /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
+  /// that buys no throughput and every batch ahead is a fresh buffer), with
+  /// more than 8 cores one batch and 32 MiB per core (up to 32 cores), and
+  /// at least 4 batches of the dataset's mean batch size (large samples),
+  /// all within half of memory_budget; and
+  /// "depth:8,budget:16M" when the files are held in memory (`resident`):
+  /// a batch is then copies made at once, with no latency to hide, and the
+  /// first touch of a fresh batch buffer costs more than the copies into it
+  /// (fewer buffers also stay in the CPU's caches), so only 1 batch of 16 MiB
+  /// goes ahead; tiny batches still go 8 ahead, so the copying thread and
+  /// the consumer do not wake each other for each.
+  std::string prefetch = "auto";
+  /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
+  /// `prefetch` when set. The loader calls it from its planner thread only,
+  /// holding a lock, so admit() should answer at once.
+  std::shared_ptr<const prefetch::PrefetchPolicy> prefetch_policy;
+  prefetch::CoalesceOptions coalesce;
+  /// posix_fadvise(WILLNEED) each batch's reads when it is planned.
+  bool fadvise_willneed = false;
+};
 
 /// Everything a Loader is built from.
 struct DLFEED_EXPORT LoaderOptions {
@@ -120,54 +171,6 @@ struct DLFEED_EXPORT LoaderOptions {
   OrderSpec order;
 
   IoOptions io;
-  /// I/O engines: threads that hand reads to a backend of their own (an
-  /// io_uring ring, a pread pool) and reap them. The first takes every batch
-  /// while it has time to spare; when it spends 75% of its time on a CPU
-  /// (reads served from the page cache, where the kernel's copy runs on the
-  /// thread that submits, io_uring included), batches go round all engines,
-  /// until together they are busy less than half of one thread again (reads
-  /// waiting on the device, which more rings do not make faster). 0: from
-  /// the cores the process may use (its CPU affinity and cgroup quota, not
-  /// the host's): 1 on 1 core, then one per core (at least 2) up to 16; 1
-  /// with io_factory. 1: one engine.
-  uint32_t io_engines = 0;
-  /// Knobs for dlfeed's own tests and measurements (not a stable API).
-  LoaderTuning tuning;
-  /// Makes the I/O backend (once per engine); empty (the default) uses make_io_backend. A
-  /// backend made here is checked against the IoBackend contract
-  /// (make_checked_backend), so a faulty one gives errors, not bad batches.
-  IoBackendFactory io_factory;
-  /// Opens the index of each field (called once per field, in field order,
-  /// with options.paths and that field's format options); empty (the
-  /// default) calls open_dataset. mpi::Job::share_index sets it so that one
-  /// rank indexes the files and the others receive the index.
-  std::function<absl::StatusOr<SampleIndex>(const std::vector<std::string>& paths, const FormatOptions& format)>
-      index_opener;
-  /// Files kept open at once (0: the FileTable default).
-  size_t max_open_files = 0;
-  /// How far to read ahead of the consumer: "off", "depth:N" (batches),
-  /// "budget:BYTES", or both ("depth:8,budget:256M"; see prefetch/policy.h),
-  /// or "auto". Batches the consumer holds do not count against depth:N.
-  /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
-  /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
-  /// that buys no throughput and every batch ahead is a fresh buffer), with
-  /// more than 8 cores one batch and 32 MiB per core (up to 32 cores), and
-  /// at least 4 batches of the dataset's mean batch size (large samples),
-  /// all within half of memory_budget; and
-  /// "depth:8,budget:16M" when the files are held in memory (`resident`):
-  /// a batch is then copies made at once, with no latency to hide, and the
-  /// first touch of a fresh batch buffer costs more than the copies into it
-  /// (fewer buffers also stay in the CPU's caches), so only 1 batch of 16 MiB
-  /// goes ahead; tiny batches still go 8 ahead, so the copying thread and
-  /// the consumer do not wake each other for each.
-  std::string prefetch = "auto";
-  /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
-  /// `prefetch` when set. The loader calls it from its planner thread only,
-  /// holding a lock, so admit() should answer at once.
-  std::shared_ptr<const prefetch::PrefetchPolicy> prefetch_policy;
-  prefetch::CoalesceOptions coalesce;
-  /// posix_fadvise(WILLNEED) each batch's reads when it is planned.
-  bool fadvise_willneed = false;
   /// Bytes of batches in flight (read buffers and decoded batches, those the
   /// consumer still holds included) stay within this: read-ahead stops when
   /// the next batch would not fit. Never a hang: when the consumer waits and
@@ -239,6 +242,9 @@ struct DLFEED_EXPORT LoaderOptions {
   /// folder) from the copy, the others from the source. Sample ids and bytes
   /// are the same either way, so the order and the data do not change.
   staging::StageOptions stage;
+  /// The engines, read-ahead, read merging and plug-ins (AdvancedOptions):
+  /// the defaults follow the machine and the data.
+  AdvancedOptions advanced;
 };
 
 /// Totals since the loader was created (a snapshot).
@@ -256,7 +262,7 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t lookahead_batches = 0;  // now: admitted (reading, decoding or queued) and not yet handed out
   uint64_t held_batches = 0;       // now: handed to the consumer and not yet dropped
   std::string io_backend;          // e.g. "io_uring"
-  uint32_t io_engines = 0;         // I/O engines batches are spread over now (LoaderOptions::io_engines, autotune)
+  uint32_t io_engines = 0;         // I/O engines batches are spread over now (AdvancedOptions::io_engines, autotune)
   uint32_t io_engines_made = 0;    // I/O engines made at create (the most the autotuner may use)
   bool autotune = false;           // the autotuner moves something (LoaderOptions::autotune)
   uint64_t autotune_changes = 0;   // settings it applied so far (steps tried, kept and undone)

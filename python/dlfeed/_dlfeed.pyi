@@ -157,6 +157,22 @@ class LoaderTuning:
     io_spread_always: bool
     """Send batches round all io_engines whatever their reads"""
 
+class AdvancedOptions:
+    """The engines, read-ahead, read merging (C++ AdvancedOptions): the defaults follow the machine and the data"""
+    def __init__(self) -> None: ...
+    io_engines: int
+    """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 core, then one per core (at least 2) up to 16"""
+    tuning: LoaderTuning
+    """For dlfeed's tests and benches; not a stable API"""
+    max_open_files: int
+    """Files kept open at once (0: the default)"""
+    prefetch: str
+    """Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, depth:N (batches), budget:BYTES, or both joined by a comma"""
+    coalesce: CoalesceOptions
+    """Merging of nearby reads"""
+    fadvise_willneed: bool
+    """posix_fadvise(WILLNEED) each batch's reads when it is planned"""
+
 class LoaderOptions:
     """Everything a Loader is built from (C++ LoaderOptions)."""
     def __init__(self) -> None: ...
@@ -180,20 +196,8 @@ class LoaderOptions:
     """Strategy, seed, rank, world size, shard padding"""
     io: IoOptions
     """The I/O backend's options"""
-    io_engines: int
-    """I/O engine threads, each with its own backend; more than the first are used only while it is busy on the CPU. 0: from the cores the process may use (affinity and cgroup quota): 1 on 1 core, then one per core (at least 2) up to 16"""
     autotune: str
     """on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while it runs, within the memory budget (an explicit value is never moved); off; auto (the default): on with 4 cores or more"""
-    tuning: LoaderTuning
-    """For dlfeed's tests and benches; not a stable API"""
-    max_open_files: int
-    """Files kept open at once (0: the default)"""
-    prefetch: str
-    """Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, depth:N (batches), budget:BYTES, or both joined by a comma"""
-    coalesce: CoalesceOptions
-    """Merging of nearby reads"""
-    fadvise_willneed: bool
-    """posix_fadvise(WILLNEED) each batch's reads when it is planned"""
     memory_budget: int
     """Most bytes of batches in flight (read buffers and decoded batches, held ones included)"""
     resident: str
@@ -206,6 +210,8 @@ class LoaderOptions:
     """Trace events (the counters themselves are always on)"""
     stage: StageOptions
     """Node-local staging (off while stage.dir is empty)"""
+    advanced: AdvancedOptions
+    """The engines, read-ahead, read merging: the defaults follow the machine and the data"""
     buffer_allocator: bool
     """Set a PinnedAllocator (_dlfeed.page_locked_allocator) or None; reads back whether one is set."""
 

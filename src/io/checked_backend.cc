@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The IoBackend contract, enforced around a backend dlfeed did not make
-// (LoaderOptions::io_factory). Every request gets a slot; the inner backend
+// (AdvancedOptions::io_factory). Every request gets a slot; the inner backend
 // sees the slot (with a generation, so a late duplicate cannot hit a reused
 // slot) as user_data, and each completion is checked against its request
 // before the caller's user_data is put back.

@@ -143,18 +143,18 @@ struct Loader::Impl {
   void build_stages(uint32_t threads) {
     Counters* c = counters.get();
     // From memory, reading across a gap only copies bytes nobody asked for.
-    prefetch::CoalesceOptions coalesce = options.coalesce;
+    prefetch::CoalesceOptions coalesce = options.advanced.coalesce;
     if (resident) coalesce.enabled = false;
     planner = std::make_unique<plan::Planner>(
         indices, file_ids,
-        plan::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.coalesce.enabled}, c,
-        unpacked.get(), resident.get());
+        plan::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.advanced.coalesce.enabled},
+        c, unpacked.get(), resident.get());
     source.planner = planner.get();
     source.budget = budget;
     const uint64_t held = (resident ? resident->bytes() : 0) + (unpacked ? unpacked->reserved_bytes() : 0);
     source.rule = {policy.get(), options.memory_budget > held ? options.memory_budget - held : 0, pool.get()};
     source.pool = pool.get();
-    source.fadvise = options.fadvise_willneed && !resident ? files.get() : nullptr;
+    source.fadvise = options.advanced.fadvise_willneed && !resident ? files.get() : nullptr;
     source.resident = resident.get();
     source.copied_bytes = &resident_copied;
     source.engines = &engines;
@@ -167,33 +167,35 @@ struct Loader::Impl {
     source.copy_threads = threads > 2 ? threads : 1;  // 2: the consumer needs the other core
     // A backend of the caller's may predate scattered reads (it would write
     // a whole record to the value's slot): it gets plain reads only.
-    source.scattered_reads = !options.io_factory;
+    source.scattered_reads = !options.advanced.io_factory;
     source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
   }
 
   // One engine per backend (ring, pread pool), all over the same files.
   absl::Status add_engines(const LoaderOptions& o, const pipeline::MachineDefaults& machine, bool tune_engines) {
-    uint32_t n_engines = o.io_engines;
-    if (n_engines == 0) n_engines = o.io_factory ? 1 : machine.io_engines;
+    uint32_t n_engines = o.advanced.io_engines;
+    if (n_engines == 0) n_engines = o.advanced.io_factory ? 1 : machine.io_engines;
     if (tune_engines) n_engines = std::max(n_engines, std::min(16u, pipeline::process_cores()));  // the most it may use
     n_engines = std::max(1u, n_engines);
-    const uint64_t max_piece = o.coalesce.enabled ? o.coalesce.max_read : 0;
+    const uint64_t max_piece = o.advanced.coalesce.enabled ? o.advanced.coalesce.max_read : 0;
     // O_DIRECT reads have no read-ahead to keep busy: whole (up to max_piece).
-    const uint64_t split_above = o.io.direct ? 0 : o.coalesce.split_above;
+    const uint64_t split_above = o.io.direct ? 0 : o.advanced.coalesce.split_above;
     // Held files: every read an engine gets is a copy from memory (TFRecord
     // records, or any read while tracing), which waits on no device, so the
     // batches go round all engines at once; the busy rule (Spreader) is for
     // reads that may wait on one.
-    engines.set_spread_always(o.tuning.io_spread_always || resident != nullptr);
+    engines.set_spread_always(o.advanced.tuning.io_spread_always || resident != nullptr);
     for (uint32_t k = 0; k < n_engines; ++k) {
-      DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
-                              o.io_factory ? o.io_factory(files, o.io) : make_io_backend(files, o.io));
-      if (!backend) return absl::InvalidArgumentError("loader: LoaderOptions::io_factory returned no backend");
-      if (o.io_factory) backend = make_checked_backend(std::move(backend), files);
+      DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend, o.advanced.io_factory
+                                                                      ? o.advanced.io_factory(files, o.io)
+                                                                      : make_io_backend(files, o.io));
+      if (!backend) return absl::InvalidArgumentError("loader: AdvancedOptions::io_factory returned no backend");
+      if (o.advanced.io_factory) backend = make_checked_backend(std::move(backend), files);
       if (resident) backend = detail::make_resident_backend(std::move(backend), resident);
-      engines.add(std::make_unique<detail::IoEngine>(std::move(backend), counters.get(), max_piece, k, split_above,
-                                                     o.coalesce.split_piece, o.coalesce.split_piece_cold,
-                                                     o.io.direct ? 0 : o.coalesce.large_above, o.coalesce.large_piece));
+      engines.add(std::make_unique<detail::IoEngine>(
+          std::move(backend), counters.get(), max_piece, k, split_above, o.advanced.coalesce.split_piece,
+          o.advanced.coalesce.split_piece_cold, o.io.direct ? 0 : o.advanced.coalesce.large_above,
+          o.advanced.coalesce.large_piece));
     }
     return absl::OkStatus();
   }
@@ -379,16 +381,16 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   Counters& cnt = *impl->counters;
   if (options.buffer_allocator) impl->pool->set_allocator(options.buffer_allocator);
   // "auto" is resolved once the loader knows whether the files are held.
-  if (options.prefetch_policy) {
-    impl->policy = options.prefetch_policy;
-  } else if (options.prefetch != "auto") {
-    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.prefetch));
+  if (options.advanced.prefetch_policy) {
+    impl->policy = options.advanced.prefetch_policy;
+  } else if (options.advanced.prefetch != "auto") {
+    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.advanced.prefetch));
   }
   DLFEED_RETURN_IF_ERROR(
       detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);
   FileTableOptions fto;
-  fto.max_open = options.max_open_files;
+  fto.max_open = options.advanced.max_open_files;
   fto.direct = options.io.direct;
   impl->files = std::make_shared<FileTable>(fto);
   impl->files->reserve(impl->indices[0].num_files());
@@ -403,7 +405,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // Autotuning: what is left to the machine, when the files are read.
   const bool tune = !impl->resident && (options.autotune == Mode::kOn ||
                                         (options.autotune == Mode::kAuto && pipeline::process_cores() >= 4));
-  const bool tune_engines = tune && options.io_engines == 0 && !options.io_factory;
+  const bool tune_engines = tune && options.advanced.io_engines == 0 && !options.advanced.io_factory;
   const bool tune_threads = tune && options.threads == 0;
   if (impl->policy == nullptr && tune) {
     impl->tuned_depth = std::make_shared<pipeline::TunedDepthPolicy>(machine.read_depth, machine.read_budget);

@@ -81,8 +81,9 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     if (auto it = shapes.find(call); it != shapes.end()) fo.feature_shape = it->second;
     if (auto it = dtypes.find(call); it != dtypes.end()) fo.feature_dtype = it->second;
     counters::Span open_span(&cnt, counters::kOpenSpan);
-    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.index_opener ? options.index_opener(options.paths, fo)
-                                                                  : open_dataset(options.paths, fo));
+    DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.advanced.index_opener
+                                                 ? options.advanced.index_opener(options.paths, fo)
+                                                 : open_dataset(options.paths, fo));
     DLFEED_RETURN_IF_ERROR(idx.check());
     open_span.args(indices.size(), idx.num_files());
     open_span.end();

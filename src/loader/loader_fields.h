@@ -49,7 +49,7 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
 /// a loader's threads stay in the parent).
 absl::Status made_here(pid_t made_in);
 
-/// LoaderOptions::prefetch "auto" when copying from held files; when
+/// AdvancedOptions::prefetch "auto" when copying from held files; when
 /// reading, the machine's depth and read-ahead budget (pipeline/cores.h).
 inline constexpr const char* kHeldPrefetch = "depth:8,budget:16M";
 std::string read_prefetch(const pipeline::MachineDefaults& d);

@@ -115,8 +115,8 @@ absl::StatusOr<std::vector<std::string>> Job::gather(const std::string& mine, in
 }
 
 void Job::share_index(LoaderOptions& options, int root) const {
-  options.index_opener = [this, root](const std::vector<std::string>& paths,
-                                      const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
+  options.advanced.index_opener = [this, root](const std::vector<std::string>& paths,
+                                               const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
     // The root's index as bytes, or its error: a status code byte, then the
     // encoded index or the message.
     absl::StatusOr<SampleIndex> mine = absl::UnknownError("not the root");

@@ -52,7 +52,7 @@ struct SourceParts {
   uint32_t copy_threads = 1;
   std::function<void(size_t n, const std::function<void(size_t)>& body)> spread;
   // A split record (split_reads.h) is one scattered read (ReadRequest::pieces)
-  // when true, else three plain reads (a backend from LoaderOptions::io_factory,
+  // when true, else three plain reads (a backend from AdvancedOptions::io_factory,
   // which may not know pieces), whose value's CRC the check takes itself.
   bool scattered_reads = true;
 };

@@ -181,7 +181,7 @@ class IoEngine {
   std::thread thread_;
 };
 
-/// The loader's engines (LoaderOptions::io_engines), each with a backend of
+/// The loader's engines (AdvancedOptions::io_engines), each with a backend of
 /// its own over the same files, and the Spreader choosing among them.
 class EngineSet {
  public:

@@ -144,7 +144,7 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     why_not = "io.direct asks for the device";
   } else if (!o.stage.dir.empty()) {
     why_not = "staging copies the files to stage.dir";
-  } else if (o.io_factory) {
+  } else if (o.advanced.io_factory) {
     why_not = "io_factory makes the backend";
   } else {
     for (uint32_t id = 0; id < files.size(); ++id) {

@@ -134,7 +134,7 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
         absl::StrCat("not unpacked: unpack is off (", want.size(), " deflated or strided arrays read per sample)");
     return out;
   }
-  if (o.io.direct || !o.stage.dir.empty() || o.io_factory) {
+  if (o.io.direct || !o.stage.dir.empty() || o.advanced.io_factory) {
     out.reason = absl::StrCat("not unpacked: ", o.io.direct            ? "io.direct asks for the device"
                                                 : !o.stage.dir.empty() ? "staging copies the files to stage.dir"
                                                                        : "io_factory makes the backend");

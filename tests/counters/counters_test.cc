@@ -379,7 +379,7 @@ TEST(LoaderCounters, BytesRequestsAndEpochs) {
   o.batch_size = 5;
   o.threads = 2;
   o.trace.enabled = true;
-  o.coalesce.max_gap = 0;  // read exactly the samples' bytes
+  o.advanced.coalesce.max_gap = 0;  // read exactly the samples' bytes
   auto loader = Loader::create(o).value();
   uint64_t want_bytes = 0;
   want_bytes += loader->index().total_read_bytes();

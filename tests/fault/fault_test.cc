@@ -68,7 +68,7 @@ TEST(Faults, RetryableFaultsNeverChangeAByte) {
           LoaderOptions o = options_for(d);
           o.io.kind = io;
           o.io.direct = odirect;
-          o.io_factory = faults.factory();
+          o.advanced.io_factory = faults.factory();
           o.order.strategy = strategy;
           auto loader = Loader::create(o);
           ASSERT_TRUE(loader.ok()) << loader.status();
@@ -113,7 +113,7 @@ TEST(Faults, FatalFaultsEndTheEpochNamingFileAndOffset) {
     for (IoKind io : backends()) {
       LoaderOptions o = options_for(d);
       o.io.kind = io;
-      o.io_factory = faults.factory();
+      o.advanced.io_factory = faults.factory();
       o.order.strategy = "file_shuffle";
       auto loader = Loader::create(o).value();
       for (uint64_t epoch = 0; epoch < 8; ++epoch) {
@@ -158,7 +158,7 @@ TEST(Faults, EachFatalFaultAloneGivesItsOwnClearError) {
       Faults faults(k.spec);
       LoaderOptions o = options_for(d);
       o.io.kind = io;
-      o.io_factory = faults.factory();
+      o.advanced.io_factory = faults.factory();
       auto loader = Loader::create(o).value();
       Watchdog dog(kHang, label(d, io));
       EpochResult r = run_epoch(*loader, d, 0);
@@ -190,8 +190,8 @@ TEST(Faults, FilesChangedWhileReadingGiveAnErrorNeverWrongData) {
         const Dataset other = make_dataset(c, absl::StrCat(root, "/", n++), 5, 7, d.shape, d.seed + 1);
         LoaderOptions o = options_for(d);
         o.io.kind = io;
-        o.max_open_files = 1;
-        o.prefetch = "off";
+        o.advanced.max_open_files = 1;
+        o.advanced.prefetch = "off";
         auto loader = Loader::create(o).value();
         const std::string victim = d.files[4];  // read in the last two batches
         auto change_file = [&](uint64_t batch) {
@@ -255,7 +255,7 @@ TEST(Faults, AFileChangedWhileItsDescriptorIsOpenIsStillReadRightOrFails) {
       const Dataset other = make_dataset(standard_cases()[0], absl::StrCat(root, "/", n++), 3, 8, d.shape, d.seed + 1);
       LoaderOptions o = options_for(d);
       o.io.kind = io;
-      o.prefetch = "off";
+      o.advanced.prefetch = "off";
       auto loader = Loader::create(o).value();
       Watchdog dog(kHang, label(d, io));
       // Epoch 0 opens every file (the table keeps them open); epoch 1 reads
@@ -324,8 +324,8 @@ TEST(Limits, MemoryBudgetHoldsForSlowAndFastConsumers) {
     for (bool slow : {false, true}) {
       LoaderOptions o = options_for(d);
       o.io.kind = io;
-      o.io_factory = faults.factory();
-      o.prefetch = "depth:64";
+      o.advanced.io_factory = faults.factory();
+      o.advanced.prefetch = "depth:64";
       o.memory_budget = 5 * batch_bytes;
       auto loader = Loader::create(o).value();
       Watchdog dog(kHang, label(d, io));
@@ -396,7 +396,7 @@ TEST(Limits, AnEpochCancelledWhileThePlannerDecidesNeverHangs) {
   const Dataset d = make_dataset(standard_cases()[0], root, 2, 16, Shape{4}, 13);  // npz, stored
   auto policy = std::make_shared<SlowToAnswerPolicy>();
   LoaderOptions o = options_for(d);
-  o.prefetch_policy = policy;
+  o.advanced.prefetch_policy = policy;
   auto loader = Loader::create(o).value();
   Watchdog dog(kHang, d.c.name);
   for (uint64_t epoch = 0; epoch < 5; ++epoch) {
@@ -443,7 +443,7 @@ TEST(Limits, ALoaderDestroyedAtAnyPointLeavesNoThreadOrDescriptor) {
       faults.set_spec(spec);
       LoaderOptions o = options_for(d);
       o.io.kind = io;
-      o.io_factory = faults.factory();
+      o.advanced.io_factory = faults.factory();
       if (point == kKeepingEverything) o.memory_budget = 4096;
       Watchdog dog(kHang, absl::StrCat(label(d, io), " point ", point));
       auto loader = Loader::create(o).value();

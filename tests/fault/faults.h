@@ -15,7 +15,7 @@
 //
 //   Faults faults({.short_read = 0.2, .eio = 0.01, .latency = 0.05});
 //   LoaderOptions o = ...;
-//   o.io_factory = faults.factory();
+//   o.advanced.io_factory = faults.factory();
 //   ... // faults.counts() says what was injected
 #pragma once
 
@@ -63,7 +63,7 @@ class Faults {
   Faults(const Faults&) = delete;
   Faults& operator=(const Faults&) = delete;
 
-  /// For LoaderOptions::io_factory: make_io_backend's backend wrapped in a
+  /// For AdvancedOptions::io_factory: make_io_backend's backend wrapped in a
   /// FaultyBackend drawing on this object (which must outlive it).
   IoBackendFactory factory();
   /// Wraps any backend.

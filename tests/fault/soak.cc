@@ -154,18 +154,18 @@ int run(const Flags& flags) {
     faults.set_spec(spec);
     LoaderOptions o = options_for(d);
     o.io.kind = ios[pick(ios.size())];
-    o.io_factory = faults.factory();
+    o.advanced.io_factory = faults.factory();
     o.order.strategy = kStrategies[pick(std::size(kStrategies))];
     o.order.seed = rng() % 1000;
     o.order.world_size = 1 + static_cast<uint32_t>(pick(3));
     o.order.rank = static_cast<uint32_t>(pick(o.order.world_size));
     o.batch_size = 1 + static_cast<uint32_t>(pick(16));
-    o.prefetch = kPrefetch[pick(std::size(kPrefetch))];
-    o.max_open_files = pick(2) ? 0 : 1 + pick(3);
+    o.advanced.prefetch = kPrefetch[pick(std::size(kPrefetch))];
+    o.advanced.max_open_files = pick(2) ? 0 : 1 + pick(3);
     o.memory_budget = pick(2) ? (1u << 30) : 4096 + pick(64 << 10);
     const std::string what = absl::StrCat("iteration ", iterations, ": ", d.c.name, " ", io_kind_name(o.io.kind), " ",
                                           o.order.strategy, " rank ", o.order.rank, "/", o.order.world_size, " batch ",
-                                          o.batch_size, " ", o.prefetch, " faults ", prof.name);
+                                          o.batch_size, " ", o.advanced.prefetch, " faults ", prof.name);
     if (flags.verbose) std::fprintf(stderr, "%s\n", what.c_str());
     Watchdog dog(std::chrono::seconds(flags.hang_seconds), what);
     {

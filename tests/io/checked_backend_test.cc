@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// make_checked_backend: what a backend from LoaderOptions::io_factory returns
+// make_checked_backend: what a backend from AdvancedOptions::io_factory returns
 // is held to the IoBackend contract. A scripted backend breaks it in each way
 // (wrong byte counts, completions for no request, duplicates, lost requests).
 

@@ -103,14 +103,14 @@ TEST(LoaderAutotune, OnAndOffGiveTheSameBatchesWhileItMoves) {
 
 TEST(LoaderAutotune, ExplicitOptionsAreNeverMoved) {
   LoaderOptions both = options(true);
-  both.io_engines = 3;
-  both.prefetch = "depth:4";
+  both.advanced.io_engines = 3;
+  both.advanced.prefetch = "depth:4";
   both.threads = 4;
   auto fixed = Loader::create(both).value();
   EXPECT_FALSE(fixed->stats().autotune);  // nothing left to tune
 
   LoaderOptions engines = options(true);
-  engines.io_engines = 3;  // depth left to it, engines and threads not
+  engines.advanced.io_engines = 3;  // depth left to it, engines and threads not
   engines.threads = 3;
   auto half = Loader::create(engines).value();
   EXPECT_TRUE(half->stats().autotune);

@@ -79,7 +79,7 @@ TEST(HeldBatches, DoNotShrinkTheReadAhead) {
     const uint64_t room = 4 * (kBatch * kSampleBytes + 1024);
     for (uint64_t hold : {0, 1, 4, 8}) {
       LoaderOptions o = images(dir, resident);
-      o.prefetch = "depth:16,budget:" + std::to_string(room);
+      o.advanced.prefetch = "depth:16,budget:" + std::to_string(room);
       auto loader = Loader::create(o).value();
       std::vector<std::shared_ptr<const Batch>> held;
       const uint64_t ahead = lookahead_with_held(*loader, hold, 4, held);
@@ -96,7 +96,7 @@ TEST(HeldBatches, DoNotShrinkTheReadAhead) {
 TEST(HeldBatches, StillCountAgainstTheMemoryBudget) {
   const std::string dir = make_images(scratch_dir());
   LoaderOptions o = images(dir, "off");
-  o.prefetch = "depth:16";
+  o.advanced.prefetch = "depth:16";
   // 6 batches' worth: with 4 held, 2 fit ahead.
   o.memory_budget = 6 * (kBatch * kSampleBytes + 1024);
   auto loader = Loader::create(o).value();

@@ -109,8 +109,8 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
     for (int taken : {0, 1, 5}) {
       LoaderOptions o = options_for(c, path);
       o.io.kind = io;
-      o.io_engines = taken == 1 ? 1 : 3;  // several engines with reads in flight, too
-      o.tuning.io_spread_always = taken == 5;
+      o.advanced.io_engines = taken == 1 ? 1 : 3;  // several engines with reads in flight, too
+      o.advanced.tuning.io_spread_always = taken == 5;
       auto loader = Loader::create(o).value();
       ASSERT_TRUE(loader->start_epoch(0).ok());
       std::shared_ptr<const Batch> kept;

@@ -58,7 +58,8 @@ TEST(Loader, ResidentLoadOfManyFilesReportsTheFirstFailingFile) {
     EXPECT_EQ(read_epoch(**held, c, 0).size(), 300u);
   }
   std::vector<std::string> gone;
-  o.index_opener = [&](const std::vector<std::string>& paths, const FormatOptions& f) -> absl::StatusOr<SampleIndex> {
+  o.advanced.index_opener = [&](const std::vector<std::string>& paths,
+                                const FormatOptions& f) -> absl::StatusOr<SampleIndex> {
     auto index = open_dataset(paths, f);
     if (!index.ok()) return index;
     for (size_t k : {250u, 120u, 290u}) {  // removed after indexing: their reads fail

@@ -136,8 +136,8 @@ TEST(Loader, PrefetchPoliciesAndCoalescingDeliverTheSameData) {
   for (const char* policy : {"off", "depth:1", "depth:16", "budget:4K", "budget:64M"}) {
     for (bool coalesce : {false, true}) {
       LoaderOptions o = options_for(c, path);
-      o.prefetch = policy;
-      o.coalesce.enabled = coalesce;
+      o.advanced.prefetch = policy;
+      o.advanced.coalesce.enabled = coalesce;
       o.order.strategy = "block_shuffle";
       o.order.params.block_size = 3;
       auto loader = Loader::create(o).value();
@@ -153,7 +153,7 @@ TEST(Loader, PrefetchPoliciesAndCoalescingDeliverTheSameData) {
     }
   }
   auto bad = LoaderOptions(options_for(c, path));
-  bad.prefetch = "sometimes";
+  bad.advanced.prefetch = "sometimes";
   EXPECT_FALSE(Loader::create(bad).ok());
 }
 
@@ -162,8 +162,8 @@ TEST(Loader, MemoryBudgetBoundsBatchesInFlight) {
   const DatasetCase& c = kDatasets[0];
   const std::string path = make_dataset(c, root, 4, 64);
   LoaderOptions o = options_for(c, path);
-  o.prefetch = "depth:64";
-  o.coalesce.enabled = false;
+  o.advanced.prefetch = "depth:64";
+  o.advanced.coalesce.enabled = false;
   // One batch: 4 samples x (120 + 8 bytes) read + the same decoded.
   o.memory_budget = 3 * 4 * 128 * 2;
   auto loader = Loader::create(o).value();
@@ -235,7 +235,7 @@ TEST(Loader, AConsumerKeepingEveryBatchNeverHangs) {
   const std::string path = make_dataset(c, root);
   for (const char* policy : {"off", "depth:1", "depth:2", "budget:1K"}) {
     LoaderOptions o = options_for(c, path);
-    o.prefetch = policy;
+    o.advanced.prefetch = policy;
     o.memory_budget = 2048;
     auto loader = Loader::create(o).value();
     ASSERT_TRUE(loader->start_epoch(0).ok());
@@ -288,8 +288,8 @@ TEST(Loader, BatchesSpreadOverIoEnginesArriveExactlyOnceAndInOrder) {
     for (IoKind io : backends()) {
       LoaderOptions o = options_for(c, path);
       o.io.kind = io;
-      o.io_engines = 3;
-      o.tuning.io_spread_always = true;
+      o.advanced.io_engines = 3;
+      o.advanced.tuning.io_spread_always = true;
       o.order.strategy = "global_shuffle";
       o.order.seed = 3;
       auto loader = Loader::create(o);
@@ -319,14 +319,16 @@ TEST(Loader, ReadsThatAreNotPageCacheHitsStayOnTheFirstEngine) {
   const std::string path = make_dataset(c, root, 4, 200);
   LoaderOptions o = options_for(c, path);
   o.io.kind = IoKind::kThreadPool;
-  o.io_engines = 2;
+  o.advanced.io_engines = 2;
   auto loader = Loader::create(o).value();
   for (uint64_t epoch : {0, 1, 2}) read_epoch(*loader, c, epoch);
   EXPECT_EQ(loader->stats().io_engines, 2u);
   EXPECT_EQ(loader->stats().batches_spread, 0u);
   // With an io_factory the default is one engine.
-  o.io_engines = 0;
-  o.io_factory = [](std::shared_ptr<FileTable> files, const IoOptions& io) { return make_io_backend(files, io); };
+  o.advanced.io_engines = 0;
+  o.advanced.io_factory = [](std::shared_ptr<FileTable> files, const IoOptions& io) {
+    return make_io_backend(files, io);
+  };
   EXPECT_EQ(Loader::create(o).value()->stats().io_engines, 1u);
 }
 

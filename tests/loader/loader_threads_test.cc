@@ -76,7 +76,7 @@ std::vector<uint64_t> ids_of(Loader& loader, uint64_t n = 0) {
 TEST(LoaderThreads, OverlappedEpochsReadTheNextOneAheadAndAdoptIt) {
   const std::string path = deflated_hdf5(testing::scratch_dir() + "/overlap_hdf5");
   LoaderOptions o = options(path, 2);
-  o.prefetch = "depth:4";
+  o.advanced.prefetch = "depth:4";
   auto fresh = Loader::create(o).value();
   auto loader = Loader::create(o).value();
   loader->set_overlap_epochs(true);

@@ -159,7 +159,7 @@ class CountingBackend final : public IoBackend {
   std::atomic<uint64_t>& scattered_;
 };
 
-// A backend of the caller's (LoaderOptions::io_factory) may not know
+// A backend of the caller's (AdvancedOptions::io_factory) may not know
 // scattered reads: it gets each record as three plain reads, and the check
 // takes the image's CRC from the batch (the checked wrapper drops any the
 // backend gives). The same samples, no record read again whole.
@@ -168,7 +168,8 @@ TEST(SplitRecords, ABackendOfTheCallersGetsPlainReads) {
   const testing::GeneratedDataset d = write_big(root, "factory");
   LoaderOptions o = big_options(d.path, IoKind::kAuto);
   std::atomic<uint64_t> requests{0}, scattered{0};
-  o.io_factory = [&](std::shared_ptr<FileTable> files, IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
+  o.advanced.io_factory = [&](std::shared_ptr<FileTable> files,
+                              IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
     DLFEED_ASSIGN_OR_RETURN(auto inner, make_io_backend(std::move(files), io));
     return std::make_unique<CountingBackend>(std::move(inner), requests, scattered);
   };

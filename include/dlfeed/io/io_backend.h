@@ -203,7 +203,7 @@ class DLFEED_EXPORT IoBackend {
 DLFEED_EXPORT absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files,
                                                                          IoOptions options = {});
 
-/// Makes a backend for a table: what LoaderOptions::io_factory holds, so a
+/// Makes a backend for a table: what AdvancedOptions::io_factory holds, so a
 /// caller can put its own backend (or a wrapper around make_io_backend's,
 /// e.g. one injecting faults in tests) under a Loader.
 using IoBackendFactory =
@@ -215,7 +215,7 @@ using IoBackendFactory =
 /// an error completion naming the file, the offset and the counts (or is
 /// dropped and counted in stats().errors when it cannot be matched), so a
 /// broken backend yields a clear error, never a sample with stale bytes. The
-/// Loader wraps every backend from LoaderOptions::io_factory in it; the
+/// Loader wraps every backend from AdvancedOptions::io_factory in it; the
 /// built-in backends keep the contract by construction and are not wrapped.
 DLFEED_EXPORT std::unique_ptr<IoBackend> make_checked_backend(std::unique_ptr<IoBackend> inner,
                                                               std::shared_ptr<FileTable> files);

@@ -64,7 +64,7 @@ class DLFEED_EXPORT Job {
   /// Sets options.order.rank / world_size and the trace's pid (= rank) and
   /// process name ("dlfeed rank R"), so the ranks' traces merge into one view.
   void configure(LoaderOptions& options) const;
-  /// Sets options.index_opener so that `root` indexes the files and sends
+  /// Sets options.advanced.index_opener so that `root` indexes the files and sends
   /// the index to the other ranks (encode_index / decode_index), which then
   /// read no file header at open: a job's opens and header reads at create
   /// are one rank's, not one per rank. Loader::create becomes collective

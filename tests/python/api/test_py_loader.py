@@ -78,9 +78,9 @@ def test_options_reach_the_cpp_loader(learnable):
                            io="sync", prefetch="depth:3", memory_budget=1 << 20, threads=2, max_gap=0,
                            coalesce=False, max_open_files=2)
     o = loader.options
-    assert (o.batch_size, o.drop_last_batch, o.prefetch, o.memory_budget, o.threads) == (10, True, "depth:3", 1 << 20, 2)
+    assert (o.batch_size, o.drop_last_batch, o.advanced.prefetch, o.memory_budget, o.threads) == (10, True, "depth:3", 1 << 20, 2)
     assert (o.order.strategy, o.order.seed, o.order.rank, o.order.world_size) == ("block_shuffle", 9, 1, 2)
-    assert (o.order.params.block_size, o.order.params.window, o.io.kind, o.coalesce.enabled) == (8, 4, "sync", False)
+    assert (o.order.params.block_size, o.order.params.window, o.io.kind, o.advanced.coalesce.enabled) == (8, 4, "sync", False)
     assert loader.samples_per_epoch == 128 and len(loader) == 12  # 128 // 10, last dropped
     sizes = [len(b) for b in loader]
     assert sizes == [10] * 12
@@ -93,7 +93,7 @@ def test_batches_spread_over_io_engines_match_what_the_writer_wrote(learnable, f
     # resident="off": held files are copied by the look-ahead, not read by the engines.
     loader = dlfeed.Loader(root, batch_size=8, strategy="global_shuffle", seed=4, io_engines=3,
                            io_spread_always=True, resident="off", **loader_kwargs(fmt))
-    assert (loader.options.io_engines, loader.options.tuning.io_spread_always) == (3, True)
+    assert (loader.options.advanced.io_engines, loader.options.advanced.tuning.io_spread_always) == (3, True)
     for _ in range(2):
         seen = []
         for batch in loader:
