@@ -22,7 +22,9 @@ TEST(Histogram, BucketsAreContiguousAndTight) {
     EXPECT_EQ(bucket_high(b), bucket_low(b + 1)) << b;
     EXPECT_EQ(bucket_of(bucket_low(b)), b);
     EXPECT_EQ(bucket_of(bucket_high(b) - 1), b);
-    if (b >= 8) EXPECT_LE(double(bucket_high(b) - bucket_low(b)) / double(bucket_low(b)), 0.125 + 1e-12);
+    if (b >= 8) {
+      EXPECT_LE(double(bucket_high(b) - bucket_low(b)) / double(bucket_low(b)), 0.125 + 1e-12);
+    }
   }
   EXPECT_EQ(bucket_of(UINT64_MAX), kHistBuckets - 1);
 }
@@ -429,7 +431,9 @@ TEST(LoaderCounters, BytesRequestsAndEpochs) {
     std::vector<uint64_t> stack;
     for (auto [a, z] : v) {
       while (!stack.empty() && stack.back() <= a) stack.pop_back();
-      if (!stack.empty()) EXPECT_LE(z, stack.back()) << "thread " << tid;
+      if (!stack.empty()) {
+        EXPECT_LE(z, stack.back()) << "thread " << tid;
+      }
       stack.push_back(z);
     }
   }

@@ -272,7 +272,9 @@ TEST(Faults, AFileChangedWhileItsDescriptorIsOpenIsStillReadRightOrFails) {
       }
       EpochResult r = run_epoch(*loader, d, 1);
       EXPECT_EQ(verdict(r, *loader, d, 1), "") << io_kind_name(io) << " change " << change;
-      if (change < 2) EXPECT_TRUE(r.error.ok()) << r.error;  // the old inode, read right
+      if (change < 2) {
+        EXPECT_TRUE(r.error.ok()) << r.error;
+      }  // the old inode, read right
       if (change == 2) {
         EXPECT_FALSE(r.error.ok());
         EXPECT_CONTAINS(r.error.message(), "changed in place");

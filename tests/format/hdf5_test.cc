@@ -387,7 +387,9 @@ TEST(Hdf5, UnwrittenChunksAndRowsAreTheFillValue) {
         EXPECT_EQ(bytes_of(*s), std::vector<std::byte>(35, fill)) << k;
       }
     }
-    if (written_any) EXPECT_TRUE(index->ref(9).extents.empty());  // chunk row 3 never written
+    if (written_any) {
+      EXPECT_TRUE(index->ref(9).extents.empty());
+    }  // chunk row 3 never written
   }
 }
 

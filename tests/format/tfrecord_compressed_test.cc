@@ -71,7 +71,9 @@ TEST(CompressionTest, CheckpointsAndRandomAccessInflate) {
       for (size_t i = 0; i < ix->points.size(); ++i) {
         EXPECT_LE(ix->points[i].window.size(), tfrecord::kWindowSize);
         EXPECT_EQ(ix->points[i].window.size(), std::min<uint64_t>(ix->points[i].out, tfrecord::kWindowSize));
-        if (i) EXPECT_GT(ix->points[i].out, ix->points[i - 1].out);
+        if (i) {
+          EXPECT_GT(ix->points[i].out, ix->points[i - 1].out);
+        }
         with_bits += ix->points[i].bits != 0;
       }
       if (block_every) {
@@ -88,7 +90,9 @@ TEST(CompressionTest, CheckpointsAndRandomAccessInflate) {
         const auto& pt = ix->points[ix->record_point[k]];
         EXPECT_LE(pt.out, ext[k].offset);
         // A record's checkpoint is a span, plus a block, away at most.
-        if (block_every) EXPECT_LT(ext[k].offset - pt.out, span + 2 * block_every);
+        if (block_every) {
+          EXPECT_LT(ext[k].offset - pt.out, span + 2 * block_every);
+        }
         const Extent e = ix->extent(k);
         EXPECT_EQ(e.offset, pt.first_byte());
         EXPECT_LE(e.offset + e.length, z.size());
@@ -338,7 +342,9 @@ TEST_F(TfRecordTest, CompressedMutationsAreErrorsOrReadsNeverCrashes) {
       std::vector<std::byte> raw, scratch;
       for (size_t k = 0; k < r->size(); ++k) {
         auto s = read_sample(*r, k, raw, scratch);
-        if (!s.ok()) EXPECT_CONTAINS(s.status().message(), p);
+        if (!s.ok()) {
+          EXPECT_CONTAINS(s.status().message(), p);
+        }
       }
     }
   }

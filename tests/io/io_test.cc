@@ -247,7 +247,9 @@ TEST_P(IoTest, SmallDatasetsUseRegisteredFiles) {
       for (uint32_t f = 0; f < 4; ++f) ASSERT_TRUE(matches(f, 1000 + f, buf.data() + f * 5000, 5000));
     }
     // Registered files are held open until the backend goes.
-    if (want) EXPECT_EQ(table->stats().open_now, 4u);
+    if (want) {
+      EXPECT_EQ(table->stats().open_now, 4u);
+    }
     io.reset();
   }
   // More files than half the fd cap: not registered.
@@ -391,7 +393,9 @@ TEST_P(IoTest, DirectIoAtUnalignedExtents) {
   if (GetParam().kind == IoKind::kIoUring) {
     struct rlimit lim {};
     getrlimit(RLIMIT_MEMLOCK, &lim);
-    if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= (8u << 20)) EXPECT_CONTAINS(io->name(), "+fixed");
+    if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= (8u << 20)) {
+      EXPECT_CONTAINS(io->name(), "+fixed");
+    }
   }
 
   std::mt19937_64 rng(11);
@@ -515,7 +519,9 @@ TEST_P(IoTest, ChecksumsAreOfTheBytesRead) {
       ASSERT_TRUE(c.status.ok()) << c.status;
       ASSERT_TRUE(matches(0, r.offset, r.dest, r.length));
       EXPECT_EQ(c.has_crc32c, r.checksum) << io->name() << " read " << c.user_data;
-      if (c.has_crc32c) EXPECT_EQ(c.crc32c, detail::crc32c(r.dest, r.length)) << io->name() << " read " << c.user_data;
+      if (c.has_crc32c) {
+        EXPECT_EQ(c.crc32c, detail::crc32c(r.dest, r.length)) << io->name() << " read " << c.user_data;
+      }
     }
   }
 }
@@ -560,7 +566,9 @@ TEST_P(IoTest, ScatteredReadsFillTheirPiecesInOrder) {
         EXPECT_EQ(bufs[c.user_data * 3 + k][r.pieces[k].length], std::byte{0xEE}) << "wrote past piece " << k;
       }
       EXPECT_EQ(c.has_crc32c, r.checksum);
-      if (c.has_crc32c) EXPECT_EQ(c.crc32c, detail::crc32c(r.pieces[1].dest, r.pieces[1].length));
+      if (c.has_crc32c) {
+        EXPECT_EQ(c.crc32c, detail::crc32c(r.pieces[1].dest, r.pieces[1].length));
+      }
     }
     EXPECT_EQ(io->stats().requests, uint64_t(n));
     std::byte x[8];

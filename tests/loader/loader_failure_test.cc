@@ -35,7 +35,9 @@ TEST(Loader, ReadFailuresReachTheConsumerWithFileAndOffset) {
       }
       ASSERT_FALSE(error.ok()) << "no error after " << batches << " batches";
       EXPECT_NE(std::string(error.message()).find(victim), std::string::npos) << error;
-      if (!remove) EXPECT_NE(std::string(error.message()).find("offset"), std::string::npos) << error;
+      if (!remove) {
+        EXPECT_NE(std::string(error.message()).find("offset"), std::string::npos) << error;
+      }
       // After an error the epoch is over; a new one can start (and fails again).
       EXPECT_EQ(loader->next().value(), nullptr);
     }
@@ -118,7 +120,9 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
       EXPECT_GE(count_dlfeed_threads(), 1);  // the I/O engine (and the pipeline, pread workers)
       loader.reset();
       // A batch kept past its loader stays valid.
-      if (kept) EXPECT_EQ(kept->fields[0].sample(0).size(), 120u);
+      if (kept) {
+        EXPECT_EQ(kept->fields[0].sample(0).size(), 120u);
+      }
     }
   }
   EXPECT_EQ(settle(), 0) << dlfeed_thread_names();  // no thread of dlfeed's left behind

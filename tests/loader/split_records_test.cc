@@ -207,7 +207,9 @@ TEST(SplitRecords, HeldFilesGiveTheSameSamples) {
     EXPECT_EQ(s.split_records, 30u) << (trace ? "tracing" : "");
     EXPECT_EQ(s.split_records_whole, 0u) << (trace ? "tracing" : "");
     // Copies from memory wait on no device: they go round all the engines.
-    if (s.io_engines > 1) EXPECT_GT(s.batches_spread, 0u) << (trace ? "tracing" : "");
+    if (s.io_engines > 1) {
+      EXPECT_GT(s.batches_spread, 0u) << (trace ? "tracing" : "");
+    }
   }
 }
 

@@ -251,7 +251,9 @@ TEST(Order, ShardsReadEverySampleOnce) {
             } else {
               for (uint64_t id = 0; id < n; ++id) {
                 EXPECT_LE(count[id], drop_last ? 1u : len) << what;
-                if (!drop_last) EXPECT_GE(count[id], 1u) << what;
+                if (!drop_last) {
+                  EXPECT_GE(count[id], 1u) << what;
+                }
               }
             }
             if (n % world == 0 && !partitioned) {
@@ -356,7 +358,9 @@ TEST(Order, RestartOnDifferentWorldSize) {
       }
       for (uint64_t p = 0; p < global.size(); ++p) {
         // The not yet consumed part is read; the consumed part only as padding.
-        if (p >= consumed) EXPECT_GE(count[global[p]], 1u) << s << " W=" << world << " p=" << p;
+        if (p >= consumed) {
+          EXPECT_GE(count[global[p]], 1u) << s << " W=" << world << " p=" << p;
+        }
       }
       uint64_t consumed_reads = 0;
       for (uint64_t p = 0; p < consumed; ++p) consumed_reads += count[global[p]];
@@ -456,7 +460,9 @@ TEST(Strategy, BufferedShuffleIsBoundedByTheBuffer) {
     const auto out = global_ids(layout, spec);
     const auto stream = global_ids(layout, make_spec("file_shuffle", 6, 2));
     ASSERT_TRUE(is_permutation_of_all(out, layout.num_samples()));
-    if (buffer == 1) EXPECT_EQ(out, stream);
+    if (buffer == 1) {
+      EXPECT_EQ(out, stream);
+    }
     std::vector<uint64_t> stream_pos(out.size());
     for (size_t p = 0; p < stream.size(); ++p) stream_pos[stream[p]] = p;
     for (size_t p = 0; p < out.size(); ++p) {

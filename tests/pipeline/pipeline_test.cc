@@ -52,8 +52,14 @@ struct Rig {
     EXPECT_TRUE(backend.ok());
     engines.add(std::make_unique<detail::IoEngine>(std::move(*backend), &counters, 0, 0));
     planner = std::make_unique<plan::Planner>(indices, file_ids, plan::PlannerOptions{batch, false, {}}, &counters);
-    parts = {planner.get(), budget, {policy.get(), 1 << 30, pool.get()}, pool.get(), nullptr, &engines, &counters,
-             &stop,         &failed};
+    parts.planner = planner.get();
+    parts.budget = budget;
+    parts.rule = {policy.get(), 1 << 30, pool.get()};
+    parts.pool = pool.get();
+    parts.engines = &engines;
+    parts.counters = &counters;
+    parts.stop = &stop;
+    parts.failed = &failed;
   }
   OrderCursor cursor(const std::string& strategy) {
     OrderSpec spec;
