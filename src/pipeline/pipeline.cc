@@ -6,9 +6,6 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
-#include <pthread.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <exception>
 #include <functional>

@@ -18,7 +18,6 @@
 #include <mutex>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "batch/collator.h"
 #include "decode/decode_feed.h"
 #include "decode/decoder.h"
