@@ -4,6 +4,9 @@
 // Pythonic API (dlfeed.Loader, dlfeed.torch, dlfeed.tf) is pure Python on top.
 #include "common.h"
 #include "dlfeed/detail/export.h"
+#if DLFEED_WITH_S3
+#include "dlfeed/s3/s3.h"
+#endif
 
 namespace dlfeed::python {
 
@@ -35,4 +38,31 @@ PYBIND11_MODULE(_dlfeed, m) {
   bind_stats(m);
   bind_loader(m);
   bind_memory(m);
+  // s3:// URLs wherever a path goes (dlfeed::s3, when built with libcurl).
+#if DLFEED_WITH_S3
+  if (absl::Status st = dlfeed::s3::install(); !st.ok()) throw std::runtime_error(std::string(st.message()));
+  m.attr("has_s3") = true;
+  m.def(
+      "s3_stats",
+      [] {
+        const dlfeed::s3::Stats s = dlfeed::s3::stats();
+        py::dict d;
+        d["requests"] = s.requests;
+        d["gets"] = s.gets;
+        d["lists"] = s.lists;
+        d["heads"] = s.heads;
+        d["bytes"] = s.bytes;
+        d["retries"] = s.retries;
+        d["retry_throttled"] = s.retry_throttled;
+        d["retry_server"] = s.retry_server;
+        d["retry_network"] = s.retry_network;
+        d["retry_short"] = s.retry_short;
+        d["failures"] = s.failures;
+        d["request_seconds"] = static_cast<double>(s.request_ns) / 1e9;
+        return d;
+      },
+      "This process's requests to object stores since it started (counts, bytes, retries by cause).");
+#else
+  m.attr("has_s3") = false;
+#endif
 }

@@ -18,6 +18,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 
@@ -292,11 +293,22 @@ std::vector<std::string> indexed_binary_index_files(const std::string& path) {
   return {absl::StrCat(path, ".off.idx"), absl::StrCat(path, ".sz.idx")};
 }
 
+namespace {
+// A file, or an object of a store, of that name.
+bool file_exists(const std::string& path) {
+  if (is_object_url(path)) {
+    absl::StatusOr<std::shared_ptr<ObjectStore>> store = object_store_for(path);
+    return store.ok() && (*store)->head(path).ok();
+  }
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+}  // namespace
+
 bool is_indexed_binary_name(const std::string& path) {
   if (absl::EndsWith(path, ".indexed_binary") || absl::EndsWith(path, ".mmap_indexed_binary")) return true;
   if (!absl::EndsWith(path, ".bin")) return false;
-  std::error_code ec;
-  return fs::is_regular_file(indexed_binary_index_files(path)[0], ec);
+  return file_exists(indexed_binary_index_files(path)[0]);
 }
 
 absl::StatusOr<SampleIndex> open_indexed_binary(const std::string& path, const FormatOptions& options) {
@@ -307,8 +319,7 @@ absl::StatusOr<SampleIndex> open_indexed_binary(const std::string& path, const F
   DLFEED_ASSIGN_OR_RETURN(detail::File data, detail::File::open(path));
   const std::vector<std::string> idx = indexed_binary_index_files(path);
   for (const std::string& p : idx) {
-    std::error_code ec;
-    if (!fs::exists(p, ec)) {
+    if (!file_exists(p)) {
       return absl::NotFoundError(absl::StrCat(
           path, ": expected its index ", p, " beside it (",
           idx.size() == 1 ? "Megatron-LM's PREFIX.bin + PREFIX.idx" : "DLIO's NAME + NAME.off.idx + NAME.sz.idx",

@@ -31,6 +31,7 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/example.h"
+#include "dlfeed/io/object_store.h"
 #include "format/checked_bytes.h"
 #include "format/index_codec.h"
 #include "format/open_listed.h"
@@ -193,6 +194,18 @@ std::vector<std::string> idx_candidates(const std::string& data_path, const Form
   if (!options.index_dir.empty()) return {(fs::path(options.index_dir) / name).string()};
   std::vector<std::string> out;
   if (beside) out.push_back(data_path + ".idx");
+  if (is_object_url(data_path)) {
+    // An object's folders are its key's: no links, and a URL is not
+    // normalised as a path would be ("s3://" is no empty component).
+    const size_t slash = data_path.rfind('/');
+    const size_t up = slash == 0 || slash == std::string::npos ? std::string::npos : data_path.rfind('/', slash - 1);
+    if (up == std::string::npos) return out;
+    const std::string split = data_path.substr(up + 1, slash - up - 1);
+    if (split == "train" || split == "valid") {
+      out.push_back(absl::StrCat(data_path.substr(0, up), "/index/", split, "/", name));
+    }
+    return out;
+  }
   // DLIO's {data}/index/{split}/ beside the folder the file is in, by the
   // path given (a link named train/) and by the folder it resolves to (".",
   // a link to train/).
@@ -213,8 +226,24 @@ std::vector<std::string> idx_candidates(const std::string& data_path, const Form
 
 // The first sidecar of `data_path` that opens, read and parsed: an open
 // per place tried and one read for a small sidecar, no stat.
+// The records of a sidecar that is an object of a store (NotFound: none).
+absl::StatusOr<std::vector<Extent>> read_idx_object(const std::string& url) {
+  DLFEED_ASSIGN_OR_RETURN(detail::File f, detail::File::open(url));
+  std::vector<std::byte> bytes(f.size());
+  DLFEED_RETURN_IF_ERROR(f.read_exact(0, bytes, "the idx sidecar"));
+  IdxParser parser(url);
+  DLFEED_RETURN_IF_ERROR(parser.feed(absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+  return parser.finish();
+}
+
 absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOptions& options, bool beside) {
   for (std::string& p : idx_candidates(data_path, options, beside)) {
+    if (is_object_url(p)) {
+      absl::StatusOr<std::vector<Extent>> records = read_idx_object(p);
+      if (absl::IsNotFound(records.status())) continue;
+      if (!records.ok()) return records.status();
+      return FoundIdx{std::move(p), *std::move(records)};
+    }
     const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT || errno == ENOTDIR) continue;
@@ -241,6 +270,7 @@ absl::Status read_at(const detail::File& file, std::span<const std::byte> head, 
 }
 
 absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
+  if (is_object_url(idx_path)) return read_idx_object(idx_path);
   const int fd = ::open(idx_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return io_error(idx_path, "open", errno);
   absl::StatusOr<std::optional<std::vector<Extent>>> records = read_idx_fd(fd, idx_path);
@@ -323,8 +353,7 @@ absl::StatusOr<std::vector<Extent>> scan_records(const detail::File& file, bool 
     if (off < buf_off || off + kHeaderSize > buf_off + buf_len) {
       buf_off = off;
       buf_len = std::min<uint64_t>(kWindow, left);
-      DLFEED_ASSIGN_OR_RETURN(
-          size_t got, detail::pread_full(file.fd(), std::span<std::byte>(buf.data(), buf_len), off, file.path()));
+      DLFEED_ASSIGN_OR_RETURN(size_t got, file.read_some(off, std::span<std::byte>(buf.data(), buf_len)));
       if (got < kHeaderSize) {
         return format_error(file.path(), off, absl::StrCat("a 12-byte header for record ", n),
                             absl::StrCat(got, " bytes (the file shrank while reading?)"));

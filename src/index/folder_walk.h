@@ -45,4 +45,13 @@ absl::Status walk_folder(const std::string& p, const FormatOptions& options, Gat
 /// kept, else the first in order; a note on stderr counts those dropped.
 void read_each_file_once(const std::string& p, Gathered& g, std::vector<std::string>& found);
 
+/// Appends the data files an object-store URL names: the object of that
+/// name when there is one, else the objects under URL/ as a folder's (all
+/// below it, sorted by URL; a DLIO data folder, train/ and valid/, read as
+/// its train/ with a note; a DLIO index/ and names starting with '.'
+/// skipped). One listing; `g` learns the folders listed and those holding
+/// a .idx object (a TFRecord there without one has no FILE.idx to ask for).
+absl::Status list_remote(const std::string& url, const FormatOptions& options, Gathered& g,
+                         std::vector<std::string>& found);
+
 }  // namespace dlfeed::detail

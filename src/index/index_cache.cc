@@ -34,6 +34,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 #include "format/array_source.h"
 #include "format/hdf5_source.h"
 #include "format/index_codec.h"
@@ -119,6 +120,10 @@ std::string user_cache_dir() {
 std::string index_cache_path(const std::vector<std::string>& paths, const FormatOptions& options) {
   if (options.index_cache.empty() || options.index_cache == "off") return "";
   if (options.index_cache != "auto") return options.index_cache;
+  // Objects have no inode or mtime to check a cache entry against.
+  for (const std::string& p : paths) {
+    if (is_object_url(p)) return "";
+  }
   std::vector<std::string> abs;
   abs.reserve(paths.size());
   std::error_code ec;

@@ -32,6 +32,7 @@
 #include "dlfeed/format/example.h"
 #include "dlfeed/format/indexed_binary.h"
 #include "dlfeed/format/tfrecord.h"
+#include "dlfeed/io/object_store.h"
 #include "format/open_listed.h"
 #include "format/whole_source.h"
 #include "index/folder_walk.h"
@@ -133,6 +134,12 @@ absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const Form
     case FileFormat::kNpy: return open_npy(path, options);
     case FileFormat::kNpz: return open_npz(path, options);
     case FileFormat::kHdf5: {
+      if (is_object_url(path)) {
+        return absl::UnimplementedError(absl::StrCat(
+            path,
+            ": HDF5 is not read from object stores yet (NPY, NPZ, TFRecord and indexed binary are); copy the "
+            "files to a file system"));
+      }
       DLFEED_ASSIGN_OR_RETURN(SampleIndex index, open_hdf5(path, options));
       if (options.axis == SampleAxis::kNone) {
         for (auto& src : index.sources) src = detail::whole_of(std::move(src));
@@ -424,6 +431,10 @@ namespace {
 absl::StatusOr<std::vector<std::string>> expand_patterns(const std::vector<std::string>& paths, bool& globbed) {
   std::vector<std::string> expanded;
   for (const std::string& p : paths) {
+    if (is_object_url(p)) {  // a prefix names a URL's objects; a key may hold any character
+      expanded.push_back(p);
+      continue;
+    }
     globbed = globbed || p.find_first_of("*?[") != std::string::npos;
     if (p.find_first_of("*?[") == std::string::npos) {
       expanded.push_back(p);
@@ -501,7 +512,9 @@ absl::StatusOr<std::vector<std::string>> gather_files(const std::vector<std::str
   std::vector<std::string> files;
   for (const std::string& given : expanded) {
     std::error_code ec;
-    if (fs::is_directory(given, ec)) {
+    if (is_object_url(given)) {
+      DLFEED_RETURN_IF_ERROR(detail::list_remote(given, options, g, files));
+    } else if (fs::is_directory(given, ec)) {
       DLFEED_RETURN_IF_ERROR(list_folder(given, options, g, files));
     } else if (fs::exists(given, ec)) {
       files.push_back(given);

@@ -7,12 +7,17 @@
 
 #include <cerrno>
 #include <utility>
+#include <vector>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
@@ -39,8 +44,31 @@ FileIdentity identity_of(const struct stat& st) {
           static_cast<uint64_t>(st.st_ctim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_ctim.tv_nsec)};
 }
 
+// An object's bytes, read a block at a time: parsing a header asks for a
+// few bytes here and there, each of which would be a request.
+struct File::Remote {
+  static constexpr uint64_t kBlock = 256 * 1024;
+  std::shared_ptr<ObjectStore> store;
+  std::mutex mu;
+  std::vector<std::byte> block;
+  uint64_t block_at = 0;
+};
+
+absl::StatusOr<File> File::open_remote(const std::string& url) {
+  DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
+  DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
+  File f;
+  f.path_ = url;
+  f.size_ = info.size;
+  f.identity_.size = info.size;
+  f.remote_ = std::make_shared<Remote>();
+  f.remote_->store = std::move(store);
+  return f;
+}
+
 absl::StatusOr<File> File::open(const std::string& path) {
   g_opens.fetch_add(1, std::memory_order_relaxed);
+  if (is_object_url(path)) return open_remote(path);
   File f;
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -54,11 +82,16 @@ absl::StatusOr<File> File::open(const std::string& path) {
 }
 
 File::File(File&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), size_(o.size_), identity_(o.identity_), path_(std::move(o.path_)) {}
+    : remote_(std::move(o.remote_)),
+      fd_(std::exchange(o.fd_, -1)),
+      size_(o.size_),
+      identity_(o.identity_),
+      path_(std::move(o.path_)) {}
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
+    remote_ = std::move(o.remote_);
     fd_ = std::exchange(o.fd_, -1);
     size_ = o.size_;
     identity_ = o.identity_;
@@ -77,12 +110,31 @@ absl::Status File::read_exact(uint64_t offset, std::span<std::byte> out, absl::s
                         absl::StrCat(offset > size_ ? 0 : size_ - offset, " bytes before the end of the file (file is ",
                                      size_, " bytes)"));
   }
-  DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(fd_, out, offset, path_));
+  DLFEED_ASSIGN_OR_RETURN(size_t got, read_some(offset, out));
   if (got != out.size()) {
     return format_error(path_, offset + got, absl::StrCat(out.size(), " bytes of ", what),
                         absl::StrCat("end of file after ", got, " bytes (file shrank while reading?)"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> File::read_some(uint64_t offset, std::span<std::byte> out) const {
+  if (!remote_) return pread_full(fd_, out, offset, path_);
+  if (offset >= size_ || out.empty()) return 0;
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(out.size(), size_ - offset));
+  Remote& r = *remote_;
+  // Large reads go straight to the caller's buffer.
+  if (want >= Remote::kBlock) return r.store->read(path_, offset, out.first(want));
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (offset < r.block_at || offset + want > r.block_at + r.block.size()) {
+    r.block.resize(static_cast<size_t>(std::min<uint64_t>(Remote::kBlock, size_ - offset)));
+    DLFEED_ASSIGN_OR_RETURN(size_t got, r.store->read(path_, offset, std::span<std::byte>(r.block)));
+    r.block.resize(got);
+    r.block_at = offset;
+  }
+  const size_t have = static_cast<size_t>(std::min<uint64_t>(want, r.block_at + r.block.size() - offset));
+  std::memcpy(out.data(), r.block.data() + (offset - r.block_at), have);
+  return have;
 }
 
 absl::StatusOr<size_t> pread_full(int fd, std::span<std::byte> out, uint64_t offset, const std::string& path) {

@@ -389,6 +389,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_RETURN_IF_ERROR(
       detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);
+  DLFEED_RETURN_IF_ERROR(detail::use_object_store(options, impl->indices));
   FileTableOptions fto;
   fto.max_open = options.advanced.max_open_files;
   fto.direct = options.io.direct;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
+#include "dlfeed/io/object_store.h"
 #include "index/field_patterns.h"
 #include "read/split_reads.h"
 
@@ -174,6 +175,40 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
     }
     file_ids.push_back(std::move(ids));
   }
+}
+
+absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices) {
+  size_t urls = 0, all = 0;
+  const std::string* url = nullptr;
+  const std::string* file = nullptr;
+  for (const SampleIndex& idx : indices) {
+    for (const std::string& p : idx.files) {
+      ++all;
+      if (is_object_url(p)) {
+        ++urls;
+        url = &p;
+      } else {
+        file = &p;
+      }
+    }
+  }
+  if (urls == 0) return absl::OkStatus();
+  if (urls != all) {
+    return absl::InvalidArgumentError(absl::StrCat("loader: ", *url, " is an object and ", *file,
+                                                   " a file: one loader reads files or objects, not both"));
+  }
+  if (!options.stage.dir.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat("loader: stage.dir copies files; ", *url, " is an object (staging objects is not built yet)"));
+  }
+  DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(*url));
+  if (!options.advanced.io_factory) {
+    options.advanced.io_factory = [store](std::shared_ptr<FileTable> files, IoOptions io) {
+      return store->make_backend(std::move(files), io);
+    };
+  }
+  options.advanced.fadvise_willneed = false;
+  return absl::OkStatus();
 }
 
 absl::Status made_here(pid_t made_in) {

@@ -45,6 +45,12 @@ std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<S
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,
                std::vector<std::string>& file_names);
 
+/// When the fields' files are objects of a store (URLs): its backend reads
+/// them (AdvancedOptions::io_factory, unless one is given), with no
+/// read-ahead hints to files. Files and URLs in one loader, or staging of
+/// objects, are errors.
+absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices);
+
 /// FailedPrecondition when this is not process `made_in` (a child of fork():
 /// a loader's threads stay in the parent).
 absl::Status made_here(pid_t made_in);

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#if DLFEED_WITH_S3
+#include "dlfeed/s3/s3.h"
+#endif
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
@@ -237,6 +240,13 @@ std::vector<std::string> parse_flags(const std::string& name, const Command& c, 
 
 int main(int argc, char** argv) {
   using dlfeed::cli::kUsageError;
+#if DLFEED_WITH_S3
+  // s3:// URLs wherever a path goes.
+  if (absl::Status st = dlfeed::s3::install(); !st.ok()) {
+    std::fprintf(stderr, "dlfeed: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+#endif
   using dlfeed::cli::registry;
   // `dlfeed help CMD` is `dlfeed CMD --help`.
   std::vector<char*> help_of;

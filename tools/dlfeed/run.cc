@@ -43,6 +43,9 @@
 #include "dlfeed/loader.h"
 #include "dlfeed/order/random.h"
 #include "json.h"
+#if DLFEED_WITH_S3
+#include "dlfeed/s3/s3.h"
+#endif
 #include "loader_flags.h"
 #include "run_scale.h"
 #include "workloads.h"
@@ -496,6 +499,20 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
     std::printf("checksum: %016llx over %llu samples\n", static_cast<unsigned long long>(sum),
                 static_cast<unsigned long long>(samples));
   }
+#if DLFEED_WITH_S3
+  const s3::Stats store = s3::stats();
+  if (store.requests > 0) {
+    std::printf(
+        "object store: %llu requests (%llu ranged GETs, %llu listings, %llu HEADs), %.1f MiB; %llu retries (%llu "
+        "throttled, %llu server errors, %llu network, %llu short bodies); %llu failed\n",
+        static_cast<unsigned long long>(store.requests), static_cast<unsigned long long>(store.gets),
+        static_cast<unsigned long long>(store.lists), static_cast<unsigned long long>(store.heads),
+        store.bytes / 1048576.0, static_cast<unsigned long long>(store.retries),
+        static_cast<unsigned long long>(store.retry_throttled), static_cast<unsigned long long>(store.retry_server),
+        static_cast<unsigned long long>(store.retry_network), static_cast<unsigned long long>(store.retry_short),
+        static_cast<unsigned long long>(store.failures));
+  }
+#endif
   // Under MPI the job's (rank 0), each rank's own JSON written beside it.
   const counters::Snapshot snap = scale.summary(loader, c.json_path);
   if (eff) {
@@ -515,7 +532,11 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
     // The counters' object with a "run" member added last: its keys stay as they are.
     if (js.empty() || js.back() != '}') throw Error(absl::InternalError("counters JSON does not end with '}'"));
     js.pop_back();
-    js += absl::StrCat(",\"run\":", run_json(c, loader, t, snap, eff), "}\n");
+    js += absl::StrCat(",\"run\":", run_json(c, loader, t, snap, eff));
+#if DLFEED_WITH_S3
+    if (store.requests > 0) js += absl::StrCat(",\"object_store\":", s3::stats_json(store));
+#endif
+    js += "}\n";
     throw_if_error(write_text_file(c.json_path, js));
     std::printf("summary: %s\n", c.json_path.c_str());
   }

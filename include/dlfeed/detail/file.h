@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -33,6 +34,8 @@ int stat_path(const char* path, struct stat* st);
 uint64_t mtime_ns_of(const struct stat& st);
 FileIdentity identity_of(const struct stat& st);
 
+/// A file, or an object of a store (a URL: dlfeed/io/object_store.h) read
+/// through ranged reads, a block at a time.
 class DLFEED_EXPORT File {
  public:
   static absl::StatusOr<File> open(const std::string& path);
@@ -43,7 +46,9 @@ class DLFEED_EXPORT File {
   File& operator=(const File&) = delete;
   ~File();
 
+  /// -1 for an object of a store.
   int fd() const { return fd_; }
+  bool remote() const { return remote_ != nullptr; }
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
   /// What fstat said at open: the identity the file's index is built
@@ -53,8 +58,14 @@ class DLFEED_EXPORT File {
   /// Reads exactly out.size() bytes at `offset`; a short file is an error
   /// naming `what` ("NPY header", "zip local header", ...).
   absl::Status read_exact(uint64_t offset, std::span<std::byte> out, absl::string_view what) const;
+  /// Reads up to out.size() bytes at `offset`; returns the bytes read
+  /// (fewer only at the end).
+  absl::StatusOr<size_t> read_some(uint64_t offset, std::span<std::byte> out) const;
 
  private:
+  struct Remote;
+  static absl::StatusOr<File> open_remote(const std::string& url);
+  std::shared_ptr<Remote> remote_;
   int fd_ = -1;
   uint64_t size_ = 0;
   FileIdentity identity_;

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// A source of bytes named by URL (s3://bucket/key): what an optional
+// component (dlfeed::s3) provides so that a dataset in an object store reads
+// wherever a path goes. libdlfeed knows only this interface; the HTTP client,
+// its credentials and its retries live in the component.
+//
+//   dlfeed::s3::install();                       // registers the "s3" scheme
+//   opts.paths = {"s3://bucket/imagenet/train"};  // a prefix read as a folder
+//
+// A URL's objects are listed once (list()), indexed through ranged reads of
+// their headers (read()), and the loader's reads of samples go to the
+// store's own backend (make_backend()): the same ReadRequests the files'
+// engines take, answered with ranged GETs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dlfeed/detail/export.h"
+#include "dlfeed/io/io_backend.h"
+
+namespace dlfeed::inline DLFEED_ABI {
+
+/// One object of a store: its URL, size and version tag (S3's ETag).
+struct DLFEED_EXPORT ObjectInfo {
+  std::string url;
+  uint64_t size = 0;
+  std::string etag;
+};
+
+/// A store of objects addressed by URLs of one scheme. Thread-safe.
+class DLFEED_EXPORT ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+  /// The URL scheme it answers ("s3").
+  virtual std::string scheme() const = 0;
+  /// The objects whose URL starts with `prefix`, sorted by URL. Their sizes
+  /// and tags are remembered: a head() of one of them asks no server.
+  virtual absl::StatusOr<std::vector<ObjectInfo>> list(const std::string& prefix) = 0;
+  /// One object; NotFound when there is none of that name.
+  virtual absl::StatusOr<ObjectInfo> head(const std::string& url) = 0;
+  /// Bytes [offset, offset + out.size()) of an object into `out`; returns
+  /// the bytes placed, fewer only at the object's end.
+  virtual absl::StatusOr<size_t> read(const std::string& url, uint64_t offset, std::span<std::byte> out) = 0;
+  /// A backend reading the objects a FileTable names (its paths are URLs of
+  /// this scheme), for the loader's engines.
+  virtual absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,
+                                                                  IoOptions options) = 0;
+};
+
+/// Makes `store` the one for its scheme (replacing an earlier one).
+DLFEED_EXPORT void register_object_store(std::shared_ptr<ObjectStore> store);
+/// Whether `path` is a URL ("scheme://...", the scheme letters, digits, +-.).
+DLFEED_EXPORT bool is_object_url(absl::string_view path);
+/// The store for `url`'s scheme; FailedPrecondition naming the URL when
+/// none is registered (dlfeed built without it, or install() not called).
+DLFEED_EXPORT absl::StatusOr<std::shared_ptr<ObjectStore>> object_store_for(absl::string_view url);
+
+}  // namespace dlfeed

@@ -1,0 +1,309 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "s3/client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+
+namespace dlfeed::inline DLFEED_ABI::s3::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// SHA-256 of no bytes: the payload hash of a GET or HEAD.
+constexpr const char* kEmptyPayload = "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+// A listing page is well under this; an error body too.
+constexpr size_t kMostBody = 64u << 20;
+
+// Requests of the process wait here: a server's SlowDown pauses them all,
+// and Options::max_requests_per_second spaces them.
+class Pacer {
+ public:
+  void wait(double per_second) {
+    Clock::time_point t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Clock::time_point now = Clock::now();
+      t = std::max(now, paused_until_);
+      if (per_second > 0) {
+        t = std::max(t, next_slot_);
+        next_slot_ = t + std::chrono::nanoseconds(static_cast<int64_t>(1e9 / per_second));
+      }
+    }
+    std::this_thread::sleep_until(t);
+  }
+  void pause(std::chrono::milliseconds d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_until_ = std::max(paused_until_, Clock::now() + d);
+  }
+
+ private:
+  std::mutex mu_;
+  Clock::time_point paused_until_{}, next_slot_{};
+};
+
+Pacer& pacer() {
+  static Pacer* p = new Pacer;
+  return *p;
+}
+
+struct Sink {
+  const Request* req = nullptr;
+  Response* resp = nullptr;
+  CURL* h = nullptr;
+  bool too_long = false;
+};
+
+size_t on_body(char* p, size_t size, size_t n, void* user) {
+  auto* s = static_cast<Sink*>(user);
+  const size_t total = size * n;
+  long code = 0;
+  curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+  if (s->req->ranged && (code == 200 || code == 206)) {
+    if (s->resp->placed + total > s->req->dest.size()) {
+      s->too_long = true;
+      return 0;  // aborts the transfer: a longer body than the range asked
+    }
+    std::memcpy(s->req->dest.data() + s->resp->placed, p, total);
+    s->resp->placed += total;
+    return total;
+  }
+  if (s->resp->body.size() + total > kMostBody) return 0;
+  s->resp->body.append(p, total);
+  return total;
+}
+
+size_t on_header(char* p, size_t size, size_t n, void* user) {
+  auto* s = static_cast<Sink*>(user);
+  const size_t total = size * n;
+  absl::string_view line(p, total);
+  if (absl::StartsWith(line, "HTTP/")) {  // a new response (after a 100 Continue, a redirect)
+    s->resp->etag.clear();
+    s->resp->content_length = 0;
+    return total;
+  }
+  const size_t colon = line.find(':');
+  if (colon == absl::string_view::npos) return total;
+  const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(line.substr(0, colon)));
+  const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+  if (name == "etag") s->resp->etag = std::string(value);
+  if (name == "content-length") (void)absl::SimpleAtoi(value, &s->resp->content_length);
+  return total;
+}
+
+std::string xml_unescape(absl::string_view s) {
+  return absl::StrReplaceAll(s, {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"},
+                                 {"&#34;", "\""}, {"&#39;", "'"}, {"&#xD;", "\r"}, {"&#xA;", "\n"}});
+}
+
+std::string what_of(const Request& r) {
+  std::string s = absl::StrCat("s3://", r.loc.bucket, "/", r.loc.key);
+  if (r.ranged && r.length > 0) absl::StrAppend(&s, " bytes ", r.offset, "-", r.offset + r.length - 1);
+  if (!r.query.empty()) absl::StrAppend(&s, " (listing)");
+  return s;
+}
+
+// The server's <Code> and <Message>, or what a HEAD (no body) can tell.
+std::string server_says(const Response& resp) {
+  std::vector<std::string> code = xml_values(resp.body, "Code");
+  std::vector<std::string> message = xml_values(resp.body, "Message");
+  std::string s = absl::StrCat("HTTP ", resp.code);
+  if (!code.empty()) absl::StrAppend(&s, " ", code[0]);
+  if (!message.empty()) absl::StrAppend(&s, ": ", message[0]);
+  return s;
+}
+
+enum class Verdict { kDone, kRetryThrottled, kRetryServer, kRetryNetwork, kRetryShort, kFail };
+
+bool network_error(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One try of `r`.
+CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Request& r, Response& resp,
+                  Sink& sink, char* errbuf) {
+  CURL* h = conn.handle();
+  curl_easy_reset(h);
+  std::string url = request_url(c, r.loc);
+  if (!r.query.empty()) absl::StrAppend(&url, "?", r.query);
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.request_timeout_ms));
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  const std::string sigv4 = absl::StrCat("aws:amz:", c.region, ":s3");
+  curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
+  curl_easy_setopt(h, CURLOPT_USERNAME, c.access_key.c_str());
+  curl_easy_setopt(h, CURLOPT_PASSWORD, c.secret_key.c_str());
+  curl_slist* headers = curl_slist_append(nullptr, kEmptyPayload);
+  std::string token, range;
+  if (!c.session_token.empty()) {
+    token = absl::StrCat("x-amz-security-token: ", c.session_token);
+    headers = curl_slist_append(headers, token.c_str());
+  }
+  if (r.ranged) {
+    range = absl::StrCat("Range: bytes=", r.offset, "-", r.offset + r.length - 1);
+    headers = curl_slist_append(headers, range.c_str());
+  }
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  if (r.method == Method::kHead) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  sink = Sink{&r, &resp, h, false};
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &sink);
+  errbuf[0] = '\0';
+  const CURLcode rc = curl_easy_perform(h);
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.code);
+  curl_slist_free_all(headers);
+  return rc;
+}
+
+Verdict judge(const Request& r, CURLcode rc, const Response& resp, const Sink& sink) {
+  if (sink.too_long) return Verdict::kRetryShort;
+  if (rc != CURLE_OK) return network_error(rc) ? Verdict::kRetryNetwork : Verdict::kFail;
+  if (resp.code == 503) return Verdict::kRetryThrottled;
+  if (resp.code == 500 || resp.code == 502 || resp.code == 504) return Verdict::kRetryServer;
+  if (resp.code < 200 || resp.code >= 300) return Verdict::kFail;
+  if (r.ranged && resp.placed != r.length) return Verdict::kRetryShort;
+  return Verdict::kDone;
+}
+
+absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const char* errbuf, uint32_t tries) {
+  const std::string what = what_of(r);
+  const std::string after = tries > 1 ? absl::StrCat(" (after ", tries, " tries)") : "";
+  if (rc != CURLE_OK && resp.code == 0) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf,
+                                               after));
+  }
+  if (rc == CURLE_OK && r.ranged && resp.code / 100 == 2 && resp.placed != r.length) {
+    return absl::DataLossError(absl::StrCat(what, ": the server sent ", resp.placed, " bytes of the ", r.length,
+                                            " asked", after));
+  }
+  std::string says = server_says(resp);
+  if (rc != CURLE_OK) absl::StrAppend(&says, " (", curl_easy_strerror(rc), ")");
+  if (r.method == Method::kHead && resp.body.empty() && resp.code == 403) {
+    absl::StrAppend(&says, " (a HEAD has no body to say why: wrong credentials, or no permission on the object)");
+  }
+  const std::string msg = absl::StrCat(what, ": ", says, after);
+  switch (resp.code) {
+    case 404: return absl::NotFoundError(msg);
+    case 401:
+    case 403: return absl::PermissionDeniedError(msg);
+    case 416: return absl::OutOfRangeError(msg);
+    case 400: return absl::InvalidArgumentError(msg);
+    default: return resp.code >= 500 ? absl::UnavailableError(msg) : absl::FailedPreconditionError(msg);
+  }
+}
+
+}  // namespace
+
+Connection::Connection() : h_(curl_easy_init()) {}
+Connection::~Connection() {
+  if (h_) curl_easy_cleanup(h_);
+}
+
+void init_curl() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+Counters& counters() {
+  static Counters* c = new Counters;
+  return *c;
+}
+
+absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r) {
+  if (conn.handle() == nullptr) return absl::InternalError("s3: curl_easy_init failed");
+  Counters& n = counters();
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  const uint32_t tries = std::max(1u, o.max_attempts);
+  char errbuf[CURL_ERROR_SIZE];
+  for (uint32_t attempt = 1;; ++attempt) {
+    pacer().wait(o.max_requests_per_second);
+    Response resp;
+    Sink sink;
+    const Clock::time_point t0 = Clock::now();
+    const CURLcode rc = try_once(conn, c, o, r, resp, sink, errbuf);
+    n.requests.fetch_add(1, std::memory_order_relaxed);
+    n.request_ns.fetch_add(static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()),
+                           std::memory_order_relaxed);
+    const Verdict v = judge(r, rc, resp, sink);
+    if (v == Verdict::kDone) {
+      if (r.ranged) {
+        n.gets.fetch_add(1, std::memory_order_relaxed);
+        n.bytes.fetch_add(resp.placed, std::memory_order_relaxed);
+      }
+      return resp;
+    }
+    if (v == Verdict::kFail || attempt >= tries) {
+      // Asking whether an object exists is no failure.
+      if (r.method != Method::kHead || resp.code != 404) n.failures.fetch_add(1, std::memory_order_relaxed);
+      return failure(r, rc, resp, errbuf, attempt);
+    }
+    n.retries.fetch_add(1, std::memory_order_relaxed);
+    switch (v) {
+      case Verdict::kRetryThrottled: n.retry_throttled.fetch_add(1, std::memory_order_relaxed); break;
+      case Verdict::kRetryServer: n.retry_server.fetch_add(1, std::memory_order_relaxed); break;
+      case Verdict::kRetryNetwork: n.retry_network.fetch_add(1, std::memory_order_relaxed); break;
+      default: n.retry_short.fetch_add(1, std::memory_order_relaxed); break;
+    }
+    // Exponential backoff with jitter: in [cap/2, cap].
+    const uint64_t cap = std::min<uint64_t>(o.backoff_max_ms, uint64_t{o.backoff_ms} << std::min(attempt - 1, 20u));
+    const auto wait = std::chrono::milliseconds(cap / 2 + (cap > 1 ? jitter() % (cap / 2 + 1) : 0));
+    // The server asks the process to slow down, not this one request.
+    if (v == Verdict::kRetryThrottled) pacer().pause(wait);
+    std::this_thread::sleep_for(wait);
+  }
+}
+
+std::vector<absl::string_view> xml_blocks(absl::string_view xml, absl::string_view tag) {
+  std::vector<absl::string_view> out;
+  const std::string open = absl::StrCat("<", tag, ">"), close = absl::StrCat("</", tag, ">");
+  size_t at = 0;
+  for (;;) {
+    const size_t b = xml.find(open, at);
+    if (b == absl::string_view::npos) break;
+    const size_t e = xml.find(close, b + open.size());
+    if (e == absl::string_view::npos) break;
+    out.push_back(xml.substr(b + open.size(), e - b - open.size()));
+    at = e + close.size();
+  }
+  return out;
+}
+
+std::vector<std::string> xml_values(absl::string_view xml, absl::string_view tag) {
+  std::vector<std::string> out;
+  for (absl::string_view v : xml_blocks(xml, tag)) out.push_back(xml_unescape(v));
+  return out;
+}
+
+}  // namespace dlfeed::s3::detail

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private to dlfeed::s3: one signed request over a kept-alive connection,
+// tried again on what a later try may cure, and the process's counters.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "s3/config.h"
+
+using CURL = void;  // curl's handle type, kept out of this header
+
+namespace dlfeed::inline DLFEED_ABI::s3::detail {
+
+/// One libcurl easy handle: its connection is kept alive between requests.
+class Connection {
+ public:
+  Connection();
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  CURL* handle() const { return h_; }
+
+ private:
+  CURL* h_;
+};
+
+enum class Method { kGet, kHead };
+
+struct Request {
+  Method method = Method::kGet;
+  Location loc;
+  std::string query;  // canonical: parameters sorted, values uri_encode'd ("" for none)
+  bool ranged = false;
+  uint64_t offset = 0, length = 0;  // the Range, when ranged
+  std::span<std::byte> dest;        // a ranged GET's bytes go here (length of them)
+};
+
+struct Response {
+  long code = 0;
+  std::string body;  // a listing's XML; an error's
+  size_t placed = 0;  // bytes put in dest
+  uint64_t content_length = 0;
+  std::string etag;
+};
+
+/// Sends `r` signed with `c`, trying again (Options::max_attempts, with
+/// backoff) on throttling, server errors, network errors and short bodies.
+/// A 2xx is OK; 404 NotFound, 403 PermissionDenied, 416 OutOfRange, others
+/// an error naming the object, the range, the server's code and message.
+absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r);
+
+/// The text of each <tag>...</tag> in `xml` (entities decoded), in order.
+std::vector<std::string> xml_values(absl::string_view xml, absl::string_view tag);
+/// The blocks <tag>...</tag> (inner text, raw) in `xml`.
+std::vector<absl::string_view> xml_blocks(absl::string_view xml, absl::string_view tag);
+
+/// The process's counters (s3::stats()).
+struct Counters {
+  std::atomic<uint64_t> requests{0}, gets{0}, lists{0}, heads{0}, bytes{0}, retries{0}, retry_throttled{0},
+      retry_server{0}, retry_network{0}, retry_short{0}, failures{0}, request_ns{0};
+};
+Counters& counters();
+
+/// libcurl's process-wide set-up, once.
+void init_curl();
+
+}  // namespace dlfeed::s3::detail

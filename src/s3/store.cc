@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: Apache-2.0
+// The s3:// store: listings, heads and ranged reads for indexing, and the
+// backend the loader's engines read samples with.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "dlfeed/detail/crc32c.h"
+#include "dlfeed/error.h"
+#include "dlfeed/io/file_table.h"
+#include "dlfeed/io/object_store.h"
+#include "dlfeed/s3/s3.h"
+#include "s3/client.h"
+#include "s3/config.h"
+
+namespace dlfeed::inline DLFEED_ABI::s3 {
+
+namespace detail {
+namespace {
+
+std::string url_of(const Location& loc) { return absl::StrCat("s3://", loc.bucket, "/", loc.key); }
+
+uint32_t connections_of(const Options& o) {
+  uint32_t n = o.connections;
+  if (const char* v = std::getenv("DLFEED_S3_CONNECTIONS"); v && *v) (void)absl::SimpleAtoi(v, &n);
+  return std::clamp(n, 1u, 256u);
+}
+
+// Reads the FileTable's objects with `connections` threads, each a kept-alive
+// connection doing one ranged GET at a time.
+class Backend final : public IoBackend {
+ public:
+  Backend(std::shared_ptr<FileTable> files, Options o, Config c)
+      : files_(std::move(files)), o_(std::move(o)), c_(std::move(c)) {
+    const uint32_t n = connections_of(o_);
+    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~Backend() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      queue_.clear();
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    const size_t n_files = files_->size();
+    for (const ReadRequest& r : requests) {
+      if (r.file >= n_files) return absl::InvalidArgumentError(absl::StrCat("s3: unknown file id ", r.file));
+      if (r.length > 0 && r.dest == nullptr && r.piece_count == 0) {
+        return absl::InvalidArgumentError("s3: a read with no destination");
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const ReadRequest& r : requests) queue_.push_back(r);
+      in_flight_ += requests.size();
+      stats_.requests += requests.size();
+    }
+    wake_.notify_all();
+    return absl::OkStatus();
+  }
+
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto enough = [&] { return done_.size() >= min_completions || done_.size() >= in_flight_; };
+    if (timeout == std::chrono::nanoseconds::max()) {
+      done_cv_.wait(lock, enough);
+    } else if (timeout.count() > 0) {
+      done_cv_.wait_for(lock, timeout, enough);
+    }
+    const size_t n = done_.size();
+    for (ReadCompletion& c : done_) out.push_back(std::move(c));
+    done_.clear();
+    in_flight_ -= n;
+    stats_.completions += n;
+    return n;
+  }
+
+  size_t in_flight() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_flight_;
+  }
+  std::string name() const override { return "s3"; }
+  IoStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  void work() {
+    Connection conn;
+    std::vector<std::byte> scratch;
+    for (;;) {
+      ReadRequest r;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        r = queue_.front();
+        queue_.pop_front();
+      }
+      ReadCompletion c = read(conn, r, scratch);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (c.status.ok()) {
+          stats_.bytes += c.bytes;
+          stats_.device_bytes += c.bytes;
+        } else {
+          ++stats_.errors;
+        }
+        ++stats_.reads;
+        done_.push_back(std::move(c));
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  ReadCompletion read(Connection& conn, const ReadRequest& r, std::vector<std::byte>& scratch) {
+    ReadCompletion c;
+    c.user_data = r.user_data;
+    if (r.length == 0) return c;
+    const std::string url = files_->path(r.file);
+    absl::StatusOr<Location> loc = parse_url(url);
+    if (!loc.ok()) {
+      c.status = loc.status();
+      return c;
+    }
+    std::span<std::byte> dest(r.dest, r.length);
+    if (r.piece_count > 0) {
+      scratch.resize(r.length);
+      dest = std::span<std::byte>(scratch);
+    }
+    Request q;
+    q.loc = *std::move(loc);
+    q.ranged = true;
+    q.offset = r.offset;
+    q.length = r.length;
+    q.dest = dest;
+    absl::StatusOr<Response> got = perform(conn, c_, o_, q);
+    if (!got.ok()) {
+      c.status = got.status();
+      return c;
+    }
+    c.bytes = r.length;
+    uint64_t at = 0;
+    for (uint32_t k = 0; k < r.piece_count; ++k) {
+      std::memcpy(r.pieces[k].dest, scratch.data() + at, r.pieces[k].length);
+      if (r.checksum && k == r.checksum_piece) {
+        c.crc32c = dlfeed::detail::crc32c(r.pieces[k].dest, r.pieces[k].length);
+        c.has_crc32c = true;
+      }
+      at += r.pieces[k].length;
+    }
+    if (r.checksum && r.piece_count == 0) {
+      c.crc32c = dlfeed::detail::crc32c(r.dest, r.length);
+      c.has_crc32c = true;
+    }
+    return c;
+  }
+
+  std::shared_ptr<FileTable> files_;
+  const Options o_;
+  const Config c_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_, done_cv_;
+  std::deque<ReadRequest> queue_;
+  std::vector<ReadCompletion> done_;
+  size_t in_flight_ = 0;
+  bool stop_ = false;
+  IoStats stats_;
+  std::vector<std::thread> threads_;
+};
+
+class Store final : public ObjectStore {
+ public:
+  explicit Store(Options o) : o_(std::move(o)) {}
+  std::string scheme() const override { return "s3"; }
+
+  absl::StatusOr<std::vector<ObjectInfo>> list(const std::string& prefix) override {
+    DLFEED_ASSIGN_OR_RETURN(Location loc, parse_url(prefix));
+    DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
+    std::vector<ObjectInfo> out;
+    std::string token;
+    Lease conn(*this);
+    do {
+      Request r;
+      r.loc = Location{loc.bucket, ""};
+      r.query = absl::StrCat(token.empty() ? "" : absl::StrCat("continuation-token=", uri_encode(token, false), "&"),
+                             "list-type=2&prefix=", uri_encode(loc.key, false));
+      absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
+      counters().lists.fetch_add(1, std::memory_order_relaxed);
+      if (!resp.ok()) return annotate(resp.status(), prefix, c);
+      for (absl::string_view item : xml_blocks(resp->body, "Contents")) {
+        std::vector<std::string> key = xml_values(item, "Key"), size = xml_values(item, "Size"),
+                                 etag = xml_values(item, "ETag");
+        ObjectInfo o;
+        uint64_t n = 0;
+        if (key.empty() || size.empty() || !absl::SimpleAtoi(size[0], &n)) {
+          return absl::DataLossError(absl::StrCat(prefix, ": a listing entry without a key or size: ", item));
+        }
+        if (!key[0].empty() && key[0].back() == '/') continue;  // a folder marker
+        o.url = url_of(Location{loc.bucket, key[0]});
+        o.size = n;
+        if (!etag.empty()) o.etag = etag[0];
+        out.push_back(std::move(o));
+      }
+      std::vector<std::string> truncated = xml_values(resp->body, "IsTruncated");
+      std::vector<std::string> next = xml_values(resp->body, "NextContinuationToken");
+      token = !truncated.empty() && truncated[0] == "true" && !next.empty() ? next[0] : "";
+    } while (!token.empty());
+    std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.url < b.url; });
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ObjectInfo& o : out) known_[o.url] = o;
+    return out;
+  }
+
+  absl::StatusOr<ObjectInfo> head(const std::string& url) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = known_.find(url); it != known_.end()) return it->second;
+    }
+    DLFEED_ASSIGN_OR_RETURN(Location loc, parse_url(url));
+    if (loc.key.empty() || loc.key.back() == '/') {
+      return absl::NotFoundError(absl::StrCat(url, ": names a prefix, not an object"));
+    }
+    DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
+    Request r;
+    r.method = Method::kHead;
+    r.loc = loc;
+    Lease conn(*this);
+    absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
+    counters().heads.fetch_add(1, std::memory_order_relaxed);
+    if (!resp.ok()) return annotate(resp.status(), url, c);
+    ObjectInfo o{url, resp->content_length, resp->etag};
+    std::lock_guard<std::mutex> lock(mu_);
+    known_[url] = o;
+    return o;
+  }
+
+  absl::StatusOr<size_t> read(const std::string& url, uint64_t offset, std::span<std::byte> out) override {
+    if (out.empty()) return 0;
+    DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, head(url));
+    if (offset >= info.size) return 0;
+    const uint64_t n = std::min<uint64_t>(out.size(), info.size - offset);
+    DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
+    Request r;
+    r.loc = *parse_url(url);
+    r.ranged = true;
+    r.offset = offset;
+    r.length = n;
+    r.dest = out.first(static_cast<size_t>(n));
+    Lease conn(*this);
+    absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
+    if (!resp.ok()) return annotate(resp.status(), url, c);
+    return static_cast<size_t>(n);
+  }
+
+  absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,
+                                                          IoOptions /*options*/) override {
+    DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
+    return std::unique_ptr<IoBackend>(new Backend(std::move(files), o_, std::move(c)));
+  }
+
+ private:
+  // A connection of the store's idle ones, given back when done.
+  class Lease {
+   public:
+    explicit Lease(Store& s) : s_(s) {
+      std::lock_guard<std::mutex> lock(s_.mu_);
+      if (!s_.idle_.empty()) {
+        c_ = std::move(s_.idle_.back());
+        s_.idle_.pop_back();
+      } else {
+        c_ = std::make_unique<Connection>();
+      }
+    }
+    ~Lease() {
+      std::lock_guard<std::mutex> lock(s_.mu_);
+      if (s_.idle_.size() < 8) s_.idle_.push_back(std::move(c_));
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Connection& operator*() { return *c_; }
+
+   private:
+    Store& s_;
+    std::unique_ptr<Connection> c_;
+  };
+
+  // What to check when the server refuses or is not there: where the
+  // credentials and the endpoint came from (never a secret).
+  static absl::Status annotate(const absl::Status& st, const std::string& url, const Config& c) {
+    std::string hint;
+    if (absl::IsPermissionDenied(st)) {
+      hint = absl::StrCat("; the credentials came from ", c.where, ", access key ", c.access_key.substr(0, 4), "...");
+    } else if (absl::IsUnavailable(st)) {
+      hint = absl::StrCat("; the endpoint is ", c.endpoint, " (AWS_ENDPOINT_URL)");
+    } else if (absl::IsNotFound(st) && st.message().find("NoSuchBucket") != absl::string_view::npos) {
+      hint = absl::StrCat("; at ", c.endpoint);
+    }
+    (void)url;
+    return absl::Status(st.code(), absl::StrCat(st.message(), hint));
+  }
+
+  const Options o_;
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, ObjectInfo> known_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+};
+
+}  // namespace
+}  // namespace detail
+
+absl::Status install(Options options) {
+  if (options.max_attempts == 0) return absl::InvalidArgumentError("s3: max_attempts must be at least 1");
+  if (options.addressing != "auto" && options.addressing != "path" && options.addressing != "virtual") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("s3: addressing is auto, path or virtual, not '", options.addressing, "'"));
+  }
+  detail::init_curl();
+  register_object_store(std::make_shared<detail::Store>(std::move(options)));
+  return absl::OkStatus();
+}
+
+Stats stats() {
+  const detail::Counters& c = detail::counters();
+  Stats s;
+  s.requests = c.requests.load();
+  s.gets = c.gets.load();
+  s.lists = c.lists.load();
+  s.heads = c.heads.load();
+  s.bytes = c.bytes.load();
+  s.retries = c.retries.load();
+  s.retry_throttled = c.retry_throttled.load();
+  s.retry_server = c.retry_server.load();
+  s.retry_network = c.retry_network.load();
+  s.retry_short = c.retry_short.load();
+  s.failures = c.failures.load();
+  s.request_ns = c.request_ns.load();
+  return s;
+}
+
+std::string stats_json(const Stats& s) {
+  return absl::StrCat("{\"requests\": ", s.requests, ", \"gets\": ", s.gets, ", \"lists\": ", s.lists,
+                      ", \"heads\": ", s.heads, ", \"bytes\": ", s.bytes, ", \"retries\": ", s.retries,
+                      ", \"retry_throttled\": ", s.retry_throttled, ", \"retry_server\": ", s.retry_server,
+                      ", \"retry_network\": ", s.retry_network, ", \"retry_short\": ", s.retry_short,
+                      ", \"failures\": ", s.failures, ", \"request_seconds\": ", s.request_ns / 1e9, "}");
+}
+
+}  // namespace dlfeed::s3
