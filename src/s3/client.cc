@@ -24,7 +24,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // SHA-256 of no bytes: the payload hash of a GET or HEAD.
-constexpr const char* kEmptyPayload = "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+constexpr const char* kEmptyPayload =
+    "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 // A listing page is well under this; an error body too.
 constexpr size_t kMostBody = 64u << 20;
 
@@ -105,12 +106,19 @@ size_t on_header(char* p, size_t size, size_t n, void* user) {
 }
 
 std::string xml_unescape(absl::string_view s) {
-  return absl::StrReplaceAll(s, {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"},
-                                 {"&#34;", "\""}, {"&#39;", "'"}, {"&#xD;", "\r"}, {"&#xA;", "\n"}});
+  return absl::StrReplaceAll(s, {{"&amp;", "&"},
+                                 {"&lt;", "<"},
+                                 {"&gt;", ">"},
+                                 {"&quot;", "\""},
+                                 {"&apos;", "'"},
+                                 {"&#34;", "\""},
+                                 {"&#39;", "'"},
+                                 {"&#xD;", "\r"},
+                                 {"&#xA;", "\n"}});
 }
 
 std::string what_of(const Request& r) {
-  std::string s = absl::StrCat("s3://", r.loc.bucket, "/", r.loc.key);
+  std::string s = absl::StrCat("s3://", r.loc.bucket, "/", r.query.empty() ? r.loc.key : r.listed);
   if (r.ranged && r.length > 0) absl::StrAppend(&s, " bytes ", r.offset, "-", r.offset + r.length - 1);
   if (!r.query.empty()) absl::StrAppend(&s, " (listing)");
   return s;
@@ -139,16 +147,14 @@ bool network_error(CURLcode rc) {
     case CURLE_PARTIAL_FILE:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
+    case CURLE_HTTP2_STREAM: return true;
+    default: return false;
   }
 }
 
 // One try of `r`.
-CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Request& r, Response& resp,
-                  Sink& sink, char* errbuf) {
+CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Request& r, Response& resp, Sink& sink,
+                  char* errbuf) {
   CURL* h = conn.handle();
   curl_easy_reset(h);
   std::string url = request_url(c, r.loc);
@@ -201,12 +207,11 @@ absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const 
   const std::string what = what_of(r);
   const std::string after = tries > 1 ? absl::StrCat(" (after ", tries, " tries)") : "";
   if (rc != CURLE_OK && resp.code == 0) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf,
-                                               after));
+    return absl::UnavailableError(absl::StrCat(what, ": ", curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf, after));
   }
   if (rc == CURLE_OK && r.ranged && resp.code / 100 == 2 && resp.placed != r.length) {
-    return absl::DataLossError(absl::StrCat(what, ": the server sent ", resp.placed, " bytes of the ", r.length,
-                                            " asked", after));
+    return absl::DataLossError(
+        absl::StrCat(what, ": the server sent ", resp.placed, " bytes of the ", r.length, " asked", after));
   }
   std::string says = server_says(resp);
   if (rc != CURLE_OK) absl::StrAppend(&says, " (", curl_easy_strerror(rc), ")");

@@ -35,7 +35,8 @@ enum class Method { kGet, kHead };
 struct Request {
   Method method = Method::kGet;
   Location loc;
-  std::string query;  // canonical: parameters sorted, values uri_encode'd ("" for none)
+  std::string query;   // canonical: parameters sorted, values uri_encode'd ("" for none)
+  std::string listed;  // a listing's prefix (for messages)
   bool ranged = false;
   uint64_t offset = 0, length = 0;  // the Range, when ranged
   std::span<std::byte> dest;        // a ranged GET's bytes go here (length of them)
@@ -43,7 +44,7 @@ struct Request {
 
 struct Response {
   long code = 0;
-  std::string body;  // a listing's XML; an error's
+  std::string body;   // a listing's XML; an error's
   size_t placed = 0;  // bytes put in dest
   uint64_t content_length = 0;
   std::string etag;

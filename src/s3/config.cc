@@ -104,9 +104,10 @@ absl::StatusOr<Config> current_config(const Options& o) {
     }
   }
   if (c.access_key.empty() || c.secret_key.empty()) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "s3: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile ", profile, " (",
-        "AWS_PROFILE) aws_access_key_id and aws_secret_access_key in ", creds_file.empty() ? "~/.aws/credentials" : creds_file));
+    return absl::UnauthenticatedError(
+        absl::StrCat("s3: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile ", profile,
+                     " (", "AWS_PROFILE) aws_access_key_id and aws_secret_access_key in ",
+                     creds_file.empty() ? "~/.aws/credentials" : creds_file));
   }
   c.region = env("AWS_REGION");
   if (c.region.empty()) c.region = env("AWS_DEFAULT_REGION");

@@ -199,6 +199,7 @@ class Store final : public ObjectStore {
     do {
       Request r;
       r.loc = Location{loc.bucket, ""};
+      r.listed = loc.key;
       r.query = absl::StrCat(token.empty() ? "" : absl::StrCat("continuation-token=", uri_encode(token, false), "&"),
                              "list-type=2&prefix=", uri_encode(loc.key, false));
       absl::StatusOr<Response> resp = perform(*conn, c, o_, r);

@@ -53,18 +53,18 @@ struct DLFEED_EXPORT Options {
 
 /// What the process's requests did (monotonic since the process started).
 struct DLFEED_EXPORT Stats {
-  uint64_t requests = 0;      // requests sent (each try counts)
-  uint64_t gets = 0;          // ranged GETs that delivered their bytes
-  uint64_t lists = 0;         // ListObjectsV2 pages
-  uint64_t heads = 0;         // HEADs
-  uint64_t bytes = 0;         // bytes of object data delivered
-  uint64_t retries = 0;       // tries after the first, all causes:
+  uint64_t requests = 0;         // requests sent (each try counts)
+  uint64_t gets = 0;             // ranged GETs that delivered their bytes
+  uint64_t lists = 0;            // ListObjectsV2 pages
+  uint64_t heads = 0;            // HEADs
+  uint64_t bytes = 0;            // bytes of object data delivered
+  uint64_t retries = 0;          // tries after the first, all causes:
   uint64_t retry_throttled = 0;  // 503 / SlowDown
   uint64_t retry_server = 0;     // 500, 502, 504
   uint64_t retry_network = 0;    // refused, reset, timed out
   uint64_t retry_short = 0;      // a body shorter (or longer) than asked
-  uint64_t failures = 0;      // requests that failed for good
-  uint64_t request_ns = 0;    // time in requests, summed over them
+  uint64_t failures = 0;         // requests that failed for good
+  uint64_t request_ns = 0;       // time in requests, summed over them
 };
 
 /// Registers the s3:// store with libdlfeed (replacing an earlier one).

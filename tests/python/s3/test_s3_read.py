@@ -136,7 +136,7 @@ def test_wrong_secret_is_a_clear_error(s3_server, uploaded, monkeypatch):
     with pytest.raises(Exception) as e:
         dlfeed.Loader(uploaded["npz"][1], batch_size=8, fields=["x", "y"])
     msg = str(e.value)
-    assert f"s3://{BUCKET}/" in msg and "403" in msg and "SignatureDoesNotMatch" in msg
+    assert f"s3://{BUCKET}/npz/ (listing): HTTP 403 SignatureDoesNotMatch" in msg
     assert "wrong-secret-value" not in msg  # secrets never in messages
 
 
@@ -173,3 +173,24 @@ def test_hdf5_and_mixed_paths_are_refused_clearly(s3_server, uploaded, tmp_path,
     with pytest.raises(Exception) as e:
         dlfeed.Loader([str(uploaded["npz"][0]), uploaded["npz"][1]], batch_size=8, fields=["x", "y"])
     assert "files or objects, not both" in str(e.value)
+
+
+def test_torch_and_tf_adaptors_take_s3_urls(s3_server, uploaded, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    _, url, x, y = uploaded["npz"]
+    import dlfeed.tf
+    import dlfeed.torch
+    import torch
+
+    ds = dlfeed.torch.Dataset(url, fields=["x", "y"], batch_size=16)
+    seen = 0
+    for xb, yb in torch.utils.data.DataLoader(ds, batch_size=None):
+        assert isinstance(xb, torch.Tensor) and xb.shape[1:] == x.shape[1:]
+        seen += len(yb)
+    assert seen == len(x)
+    import tensorflow as tf
+
+    tds = dlfeed.tf.dataset(url, fields=["x", "y"], batch_size=16)
+    labels = np.concatenate([e[1].numpy() if isinstance(e, tuple) else e["y"].numpy() for e in tds])
+    assert isinstance(tds, tf.data.Dataset)
+    assert sorted(labels.tolist()) == sorted(y.tolist())

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+// dlfeed::s3's pure parts: URLs, key encoding, where credentials and the
+// endpoint come from (environment, AWS profile files), listing XML. The
+// requests themselves are tested against a real server (tests/python/s3).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "dlfeed/io/object_store.h"
+#include "s3/client.h"
+#include "s3/config.h"
+
+namespace dlfeed::s3::detail {
+namespace {
+
+// Sets the AWS variables a test names and clears the others, restoring all at the end.
+class Env {
+ public:
+  Env() {
+    for (const char* n : kNames) {
+      if (const char* v = std::getenv(n)) saved_.emplace_back(n, v);
+      ::unsetenv(n);
+    }
+  }
+  ~Env() {
+    for (const char* n : kNames) ::unsetenv(n);
+    for (auto& [n, v] : saved_) ::setenv(n.c_str(), v.c_str(), 1);
+  }
+  void set(const char* n, const std::string& v) { ::setenv(n, v.c_str(), 1); }
+
+ private:
+  static constexpr const char* kNames[] = {
+      "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",   "AWS_REGION",
+      "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",     "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
+      "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "DLFEED_S3_ADDRESSING", "HOME"};
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::filesystem::path dir = std::filesystem::path(DLFEED_TEST_TMPDIR) / "s3_config";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(S3Url, BucketAndKey) {
+  auto a = parse_url("s3://bucket/a/b.npy");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->bucket, "bucket");
+  EXPECT_EQ(a->key, "a/b.npy");
+  auto b = parse_url("s3://bucket");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->key, "");
+  EXPECT_FALSE(parse_url("s3:///key").ok());
+  EXPECT_FALSE(parse_url("http://host/key").ok());
+}
+
+TEST(S3Url, KeysEncodedForSigV4) {
+  EXPECT_EQ(uri_encode("a b/c~d_e-f.g", true), "a%20b/c~d_e-f.g");
+  EXPECT_EQ(uri_encode("a/b", false), "a%2Fb");
+  EXPECT_EQ(uri_encode("\xc3\xa9+=", true), "%C3%A9%2B%3D");
+}
+
+TEST(ObjectUrl, SchemesAndUnregisteredStores) {
+  EXPECT_TRUE(is_object_url("s3://b/k"));
+  EXPECT_TRUE(is_object_url("gs://b/k"));
+  EXPECT_FALSE(is_object_url("/data/s3://x"));
+  EXPECT_FALSE(is_object_url("data/train"));
+  EXPECT_FALSE(is_object_url("://x"));
+  absl::StatusOr<std::shared_ptr<ObjectStore>> none = object_store_for("gs://bucket/x");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("gs://bucket/x: no object store reads gs:// URLs"), std::string::npos);
+}
+
+TEST(S3Config, EnvironmentFirst) {
+  Env env;
+  env.set("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+  env.set("AWS_SECRET_ACCESS_KEY", "sekrit-value");
+  env.set("AWS_SESSION_TOKEN", "tok");
+  env.set("AWS_DEFAULT_REGION", "eu-west-3");
+  env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:8333/");
+  auto c = current_config(Options{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key, "AKIDEXAMPLE");
+  EXPECT_EQ(c->session_token, "tok");
+  EXPECT_EQ(c->region, "eu-west-3");
+  EXPECT_EQ(c->endpoint, "http://127.0.0.1:8333");
+  EXPECT_FALSE(c->virtual_host);  // a server of one's own: path-style
+  EXPECT_EQ(request_url(*c, Location{"b", "x/y z"}), "http://127.0.0.1:8333/b/x/y%20z");
+  env.set("AWS_ENDPOINT_URL_S3", "https://s3.example.org");
+  env.set("DLFEED_S3_ADDRESSING", "virtual");
+  c = current_config(Options{});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(request_url(*c, Location{"b", "k"}), "https://b.s3.example.org/k");
+}
+
+TEST(S3Config, AwsDefaultsAreVirtualHosted) {
+  Env env;
+  env.set("AWS_ACCESS_KEY_ID", "AKID");
+  env.set("AWS_SECRET_ACCESS_KEY", "s");
+  env.set("HOME", "/nonexistent");
+  auto c = current_config(Options{});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->region, "us-east-1");
+  EXPECT_EQ(request_url(*c, Location{"bkt", "a/b"}), "https://bkt.s3.us-east-1.amazonaws.com/a/b");
+}
+
+TEST(S3Config, ProfileFiles) {
+  Env env;
+  env.set("AWS_SHARED_CREDENTIALS_FILE",
+          write_file("credentials", "[default]\naws_access_key_id = D\naws_secret_access_key = DS\n\n"
+                                    "[lab]\naws_access_key_id = LAB\naws_secret_access_key = LABSECRET\n"));
+  env.set("AWS_CONFIG_FILE", write_file("config", "[default]\nregion = us-west-2\n[profile lab]\nregion = "
+                                                  "ap-south-1\nendpoint_url = http://10.0.0.1:9000\n"));
+  auto c = current_config(Options{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key, "D");
+  EXPECT_EQ(c->region, "us-west-2");
+  env.set("AWS_PROFILE", "lab");
+  c = current_config(Options{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key, "LAB");
+  EXPECT_EQ(c->secret_key, "LABSECRET");
+  EXPECT_EQ(c->region, "ap-south-1");
+  EXPECT_EQ(c->endpoint, "http://10.0.0.1:9000");
+  EXPECT_NE(c->where.find("profile lab"), std::string::npos);
+}
+
+TEST(S3Config, NoCredentialsSaysWhereItLooked) {
+  Env env;
+  env.set("HOME", "/nonexistent");
+  env.set("AWS_SECRET_ACCESS_KEY", "only-the-secret");
+  auto c = current_config(Options{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(c.status()));
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find("AWS_ACCESS_KEY_ID"), std::string::npos);
+  EXPECT_EQ(msg.find("only-the-secret"), std::string::npos);
+  env.set("AWS_ACCESS_KEY_ID", "A");
+  env.set("AWS_ENDPOINT_URL", "ftp://x");
+  c = current_config(Options{});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("not an http:// or https:// URL"), std::string::npos);
+}
+
+TEST(S3Xml, ListingValuesAndEntities) {
+  const std::string xml =
+      "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>a&amp;b &lt;1&gt;.npy</Key><Size>12</Size>"
+      "<ETag>&quot;abc&quot;</ETag></Contents><Contents><Key>c.npy</Key><Size>3</Size></Contents>"
+      "<NextContinuationToken>t+/=</NextContinuationToken></ListBucketResult>";
+  std::vector<absl::string_view> items = xml_blocks(xml, "Contents");
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(xml_values(items[0], "Key"), std::vector<std::string>{"a&b <1>.npy"});
+  EXPECT_EQ(xml_values(items[0], "ETag"), std::vector<std::string>{"\"abc\""});
+  EXPECT_TRUE(xml_values(items[1], "ETag").empty());
+  EXPECT_EQ(xml_values(xml, "NextContinuationToken"), std::vector<std::string>{"t+/="});
+  EXPECT_TRUE(xml_blocks("<Contents><Key>x</Key>", "Contents").empty());  // unterminated: nothing
+}
+
+}  // namespace
+}  // namespace dlfeed::s3::detail
