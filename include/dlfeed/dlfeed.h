@@ -4,7 +4,8 @@
 //   #include "dlfeed/dlfeed.h"
 //
 // Not here: dlfeed/mpi/mpi.h (the dlfeed::mpi component, which needs MPI's
-// headers), dlfeed/detail/ (internals shared with dlfeed's own tools and
+// headers), dlfeed/s3/s3.h (the dlfeed::s3 component, linked on its own),
+// dlfeed/detail/ (internals shared with dlfeed's own tools and
 // tests). The dataset writers and raw-read measurements behind the dlfeed
 // command line are private (src/dev/, src/dev/raw_read.h).
 // tests/umbrella_check.cmake keeps this list complete.
@@ -25,6 +26,7 @@
 #include "dlfeed/format/zip.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/io_backend.h"
+#include "dlfeed/io/object_store.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/loader_state.h"
 #include "dlfeed/order/order.h"
