@@ -215,6 +215,15 @@ void bind_loader_option_structs(py::module_& m) {
                      "Most bytes of copies this rank keeps there; files that do not fit are read from the source")
       .def_readwrite("sync", &staging::StageOptions::sync, "fsync each copy before renaming it into place");
 
+  describe<ObjectCacheOptions>("ObjectCacheOptions");
+  py::class_<ObjectCacheOptions>(m, "ObjectCacheOptions",
+                                 "A node-local folder keeping bytes fetched from an object store (C++ "
+                                 "ObjectCacheOptions).")
+      .def(py::init<>())
+      .def_readwrite("dir", &ObjectCacheOptions::dir, "The folder; empty: no cache")
+      .def_readwrite("max_bytes", &ObjectCacheOptions::max_bytes,
+                     "Most bytes kept (0: no bound); once full, what it holds stays");
+
   describe<LoaderTuning>("LoaderTuning");
   py::class_<LoaderTuning>(m, "LoaderTuning",
                            "Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API.")
@@ -313,6 +322,8 @@ void bind_loader_options(py::module_& m) {
                      "may use, at least 2); this loader's own")
       .def_readwrite("trace", &LoaderOptions::trace, "Trace events (the counters themselves are always on)")
       .def_readwrite("stage", &LoaderOptions::stage, "Node-local staging (off while stage.dir is empty)")
+      .def_readwrite("object_cache", &LoaderOptions::object_cache,
+                     "s3:// paths: a node-local cache of the bytes fetched (off while object_cache.dir is empty)")
       .def_readwrite("advanced", &LoaderOptions::advanced,
                      "The engines, read-ahead, read merging: the defaults follow the machine and the data");
 }

@@ -59,6 +59,10 @@ PYBIND11_MODULE(_dlfeed, m) {
         d["retry_short"] = s.retry_short;
         d["failures"] = s.failures;
         d["request_seconds"] = static_cast<double>(s.request_ns) / 1e9;
+        d["cache_hits"] = s.cache_hits;
+        d["cache_bytes"] = s.cache_bytes;
+        d["cache_kept"] = s.cache_kept;
+        d["cache_damaged"] = s.cache_damaged;
         return d;
       },
       "This process's requests to object stores since it started (counts, bytes, retries by cause).");

@@ -36,6 +36,7 @@
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/io_backend.h"
+#include "dlfeed/io/object_store.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/plan/plan.h"
 #include "dlfeed/plan/policy.h"
@@ -242,6 +243,9 @@ struct DLFEED_EXPORT LoaderOptions {
   /// folder) from the copy, the others from the source. Sample ids and bytes
   /// are the same either way, so the order and the data do not change.
   staging::StageOptions stage;
+  /// Paths that are objects of a store (s3://): a node-local folder keeping
+  /// the bytes fetched (docs/object-storage.md). Ignored for files.
+  ObjectCacheOptions object_cache;
   /// The engines, read-ahead, read merging and plug-ins (AdvancedOptions):
   /// the defaults follow the machine and the data.
   AdvancedOptions advanced;

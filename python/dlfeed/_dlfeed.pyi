@@ -151,6 +151,14 @@ class StageOptions:
     sync: bool
     """fsync each copy before renaming it into place"""
 
+class ObjectCacheOptions:
+    """A node-local folder keeping bytes fetched from an object store (C++ ObjectCacheOptions)."""
+    def __init__(self) -> None: ...
+    dir: str
+    """The folder; empty: no cache"""
+    max_bytes: int
+    """Most bytes kept (0: no bound); once full, what it holds stays"""
+
 class LoaderTuning:
     """Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API."""
     def __init__(self) -> None: ...
@@ -210,6 +218,8 @@ class LoaderOptions:
     """Trace events (the counters themselves are always on)"""
     stage: StageOptions
     """Node-local staging (off while stage.dir is empty)"""
+    object_cache: ObjectCacheOptions
+    """s3:// paths: a node-local cache of the bytes fetched (off while object_cache.dir is empty)"""
     advanced: AdvancedOptions
     """The engines, read-ahead, read merging: the defaults follow the machine and the data"""
     buffer_allocator: bool
@@ -513,3 +523,6 @@ class PinnedAllocator:
 
 def page_locked_allocator(register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex, min_bytes: typing.SupportsInt | typing.SupportsIndex = ..., flags: typing.SupportsInt | typing.SupportsIndex = ...) -> PinnedAllocator:
     """An allocator for the batch pool that registers each buffer of at least min_bytes with register_fn(ptr, bytes, flags) -> int (cudaHostRegister's address; flags 1: portable) and unregisters it with unregister_fn(ptr) (cudaHostUnregister's) before freeing it."""
+
+def s3_stats() -> dict:
+    """This process's requests to object stores since it started (counts, bytes, retries by cause)."""

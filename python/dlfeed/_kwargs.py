@@ -95,6 +95,9 @@ class OptionKwargs(TypedDict, total=False):
     stage_dir: Optional[PathLike]
     stage_limit: Optional[int]
     stage_sync: Optional[bool]
+    # object stores (ObjectCacheOptions)
+    cache_dir: Optional[PathLike]
+    cache_limit: Optional[int]
     # {field: dtype}: LoaderOptions field_dtypes
     dtypes: Optional[Mapping[str, Any]]
     # {field: sample shape}: LoaderOptions field_shapes, and a view of the decoded samples

@@ -156,6 +156,9 @@ KEYWORDS: Dict[str, Keyword] = {
     "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath),
     "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),
+    # object stores (ObjectCacheOptions)
+    "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath),
+    "cache_limit": Keyword("object_cache.max_bytes", "cache-limit"),
     # per field: shape and dtype where the files do not record them (TFRecord features)
     "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
                       note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "

@@ -199,7 +199,9 @@ std::vector<std::string> idx_candidates(const std::string& data_path, const Form
     // normalised as a path would be ("s3://" is no empty component).
     const size_t slash = data_path.rfind('/');
     const size_t up = slash == 0 || slash == std::string::npos ? std::string::npos : data_path.rfind('/', slash - 1);
-    if (up == std::string::npos) return out;
+    // The split folder is a folder of the key, never the bucket (s3://train/x).
+    const size_t key_start = data_path.find('/', data_path.find("://") + 3);
+    if (up == std::string::npos || key_start == std::string::npos || up < key_start) return out;
     const std::string split = data_path.substr(up + 1, slash - up - 1);
     if (split == "train" || split == "valid") {
       out.push_back(absl::StrCat(data_path.substr(0, up), "/index/", split, "/", name));

@@ -14,19 +14,21 @@
 #include "dlfeed/error.h"
 #include "dlfeed/io/object_store.h"
 #include "index/folder_walk.h"
+#include "index/index_cache.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
 namespace {
 
-// Whether `rel` (a key below the listed prefix) is read as a data file: not
-// under a DLIO index/ folder at the top, no component hidden.
+// Whether `rel` (a key below the listed prefix) is read as a data file, as
+// a folder walk reads one: not in a folder named index/ (DLIO's TFRecord
+// sidecars) or .dlfeed/ (the index cache), at any depth.
 bool listed_as_data(absl::string_view rel) {
-  if (absl::StartsWith(rel, "index/")) return false;
-  for (absl::string_view part : absl::StrSplit(rel, '/')) {
-    if (part.empty() || part[0] == '.') return false;
+  std::vector<absl::string_view> parts = absl::StrSplit(rel, '/');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i] == "index" || parts[i] == kCacheFolder) return false;
   }
-  return true;
+  return !parts.back().empty();
 }
 
 std::string parent_of(absl::string_view url) {
@@ -41,6 +43,7 @@ absl::Status list_remote(const std::string& url, const FormatOptions& options, G
   DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
   const std::string given(absl::StripSuffix(url, "/"));
   // An object of that name is a file (the URL named it, whatever it holds).
+  absl::Status head = absl::OkStatus();
   if (!absl::EndsWith(url, "/")) {
     absl::StatusOr<ObjectInfo> one = store->head(given);
     if (one.ok()) {
@@ -49,9 +52,11 @@ absl::Status list_remote(const std::string& url, const FormatOptions& options, G
     }
     // A HEAD refused has no body to say why: the listing's answer will.
     if (!absl::IsNotFound(one.status()) && !absl::IsPermissionDenied(one.status())) return one.status();
+    head = one.status();
   }
   DLFEED_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->list(given + "/"));
   if (objects.empty()) {
+    if (absl::IsPermissionDenied(head)) return head;  // listed nothing, but the object was refused
     return absl::NotFoundError(absl::StrCat(given, ": no object of that name and none under ", given, "/"));
   }
   std::string prefix = given + "/";

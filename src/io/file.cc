@@ -128,8 +128,13 @@ absl::StatusOr<size_t> File::read_some(uint64_t offset, std::span<std::byte> out
   std::lock_guard<std::mutex> lock(r.mu);
   if (offset < r.block_at || offset + want > r.block_at + r.block.size()) {
     r.block.resize(static_cast<size_t>(std::min<uint64_t>(Remote::kBlock, size_ - offset)));
-    DLFEED_ASSIGN_OR_RETURN(size_t got, r.store->read(path_, offset, std::span<std::byte>(r.block)));
-    r.block.resize(got);
+    absl::StatusOr<size_t> got = r.store->read(path_, offset, std::span<std::byte>(r.block));
+    if (!got.ok()) {  // no partial block kept
+      r.block.clear();
+      r.block_at = 0;
+      return got.status();
+    }
+    r.block.resize(*got);
     r.block_at = offset;
   }
   const size_t have = static_cast<size_t>(std::min<uint64_t>(want, r.block_at + r.block.size() - offset));

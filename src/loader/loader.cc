@@ -386,6 +386,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   } else if (options.advanced.prefetch != "auto") {
     DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.advanced.prefetch));
   }
+  DLFEED_RETURN_IF_ERROR(detail::use_object_cache(options));
   DLFEED_RETURN_IF_ERROR(
       detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);

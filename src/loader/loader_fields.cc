@@ -177,6 +177,16 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
   }
 }
 
+absl::Status use_object_cache(const LoaderOptions& options) {
+  if (options.object_cache.dir.empty()) return absl::OkStatus();
+  for (const std::string& p : options.paths) {
+    if (!is_object_url(p)) continue;
+    DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(p));
+    DLFEED_RETURN_IF_ERROR(store->use_cache(options.object_cache));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices) {
   size_t urls = 0, all = 0;
   const std::string* url = nullptr;

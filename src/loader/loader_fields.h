@@ -45,6 +45,10 @@ std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<S
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,
                std::vector<std::string>& file_names);
 
+/// The object cache (LoaderOptions::object_cache) for the stores of the
+/// paths that are URLs, before they are indexed: headers read from it too.
+absl::Status use_object_cache(const LoaderOptions& options);
+
 /// When the fields' files are objects of a store (URLs): its backend reads
 /// them (AdvancedOptions::io_factory, unless one is given), with no
 /// read-ahead hints to files. Files and URLs in one loader, or staging of

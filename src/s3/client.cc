@@ -39,7 +39,7 @@ class Pacer {
       std::lock_guard<std::mutex> lock(mu_);
       const Clock::time_point now = Clock::now();
       t = std::max(now, paused_until_);
-      if (per_second > 0) {
+      if (per_second >= 1e-3) {
         t = std::max(t, next_slot_);
         next_slot_ = t + std::chrono::nanoseconds(static_cast<int64_t>(1e9 / per_second));
       }
@@ -65,8 +65,29 @@ struct Sink {
   const Request* req = nullptr;
   Response* resp = nullptr;
   CURL* h = nullptr;
+  const std::atomic<bool>* cancel = nullptr;
   bool too_long = false;
+  bool checked = false;  // the response's range was compared with the one asked
+  bool wrong_range = false;
 };
+
+// "bytes FIRST-LAST/TOTAL" (TOTAL may be "*").
+bool parse_content_range(absl::string_view v, uint64_t& first, uint64_t& last) {
+  if (!absl::ConsumePrefix(&v, "bytes ")) return false;
+  const size_t dash = v.find('-'), slash = v.find('/');
+  if (dash == absl::string_view::npos || slash == absl::string_view::npos || slash < dash) return false;
+  return absl::SimpleAtoi(v.substr(0, dash), &first) && absl::SimpleAtoi(v.substr(dash + 1, slash - dash - 1), &last);
+}
+
+// Whether the response carries exactly the bytes asked: a 206 of that
+// range, or a 200 of the whole object when the range starts at 0 and is it.
+bool right_range(const Request& r, long code, const Response& resp) {
+  if (code == 206) {
+    uint64_t first = 0, last = 0;
+    return parse_content_range(resp.content_range, first, last) && first == r.offset && last == r.offset + r.length - 1;
+  }
+  return r.offset == 0 && resp.content_length == r.length;
+}
 
 size_t on_body(char* p, size_t size, size_t n, void* user) {
   auto* s = static_cast<Sink*>(user);
@@ -74,6 +95,11 @@ size_t on_body(char* p, size_t size, size_t n, void* user) {
   long code = 0;
   curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
   if (s->req->ranged && (code == 200 || code == 206)) {
+    if (!s->checked) {
+      s->checked = true;
+      s->wrong_range = !right_range(*s->req, code, *s->resp);
+      if (s->wrong_range) return 0;  // aborts: not the bytes asked
+    }
     if (s->resp->placed + total > s->req->dest.size()) {
       s->too_long = true;
       return 0;  // aborts the transfer: a longer body than the range asked
@@ -93,6 +119,7 @@ size_t on_header(char* p, size_t size, size_t n, void* user) {
   absl::string_view line(p, total);
   if (absl::StartsWith(line, "HTTP/")) {  // a new response (after a 100 Continue, a redirect)
     s->resp->etag.clear();
+    s->resp->content_range.clear();
     s->resp->content_length = 0;
     return total;
   }
@@ -102,7 +129,14 @@ size_t on_header(char* p, size_t size, size_t n, void* user) {
   const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
   if (name == "etag") s->resp->etag = std::string(value);
   if (name == "content-length") (void)absl::SimpleAtoi(value, &s->resp->content_length);
+  if (name == "content-range") s->resp->content_range = std::string(value);
   return total;
+}
+
+// Ends a transfer when the request is cancelled.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* s = static_cast<const Sink*>(user);
+  return s->cancel != nullptr && s->cancel->load(std::memory_order_relaxed) ? 1 : 0;
 }
 
 std::string xml_unescape(absl::string_view s) {
@@ -134,7 +168,7 @@ std::string server_says(const Response& resp) {
   return s;
 }
 
-enum class Verdict { kDone, kRetryThrottled, kRetryServer, kRetryNetwork, kRetryShort, kFail };
+enum class Verdict { kDone, kRetryThrottled, kRetryServer, kRetryNetwork, kRetryShort, kFail, kCancelled };
 
 bool network_error(CURLcode rc) {
   switch (rc) {
@@ -160,6 +194,7 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   std::string url = request_url(c, r.loc);
   if (!r.query.empty()) absl::StrAppend(&url, "?", r.query);
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);  // a key's "./" and "../" are its own, not to be resolved
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
@@ -181,7 +216,12 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   }
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   if (r.method == Method::kHead) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-  sink = Sink{&r, &resp, h, false};
+  sink.req = &r;
+  sink.resp = &resp;
+  sink.h = h;
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &sink);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -189,32 +229,52 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   errbuf[0] = '\0';
   const CURLcode rc = curl_easy_perform(h);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.code);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);  // the caller's buffer does not outlive the call
   curl_slist_free_all(headers);
   return rc;
 }
 
 Verdict judge(const Request& r, CURLcode rc, const Response& resp, const Sink& sink) {
-  if (sink.too_long) return Verdict::kRetryShort;
+  if (sink.cancel != nullptr && sink.cancel->load(std::memory_order_relaxed)) return Verdict::kCancelled;
+  if (sink.wrong_range || sink.too_long) return Verdict::kFail;  // the server does not honour the Range
   if (rc != CURLE_OK) return network_error(rc) ? Verdict::kRetryNetwork : Verdict::kFail;
-  if (resp.code == 503) return Verdict::kRetryThrottled;
-  if (resp.code == 500 || resp.code == 502 || resp.code == 504) return Verdict::kRetryServer;
+  if (resp.code == 503 || resp.code == 429) return Verdict::kRetryThrottled;
+  if (resp.code == 500 || resp.code == 502 || resp.code == 504 || resp.code == 408) return Verdict::kRetryServer;
+  if (resp.code == 400 && absl::StrContains(resp.body, "<Code>RequestTimeout</Code>")) return Verdict::kRetryServer;
   if (resp.code < 200 || resp.code >= 300) return Verdict::kFail;
   if (r.ranged && resp.placed != r.length) return Verdict::kRetryShort;
   return Verdict::kDone;
 }
 
-absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const char* errbuf, uint32_t tries) {
+absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const Sink& sink, const char* errbuf,
+                     uint32_t tries) {
   const std::string what = what_of(r);
   const std::string after = tries > 1 ? absl::StrCat(" (after ", tries, " tries)") : "";
-  if (rc != CURLE_OK && resp.code == 0) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf, after));
+  const size_t slash = resp.content_range.rfind('/');
+  uint64_t total = 0;
+  if (sink.wrong_range && slash != std::string::npos &&
+      absl::SimpleAtoi(absl::string_view(resp.content_range).substr(slash + 1), &total) &&
+      total < r.offset + r.length) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": the object is now ", total, " bytes (changed since it was listed?); no bytes taken"));
   }
-  if (rc == CURLE_OK && r.ranged && resp.code / 100 == 2 && resp.placed != r.length) {
+  if (sink.wrong_range || sink.too_long) {
+    return absl::DataLossError(absl::StrCat(what, ": the server answered HTTP ", resp.code, " with Content-Range '",
+                                            resp.content_range, "' and Content-Length ", resp.content_length,
+                                            sink.too_long ? " (a longer body than asked)" : "",
+                                            " to Range bytes=", r.offset, "-", r.offset + r.length - 1,
+                                            ": a server or proxy that does not honour ranges; no bytes taken"));
+  }
+  if (rc != CURLE_OK) {
+    const std::string after_code = resp.code ? absl::StrCat(" (after HTTP ", resp.code, ")") : "";
+    return absl::UnavailableError(
+        absl::StrCat(what, ": ", curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf, after_code, after));
+  }
+  if (r.ranged && resp.code / 100 == 2 && resp.placed != r.length) {
     return absl::DataLossError(
         absl::StrCat(what, ": the server sent ", resp.placed, " bytes of the ", r.length, " asked", after));
   }
   std::string says = server_says(resp);
-  if (rc != CURLE_OK) absl::StrAppend(&says, " (", curl_easy_strerror(rc), ")");
   if (r.method == Method::kHead && resp.body.empty() && resp.code == 403) {
     absl::StrAppend(&says, " (a HEAD has no body to say why: wrong credentials, or no permission on the object)");
   }
@@ -246,7 +306,8 @@ Counters& counters() {
   return *c;
 }
 
-absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r) {
+absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r,
+                                 const std::atomic<bool>* cancel) {
   if (conn.handle() == nullptr) return absl::InternalError("s3: curl_easy_init failed");
   Counters& n = counters();
   thread_local std::minstd_rand jitter(std::random_device{}());
@@ -254,8 +315,12 @@ absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Option
   char errbuf[CURL_ERROR_SIZE];
   for (uint32_t attempt = 1;; ++attempt) {
     pacer().wait(o.max_requests_per_second);
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat(what_of(r), ": cancelled (the reader is closing)"));
+    }
     Response resp;
     Sink sink;
+    sink.cancel = cancel;
     const Clock::time_point t0 = Clock::now();
     const CURLcode rc = try_once(conn, c, o, r, resp, sink, errbuf);
     n.requests.fetch_add(1, std::memory_order_relaxed);
@@ -269,10 +334,13 @@ absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Option
       }
       return resp;
     }
+    if (v == Verdict::kCancelled) {
+      return absl::CancelledError(absl::StrCat(what_of(r), ": cancelled (the reader is closing)"));
+    }
     if (v == Verdict::kFail || attempt >= tries) {
       // Asking whether an object exists is no failure.
       if (r.method != Method::kHead || resp.code != 404) n.failures.fetch_add(1, std::memory_order_relaxed);
-      return failure(r, rc, resp, errbuf, attempt);
+      return failure(r, rc, resp, sink, errbuf, attempt);
     }
     n.retries.fetch_add(1, std::memory_order_relaxed);
     switch (v) {
@@ -286,7 +354,11 @@ absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Option
     const auto wait = std::chrono::milliseconds(cap / 2 + (cap > 1 ? jitter() % (cap / 2 + 1) : 0));
     // The server asks the process to slow down, not this one request.
     if (v == Verdict::kRetryThrottled) pacer().pause(wait);
-    std::this_thread::sleep_for(wait);
+    // In steps, so that a cancel is seen.
+    for (const Clock::time_point until = Clock::now() + wait; Clock::now() < until;) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
+      std::this_thread::sleep_until(std::min(until, Clock::now() + std::chrono::milliseconds(20)));
+    }
   }
 }
 

@@ -25,6 +25,9 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   CURL* handle() const { return h_; }
+  /// Lets go of a handle inherited through fork(): its connection is the
+  /// parent's, so it is neither used nor closed here.
+  void abandon() { h_ = nullptr; }
 
  private:
   CURL* h_;
@@ -44,6 +47,7 @@ struct Request {
 
 struct Response {
   long code = 0;
+  std::string content_range;
   std::string body;   // a listing's XML; an error's
   size_t placed = 0;  // bytes put in dest
   uint64_t content_length = 0;
@@ -54,7 +58,10 @@ struct Response {
 /// backoff) on throttling, server errors, network errors and short bodies.
 /// A 2xx is OK; 404 NotFound, 403 PermissionDenied, 416 OutOfRange, others
 /// an error naming the object, the range, the server's code and message.
-absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r);
+/// `cancel`, when given and set, ends the request (and its retries) soon,
+/// with Cancelled.
+absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r,
+                                 const std::atomic<bool>* cancel = nullptr);
 
 /// The text of each <tag>...</tag> in `xml` (entities decoded), in order.
 std::vector<std::string> xml_values(absl::string_view xml, absl::string_view tag);
@@ -64,7 +71,8 @@ std::vector<absl::string_view> xml_blocks(absl::string_view xml, absl::string_vi
 /// The process's counters (s3::stats()).
 struct Counters {
   std::atomic<uint64_t> requests{0}, gets{0}, lists{0}, heads{0}, bytes{0}, retries{0}, retry_throttled{0},
-      retry_server{0}, retry_network{0}, retry_short{0}, failures{0}, request_ns{0};
+      retry_server{0}, retry_network{0}, retry_short{0}, failures{0}, request_ns{0}, cache_hits{0}, cache_bytes{0},
+      cache_kept{0}, cache_damaged{0};
 };
 Counters& counters();
 

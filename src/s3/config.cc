@@ -138,7 +138,10 @@ absl::StatusOr<Config> current_config(const Options& o) {
 
 std::string request_url(const Config& c, const Location& loc) {
   const std::string key = uri_encode(loc.key, true);
-  if (!c.virtual_host) return absl::StrCat(c.endpoint, "/", loc.bucket, "/", key);
+  // A bucket with a dot is no single DNS label: HTTPS's wildcard certificate
+  // does not cover bucket.with.dots.HOST, so it goes path-style.
+  if (!c.virtual_host || loc.bucket.find('.') != std::string::npos)
+    return absl::StrCat(c.endpoint, "/", loc.bucket, "/", key);
   const size_t scheme_end = c.endpoint.find("://") + 3;
   return absl::StrCat(c.endpoint.substr(0, scheme_end), loc.bucket, ".", c.endpoint.substr(scheme_end), "/", key);
 }

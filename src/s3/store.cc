@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The s3:// store: listings, heads and ranged reads for indexing, and the
 // backend the loader's engines read samples with.
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +24,7 @@
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/object_store.h"
 #include "dlfeed/s3/s3.h"
+#include "s3/cache.h"
 #include "s3/client.h"
 #include "s3/config.h"
 
@@ -37,16 +41,60 @@ uint32_t connections_of(const Options& o) {
   return std::clamp(n, 1u, 256u);
 }
 
+// Bytes [offset, offset + dest.size()) of `info`'s object: from the cache
+// when it holds them, else by a ranged GET, of the whole pieces around
+// them (kept) while the cache has room.
+absl::Status fetch(Connection& conn, const Config& c, const Options& o, PieceCache* cache, const ObjectInfo& info,
+                   const Location& loc, uint64_t offset, std::span<std::byte> dest, std::vector<std::byte>& scratch,
+                   const std::atomic<bool>* cancel = nullptr) {
+  Counters& n = counters();
+  if (cache != nullptr && cache->read(info, offset, dest)) {
+    n.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    n.cache_bytes.fetch_add(dest.size(), std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  Request q;
+  q.loc = loc;
+  q.ranged = true;
+  if (cache != nullptr && offset + dest.size() <= info.size) {
+    constexpr uint64_t kPiece = PieceCache::kPiece;
+    const uint64_t first = offset / kPiece * kPiece;
+    const uint64_t end = std::min<uint64_t>(info.size, (offset + dest.size() + kPiece - 1) / kPiece * kPiece);
+    if (cache->has_room(end - first)) {
+      scratch.resize(end - first);
+      q.offset = first;
+      q.length = end - first;
+      q.dest = std::span<std::byte>(scratch);
+      DLFEED_RETURN_IF_ERROR(perform(conn, c, o, q, cancel).status());
+      std::memcpy(dest.data(), scratch.data() + (offset - first), dest.size());
+      cache->keep(info, first, scratch);
+      return absl::OkStatus();
+    }
+  }
+  q.offset = offset;
+  q.length = dest.size();
+  q.dest = dest;
+  return perform(conn, c, o, q, cancel).status();
+}
+
+class Store;
+
 // Reads the FileTable's objects with `connections` threads, each a kept-alive
 // connection doing one ranged GET at a time.
 class Backend final : public IoBackend {
  public:
-  Backend(std::shared_ptr<FileTable> files, Options o, Config c)
-      : files_(std::move(files)), o_(std::move(o)), c_(std::move(c)) {
+  Backend(std::shared_ptr<FileTable> files, Options o, Config c, std::shared_ptr<Store> store,
+          std::shared_ptr<PieceCache> cache)
+      : files_(std::move(files)),
+        o_(std::move(o)),
+        c_(std::move(c)),
+        store_(std::move(store)),
+        cache_(std::move(cache)) {
     const uint32_t n = connections_of(o_);
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
   }
   ~Backend() override {
+    cancel_.store(true, std::memory_order_relaxed);  // requests in flight and their retries end soon
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -60,8 +108,21 @@ class Backend final : public IoBackend {
     const size_t n_files = files_->size();
     for (const ReadRequest& r : requests) {
       if (r.file >= n_files) return absl::InvalidArgumentError(absl::StrCat("s3: unknown file id ", r.file));
-      if (r.length > 0 && r.dest == nullptr && r.piece_count == 0) {
-        return absl::InvalidArgumentError("s3: a read with no destination");
+      if (r.offset + r.length < r.offset) return absl::InvalidArgumentError("s3: a read past 2^64");
+      if (r.piece_count == 0) {
+        if (r.length > 0 && r.dest == nullptr) return absl::InvalidArgumentError("s3: a read with no destination");
+        continue;
+      }
+      uint64_t sum = 0;
+      for (uint32_t k = 0; k < r.piece_count; ++k) {
+        if (r.pieces == nullptr || (r.pieces[k].length > 0 && r.pieces[k].dest == nullptr)) {
+          return absl::InvalidArgumentError("s3: a scattered read's piece has no destination");
+        }
+        sum += r.pieces[k].length;
+      }
+      if (r.piece_count > kMaxReadPieces || sum != r.length || (r.checksum && r.checksum_piece >= r.piece_count)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("s3: a scattered read of ", r.length, " bytes whose ", r.piece_count, " pieces hold ", sum));
       }
     }
     {
@@ -103,7 +164,7 @@ class Backend final : public IoBackend {
  private:
   void work() {
     Connection conn;
-    std::vector<std::byte> scratch;
+    std::vector<std::byte> scratch, fetched;
     for (;;) {
       ReadRequest r;
       {
@@ -113,7 +174,7 @@ class Backend final : public IoBackend {
         r = queue_.front();
         queue_.pop_front();
       }
-      ReadCompletion c = read(conn, r, scratch);
+      ReadCompletion c = read(conn, r, scratch, fetched);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (c.status.ok()) {
@@ -129,7 +190,8 @@ class Backend final : public IoBackend {
     }
   }
 
-  ReadCompletion read(Connection& conn, const ReadRequest& r, std::vector<std::byte>& scratch) {
+  ReadCompletion read(Connection& conn, const ReadRequest& r, std::vector<std::byte>& scratch,
+                      std::vector<std::byte>& fetched) {
     ReadCompletion c;
     c.user_data = r.user_data;
     if (r.length == 0) return c;
@@ -144,15 +206,13 @@ class Backend final : public IoBackend {
       scratch.resize(r.length);
       dest = std::span<std::byte>(scratch);
     }
-    Request q;
-    q.loc = *std::move(loc);
-    q.ranged = true;
-    q.offset = r.offset;
-    q.length = r.length;
-    q.dest = dest;
-    absl::StatusOr<Response> got = perform(conn, c_, o_, q);
-    if (!got.ok()) {
-      c.status = got.status();
+    absl::StatusOr<ObjectInfo> info = object_info(url);
+    if (!info.ok()) {
+      c.status = info.status();
+      return c;
+    }
+    if (absl::Status st = fetch(conn, c_, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel_); !st.ok()) {
+      c.status = st;
       return c;
     }
     c.bytes = r.length;
@@ -172,20 +232,25 @@ class Backend final : public IoBackend {
     return c;
   }
 
+  absl::StatusOr<ObjectInfo> object_info(const std::string& url);
+
   std::shared_ptr<FileTable> files_;
   const Options o_;
   const Config c_;
+  const std::shared_ptr<Store> store_;
+  const std::shared_ptr<PieceCache> cache_;
   mutable std::mutex mu_;
   std::condition_variable wake_, done_cv_;
   std::deque<ReadRequest> queue_;
   std::vector<ReadCompletion> done_;
   size_t in_flight_ = 0;
   bool stop_ = false;
+  std::atomic<bool> cancel_{false};
   IoStats stats_;
   std::vector<std::thread> threads_;
 };
 
-class Store final : public ObjectStore {
+class Store final : public ObjectStore, public std::enable_shared_from_this<Store> {
  public:
   explicit Store(Options o) : o_(std::move(o)) {}
   std::string scheme() const override { return "s3"; }
@@ -195,6 +260,7 @@ class Store final : public ObjectStore {
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
     std::vector<ObjectInfo> out;
     std::string token;
+    uint64_t pages = 0;
     Lease conn(*this);
     do {
       Request r;
@@ -221,7 +287,14 @@ class Store final : public ObjectStore {
       }
       std::vector<std::string> truncated = xml_values(resp->body, "IsTruncated");
       std::vector<std::string> next = xml_values(resp->body, "NextContinuationToken");
-      token = !truncated.empty() && truncated[0] == "true" && !next.empty() ? next[0] : "";
+      const bool more = !truncated.empty() && truncated[0] == "true";
+      if (more && (next.empty() || next[0] == token)) {
+        return absl::DataLossError(absl::StrCat(prefix, ": listing page ", ++pages, " says IsTruncated but gives ",
+                                                next.empty() ? "no NextContinuationToken" : "the same token again",
+                                                ": the listing would be incomplete"));
+      }
+      ++pages;
+      token = more ? next[0] : "";
     } while (!token.empty());
     std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.url < b.url; });
     std::lock_guard<std::mutex> lock(mu_);
@@ -258,22 +331,37 @@ class Store final : public ObjectStore {
     if (offset >= info.size) return 0;
     const uint64_t n = std::min<uint64_t>(out.size(), info.size - offset);
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
-    Request r;
-    r.loc = *parse_url(url);
-    r.ranged = true;
-    r.offset = offset;
-    r.length = n;
-    r.dest = out.first(static_cast<size_t>(n));
+    DLFEED_ASSIGN_OR_RETURN(Location loc, parse_url(url));
     Lease conn(*this);
-    absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
-    if (!resp.ok()) return annotate(resp.status(), url, c);
+    std::vector<std::byte> scratch;
+    absl::Status st = fetch(*conn, c, o_, cache().get(), info, loc, offset, out.first(static_cast<size_t>(n)), scratch);
+    if (!st.ok()) return annotate(st, url, c);
     return static_cast<size_t>(n);
+  }
+
+  absl::Status use_cache(const ObjectCacheOptions& o) override {
+    std::shared_ptr<PieceCache> cache;
+    if (!o.dir.empty()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (cache_ && cache_->dir() == o.dir) return absl::OkStatus();
+      }
+      DLFEED_ASSIGN_OR_RETURN(cache, PieceCache::open(o));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_ = std::move(cache);
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<PieceCache> cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_;
   }
 
   absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,
                                                           IoOptions /*options*/) override {
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
-    return std::unique_ptr<IoBackend>(new Backend(std::move(files), o_, std::move(c)));
+    return std::unique_ptr<IoBackend>(new Backend(std::move(files), o_, std::move(c), shared_from_this(), cache()));
   }
 
  private:
@@ -282,6 +370,11 @@ class Store final : public ObjectStore {
    public:
     explicit Lease(Store& s) : s_(s) {
       std::lock_guard<std::mutex> lock(s_.mu_);
+      if (s_.pid_ != ::getpid()) {  // a child of fork(): the idle connections are the parent's
+        for (auto& c : s_.idle_) c->abandon();
+        s_.idle_.clear();
+        s_.pid_ = ::getpid();
+      }
       if (!s_.idle_.empty()) {
         c_ = std::move(s_.idle_.back());
         s_.idle_.pop_back();
@@ -307,7 +400,8 @@ class Store final : public ObjectStore {
   static absl::Status annotate(const absl::Status& st, const std::string& url, const Config& c) {
     std::string hint;
     if (absl::IsPermissionDenied(st)) {
-      hint = absl::StrCat("; the credentials came from ", c.where, ", access key ", c.access_key.substr(0, 4), "...");
+      hint = absl::StrCat("; the credentials came from ", c.where, ", access key ...",
+                          c.access_key.substr(c.access_key.size() > 4 ? c.access_key.size() - 4 : 0));
     } else if (absl::IsUnavailable(st)) {
       hint = absl::StrCat("; the endpoint is ", c.endpoint, " (AWS_ENDPOINT_URL)");
     } else if (absl::IsNotFound(st) && st.message().find("NoSuchBucket") != absl::string_view::npos) {
@@ -319,9 +413,13 @@ class Store final : public ObjectStore {
 
   const Options o_;
   std::mutex mu_;
+  std::shared_ptr<PieceCache> cache_;
   absl::flat_hash_map<std::string, ObjectInfo> known_;
   std::vector<std::unique_ptr<Connection>> idle_;
+  pid_t pid_ = ::getpid();
 };
+
+absl::StatusOr<ObjectInfo> Backend::object_info(const std::string& url) { return store_->head(url); }
 
 }  // namespace
 }  // namespace detail
@@ -352,6 +450,10 @@ Stats stats() {
   s.retry_short = c.retry_short.load();
   s.failures = c.failures.load();
   s.request_ns = c.request_ns.load();
+  s.cache_hits = c.cache_hits.load();
+  s.cache_bytes = c.cache_bytes.load();
+  s.cache_kept = c.cache_kept.load();
+  s.cache_damaged = c.cache_damaged.load();
   return s;
 }
 
@@ -360,7 +462,9 @@ std::string stats_json(const Stats& s) {
                       ", \"heads\": ", s.heads, ", \"bytes\": ", s.bytes, ", \"retries\": ", s.retries,
                       ", \"retry_throttled\": ", s.retry_throttled, ", \"retry_server\": ", s.retry_server,
                       ", \"retry_network\": ", s.retry_network, ", \"retry_short\": ", s.retry_short,
-                      ", \"failures\": ", s.failures, ", \"request_seconds\": ", s.request_ns / 1e9, "}");
+                      ", \"failures\": ", s.failures, ", \"request_seconds\": ", s.request_ns / 1e9,
+                      ", \"cache_hits\": ", s.cache_hits, ", \"cache_bytes\": ", s.cache_bytes,
+                      ", \"cache_kept\": ", s.cache_kept, ", \"cache_damaged\": ", s.cache_damaged, "}");
 }
 
 }  // namespace dlfeed::s3

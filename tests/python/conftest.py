@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Shared fixtures of every folder below (api, adaptors, cli, packaging): run the built
-`dlfeed` command line against real files; the learnable datasets (py_datasets.py).
+"""Shared fixtures of every folder below (api, adaptors, cli, packaging, s3): run the built
+`dlfeed` command line against real files; the learnable datasets (py_datasets.py); a real
+S3 server and a fault-injecting proxy (s3_harness.py).
 Helpers the folders share are modules here (py_datasets.py, workload_files.py): this
 folder is on sys.path, as conftest.py's."""
 import json
@@ -12,6 +13,7 @@ import sys
 import pytest
 
 from py_datasets import FORMATS, write_dataset
+from s3_harness import s3_proxy, s3_server  # noqa: F401  (the S3 fixtures of s3/: a real server, a proxy)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # `dlfeed report` draws with $DLFEED_PYTHON (else python3 on PATH): this one, which has matplotlib.

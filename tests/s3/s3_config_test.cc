@@ -33,9 +33,9 @@ class Env {
 
  private:
   static constexpr const char* kNames[] = {
-      "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",   "AWS_REGION",
-      "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",     "AWS_ENDPOINT_URL_S3", "AWS_PROFILE",
-      "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "DLFEED_S3_ADDRESSING", "HOME"};
+      "AWS_ACCESS_KEY_ID",           "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",    "AWS_REGION",
+      "AWS_DEFAULT_REGION",          "AWS_ENDPOINT_URL",      "AWS_ENDPOINT_URL_S3",  "AWS_PROFILE",
+      "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",       "DLFEED_S3_ADDRESSING", "HOME"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -112,10 +112,12 @@ TEST(S3Config, AwsDefaultsAreVirtualHosted) {
 TEST(S3Config, ProfileFiles) {
   Env env;
   env.set("AWS_SHARED_CREDENTIALS_FILE",
-          write_file("credentials", "[default]\naws_access_key_id = D\naws_secret_access_key = DS\n\n"
-                                    "[lab]\naws_access_key_id = LAB\naws_secret_access_key = LABSECRET\n"));
-  env.set("AWS_CONFIG_FILE", write_file("config", "[default]\nregion = us-west-2\n[profile lab]\nregion = "
-                                                  "ap-south-1\nendpoint_url = http://10.0.0.1:9000\n"));
+          write_file("credentials",
+                     "[default]\naws_access_key_id = D\naws_secret_access_key = DS\n\n"
+                     "[lab]\naws_access_key_id = LAB\naws_secret_access_key = LABSECRET\n"));
+  env.set("AWS_CONFIG_FILE", write_file("config",
+                                        "[default]\nregion = us-west-2\n[profile lab]\nregion = "
+                                        "ap-south-1\nendpoint_url = http://10.0.0.1:9000\n"));
   auto c = current_config(Options{});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->access_key, "D");

@@ -511,6 +511,11 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
         static_cast<unsigned long long>(store.retry_throttled), static_cast<unsigned long long>(store.retry_server),
         static_cast<unsigned long long>(store.retry_network), static_cast<unsigned long long>(store.retry_short),
         static_cast<unsigned long long>(store.failures));
+    if (store.cache_hits + store.cache_kept > 0) {
+      std::printf("object cache: %llu reads from it (%.1f MiB), %.1f MiB kept, %llu damaged pieces fetched again\n",
+                  static_cast<unsigned long long>(store.cache_hits), store.cache_bytes / 1048576.0,
+                  store.cache_kept / 1048576.0, static_cast<unsigned long long>(store.cache_damaged));
+    }
   }
 #endif
   // Under MPI the job's (rank 0), each rank's own JSON written beside it.

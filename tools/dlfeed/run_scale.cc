@@ -32,6 +32,11 @@ ABSL_FLAG(std::string, stage_to, "",
 ABSL_FLAG(std::string, stage_limit, "",
           "Most bytes of copies per rank, e.g. 512M, 4G (default: no limit); files that do not fit are skipped");
 ABSL_FLAG(bool, stage_sync, true, "fsync each staged copy before renaming it into place");
+ABSL_FLAG(std::string, cache_dir, "",
+          "s3:// datasets: a node-local folder keeping the bytes fetched, so later epochs and runs read them from it "
+          "(docs/object-storage.md)");
+ABSL_FLAG(std::string, cache_limit, "",
+          "Most bytes kept in --cache-dir, e.g. 64G (default: no limit); once full, what it holds stays");
 ABSL_FLAG(bool, stage_wait, false,
           "After the first epoch, wait until every rank's copies are done (staging first, then training); the wait "
           "is outside the epochs' times and printed");
@@ -39,8 +44,9 @@ ABSL_FLAG(bool, stage_wait, false,
 namespace dlfeed::cli {
 
 FlagGroup scale_out_flags() {
-  return flag_group("MPI and staging flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print, FLAGS_stage_to,
-                    FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait);
+  return flag_group("MPI, staging and object cache flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print,
+                    FLAGS_stage_to, FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait, FLAGS_cache_dir,
+                    FLAGS_cache_limit);
 }
 
 namespace {
@@ -120,6 +126,9 @@ void ScaleOut::configure(LoaderOptions& o) const {
   const std::string limit = absl::GetFlag(FLAGS_stage_limit);
   if (!limit.empty()) o.stage.limit_bytes = value_or_throw(parse_bytes(limit));
   o.stage.sync = absl::GetFlag(FLAGS_stage_sync);
+  o.object_cache.dir = absl::GetFlag(FLAGS_cache_dir);
+  const std::string cache_limit = absl::GetFlag(FLAGS_cache_limit);
+  if (!cache_limit.empty()) o.object_cache.max_bytes = value_or_throw(parse_bytes(cache_limit));
 }
 
 void ScaleOut::barrier() const {

@@ -34,6 +34,19 @@ struct DLFEED_EXPORT ObjectInfo {
   std::string etag;
 };
 
+/// A node-local folder keeping the bytes fetched from a store, so that later
+/// epochs and runs read them from local disk (LoaderOptions::object_cache).
+struct DLFEED_EXPORT ObjectCacheOptions {
+  /// The folder ("": no cache). Made if missing; shared by runs and by the
+  /// processes of a node (pieces are written whole, then renamed).
+  std::string dir;
+  /// Most bytes kept in it (0: no bound). Once full, what it holds stays and
+  /// what is not in it is fetched as asked, not kept: under a shuffled
+  /// order every sample is used once an epoch, so the bytes kept are bytes
+  /// not fetched again, each epoch.
+  uint64_t max_bytes = 0;
+};
+
 /// A store of objects addressed by URLs of one scheme. Thread-safe.
 class DLFEED_EXPORT ObjectStore {
  public:
@@ -52,6 +65,9 @@ class DLFEED_EXPORT ObjectStore {
   /// this scheme), for the loader's engines.
   virtual absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,
                                                                   IoOptions options) = 0;
+  /// From now on, reads (read() and the backends') go through this cache
+  /// (an empty dir: none). The process's last setting holds.
+  virtual absl::Status use_cache(const ObjectCacheOptions& cache) = 0;
 };
 
 /// Makes `store` the one for its scheme (replacing an earlier one).

@@ -96,6 +96,7 @@ SPECIAL = {
     "autotune": (True, "on"),
     "trace_process_name": ("rank 3", "rank 3"),
     "stage_dir": ("/tmp/stage", "/tmp/stage"),
+    "cache_dir": ("/tmp/object-cache", "/tmp/object-cache"),
 }
 
 

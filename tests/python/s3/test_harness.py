@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The S3 harness itself (conftest.py): SeaweedFS stores and serves ranges, checks signatures,
+"""The S3 harness itself (s3_harness.py): SeaweedFS stores and serves ranges, checks signatures,
 and the proxy forwards signed requests unchanged or injects the faults it is told to."""
 import hashlib
 import http.client

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Datasets in S3 (a real SeaweedFS server that checks signatures, conftest.py): the same
+"""Datasets in S3 (a real SeaweedFS server that checks signatures, s3_harness.py): the same
 files written by numpy and TensorFlow read from a folder and from s3://bucket/prefix give
 the same batches in the same order; the command line reads them too; throttling, resets
 and short bodies are tried again with every sample delivered once; bad input is a clear
@@ -194,3 +194,86 @@ def test_torch_and_tf_adaptors_take_s3_urls(s3_server, uploaded, monkeypatch):
     labels = np.concatenate([e[1].numpy() if isinstance(e, tuple) else e["y"].numpy() for e in tds])
     assert isinstance(tds, tf.data.Dataset)
     assert sorted(labels.tolist()) == sorted(y.tolist())
+
+
+def gets():
+    return dlfeed._dlfeed.s3_stats()["gets"]
+
+
+def read_epoch(loader):
+    ids, xs = [], []
+    for batch in loader:
+        ids.append(np.array(batch.sample_ids))
+        xs.append(np.array(batch[0]))
+    return np.concatenate(ids), np.concatenate(xs)
+
+
+def test_cache_dir_serves_later_epochs_and_runs_with_no_get(s3_server, uploaded, tmp_path, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    _, url, x, _ = uploaded["tfrecord_idx"]
+    kw = dict(batch_size=16, strategy="global_shuffle", seed=2, cache_dir=tmp_path / "cache",
+              **loader_kwargs("tfrecord"))
+    loader = dlfeed.Loader(url, **kw)
+    ids, xs = read_epoch(loader)
+    np.testing.assert_array_equal(xs, x[ids])
+    before = gets()
+    ids, xs = read_epoch(loader)  # the next epoch: every byte from the cache
+    assert gets() == before
+    np.testing.assert_array_equal(xs, x[ids])
+    loader.close()
+    # A new run (a new loader, the index read again): still no ranged GET.
+    stats = dlfeed._dlfeed.s3_stats()
+    loader = dlfeed.Loader(url, **kw)
+    ids, xs = read_epoch(loader)
+    loader.close()
+    after = dlfeed._dlfeed.s3_stats()
+    assert after["gets"] == stats["gets"] and after["cache_hits"] > stats["cache_hits"]
+    np.testing.assert_array_equal(xs, x[ids])
+    # Every piece is written whole: no temporary file left, each one its bytes and a CRC.
+    pieces = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != "id"]
+    assert pieces and not [p for p in pieces if ".tmp." in p.name]
+
+
+def test_a_damaged_piece_is_fetched_again(s3_server, uploaded, tmp_path, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    _, url, x, y = uploaded["npz"]
+    kw = dict(batch_size=16, strategy="global_shuffle", seed=4, cache_dir=tmp_path / "cache", fields=["x", "y"])
+    loader = dlfeed.Loader(url, **kw)
+    read_epoch(loader)
+    loader.close()
+    pieces = sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != "id")
+    data = bytearray(pieces[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pieces[0].write_bytes(bytes(data))
+    pieces[-1].write_bytes(pieces[-1].read_bytes()[:-7])  # and one cut short
+    before = dlfeed._dlfeed.s3_stats()
+    loader = dlfeed.Loader(url, **kw)
+    ids, xs = read_epoch(loader)
+    loader.close()
+    np.testing.assert_array_equal(xs, x[ids])
+    after = dlfeed._dlfeed.s3_stats()
+    assert after["cache_damaged"] - before["cache_damaged"] >= 2 and after["gets"] > before["gets"]
+
+
+def test_cache_limit_keeps_what_fits_and_a_new_version_is_read(s3_server, uploaded, tmp_path, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "v"
+    root.mkdir()
+    a = np.arange(4 * 300_000, dtype=np.float32).reshape(4, 300_000)  # 4.8 MB: five 1 MiB pieces
+    np.save(root / "a.npy", a)
+    s3_server.upload_dir(root, BUCKET, "versioned/")
+    url = f"s3://{BUCKET}/versioned"
+    kw = dict(batch_size=2, cache_dir=tmp_path / "cache", cache_limit=2 << 20)
+    loader = dlfeed.Loader(url, **kw)
+    _, xs = read_epoch(loader)
+    loader.close()
+    np.testing.assert_array_equal(np.sort(xs, axis=0), a)
+    kept = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != "id")
+    assert 0 < kept <= 2 << 20
+    # The object rewritten (same size, a new ETag): its new bytes, never the kept ones.
+    np.save(root / "a.npy", -a)
+    s3_server.upload_dir(root, BUCKET, "versioned/")
+    loader = dlfeed.Loader(url, **kw)
+    _, xs = read_epoch(loader)
+    loader.close()
+    np.testing.assert_array_equal(np.sort(xs, axis=0), np.sort(-a, axis=0))

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "s3/cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dlfeed/detail/crc32c.h"
+#include "s3/client.h"
+
+namespace dlfeed::inline DLFEED_ABI::s3::detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// FNV-1a, 64 bits: a stable name (the id file, not the name, tells versions apart).
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool write_whole(const std::string& path, const void* data, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const auto* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(fd, p + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += static_cast<size_t>(w);
+  }
+  return ::close(fd) == 0 && done == n;
+}
+
+// Writes `data` to `path` whole: under a name of this thread's, then renamed.
+bool publish(const std::string& path, const void* a, size_t na, const void* b, size_t nb) {
+  std::ostringstream tid;
+  tid << std::this_thread::get_id();
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", tid.str());
+  std::vector<char> all(na + nb);
+  if (na) std::memcpy(all.data(), a, na);
+  if (nb) std::memcpy(all.data() + na, b, nb);
+  if (!write_whole(tmp, all.data(), all.size()) || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+uint64_t piece_length(const ObjectInfo& o, uint64_t k) {
+  const uint64_t at = k * PieceCache::kPiece;
+  return at >= o.size ? 0 : std::min<uint64_t>(PieceCache::kPiece, o.size - at);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOptions& o) {
+  std::error_code ec;
+  fs::create_directories(o.dir, ec);
+  if (ec || !fs::is_directory(o.dir, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("object cache ", o.dir, ": cannot make the folder: ", ec ? ec.message() : "not a folder"));
+  }
+  uint64_t used = 0;
+  for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) used += it->file_size(ec);
+  }
+  return std::shared_ptr<PieceCache>(new PieceCache(o.dir, o.max_bytes, used));
+}
+
+std::string PieceCache::folder_of(const ObjectInfo& o) {
+  const std::string id = absl::StrCat(o.url, "\n", o.etag, "\n", o.size, "\n");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = folders_.find(id); it != folders_.end()) return it->second;
+  const std::string folder = absl::StrFormat("%s/%016x-%016x", dir_, fnv1a(o.url), fnv1a(id));
+  std::string usable;
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  const std::string id_path = folder + "/id";
+  std::ifstream in(id_path);
+  std::stringstream have;
+  have << in.rdbuf();
+  if (have.str() == id || (have.str().empty() && publish(id_path, id.data(), id.size(), nullptr, 0))) {
+    // Written by another process meanwhile: it is the same id, or it is not ours.
+    std::ifstream again(id_path);
+    std::stringstream now;
+    now << again.rdbuf();
+    if (now.str() == id) usable = folder;
+  }
+  folders_[id] = usable;
+  return usable;
+}
+
+bool PieceCache::has_room(uint64_t bytes) const { return max_ == 0 || used() + bytes <= max_; }
+
+bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest) {
+  if (dest.empty() || offset + dest.size() > o.size) return false;
+  const std::string folder = folder_of(o);
+  if (folder.empty()) return false;
+  thread_local std::vector<std::byte> piece;
+  uint64_t at = offset;
+  size_t done = 0;
+  while (done < dest.size()) {
+    const uint64_t k = at / kPiece;
+    const uint64_t len = piece_length(o, k);
+    const std::string path = absl::StrCat(folder, "/", k);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    piece.resize(len + 4);
+    ssize_t got = 0;
+    size_t total = 0;
+    while (total < piece.size() && (got = ::pread(fd, piece.data() + total, piece.size() - total,
+                                                  static_cast<off_t>(total))) > 0) {
+      total += static_cast<size_t>(got);
+    }
+    struct stat st {};
+    const bool sized = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == len + 4;
+    ::close(fd);
+    uint32_t crc = 0;
+    if (total == piece.size()) std::memcpy(&crc, piece.data() + len, 4);
+    if (!sized || total != piece.size() || dlfeed::detail::crc32c(piece.data(), len) != crc) {
+      ::unlink(path.c_str());  // damaged: fetched again
+      counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    const uint64_t in_piece = at - k * kPiece;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(len - in_piece, dest.size() - done));
+    std::memcpy(dest.data() + done, piece.data() + in_piece, n);
+    done += n;
+    at += n;
+  }
+  return true;
+}
+
+void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes) {
+  if (start % kPiece != 0) return;
+  const std::string folder = folder_of(o);
+  if (folder.empty()) return;
+  for (uint64_t k = start / kPiece;; ++k) {
+    const uint64_t len = piece_length(o, k);
+    const uint64_t rel = k * kPiece - start;
+    if (len == 0 || rel + len > bytes.size()) break;
+    if (!has_room(len + 4)) break;
+    const std::string path = absl::StrCat(folder, "/", k);
+    if (::access(path.c_str(), F_OK) == 0) continue;
+    const uint32_t crc = dlfeed::detail::crc32c(bytes.data() + rel, len);
+    if (publish(path, bytes.data() + rel, len, &crc, 4)) {
+      used_.fetch_add(len + 4, std::memory_order_relaxed);
+      counters().cache_kept.fetch_add(len, std::memory_order_relaxed);
+    }
+  }
+}
+
+}  // namespace dlfeed::s3::detail
