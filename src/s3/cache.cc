@@ -127,8 +127,8 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
     piece.resize(len + 4);
     ssize_t got = 0;
     size_t total = 0;
-    while (total < piece.size() && (got = ::pread(fd, piece.data() + total, piece.size() - total,
-                                                  static_cast<off_t>(total))) > 0) {
+    while (total < piece.size() &&
+           (got = ::pread(fd, piece.data() + total, piece.size() - total, static_cast<off_t>(total))) > 0) {
       total += static_cast<size_t>(got);
     }
     struct stat st {};

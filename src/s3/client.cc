@@ -205,7 +205,7 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   curl_easy_setopt(h, CURLOPT_USERNAME, c.access_key.c_str());
   curl_easy_setopt(h, CURLOPT_PASSWORD, c.secret_key.c_str());
   curl_slist* headers = curl_slist_append(nullptr, kEmptyPayload);
-  std::string token, range;
+  std::string token, range, match;
   if (!c.session_token.empty()) {
     token = absl::StrCat("x-amz-security-token: ", c.session_token);
     headers = curl_slist_append(headers, token.c_str());
@@ -213,6 +213,10 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   if (r.ranged) {
     range = absl::StrCat("Range: bytes=", r.offset, "-", r.offset + r.length - 1);
     headers = curl_slist_append(headers, range.c_str());
+  }
+  if (!r.if_match.empty()) {
+    match = absl::StrCat("If-Match: ", r.if_match);
+    headers = curl_slist_append(headers, match.c_str());
   }
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   if (r.method == Method::kHead) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -284,6 +288,9 @@ absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const 
     case 401:
     case 403: return absl::PermissionDeniedError(msg);
     case 416: return absl::OutOfRangeError(msg);
+    case 412:
+      return absl::DataLossError(absl::StrCat(what, ": the object changed since it was listed (its ETag is no longer ",
+                                              r.if_match, "); open the dataset again", after));
     case 400: return absl::InvalidArgumentError(msg);
     default: return resp.code >= 500 ? absl::UnavailableError(msg) : absl::FailedPreconditionError(msg);
   }

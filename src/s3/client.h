@@ -43,6 +43,7 @@ struct Request {
   bool ranged = false;
   uint64_t offset = 0, length = 0;  // the Range, when ranged
   std::span<std::byte> dest;        // a ranged GET's bytes go here (length of them)
+  std::string if_match;             // the ETag the object must still have ("": any)
 };
 
 struct Response {

@@ -56,6 +56,7 @@ absl::Status fetch(Connection& conn, const Config& c, const Options& o, PieceCac
   Request q;
   q.loc = loc;
   q.ranged = true;
+  q.if_match = info.etag;  // bytes of the version indexed, or an error
   if (cache != nullptr && offset + dest.size() <= info.size) {
     constexpr uint64_t kPiece = PieceCache::kPiece;
     const uint64_t first = offset / kPiece * kPiece;

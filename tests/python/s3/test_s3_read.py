@@ -277,3 +277,20 @@ def test_cache_limit_keeps_what_fits_and_a_new_version_is_read(s3_server, upload
     _, xs = read_epoch(loader)
     loader.close()
     np.testing.assert_array_equal(np.sort(xs, axis=0), np.sort(-a, axis=0))
+
+
+def test_an_object_rewritten_under_a_loader_is_an_error(s3_server, tmp_path, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "r"
+    root.mkdir()
+    np.save(root / "a.npy", np.arange(64, dtype=np.int32).reshape(16, 4))
+    s3_server.upload_dir(root, BUCKET, "rewritten/")
+    loader = dlfeed.Loader(f"s3://{BUCKET}/rewritten", batch_size=4, overlap_epochs=False)
+    read_epoch(loader)
+    # Rewritten in place after it was indexed and read: same size, float32 now.
+    np.save(root / "a.npy", np.arange(64, dtype=np.float32).reshape(16, 4))
+    s3_server.upload_dir(root, BUCKET, "rewritten/")
+    with pytest.raises(Exception) as e:
+        read_epoch(loader)
+    assert f"s3://{BUCKET}/rewritten/a.npy" in str(e.value) and "changed since it was listed" in str(e.value)
+    loader.close()
