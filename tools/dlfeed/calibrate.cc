@@ -18,6 +18,7 @@
 #include "common_format.h"
 #include "dev/raw_read.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 #include "dlfeed/order/order.h"
 #include "json.h"
 #include "workloads.h"
@@ -180,6 +181,15 @@ int run_calibrate(const std::vector<std::string>& args) {
   FormatOptions fo;
   std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
   if (!resolve_dataset(args, &paths, &fo, &fields)) return 2;
+  for (const std::string& p : paths) {
+    if (is_object_url(p)) {
+      std::fprintf(stderr,
+                   "dlfeed calibrate: %s: an object store has no page cache to drop or device to measure here; "
+                   "`dlfeed run` reads it and reports its rate and requests\n",
+                   p.c_str());
+      return 2;
+    }
+  }
   const SampleIndex index = value_or_throw(open_dataset(paths, fo));
   if (absl::GetFlag(FLAGS_evict_only)) {
     const uint64_t resident = value_or_throw(evict_all(index));

@@ -109,7 +109,9 @@ def test_cli_run_and_inspect_read_s3(dlfeed, s3_server, uploaded, tmp_path):
     proc = subprocess.run([dlfeed.binary, "inspect", "--json", url + "/part_001.npz"], capture_output=True,
                           text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert '"samples": 40' in proc.stdout.replace('"samples":40', '"samples": 40') or "40" in proc.stdout
+    assert json.loads(proc.stdout)["num_samples"] == 40
+    proc = subprocess.run([dlfeed.binary, "calibrate", url], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and f"{url}: an object store has no page cache" in proc.stderr
 
 
 def test_faults_are_tried_again_and_every_sample_arrives_once(s3_proxy, uploaded, monkeypatch):
