@@ -178,7 +178,7 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
 }
 
 absl::Status use_object_cache(const LoaderOptions& options) {
-  if (options.object_cache.dir.empty()) return absl::OkStatus();
+  // Set either way: a loader without a cache uses none, whatever an earlier one did.
   for (const std::string& p : options.paths) {
     if (!is_object_url(p)) continue;
     DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(p));
@@ -218,6 +218,18 @@ absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIn
     };
   }
   options.advanced.fadvise_willneed = false;
+  // A request costs a round trip and the server's time whatever its size:
+  // reads go whole up to 8 MiB (a merged run, a large sample's pieces), not
+  // in the small pieces that spread page-cache copies over cores. Only
+  // where the read sizes are the defaults: a caller's own stand.
+  prefetch::CoalesceOptions& co = options.advanced.coalesce;
+  const prefetch::CoalesceOptions d;
+  if (co.max_read == d.max_read && co.split_above == d.split_above && co.large_above == d.large_above &&
+      co.large_piece == d.large_piece) {
+    co.max_read = kObjectReadBytes;
+    co.split_above = 0;
+    co.large_above = 0;
+  }
   return absl::OkStatus();
 }
 

@@ -65,8 +65,10 @@ class DLFEED_EXPORT ObjectStore {
   /// this scheme), for the loader's engines.
   virtual absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,
                                                                   IoOptions options) = 0;
-  /// From now on, reads (read() and the backends') go through this cache
-  /// (an empty dir: none). The process's last setting holds.
+  /// From now on, reads (read(), and the backends made from now on) go
+  /// through this cache (an empty dir: none). A Loader sets it when it is
+  /// made, from LoaderOptions::object_cache; a backend keeps the cache it
+  /// was made with.
   virtual absl::Status use_cache(const ObjectCacheOptions& cache) = 0;
 };
 
