@@ -45,27 +45,10 @@ PYBIND11_MODULE(_dlfeed, m) {
   m.def(
       "s3_stats",
       [] {
-        const dlfeed::s3::Stats s = dlfeed::s3::stats();
-        py::dict d;
-        d["requests"] = s.requests;
-        d["gets"] = s.gets;
-        d["lists"] = s.lists;
-        d["heads"] = s.heads;
-        d["bytes"] = s.bytes;
-        d["retries"] = s.retries;
-        d["retry_throttled"] = s.retry_throttled;
-        d["retry_server"] = s.retry_server;
-        d["retry_network"] = s.retry_network;
-        d["retry_short"] = s.retry_short;
-        d["failures"] = s.failures;
-        d["request_seconds"] = static_cast<double>(s.request_ns) / 1e9;
-        d["cache_hits"] = s.cache_hits;
-        d["cache_bytes"] = s.cache_bytes;
-        d["cache_kept"] = s.cache_kept;
-        d["cache_damaged"] = s.cache_damaged;
-        return d;
+        // One list of the counters: dlfeed::s3::stats_json's, as the command line writes them.
+        return py::module_::import("json").attr("loads")(dlfeed::s3::stats_json(dlfeed::s3::stats()));
       },
-      "This process's requests to object stores since it started (counts, bytes, retries by cause).");
+      "This process's requests to object stores since it started (counts, bytes, retries by cause, cache reads).");
 #else
   m.attr("has_s3") = false;
 #endif
