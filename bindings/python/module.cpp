@@ -46,7 +46,7 @@ PYBIND11_MODULE(_dlfeed, m) {
       "s3_stats",
       [] {
         // One list of the counters: dlfeed::s3::stats_json's, as the command line writes them.
-        return py::module_::import("json").attr("loads")(dlfeed::s3::stats_json(dlfeed::s3::stats()));
+        return py::dict(py::module_::import("json").attr("loads")(dlfeed::s3::stats_json(dlfeed::s3::stats())));
       },
       "This process's requests to object stores since it started (counts, bytes, retries by cause, cache reads).");
 #else

@@ -524,5 +524,5 @@ class PinnedAllocator:
 def page_locked_allocator(register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex, min_bytes: typing.SupportsInt | typing.SupportsIndex = ..., flags: typing.SupportsInt | typing.SupportsIndex = ...) -> PinnedAllocator:
     """An allocator for the batch pool that registers each buffer of at least min_bytes with register_fn(ptr, bytes, flags) -> int (cudaHostRegister's address; flags 1: portable) and unregisters it with unregister_fn(ptr) (cudaHostUnregister's) before freeing it."""
 
-def s3_stats() -> typing.Any:
+def s3_stats() -> dict:
     """This process's requests to object stores since it started (counts, bytes, retries by cause, cache reads)."""
