@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::init(MPI_Comm comm) {
   DLFEED_MPI_CALL(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    DLFEED_MPI_CALL(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    DLFEED_MPI_CALL(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     job->finalize_ = true;
   }
   if (comm == MPI_COMM_NULL) comm = MPI_COMM_WORLD;

@@ -541,6 +541,7 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
 #if DLFEED_WITH_S3
     if (store.requests > 0) js += absl::StrCat(",\"object_store\":", s3::stats_json(store));
 #endif
+    js += scale.job_cache_json();
     js += "}\n";
     throw_if_error(write_text_file(c.json_path, js));
     std::printf("summary: %s\n", c.json_path.c_str());

@@ -3,9 +3,11 @@
 // dlfeed::mpi and launched by an MPI launcher, and node-local staging.
 #include "run_scale.h"
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <thread>
 
@@ -14,11 +16,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "command.h"
 #include "dlfeed/error.h"
 #if DLFEED_WITH_MPI
+#include "dlfeed/mpi/job_cache.h"
 #include "dlfeed/mpi/mpi.h"
 #endif
+#include "source_throttle.h"
 
 ABSL_FLAG(std::string, mpi, "auto",
           "auto: take rank and world size from MPI when an MPI launcher (mpirun, srun) started this process; "
@@ -37,6 +42,15 @@ ABSL_FLAG(std::string, cache_dir, "",
           "(docs/object-storage.md)");
 ABSL_FLAG(std::string, cache_limit, "",
           "Most bytes kept in --cache-dir, e.g. 64G (default: no limit); once full, what it holds stays");
+ABSL_FLAG(std::string, cache, "",
+          "Under MPI: the job cache, this many bytes per node (e.g. 64G): the first epoch keeps what it reads, "
+          "spread over the ranks' memory, and later epochs read it from there, not the files (docs/distributed.md)");
+ABSL_FLAG(int, cache_ranks_per_node, 0,
+          "With --cache: K ranks per node (0: the ranks that share memory, as MPI finds them); 1 makes every rank "
+          "a node of its own, so one machine exercises the transfers between nodes");
+ABSL_FLAG(std::string, source_throttle, "",
+          "BANDWIDTH[:LATENCY], e.g. 200M:1ms: read the files as from a file system the job shares, at this "
+          "bandwidth for all ranks together and this latency per read (a stand-in for tests and benches)");
 ABSL_FLAG(bool, stage_wait, false,
           "After the first epoch, wait until every rank's copies are done (staging first, then training); the wait "
           "is outside the epochs' times and printed");
@@ -46,7 +60,7 @@ namespace dlfeed::cli {
 FlagGroup scale_out_flags() {
   return flag_group("MPI, staging and object cache flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print,
                     FLAGS_stage_to, FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait, FLAGS_cache_dir,
-                    FLAGS_cache_limit);
+                    FLAGS_cache_limit, FLAGS_cache, FLAGS_cache_ranks_per_node, FLAGS_source_throttle);
 }
 
 namespace {
@@ -78,6 +92,10 @@ absl::StatusOr<uint64_t> parse_bytes(const std::string& text) {
 struct ScaleOut::MpiState {
 #if DLFEED_WITH_MPI
   std::unique_ptr<mpi::Job> job;
+  std::shared_ptr<mpi::JobCache> cache;   // freed before the job (collective)
+  mpi::JobCacheStats last;                // at the previous epoch's end
+  std::vector<std::string> cache_epochs;  // the job's per-epoch JSON (rank 0)
+  std::string throttle_path;              // /dev/shm word the ranks' throttles share
 #endif
 };
 
@@ -113,7 +131,12 @@ std::unique_ptr<ScaleOut> ScaleOut::begin() {
   return s;
 }
 
-ScaleOut::~ScaleOut() = default;
+ScaleOut::~ScaleOut() {
+#if DLFEED_WITH_MPI
+  if (job_ && job_->cache && std::uncaught_exceptions() == 0) job_->cache->close().IgnoreError();
+  if (job_ && is_root() && !job_->throttle_path.empty()) std::remove(job_->throttle_path.c_str());
+#endif
+}
 
 void ScaleOut::configure(LoaderOptions& o) const {
 #if DLFEED_WITH_MPI
@@ -129,6 +152,43 @@ void ScaleOut::configure(LoaderOptions& o) const {
   o.object_cache.dir = absl::GetFlag(FLAGS_cache_dir);
   const std::string cache_limit = absl::GetFlag(FLAGS_cache_limit);
   if (!cache_limit.empty()) o.object_cache.max_bytes = value_or_throw(parse_bytes(cache_limit));
+  configure_cache(o);
+}
+
+void ScaleOut::configure_cache(LoaderOptions& o) const {
+  IoBackendFactory source;
+  if (const std::string throttle = absl::GetFlag(FLAGS_source_throttle); !throttle.empty()) {
+    SourceThrottle t = value_or_throw(parse_source_throttle(throttle));
+#if DLFEED_WITH_MPI
+    if (job_) {
+      // One word for the job's ranks: named by rank 0's pid.
+      const std::string name = value_or_throw(
+          job_->job->broadcast(is_root() ? absl::StrCat("/dev/shm/dlfeed-throttle-", ::getpid()) : std::string()));
+      job_->throttle_path = name;
+      t.shared_path = name;
+    }
+#endif
+    source = throttled_factory(t, o.advanced.io_factory);
+  }
+  const std::string cache = absl::GetFlag(FLAGS_cache);
+  if (cache.empty()) {
+    if (source) o.advanced.io_factory = std::move(source);
+    return;
+  }
+#if DLFEED_WITH_MPI
+  if (!job_) {
+    throw_if_error(absl::FailedPreconditionError(
+        "--cache: the job cache spreads over an MPI job's ranks: run under mpirun or srun (or with --mpi=on)"));
+  }
+  mpi::JobCacheOptions co;
+  co.bytes_per_node = value_or_throw(parse_bytes(cache));
+  co.ranks_per_node = absl::GetFlag(FLAGS_cache_ranks_per_node);
+  co.source = std::move(source);
+  job_->cache = value_or_throw(mpi::JobCache::create(*job_->job, co));
+  throw_if_error(job_->cache->attach(o));
+#else
+  throw_if_error(absl::FailedPreconditionError("--cache: this dlfeed was built without MPI (the job cache needs it)"));
+#endif
 }
 
 void ScaleOut::barrier() const {
@@ -144,6 +204,7 @@ void ScaleOut::end_step([[maybe_unused]] counters::Counters& c) const {
 }
 
 void ScaleOut::end_epoch(const Loader& loader, uint64_t epoch) {
+  report_cache(epoch);
   if (epoch != 0 || !absl::GetFlag(FLAGS_stage_wait) || loader.options().stage.dir.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   while (!loader.stats().stage.done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -152,6 +213,59 @@ void ScaleOut::end_epoch(const Loader& loader, uint64_t epoch) {
 #endif
   stage_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("stage: waited %.3f s for the copies after epoch 0\n", stage_wait_s_);
+}
+
+void ScaleOut::report_cache([[maybe_unused]] uint64_t epoch) {
+#if DLFEED_WITH_MPI
+  if (!job_ || !job_->cache) return;
+  const mpi::JobCacheStats now = job_->cache->stats();
+  mpi::JobCacheStats d = now;  // this epoch's counts
+  const mpi::JobCacheStats& l = job_->last;
+  d.bytes_read_source -= l.bytes_read_source;
+  d.bytes_read_local -= l.bytes_read_local;
+  d.bytes_read_node -= l.bytes_read_node;
+  d.bytes_read_peers -= l.bytes_read_peers;
+  d.bytes_missed -= l.bytes_missed;
+  d.remote_gets -= l.remote_gets;
+  d.remote_ns -= l.remote_ns;
+  d.bytes_kept -= l.bytes_kept;
+  d.extents_kept -= l.extents_kept;
+  job_->last = now;
+  const mpi::Job& j = *job_->job;
+  const uint64_t source = j.sum(d.bytes_read_source), peers = j.sum(d.bytes_read_peers),
+                 node = j.sum(d.bytes_read_node), own = j.sum(d.bytes_read_local), missed = j.sum(d.bytes_missed),
+                 gets = j.sum(d.remote_gets), remote_ns = j.sum(d.remote_ns), kept = j.sum(now.bytes_kept),
+                 remote_max = j.max(now.remote_ns_max);
+  const std::vector<std::string> ranks = gather(d.to_json());
+  if (!is_root()) return;
+  constexpr double kMiB = 1048576.0;
+  std::printf(
+      "job cache: epoch %llu: %.1f MiB from the files, %.1f MiB from other nodes, %.1f MiB from other ranks of the "
+      "node, %.1f MiB from the rank's own part; %.1f MiB of held extents read from the files; %.1f MiB kept so far "
+      "of %.1f MiB that fit (the first epoch's extents: %.1f MiB); %llu remote rounds, mean %.3f ms, max %.3f ms\n",
+      static_cast<unsigned long long>(epoch), source / kMiB, peers / kMiB, node / kMiB, own / kMiB, missed / kMiB,
+      kept / kMiB, now.held_bytes / kMiB, now.dataset_bytes / kMiB, static_cast<unsigned long long>(gets),
+      gets ? remote_ns / 1e6 / static_cast<double>(gets) : 0.0, remote_max / 1e6);
+  job_->cache_epochs.push_back(
+      absl::StrCat("{\"epoch\":", epoch, ",\"bytes_read_source\":", source, ",\"bytes_read_peers\":", peers,
+                   ",\"bytes_read_node\":", node, ",\"bytes_read_local\":", own, ",\"bytes_missed\":", missed,
+                   ",\"bytes_kept\":", kept, ",\"remote_gets\":", gets, ",\"remote_s\":", remote_ns / 1e9,
+                   ",\"per_rank\":[", absl::StrJoin(ranks, ","), "]}"));
+#endif
+}
+
+std::string ScaleOut::job_cache_json() const {
+#if DLFEED_WITH_MPI
+  if (job_ && job_->cache) {
+    const mpi::JobCacheStats st = job_->cache->stats();
+    return absl::StrCat(
+        ",\"job_cache\":{\"bytes_per_node\":",
+        absl::GetFlag(FLAGS_cache).empty() ? 0 : value_or_throw(parse_bytes(absl::GetFlag(FLAGS_cache))),
+        ",\"nodes\":", st.nodes, ",\"dataset_bytes\":", st.dataset_bytes, ",\"held_bytes\":", st.held_bytes,
+        ",\"epochs\":[", absl::StrJoin(job_->cache_epochs, ","), "]}");
+  }
+#endif
+  return {};
 }
 
 std::string ScaleOut::rank_path(const std::string& path) const {

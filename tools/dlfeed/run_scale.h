@@ -58,6 +58,11 @@ class ScaleOut {
   /// rank's copies are done and (under MPI) every rank's, so the next epoch
   /// reads every copy.
   void end_epoch(const Loader& loader, uint64_t epoch);
+  /// Under MPI with --cache: the job cache's counts of the epoch just ended
+  /// (collective), printed and kept for the summary by rank 0.
+  void report_cache(uint64_t epoch);
+  /// ',"job_cache":{...}' for the summary JSON (rank 0; "" without a cache).
+  std::string job_cache_json() const;
   /// PATH for one process; under MPI "stem.rankR.ext" (rank R's own file).
   std::string rank_path(const std::string& path) const;
   /// Collective: every rank's `mine` on rank 0 (in rank order); elsewhere, and
@@ -72,6 +77,8 @@ class ScaleOut {
 
  private:
   ScaleOut() = default;
+  /// --source-throttle and --cache (configure's last part).
+  void configure_cache(LoaderOptions& o) const;
   struct MpiState;
   std::unique_ptr<MpiState> job_;
   double stage_wait_s_ = 0;

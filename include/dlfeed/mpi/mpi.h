@@ -46,8 +46,9 @@ DLFEED_EXPORT bool launched_by_mpi();
 /// One MPI job's communicator, as a dlfeed job uses it.
 class DLFEED_EXPORT Job {
  public:
-  /// Initializes MPI (MPI_THREAD_FUNNELED: only the calling thread makes MPI
-  /// calls; the loader's threads never do) unless it is already initialized,
+  /// Initializes MPI (MPI_THREAD_MULTIPLE: the job cache's reads call MPI from
+  /// the loader's I/O threads; without it only the calling thread makes MPI
+  /// calls) unless it is already initialized,
   /// and duplicates `comm` (MPI_COMM_WORLD when null) for dlfeed's own use.
   static absl::StatusOr<std::unique_ptr<Job>> init(MPI_Comm comm = MPI_COMM_NULL);
   /// Frees the duplicate; finalizes MPI when init() initialized it. When an

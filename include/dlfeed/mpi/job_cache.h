@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// dlfeed::mpi::JobCache: the job's memory as one cache of sample bytes, so a
+// global shuffle across nodes reads the shared file system once, in the first
+// epoch, and later epochs read other ranks' memory instead.
+//
+// Every rank computes, from the index and the order (no message), which rank
+// reads each sample extent first in the loader's first epoch; that rank keeps
+// it, within its share of its node's budget. Each extent is held once in the
+// job. Reads of a held extent that is filled come from the holder: the rank's
+// own memory, or an MPI_Get from another rank's window (one-sided; the holder
+// takes no part). Everything else reads the source, as without the cache.
+// What a rank receives does not change: the same order, the same bytes.
+//
+//   auto job = dlfeed::mpi::Job::init().value();     // MPI_THREAD_MULTIPLE
+//   dlfeed::LoaderOptions o = ...;
+//   job->configure(o);
+//   auto cache = dlfeed::mpi::JobCache::create(*job, {.bytes_per_node = 64ull << 30}).value();
+//   cache->attach(o);                                  // before Loader::create
+//   auto loader = dlfeed::Loader::create(o).value();
+//   ... epochs ...
+//   loader.reset();
+//   cache->close().IgnoreError();                      // collective, before the job ends
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dlfeed/detail/export.h"
+#include "dlfeed/io/io_backend.h"
+#include "dlfeed/loader.h"
+#include "dlfeed/mpi/mpi.h"
+
+namespace dlfeed::inline DLFEED_ABI::mpi {
+
+/// How big the job cache is and which ranks share a node.
+struct DLFEED_EXPORT JobCacheOptions {
+  /// The cache's bytes on each node, split evenly between the node's ranks
+  /// (each rank allocates its share as an MPI window at create). 0: no cache.
+  uint64_t bytes_per_node = 0;
+  /// 0: a node is the ranks that share memory, as MPI finds them
+  /// (MPI_Comm_split_type SHARED). k > 0: ranks [0, k) are one node, [k, 2k)
+  /// the next..., so one machine can stand in for several nodes (tests and
+  /// benches exercise the transfers between nodes).
+  int ranks_per_node = 0;
+  /// Makes the backend that reads the files (empty: make_io_backend), e.g.
+  /// one throttled to stand in for a shared file system.
+  IoBackendFactory source;
+};
+
+/// What a rank's reads took from where (bytes and counts since create).
+struct DLFEED_EXPORT JobCacheStats {
+  uint64_t bytes_read_source = 0;  // read from the files (the shared file system)
+  uint64_t bytes_read_local = 0;   // from this rank's own part of the cache
+  uint64_t bytes_read_node = 0;    // from other ranks of this node
+  uint64_t bytes_read_peers = 0;   // from ranks of other nodes
+  uint64_t remote_gets = 0;        // MPI_Get rounds (each: a batch's gets, then a flush)
+  uint64_t remote_ns = 0;          // time in those rounds
+  uint64_t remote_ns_max = 0;      // the longest round
+  /// Bytes of extents the cache holds that were read from the source because
+  /// their holder had not kept them yet (or a read straddled them).
+  uint64_t bytes_missed = 0;
+  uint64_t bytes_kept = 0;         // bytes this rank put into its part
+  uint64_t extents_kept = 0;
+  uint64_t bytes_planned = 0;      // bytes of extents this rank is to hold
+  uint64_t capacity = 0;           // this rank's share of its node's budget
+  uint64_t dataset_bytes = 0;      // distinct extent bytes the first epoch reads (the job's)
+  uint64_t held_bytes = 0;         // of those, held by the job cache (all ranks)
+  int node = 0;                    // this rank's node
+  int nodes = 1;                   // nodes in the job
+  /// The counters as one JSON object.
+  std::string to_json() const;
+};
+
+/// The job cache of one MPI job, for one loader at a time.
+class DLFEED_EXPORT JobCache {
+ public:
+  /// Collective over `job`: finds the nodes, allocates every rank's window
+  /// (bytes_per_node / ranks on the node) and opens a passive access epoch
+  /// on it. Needs MPI_THREAD_MULTIPLE (the loader's I/O threads read peers'
+  /// windows): FailedPrecondition when MPI was initialized with less. `job`
+  /// must outlive the cache.
+  static absl::StatusOr<std::shared_ptr<JobCache>> create(const Job& job, JobCacheOptions options);
+  ~JobCache();
+  JobCache(const JobCache&) = delete;
+  JobCache& operator=(const JobCache&) = delete;
+
+  /// Sets `options` up to read through the cache: the index opener (wrapping
+  /// the one there, e.g. Job::share_index's) records each field's extents,
+  /// the I/O backend serves held extents from the cache and the rest from
+  /// the files, and reads merge only touching extents (coalesce.max_gap 0).
+  /// Call after Job::configure (rank and world size) and before
+  /// Loader::create; the plan is made from options.order (its epoch is the
+  /// one that fills the cache). InvalidArgument for options the cache cannot
+  /// serve (io.direct, staging, object URLs, an io_factory of the caller's).
+  absl::Status attach(LoaderOptions& options);
+
+  /// This rank's counters.
+  JobCacheStats stats() const;
+
+  /// Collective: frees the windows. Call after every loader using the cache
+  /// is destroyed and before MPI ends; the destructor calls it otherwise.
+  absl::Status close();
+
+  struct State;
+
+ private:
+  JobCache() = default;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace dlfeed::mpi

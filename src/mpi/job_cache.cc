@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+// dlfeed::mpi::JobCache (job_cache.h): the nodes, the windows and the plan.
+// The backend that reads through them is job_cache_backend.cc.
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dlfeed/format/format.h"
+#include "dlfeed/io/object_store.h"
+#include "dlfeed/sample.h"
+#include "job_cache_state.h"
+
+namespace dlfeed::inline DLFEED_ABI::mpi {
+namespace {
+
+absl::Status mpi_failed(const char* call, int code) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return absl::InternalError(absl::StrCat("MPI job cache: ", call, " failed: ", absl::string_view(text, len)));
+}
+
+#define DLFEED_JC_CALL(call)                                             \
+  do {                                                                   \
+    const int dlfeed_jc_rc_ = (call);                                    \
+    if (dlfeed_jc_rc_ != MPI_SUCCESS) return mpi_failed(#call, dlfeed_jc_rc_); \
+  } while (0)
+
+// Each rank's node: consecutive groups of `k` ranks, or the ranks MPI finds
+// sharing memory (numbered by their lowest rank's order).
+absl::StatusOr<std::vector<int>> find_nodes(MPI_Comm comm, int rank, int size, int k) {
+  std::vector<int> node_of(static_cast<size_t>(size));
+  if (k > 0) {
+    for (int r = 0; r < size; ++r) node_of[static_cast<size_t>(r)] = r / k;
+    return node_of;
+  }
+  MPI_Comm local = MPI_COMM_NULL;
+  DLFEED_JC_CALL(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  int lowest = rank;
+  const int rc = MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, local);
+  MPI_Comm_free(&local);
+  if (rc != MPI_SUCCESS) return mpi_failed("MPI_Allreduce", rc);
+  std::vector<int> lowest_of(static_cast<size_t>(size));
+  DLFEED_JC_CALL(MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, comm));
+  std::vector<int> leaders = lowest_of;
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  for (int r = 0; r < size; ++r) {
+    const auto it = std::lower_bound(leaders.begin(), leaders.end(), lowest_of[static_cast<size_t>(r)]);
+    node_of[static_cast<size_t>(r)] = static_cast<int>(it - leaders.begin());
+  }
+  return node_of;
+}
+
+// One field's files and its samples' extents, as the loader's index has them.
+FieldExtents record(const SampleIndex& index) {
+  FieldExtents f;
+  f.files = index.files;
+  f.file_begin = index.file_begin;
+  f.begin.reserve(index.size() + 1);
+  f.begin.push_back(0);
+  SampleRef ref;
+  for (uint32_t file = 0; file < index.num_files(); ++file) {
+    const bool through_library = index.sources[file]->reads_through_library();
+    for (uint64_t id = index.file_begin[file]; id < index.file_begin[file + 1]; ++id) {
+      if (!through_library) {
+        index.ref_in_file(id, file, ref);
+        for (const Extent& e : ref.extents) {
+          if (e.length > 0) f.extents.push_back(e);
+        }
+      }
+      f.begin.push_back(f.extents.size());
+    }
+  }
+  return f;
+}
+
+// A candidate: an extent of the first epoch, with the rank that reads it first.
+struct Candidate {
+  uint32_t path = 0;
+  uint64_t offset = 0, length = 0;
+  int reader = 0;
+  bool dropped = false;
+};
+
+}  // namespace
+
+std::string JobCacheStats::to_json() const {
+  return absl::StrFormat(
+      "{\"node\": %d, \"nodes\": %d, \"bytes_read_source\": %u, \"bytes_read_local\": %u, \"bytes_read_node\": %u, "
+      "\"bytes_read_peers\": %u, \"bytes_missed\": %u, \"remote_gets\": %u, \"remote_s\": %.6f, "
+      "\"remote_max_s\": %.6f, \"bytes_kept\": %u, \"extents_kept\": %u, \"bytes_planned\": %u, \"capacity\": %u, "
+      "\"dataset_bytes\": %u, \"held_bytes\": %u}",
+      node, nodes, bytes_read_source, bytes_read_local, bytes_read_node, bytes_read_peers, bytes_missed, remote_gets,
+      remote_ns / 1e9, remote_ns_max / 1e9, bytes_kept, extents_kept, bytes_planned, capacity, dataset_bytes,
+      held_bytes);
+}
+
+absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCacheOptions options) {
+  int level = 0;
+  DLFEED_JC_CALL(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE) {
+    return absl::FailedPreconditionError(
+        "MPI job cache: MPI was initialized without MPI_THREAD_MULTIPLE (the loader's I/O threads read other "
+        "ranks' windows): initialize it with MPI_Init_thread(MPI_THREAD_MULTIPLE), as Job::init does");
+  }
+  if (options.ranks_per_node < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MPI job cache: ranks_per_node is ", options.ranks_per_node, ", must be 0 or more"));
+  }
+  std::shared_ptr<JobCache> cache(new JobCache());
+  auto s = std::make_shared<State>();
+  s->rank = job.rank();
+  s->source = std::move(options.source);
+  s->size = job.size();
+  DLFEED_JC_CALL(MPI_Comm_dup(job.comm(), &s->comm));
+  absl::StatusOr<std::vector<int>> nodes = find_nodes(s->comm, s->rank, s->size, options.ranks_per_node);
+  if (!nodes.ok()) return nodes.status();
+  s->node_of = *std::move(nodes);
+  const int mine = s->node_of[static_cast<size_t>(s->rank)];
+  const auto on_node = static_cast<uint64_t>(std::count(s->node_of.begin(), s->node_of.end(), mine));
+  uint64_t capacity = options.bytes_per_node / on_node & ~uint64_t{7};
+  s->capacity_of.resize(static_cast<size_t>(s->size));
+  DLFEED_JC_CALL(MPI_Allgather(&capacity, 1, MPI_UINT64_T, s->capacity_of.data(), 1, MPI_UINT64_T, s->comm));
+  void* base = nullptr;
+  DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &base, &s->win));
+  s->base = static_cast<std::byte*>(base);
+  DLFEED_JC_CALL(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
+  s->open.store(true, std::memory_order_release);
+  cache->state_ = std::move(s);
+  return cache;
+}
+
+JobCache::~JobCache() {
+  // While an exception unwinds, another rank may never reach MPI_Win_free:
+  // leave the window to Job's destructor, which aborts the job then.
+  if (std::uncaught_exceptions() > 0) return;
+  close().IgnoreError();
+}
+
+absl::Status JobCache::close() {
+  State& s = *state_;
+  if (!s.open.exchange(false)) return absl::OkStatus();
+  DLFEED_JC_CALL(MPI_Win_unlock_all(s.win));
+  DLFEED_JC_CALL(MPI_Win_free(&s.win));
+  DLFEED_JC_CALL(MPI_Comm_free(&s.comm));
+  s.base = nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status JobCache::attach(LoaderOptions& options) {
+  State& s = *state_;
+  if (!s.open.load()) return absl::FailedPreconditionError("MPI job cache: attach after close()");
+  if (s.attached.exchange(true)) {
+    return absl::FailedPreconditionError("MPI job cache: already attached to a loader (one loader per cache)");
+  }
+  if (options.order.world_size != static_cast<uint32_t>(s.size) || options.order.rank != static_cast<uint32_t>(s.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MPI job cache: the loader is rank ", options.order.rank, " of ", options.order.world_size, ", the job's rank ",
+        s.rank, " of ", s.size, ": call Job::configure before attach"));
+  }
+  const char* refused = options.io.direct                  ? "io.direct"
+                        : !options.stage.dir.empty()        ? "stage.dir (staging)"
+                        : options.advanced.io_factory       ? "an io_factory of the caller's"
+                                                            : nullptr;
+  for (const std::string& p : options.paths) {
+    if (refused == nullptr && is_object_url(p)) refused = "object URLs";
+  }
+  if (refused != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("MPI job cache: not with ", refused, " (it reads local or shared files)"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.fields_mu);
+    s.fields.clear();
+  }
+  s.spec = options.order;
+  auto inner = std::move(options.advanced.index_opener);
+  options.advanced.index_opener = [state = state_, inner](const std::vector<std::string>& paths,
+                                                          const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
+    absl::StatusOr<SampleIndex> index = inner ? inner(paths, format) : open_dataset(paths, format);
+    if (index.ok()) {
+      FieldExtents f = record(*index);
+      std::lock_guard<std::mutex> lock(state->fields_mu);
+      state->fields.push_back(std::move(f));
+    }
+    return index;
+  };
+  options.advanced.io_factory = [state = state_](std::shared_ptr<FileTable> files,
+                                                 IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
+    std::call_once(state->planned, [&] { state->plan_status = state->make_plan(); });
+    if (!state->plan_status.ok()) return state->plan_status;
+    absl::StatusOr<std::unique_ptr<IoBackend>> inner = state->source ? state->source(files, io) : make_io_backend(files, io);
+    if (!inner.ok()) return inner.status();
+    return make_cache_backend(state, std::move(files), *std::move(inner));
+  };
+  // Only touching extents merge: a gap's bytes are no extent's, and a read
+  // holding them would go to the files.
+  options.advanced.coalesce.max_gap = 0;
+  options.advanced.fadvise_willneed = false;
+  return absl::OkStatus();
+}
+
+absl::Status JobCache::State::make_plan() {
+  std::lock_guard<std::mutex> lock(fields_mu);
+  if (fields.empty()) return absl::FailedPreconditionError("MPI job cache: no field was opened through attach()'s opener");
+  FileLayout layout;
+  layout.file_begin = fields[0].file_begin;
+  absl::flat_hash_map<std::string, uint32_t> path_id;
+  std::vector<std::string> paths;
+  std::vector<std::vector<uint32_t>> field_path(fields.size());
+  for (size_t k = 0; k < fields.size(); ++k) {
+    if (fields[k].begin.size() != layout.num_samples() + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("MPI job cache: field ", k, " has ", fields[k].begin.size() - 1,
+                                                     " samples, the first ", layout.num_samples()));
+    }
+    for (const std::string& p : fields[k].files) {
+      auto [it, added] = path_id.try_emplace(p, static_cast<uint32_t>(paths.size()));
+      if (added) paths.push_back(p);
+      field_path[k].push_back(it->second);
+    }
+  }
+  // Every extent of the first epoch, with the first rank reading it.
+  std::vector<Candidate> cand;
+  absl::flat_hash_set<std::tuple<uint32_t, uint64_t, uint64_t>> seen;
+  for (int q = 0; q < size; ++q) {
+    OrderSpec spec_q = spec;
+    spec_q.rank = static_cast<uint32_t>(q);
+    absl::StatusOr<std::vector<uint64_t>> ids = rank_order(layout, spec_q);
+    if (!ids.ok()) return ids.status();
+    for (const uint64_t id : *ids) {
+      const auto file = static_cast<uint32_t>(layout.file_of(id));
+      for (size_t k = 0; k < fields.size(); ++k) {
+        const FieldExtents& f = fields[k];
+        for (uint64_t e = f.begin[id]; e < f.begin[id + 1]; ++e) {
+          const Extent& x = f.extents[e];
+          const uint32_t p = field_path[k][file];
+          if (seen.insert({p, x.offset, x.length}).second) cand.push_back({p, x.offset, x.length, q, false});
+        }
+      }
+    }
+  }
+  // Overlapping extents of one file: the lowest offset is held, the rest not.
+  std::vector<uint32_t> by_place(cand.size());
+  for (uint32_t i = 0; i < by_place.size(); ++i) by_place[i] = i;
+  std::sort(by_place.begin(), by_place.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(cand[a].path, cand[a].offset, cand[a].length) < std::tie(cand[b].path, cand[b].offset, cand[b].length);
+  });
+  for (size_t i = 1, kept = 0; i < by_place.size(); ++i) {
+    const Candidate& prev = cand[by_place[kept]];
+    Candidate& c = cand[by_place[i]];
+    if (c.path == prev.path && c.offset < prev.offset + prev.length) {
+      c.dropped = true;
+    } else {
+      kept = i;
+    }
+  }
+  // Slots in first-read order, while the reader's window has room.
+  std::vector<uint64_t> used(static_cast<size_t>(size), 0);
+  std::vector<std::vector<HeldExtent>> per_path(paths.size());
+  for (const Candidate& c : cand) {
+    dataset_bytes += c.length;
+    const auto q = static_cast<size_t>(c.reader);
+    if (c.dropped || used[q] + slot_bytes(c.length) > capacity_of[q]) continue;
+    per_path[c.path].push_back({c.offset, c.length, used[q], c.reader, static_cast<uint32_t>(held_count++)});
+    used[q] += slot_bytes(c.length);
+    held_bytes += c.length;
+    if (c.reader == rank) bytes_planned += c.length;
+  }
+  for (size_t p = 0; p < paths.size(); ++p) {
+    std::sort(per_path[p].begin(), per_path[p].end(),
+              [](const HeldExtent& a, const HeldExtent& b) { return a.offset < b.offset; });
+    if (!per_path[p].empty()) held.emplace(paths[p], std::move(per_path[p]));
+  }
+  filled = std::make_unique<std::atomic<uint8_t>[]>(held_count);
+  for (uint64_t i = 0; i < held_count; ++i) filled[i].store(0, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+const std::vector<HeldExtent>* JobCache::State::extents_of(const std::string& path) const {
+  const auto it = held.find(path);
+  return it == held.end() ? nullptr : &it->second;
+}
+
+JobCacheStats JobCache::stats() const {
+  const State& s = *state_;
+  JobCacheStats out;
+  out.bytes_read_source = s.bytes_read_source.load();
+  out.bytes_read_local = s.bytes_read_local.load();
+  out.bytes_read_node = s.bytes_read_node.load();
+  out.bytes_read_peers = s.bytes_read_peers.load();
+  out.remote_gets = s.remote_gets.load();
+  out.remote_ns = s.remote_ns.load();
+  out.remote_ns_max = s.remote_ns_max.load();
+  out.bytes_missed = s.bytes_missed.load();
+  out.bytes_kept = s.bytes_kept.load();
+  out.extents_kept = s.extents_kept.load();
+  out.bytes_planned = s.bytes_planned;
+  out.capacity = s.capacity_of.empty() ? 0 : s.capacity_of[static_cast<size_t>(s.rank)];
+  out.dataset_bytes = s.dataset_bytes;
+  out.held_bytes = s.held_bytes;
+  out.node = s.node_of.empty() ? 0 : s.node_of[static_cast<size_t>(s.rank)];
+  out.nodes = s.node_of.empty() ? 1 : *std::max_element(s.node_of.begin(), s.node_of.end()) + 1;
+  return out;
+}
+
+}  // namespace dlfeed::mpi

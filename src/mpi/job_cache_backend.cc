@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: Apache-2.0
+// The job cache's I/O backend (job_cache_state.h): a read whose bytes are all
+// held extents that are filled is served from the cache (this rank's window
+// by memcpy, another rank's by MPI_Get); any other read goes to the files,
+// and the held extents of this rank that it brings are kept.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "dlfeed/detail/crc32c.h"
+#include "dlfeed/io/file_table.h"
+#include "job_cache_state.h"
+
+namespace dlfeed::inline DLFEED_ABI::mpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The part of held extent `x` a read covers: bytes [start, start + length) of
+// the extent, at `rel` bytes into the read.
+struct Segment {
+  const HeldExtent* x = nullptr;
+  uint64_t start = 0, length = 0, rel = 0;
+};
+
+// The held extents that [offset, offset + length) overlaps, in order, and
+// whether they cover it without a gap.
+bool overlap(const std::vector<HeldExtent>& held, uint64_t offset, uint64_t length, std::vector<Segment>& out) {
+  out.clear();
+  const uint64_t end = offset + length;
+  auto it = std::upper_bound(held.begin(), held.end(), offset,
+                             [](uint64_t v, const HeldExtent& x) { return v < x.offset; });
+  if (it != held.begin()) --it;
+  uint64_t at = offset;
+  bool covered = true;
+  for (; it != held.end() && it->offset < end; ++it) {
+    const uint64_t x_end = it->offset + it->length;
+    if (x_end <= offset) continue;
+    const uint64_t a = std::max(offset, it->offset), b = std::min(end, x_end);
+    if (a != at) covered = false;
+    out.push_back({&*it, a - it->offset, b - a, a - offset});
+    at = b;
+  }
+  return covered && at == end;
+}
+
+// Calls fn(dest, n) for the destination bytes [rel, rel + n) of `r`, in order.
+template <class F>
+void for_each_dest(const ReadRequest& r, uint64_t rel, uint64_t n, F&& fn) {
+  if (r.piece_count == 0) {
+    fn(r.dest + rel, n);
+    return;
+  }
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < r.piece_count && n > 0; ++i) {
+    const ReadPiece& p = r.pieces[i];
+    if (rel < at + p.length) {
+      const uint64_t skip = rel - at, take = std::min(n, p.length - skip);
+      fn(p.dest + skip, take);
+      rel += take;
+      n -= take;
+    }
+    at += p.length;
+  }
+}
+
+uint64_t* stamp_at(std::byte* base, uint64_t slot) {
+  return reinterpret_cast<uint64_t*>(base + slot);  // 8-aligned: windows and slots are
+}
+
+class CacheBackend final : public IoBackend {
+ public:
+  CacheBackend(std::shared_ptr<JobCache::State> s, std::shared_ptr<FileTable> files, std::unique_ptr<IoBackend> inner)
+      : s_(std::move(s)), files_(std::move(files)), inner_(std::move(inner)) {}
+
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    for (const ReadRequest& r : requests) {
+      if (r.file >= files_->size()) return absl::InvalidArgumentError(absl::StrCat("job cache: unknown file id ", r.file));
+      if (r.length > 0 && r.dest == nullptr && r.piece_count == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("job cache: null dest for ", files_->path(r.file)));
+      }
+    }
+    const bool open = s_->open.load(std::memory_order_acquire);
+    // Which reads the cache can serve, once unknown peers' stamps are read.
+    plans_.assign(requests.size(), Plan{});
+    stamps_.clear();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      const std::vector<HeldExtent>* held = open ? held_of(r.file) : nullptr;
+      if (held == nullptr || r.length == 0) continue;
+      Plan& p = plans_[i];
+      p.first = segs_.size();
+      p.covered = overlap(*held, r.offset, r.length, seg_scratch_);
+      segs_.insert(segs_.end(), seg_scratch_.begin(), seg_scratch_.end());
+      p.last = segs_.size();
+      for (size_t k = p.first; k < p.last && p.covered; ++k) {
+        const HeldExtent& x = *segs_[k].x;
+        if (x.holder != s_->rank && s_->filled[x.index].load(std::memory_order_acquire) == 0) {
+          stamps_.push_back({&x, 0});
+        }
+      }
+    }
+    if (!stamps_.empty()) read_stamps();
+    absl::Status st = serve(requests);
+    segs_.clear();
+    return st;
+  }
+
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
+    size_t n = 0;
+    while (!ready_.empty()) {
+      out.push_back(std::move(ready_.front()));
+      ready_.pop_front();
+      ++n;
+    }
+    if (inner_->in_flight() == 0) return n;
+    const size_t want = min_completions > n ? min_completions - n : 0;
+    got_.clear();
+    inner_->reap(got_, want, want > 0 ? timeout : std::chrono::nanoseconds::zero());
+    for (ReadCompletion& c : got_) {
+      const auto it = pending_.find(c.user_data);
+      if (it == pending_.end()) continue;  // not ours: cannot happen
+      const ReadRequest r = it->second;
+      pending_.erase(it);
+      c.user_data = r.user_data;
+      if (c.status.ok()) keep(r);
+      out.push_back(std::move(c));
+      ++n;
+    }
+    return n;
+  }
+
+  size_t in_flight() const override { return ready_.size() + inner_->in_flight(); }
+  std::string name() const override { return "job_cache+" + inner_->name(); }
+  IoStats stats() const override {
+    IoStats st = inner_->stats();
+    st.requests += served_;
+    st.completions += served_;
+    st.bytes += served_bytes_;
+    return st;
+  }
+
+ private:
+  struct Plan {
+    size_t first = 0, last = 0;
+    bool covered = false;
+  };
+  struct StampRead {
+    const HeldExtent* x = nullptr;
+    uint64_t value = 0;
+  };
+
+  const std::vector<HeldExtent>* held_of(uint32_t file) {
+    if (file >= by_id_.size()) {
+      by_id_.resize(file + 1, nullptr);
+      looked_.resize(file + 1, 0);
+    }
+    if (!looked_[file]) {
+      by_id_[file] = s_->extents_of(files_->path(file));
+      looked_[file] = 1;
+    }
+    return by_id_[file];
+  }
+
+  // One round: the stamps of peers' extents not yet seen filled.
+  void read_stamps() {
+    const auto t0 = Clock::now();
+    for (StampRead& sr : stamps_) {
+      MPI_Get(&sr.value, 8, MPI_BYTE, sr.x->holder, static_cast<MPI_Aint>(sr.x->slot), 8, MPI_BYTE, s_->win);
+    }
+    MPI_Win_flush_all(s_->win);
+    note_round(t0);
+    for (const StampRead& sr : stamps_) {
+      if (sr.value == filled_stamp(sr.x->length)) s_->filled[sr.x->index].store(1, std::memory_order_release);
+    }
+  }
+
+  void note_round(Clock::time_point t0) {
+    const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    s_->remote_gets.fetch_add(1, std::memory_order_relaxed);
+    s_->remote_ns.fetch_add(ns, std::memory_order_relaxed);
+    uint64_t prev = s_->remote_ns_max.load(std::memory_order_relaxed);
+    while (prev < ns && !s_->remote_ns_max.compare_exchange_weak(prev, ns, std::memory_order_relaxed)) {
+    }
+  }
+
+  bool available(const Plan& p) const {
+    if (!p.covered) return false;
+    for (size_t k = p.first; k < p.last; ++k) {
+      if (s_->filled[segs_[k].x->index].load(std::memory_order_acquire) == 0) return false;
+    }
+    return true;
+  }
+
+  absl::Status serve(std::span<const ReadRequest> requests) {
+    forward_.clear();
+    bool gets = false;
+    const auto t0 = Clock::now();
+    const int my_node = s_->node_of[static_cast<size_t>(s_->rank)];
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      const Plan& p = plans_[i];
+      if (!available(p)) {
+        for (size_t k = p.first; k < p.last; ++k) s_->bytes_missed.fetch_add(segs_[k].length, std::memory_order_relaxed);
+        s_->bytes_read_source.fetch_add(r.length, std::memory_order_relaxed);
+        ReadRequest f = r;
+        f.user_data = next_slot_++;
+        pending_.emplace(f.user_data, r);
+        forward_.push_back(f);
+        continue;
+      }
+      for (size_t k = p.first; k < p.last; ++k) {
+        const Segment& g = segs_[k];
+        const uint64_t from = g.x->slot + 8 + g.start;
+        if (g.x->holder == s_->rank) {
+          const std::byte* src = s_->base + from;
+          for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
+            std::memcpy(d, src, n);
+            src += n;
+          });
+          s_->bytes_read_local.fetch_add(g.length, std::memory_order_relaxed);
+          continue;
+        }
+        uint64_t disp = from;
+        for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
+          while (n > 0) {
+            const int count = static_cast<int>(std::min<uint64_t>(n, 1u << 30));
+            MPI_Get(d, count, MPI_BYTE, g.x->holder, static_cast<MPI_Aint>(disp), count, MPI_BYTE, s_->win);
+            d += count;
+            disp += static_cast<uint64_t>(count);
+            n -= static_cast<uint64_t>(count);
+          }
+        });
+        gets = true;
+        auto& counter =
+            s_->node_of[static_cast<size_t>(g.x->holder)] == my_node ? s_->bytes_read_node : s_->bytes_read_peers;
+        counter.fetch_add(g.length, std::memory_order_relaxed);
+      }
+      served_ += 1;
+      served_bytes_ += r.length;
+      ReadCompletion c;
+      c.user_data = r.user_data;
+      c.bytes = r.length;
+      if (r.checksum) crc_due_.emplace_back(ready_.size(), i);
+      ready_.push_back(std::move(c));
+    }
+    if (gets) {
+      MPI_Win_flush_all(s_->win);
+      note_round(t0);
+    }
+    // Checksums once the bytes are all there.
+    for (const auto& [at, i] : crc_due_) {
+      const ReadRequest& r = requests[i];
+      const std::byte* d = r.piece_count > 0 ? r.pieces[r.checksum_piece].dest : r.dest;
+      const uint64_t n = r.piece_count > 0 ? r.pieces[r.checksum_piece].length : r.length;
+      ready_[at].crc32c = detail::crc32c_extend(0, d, n);
+      ready_[at].has_crc32c = true;
+    }
+    crc_due_.clear();
+    if (forward_.empty()) return absl::OkStatus();
+    absl::Status st = inner_->submit(forward_);
+    if (!st.ok()) {
+      // The files' backend refused the batch: each read is an error completion.
+      for (const ReadRequest& f : forward_) {
+        const auto it = pending_.find(f.user_data);
+        ReadCompletion c;
+        c.user_data = it->second.user_data;
+        c.status = absl::Status(st.code(), absl::StrCat(files_->path(f.file), ": ", st.message()));
+        ready_.push_back(std::move(c));
+        pending_.erase(it);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Keeps the bytes of a read from the files that belong to this rank's held extents.
+  void keep(const ReadRequest& r) {
+    if (!s_->open.load(std::memory_order_acquire)) return;
+    const std::vector<HeldExtent>* held = held_of(r.file);
+    if (held == nullptr) return;
+    overlap(*held, r.offset, r.length, seg_scratch_);
+    for (const Segment& g : seg_scratch_) {
+      const HeldExtent& x = *g.x;
+      if (x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) continue;
+      std::byte* to = s_->base + x.slot + 8 + g.start;
+      for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
+        std::memcpy(to, d, n);
+        to += n;
+      });
+      if (mark(x, g.start, g.length)) {
+        std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(filled_stamp(x.length), std::memory_order_release);
+        s_->filled[x.index].store(1, std::memory_order_release);
+        s_->bytes_kept.fetch_add(x.length, std::memory_order_relaxed);
+        s_->extents_kept.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  // Records bytes [start, start + n) of `x` as written; true when all of it is.
+  bool mark(const HeldExtent& x, uint64_t start, uint64_t n) {
+    if (start == 0 && n == x.length) return true;
+    std::lock_guard<std::mutex> lock(s_->fill_mu);
+    auto& runs = s_->partial[x.index];
+    runs.emplace_back(start, start + n);
+    std::sort(runs.begin(), runs.end());
+    std::vector<std::pair<uint64_t, uint64_t>> merged;
+    for (const auto& [a, b] : runs) {
+      if (!merged.empty() && a <= merged.back().second) {
+        merged.back().second = std::max(merged.back().second, b);
+      } else {
+        merged.emplace_back(a, b);
+      }
+    }
+    runs = std::move(merged);
+    if (runs.size() == 1 && runs[0].first == 0 && runs[0].second >= x.length) {
+      s_->partial.erase(x.index);
+      return true;
+    }
+    return false;
+  }
+
+  std::shared_ptr<JobCache::State> s_;
+  std::shared_ptr<FileTable> files_;
+  std::unique_ptr<IoBackend> inner_;
+  std::vector<const std::vector<HeldExtent>*> by_id_;
+  std::vector<uint8_t> looked_;
+  std::deque<ReadCompletion> ready_;
+  absl::flat_hash_map<uint64_t, ReadRequest> pending_;  // forwarded slot -> the caller's request
+  uint64_t next_slot_ = 0;
+  uint64_t served_ = 0, served_bytes_ = 0;
+  // Per submit (kept for their storage).
+  std::vector<Plan> plans_;
+  std::vector<Segment> segs_, seg_scratch_;
+  std::vector<StampRead> stamps_;
+  std::vector<ReadRequest> forward_;
+  std::vector<std::pair<size_t, size_t>> crc_due_;  // (into ready_, into the batch)
+  std::vector<ReadCompletion> got_;
+};
+
+}  // namespace
+
+std::unique_ptr<IoBackend> make_cache_backend(std::shared_ptr<JobCache::State> state, std::shared_ptr<FileTable> files,
+                                              std::unique_ptr<IoBackend> inner) {
+  return std::make_unique<CacheBackend>(std::move(state), std::move(files), std::move(inner));
+}
+
+}  // namespace dlfeed::mpi

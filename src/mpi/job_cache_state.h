@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private: the job cache's shared state (src/mpi/job_cache.cc makes the plan
+// and the windows; src/mpi/job_cache_backend.cc reads through them).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "dlfeed/io/io_backend.h"
+#include "dlfeed/mpi/job_cache.h"
+#include "dlfeed/order/order.h"
+
+namespace dlfeed::inline DLFEED_ABI::mpi {
+
+/// One extent the job holds: `length` bytes at `offset` of one file, kept by
+/// rank `holder` at `slot` of its window (an 8-byte stamp, then the bytes).
+struct HeldExtent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t slot = 0;
+  int holder = 0;
+  uint32_t index = 0;  // into JobCache::State::filled
+};
+
+/// The stamp a holder writes before an extent's bytes once they are all there.
+inline uint64_t filled_stamp(uint64_t length) { return 0x444c464545444331ull ^ length; }
+
+/// Bytes an extent takes in a window: the stamp and the bytes, 8-aligned.
+inline uint64_t slot_bytes(uint64_t length) { return 8 + ((length + 7) & ~uint64_t{7}); }
+
+/// What the index opener saw of one field: its files and each sample's extents.
+struct FieldExtents {
+  std::vector<std::string> files;
+  std::vector<uint64_t> file_begin;  // SampleIndex::file_begin
+  std::vector<uint64_t> begin;       // sample id -> first of its extents in `extents`; size samples + 1
+  std::vector<Extent> extents;
+};
+
+struct JobCache::State {
+  // The job (set at create).
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Win win = MPI_WIN_NULL;
+  std::byte* base = nullptr;
+  int rank = 0;
+  int size = 1;
+  std::vector<int> node_of;             // per rank
+  std::vector<uint64_t> capacity_of;    // per rank: its window's bytes
+  std::atomic<bool> open{false};
+  std::atomic<bool> attached{false};
+  IoBackendFactory source;  // JobCacheOptions::source
+
+  // What attach() saw and the loader's opener recorded.
+  OrderSpec spec;
+  std::mutex fields_mu;
+  std::vector<FieldExtents> fields;
+
+  // The plan (made once, at the first backend).
+  std::once_flag planned;
+  absl::Status plan_status;
+  absl::flat_hash_map<std::string, std::vector<HeldExtent>> held;  // path -> extents sorted by offset
+  std::unique_ptr<std::atomic<uint8_t>[]> filled;                   // per held extent: known to be filled
+  uint64_t held_count = 0;
+
+  // Filling: extents of this rank partly written so far (offsets within the extent).
+  std::mutex fill_mu;
+  absl::flat_hash_map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> partial;
+
+  // Counters (JobCacheStats).
+  std::atomic<uint64_t> bytes_read_source{0}, bytes_read_local{0}, bytes_read_node{0}, bytes_read_peers{0};
+  std::atomic<uint64_t> remote_gets{0}, remote_ns{0}, remote_ns_max{0}, bytes_missed{0};
+  std::atomic<uint64_t> bytes_kept{0}, extents_kept{0};
+  uint64_t bytes_planned = 0, dataset_bytes = 0, held_bytes = 0;
+
+  /// Makes the plan from `fields` and `spec` (every rank the same).
+  absl::Status make_plan();
+  /// The held extents of `path` (null when none).
+  const std::vector<HeldExtent>* extents_of(const std::string& path) const;
+};
+
+/// The backend the loader reads through: held, filled extents from the
+/// cache; everything else from `inner` (the files), keeping what this rank holds.
+std::unique_ptr<IoBackend> make_cache_backend(std::shared_ptr<JobCache::State> state,
+                                              std::shared_ptr<FileTable> files, std::unique_ptr<IoBackend> inner);
+
+}  // namespace dlfeed::mpi

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`mpirun -np 4 dlfeed run --cache SIZE` (docs/distributed.md, "The job cache"):
+the job's memory as one cache of the first epoch's reads. Every test compares the
+job checksum (a hash of every byte of every sample, with its id) to the run without
+the cache, and the bytes each epoch took from the files, the rank's own part and
+other ranks, as the summary JSON counts them. Fixtures are h5py files (images and
+labels, as HEP CNN writes them) and numpy .npy files (one sample per file)."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+from test_mpi_cli import NP, checksum, mpi_run, mpirun  # noqa: F401  (mpirun: the fixture)
+
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def h5_data(tmp_path_factory):
+    h5py = pytest.importorskip("h5py")
+    d = tmp_path_factory.mktemp("jc_h5")
+    rng = np.random.default_rng(7)
+    for f in range(4):
+        with h5py.File(d / f"part{f}.h5", "w") as h:
+            h["x"] = rng.standard_normal((40, 16, 16), dtype=np.float32)
+            h["y"] = rng.integers(0, 10, 40, dtype=np.int64)
+    return d
+
+
+@pytest.fixture(scope="module")
+def npy_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("jc_npy")
+    rng = np.random.default_rng(8)
+    for k in range(64):
+        np.save(d / f"s{k:03d}.npy", rng.integers(0, 255, (24, 24, 3), dtype=np.uint8))
+    return d
+
+
+def run(mpirun, dlfeed, tmp_path, data, *args, fields=("--fields", "x,y"), strategy="global_shuffle"):  # noqa: F811
+    s = tmp_path / f"s{len(list(tmp_path.iterdir()))}.json"
+    out = mpi_run(mpirun, dlfeed, *fields, "--strategy", strategy, "--epochs", EPOCHS, "--batch-size", 4,
+                  "--checksum", "--summary-json", s, *args, data)
+    return out, json.loads(s.read_text())
+
+
+def epoch_bytes(e):
+    return e["bytes_read_source"] + e["bytes_read_peers"] + e["bytes_read_node"] + e["bytes_read_local"]
+
+
+@pytest.mark.parametrize("strategy", ["global_shuffle", "local_shuffle", "sequential"])
+def test_cache_larger_than_the_dataset_reads_the_files_once(mpirun, dlfeed, h5_data, tmp_path, strategy):  # noqa: F811
+    plain, plain_job = run(mpirun, dlfeed, tmp_path, h5_data, strategy=strategy)
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 1,
+                   strategy=strategy)
+    assert checksum(out) == checksum(plain), "the same bytes as without the cache"
+    jc = job["job_cache"]
+    assert jc["nodes"] == NP
+    assert jc["held_bytes"] == jc["dataset_bytes"] > 160 * 16 * 16 * 4
+    e0, *later = jc["epochs"]
+    assert e0["bytes_read_source"] == jc["dataset_bytes"], "the first epoch reads every extent once, from the files"
+    assert e0["bytes_kept"] == jc["dataset_bytes"]
+    for e in later:
+        assert e["bytes_read_source"] == 0 and e["bytes_missed"] == 0, e
+        assert epoch_bytes(e) == jc["dataset_bytes"]
+        if strategy == "global_shuffle":
+            # Each rank holds a quarter: about three quarters come from other nodes.
+            assert e["bytes_read_peers"] > jc["dataset_bytes"] // 2, e
+            assert e["remote_gets"] > 0
+        assert sum(r["bytes_read_source"] for r in e["per_rank"]) == 0
+    # The loader's own counters agree: every epoch delivered the same bytes.
+    assert [x["bytes_delivered"] for x in job["epochs"]] == [x["bytes_delivered"] for x in plain_job["epochs"]]
+    assert re.search(r"job cache: epoch 1: 0\.0 MiB from the files", out), out
+
+
+def test_half_the_dataset_cached_reads_half_from_the_files(mpirun, dlfeed, npy_data, tmp_path):  # noqa: F811
+    plain, _ = run(mpirun, dlfeed, tmp_path, npy_data, fields=())
+    dataset = 64 * 24 * 24 * 3  # the .npy payloads: 24 rows of 72 bytes per file
+    per_node = (dataset // 2 + 64 * 24 // 2 * 8) // NP  # half the rows, each slot with its 8-byte stamp
+    out, job = run(mpirun, dlfeed, tmp_path, npy_data, "--cache", per_node, "--cache-ranks-per-node", 1, fields=())
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    assert jc["dataset_bytes"] == dataset
+    assert 0.48 * dataset <= jc["held_bytes"] <= 0.5 * dataset
+    for e in jc["epochs"][1:]:
+        assert epoch_bytes(e) == dataset
+        # What the job does not hold, plus held rows that one read merged with a row it does not hold.
+        assert e["bytes_read_source"] == dataset - jc["held_bytes"] + e["bytes_missed"]
+        assert e["bytes_missed"] <= 0.03 * dataset
+        assert e["bytes_read_source"] <= 0.55 * dataset
+
+
+def test_ranks_of_one_node_read_each_others_parts(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 2)
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    assert jc["nodes"] == 2
+    for e in jc["epochs"][1:]:
+        assert e["bytes_read_source"] == 0
+        assert e["bytes_read_node"] > 0 and e["bytes_read_peers"] > 0 and e["bytes_read_local"] > 0, e
+        assert epoch_bytes(e) == jc["dataset_bytes"]
+
+
+def test_throttled_source_is_the_same_data(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
+    out, _ = run(mpirun, dlfeed, tmp_path, h5_data, "--source-throttle", "64M:200us", "--cache", "64M")
+    assert checksum(out) == checksum(plain)
+
+
+def test_cache_without_mpi_is_a_clear_error(dlfeed, h5_data):
+    err = dlfeed.error("run", "--mpi=off", "--fields", "x", "--cache", "1G", h5_data)
+    assert "--cache" in err and "mpirun" in err
+
+
+def test_bad_throttle_is_a_clear_error(dlfeed, h5_data):
+    err = dlfeed.error("run", "--fields", "x", "--source-throttle", "fast", h5_data)
+    assert "--source-throttle 'fast'" in err and "200M:1ms" in err
