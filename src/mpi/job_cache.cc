@@ -25,9 +25,9 @@ absl::Status mpi_failed(const char* call, int code) {
   return absl::InternalError(absl::StrCat("MPI job cache: ", call, " failed: ", absl::string_view(text, len)));
 }
 
-#define DLFEED_JC_CALL(call)                                             \
-  do {                                                                   \
-    const int dlfeed_jc_rc_ = (call);                                    \
+#define DLFEED_JC_CALL(call)                                                   \
+  do {                                                                         \
+    const int dlfeed_jc_rc_ = (call);                                          \
     if (dlfeed_jc_rc_ != MPI_SUCCESS) return mpi_failed(#call, dlfeed_jc_rc_); \
   } while (0)
 
@@ -85,7 +85,6 @@ struct Candidate {
   uint32_t path = 0;
   uint64_t offset = 0, length = 0;
   int reader = 0;
-  bool dropped = false;
 };
 
 }  // namespace
@@ -159,20 +158,22 @@ absl::Status JobCache::attach(LoaderOptions& options) {
   if (s.attached.exchange(true)) {
     return absl::FailedPreconditionError("MPI job cache: already attached to a loader (one loader per cache)");
   }
-  if (options.order.world_size != static_cast<uint32_t>(s.size) || options.order.rank != static_cast<uint32_t>(s.rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MPI job cache: the loader is rank ", options.order.rank, " of ", options.order.world_size, ", the job's rank ",
-        s.rank, " of ", s.size, ": call Job::configure before attach"));
+  if (options.order.world_size != static_cast<uint32_t>(s.size) ||
+      options.order.rank != static_cast<uint32_t>(s.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("MPI job cache: the loader is rank ", options.order.rank, " of ",
+                                                   options.order.world_size, ", the job's rank ", s.rank, " of ",
+                                                   s.size, ": call Job::configure before attach"));
   }
-  const char* refused = options.io.direct                  ? "io.direct"
-                        : !options.stage.dir.empty()        ? "stage.dir (staging)"
-                        : options.advanced.io_factory       ? "an io_factory of the caller's"
-                                                            : nullptr;
+  const char* refused = options.io.direct             ? "io.direct"
+                        : !options.stage.dir.empty()  ? "stage.dir (staging)"
+                        : options.advanced.io_factory ? "an io_factory of the caller's"
+                                                      : nullptr;
   for (const std::string& p : options.paths) {
     if (refused == nullptr && is_object_url(p)) refused = "object URLs";
   }
   if (refused != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("MPI job cache: not with ", refused, " (it reads local or shared files)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MPI job cache: not with ", refused, " (it reads local or shared files)"));
   }
   {
     std::lock_guard<std::mutex> lock(s.fields_mu);
@@ -194,7 +195,8 @@ absl::Status JobCache::attach(LoaderOptions& options) {
                                                  IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
     std::call_once(state->planned, [&] { state->plan_status = state->make_plan(); });
     if (!state->plan_status.ok()) return state->plan_status;
-    absl::StatusOr<std::unique_ptr<IoBackend>> inner = state->source ? state->source(files, io) : make_io_backend(files, io);
+    absl::StatusOr<std::unique_ptr<IoBackend>> inner =
+        state->source ? state->source(files, io) : make_io_backend(files, io);
     if (!inner.ok()) return inner.status();
     return make_cache_backend(state, std::move(files), *std::move(inner));
   };
@@ -207,7 +209,8 @@ absl::Status JobCache::attach(LoaderOptions& options) {
 
 absl::Status JobCache::State::make_plan() {
   std::lock_guard<std::mutex> lock(fields_mu);
-  if (fields.empty()) return absl::FailedPreconditionError("MPI job cache: no field was opened through attach()'s opener");
+  if (fields.empty())
+    return absl::FailedPreconditionError("MPI job cache: no field was opened through attach()'s opener");
   FileLayout layout;
   layout.file_begin = fields[0].file_begin;
   absl::flat_hash_map<std::string, uint32_t> path_id;
@@ -239,37 +242,51 @@ absl::Status JobCache::State::make_plan() {
         for (uint64_t e = f.begin[id]; e < f.begin[id + 1]; ++e) {
           const Extent& x = f.extents[e];
           const uint32_t p = field_path[k][file];
-          if (seen.insert({p, x.offset, x.length}).second) cand.push_back({p, x.offset, x.length, q, false});
+          if (seen.insert({p, x.offset, x.length}).second) cand.push_back({p, x.offset, x.length, q});
         }
       }
     }
   }
-  // Overlapping extents of one file: the lowest offset is held, the rest not.
+  // Overlapping extents of one file (the strided samples of one array, as
+  // DLIO's last-axis NPZ files hold them) merge into one run, held whole.
   std::vector<uint32_t> by_place(cand.size());
   for (uint32_t i = 0; i < by_place.size(); ++i) by_place[i] = i;
   std::sort(by_place.begin(), by_place.end(), [&](uint32_t a, uint32_t b) {
-    return std::tie(cand[a].path, cand[a].offset, cand[a].length) < std::tie(cand[b].path, cand[b].offset, cand[b].length);
+    return std::tie(cand[a].path, cand[a].offset, cand[a].length) <
+           std::tie(cand[b].path, cand[b].offset, cand[b].length);
   });
-  for (size_t i = 1, kept = 0; i < by_place.size(); ++i) {
-    const Candidate& prev = cand[by_place[kept]];
-    Candidate& c = cand[by_place[i]];
-    if (c.path == prev.path && c.offset < prev.offset + prev.length) {
-      c.dropped = true;
+  struct Run {
+    uint32_t path = 0;
+    uint64_t offset = 0, end = 0;
+    uint32_t first = 0;  // the earliest candidate (first-read order) in the run
+    bool merged = false;
+  };
+  std::vector<Run> runs;
+  for (const uint32_t i : by_place) {
+    const Candidate& c = cand[i];
+    if (!runs.empty() && runs.back().path == c.path && c.offset < runs.back().end) {
+      Run& r = runs.back();
+      r.end = std::max(r.end, c.offset + c.length);
+      r.first = std::min(r.first, i);
+      r.merged = true;
     } else {
-      kept = i;
+      runs.push_back({c.path, c.offset, c.offset + c.length, i, false});
     }
   }
-  // Slots in first-read order, while the reader's window has room.
+  // Slots in first-read order, while the first reader's window has room.
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first < b.first; });
   std::vector<uint64_t> used(static_cast<size_t>(size), 0);
   std::vector<std::vector<HeldExtent>> per_path(paths.size());
-  for (const Candidate& c : cand) {
-    dataset_bytes += c.length;
-    const auto q = static_cast<size_t>(c.reader);
-    if (c.dropped || used[q] + slot_bytes(c.length) > capacity_of[q]) continue;
-    per_path[c.path].push_back({c.offset, c.length, used[q], c.reader, static_cast<uint32_t>(held_count++)});
-    used[q] += slot_bytes(c.length);
-    held_bytes += c.length;
-    if (c.reader == rank) bytes_planned += c.length;
+  for (const Run& r : runs) {
+    const uint64_t length = r.end - r.offset;
+    dataset_bytes += length;
+    const int reader = cand[r.first].reader;
+    const auto q = static_cast<size_t>(reader);
+    if (used[q] + slot_bytes(length) > capacity_of[q]) continue;
+    per_path[r.path].push_back({r.offset, length, used[q], reader, static_cast<uint32_t>(held_count++), r.merged});
+    used[q] += slot_bytes(length);
+    held_bytes += length;
+    if (reader == rank) bytes_planned += length;
   }
   for (size_t p = 0; p < paths.size(); ++p) {
     std::sort(per_path[p].begin(), per_path[p].end(),
@@ -277,7 +294,11 @@ absl::Status JobCache::State::make_plan() {
     if (!per_path[p].empty()) held.emplace(paths[p], std::move(per_path[p]));
   }
   filled = std::make_unique<std::atomic<uint8_t>[]>(held_count);
-  for (uint64_t i = 0; i < held_count; ++i) filled[i].store(0, std::memory_order_relaxed);
+  fill_started = std::make_unique<std::atomic<uint8_t>[]>(held_count);
+  for (uint64_t i = 0; i < held_count; ++i) {
+    filled[i].store(0, std::memory_order_relaxed);
+    fill_started[i].store(0, std::memory_order_relaxed);
+  }
   return absl::OkStatus();
 }
 

@@ -34,8 +34,8 @@ struct Segment {
 bool overlap(const std::vector<HeldExtent>& held, uint64_t offset, uint64_t length, std::vector<Segment>& out) {
   out.clear();
   const uint64_t end = offset + length;
-  auto it = std::upper_bound(held.begin(), held.end(), offset,
-                             [](uint64_t v, const HeldExtent& x) { return v < x.offset; });
+  auto it =
+      std::upper_bound(held.begin(), held.end(), offset, [](uint64_t v, const HeldExtent& x) { return v < x.offset; });
   if (it != held.begin()) --it;
   uint64_t at = offset;
   bool covered = true;
@@ -81,7 +81,8 @@ class CacheBackend final : public IoBackend {
 
   absl::Status submit(std::span<const ReadRequest> requests) override {
     for (const ReadRequest& r : requests) {
-      if (r.file >= files_->size()) return absl::InvalidArgumentError(absl::StrCat("job cache: unknown file id ", r.file));
+      if (r.file >= files_->size())
+        return absl::InvalidArgumentError(absl::StrCat("job cache: unknown file id ", r.file));
       if (r.length > 0 && r.dest == nullptr && r.piece_count == 0) {
         return absl::InvalidArgumentError(absl::StrCat("job cache: null dest for ", files_->path(r.file)));
       }
@@ -113,30 +114,35 @@ class CacheBackend final : public IoBackend {
   }
 
   size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
+    const auto deadline =
+        timeout == std::chrono::nanoseconds::max() ? Clock::time_point::max() : Clock::now() + timeout;
     size_t n = 0;
-    while (!ready_.empty()) {
-      out.push_back(std::move(ready_.front()));
-      ready_.pop_front();
-      ++n;
+    while (true) {
+      while (!ready_.empty()) {
+        out.push_back(std::move(ready_.front()));
+        ready_.pop_front();
+        ++n;
+      }
+      if (inner_->in_flight() == 0) return n;
+      const size_t want = min_completions > n ? min_completions - n : 0;
+      const auto now = Clock::now();
+      const auto left = want == 0 || now >= deadline ? std::chrono::nanoseconds::zero()
+                        : deadline == Clock::time_point::max()
+                            ? std::chrono::nanoseconds::max()
+                            : std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+      got_.clear();
+      inner_->reap(got_, want, left);
+      for (ReadCompletion& c : got_) n += take(c, out);
+      // Done when enough, out of time, or only this backend's own fills are left.
+      if (n >= min_completions || left == std::chrono::nanoseconds::zero() || Clock::now() >= deadline ||
+          inner_->in_flight() <= fills_.size()) {
+        return n;
+      }
     }
-    if (inner_->in_flight() == 0) return n;
-    const size_t want = min_completions > n ? min_completions - n : 0;
-    got_.clear();
-    inner_->reap(got_, want, want > 0 ? timeout : std::chrono::nanoseconds::zero());
-    for (ReadCompletion& c : got_) {
-      const auto it = pending_.find(c.user_data);
-      if (it == pending_.end()) continue;  // not ours: cannot happen
-      const ReadRequest r = it->second;
-      pending_.erase(it);
-      c.user_data = r.user_data;
-      if (c.status.ok()) keep(r);
-      out.push_back(std::move(c));
-      ++n;
-    }
-    return n;
   }
 
-  size_t in_flight() const override { return ready_.size() + inner_->in_flight(); }
+  // A fill read is this backend's own: not in flight for the caller.
+  size_t in_flight() const override { return ready_.size() + inner_->in_flight() - fills_.size(); }
   std::string name() const override { return "job_cache+" + inner_->name(); }
   IoStats stats() const override {
     IoStats st = inner_->stats();
@@ -182,12 +188,12 @@ class CacheBackend final : public IoBackend {
   }
 
   void note_round(Clock::time_point t0) {
-    const auto ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    const auto ns =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
     s_->remote_gets.fetch_add(1, std::memory_order_relaxed);
     s_->remote_ns.fetch_add(ns, std::memory_order_relaxed);
     uint64_t prev = s_->remote_ns_max.load(std::memory_order_relaxed);
-    while (prev < ns && !s_->remote_ns_max.compare_exchange_weak(prev, ns, std::memory_order_relaxed)) {
-    }
+    while (prev < ns && !s_->remote_ns_max.compare_exchange_weak(prev, ns, std::memory_order_relaxed)) {}
   }
 
   bool available(const Plan& p) const {
@@ -207,12 +213,14 @@ class CacheBackend final : public IoBackend {
       const ReadRequest& r = requests[i];
       const Plan& p = plans_[i];
       if (!available(p)) {
-        for (size_t k = p.first; k < p.last; ++k) s_->bytes_missed.fetch_add(segs_[k].length, std::memory_order_relaxed);
+        for (size_t k = p.first; k < p.last; ++k)
+          s_->bytes_missed.fetch_add(segs_[k].length, std::memory_order_relaxed);
         s_->bytes_read_source.fetch_add(r.length, std::memory_order_relaxed);
         ReadRequest f = r;
         f.user_data = next_slot_++;
         pending_.emplace(f.user_data, r);
         forward_.push_back(f);
+        for (size_t k = p.first; k < p.last; ++k) start_fill(r.file, *segs_[k].x);
         continue;
       }
       for (size_t k = p.first; k < p.last; ++k) {
@@ -268,6 +276,11 @@ class CacheBackend final : public IoBackend {
     if (!st.ok()) {
       // The files' backend refused the batch: each read is an error completion.
       for (const ReadRequest& f : forward_) {
+        if (const auto fill = fills_.find(f.user_data); fill != fills_.end()) {
+          s_->fill_started[fill->second->index].store(0, std::memory_order_release);
+          fills_.erase(fill);
+          continue;
+        }
         const auto it = pending_.find(f.user_data);
         ReadCompletion c;
         c.user_data = it->second.user_data;
@@ -279,6 +292,52 @@ class CacheBackend final : public IoBackend {
     return absl::OkStatus();
   }
 
+  // One completion from the files: a fill (kept, not handed on) or a caller's read.
+  size_t take(ReadCompletion& c, std::vector<ReadCompletion>& out) {
+    if (const auto f = fills_.find(c.user_data); f != fills_.end()) {
+      const HeldExtent& x = *f->second;
+      fills_.erase(f);
+      if (c.status.ok()) {
+        filled(x);
+      } else {
+        s_->fill_started[x.index].store(0, std::memory_order_release);  // a later read tries again
+      }
+      return 0;
+    }
+    const auto it = pending_.find(c.user_data);
+    if (it == pending_.end()) return 0;  // not ours: cannot happen
+    const ReadRequest r = it->second;
+    pending_.erase(it);
+    c.user_data = r.user_data;
+    if (c.status.ok()) keep(r);
+    out.push_back(std::move(c));
+    return 1;
+  }
+
+  // A merged run of this rank's, first touched: read whole into its slot.
+  void start_fill(uint32_t file, const HeldExtent& x) {
+    if (!x.merged || x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0 ||
+        s_->fill_started[x.index].exchange(1) != 0) {
+      return;
+    }
+    ReadRequest f;
+    f.file = file;
+    f.offset = x.offset;
+    f.length = x.length;
+    f.dest = s_->base + x.slot + 8;
+    f.user_data = next_slot_++;
+    fills_.emplace(f.user_data, &x);
+    s_->bytes_read_source.fetch_add(x.length, std::memory_order_relaxed);
+    forward_.push_back(f);
+  }
+
+  void filled(const HeldExtent& x) {
+    std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(filled_stamp(x.length), std::memory_order_release);
+    s_->filled[x.index].store(1, std::memory_order_release);
+    s_->bytes_kept.fetch_add(x.length, std::memory_order_relaxed);
+    s_->extents_kept.fetch_add(1, std::memory_order_relaxed);
+  }
+
   // Keeps the bytes of a read from the files that belong to this rank's held extents.
   void keep(const ReadRequest& r) {
     if (!s_->open.load(std::memory_order_acquire)) return;
@@ -287,18 +346,13 @@ class CacheBackend final : public IoBackend {
     overlap(*held, r.offset, r.length, seg_scratch_);
     for (const Segment& g : seg_scratch_) {
       const HeldExtent& x = *g.x;
-      if (x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) continue;
+      if (x.merged || x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) continue;
       std::byte* to = s_->base + x.slot + 8 + g.start;
       for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
         std::memcpy(to, d, n);
         to += n;
       });
-      if (mark(x, g.start, g.length)) {
-        std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(filled_stamp(x.length), std::memory_order_release);
-        s_->filled[x.index].store(1, std::memory_order_release);
-        s_->bytes_kept.fetch_add(x.length, std::memory_order_relaxed);
-        s_->extents_kept.fetch_add(1, std::memory_order_relaxed);
-      }
+      if (mark(x, g.start, g.length)) filled(x);
     }
   }
 
@@ -331,7 +385,8 @@ class CacheBackend final : public IoBackend {
   std::vector<const std::vector<HeldExtent>*> by_id_;
   std::vector<uint8_t> looked_;
   std::deque<ReadCompletion> ready_;
-  absl::flat_hash_map<uint64_t, ReadRequest> pending_;  // forwarded slot -> the caller's request
+  absl::flat_hash_map<uint64_t, ReadRequest> pending_;      // forwarded slot -> the caller's request
+  absl::flat_hash_map<uint64_t, const HeldExtent*> fills_;  // fill reads in flight
   uint64_t next_slot_ = 0;
   uint64_t served_ = 0, served_bytes_ = 0;
   // Per submit (kept for their storage).

@@ -19,14 +19,18 @@
 
 namespace dlfeed::inline DLFEED_ABI::mpi {
 
-/// One extent the job holds: `length` bytes at `offset` of one file, kept by
-/// rank `holder` at `slot` of its window (an 8-byte stamp, then the bytes).
+/// A run of bytes the job holds: `length` bytes at `offset` of one file (a
+/// sample's extent, or overlapping extents merged), kept by rank `holder` at
+/// `slot` of its window (an 8-byte stamp, then the bytes).
 struct HeldExtent {
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t slot = 0;
   int holder = 0;
   uint32_t index = 0;  // into JobCache::State::filled
+  /// Merged from overlapping extents: no one read need cover it, so its
+  /// holder reads it whole from the files when it first touches it.
+  bool merged = false;
 };
 
 /// The stamp a holder writes before an extent's bytes once they are all there.
@@ -50,8 +54,8 @@ struct JobCache::State {
   std::byte* base = nullptr;
   int rank = 0;
   int size = 1;
-  std::vector<int> node_of;             // per rank
-  std::vector<uint64_t> capacity_of;    // per rank: its window's bytes
+  std::vector<int> node_of;           // per rank
+  std::vector<uint64_t> capacity_of;  // per rank: its window's bytes
   std::atomic<bool> open{false};
   std::atomic<bool> attached{false};
   IoBackendFactory source;  // JobCacheOptions::source
@@ -65,7 +69,8 @@ struct JobCache::State {
   std::once_flag planned;
   absl::Status plan_status;
   absl::flat_hash_map<std::string, std::vector<HeldExtent>> held;  // path -> extents sorted by offset
-  std::unique_ptr<std::atomic<uint8_t>[]> filled;                   // per held extent: known to be filled
+  std::unique_ptr<std::atomic<uint8_t>[]> filled;                  // per held extent: known to be filled
+  std::unique_ptr<std::atomic<uint8_t>[]> fill_started;            // per held merged run of this rank: read whole
   uint64_t held_count = 0;
 
   // Filling: extents of this rank partly written so far (offsets within the extent).
@@ -86,7 +91,7 @@ struct JobCache::State {
 
 /// The backend the loader reads through: held, filled extents from the
 /// cache; everything else from `inner` (the files), keeping what this rank holds.
-std::unique_ptr<IoBackend> make_cache_backend(std::shared_ptr<JobCache::State> state,
-                                              std::shared_ptr<FileTable> files, std::unique_ptr<IoBackend> inner);
+std::unique_ptr<IoBackend> make_cache_backend(std::shared_ptr<JobCache::State> state, std::shared_ptr<FileTable> files,
+                                              std::unique_ptr<IoBackend> inner);
 
 }  // namespace dlfeed::mpi

@@ -159,6 +159,7 @@ void ScaleOut::configure_cache(LoaderOptions& o) const {
   IoBackendFactory source;
   if (const std::string throttle = absl::GetFlag(FLAGS_source_throttle); !throttle.empty()) {
     SourceThrottle t = value_or_throw(parse_source_throttle(throttle));
+    if (!o.stage.dir.empty()) t.local_prefix = absl::StrCat(o.stage.dir, "/");
 #if DLFEED_WITH_MPI
     if (job_) {
       // One word for the job's ranks: named by rank 0's pid.
@@ -176,6 +177,12 @@ void ScaleOut::configure_cache(LoaderOptions& o) const {
     return;
   }
 #if DLFEED_WITH_MPI
+  // One cache per job: the first loader's (dlio's training loader; its
+  // evaluation loader reads the files).
+  if (job_ && job_->cache) {
+    if (source) o.advanced.io_factory = std::move(source);
+    return;
+  }
   if (!job_) {
     throw_if_error(absl::FailedPreconditionError(
         "--cache: the job cache spreads over an MPI job's ranks: run under mpirun or srun (or with --mpi=on)"));

@@ -21,9 +21,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/io/file_table.h"
 
 namespace dlfeed::cli {
 namespace {
@@ -61,12 +63,17 @@ class SharedClock {
 
 class ThrottledBackend final : public IoBackend {
  public:
-  ThrottledBackend(std::unique_ptr<IoBackend> inner, SourceThrottle t, std::shared_ptr<SharedClock> clock)
-      : inner_(std::move(inner)), t_(std::move(t)), clock_(std::move(clock)) {}
+  ThrottledBackend(std::unique_ptr<IoBackend> inner, SourceThrottle t, std::shared_ptr<SharedClock> clock,
+                   std::shared_ptr<FileTable> files)
+      : inner_(std::move(inner)), t_(std::move(t)), clock_(std::move(clock)), files_(std::move(files)) {}
 
   absl::Status submit(std::span<const ReadRequest> requests) override {
     const uint64_t now = now_ns();
     for (const ReadRequest& r : requests) {
+      if (!t_.local_prefix.empty() && absl::StartsWith(files_->path(r.file), t_.local_prefix)) {
+        due_[r.user_data] = now;
+        continue;
+      }
       const auto cost = static_cast<uint64_t>(static_cast<double>(r.length) / t_.bytes_per_s * 1e9);
       std::atomic<uint64_t>& busy = clock_->word();
       uint64_t prev = busy.load(std::memory_order_relaxed), end = 0;
@@ -115,6 +122,7 @@ class ThrottledBackend final : public IoBackend {
   std::unique_ptr<IoBackend> inner_;
   SourceThrottle t_;
   std::shared_ptr<SharedClock> clock_;
+  std::shared_ptr<FileTable> files_;
   absl::flat_hash_map<uint64_t, uint64_t> due_;  // user_data -> when it may complete
   std::deque<ReadCompletion> held_;
   std::vector<ReadCompletion> got_;
@@ -170,7 +178,7 @@ IoBackendFactory throttled_factory(const SourceThrottle& t, IoBackendFactory inn
                                               IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
     absl::StatusOr<std::unique_ptr<IoBackend>> b = inner ? inner(files, io) : make_io_backend(files, io);
     if (!b.ok()) return b.status();
-    return std::unique_ptr<IoBackend>(std::make_unique<ThrottledBackend>(*std::move(b), t, clock));
+    return std::unique_ptr<IoBackend>(std::make_unique<ThrottledBackend>(*std::move(b), t, clock, files));
   };
 }
 

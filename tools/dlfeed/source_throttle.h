@@ -16,12 +16,15 @@ namespace dlfeed::cli {
 
 /// The throttle's parameters and the clock its ranks share.
 struct SourceThrottle {
-  double bytes_per_s = 0;  // the job's bandwidth, all ranks together
+  double bytes_per_s = 0;   // the job's bandwidth, all ranks together
   uint64_t latency_ns = 0;  // each read completes no sooner than this after it was submitted
   /// The shared "link busy until" clock (CLOCK_MONOTONIC ns): a word in a
   /// file under /dev/shm that every rank of the job maps (process-local when
   /// the path is empty).
   std::string shared_path;
+  /// Files whose path (as the FileTable has it now) starts with this are
+  /// read at once: staged copies on the node (--stage-to), not the source.
+  std::string local_prefix;
 };
 
 /// Parses "200M" (bytes per second; K, M, G, T powers of 1024) or "200M:1ms"

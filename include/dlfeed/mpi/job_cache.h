@@ -62,14 +62,14 @@ struct DLFEED_EXPORT JobCacheStats {
   /// Bytes of extents the cache holds that were read from the source because
   /// their holder had not kept them yet (or a read straddled them).
   uint64_t bytes_missed = 0;
-  uint64_t bytes_kept = 0;         // bytes this rank put into its part
+  uint64_t bytes_kept = 0;  // bytes this rank put into its part
   uint64_t extents_kept = 0;
-  uint64_t bytes_planned = 0;      // bytes of extents this rank is to hold
-  uint64_t capacity = 0;           // this rank's share of its node's budget
-  uint64_t dataset_bytes = 0;      // distinct extent bytes the first epoch reads (the job's)
-  uint64_t held_bytes = 0;         // of those, held by the job cache (all ranks)
-  int node = 0;                    // this rank's node
-  int nodes = 1;                   // nodes in the job
+  uint64_t bytes_planned = 0;  // bytes of extents this rank is to hold
+  uint64_t capacity = 0;       // this rank's share of its node's budget
+  uint64_t dataset_bytes = 0;  // distinct extent bytes the first epoch reads (the job's)
+  uint64_t held_bytes = 0;     // of those, held by the job cache (all ranks)
+  int node = 0;                // this rank's node
+  int nodes = 1;               // nodes in the job
   /// The counters as one JSON object.
   std::string to_json() const;
 };

@@ -37,6 +37,19 @@ def npy_data(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def dlio_npz(tmp_path_factory):
+    """DLIO's NPZ layout, as its generator writes it with numpy: x (32, 32, 8) with the
+    samples on the last axis (each sample's bytes strided over the array), y (8,)."""
+    d = tmp_path_factory.mktemp("jc_dlio") / "train"
+    d.mkdir()
+    rng = np.random.default_rng(9)
+    for f in range(8):
+        np.savez(d / f"img_{f}_of_8.npz", x=rng.integers(0, 255, (32, 32, 8), dtype=np.uint8),
+                 y=np.zeros(8, dtype=np.int64))
+    return d
+
+
 def run(mpirun, dlfeed, tmp_path, data, *args, fields=("--fields", "x,y"), strategy="global_shuffle"):  # noqa: F811
     s = tmp_path / f"s{len(list(tmp_path.iterdir()))}.json"
     out = mpi_run(mpirun, dlfeed, *fields, "--strategy", strategy, "--epochs", EPOCHS, "--batch-size", 4,
@@ -88,6 +101,19 @@ def test_half_the_dataset_cached_reads_half_from_the_files(mpirun, dlfeed, npy_d
         assert e["bytes_read_source"] == dataset - jc["held_bytes"] + e["bytes_missed"]
         assert e["bytes_missed"] <= 0.03 * dataset
         assert e["bytes_read_source"] <= 0.55 * dataset
+
+
+def test_strided_samples_of_one_array_are_held_as_one_run(mpirun, dlfeed, dlio_npz, tmp_path):  # noqa: F811
+    # A strided sample's extent spans nearly its whole array, overlapping the
+    # others': the array is held as one run, read whole by its holder.
+    plain, _ = run(mpirun, dlfeed, tmp_path, dlio_npz, fields=("--fields", "x"))
+    out, job = run(mpirun, dlfeed, tmp_path, dlio_npz, "--cache", "16M", "--cache-ranks-per-node", 1,
+                   fields=("--fields", "x"))
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    assert jc["held_bytes"] == jc["dataset_bytes"] == 8 * 32 * 32 * 8, "one run per file: its x array"
+    for e in jc["epochs"][1:]:
+        assert e["bytes_read_source"] == 0 and e["bytes_read_peers"] > 0, e
 
 
 def test_ranks_of_one_node_read_each_others_parts(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
