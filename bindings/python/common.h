@@ -27,6 +27,7 @@ void bind_batch(py::module_& m);
 void bind_stats(py::module_& m);
 void bind_loader(py::module_& m);
 void bind_memory(py::module_& m);
+void bind_mpi(py::module_& m);
 
 /// Throws dlfeed::Error (translated to a dlfeed Python exception) if not OK.
 inline void check(const absl::Status& s) { throw_if_error(s); }

@@ -38,6 +38,7 @@ PYBIND11_MODULE(_dlfeed, m) {
   bind_stats(m);
   bind_loader(m);
   bind_memory(m);
+  bind_mpi(m);  // the job cache under mpirun (dlfeed::mpi, when built with MPI)
   // s3:// URLs wherever a path goes (dlfeed::s3, when built with libcurl).
 #if DLFEED_WITH_S3
   if (absl::Status st = dlfeed::s3::install(); !st.ok()) throw std::runtime_error(std::string(st.message()));

@@ -43,6 +43,26 @@ def _device_feed() -> Any:
     return _device
 
 
+_MPI_SHUTDOWN_REGISTERED = False
+
+
+def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any) -> int:
+    """job_cache=: the job's memory as one cache, under mpirun (dlfeed::mpi::JobCache)."""
+    global _MPI_SHUTDOWN_REGISTERED
+    if not getattr(_dlfeed, "has_mpi", False):
+        raise RuntimeError("job_cache= needs dlfeed built with MPI (an in-tree build with Open MPI installed; "
+                           "the wheel is built without MPI)")
+    n = _options.byte_count(size, "job_cache")
+    cache = int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0)))
+    if not _MPI_SHUTDOWN_REGISTERED:
+        import atexit
+
+        # Every rank frees the windows at exit, together (a collective), not when its loader is collected.
+        atexit.register(_dlfeed._mpi_shutdown)
+        _MPI_SHUTDOWN_REGISTERED = True
+    return cache
+
+
 def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     if isinstance(paths, (str, bytes, os.PathLike)):
         return [os.fsdecode(paths)]
@@ -136,6 +156,9 @@ class Loader:
             elif len(shapes) == 1 and next(iter(shapes)) in (o.format.feature, o.format.name, "data"):
                 o.field_shapes = {k: tuple(int(d) for d in s) for k, s in shapes.items()}  # the one field, by its name
 
+        self._job_cache: Optional[int] = None
+        if options.get("job_cache") is not None:
+            self._job_cache = _attach_job_cache(o, options.get("job_cache"), options.get("job_cache_ranks_per_node"))
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
         # The next epoch is read while this one's last batches are consumed (docs/python.md);
@@ -313,6 +336,11 @@ class Loader:
             _dlfeed._raise_status(9, f"{os.fspath(path)}: no trace to write: this loader was made without "
                                      "trace=True (dlfeed.Loader(..., trace=True) records the trace events)")
         self._core.write_trace(os.fspath(path), format)
+
+    def job_cache_stats(self) -> Optional[Dict[str, Any]]:
+        """This rank's job cache counters (bytes from the files, the rank's own part, its node, other
+        nodes; docs/distributed.md), or None without ``job_cache=``."""
+        return None if self._job_cache is None else dict(_dlfeed._job_cache_stats(self._job_cache))
 
     def close(self) -> None:
         """Stops the pipeline now (batches already handed out stay valid)."""

@@ -159,6 +159,13 @@ KEYWORDS: Dict[str, Keyword] = {
     # object stores (ObjectCacheOptions)
     "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath),
     "cache_limit": Keyword("object_cache.max_bytes", "cache-limit"),
+    # the job cache under mpirun (dlfeed::mpi::JobCache; not a LoaderOptions field)
+    "job_cache": Keyword(None, "cache",
+                         note="bytes of the job cache per node (an int, or '64G'): under mpirun, later epochs read "
+                              "the first epoch's bytes from the ranks' memory, not the files (docs/distributed.md)"),
+    "job_cache_ranks_per_node": Keyword(None, "cache-ranks-per-node",
+                                        note="with job_cache: ranks per node (0: as MPI finds shared memory; 1: each "
+                                             "rank its own node)"),
     # per field: shape and dtype where the files do not record them (TFRecord features)
     "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
                       note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
@@ -178,6 +185,19 @@ NOT_KEYWORDS: Dict[str, str] = {
     "format.file_pattern": "set per field by fields={name: file pattern}",
     "field_shapes": "set from shapes= for the fields named in fields=",
 }
+
+
+def byte_count(v: Any, keyword: str) -> int:
+    """An int, or a string like '512M', '64G' (powers of 1024), as bytes."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    if isinstance(v, str):
+        t = v.strip().upper().removesuffix("B")
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+        digits = t[:-1] if mult != 1 else t
+        if digits.isdigit():
+            return int(digits) * mult
+    raise _dlfeed.InvalidArgumentError(f"{keyword}={v!r}: expected a byte count (an int, or e.g. '512M', '64G')")
 
 
 def field_doc(path: str) -> str:

@@ -142,3 +142,99 @@ def test_cache_without_mpi_is_a_clear_error(dlfeed, h5_data):
 def test_bad_throttle_is_a_clear_error(dlfeed, h5_data):
     err = dlfeed.error("run", "--fields", "x", "--source-throttle", "fast", h5_data)
     assert "--source-throttle 'fast'" in err and "200M:1ms" in err
+
+
+# Python under mpirun: dlfeed.Loader(job_cache=...) and dlfeed.torch.Dataset pass it on.
+SCRIPT = r'''
+import hashlib, json, os, pathlib, sys, time
+import dlfeed
+data, cache, api, out = sys.argv[1:5]
+rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+
+
+def barrier(tag):  # the ranks start each epoch together, as a trainer's all-reduce keeps them
+    pathlib.Path(f"{out}.{tag}.{rank}").touch()
+    while not all(os.path.exists(f"{out}.{tag}.{r}") for r in range(size)):
+        time.sleep(0.01)
+
+
+kw = dict(fields=["x", "y"], strategy="global_shuffle")
+if cache != "none":
+    kw.update(job_cache=cache, job_cache_ranks_per_node=1)
+else:
+    kw.update(rank=rank, world_size=size)
+epochs = []
+if api == "loader":
+    loader = dlfeed.Loader(data, batch_size=4, **kw)
+    for e in range(3):
+        barrier(e)
+        seen = []
+        for b in loader.iter_epoch(e):
+            for i, sid in enumerate(b.sample_ids):
+                seen.append((int(sid), hashlib.sha256(b["x"][i].tobytes() + b["y"][i].tobytes()).hexdigest()))
+        epochs.append({"samples": sorted(seen), "stats": loader.job_cache_stats()})
+else:
+    import torch
+    ds = dlfeed.torch.Dataset(data, batch_size=4, as_dict=True, **kw)
+    for e in range(3):
+        barrier(e)
+        ds.set_epoch(e)
+        seen = []
+        for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0):
+            for i in range(len(b["x"])):
+                seen.append(hashlib.sha256(b["x"][i].numpy().tobytes() + b["y"][i].numpy().tobytes()).hexdigest())
+        epochs.append({"samples": sorted(seen)})
+with open(f"{out}.{rank}", "w") as f:
+    json.dump(epochs, f)
+'''
+
+
+def py_run(mpirun, tmp_path, data, cache, api):  # noqa: F811
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / f"{api}-{cache}.json"
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(data), cache, api, str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+
+
+def pathlib_read(p):
+    with open(p) as f:
+        return f.read()
+
+
+def test_python_loader_under_mpirun_reads_the_same_bytes_through_the_cache(mpirun, h5_data, tmp_path):  # noqa: F811
+    plain = py_run(mpirun, tmp_path, h5_data, "none", "loader")
+    cached = py_run(mpirun, tmp_path, h5_data, "64M", "loader")
+    for r in range(NP):
+        for e in range(3):
+            assert cached[r][e]["samples"] == plain[r][e]["samples"], (r, e)
+    # Each rank's counters: epochs 1 and 2 read nothing from the files.
+    for r in range(NP):
+        s0, s1, s2 = (cached[r][e]["stats"] for e in range(3))
+        assert s0["bytes_read_source"] == s1["bytes_read_source"] == s2["bytes_read_source"] > 0
+        assert s2["bytes_read_peers"] > s1["bytes_read_peers"] > 0
+        assert s0["nodes"] == NP
+
+
+def test_torch_dataset_under_mpirun_reads_the_same_bytes_through_the_cache(mpirun, h5_data, tmp_path):  # noqa: F811
+    pytest.importorskip("torch")
+    plain = py_run(mpirun, tmp_path, h5_data, "none", "torch")
+    cached = py_run(mpirun, tmp_path, h5_data, "64M", "torch")
+    assert cached == plain
+    assert all(len(cached[r][e]["samples"]) == 160 // NP for r in range(NP) for e in range(3))
+
+
+def test_job_cache_keyword_takes_byte_counts():
+    from dlfeed import _options
+    assert _options.byte_count("64G", "job_cache") == 64 << 30
+    assert _options.byte_count(4096, "job_cache") == 4096
+    with pytest.raises(Exception, match="job_cache='lots'"):
+        _options.byte_count("lots", "job_cache")

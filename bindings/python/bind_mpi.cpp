@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// The job cache for Python under mpirun (dlfeed::mpi::JobCache), when the
+// module is built with MPI (in-tree builds; the wheel has no MPI). One
+// mpi::Job per process, made by the first cache; the caches' windows are
+// freed together at exit (_mpi_shutdown, registered with atexit by
+// dlfeed.Loader), when every rank frees them, not when a loader is collected,
+// which happens at a different time on each rank.
+#include <unistd.h>
+
+#include <memory>
+#include <vector>
+
+#include "common.h"
+#if DLFEED_WITH_MPI
+#include "dlfeed/mpi/job_cache.h"
+#endif
+
+namespace dlfeed::python {
+
+#if DLFEED_WITH_MPI
+namespace {
+
+struct MpiState {
+  std::unique_ptr<mpi::Job> job;
+  pid_t pid = 0;
+  std::vector<std::shared_ptr<mpi::JobCache>> caches;
+};
+
+MpiState& mpi_state() {
+  static MpiState* s = new MpiState();  // outlives the interpreter's teardown; _mpi_shutdown empties it
+  return *s;
+}
+
+}  // namespace
+#endif
+
+void bind_mpi(py::module_& m) {
+#if DLFEED_WITH_MPI
+  m.attr("has_mpi") = true;
+  m.def(
+      "_job_cache_attach",
+      [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node) {
+        MpiState& s = mpi_state();
+        if (s.job == nullptr) {
+          s.job = value_or_throw(mpi::Job::init());
+          s.pid = ::getpid();
+        } else if (s.pid != ::getpid()) {
+          check(absl::FailedPreconditionError(
+              "job_cache=: MPI was started in another process (this is a child of fork(), e.g. a DataLoader "
+              "worker): make the loader in the process mpirun started (num_workers=0)"));
+        }
+        const auto size = static_cast<uint32_t>(s.job->size());
+        if (o.order.world_size != 1 && o.order.world_size != size) {
+          check(absl::InvalidArgumentError(absl::StrCat("job_cache=: world_size=", o.order.world_size,
+                                                        " but the MPI job has ", size, " ranks")));
+        }
+        s.job->configure(o);
+        mpi::JobCacheOptions co;
+        co.bytes_per_node = bytes_per_node;
+        co.ranks_per_node = ranks_per_node;
+        std::shared_ptr<mpi::JobCache> cache = value_or_throw(mpi::JobCache::create(*s.job, co));
+        check(cache->attach(o));
+        s.caches.push_back(cache);
+        return s.caches.size() - 1;
+      },
+      py::arg("options"), py::arg("bytes_per_node"), py::arg("ranks_per_node"),
+      "Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets "
+      "`options` to read through it (rank and world size from MPI); returns its number.");
+  m.def(
+      "_job_cache_stats",
+      [](size_t id) {
+        MpiState& s = mpi_state();
+        if (id >= s.caches.size() || s.caches[id] == nullptr) check(absl::NotFoundError("job cache closed"));
+        return py::dict(py::module_::import("json").attr("loads")(s.caches[id]->stats().to_json()));
+      },
+      py::arg("id"), "This rank's job cache counters (JobCacheStats).");
+  m.def(
+      "_mpi_shutdown",
+      [] {
+        MpiState& s = mpi_state();
+        for (auto& c : s.caches) {
+          if (c) c->close().IgnoreError();  // collective: every rank at exit
+        }
+        s.caches.clear();
+        s.job.reset();  // MPI_Finalize when _job_cache_attach started MPI
+      },
+      "Collective, at exit: frees the job caches' windows and ends MPI if dlfeed started it.");
+#else
+  m.attr("has_mpi") = false;
+#endif
+}
+
+}  // namespace dlfeed::python
