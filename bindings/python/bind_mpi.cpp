@@ -51,8 +51,8 @@ void bind_mpi(py::module_& m) {
         }
         const auto size = static_cast<uint32_t>(s.job->size());
         if (o.order.world_size != 1 && o.order.world_size != size) {
-          check(absl::InvalidArgumentError(absl::StrCat("job_cache=: world_size=", o.order.world_size,
-                                                        " but the MPI job has ", size, " ranks")));
+          check(absl::InvalidArgumentError(
+              absl::StrCat("job_cache=: world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
         }
         s.job->configure(o);
         mpi::JobCacheOptions co;

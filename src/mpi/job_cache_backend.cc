@@ -213,8 +213,13 @@ class CacheBackend final : public IoBackend {
       const ReadRequest& r = requests[i];
       const Plan& p = plans_[i];
       if (!available(p)) {
-        for (size_t k = p.first; k < p.last; ++k)
-          s_->bytes_missed.fetch_add(segs_[k].length, std::memory_order_relaxed);
+        // Held bytes read from the files, but for this rank's own not kept yet (this read keeps them).
+        for (size_t k = p.first; k < p.last; ++k) {
+          const HeldExtent& x = *segs_[k].x;
+          if (x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) {
+            s_->bytes_missed.fetch_add(segs_[k].length, std::memory_order_relaxed);
+          }
+        }
         s_->bytes_read_source.fetch_add(r.length, std::memory_order_relaxed);
         ReadRequest f = r;
         f.user_data = next_slot_++;

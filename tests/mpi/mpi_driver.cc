@@ -5,6 +5,7 @@
 // Every rank runs every test; collectives are reached on every rank whatever
 // the checks found (EXPECT, not ASSERT, before a collective), and the exit
 // status is the worst over the ranks.
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "dev/generate.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/loader.h"
+#include "dlfeed/mpi/job_cache.h"
 #include "dlfeed/mpi/mpi.h"
 #include "gtest/gtest.h"
 #include "support/dataset.h"
@@ -303,6 +305,86 @@ TEST(Staging, CopiesMatchAndLaterEpochsReadThem) {
   const uint64_t owned = (kFiles - static_cast<uint64_t>(g_job->rank()) + g_job->size() - 1) / g_job->size();
   EXPECT_EQ(loader->stats().stage.staged, owned);        // files rank, rank + W, ...
   EXPECT_EQ(loader->stats().files_read_staged, kFiles);  // its own and its neighbours' copies
+}
+
+// The job cache: every read of the files goes through a counting backend
+// (JobCacheOptions::source); after the first epoch none may reach it, and
+// every sample still has its true bytes.
+class CountingBackend final : public IoBackend {
+ public:
+  CountingBackend(std::unique_ptr<IoBackend> inner, std::atomic<uint64_t>* bytes)
+      : inner_(std::move(inner)), bytes_(bytes) {}
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    for (const ReadRequest& r : requests) bytes_->fetch_add(r.length);
+    return inner_->submit(requests);
+  }
+  size_t reap(std::vector<ReadCompletion>& out, size_t min, std::chrono::nanoseconds timeout) override {
+    return inner_->reap(out, min, timeout);
+  }
+  size_t in_flight() const override { return inner_->in_flight(); }
+  std::string name() const override { return inner_->name(); }
+  IoStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<IoBackend> inner_;
+  std::atomic<uint64_t>* bytes_;
+};
+
+TEST(JobCache, LaterEpochsReadTheRanksMemoryNotTheFiles) {
+  const std::string path = dataset();
+  LoaderOptions o = options(path, "global_shuffle");
+  static std::atomic<uint64_t> from_files{0};
+  mpi::JobCacheOptions co;
+  co.bytes_per_node = 8u << 20;
+  co.ranks_per_node = 2;
+  co.source = [](std::shared_ptr<FileTable> files, IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
+    auto inner = make_io_backend(std::move(files), io);
+    if (!inner.ok()) return inner.status();
+    return std::unique_ptr<IoBackend>(std::make_unique<CountingBackend>(*std::move(inner), &from_files));
+  };
+  auto cache = mpi::JobCache::create(*g_job, co).value();
+  EXPECT_TRUE(cache->attach(o).ok());
+  EXPECT_EQ(cache->attach(o).code(), absl::StatusCode::kFailedPrecondition) << "one loader per cache";
+  auto loader = Loader::create(o).value();
+  uint64_t want = 0;
+  for (uint64_t id = 0; id < kN; ++id)
+    want += std::hash<std::string>()(expected_bytes(id)) * 0x9E3779B97F4A7C15ull + id;
+  mpi::JobCacheStats after0;
+  uint64_t files_after0 = 0;
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_TRUE(g_job->barrier().ok());  // every rank has kept its part of the epoch before
+    EXPECT_TRUE(loader->start_epoch(e).ok());
+    uint64_t hash = 0;
+    const std::vector<uint64_t> ids = read(*loader, -1, &hash);  // byte-checked
+    const std::multiset<uint64_t> seen = gather_ids(ids);
+    const uint64_t h = g_job->sum(hash);
+    if (g_job->rank() == 0) {
+      expect_each_once(seen, absl::StrCat("epoch ", e));
+      EXPECT_EQ(h, want) << "epoch " << e;
+    }
+    if (e == 0) {
+      after0 = cache->stats();
+      files_after0 = from_files.load();
+      EXPECT_GT(files_after0, 0u);
+    }
+  }
+  EXPECT_EQ(from_files.load(), files_after0) << "no read of the files after epoch 0";
+  const mpi::JobCacheStats st = cache->stats();
+  EXPECT_EQ(st.bytes_read_source, after0.bytes_read_source) << "no read of the files after epoch 0";
+  EXPECT_EQ(st.bytes_missed, 0u);
+  EXPECT_EQ(st.held_bytes, st.dataset_bytes);
+  EXPECT_EQ(st.nodes, (g_job->size() + 1) / 2);
+  EXPECT_EQ(st.bytes_kept, st.bytes_planned);
+  const uint64_t peers = g_job->sum(st.bytes_read_peers), node = g_job->sum(st.bytes_read_node);
+  const uint64_t local = g_job->sum(st.bytes_read_local), kept = g_job->sum(st.bytes_kept);
+  if (g_job->rank() == 0) {
+    EXPECT_EQ(kept, st.dataset_bytes) << "each extent held once in the job";
+    EXPECT_GT(peers, 0u);
+    EXPECT_GT(node, 0u);
+    EXPECT_GT(local, 0u);
+  }
+  loader.reset();
+  EXPECT_TRUE(cache->close().ok());
 }
 
 // Elastic restart across two jobs: this one (4 ranks) reads 3 batches of

@@ -248,7 +248,8 @@ void ScaleOut::report_cache([[maybe_unused]] uint64_t epoch) {
   constexpr double kMiB = 1048576.0;
   std::printf(
       "job cache: epoch %llu: %.1f MiB from the files, %.1f MiB from other nodes, %.1f MiB from other ranks of the "
-      "node, %.1f MiB from the rank's own part; %.1f MiB of held extents read from the files; %.1f MiB kept so far "
+      "node, %.1f MiB from the rank's own part; %.1f MiB of held extents still read from the files; %.1f MiB kept so "
+      "far "
       "of %.1f MiB that fit (the first epoch's extents: %.1f MiB); %llu remote rounds, mean %.3f ms, max %.3f ms\n",
       static_cast<unsigned long long>(epoch), source / kMiB, peers / kMiB, node / kMiB, own / kMiB, missed / kMiB,
       kept / kMiB, now.held_bytes / kMiB, now.dataset_bytes / kMiB, static_cast<unsigned long long>(gets),

@@ -59,8 +59,9 @@ struct DLFEED_EXPORT JobCacheStats {
   uint64_t remote_gets = 0;        // MPI_Get rounds (each: a batch's gets, then a flush)
   uint64_t remote_ns = 0;          // time in those rounds
   uint64_t remote_ns_max = 0;      // the longest round
-  /// Bytes of extents the cache holds that were read from the source because
-  /// their holder had not kept them yet (or a read straddled them).
+  /// Bytes of held extents read from the source, but for this rank's own
+  /// that the read keeps: their holder had not kept them yet, or a read
+  /// straddled them and an extent no one holds.
   uint64_t bytes_missed = 0;
   uint64_t bytes_kept = 0;  // bytes this rank put into its part
   uint64_t extents_kept = 0;
