@@ -100,7 +100,7 @@ class CacheBackend final : public IoBackend {
       p.covered = overlap(*held, r.offset, r.length, seg_scratch_);
       segs_.insert(segs_.end(), seg_scratch_.begin(), seg_scratch_.end());
       p.last = segs_.size();
-      for (size_t k = p.first; k < p.last && p.covered; ++k) {
+      for (size_t k = p.first; k < p.last; ++k) {
         const HeldExtent& x = *segs_[k].x;
         if (x.holder != s_->rank && s_->filled[x.index].load(std::memory_order_acquire) == 0) {
           stamps_.push_back({&x, 0});
@@ -135,14 +135,16 @@ class CacheBackend final : public IoBackend {
       for (ReadCompletion& c : got_) n += take(c, out);
       // Done when enough, out of time, or only this backend's own fills are left.
       if (n >= min_completions || left == std::chrono::nanoseconds::zero() || Clock::now() >= deadline ||
-          inner_->in_flight() <= fills_.size()) {
+          in_flight() == ready_.size()) {
         return n;
       }
     }
   }
 
-  // A fill read is this backend's own: not in flight for the caller.
-  size_t in_flight() const override { return ready_.size() + inner_->in_flight() - fills_.size(); }
+  // Fill reads are this backend's own, and a split read is one for the caller.
+  size_t in_flight() const override {
+    return ready_.size() + inner_->in_flight() - fills_.size() - (sub_parent_.size() - parents_.size());
+  }
   std::string name() const override { return "job_cache+" + inner_->name(); }
   IoStats stats() const override {
     IoStats st = inner_->stats();
@@ -206,55 +208,16 @@ class CacheBackend final : public IoBackend {
 
   absl::Status serve(std::span<const ReadRequest> requests) {
     forward_.clear();
-    bool gets = false;
+    gets_ = false;
     const auto t0 = Clock::now();
-    const int my_node = s_->node_of[static_cast<size_t>(s_->rank)];
     for (size_t i = 0; i < requests.size(); ++i) {
       const ReadRequest& r = requests[i];
       const Plan& p = plans_[i];
       if (!available(p)) {
-        // Held bytes read from the files, but for this rank's own not kept yet (this read keeps them).
-        for (size_t k = p.first; k < p.last; ++k) {
-          const HeldExtent& x = *segs_[k].x;
-          if (x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) {
-            s_->bytes_missed.fetch_add(segs_[k].length, std::memory_order_relaxed);
-          }
-        }
-        s_->bytes_read_source.fetch_add(r.length, std::memory_order_relaxed);
-        ReadRequest f = r;
-        f.user_data = next_slot_++;
-        pending_.emplace(f.user_data, r);
-        forward_.push_back(f);
-        for (size_t k = p.first; k < p.last; ++k) start_fill(r.file, *segs_[k].x);
+        if (!split(r, p)) forward_whole(r, p);
         continue;
       }
-      for (size_t k = p.first; k < p.last; ++k) {
-        const Segment& g = segs_[k];
-        const uint64_t from = g.x->slot + 8 + g.start;
-        if (g.x->holder == s_->rank) {
-          const std::byte* src = s_->base + from;
-          for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
-            std::memcpy(d, src, n);
-            src += n;
-          });
-          s_->bytes_read_local.fetch_add(g.length, std::memory_order_relaxed);
-          continue;
-        }
-        uint64_t disp = from;
-        for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
-          while (n > 0) {
-            const int count = static_cast<int>(std::min<uint64_t>(n, 1u << 30));
-            MPI_Get(d, count, MPI_BYTE, g.x->holder, static_cast<MPI_Aint>(disp), count, MPI_BYTE, s_->win);
-            d += count;
-            disp += static_cast<uint64_t>(count);
-            n -= static_cast<uint64_t>(count);
-          }
-        });
-        gets = true;
-        auto& counter =
-            s_->node_of[static_cast<size_t>(g.x->holder)] == my_node ? s_->bytes_read_node : s_->bytes_read_peers;
-        counter.fetch_add(g.length, std::memory_order_relaxed);
-      }
+      for (size_t k = p.first; k < p.last; ++k) copy_in(r, segs_[k]);
       served_ += 1;
       served_bytes_ += r.length;
       ReadCompletion c;
@@ -263,38 +226,156 @@ class CacheBackend final : public IoBackend {
       if (r.checksum) crc_due_.emplace_back(ready_.size(), i);
       ready_.push_back(std::move(c));
     }
-    if (gets) {
+    if (gets_) {
       MPI_Win_flush_all(s_->win);
       note_round(t0);
     }
     // Checksums once the bytes are all there.
-    for (const auto& [at, i] : crc_due_) {
-      const ReadRequest& r = requests[i];
-      const std::byte* d = r.piece_count > 0 ? r.pieces[r.checksum_piece].dest : r.dest;
-      const uint64_t n = r.piece_count > 0 ? r.pieces[r.checksum_piece].length : r.length;
-      ready_[at].crc32c = detail::crc32c_extend(0, d, n);
-      ready_[at].has_crc32c = true;
-    }
+    for (const auto& [at, i] : crc_due_) set_crc(requests[i], ready_[at]);
     crc_due_.clear();
-    if (forward_.empty()) return absl::OkStatus();
-    absl::Status st = inner_->submit(forward_);
-    if (!st.ok()) {
-      // The files' backend refused the batch: each read is an error completion.
-      for (const ReadRequest& f : forward_) {
-        if (const auto fill = fills_.find(f.user_data); fill != fills_.end()) {
-          s_->fill_started[fill->second->index].store(0, std::memory_order_release);
-          fills_.erase(fill);
-          continue;
-        }
-        const auto it = pending_.find(f.user_data);
-        ReadCompletion c;
-        c.user_data = it->second.user_data;
-        c.status = absl::Status(st.code(), absl::StrCat(files_->path(f.file), ": ", st.message()));
-        ready_.push_back(std::move(c));
-        pending_.erase(it);
-      }
-    }
+    if (!forward_.empty()) submit_forward();
     return absl::OkStatus();
+  }
+
+  // The bytes of segment `g` of `r` from its holder: this rank's window by
+  // memcpy, another's by MPI_Get (complete at the batch's flush).
+  void copy_in(const ReadRequest& r, const Segment& g) {
+    const uint64_t from = g.x->slot + 8 + g.start;
+    if (g.x->holder == s_->rank) {
+      const std::byte* src = s_->base + from;
+      for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
+        std::memcpy(d, src, n);
+        src += n;
+      });
+      s_->bytes_read_local.fetch_add(g.length, std::memory_order_relaxed);
+      return;
+    }
+    uint64_t disp = from;
+    for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
+      while (n > 0) {
+        const int count = static_cast<int>(std::min<uint64_t>(n, 1u << 30));
+        MPI_Get(d, count, MPI_BYTE, g.x->holder, static_cast<MPI_Aint>(disp), count, MPI_BYTE, s_->win);
+        d += count;
+        disp += static_cast<uint64_t>(count);
+        n -= static_cast<uint64_t>(count);
+      }
+    });
+    gets_ = true;
+    const bool same_node = s_->node_of[static_cast<size_t>(g.x->holder)] == s_->node_of[static_cast<size_t>(s_->rank)];
+    (same_node ? s_->bytes_read_node : s_->bytes_read_peers).fetch_add(g.length, std::memory_order_relaxed);
+  }
+
+  static void set_crc(const ReadRequest& r, ReadCompletion& c) {
+    const std::byte* d = r.piece_count > 0 ? r.pieces[r.checksum_piece].dest : r.dest;
+    const uint64_t n = r.piece_count > 0 ? r.pieces[r.checksum_piece].length : r.length;
+    c.crc32c = detail::crc32c_extend(0, d, n);
+    c.has_crc32c = true;
+  }
+
+  // Held bytes of `x` a read takes from the files: missed, but for this
+  // rank's own not kept yet (the read keeps them).
+  void count_missed(const HeldExtent& x, uint64_t n) {
+    if (x.holder != s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) {
+      s_->bytes_missed.fetch_add(n, std::memory_order_relaxed);
+    }
+  }
+
+  void forward_whole(const ReadRequest& r, const Plan& p) {
+    for (size_t k = p.first; k < p.last; ++k) count_missed(*segs_[k].x, segs_[k].length);
+    s_->bytes_read_source.fetch_add(r.length, std::memory_order_relaxed);
+    ReadRequest f = r;
+    f.user_data = next_slot_++;
+    pending_.emplace(f.user_data, r);
+    forward_.push_back(f);
+    for (size_t k = p.first; k < p.last; ++k) start_fill(r.file, *segs_[k].x);
+  }
+
+  // A read partly held and filled: the filled segments from the cache, the
+  // rest in reads of the files of its own; one completion when all are in.
+  // False (nothing done) for a scattered read or one with no filled segment.
+  bool split(const ReadRequest& r, const Plan& p) {
+    auto usable = [&](const Segment& g) { return s_->filled[g.x->index].load(std::memory_order_acquire) != 0; };
+    if (r.piece_count > 0 || std::none_of(segs_.begin() + static_cast<std::ptrdiff_t>(p.first),
+                                          segs_.begin() + static_cast<std::ptrdiff_t>(p.last), usable)) {
+      return false;
+    }
+    const uint64_t parent = next_slot_++;
+    parents_.emplace(parent, Parent{r, 0, absl::OkStatus()});
+    uint64_t at = 0;
+    for (size_t k = p.first; k < p.last; ++k) {
+      const Segment& g = segs_[k];
+      if (!usable(g)) {
+        count_missed(*g.x, g.length);
+        start_fill(r.file, *g.x);
+        continue;
+      }
+      if (g.rel > at) add_sub(parent, r, at, g.rel - at);
+      copy_in(r, g);
+      at = g.rel + g.length;
+    }
+    if (at < r.length) add_sub(parent, r, at, r.length - at);
+    return true;
+  }
+
+  void add_sub(uint64_t parent, const ReadRequest& r, uint64_t at, uint64_t n) {
+    ReadRequest f = r;
+    f.offset = r.offset + at;
+    f.length = n;
+    f.dest = r.dest + at;
+    f.checksum = false;
+    f.hand_off = false;
+    f.user_data = next_slot_++;
+    pending_.emplace(f.user_data, f);
+    sub_parent_.emplace(f.user_data, parent);
+    parents_[parent].left += 1;
+    s_->bytes_read_source.fetch_add(n, std::memory_order_relaxed);
+    forward_.push_back(f);
+  }
+
+  // A part of `parent` is done (`st`); its completion once all are.
+  void sub_done(uint64_t parent, const absl::Status& st, std::vector<ReadCompletion>* out) {
+    const auto it = parents_.find(parent);
+    Parent& p = it->second;
+    if (!st.ok() && p.status.ok()) p.status = st;
+    if (--p.left > 0) return;
+    ReadCompletion c;
+    c.user_data = p.r.user_data;
+    c.status = p.status;
+    c.bytes = p.status.ok() ? p.r.length : 0;
+    if (p.status.ok() && p.r.checksum) set_crc(p.r, c);
+    if (out != nullptr) {
+      out->push_back(std::move(c));
+    } else {
+      ready_.push_back(std::move(c));
+    }
+    parents_.erase(it);
+  }
+
+  void submit_forward() {
+    absl::Status st = inner_->submit(forward_);
+    if (st.ok()) return;
+    // The files' backend refused the batch: each read is an error completion.
+    for (const ReadRequest& f : forward_) {
+      const absl::Status err(st.code(), absl::StrCat(files_->path(f.file), ": ", st.message()));
+      if (const auto fill = fills_.find(f.user_data); fill != fills_.end()) {
+        s_->fill_started[fill->second->index].store(0, std::memory_order_release);
+        fills_.erase(fill);
+        continue;
+      }
+      const auto it = pending_.find(f.user_data);
+      if (const auto sub = sub_parent_.find(f.user_data); sub != sub_parent_.end()) {
+        const uint64_t parent = sub->second;
+        sub_parent_.erase(sub);
+        pending_.erase(it);
+        sub_done(parent, err, nullptr);
+        continue;
+      }
+      ReadCompletion c;
+      c.user_data = it->second.user_data;
+      c.status = err;
+      ready_.push_back(std::move(c));
+      pending_.erase(it);
+    }
   }
 
   // One completion from the files: a fill (kept, not handed on) or a caller's read.
@@ -313,6 +394,14 @@ class CacheBackend final : public IoBackend {
     if (it == pending_.end()) return 0;  // not ours: cannot happen
     const ReadRequest r = it->second;
     pending_.erase(it);
+    if (const auto sub = sub_parent_.find(c.user_data); sub != sub_parent_.end()) {
+      const uint64_t parent = sub->second;
+      sub_parent_.erase(sub);
+      if (c.status.ok()) keep(r);
+      const size_t before = out.size();
+      sub_done(parent, c.status, &out);
+      return out.size() - before;
+    }
     c.user_data = r.user_data;
     if (c.status.ok()) keep(r);
     out.push_back(std::move(c));
@@ -392,6 +481,14 @@ class CacheBackend final : public IoBackend {
   std::deque<ReadCompletion> ready_;
   absl::flat_hash_map<uint64_t, ReadRequest> pending_;      // forwarded slot -> the caller's request
   absl::flat_hash_map<uint64_t, const HeldExtent*> fills_;  // fill reads in flight
+  struct Parent {
+    ReadRequest r;  // the caller's
+    uint32_t left = 0;
+    absl::Status status;
+  };
+  absl::flat_hash_map<uint64_t, Parent> parents_;       // split reads in flight
+  absl::flat_hash_map<uint64_t, uint64_t> sub_parent_;  // a split read's part -> the read
+  bool gets_ = false;                                   // this batch issued MPI_Gets
   uint64_t next_slot_ = 0;
   uint64_t served_ = 0, served_bytes_ = 0;
   // Per submit (kept for their storage).
