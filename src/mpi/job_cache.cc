@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -86,6 +87,53 @@ struct Candidate {
   uint64_t offset = 0, length = 0;
   int reader = 0;
 };
+
+// The first epoch's reads of every rank, as (sample id, rank), step by step
+// and rank by rank, from one global order (O(samples), not O(samples x
+// ranks)). The rank's cut of the global order is OrderCursor's, written out
+// for every rank (global_position is the calling rank's only); checked
+// against this rank's own cursor, and made rank by rank with rank_order when
+// they differ (a registered strategy with a cut of its own).
+absl::StatusOr<std::vector<std::pair<uint64_t, int>>> first_epoch_reads(const FileLayout& layout, const OrderSpec& spec,
+                                                                        int rank, int size) {
+  OrderSpec mine = spec;
+  mine.rank = static_cast<uint32_t>(rank);
+  absl::StatusOr<OrderCursor> cursor = OrderCursor::create(layout, mine);
+  if (!cursor.ok()) return cursor.status();
+  const GlobalOrder& g = cursor->global_order();
+  const uint64_t n = cursor->size(), gsize = g.size();
+  const std::vector<uint64_t> bounds = g.rank_bounds();
+  auto at = [&](int q, uint64_t i) -> std::optional<uint64_t> {
+    if (gsize == 0) return std::nullopt;
+    if (!bounds.empty()) {
+      const uint64_t part = bounds[static_cast<size_t>(q) + 1] - bounds[static_cast<size_t>(q)];
+      if (part == 0) return std::nullopt;
+      return g.at(bounds[static_cast<size_t>(q)] + i % part);
+    }
+    const uint64_t p = spec.global_start + static_cast<uint64_t>(q) + i * static_cast<uint64_t>(size);
+    return g.at(p < gsize ? p : p % gsize);
+  };
+  bool same = true;
+  for (uint64_t i = 0; i < n && same; ++i) same = at(rank, i) == cursor->at(i);
+  std::vector<std::pair<uint64_t, int>> out;
+  if (same) {
+    out.reserve(n * static_cast<uint64_t>(size));
+    for (uint64_t i = 0; i < n; ++i) {
+      for (int q = 0; q < size; ++q) {
+        if (const std::optional<uint64_t> id = at(q, i)) out.emplace_back(*id, q);
+      }
+    }
+    return out;
+  }
+  for (int q = 0; q < size; ++q) {
+    OrderSpec spec_q = spec;
+    spec_q.rank = static_cast<uint32_t>(q);
+    absl::StatusOr<std::vector<uint64_t>> ids = rank_order(layout, spec_q);
+    if (!ids.ok()) return ids.status();
+    for (const uint64_t id : *ids) out.emplace_back(id, q);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -227,23 +275,20 @@ absl::Status JobCache::State::make_plan() {
       field_path[k].push_back(it->second);
     }
   }
-  // Every extent of the first epoch, with the first rank reading it.
+  // Every extent of the first epoch, with the first rank reading it (step by
+  // step, rank by rank).
+  absl::StatusOr<std::vector<std::pair<uint64_t, int>>> reads = first_epoch_reads(layout, spec, rank, size);
+  if (!reads.ok()) return reads.status();
   std::vector<Candidate> cand;
   absl::flat_hash_set<std::tuple<uint32_t, uint64_t, uint64_t>> seen;
-  for (int q = 0; q < size; ++q) {
-    OrderSpec spec_q = spec;
-    spec_q.rank = static_cast<uint32_t>(q);
-    absl::StatusOr<std::vector<uint64_t>> ids = rank_order(layout, spec_q);
-    if (!ids.ok()) return ids.status();
-    for (const uint64_t id : *ids) {
-      const auto file = static_cast<uint32_t>(layout.file_of(id));
-      for (size_t k = 0; k < fields.size(); ++k) {
-        const FieldExtents& f = fields[k];
-        for (uint64_t e = f.begin[id]; e < f.begin[id + 1]; ++e) {
-          const Extent& x = f.extents[e];
-          const uint32_t p = field_path[k][file];
-          if (seen.insert({p, x.offset, x.length}).second) cand.push_back({p, x.offset, x.length, q});
-        }
+  for (const auto& [id, q] : *reads) {
+    const auto file = static_cast<uint32_t>(layout.file_of(id));
+    for (size_t k = 0; k < fields.size(); ++k) {
+      const FieldExtents& f = fields[k];
+      for (uint64_t e = f.begin[id]; e < f.begin[id + 1]; ++e) {
+        const Extent& x = f.extents[e];
+        const uint32_t p = field_path[k][file];
+        if (seen.insert({p, x.offset, x.length}).second) cand.push_back({p, x.offset, x.length, q});
       }
     }
   }
