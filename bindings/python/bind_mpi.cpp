@@ -42,6 +42,13 @@ void bind_mpi(py::module_& m) {
       [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node) {
         MpiState& s = mpi_state();
         if (s.job == nullptr) {
+          int up = 0;
+          MPI_Initialized(&up);
+          if (up == 0 && !mpi::launched_by_mpi()) {
+            check(absl::FailedPreconditionError(
+                "job_cache=: the job cache spreads over an MPI job's ranks: start the script with mpirun or srun "
+                "(this process was not started by an MPI launcher)"));
+          }
           s.job = value_or_throw(mpi::Job::init());
           s.pid = ::getpid();
         } else if (s.pid != ::getpid()) {

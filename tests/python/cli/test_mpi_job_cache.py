@@ -235,9 +235,61 @@ def test_torch_dataset_under_mpirun_reads_the_same_bytes_through_the_cache(mpiru
     assert all(len(cached[r][e]["samples"]) == 160 // NP for r in range(NP) for e in range(3))
 
 
+def test_job_cache_without_mpirun_is_a_clear_error(h5_data):
+    import dlfeed
+    if not getattr(dlfeed._dlfeed, "has_mpi", False):
+        with pytest.raises(RuntimeError, match="built with MPI"):
+            dlfeed.Loader(h5_data, fields=["x"], job_cache="1G")
+        return
+    with pytest.raises(dlfeed.Error, match="mpirun or srun"):
+        dlfeed.Loader(h5_data, fields=["x"], job_cache="1G")
+
+
 def test_job_cache_keyword_takes_byte_counts():
     from dlfeed import _options
     assert _options.byte_count("64G", "job_cache") == 64 << 30
     assert _options.byte_count(4096, "job_cache") == 4096
     with pytest.raises(Exception, match="job_cache='lots'"):
         _options.byte_count("lots", "job_cache")
+
+
+DLIO_YAML = """model: jc
+framework: pytorch
+workflow:
+  generate_data: True
+  train: True
+dataset:
+  data_folder: {data}
+  format: npz
+  num_files_train: 8
+  num_samples_per_file: 8
+  record_length: 4096
+reader:
+  data_loader: pytorch
+  batch_size: 2
+  sample_shuffle: seed
+train:
+  epochs: 3
+  computation_time: 0
+"""
+
+
+def test_dlio_under_mpirun_caches_its_training_reads(mpirun, dlfeed, tmp_path):  # noqa: F811
+    import os
+    import subprocess
+    config = tmp_path / "jc.yaml"
+    config.write_text(DLIO_YAML.format(data=tmp_path / "data"))
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    proc = subprocess.run([*mpirun, "-np", str(NP), dlfeed.binary, "dlio", "--cache", "16M",
+                           "--cache-ranks-per-node", "1", str(config), f"++workload.output.folder={tmp_path}/out",
+                           f"++workload.checkpoint.checkpoint_folder={tmp_path}/ckpt"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    if "built without MPI" in proc.stderr:
+        pytest.skip("this dlfeed was built without MPI")
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = re.findall(r"job cache: epoch (\d): ([0-9.]+) MiB from the files, ([0-9.]+) MiB from other nodes", proc.stdout)
+    assert [int(e) for e, _, _ in lines] == [0, 1, 2], proc.stdout
+    assert float(lines[0][1]) > 0
+    for _, files, peers in lines[1:]:
+        assert float(files) == 0 and float(peers) > 0, proc.stdout
+    assert (tmp_path / "out" / "summary.json").exists()
