@@ -310,10 +310,11 @@ counters::Snapshot ScaleOut::summary(const Loader& loader, const std::string& js
         "stage: %s: %llu of %llu owned files staged (%llu copied, %llu reused), %.1f MiB; %llu skipped "
         "(%llu over the %s limit, %llu no space), %llu failed%s%s; %llu of %llu files read from copies at "
         "the last epoch start\n",
-        loader.options().stage.dir.c_str(), static_cast<unsigned long long>(g.staged + g.reused),
+        loader.options().stage.dir.c_str(),
+        static_cast<unsigned long long>(g.staged) + static_cast<unsigned long long>(g.reused),
         static_cast<unsigned long long>(g.files), static_cast<unsigned long long>(g.staged),
         static_cast<unsigned long long>(g.reused), g.bytes_staged / 1048576.0,
-        static_cast<unsigned long long>(g.skipped_limit + g.skipped_space),
+        static_cast<unsigned long long>(g.skipped_limit) + static_cast<unsigned long long>(g.skipped_space),
         static_cast<unsigned long long>(g.skipped_limit),
         absl::GetFlag(FLAGS_stage_limit).empty() ? "(no)" : absl::GetFlag(FLAGS_stage_limit).c_str(),
         static_cast<unsigned long long>(g.skipped_space), static_cast<unsigned long long>(g.failed),

@@ -178,7 +178,7 @@ IoBackendFactory throttled_factory(const SourceThrottle& t, IoBackendFactory inn
                                               IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
     absl::StatusOr<std::unique_ptr<IoBackend>> b = inner ? inner(files, io) : make_io_backend(files, io);
     if (!b.ok()) return b.status();
-    return std::unique_ptr<IoBackend>(std::make_unique<ThrottledBackend>(*std::move(b), t, clock, files));
+    return std::unique_ptr<IoBackend>(std::make_unique<ThrottledBackend>(*std::move(b), t, clock, std::move(files)));
   };
 }
 
