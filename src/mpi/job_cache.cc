@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlfeed::mpi::JobCache (job_cache.h): the nodes, the windows and the plan.
 // The backend that reads through them is job_cache_backend.cc.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -174,9 +178,25 @@ absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCa
   uint64_t capacity = options.bytes_per_node / on_node & ~uint64_t{7};
   s->capacity_of.resize(static_cast<size_t>(s->size));
   DLFEED_JC_CALL(MPI_Allgather(&capacity, 1, MPI_UINT64_T, s->capacity_of.data(), 1, MPI_UINT64_T, s->comm));
+  // A nonce of rank 0's: memory that held an earlier cache's stamps never passes for this one's.
+  uint64_t nonce = mix64(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                         (static_cast<uint64_t>(::getpid()) << 32));
+  DLFEED_JC_CALL(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, s->comm));
+  s->nonce = nonce;
   void* base = nullptr;
   DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &base, &s->win));
   s->base = static_cast<std::byte*>(base);
+  // Local stores and remote gets of the same memory see each other only in MPI's unified model.
+  int* model = nullptr;
+  int found = 0;
+  DLFEED_JC_CALL(MPI_Win_get_attr(s->win, MPI_WIN_MODEL, &model, &found));
+  if (found == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
+    MPI_Win_free(&s->win);
+    MPI_Comm_free(&s->comm);
+    return absl::UnimplementedError(
+        "MPI job cache: this MPI's windows use the separate memory model (MPI_WIN_SEPARATE); the job cache needs "
+        "the unified one");
+  }
   DLFEED_JC_CALL(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
   s->open.store(true, std::memory_order_release);
   cache->state_ = std::move(s);
@@ -192,6 +212,8 @@ JobCache::~JobCache() {
 
 absl::Status JobCache::close() {
   State& s = *state_;
+  // Waits for every backend's window work in progress; later ones see it closed.
+  std::unique_lock<std::shared_mutex> lock(s.window_mu);
   if (!s.open.exchange(false)) return absl::OkStatus();
   DLFEED_JC_CALL(MPI_Win_unlock_all(s.win));
   DLFEED_JC_CALL(MPI_Win_free(&s.win));
@@ -327,7 +349,7 @@ absl::Status JobCache::State::make_plan() {
     dataset_bytes += length;
     const int reader = cand[r.first].reader;
     const auto q = static_cast<size_t>(reader);
-    if (used[q] + slot_bytes(length) > capacity_of[q]) continue;
+    if (used[q] + slot_bytes(length) > capacity_of[q] || held_count == UINT32_MAX) continue;
     per_path[r.path].push_back({r.offset, length, used[q], reader, static_cast<uint32_t>(held_count++), r.merged});
     used[q] += slot_bytes(length);
     held_bytes += length;
@@ -336,6 +358,12 @@ absl::Status JobCache::State::make_plan() {
   for (size_t p = 0; p < paths.size(); ++p) {
     std::sort(per_path[p].begin(), per_path[p].end(),
               [](const HeldExtent& a, const HeldExtent& b) { return a.offset < b.offset; });
+    // In path order (the fields' files as listed: the same on every rank), not the map's.
+    plan_hash = mix64(plan_hash ^ std::hash<std::string>()(paths[p]));
+    for (const HeldExtent& x : per_path[p]) {
+      plan_hash = mix64(plan_hash ^ x.offset);
+      plan_hash = mix64(plan_hash ^ x.length ^ (x.slot << 16) ^ static_cast<uint64_t>(x.holder));
+    }
     if (!per_path[p].empty()) held.emplace(paths[p], std::move(per_path[p]));
   }
   filled = std::make_unique<std::atomic<uint8_t>[]>(held_count);

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -78,6 +80,12 @@ class CacheBackend final : public IoBackend {
  public:
   CacheBackend(std::shared_ptr<JobCache::State> s, std::shared_ptr<FileTable> files, std::unique_ptr<IoBackend> inner)
       : s_(std::move(s)), files_(std::move(files)), inner_(std::move(inner)) {}
+  ~CacheBackend() override {
+    inner_.reset();  // drops the reads in flight (their buffers are still here)
+    for (const auto& [slot, fill] : fills_) s_->fill_started[fill.x->index].store(0, std::memory_order_release);
+  }
+  CacheBackend(const CacheBackend&) = delete;
+  CacheBackend& operator=(const CacheBackend&) = delete;
 
   absl::Status submit(std::span<const ReadRequest> requests) override {
     for (const ReadRequest& r : requests) {
@@ -86,7 +94,9 @@ class CacheBackend final : public IoBackend {
       if (r.length > 0 && r.dest == nullptr && r.piece_count == 0) {
         return absl::InvalidArgumentError(absl::StrCat("job cache: null dest for ", files_->path(r.file)));
       }
+      if (absl::Status st = check_pieces(r); !st.ok()) return st;
     }
+    std::shared_lock<std::shared_mutex> lock(s_->window_mu);  // close() waits for this batch's window work
     const bool open = s_->open.load(std::memory_order_acquire);
     // Which reads the cache can serve, once unknown peers' stamps are read.
     plans_.assign(requests.size(), Plan{});
@@ -164,6 +174,23 @@ class CacheBackend final : public IoBackend {
     uint64_t value = 0;
   };
 
+  absl::Status check_pieces(const ReadRequest& r) const {
+    if (r.piece_count == 0) return absl::OkStatus();
+    uint64_t sum = 0;
+    bool null = false;
+    for (uint32_t i = 0; i < std::min(r.piece_count, kMaxReadPieces); ++i) {
+      sum += r.pieces[i].length;
+      null = null || (r.pieces[i].dest == nullptr && r.pieces[i].length > 0);
+    }
+    if (r.pieces == nullptr || r.piece_count > kMaxReadPieces || sum != r.length || null ||
+        (r.checksum && r.checksum_piece >= r.piece_count)) {
+      return absl::InvalidArgumentError(absl::StrCat("job cache: a scattered read of ", files_->path(r.file),
+                                                     " at offset ", r.offset, " with ", r.piece_count,
+                                                     " pieces that do not add up to its ", r.length, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
   const std::vector<HeldExtent>* held_of(uint32_t file) {
     if (file >= by_id_.size()) {
       by_id_.resize(file + 1, nullptr);
@@ -183,9 +210,10 @@ class CacheBackend final : public IoBackend {
       MPI_Get(&sr.value, 8, MPI_BYTE, sr.x->holder, static_cast<MPI_Aint>(sr.x->slot), 8, MPI_BYTE, s_->win);
     }
     MPI_Win_flush_all(s_->win);
+    MPI_Win_sync(s_->win);  // the stamps seen before the bytes they vouch for are read
     note_round(t0);
     for (const StampRead& sr : stamps_) {
-      if (sr.value == filled_stamp(sr.x->length)) s_->filled[sr.x->index].store(1, std::memory_order_release);
+      if (sr.value == s_->stamp_of(*sr.x)) s_->filled[sr.x->index].store(1, std::memory_order_release);
     }
   }
 
@@ -214,7 +242,7 @@ class CacheBackend final : public IoBackend {
       const ReadRequest& r = requests[i];
       const Plan& p = plans_[i];
       if (!available(p)) {
-        if (!split(r, p)) forward_whole(r, p);
+        if (!split(r, p, i)) forward_whole(r, p);
         continue;
       }
       for (size_t k = p.first; k < p.last; ++k) copy_in(r, segs_[k]);
@@ -293,7 +321,7 @@ class CacheBackend final : public IoBackend {
   // A read partly held and filled: the filled segments from the cache, the
   // rest in reads of the files of its own; one completion when all are in.
   // False (nothing done) for a scattered read or one with no filled segment.
-  bool split(const ReadRequest& r, const Plan& p) {
+  bool split(const ReadRequest& r, const Plan& p, size_t i) {
     auto usable = [&](const Segment& g) { return s_->filled[g.x->index].load(std::memory_order_acquire) != 0; };
     if (r.piece_count > 0 || std::none_of(segs_.begin() + static_cast<std::ptrdiff_t>(p.first),
                                           segs_.begin() + static_cast<std::ptrdiff_t>(p.last), usable)) {
@@ -314,6 +342,18 @@ class CacheBackend final : public IoBackend {
       at = g.rel + g.length;
     }
     if (at < r.length) add_sub(parent, r, at, r.length - at);
+    if (parents_[parent].left == 0) {
+      // Every segment was filled by now (another engine kept the last one since
+      // available() looked): served whole from the cache.
+      parents_.erase(parent);
+      served_ += 1;
+      served_bytes_ += r.length;
+      ReadCompletion c;
+      c.user_data = r.user_data;
+      c.bytes = r.length;
+      if (r.checksum) crc_due_.emplace_back(ready_.size(), i);
+      ready_.push_back(std::move(c));
+    }
     return true;
   }
 
@@ -358,7 +398,7 @@ class CacheBackend final : public IoBackend {
     for (const ReadRequest& f : forward_) {
       const absl::Status err(st.code(), absl::StrCat(files_->path(f.file), ": ", st.message()));
       if (const auto fill = fills_.find(f.user_data); fill != fills_.end()) {
-        s_->fill_started[fill->second->index].store(0, std::memory_order_release);
+        s_->fill_started[fill->second.x->index].store(0, std::memory_order_release);
         fills_.erase(fill);
         continue;
       }
@@ -381,13 +421,18 @@ class CacheBackend final : public IoBackend {
   // One completion from the files: a fill (kept, not handed on) or a caller's read.
   size_t take(ReadCompletion& c, std::vector<ReadCompletion>& out) {
     if (const auto f = fills_.find(c.user_data); f != fills_.end()) {
-      const HeldExtent& x = *f->second;
-      fills_.erase(f);
+      const HeldExtent& x = *f->second.x;
+      bool kept = false;
       if (c.status.ok()) {
-        filled(x);
-      } else {
-        s_->fill_started[x.index].store(0, std::memory_order_release);  // a later read tries again
+        std::shared_lock<std::shared_mutex> lock(s_->window_mu);
+        if (s_->open.load(std::memory_order_acquire)) {
+          std::memcpy(s_->base + x.slot + 8, f->second.bytes.data(), x.length);
+          filled(x);
+          kept = true;
+        }
       }
+      if (!kept) s_->fill_started[x.index].store(0, std::memory_order_release);  // a later read tries again
+      fills_.erase(f);
       return 0;
     }
     const auto it = pending_.find(c.user_data);
@@ -414,26 +459,34 @@ class CacheBackend final : public IoBackend {
         s_->fill_started[x.index].exchange(1) != 0) {
       return;
     }
+    // Into a buffer of its own, copied into the window when it is all in: the
+    // kernel never writes into a window that close() may free meanwhile.
+    Fill& fill = fills_[next_slot_];
+    fill.x = &x;
+    fill.bytes.resize(x.length);
     ReadRequest f;
     f.file = file;
     f.offset = x.offset;
     f.length = x.length;
-    f.dest = s_->base + x.slot + 8;
+    f.dest = fill.bytes.data();
     f.user_data = next_slot_++;
-    fills_.emplace(f.user_data, &x);
     s_->bytes_read_source.fetch_add(x.length, std::memory_order_relaxed);
     forward_.push_back(f);
   }
 
+  // All of `x`'s bytes are in this rank's slot (the caller holds window_mu, shared).
   void filled(const HeldExtent& x) {
-    std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(filled_stamp(x.length), std::memory_order_release);
-    s_->filled[x.index].store(1, std::memory_order_release);
+    // Once, whichever engine kept the last byte; this rank's own reads need only the flag.
+    if (s_->filled[x.index].exchange(1, std::memory_order_acq_rel) != 0) return;
+    MPI_Win_sync(s_->win);  // the bytes before the stamp, for other ranks' gets
+    std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(s_->stamp_of(x), std::memory_order_release);
     s_->bytes_kept.fetch_add(x.length, std::memory_order_relaxed);
     s_->extents_kept.fetch_add(1, std::memory_order_relaxed);
   }
 
   // Keeps the bytes of a read from the files that belong to this rank's held extents.
   void keep(const ReadRequest& r) {
+    std::shared_lock<std::shared_mutex> lock(s_->window_mu);
     if (!s_->open.load(std::memory_order_acquire)) return;
     const std::vector<HeldExtent>* held = held_of(r.file);
     if (held == nullptr) return;
@@ -479,8 +532,12 @@ class CacheBackend final : public IoBackend {
   std::vector<const std::vector<HeldExtent>*> by_id_;
   std::vector<uint8_t> looked_;
   std::deque<ReadCompletion> ready_;
-  absl::flat_hash_map<uint64_t, ReadRequest> pending_;      // forwarded slot -> the caller's request
-  absl::flat_hash_map<uint64_t, const HeldExtent*> fills_;  // fill reads in flight
+  absl::flat_hash_map<uint64_t, ReadRequest> pending_;  // forwarded slot -> the caller's request
+  struct Fill {
+    const HeldExtent* x = nullptr;
+    std::vector<std::byte> bytes;
+  };
+  absl::flat_hash_map<uint64_t, Fill> fills_;  // fill reads in flight (a rehash moves a Fill, not its buffer)
   struct Parent {
     ReadRequest r;  // the caller's
     uint32_t left = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +34,14 @@ struct HeldExtent {
   bool merged = false;
 };
 
-/// The stamp a holder writes before an extent's bytes once they are all there.
-inline uint64_t filled_stamp(uint64_t length) { return 0x444c464545444331ull ^ length; }
+/// 64 bits of x, mixed (splitmix64's finalizer).
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 /// Bytes an extent takes in a window: the stamp and the bytes, 8-aligned.
 inline uint64_t slot_bytes(uint64_t length) { return 8 + ((length + 7) & ~uint64_t{7}); }
@@ -57,7 +64,12 @@ struct JobCache::State {
   std::vector<int> node_of;           // per rank
   std::vector<uint64_t> capacity_of;  // per rank: its window's bytes
   std::atomic<bool> open{false};
+  /// Held shared while a backend touches the window (MPI calls, copies into
+  /// or out of it), exclusively by close(): no read uses a freed window.
+  std::shared_mutex window_mu;
   std::atomic<bool> attached{false};
+  /// Rank 0's at create: stamps of an earlier cache in reused memory never match.
+  uint64_t nonce = 0;
   IoBackendFactory source;  // JobCacheOptions::source
 
   // What attach() saw and the loader's opener recorded.
@@ -72,6 +84,13 @@ struct JobCache::State {
   std::unique_ptr<std::atomic<uint8_t>[]> filled;                  // per held extent: known to be filled
   std::unique_ptr<std::atomic<uint8_t>[]> fill_started;            // per held merged run of this rank: read whole
   uint64_t held_count = 0;
+  uint64_t plan_hash = 0;  // of every held extent and its slot: ranks whose plans differ never match stamps
+
+  /// The stamp a holder writes before an extent's bytes once they are all
+  /// there: of this cache, this plan and this extent.
+  uint64_t stamp_of(const HeldExtent& x) const {
+    return mix64(nonce ^ mix64(plan_hash ^ mix64((uint64_t{x.index} << 20) ^ x.length)));
+  }
 
   // Filling: extents of this rank partly written so far (offsets within the extent).
   std::mutex fill_mu;

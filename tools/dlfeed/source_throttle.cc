@@ -69,20 +69,28 @@ class ThrottledBackend final : public IoBackend {
 
   absl::Status submit(std::span<const ReadRequest> requests) override {
     const uint64_t now = now_ns();
-    for (const ReadRequest& r : requests) {
-      if (!t_.local_prefix.empty() && absl::StartsWith(files_->path(r.file), t_.local_prefix)) {
-        due_[r.user_data] = now;
-        continue;
+    tagged_.assign(requests.begin(), requests.end());
+    const uint64_t first = next_tag_;
+    for (ReadRequest& r : tagged_) {
+      uint64_t due = now;
+      if (t_.local_prefix.empty() || !absl::StartsWith(files_->path(r.file), t_.local_prefix)) {
+        const auto cost = static_cast<uint64_t>(static_cast<double>(r.length) / t_.bytes_per_s * 1e9);
+        std::atomic<uint64_t>& busy = clock_->word();
+        uint64_t prev = busy.load(std::memory_order_relaxed), end = 0;
+        do {
+          end = std::max(prev, now) + cost;
+        } while (!busy.compare_exchange_weak(prev, end, std::memory_order_relaxed));
+        due = std::max(end, now + t_.latency_ns);
       }
-      const auto cost = static_cast<uint64_t>(static_cast<double>(r.length) / t_.bytes_per_s * 1e9);
-      std::atomic<uint64_t>& busy = clock_->word();
-      uint64_t prev = busy.load(std::memory_order_relaxed), end = 0;
-      do {
-        end = std::max(prev, now) + cost;
-      } while (!busy.compare_exchange_weak(prev, end, std::memory_order_relaxed));
-      due_[r.user_data] = std::max(end, now + t_.latency_ns);
+      // Tags of our own: the caller's user_data need not be unique.
+      due_[next_tag_] = {r.user_data, due};
+      r.user_data = next_tag_++;
     }
-    return inner_->submit(requests);
+    absl::Status st = inner_->submit(tagged_);
+    if (!st.ok()) {
+      for (uint64_t tag = first; tag < next_tag_; ++tag) due_.erase(tag);
+    }
+    return st;
   }
 
   size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
@@ -96,14 +104,17 @@ class ThrottledBackend final : public IoBackend {
       const uint64_t now = now_ns();
       uint64_t next = UINT64_MAX;
       for (auto it = held_.begin(); it != held_.end();) {
-        const uint64_t due = due_[it->user_data];
-        if (due <= now) {
-          due_.erase(it->user_data);
+        const auto d = due_.find(it->user_data);
+        if (d == due_.end() || d->second.second <= now) {
+          if (d != due_.end()) {
+            it->user_data = d->second.first;
+            due_.erase(d);
+          }
           out.push_back(std::move(*it));
           it = held_.erase(it);
           ++n;
         } else {
-          next = std::min(next, due);
+          next = std::min(next, d->second.second);
           ++it;
         }
       }
@@ -123,7 +134,9 @@ class ThrottledBackend final : public IoBackend {
   SourceThrottle t_;
   std::shared_ptr<SharedClock> clock_;
   std::shared_ptr<FileTable> files_;
-  absl::flat_hash_map<uint64_t, uint64_t> due_;  // user_data -> when it may complete
+  absl::flat_hash_map<uint64_t, std::pair<uint64_t, uint64_t>> due_;  // tag -> (user_data, when it may complete)
+  uint64_t next_tag_ = 0;
+  std::vector<ReadRequest> tagged_;
   std::deque<ReadCompletion> held_;
   std::vector<ReadCompletion> got_;
 };

@@ -101,8 +101,10 @@ class DLFEED_EXPORT JobCache {
   /// This rank's counters.
   JobCacheStats stats() const;
 
-  /// Collective: frees the windows. Call after every loader using the cache
-  /// is destroyed and before MPI ends; the destructor calls it otherwise.
+  /// Collective: frees the windows. Waits for the reads using them at the
+  /// moment; reads after it go to the files. Call before MPI ends, best after
+  /// every loader using the cache is destroyed; the destructor calls it
+  /// otherwise.
   absl::Status close();
 
   struct State;
