@@ -119,9 +119,12 @@ def test_strided_samples_of_one_array_are_held_as_one_run(mpirun, dlfeed, dlio_n
         assert e["bytes_read_source"] == 0 and e["bytes_read_peers"] > 0, e
 
 
-def test_ranks_of_one_node_read_each_others_parts(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("engines", [1, 3])
+def test_ranks_of_one_node_read_each_others_parts(mpirun, dlfeed, h5_data, tmp_path, engines):  # noqa: F811
+    # With 3 I/O engines (spread always), three backends of a rank share its part of the cache.
     plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
-    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 2)
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 2,
+                   "--io-engines", engines, "--io-spread-always")
     assert checksum(out) == checksum(plain)
     jc = job["job_cache"]
     assert jc["nodes"] == 2
