@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common.h"
@@ -39,7 +40,7 @@ void bind_mpi(py::module_& m) {
   m.attr("has_mpi") = true;
   m.def(
       "_job_cache_attach",
-      [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node) {
+      [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node, const std::string& folder) {
         MpiState& s = mpi_state();
         if (s.job == nullptr) {
           int up = 0;
@@ -65,12 +66,13 @@ void bind_mpi(py::module_& m) {
         mpi::JobCacheOptions co;
         co.bytes_per_node = bytes_per_node;
         co.ranks_per_node = ranks_per_node;
+        co.folder = folder;
         std::shared_ptr<mpi::JobCache> cache = value_or_throw(mpi::JobCache::create(*s.job, co));
         check(cache->attach(o));
         s.caches.push_back(cache);
         return s.caches.size() - 1;
       },
-      py::arg("options"), py::arg("bytes_per_node"), py::arg("ranks_per_node"),
+      py::arg("options"), py::arg("bytes_per_node"), py::arg("ranks_per_node"), py::arg("folder") = "",
       "Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets "
       "`options` to read through it (rank and world size from MPI); returns its number.");
   m.def(

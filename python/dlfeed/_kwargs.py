@@ -101,6 +101,7 @@ class OptionKwargs(TypedDict, total=False):
     # the job cache under mpirun (dlfeed::mpi::JobCache): bytes per node, ranks per node
     job_cache: Optional[Union[int, str]]
     job_cache_ranks_per_node: Optional[int]
+    job_cache_folder: Optional[PathLike]
     # {field: dtype}: LoaderOptions field_dtypes
     dtypes: Optional[Mapping[str, Any]]
     # {field: sample shape}: LoaderOptions field_shapes, and a view of the decoded samples

@@ -46,14 +46,14 @@ def _device_feed() -> Any:
 _MPI_SHUTDOWN_REGISTERED = False
 
 
-def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any) -> int:
+def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any) -> int:
     """job_cache=: the job's memory as one cache, under mpirun (dlfeed::mpi::JobCache)."""
     global _MPI_SHUTDOWN_REGISTERED
     if not getattr(_dlfeed, "has_mpi", False):
         raise RuntimeError("job_cache= needs dlfeed built with MPI (an in-tree build with Open MPI installed; "
                            "the wheel is built without MPI)")
     n = _options.byte_count(size, "job_cache")
-    cache = int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0)))
+    cache = int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0), os.fspath(folder) if folder else ""))
     if not _MPI_SHUTDOWN_REGISTERED:
         import atexit
 
@@ -158,7 +158,8 @@ class Loader:
 
         self._job_cache: Optional[int] = None
         if options.get("job_cache") is not None:
-            self._job_cache = _attach_job_cache(o, options.get("job_cache"), options.get("job_cache_ranks_per_node"))
+            self._job_cache = _attach_job_cache(o, options.get("job_cache"), options.get("job_cache_ranks_per_node"),
+                                                options.get("job_cache_folder"))
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
         # The next epoch is read while this one's last batches are consumed (docs/python.md);

@@ -166,6 +166,9 @@ KEYWORDS: Dict[str, Keyword] = {
     "job_cache_ranks_per_node": Keyword(None, "cache-ranks-per-node",
                                         note="with job_cache: ranks per node (0: as MPI finds shared memory; 1: each "
                                              "rank its own node)"),
+    "job_cache_folder": Keyword(None, "cache-folder",
+                                note="with job_cache: each rank's share in a file in this node-local folder, not "
+                                     "memory (the cache may outgrow memory)"),
     # per field: shape and dtype where the files do not record them (TFRecord features)
     "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
                       note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlfeed::mpi::JobCache (job_cache.h): the nodes, the windows and the plan.
 // The backend that reads through them is job_cache_backend.cc.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -139,6 +142,28 @@ absl::StatusOr<std::vector<std::pair<uint64_t, int>>> first_epoch_reads(const Fi
   return out;
 }
 
+// A rank's share as a file in `folder`, mapped, then removed from the folder
+// (the mapping keeps it until munmap or exit: nothing is left behind).
+absl::StatusOr<std::byte*> map_share(const std::string& folder, uint64_t nonce, int rank, uint64_t bytes) {
+  const std::string path = absl::StrCat(folder, "/.dlfeed-job-cache-", absl::Hex(nonce), "-", rank);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot create ", path, ": ", std::strerror(errno)));
+  }
+  const size_t len = bytes == 0 ? 1 : bytes;
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
+    p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (p == MAP_FAILED) {
+    return absl::UnavailableError(
+        absl::StrCat("MPI job cache: cannot map ", len, " bytes of ", path, ": ", std::strerror(err)));
+  }
+  return static_cast<std::byte*>(p);
+}
+
 }  // namespace
 
 std::string JobCacheStats::to_json() const {
@@ -183,9 +208,41 @@ absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCa
                          (static_cast<uint64_t>(::getpid()) << 32));
   DLFEED_JC_CALL(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, s->comm));
   s->nonce = nonce;
-  void* base = nullptr;
-  DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &base, &s->win));
-  s->base = static_cast<std::byte*>(base);
+  if (options.folder.empty()) {
+    void* base = nullptr;
+    DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &base, &s->win));
+    s->base = static_cast<std::byte*>(base);
+  } else {
+    // Every rank reaches MPI_Win_create, with an empty share where its file failed, then the error.
+    absl::StatusOr<std::byte*> mapped = map_share(options.folder, nonce, s->rank, capacity);
+    const int ok = mapped.ok() ? 1 : 0;
+    int all_ok = 0;
+    DLFEED_JC_CALL(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->comm));
+    if (all_ok == 0) {
+      if (mapped.ok()) ::munmap(*mapped, capacity == 0 ? 1 : capacity);
+      MPI_Comm_free(&s->comm);
+      return mapped.ok() ? absl::UnavailableError(
+                               absl::StrCat("MPI job cache: another rank could not make its file in ", options.folder))
+                         : mapped.status();
+    }
+    s->base = *mapped;
+    s->mapped = capacity == 0 ? 1 : capacity;
+    // Open MPI makes windows over memory it did not allocate only with a
+    // single-copy mechanism (CMA, XPMEM) or RDMA: a clear error otherwise.
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    const int rc = MPI_Win_create(s->base, static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &s->win);
+    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_ARE_FATAL);
+    if (rc != MPI_SUCCESS) {
+      ::munmap(s->base, s->mapped);
+      MPI_Comm_free(&s->comm);
+      absl::Status st = mpi_failed("MPI_Win_create", rc);
+      return absl::UnavailableError(
+          absl::StrCat(st.message(),
+                       " (a window over a file's memory, --cache-folder: Open MPI needs a single-copy mechanism "
+                       "between the ranks of a node, CMA or XPMEM, or RDMA; OMPI_MCA_btl_vader_single_copy_mechanism="
+                       "none turns it off)"));
+    }
+  }
   // Local stores and remote gets of the same memory see each other only in MPI's unified model.
   int* model = nullptr;
   int found = 0;
@@ -193,6 +250,7 @@ absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCa
   if (found == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
     MPI_Win_free(&s->win);
     MPI_Comm_free(&s->comm);
+    if (s->mapped > 0) ::munmap(s->base, s->mapped);
     return absl::UnimplementedError(
         "MPI job cache: this MPI's windows use the separate memory model (MPI_WIN_SEPARATE); the job cache needs "
         "the unified one");
@@ -211,6 +269,7 @@ JobCache::~JobCache() {
 }
 
 absl::Status JobCache::close() {
+  if (state_ == nullptr) return absl::OkStatus();  // create() failed before the windows
   State& s = *state_;
   // Waits for every backend's window work in progress; later ones see it closed.
   std::unique_lock<std::shared_mutex> lock(s.window_mu);
@@ -218,6 +277,7 @@ absl::Status JobCache::close() {
   DLFEED_JC_CALL(MPI_Win_unlock_all(s.win));
   DLFEED_JC_CALL(MPI_Win_free(&s.win));
   DLFEED_JC_CALL(MPI_Comm_free(&s.comm));
+  if (s.mapped > 0) ::munmap(s.base, s.mapped);
   s.base = nullptr;
   return absl::OkStatus();
 }

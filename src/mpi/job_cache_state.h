@@ -59,6 +59,7 @@ struct JobCache::State {
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Win win = MPI_WIN_NULL;
   std::byte* base = nullptr;
+  uint64_t mapped = 0;  // bytes of a file mapped at base (JobCacheOptions::folder), else 0
   int rank = 0;
   int size = 1;
   std::vector<int> node_of;           // per rank

@@ -383,7 +383,7 @@ std::string limit_str(const counters::EpochReport& e, const Efficiency& eff) {
 double record_bytes_of(const Loader& loader) {
   const SampleIndex& index = loader.index(0);
   const uint64_t total = index.total_read_bytes();
-  return index.size() ? static_cast<double>(total) / static_cast<double>(index.size()) : 0;
+  return !index.empty() ? static_cast<double>(total) / static_cast<double>(index.size()) : 0;
 }
 
 void report_epoch(const RunConfig& c, const EpochResult& r, const counters::EpochReport& e,
@@ -555,8 +555,20 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
   }
 }
 
+int run_job(const std::vector<std::string>& args, ScaleOut* scale);
+
 int run_run(const std::vector<std::string>& args) {
-  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();              // MPI, staging (run_scale.h)
+  const std::unique_ptr<ScaleOut> scale = ScaleOut::begin();  // MPI, staging (run_scale.h)
+  try {
+    return run_job(args, scale.get());
+  } catch (const std::exception& e) {
+    // Said here: an exception leaving with MPI up aborts the job before main() could print it.
+    if (scale->distributed()) std::fprintf(stderr, "dlfeed run: error on rank %d: %s\n", scale->rank(), e.what());
+    throw;
+  }
+}
+
+int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
   RunConfig config = scale->root_first([&] { return configure(args); });  // a preset's dataset: made once
   scale->configure(config.loader);
   const RunConfig& c = config;

@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, cache, "",
 ABSL_FLAG(int, cache_ranks_per_node, 0,
           "With --cache: K ranks per node (0: the ranks that share memory, as MPI finds them); 1 makes every rank "
           "a node of its own, so one machine exercises the transfers between nodes");
+ABSL_FLAG(std::string, cache_folder, "",
+          "With --cache: keep each rank's share in a file in this node-local folder (an NVMe disk) instead of "
+          "memory, so the cache may outgrow memory (the file is removed at once; its space is freed at exit)");
 ABSL_FLAG(std::string, source_throttle, "",
           "BANDWIDTH[:LATENCY], e.g. 200M:1ms: read the files as from a file system the job shares, at this "
           "bandwidth for all ranks together and this latency per read (a stand-in for tests and benches)");
@@ -60,7 +63,8 @@ namespace dlfeed::cli {
 FlagGroup scale_out_flags() {
   return flag_group("MPI, staging and object cache flags", FLAGS_mpi, FLAGS_barrier_per_step, FLAGS_all_ranks_print,
                     FLAGS_stage_to, FLAGS_stage_limit, FLAGS_stage_sync, FLAGS_stage_wait, FLAGS_cache_dir,
-                    FLAGS_cache_limit, FLAGS_cache, FLAGS_cache_ranks_per_node, FLAGS_source_throttle);
+                    FLAGS_cache_limit, FLAGS_cache, FLAGS_cache_ranks_per_node, FLAGS_cache_folder,
+                    FLAGS_source_throttle);
 }
 
 namespace {
@@ -190,6 +194,7 @@ void ScaleOut::configure_cache(LoaderOptions& o) const {
   mpi::JobCacheOptions co;
   co.bytes_per_node = value_or_throw(parse_bytes(cache));
   co.ranks_per_node = absl::GetFlag(FLAGS_cache_ranks_per_node);
+  co.folder = absl::GetFlag(FLAGS_cache_folder);
   co.source = std::move(source);
   job_->cache = value_or_throw(mpi::JobCache::create(*job_->job, co));
   throw_if_error(job_->cache->attach(o));

@@ -45,6 +45,11 @@ struct DLFEED_EXPORT JobCacheOptions {
   /// the next..., so one machine can stand in for several nodes (tests and
   /// benches exercise the transfers between nodes).
   int ranks_per_node = 0;
+  /// Empty: each rank's share is memory. A folder (a node-local disk): each
+  /// rank's share is a file there, mapped and removed at once (the space is
+  /// freed when the cache closes, or the process ends), so the cache may
+  /// outgrow memory; the page cache keeps what is read most.
+  std::string folder;
   /// Makes the backend that reads the files (empty: make_io_backend), e.g.
   /// one throttled to stand in for a shared file system.
   IoBackendFactory source;

@@ -50,11 +50,27 @@ def dlio_npz(tmp_path_factory):
     return d
 
 
-def run(mpirun, dlfeed, tmp_path, data, *args, fields=("--fields", "x,y"), strategy="global_shuffle"):  # noqa: F811
+def run(mpirun, dlfeed, tmp_path, data, *args, fields=("--fields", "x,y"), strategy="global_shuffle",  # noqa: F811
+        single_copy=False):
     s = tmp_path / f"s{len(list(tmp_path.iterdir()))}.json"
-    out = mpi_run(mpirun, dlfeed, *fields, "--strategy", strategy, "--epochs", EPOCHS, "--batch-size", 4,
-                  "--checksum", "--summary-json", s, *args, data)
+    cmd = [*fields, "--strategy", strategy, "--epochs", EPOCHS, "--batch-size", 4, "--checksum", "--summary-json", s,
+           *args, data]
+    if single_copy:
+        out = mpi_run_single_copy(mpirun, dlfeed, *cmd)
+    else:
+        out = mpi_run(mpirun, dlfeed, *cmd)
     return out, json.loads(s.read_text())
+
+
+def mpi_run_single_copy(mpirun, dlfeed, *args):  # noqa: F811
+    """mpi_run with Open MPI's single-copy mechanism left as it is (CMA where the kernel allows it)."""
+    import os
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_btl_vader_single_copy_mechanism"}
+    proc = subprocess.run([*mpirun, "-np", str(NP), dlfeed.binary, "run", "--mpi=on", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"mpirun exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout
 
 
 def epoch_bytes(e):
@@ -132,6 +148,43 @@ def test_ranks_of_one_node_read_each_others_parts(mpirun, dlfeed, h5_data, tmp_p
         assert e["bytes_read_source"] == 0
         assert e["bytes_read_node"] > 0 and e["bytes_read_peers"] > 0 and e["bytes_read_local"] > 0, e
         assert epoch_bytes(e) == jc["dataset_bytes"]
+
+
+def test_cache_in_a_node_local_folder(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+    # Each rank's share a file in the folder (mapped, removed at once): beyond memory, on a local disk.
+    # Open MPI windows over a file's memory need its single-copy mechanism (CMA), which
+    # the other tests turn off (containers often forbid it): this test leaves it on.
+    folder = tmp_path / "nvme"
+    folder.mkdir()
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
+    probe = mpi_run_error(mpirun, dlfeed, "--fields", "x", "--epochs", 1, "--cache", "64M", "--cache-folder", folder,
+                          h5_data, single_copy=True, check=False)
+    if "single-copy mechanism" in probe:
+        pytest.skip("Open MPI has no single-copy mechanism here (CMA): windows over a file's memory are refused")
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 1,
+                   "--cache-folder", folder, single_copy=True)
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    for e in jc["epochs"][1:]:
+        assert e["bytes_read_source"] == 0 and e["bytes_read_peers"] > 0, e
+    assert list(folder.iterdir()) == [], "nothing left behind"
+    err = mpi_run_error(mpirun, dlfeed, "--fields", "x", "--cache", "64M", "--cache-folder", tmp_path / "nowhere",
+                        h5_data)
+    assert "cannot create" in err and "nowhere" in err
+
+
+def mpi_run_error(mpirun, dlfeed, *args, single_copy=False, check=True):  # noqa: F811
+    import os
+    import subprocess
+    env = dict(os.environ)
+    if not single_copy:
+        env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+    proc = subprocess.run([*mpirun, "-np", str(NP), dlfeed.binary, "run", "--mpi=on", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    if check:
+        assert proc.returncode != 0, proc.stdout
+    assert "Sanitizer" not in proc.stderr and "Segmentation" not in proc.stderr, proc.stderr
+    return proc.stderr
 
 
 def test_throttled_source_is_the_same_data(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
