@@ -304,6 +304,21 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   }
 
   absl::StatusOr<ObjectInfo> head(const std::string& url) override {
+    std::shared_ptr<std::mutex> one;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = known_.find(url); it != known_.end()) return it->second;
+      if (heading_pid_ != ::getpid()) {  // a child of fork(): the parent's HEADs in flight are not here
+        heading_.clear();
+        heading_pid_ = ::getpid();
+      }
+      std::shared_ptr<std::mutex>& slot = heading_[url];
+      if (slot == nullptr) slot = std::make_shared<std::mutex>();
+      one = slot;
+    }
+    // One HEAD per object at a time: the reads of a batch that all want it
+    // (an MPI rank given the index, which holds no ETag) wait for the first.
+    std::lock_guard<std::mutex> first(*one);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto it = known_.find(url); it != known_.end()) return it->second;
@@ -416,6 +431,8 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   std::mutex mu_;
   std::shared_ptr<PieceCache> cache_;
   absl::flat_hash_map<std::string, ObjectInfo> known_;
+  absl::flat_hash_map<std::string, std::shared_ptr<std::mutex>> heading_;  // one HEAD in flight per object
+  pid_t heading_pid_ = ::getpid();
   std::vector<std::unique_ptr<Connection>> idle_;
   pid_t pid_ = ::getpid();
 };
