@@ -55,6 +55,7 @@ std::string detail_members(const TraceEvent& e, const std::vector<std::string>& 
   if (n == "stage") return absl::StrCat("\"fname\":", json_quote(file_name(files, e.a0)), ",\"size\":", e.a1);
   if (n == "h2d") return absl::StrCat("\"epoch\":", e.a0, ",\"batch\":", e.a1, ",\"size\":", e.a2);
   if (n == "autotune") return absl::StrCat("\"io_engines\":", e.a0, ",\"depth\":", e.a1, ",\"changes\":", e.a2);
+  if (n == "job_cache_stamps" || n == "job_cache_gets") return absl::StrCat("\"gets\":", e.a0, ",\"size\":", e.a1);
   return "";
 }
 
@@ -85,7 +86,9 @@ constexpr DfName kDfNames[] = {
     {"open", "reader", "index.open"},           // dfanalyzer reader (cat reader, *.open)
     {"stage", "storage", "stage"},
     {"barrier", "comm", "barrier"},
-    {"h2d", "device", "h2d"},  // a batch's copy to the GPU (Python device=)
+    {"h2d", "device", "h2d"},                          // a batch's copy to the GPU (Python device=)
+    {"job_cache_stamps", "comm", "job_cache.stamps"},  // dlfeed::mpi::JobCache: gets of other ranks' memory
+    {"job_cache_gets", "comm", "job_cache.get"},
 };
 
 DfName df_name(const TraceEvent& e) {

@@ -440,6 +440,8 @@ const std::vector<HeldExtent>* JobCache::State::extents_of(const std::string& pa
   return it == held.end() ? nullptr : &it->second;
 }
 
+void JobCache::trace_into(counters::Counters* c) { state_->trace.store(c, std::memory_order_release); }
+
 JobCacheStats JobCache::stats() const {
   const State& s = *state_;
   JobCacheStats out;

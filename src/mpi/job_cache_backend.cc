@@ -211,15 +211,20 @@ class CacheBackend final : public IoBackend {
     }
     MPI_Win_flush_all(s_->win);
     MPI_Win_sync(s_->win);  // the stamps seen before the bytes they vouch for are read
-    note_round(t0);
+    note_round(t0, "job_cache_stamps", stamps_.size(), stamps_.size() * 8);
     for (const StampRead& sr : stamps_) {
       if (sr.value == s_->stamp_of(*sr.x)) s_->filled[sr.x->index].store(1, std::memory_order_release);
     }
   }
 
-  void note_round(Clock::time_point t0) {
+  // A round of gets (`what`: the stamps, or the bytes of `bytes` bytes) that began at t0.
+  void note_round(Clock::time_point t0, const char* what, uint64_t gets, uint64_t bytes) {
     const auto ns =
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    if (counters::Counters* c = s_->trace.load(std::memory_order_acquire); c != nullptr && c->tracing()) {
+      const uint64_t end = c->now();
+      c->trace(what, "job_cache", end - std::min(end, ns), ns, gets, bytes);
+    }
     s_->remote_gets.fetch_add(1, std::memory_order_relaxed);
     s_->remote_ns.fetch_add(ns, std::memory_order_relaxed);
     uint64_t prev = s_->remote_ns_max.load(std::memory_order_relaxed);
@@ -237,6 +242,7 @@ class CacheBackend final : public IoBackend {
   absl::Status serve(std::span<const ReadRequest> requests) {
     forward_.clear();
     gets_ = false;
+    round_gets_ = round_bytes_ = 0;
     const auto t0 = Clock::now();
     for (size_t i = 0; i < requests.size(); ++i) {
       const ReadRequest& r = requests[i];
@@ -256,7 +262,7 @@ class CacheBackend final : public IoBackend {
     }
     if (gets_) {
       MPI_Win_flush_all(s_->win);
-      note_round(t0);
+      note_round(t0, "job_cache_gets", round_gets_, round_bytes_);
     }
     // Checksums once the bytes are all there.
     for (const auto& [at, i] : crc_due_) set_crc(requests[i], ready_[at]);
@@ -289,6 +295,8 @@ class CacheBackend final : public IoBackend {
       }
     });
     gets_ = true;
+    round_gets_ += 1;
+    round_bytes_ += g.length;
     const bool same_node = s_->node_of[static_cast<size_t>(g.x->holder)] == s_->node_of[static_cast<size_t>(s_->rank)];
     (same_node ? s_->bytes_read_node : s_->bytes_read_peers).fetch_add(g.length, std::memory_order_relaxed);
   }
@@ -546,6 +554,7 @@ class CacheBackend final : public IoBackend {
   absl::flat_hash_map<uint64_t, Parent> parents_;       // split reads in flight
   absl::flat_hash_map<uint64_t, uint64_t> sub_parent_;  // a split read's part -> the read
   bool gets_ = false;                                   // this batch issued MPI_Gets
+  uint64_t round_gets_ = 0, round_bytes_ = 0;           // ... this many, of this many bytes
   uint64_t next_slot_ = 0;
   uint64_t served_ = 0, served_bytes_ = 0;
   // Per submit (kept for their storage).

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/io/io_backend.h"
 #include "dlfeed/mpi/job_cache.h"
 #include "dlfeed/order/order.h"
@@ -71,7 +72,8 @@ struct JobCache::State {
   std::atomic<bool> attached{false};
   /// Rank 0's at create: stamps of an earlier cache in reused memory never match.
   uint64_t nonce = 0;
-  IoBackendFactory source;  // JobCacheOptions::source
+  IoBackendFactory source;                          // JobCacheOptions::source
+  std::atomic<counters::Counters*> trace{nullptr};  // JobCache::trace_into
 
   // What attach() saw and the loader's opener recorded.
   OrderSpec spec;

@@ -574,6 +574,7 @@ int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
   const RunConfig& c = config;
   const auto t_open = Clock::now();
   std::unique_ptr<Loader> loader = value_or_throw(Loader::create(c.loader));
+  scale->trace_cache(loader->counters());  // with --cache: its remote rounds in the trace
   const double open_s = std::chrono::duration<double>(Clock::now() - t_open).count();
   const LoaderOptions& o = c.loader;
   const LoaderStats s0 = loader->stats();

@@ -227,6 +227,12 @@ void ScaleOut::end_epoch(const Loader& loader, uint64_t epoch) {
   std::printf("stage: waited %.3f s for the copies after epoch 0\n", stage_wait_s_);
 }
 
+void ScaleOut::trace_cache([[maybe_unused]] counters::Counters& c) const {
+#if DLFEED_WITH_MPI
+  if (job_ && job_->cache) job_->cache->trace_into(&c);
+#endif
+}
+
 void ScaleOut::report_cache([[maybe_unused]] uint64_t epoch) {
 #if DLFEED_WITH_MPI
   if (!job_ || !job_->cache) return;

@@ -58,6 +58,8 @@ class ScaleOut {
   /// rank's copies are done and (under MPI) every rank's, so the next epoch
   /// reads every copy.
   void end_epoch(const Loader& loader, uint64_t epoch);
+  /// With --cache: the job cache records its remote rounds in `c` (the loader's).
+  void trace_cache(counters::Counters& c) const;
   /// Under MPI with --cache: the job cache's counts of the epoch just ended
   /// (collective), printed and kept for the summary by rank 0.
   void report_cache(uint64_t epoch);

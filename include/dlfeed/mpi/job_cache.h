@@ -106,6 +106,12 @@ class DLFEED_EXPORT JobCache {
   /// This rank's counters.
   JobCacheStats stats() const;
 
+  /// Records each round of remote gets as a trace event in `c` (the
+  /// loader's, Loader::counters(), when it traces): "job_cache_stamps" and
+  /// "job_cache_gets", category "job_cache", with the gets and bytes as args.
+  /// `c` must outlive the loader's reads; null stops it.
+  void trace_into(counters::Counters* c);
+
   /// Collective: frees the windows. Waits for the reads using them at the
   /// moment; reads after it go to the files. Call before MPI ends, best after
   /// every loader using the cache is destroyed; the destructor calls it

@@ -81,8 +81,14 @@ def epoch_bytes(e):
 def test_cache_larger_than_the_dataset_reads_the_files_once(mpirun, dlfeed, h5_data, tmp_path, strategy):  # noqa: F811
     plain, plain_job = run(mpirun, dlfeed, tmp_path, h5_data, strategy=strategy)
     out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 1,
-                   strategy=strategy)
+                   "--trace", tmp_path / "t.json", strategy=strategy)
     assert checksum(out) == checksum(plain), "the same bytes as without the cache"
+    if strategy == "global_shuffle":
+        # The rounds of gets of other ranks' memory are in each rank's trace, with their sizes.
+        for r in range(NP):
+            events = json.loads((tmp_path / f"t.rank{r}.json").read_text())["traceEvents"]
+            gets = [ev for ev in events if ev["name"] == "job_cache_gets"]
+            assert gets and all(ev["cat"] == "job_cache" and ev["args"]["size"] > 0 for ev in gets), r
     jc = job["job_cache"]
     assert jc["nodes"] == NP
     assert jc["held_bytes"] == jc["dataset_bytes"] > 160 * 16 * 16 * 4
