@@ -63,6 +63,7 @@ void bind_mpi(py::module_& m) {
               absl::StrCat("job_cache=: world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
         }
         s.job->configure(o);
+        s.job->share_index(o);  // rank 0 lists and indexes for the job (create is collective here anyway)
         mpi::JobCacheOptions co;
         co.bytes_per_node = bytes_per_node;
         co.ranks_per_node = ranks_per_node;
@@ -74,7 +75,8 @@ void bind_mpi(py::module_& m) {
       },
       py::arg("options"), py::arg("bytes_per_node"), py::arg("ranks_per_node"), py::arg("folder") = "",
       "Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets "
-      "`options` to read through it (rank and world size from MPI); returns its number.");
+      "`options` to read through it (rank and world size from MPI; rank 0 indexes the files for the job); returns "
+      "its number.");
   m.def(
       "_job_cache_stats",
       [](size_t id) {

@@ -525,7 +525,7 @@ def page_locked_allocator(register_fn: typing.SupportsInt | typing.SupportsIndex
     """An allocator for the batch pool that registers each buffer of at least min_bytes with register_fn(ptr, bytes, flags) -> int (cudaHostRegister's address; flags 1: portable) and unregisters it with unregister_fn(ptr) (cudaHostUnregister's) before freeing it."""
 
 def _job_cache_attach(options: LoaderOptions, bytes_per_node: typing.SupportsInt | typing.SupportsIndex, ranks_per_node: typing.SupportsInt | typing.SupportsIndex, folder: str = ...) -> int:
-    """Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets `options` to read through it (rank and world size from MPI); returns its number."""
+    """Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets `options` to read through it (rank and world size from MPI; rank 0 indexes the files for the job); returns its number."""
 
 def _job_cache_stats(id: typing.SupportsInt | typing.SupportsIndex) -> dict:
     """This rank's job cache counters (JobCacheStats)."""
