@@ -54,4 +54,18 @@ void read_each_file_once(const std::string& p, Gathered& g, std::vector<std::str
 absl::Status list_remote(const std::string& url, const FormatOptions& options, Gathered& g,
                          std::vector<std::string>& found);
 
+/// While one lives on a thread, list_remote lists each URL once on that
+/// thread: the fields of one Loader::create share the listing of a prefix
+/// (a loader made later lists again, seeing what changed).
+class ListingMemo {
+ public:
+  ListingMemo();
+  ~ListingMemo();
+  ListingMemo(const ListingMemo&) = delete;
+  ListingMemo& operator=(const ListingMemo&) = delete;
+
+ private:
+  void* previous_;
+};
+
 }  // namespace dlfeed::detail

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -36,7 +37,19 @@ std::string parent_of(absl::string_view url) {
   return std::string(url.substr(0, slash == absl::string_view::npos ? 0 : slash));
 }
 
+// The listings of the innermost ListingMemo on this thread (null: none).
+thread_local absl::flat_hash_map<std::string, std::vector<ObjectInfo>>* t_listings = nullptr;
+
 }  // namespace
+
+ListingMemo::ListingMemo() : previous_(t_listings) {
+  t_listings = new absl::flat_hash_map<std::string, std::vector<ObjectInfo>>();
+}
+
+ListingMemo::~ListingMemo() {
+  delete t_listings;
+  t_listings = static_cast<absl::flat_hash_map<std::string, std::vector<ObjectInfo>>*>(previous_);
+}
 
 absl::Status list_remote(const std::string& url, const FormatOptions& options, Gathered& g,
                          std::vector<std::string>& found) {
@@ -54,7 +67,13 @@ absl::Status list_remote(const std::string& url, const FormatOptions& options, G
     if (!absl::IsNotFound(one.status()) && !absl::IsPermissionDenied(one.status())) return one.status();
     head = one.status();
   }
-  DLFEED_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->list(given + "/"));
+  std::vector<ObjectInfo> objects;
+  if (t_listings != nullptr && t_listings->contains(given)) {
+    objects = t_listings->at(given);  // another field of the same loader listed it
+  } else {
+    DLFEED_ASSIGN_OR_RETURN(objects, store->list(given + "/"));
+    if (t_listings != nullptr) (*t_listings)[given] = objects;
+  }
   if (objects.empty()) {
     if (absl::IsPermissionDenied(head)) return head;  // listed nothing, but the object was refused
     return absl::NotFoundError(absl::StrCat(given, ": no object of that name and none under ", given, "/"));

@@ -13,6 +13,7 @@
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/object_store.h"
 #include "index/field_patterns.h"
+#include "index/folder_walk.h"
 #include "read/split_reads.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
@@ -49,6 +50,7 @@ absl::Status per_field(const LoaderOptions& options, const std::vector<std::stri
 absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, std::vector<std::string>& field_names,
                          std::vector<FieldSpec>& field_specs, std::vector<SampleIndex>& indices,
                          std::vector<FormatOptions>& formats) {
+  const ListingMemo listings;  // the fields list an object store's prefix once
   std::vector<std::string> names = options.fields;
   for (size_t i = 0; i < names.size(); ++i) {
     if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
