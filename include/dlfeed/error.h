@@ -49,10 +49,14 @@ T value_or_throw(absl::StatusOr<T> v) {
 
 #define DLFEED_CONCAT_INNER_(a, b) a##b
 #define DLFEED_CONCAT_(a, b) DLFEED_CONCAT_INNER_(a, b)
+// tmp names a variable and lhs may be a declaration ("auto x"): neither can
+// be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define DLFEED_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) return tmp.status();                 \
   lhs = *std::move(tmp)
+// NOLINTEND(bugprone-macro-parentheses)
 /// lhs = value of a StatusOr expression, or return its error.
 #define DLFEED_ASSIGN_OR_RETURN(lhs, expr) \
   DLFEED_ASSIGN_OR_RETURN_IMPL_(DLFEED_CONCAT_(dlfeed_statusor_, __LINE__), lhs, expr)

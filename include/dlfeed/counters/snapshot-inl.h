@@ -345,6 +345,7 @@ DLFEED_INLINE EpochReport merge_reports(const std::vector<const EpochReport*>& r
   }
   for (size_t i = 0; i < kNumIds; ++i) {
     std::vector<const Distribution*> ds;
+    ds.reserve(rs.size());
     for (const EpochReport* r : rs) ds.push_back(&r->dist[i]);
     m.dist[i] = merge_dists(ds);
   }
@@ -480,6 +481,7 @@ DLFEED_INLINE absl::StatusOr<Snapshot> merge_ranks(const std::vector<Snapshot>& 
   }
   for (size_t e = 0; e < ranks[0].epochs.size(); ++e) {
     std::vector<const EpochReport*> rs;
+    rs.reserve(ranks.size());
     for (const Snapshot& s : ranks) rs.push_back(&s.epochs[e]);
     m.epochs.push_back(snapshot_detail::merge_reports(rs));
   }

@@ -29,7 +29,7 @@ DLFEED_INLINE absl::Status file_error(absl::string_view path, absl::string_view 
 
 namespace error_detail {
 DLFEED_DETAIL_BEGIN
-DLFEED_INLINE absl::Status errno_status(int err, std::string msg) {
+DLFEED_INLINE absl::Status errno_status(int err, absl::string_view msg) {
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
   return absl::UnavailableError(msg);

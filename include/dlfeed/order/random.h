@@ -70,7 +70,8 @@ class DLFEED_EXPORT SplitMix64 {
     auto [hi, lo] = mul_128(next(), n);
     if (lo < n) {
       const uint64_t threshold = (0 - n) % n;
-      while (lo < threshold) std::tie(hi, lo) = mul_128(next(), n);
+      // lo changes through std::tie, which bugprone-infinite-loop does not see.
+      while (lo < threshold) std::tie(hi, lo) = mul_128(next(), n);  // NOLINT(bugprone-infinite-loop)
     }
     return hi;
   }
