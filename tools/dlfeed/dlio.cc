@@ -51,7 +51,7 @@ namespace {
 class Phase {
  public:
   Phase(Loader& loader, const ScaleOut& scale, ComputeModel compute)
-      : loader_(loader), scale_(scale), compute_(std::move(compute)) {}
+      : loader_(loader), scale_(scale), compute_(compute) {}
 
   /// Runs one epoch of at most `cap` steps. `after_step(step)` returns true
   /// when it ended the block (a checkpoint was written).

@@ -250,9 +250,10 @@ std::string summary_json(const DlioConfig& c, const RunRecord& r, const JobMetri
                          const std::string& dlfeed) {
   const int num_hosts = m.num_hosts;
   const int per_node = std::max(1, world / num_hosts);
-  const double data_per_host_gb =
-      static_cast<double>(static_cast<uint64_t>(per_node) * r.spf * r.train_files / static_cast<uint64_t>(world)) *
-      c.record_length / 1073741824.0;
+  // Integer division first, as DLIO's statscounter computes it (// in Python).
+  const uint64_t samples_per_host =
+      static_cast<uint64_t>(per_node) * r.spf * r.train_files / static_cast<uint64_t>(world);
+  const double data_per_host_gb = static_cast<double>(samples_per_host) * c.record_length / 1073741824.0;
   const double mem_gb = host_memory_gb();
   struct utsname u {};
   ::uname(&u);

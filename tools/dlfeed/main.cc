@@ -95,6 +95,7 @@ std::string usage_request(int argc, char** argv, std::string* match) {
 /// "    --compute-ms (help, wrapped); default: 0;" lines, sorted by name.
 std::string flags_help(const std::vector<const absl::CommandLineFlag*>& flags) {
   std::vector<std::pair<std::string, const absl::CommandLineFlag*>> named;
+  named.reserve(flags.size());
   for (const absl::CommandLineFlag* f : flags) named.emplace_back(dashed(f->Name()), f);
   std::sort(named.begin(), named.end());
   std::string out;

@@ -87,6 +87,7 @@ int run_report(const std::vector<std::string>& args) {
   if (!summary.empty()) argv.insert(argv.end(), {"--summary", summary});
   if (!trace.empty()) argv.insert(argv.end(), {"--trace", trace});
   std::vector<char*> cargv;
+  cargv.reserve(argv.size() + 1);
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   std::fflush(stdout);

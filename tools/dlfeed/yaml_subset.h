@@ -43,6 +43,6 @@ absl::StatusOr<YamlNode> parse_yaml(absl::string_view text, const std::string& f
 /// One value as written after "key: " or "- " (or an override's value): a
 /// flow collection, a quoted scalar or a plain scalar; `origin` goes into
 /// the node and into any error.
-absl::StatusOr<YamlNode> parse_yaml_value(absl::string_view text, const std::string& origin);
+absl::StatusOr<YamlNode> parse_yaml_value(absl::string_view v, const std::string& origin);
 
 }  // namespace dlfeed::cli::dlio
