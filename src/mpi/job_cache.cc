@@ -22,22 +22,12 @@
 #include "dlfeed/io/object_store.h"
 #include "dlfeed/sample.h"
 #include "job_cache_state.h"
+#include "mpi_error.h"
 
 namespace dlfeed::inline DLFEED_ABI::mpi {
 namespace {
 
-absl::Status mpi_failed(const char* call, int code) {
-  char text[MPI_MAX_ERROR_STRING] = {0};
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return absl::InternalError(absl::StrCat("MPI job cache: ", call, " failed: ", absl::string_view(text, len)));
-}
-
-#define DLFEED_JC_CALL(call)                                                   \
-  do {                                                                         \
-    const int dlfeed_jc_rc_ = (call);                                          \
-    if (dlfeed_jc_rc_ != MPI_SUCCESS) return mpi_failed(#call, dlfeed_jc_rc_); \
-  } while (0)
+#define DLFEED_JC_CALL(call) DLFEED_MPI_CALL_AS("MPI job cache", call)
 
 // Each rank's node: consecutive groups of `k` ranks, or the ranks MPI finds
 // sharing memory (numbered by their lowest rank's order).
@@ -52,7 +42,7 @@ absl::StatusOr<std::vector<int>> find_nodes(MPI_Comm comm, int rank, int size, i
   int lowest = rank;
   const int rc = MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, local);
   MPI_Comm_free(&local);
-  if (rc != MPI_SUCCESS) return mpi_failed("MPI_Allreduce", rc);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Allreduce", rc);
   std::vector<int> lowest_of(static_cast<size_t>(size));
   DLFEED_JC_CALL(MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, comm));
   std::vector<int> leaders = lowest_of;
@@ -235,7 +225,7 @@ absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCa
     if (rc != MPI_SUCCESS) {
       ::munmap(s->base, s->mapped);
       MPI_Comm_free(&s->comm);
-      absl::Status st = mpi_failed("MPI_Win_create", rc);
+      absl::Status st = mpi_error("MPI job cache", "MPI_Win_create", rc);
       return absl::UnavailableError(
           absl::StrCat(st.message(),
                        " (a window over a file's memory, --cache-folder: Open MPI needs a single-copy mechanism "

@@ -252,13 +252,7 @@ class CacheBackend final : public IoBackend {
         continue;
       }
       for (size_t k = p.first; k < p.last; ++k) copy_in(r, segs_[k]);
-      served_ += 1;
-      served_bytes_ += r.length;
-      ReadCompletion c;
-      c.user_data = r.user_data;
-      c.bytes = r.length;
-      if (r.checksum) crc_due_.emplace_back(ready_.size(), i);
-      ready_.push_back(std::move(c));
+      complete_served(r, i);
     }
     if (gets_) {
       MPI_Win_flush_all(s_->win);
@@ -269,6 +263,18 @@ class CacheBackend final : public IoBackend {
     crc_due_.clear();
     if (!forward_.empty()) submit_forward();
     return absl::OkStatus();
+  }
+
+  // Read `i` of the batch is all from the cache: its completion is ready
+  // (its checksum taken after the batch's flush).
+  void complete_served(const ReadRequest& r, size_t i) {
+    served_ += 1;
+    served_bytes_ += r.length;
+    ReadCompletion c;
+    c.user_data = r.user_data;
+    c.bytes = r.length;
+    if (r.checksum) crc_due_.emplace_back(ready_.size(), i);
+    ready_.push_back(std::move(c));
   }
 
   // The bytes of segment `g` of `r` from its holder: this rank's window by
@@ -354,13 +360,7 @@ class CacheBackend final : public IoBackend {
       // Every segment was filled by now (another engine kept the last one since
       // available() looked): served whole from the cache.
       parents_.erase(parent);
-      served_ += 1;
-      served_bytes_ += r.length;
-      ReadCompletion c;
-      c.user_data = r.user_data;
-      c.bytes = r.length;
-      if (r.checksum) crc_due_.emplace_back(ready_.size(), i);
-      ready_.push_back(std::move(c));
+      complete_served(r, i);
     }
     return true;
   }

@@ -6,22 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/format/format.h"
+#include "mpi_error.h"
 
 namespace dlfeed::inline DLFEED_ABI::mpi {
 namespace {
 
-absl::Status mpi_error(const char* call, int code) {
-  char text[MPI_MAX_ERROR_STRING] = {0};
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return absl::InternalError(absl::StrCat("MPI: ", call, " failed: ", absl::string_view(text, len)));
-}
-
-#define DLFEED_MPI_CALL(call)                                                   \
-  do {                                                                          \
-    const int dlfeed_mpi_rc_ = (call);                                          \
-    if (dlfeed_mpi_rc_ != MPI_SUCCESS) return mpi_error(#call, dlfeed_mpi_rc_); \
-  } while (0)
+#define DLFEED_MPI_CALL(call) DLFEED_MPI_CALL_AS("MPI", call)
 
 uint64_t allreduce(uint64_t v, MPI_Op op, MPI_Comm comm) {
   uint64_t out = v;
@@ -86,7 +76,7 @@ absl::Status Job::step_barrier(counters::Counters& c) const {
   c.region_begin(counters::Region::kBarrier, t0);
   const int rc = MPI_Barrier(comm_);
   c.region_end(counters::Region::kBarrier, t0, c.now(), 0);
-  if (rc != MPI_SUCCESS) return mpi_error("MPI_Barrier", rc);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI", "MPI_Barrier", rc);
   return absl::OkStatus();
 }
 

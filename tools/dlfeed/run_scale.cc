@@ -100,6 +100,7 @@ struct ScaleOut::MpiState {
   mpi::JobCacheStats last;                // at the previous epoch's end
   std::vector<std::string> cache_epochs;  // the job's per-epoch JSON (rank 0)
   std::string throttle_path;              // /dev/shm word the ranks' throttles share
+  uint64_t cache_bytes = 0;               // --cache, per node
 #endif
 };
 
@@ -192,7 +193,7 @@ void ScaleOut::configure_cache(LoaderOptions& o) const {
         "--cache: the job cache spreads over an MPI job's ranks: run under mpirun or srun (or with --mpi=on)"));
   }
   mpi::JobCacheOptions co;
-  co.bytes_per_node = value_or_throw(parse_bytes(cache));
+  co.bytes_per_node = job_->cache_bytes = value_or_throw(parse_bytes(cache));
   co.ranks_per_node = absl::GetFlag(FLAGS_cache_ranks_per_node);
   co.folder = absl::GetFlag(FLAGS_cache_folder);
   co.source = std::move(source);
@@ -277,11 +278,9 @@ std::string ScaleOut::job_cache_json() const {
 #if DLFEED_WITH_MPI
   if (job_ && job_->cache) {
     const mpi::JobCacheStats st = job_->cache->stats();
-    return absl::StrCat(
-        ",\"job_cache\":{\"bytes_per_node\":",
-        absl::GetFlag(FLAGS_cache).empty() ? 0 : value_or_throw(parse_bytes(absl::GetFlag(FLAGS_cache))),
-        ",\"nodes\":", st.nodes, ",\"dataset_bytes\":", st.dataset_bytes, ",\"held_bytes\":", st.held_bytes,
-        ",\"epochs\":[", absl::StrJoin(job_->cache_epochs, ","), "]}");
+    return absl::StrCat(",\"job_cache\":{\"bytes_per_node\":", job_->cache_bytes, ",\"nodes\":", st.nodes,
+                        ",\"dataset_bytes\":", st.dataset_bytes, ",\"held_bytes\":", st.held_bytes, ",\"epochs\":[",
+                        absl::StrJoin(job_->cache_epochs, ","), "]}");
   }
 #endif
   return {};
