@@ -20,8 +20,8 @@ inline absl::Status mpi_error(absl::string_view who, const char* call, int code)
 }  // namespace dlfeed::mpi
 
 /// Runs an MPI call; returns mpi_error(who, ...) from the caller when it fails.
-#define DLFEED_MPI_CALL_AS(who, call)                                                            \
-  do {                                                                                           \
-    const int dlfeed_mpi_rc_ = (call);                                                           \
+#define DLFEED_MPI_CALL_AS(who, call)                                                               \
+  do {                                                                                              \
+    const int dlfeed_mpi_rc_ = (call);                                                              \
     if (dlfeed_mpi_rc_ != MPI_SUCCESS) return ::dlfeed::mpi::mpi_error(who, #call, dlfeed_mpi_rc_); \
   } while (0)
