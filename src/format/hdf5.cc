@@ -20,6 +20,8 @@
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
+#include "dlfeed/io/object_store.h"
+#include "format/hdf5_object.h"
 #include "hdf5_source.h"
 #include "hdf5_util.h"
 
@@ -45,6 +47,7 @@ namespace {
 
 using detail::h5::add_ok;
 using detail::h5::DatasetGeometry;
+using detail::h5::file_access_for;
 using detail::h5::Filter;
 using detail::h5::FilterPipeline;
 using detail::h5::h5_fail;
@@ -52,6 +55,7 @@ using detail::h5::H5Lock;
 using detail::h5::Hdf5Source;
 using detail::h5::Hid;
 using detail::h5::mul_ok;
+using detail::h5::object_open_error;
 
 // Limits that keep a corrupt or hostile header from causing unbounded work
 // (the chunk grid's are in hdf5_chunks.cc).
@@ -167,7 +171,7 @@ class LibrarySource final : public Hdf5Source {
     if (g_.sample_bytes == 0) return sample_view(scratch.data(), 0);
     H5Lock lock;
     if (!dset_.ok()) {
-      Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+      DLFEED_ASSIGN_OR_RETURN(Hid fapl, file_access_for(g_.path));
       file_ = Hid(H5Fopen(g_.path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
       if (!file_.ok()) return h5_fail(g_.path, "an HDF5 file libhdf5 can open");
       dset_ = Hid(H5Dopen2(file_.get(), g_.name.c_str(), H5P_DEFAULT), H5Dclose);
@@ -317,18 +321,40 @@ std::string hex_prefix(const std::string& path, uint64_t size) {
   return s;
 }
 
+// Whether an object holds HDF5's signature where libhdf5 looks for it: at 0,
+// or after a user block, at 512, 1024, 2048... (within the first MiB here).
+// Needs the HDF5 lock.
+bool object_has_signature(const std::string& path, uint64_t size) {
+  for (uint64_t at = 0; at + 8 <= size && at <= (uint64_t{1} << 20); at = at == 0 ? 512 : at * 2) {
+    std::byte head[8];
+    if (!detail::h5::read_object(path, at, std::span<std::byte>(head, 8)).ok()) return false;
+    if (std::memcmp(head, "\211HDF\r\n\032\n", 8) == 0) return true;
+  }
+  return false;
+}
+
 // The file, opened read-only once its signature is HDF5's. Needs the HDF5 lock.
 absl::StatusOr<Hid> open_file(const std::string& path, uint64_t file_size) {
   constexpr absl::string_view kSignature = "an HDF5 file (signature \\211HDF\\r\\n\\032\\n)";
-  htri_t is = H5Fis_hdf5(path.c_str());
-  if (is == 0) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
-  if (is < 0) return h5_fail(path, kSignature);
-  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-#if H5_VERSION_GE(1, 10, 7)
-  H5Pset_file_locking(fapl.get(), true, true);  // do not fail on file systems without locks
-#endif
+  const bool object = is_object_url(path);
+  if (object) {
+    // libhdf5 1.10 looks for the signature through its default driver only.
+    if (!object_has_signature(path, file_size)) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
+  } else {
+    htri_t is = H5Fis_hdf5(path.c_str());
+    if (is == 0) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
+    if (is < 0) return h5_fail(path, kSignature);
+  }
+  DLFEED_ASSIGN_OR_RETURN(Hid fapl, file_access_for(path));
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.ok()) return h5_fail(path, "an HDF5 file libhdf5 can open");
+  if (!file.ok()) {
+    const std::string why = object ? object_open_error() : "";
+    if (!why.empty()) {
+      H5Eclear2(H5E_DEFAULT);
+      return absl::UnavailableError(why);
+    }
+    return h5_fail(path, "an HDF5 file libhdf5 can open");
+  }
   return file;
 }
 

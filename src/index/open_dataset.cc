@@ -134,12 +134,6 @@ absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const Form
     case FileFormat::kNpy: return open_npy(path, options);
     case FileFormat::kNpz: return open_npz(path, options);
     case FileFormat::kHdf5: {
-      if (is_object_url(path)) {
-        return absl::UnimplementedError(absl::StrCat(
-            path,
-            ": HDF5 is not read from object stores yet (NPY, NPZ, TFRecord and indexed binary are); copy the "
-            "files to a file system"));
-      }
       DLFEED_ASSIGN_OR_RETURN(SampleIndex index, open_hdf5(path, options));
       if (options.axis == SampleAxis::kNone) {
         for (auto& src : index.sources) src = detail::whole_of(std::move(src));

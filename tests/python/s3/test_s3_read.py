@@ -162,16 +162,8 @@ def test_unreachable_endpoint_fails_within_seconds(s3_server, uploaded, monkeypa
     assert "s3://" in str(e.value) and "http://127.0.0.1:9" in str(e.value)
 
 
-def test_hdf5_and_mixed_paths_are_refused_clearly(s3_server, uploaded, tmp_path, monkeypatch):
+def test_mixed_paths_are_refused_clearly(s3_server, uploaded, monkeypatch):
     s3_server.apply_env(monkeypatch)
-    import h5py
-
-    with h5py.File(tmp_path / "a.h5", "w") as h:
-        h["records"] = np.zeros((4, 2), np.float32)
-    s3_server.upload_dir(tmp_path, BUCKET, "h5/")
-    with pytest.raises(Exception) as e:
-        dlfeed.Loader(f"s3://{BUCKET}/h5", batch_size=2)
-    assert f"s3://{BUCKET}/h5/a.h5: HDF5 is not read from object stores yet" in str(e.value)
     with pytest.raises(Exception) as e:
         dlfeed.Loader([str(uploaded["npz"][0]), uploaded["npz"][1]], batch_size=8, fields=["x", "y"])
     assert "files or objects, not both" in str(e.value)
