@@ -23,9 +23,11 @@ MB/s (10^6 bytes) of sample bytes delivered, medians over --repeats:
   these; "curl objects" gets whole objects instead (not the same bytes:
   shown for s3torchconnector, which reads whole objects);
 - dlfeed: `dlfeed.Loader("s3://bench/<set>", strategy="global_shuffle")`, the
-  time from creating the loader (listing, headers) to the epoch's end, with
-  DLFEED_S3_CONNECTIONS unset (16 a loader engine) and set to each of
-  --connections;
+  time from creating the loader (listing, headers) to the epoch's end: by
+  default a set within half the memory budget is held in memory, each object
+  read whole once at create ("dlfeed"); "dlfeed ranged" (`resident="off"`)
+  reads each batch's extents as ranged GETs, with DLFEED_S3_CONNECTIONS unset
+  (16 a loader engine) and, "dlfeed cN", set to each of --connections;
 - s3torchconnector (when importable): S3MapDataset over the same objects,
   whole objects (that is how it reads), parsed with numpy, in PyTorch's
   DataLoader with 0 and --s3tc-workers workers;
@@ -187,6 +189,7 @@ def worker_dlfeed(a) -> dict:
     import dlfeed
 
     kw = {"fields": a.fields.split(",")} if a.fields else {}
+    kw["resident"] = a.resident
     before = dlfeed._dlfeed.s3_stats()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -296,6 +299,7 @@ def worker_main(argv: List[str]) -> None:
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--checksum", action="store_true")
+    ap.add_argument("--resident", default="auto")
     a = ap.parse_args(argv)
     out = {"dlfeed": worker_dlfeed, "boto3": worker_boto3, "s3tc": worker_s3tc}[a.kind](a)
     print("RESULT " + json.dumps(out))
@@ -497,7 +501,7 @@ def main() -> None:
 
         def systems_of(name: str) -> List[str]:
             out = ["boto3"] + ([c for c in ("curl", PIECES, "curl objects") if c in plans[name]] if curl_bin else [])
-            out += ["dlfeed"] + [f"dlfeed c{c}" for c in conns]
+            out += ["dlfeed", "dlfeed ranged"] + [f"dlfeed c{c}" for c in conns]
             return out + (["s3tc w0", f"s3tc w{a.s3tc_workers}"] if has_s3tc else [])
 
         def run_one(system: str, name: str, rep: int, run_env: dict, checksum: bool = False) -> dict:
@@ -517,7 +521,8 @@ def main() -> None:
                 if " c" in system:
                     e["DLFEED_S3_CONNECTIONS"] = system.split(" c")[1]
                 r = child(["dlfeed", "--url", url, "--batch", s["batch"], "--fields", ",".join(s["fields"] or []),
-                           "--seed", rep, *(["--checksum"] if checksum else [])], e)
+                           "--seed", rep, "--resident", "auto" if system == "dlfeed" else "off",
+                           *(["--checksum"] if checksum else [])], e)
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             r["client_cpu_s"] = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
             r["server_cpu_s"] = proc_cpu_s(server.proc.pid) - srv0
@@ -654,7 +659,9 @@ MB/s = 10^6 bytes of samples delivered per second (dlfeed: from creating the loa
 boto3 and curl (bench/s3_ranged_get.c, libcurl multi) do {a['threads']} ranged GETs at a time of exactly
 the sample extents (small: x per sample, y one GET a file); "curl 2MiB pieces": the same bytes in the 2 MiB
 GETs dlfeed::s3 splits a large sample into; the fastest of these is the limit. "curl objects": the same
-program getting each object whole (what s3torchconnector reads; not the limit: other requests). "dlfeed cN":
+program getting each object whole (what s3torchconnector reads; not the limit: other requests). "dlfeed":
+the defaults (a set within half the memory budget is held: each object read whole once, at create);
+"dlfeed ranged": `resident="off"`, ranged GETs of each batch's extents; "dlfeed cN": the same with
 DLFEED_S3_CONNECTIONS=N (connections per loader engine; unset: 16). "proxy": dlfeed through the
 harness's Python S3Proxy (one relay thread per connection), without faults and with {a['slowdown']:g} of
 the GETs answered 503 SlowDown; ids and per-sample CRC32s checked against the files written.

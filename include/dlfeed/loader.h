@@ -194,8 +194,8 @@ struct DLFEED_EXPORT LoaderOptions {
   /// Hold the dataset in memory. "auto" (the default): when all its files
   /// together fit in half of memory_budget, and nothing asks for the device
   /// itself (io.direct, stage, io_factory), create() reads each file once,
-  /// whole, and every later read is a copy from memory, with no system call
-  /// per sample (small samples then go at memory speed, and a strided or
+  /// whole (an object of a store: one GET), and every later read is a copy
+  /// from memory, with no system call or request per sample (small samples then go at memory speed, and a strided or
   /// scattered layout is read once, not once per sample). Those bytes come
   /// out of memory_budget; the rest is for batches in flight. The copy is a
   /// snapshot: a file changed after create() is not seen. kOn: the same, or

@@ -390,7 +390,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_RETURN_IF_ERROR(
       detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);
-  DLFEED_RETURN_IF_ERROR(detail::use_object_store(options, impl->indices));
+  DLFEED_ASSIGN_OR_RETURN(const bool objects, detail::use_object_store(options, impl->indices));
   FileTableOptions fto;
   fto.max_open = options.advanced.max_open_files;
   fto.direct = options.io.direct;
@@ -398,7 +398,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->files->reserve(impl->indices[0].num_files());
   detail::add_files(impl->indices, *impl->files, impl->file_ids, impl->file_names);
   cnt.set_file_names(impl->file_names);
-  DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files));
+  DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files, objects));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
   pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());

@@ -189,7 +189,7 @@ absl::Status use_object_cache(const LoaderOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices) {
+absl::StatusOr<bool> use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices) {
   size_t urls = 0, all = 0;
   const std::string* url = nullptr;
   const std::string* file = nullptr;
@@ -204,7 +204,7 @@ absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIn
       }
     }
   }
-  if (urls == 0) return absl::OkStatus();
+  if (urls == 0) return false;
   if (urls != all) {
     return absl::InvalidArgumentError(absl::StrCat("loader: ", *url, " is an object and ", *file,
                                                    " a file: one loader reads files or objects, not both"));
@@ -214,7 +214,8 @@ absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIn
         absl::StrCat("loader: stage.dir copies files; ", *url, " is an object (staging objects is not built yet)"));
   }
   DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(*url));
-  if (!options.advanced.io_factory) {
+  const bool own_backend = !options.advanced.io_factory;
+  if (own_backend) {
     options.advanced.io_factory = [store](std::shared_ptr<FileTable> files, IoOptions io) {
       return store->make_backend(std::move(files), io);
     };
@@ -232,7 +233,7 @@ absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIn
     co.split_above = 0;
     co.large_above = 0;
   }
-  return absl::OkStatus();
+  return own_backend;
 }
 
 absl::Status made_here(pid_t made_in) {

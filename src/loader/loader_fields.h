@@ -52,8 +52,10 @@ absl::Status use_object_cache(const LoaderOptions& options);
 /// When the fields' files are objects of a store (URLs): its backend reads
 /// them (AdvancedOptions::io_factory, unless one is given), with no
 /// read-ahead hints to files. Files and URLs in one loader, or staging of
-/// objects, are errors.
-absl::Status use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices);
+/// objects, are errors. True when the objects are read by the store's own
+/// backend (no io_factory was given): they may then be held in memory
+/// (LoaderOptions::resident) like files.
+absl::StatusOr<bool> use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices);
 /// The largest read of an object store (coalesce.max_read when the read
 /// sizes are left at their defaults): bench/object_store.py measured 2 MiB
 /// pieces of 16 MiB samples at 0.74-0.88 of whole-sample GETs.

@@ -12,6 +12,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 #include "io/read_op.h"
 #include "io/stream_copy.h"
 
@@ -31,6 +33,29 @@ namespace {
 // which another is not worth starting.
 constexpr unsigned kMaxLoadThreads = 16;
 constexpr size_t kFilesPerLoadThread = 64;
+
+// An object of a store, whole, into `buf` (its size from the index, else
+// from the store): a GET, through the store's retries and node-local cache.
+absl::Status read_object(const std::string& url, std::optional<uint64_t> known, ByteBuffer& buf, uint64_t& size) {
+  DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
+  if (known) {
+    size = *known;
+  } else {
+    DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
+    size = info.size;
+  }
+  buf.resize(size);
+  uint64_t done = 0;
+  while (done < size) {
+    DLFEED_ASSIGN_OR_RETURN(size_t got, store->read(url, done, std::span<std::byte>(buf.data() + done, size - done)));
+    if (got == 0) {
+      return format_error(url, done, absl::StrCat(size - done, " more bytes (the size listed)"),
+                          "the end of the object");
+    }
+    done += got;
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
@@ -53,8 +78,12 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
   // Reads file todo[k] into its buffer; each k is one thread's.
   auto read_one = [&](size_t k) -> absl::Status {
     const uint32_t id = todo[k];
-    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
     const std::string path = files.path(id);
+    if (is_object_url(path)) {
+      r->paths_[id] = path;
+      return read_object(path, files.known_size(id), r->buffers_[id], r->sizes_[id]);
+    }
+    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
     // The size the table checked the open against (no fstat of ours).
     uint64_t size = 0;
     if (const std::optional<uint64_t> known = files.known_size(id)) {
@@ -75,11 +104,16 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
     r->paths_[id] = path;
     return absl::OkStatus();
   };
+  bool objects = false;
+  for (uint32_t id : todo) objects = objects || is_object_url(files.path(id));
   // Several threads for many files: on a cold cache (or a parallel file
   // system) each open and read is a round trip. The error reported is the
   // first failing file's in the order given, as a serial loop would.
-  const unsigned threads = static_cast<unsigned>(
-      std::clamp<size_t>(todo.size() / kFilesPerLoadThread, 1, std::min<size_t>(kMaxLoadThreads, files.max_open())));
+  // Objects: a thread per object up to the most, each GET a round trip.
+  const unsigned threads =
+      static_cast<unsigned>(objects ? std::clamp<size_t>(todo.size(), 1, kMaxLoadThreads)
+                                    : std::clamp<size_t>(todo.size() / kFilesPerLoadThread, 1,
+                                                         std::min<size_t>(kMaxLoadThreads, files.max_open())));
   std::vector<absl::Status> failed(threads);
   std::vector<size_t> failed_at(threads, SIZE_MAX);
   std::atomic<size_t> next{0};
@@ -128,7 +162,7 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
   return std::shared_ptr<const ResidentFiles>(std::move(r));
 }
 
-absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable& files) {
+absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable& files, bool objects) {
   ResidentChoice out;
   if (o.resident != Mode::kAuto && o.resident != Mode::kOn && o.resident != Mode::kOff) {
     return absl::InvalidArgumentError(
@@ -144,7 +178,7 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     why_not = "io.direct asks for the device";
   } else if (!o.stage.dir.empty()) {
     why_not = "staging copies the files to stage.dir";
-  } else if (o.advanced.io_factory) {
+  } else if (o.advanced.io_factory && !objects) {
     why_not = "io_factory makes the backend";
   } else {
     for (uint32_t id = 0; id < files.size(); ++id) {
@@ -171,8 +205,8 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
   std::vector<uint32_t> ids(files.size());
   for (uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
   DLFEED_ASSIGN_OR_RETURN(out.files, ResidentFiles::load(files, ids));
-  out.reason = absl::StrCat("held in memory: ", out.files->files(), " files, ", out.files->bytes(),
-                            " bytes, read once at create");
+  out.reason = absl::StrCat("held in memory: ", out.files->files(), objects ? " objects, " : " files, ",
+                            out.files->bytes(), " bytes, read once at create");
   return out;
 }
 

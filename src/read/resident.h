@@ -53,10 +53,11 @@ struct ResidentChoice {
   std::string reason;                          // why (LoaderStats::resident_reason)
 };
 /// Decides (auto: every file of `files` together within half of
-/// memory_budget, and no io.direct, stage or io_factory) and, if so, reads
-/// the files. `on` that cannot be is FailedPrecondition saying why; a value
-/// other than auto, on, off is InvalidArgument.
-absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& options, FileTable& files);
+/// memory_budget, and no io.direct, stage or io_factory other than the
+/// object store's own, `objects`) and, if so, reads the files (objects
+/// whole, through their store). `on` that cannot be is FailedPrecondition
+/// saying why; a value other than auto, on, off is InvalidArgument.
+absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& options, FileTable& files, bool objects = false);
 
 /// A backend that serves reads of held files by copying from `held`, and
 /// hands every other read to `inner`. Completions of copies are ready at

@@ -205,7 +205,7 @@ def read_epoch(loader):
 def test_cache_dir_serves_later_epochs_and_runs_with_no_get(s3_server, uploaded, tmp_path, monkeypatch):
     s3_server.apply_env(monkeypatch)
     _, url, x, _ = uploaded["tfrecord_idx"]
-    kw = dict(batch_size=16, strategy="global_shuffle", seed=2, cache_dir=tmp_path / "cache",
+    kw = dict(batch_size=16, strategy="global_shuffle", seed=2, cache_dir=tmp_path / "cache", resident="off",
               **loader_kwargs("tfrecord"))
     loader = dlfeed.Loader(url, **kw)
     ids, xs = read_epoch(loader)
@@ -279,7 +279,7 @@ def test_an_object_rewritten_under_a_loader_is_an_error(s3_server, tmp_path, mon
     root.mkdir()
     np.save(root / "a.npy", np.arange(64, dtype=np.int32).reshape(16, 4))
     s3_server.upload_dir(root, BUCKET, "rewritten/")
-    loader = dlfeed.Loader(f"s3://{BUCKET}/rewritten", batch_size=4, overlap_epochs=False)
+    loader = dlfeed.Loader(f"s3://{BUCKET}/rewritten", batch_size=4, overlap_epochs=False, resident="off")
     read_epoch(loader)
     # Rewritten in place after it was indexed and read: same size, float32 now.
     np.save(root / "a.npy", np.arange(64, dtype=np.float32).reshape(16, 4))
@@ -288,3 +288,32 @@ def test_an_object_rewritten_under_a_loader_is_an_error(s3_server, tmp_path, mon
         read_epoch(loader)
     assert f"s3://{BUCKET}/rewritten/a.npy" in str(e.value) and "changed since it was listed" in str(e.value)
     loader.close()
+
+
+def test_a_dataset_that_fits_is_held_each_object_read_whole_once(s3_server, uploaded, monkeypatch):
+    """By default (resident="auto") a dataset within half the memory budget is held, as files are:
+    each object is one GET at create, and the epochs send none."""
+    s3_server.apply_env(monkeypatch)
+    root, url, x, y = uploaded["npz"]
+    objects = len(list(root.glob("*.npz")))
+    before = gets()
+    loader = dlfeed.Loader(url, batch_size=16, strategy="global_shuffle", seed=6, fields=["x", "y"])
+    made = gets()
+    assert loader.stats()["resident_reason"].startswith(f"held in memory: {objects} objects")
+    for _ in range(2):
+        ids, xs = read_epoch(loader)
+        np.testing.assert_array_equal(xs, x[ids])
+    assert gets() == made
+    loader.close()
+    # Beside the indexing's GETs (what a loader reading per batch sends at create), one whole
+    # GET per object; reading per batch sends GETs every epoch.
+    start = gets()
+    off = dlfeed.Loader(url, batch_size=16, strategy="global_shuffle", seed=6, fields=["x", "y"], resident="off")
+    indexing = gets() - start
+    start = gets()
+    read_epoch(off)
+    off.close()
+    assert made - before == indexing + objects and gets() > start
+    with pytest.raises(dlfeed.Error) as e:
+        dlfeed.Loader(url, batch_size=16, fields=["x", "y"], resident="on", memory_budget=1 << 10)
+    assert "resident=on" in str(e.value)
