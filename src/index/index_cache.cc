@@ -65,6 +65,12 @@ bool same_file(const Identity& a, const Identity& b) {
 
 // The identity of `path` as stat finds it now; false when it cannot be stat'ed.
 bool stat_identity(const std::string& path, Identity& id) {
+  if (is_object_url(path)) {  // its size and ETag, as the listing gave them
+    absl::StatusOr<FileIdentity> object = object_identity(path);
+    if (!object.ok()) return false;
+    id = *object;
+    return true;
+  }
   struct stat st;
   if (stat_path(path.c_str(), &st) != 0) return false;
   id = identity_of(st);
@@ -120,20 +126,22 @@ std::string user_cache_dir() {
 std::string index_cache_path(const std::vector<std::string>& paths, const FormatOptions& options) {
   if (options.index_cache.empty() || options.index_cache == "off") return "";
   if (options.index_cache != "auto") return options.index_cache;
-  // Objects have no inode or mtime to check a cache entry against.
-  for (const std::string& p : paths) {
-    if (is_object_url(p)) return "";
-  }
+  // Objects (URLs, taken as written) are checked by size and ETag; their
+  // cache is the user's, as the bucket is not a folder to write in.
   std::vector<std::string> abs;
   abs.reserve(paths.size());
   std::error_code ec;
-  for (const std::string& p : paths) abs.push_back(fs::absolute(p, ec).lexically_normal().string());
+  bool objects = false;
+  for (const std::string& p : paths) {
+    objects = objects || is_object_url(p);
+    abs.push_back(is_object_url(p) ? p : fs::absolute(p, ec).lexically_normal().string());
+  }
   const std::string key = absl::StrCat(absl::StrJoin(abs, "\n"), "\n", fingerprint(options));
   const std::string name = absl::StrFormat("index-%016x", fnv1a(key));
   // In a folder of its own, so that writing it (a temporary file renamed)
   // leaves the dataset folder's mtime, which index_cache_check=folders
   // compares, as it was.
-  if (abs.size() == 1 && fs::is_directory(abs[0], ec) && ::access(abs[0].c_str(), W_OK) == 0) {
+  if (!objects && abs.size() == 1 && fs::is_directory(abs[0], ec) && ::access(abs[0].c_str(), W_OK) == 0) {
     return absl::StrCat(abs[0], "/", kCacheFolder, "/", name);
   }
   return absl::StrCat(user_cache_dir(), "/dlfeed-", name);

@@ -54,13 +54,30 @@ struct File::Remote {
   uint64_t block_at = 0;
 };
 
+namespace {
+FileIdentity identity_of(const ObjectInfo& info) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the ETag
+  for (const char c : info.etag) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  FileIdentity id;
+  id.size = info.size;
+  id.inode = h | 1;
+  return id;
+}
+}  // namespace
+
+absl::StatusOr<FileIdentity> object_identity(const std::string& url) {
+  DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
+  DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
+  return identity_of(info);
+}
+
 absl::StatusOr<File> File::open_remote(const std::string& url) {
   DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
   DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
   File f;
   f.path_ = url;
   f.size_ = info.size;
-  f.identity_.size = info.size;
+  f.identity_ = identity_of(info);
   f.remote_ = std::make_shared<Remote>();
   f.remote_->store = std::move(store);
   return f;

@@ -33,6 +33,11 @@ int stat_path(const char* path, struct stat* st);
 /// A stat's mtime in ns, and the identity it gives a file.
 uint64_t mtime_ns_of(const struct stat& st);
 FileIdentity identity_of(const struct stat& st);
+/// The identity of an object of a store (a URL): its size, and in place of
+/// the inode a 64-bit hash of its ETag (never 0), so that a new version of
+/// it, whatever its size, is another identity. Asks the store (head(): what
+/// a listing of it remembered, else a HEAD request).
+absl::StatusOr<FileIdentity> object_identity(const std::string& url);
 
 /// A file, or an object of a store (a URL: dlfeed/io/object_store.h) read
 /// through ranged reads, a block at a time.

@@ -73,8 +73,9 @@ struct DLFEED_EXPORT FormatOptions {
   /// .dlfeed/index-HASH in the dataset folder when it is one writable
   /// folder, else under $XDG_CACHE_HOME/dlfeed or ~/.cache/dlfeed), or the
   /// cache file's path. A later open_dataset reads each unchanged file's
-  /// index from it (same size, mtime and inode) and indexes only the
-  /// others; the cache is checked as untrusted input.
+  /// index from it (same size, mtime and inode; for objects of a store,
+  /// whose "auto" cache is the user's, same size and ETag) and indexes only
+  /// the others; the cache is checked as untrusted input.
   std::string index_cache;
   /// How a reopen from the index cache knows the files are unchanged:
   /// "files" (a stat per file; a changed file is indexed again), or

@@ -317,3 +317,45 @@ def test_a_dataset_that_fits_is_held_each_object_read_whole_once(s3_server, uplo
     with pytest.raises(dlfeed.Error) as e:
         dlfeed.Loader(url, batch_size=16, fields=["x", "y"], resident="on", memory_budget=1 << 10)
     assert "resident=on" in str(e.value)
+
+
+def test_index_cache_serves_objects_by_size_and_etag(s3_server, tmp_path, monkeypatch):
+    """index_cache="auto" over s3:// keeps the index under $XDG_CACHE_HOME: a second loader
+    sends no GET to index (TFRecord without .idx is otherwise a scan of every object), and an
+    object rewritten since (a new ETag) is indexed again, never taken from the cache."""
+    s3_server.apply_env(monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root, x, y = write_dataset("tfrecord", tmp_path / "tfr", files=3, per_file=20, seed=9)
+    s3_server.upload_dir(root, BUCKET, "indexed/")
+    url = f"s3://{BUCKET}/indexed"
+    kw = dict(batch_size=8, strategy="global_shuffle", seed=1, index_cache="auto", resident="off",
+              **loader_kwargs("tfrecord"))
+
+    def made():
+        start = gets()
+        loader = dlfeed.Loader(url, **kw)
+        return loader, gets() - start
+
+    first, first_gets = made()
+    ids, xs = read_epoch(first)
+    first.close()
+    np.testing.assert_array_equal(xs, x[ids])
+    assert first_gets > 0 and list((tmp_path / "xdg" / "dlfeed").glob("dlfeed-index-*"))
+    again, again_gets = made()
+    ids, xs = read_epoch(again)
+    again.close()
+    assert again_gets == 0
+    np.testing.assert_array_equal(xs, x[ids])
+    # One object rewritten with other values, same layout and size: a new ETag.
+    name = sorted(root.glob("*.tfrecord"))[1].name
+    root2, x2, y2 = write_dataset("tfrecord", tmp_path / "tfr2", files=3, per_file=20, seed=10)
+    size = (root / name).stat().st_size
+    (root / name).write_bytes((root2 / name).read_bytes())
+    assert (root / name).stat().st_size == size  # only the ETag tells the versions apart
+    s3_server.upload_dir(root, BUCKET, "indexed/")
+    x[20:40] = x2[20:40]
+    third, third_gets = made()
+    ids, xs = read_epoch(third)
+    third.close()
+    assert 0 < third_gets < first_gets
+    np.testing.assert_array_equal(xs, x[ids])
