@@ -448,6 +448,17 @@ absl::Status install(Options options) {
     return absl::InvalidArgumentError(
         absl::StrCat("s3: addressing is auto, path or virtual, not '", options.addressing, "'"));
   }
+  if (const char* v = std::getenv("DLFEED_S3_MAX_REQUESTS_PER_SECOND"); v != nullptr && *v != '\0') {
+    double per_second = 0;
+    if (!absl::SimpleAtod(v, &per_second) || !(per_second >= 0) || per_second > 1e9) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "s3: DLFEED_S3_MAX_REQUESTS_PER_SECOND is a number of requests a second (0: no bound), not '", v, "'"));
+    }
+    options.max_requests_per_second = per_second;
+  }
+  if (!(options.max_requests_per_second >= 0)) {
+    return absl::InvalidArgumentError("s3: max_requests_per_second is at least 0 (0: no bound)");
+  }
   detail::init_curl();
   register_object_store(std::make_shared<detail::Store>(std::move(options)));
   return absl::OkStatus();

@@ -46,9 +46,11 @@ struct DLFEED_EXPORT Options {
   /// Per request: connecting, and the whole request.
   uint32_t connect_timeout_ms = 5000;
   uint32_t request_timeout_ms = 60000;
-  /// Most requests started per second by this process (0: no bound). A
-  /// server's SlowDown also pauses every request of the process for the
-  /// backoff, whatever this is.
+  /// Most requests started per second by this process (0: no bound), tries
+  /// included. DLFEED_S3_MAX_REQUESTS_PER_SECOND overrides it (how the
+  /// dlfeed command and the Python package set it). A server's SlowDown
+  /// also pauses every request of the process for the backoff, whatever
+  /// this is.
   double max_requests_per_second = 0;
 };
 

@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import struct
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -359,3 +360,26 @@ def test_index_cache_serves_objects_by_size_and_etag(s3_server, tmp_path, monkey
     third.close()
     assert 0 < third_gets < first_gets
     np.testing.assert_array_equal(xs, x[ids])
+
+
+def test_max_requests_per_second_spaces_the_requests(s3_server, uploaded, tmp_path):
+    """DLFEED_S3_MAX_REQUESTS_PER_SECOND bounds the process's requests: n requests at 20 a
+    second take at least (n - 1) / 20 s (a lower bound, whatever the machine's speed); a value
+    that is not a rate is a clear error."""
+    _, url, _, _ = uploaded["npz"]
+    script = (
+        "import time, dlfeed\n"
+        "t0 = time.monotonic(); s0 = dlfeed._dlfeed.s3_stats()['requests']\n"
+        f"loader = dlfeed.Loader({url!r}, batch_size=16, fields=['x', 'y'], resident='off')\n"
+        "n = sum(len(b) for b in loader)\n"
+        "print(n, dlfeed._dlfeed.s3_stats()['requests'] - s0, time.monotonic() - t0)\n")
+    env = dict(s3_server.env(), DLFEED_S3_MAX_REQUESTS_PER_SECOND="20")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    samples, requests, seconds = proc.stdout.split()
+    assert int(samples) == 120 and int(requests) >= 10
+    assert float(seconds) >= (int(requests) - 1) / 20
+    env["DLFEED_S3_MAX_REQUESTS_PER_SECOND"] = "fast"
+    proc = subprocess.run([sys.executable, "-c", "import dlfeed"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode != 0 and "DLFEED_S3_MAX_REQUESTS_PER_SECOND is a number" in proc.stderr
