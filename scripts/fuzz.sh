@@ -36,7 +36,8 @@ B=build-fuzz
 if [ ! -f "$B/CMakeCache.txt" ]; then
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
   cmake -S . -B "$B" "${GEN[@]}" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DDLFEED_FUZZ=ON -DDLFEED_SANITIZE=address,undefined \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DDLFEED_LINE_TABLES_ONLY=ON -DDLFEED_FUZZ=ON \
+    -DDLFEED_SANITIZE=address,undefined \
     -DDLFEED_BUILD_TOOLS=OFF -DDLFEED_BUILD_EXAMPLES=OFF -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_PYTHON=OFF \
     -DDLFEED_INSTALL=OFF >/dev/null
 fi
