@@ -9,7 +9,9 @@ datasets written by numpy:
   sample) and y (64,) int64;
 - large: NPY files of one (1, 2048, 2048) float32 sample each (16 MiB).
 
-One epoch per process, global shuffle, in rounds whose running order rotates;
+One epoch per process (--epochs N: N for dlfeed and s3torchconnector, whose
+rate is then over all N, the loader's creation included; the fault runs keep
+one), global shuffle, in rounds whose running order rotates;
 MB/s (10^6 bytes) of sample bytes delivered, medians over --repeats:
 
 - limit, boto3: a ThreadPoolExecutor of --threads threads, one boto3 client
@@ -196,7 +198,8 @@ def worker_dlfeed(a) -> dict:
     loader = dlfeed.Loader(a.url, batch_size=a.batch, strategy="global_shuffle", seed=a.seed, **kw)
     t_open = time.perf_counter()
     samples, nbytes, t_first, pairs = 0, 0, None, []
-    for b in loader:
+    batches = (b for _ in range(a.epochs) for b in loader)
+    for b in batches:
         if t_first is None:
             t_first = time.perf_counter()
         arrays = b.arrays()
@@ -280,9 +283,10 @@ def worker_s3tc(a) -> dict:
     loader = torch.utils.data.DataLoader(ds, batch_size=None, shuffle=True, num_workers=a.workers,
                                          generator=torch.Generator().manual_seed(a.seed))
     nbytes = objects = 0
-    for arrays in loader:
-        objects += 1
-        nbytes += sum(int(x.nbytes) for x in arrays)
+    for _ in range(a.epochs):
+        for arrays in loader:
+            objects += 1
+            nbytes += sum(int(x.nbytes) for x in arrays)
     t1 = time.perf_counter()
     return {"objects": objects, "bytes": nbytes, "seconds": t1 - t0, "workers": a.workers,
             **epoch_rusage(ru0, resource.getrusage(resource.RUSAGE_SELF))}
@@ -300,6 +304,7 @@ def worker_main(argv: List[str]) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--checksum", action="store_true")
     ap.add_argument("--resident", default="auto")
+    ap.add_argument("--epochs", type=int, default=1)
     a = ap.parse_args(argv)
     out = {"dlfeed": worker_dlfeed, "boto3": worker_boto3, "s3tc": worker_s3tc}[a.kind](a)
     print("RESULT " + json.dumps(out))
@@ -437,6 +442,8 @@ def main() -> None:
     ap.add_argument("--s3tc-workers", type=int, default=4, help="DataLoader workers for s3torchconnector")
     ap.add_argument("--slowdown", type=float, default=0.05, help="fraction of GETs the proxy answers 503")
     ap.add_argument("--sets", default="small,large")
+    ap.add_argument("--epochs", type=int, default=1,
+                    help="epochs per dlfeed and s3torchconnector process (the plain clients' rate is one epoch's)")
     ap.add_argument("--no-faults", action="store_true")
     ap.add_argument("--quiet-wait", type=float, default=300,
                     help="seconds in all to wait, before runs, for other builds (cc1plus, ninja, ...) to end")
@@ -504,7 +511,9 @@ def main() -> None:
             out += ["dlfeed", "dlfeed ranged"] + [f"dlfeed c{c}" for c in conns]
             return out + (["s3tc w0", f"s3tc w{a.s3tc_workers}"] if has_s3tc else [])
 
-        def run_one(system: str, name: str, rep: int, run_env: dict, checksum: bool = False) -> dict:
+        def run_one(system: str, name: str, rep: int, run_env: dict, checksum: bool = False,
+                    epochs_here: int = 0) -> dict:
+            epochs = epochs_here or (a.epochs if system.startswith(("dlfeed", "s3tc")) else 1)
             s = sets[name]
             url = f"s3://{BUCKET}/{name}"
             waited = watch.wait_quiet()
@@ -515,18 +524,20 @@ def main() -> None:
             elif system.startswith("curl"):
                 r = curl_run(curl_bin, plans[name][system], a.threads, run_env)
             elif system.startswith("s3tc"):
-                r = child(["s3tc", "--url", url, "--workers", system.split("w")[1], "--seed", rep], run_env)
+                r = child(["s3tc", "--url", url, "--workers", system.split("w")[1], "--seed", rep,
+                           "--epochs", epochs], run_env)
             else:
                 e = dict(run_env)
                 if " c" in system:
                     e["DLFEED_S3_CONNECTIONS"] = system.split(" c")[1]
                 r = child(["dlfeed", "--url", url, "--batch", s["batch"], "--fields", ",".join(s["fields"] or []),
-                           "--seed", rep, "--resident", "auto" if system == "dlfeed" else "off",
+                           "--seed", rep, "--epochs", epochs, "--resident", "auto" if system == "dlfeed" else "off",
                            *(["--checksum"] if checksum else [])], e)
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             r["client_cpu_s"] = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
             r["server_cpu_s"] = proc_cpu_s(server.proc.pid) - srv0
-            r["mb_s"] = s["sample_bytes"] / r["seconds"] / 1e6
+            r["mb_s"] = s["sample_bytes"] * epochs / r["seconds"] / 1e6
+            r["epochs"] = epochs
             r["disturbed"] = watch.take()  # quarter-seconds in which a build ran beside it
             r["waited_s"] = waited
             return r
@@ -547,7 +558,7 @@ def main() -> None:
                     for rep in range(a.repeats):
                         proxy = h.S3Proxy(server, seed=100 + rep, slowdown=frac)
                         try:
-                            r = run_one("dlfeed", name, rep, proxy.env(base=base_env), checksum=True)
+                            r = run_one("dlfeed", name, rep, proxy.env(base=base_env), checksum=True, epochs_here=1)
                             r["proxy"] = proxy.stats()
                         finally:
                             proxy.close()
@@ -654,7 +665,8 @@ as the clients (they share its cores); started in {results['startup_s']:.1f} s, 
 
     {shlex.join(['.venv/bin/python', 'bench/object_store.py', *results['command'][1:]])}
 
-Sets: {'; '.join(desc)}. One epoch per process, global shuffle, {a['repeats']} repeats in rotating order;
+Sets: {'; '.join(desc)}. {a.get('epochs', 1)} epoch(s) per dlfeed and s3torchconnector process (the
+plain clients: one; the fault runs: one), global shuffle, {a['repeats']} repeats in rotating order;
 MB/s = 10^6 bytes of samples delivered per second (dlfeed: from creating the loader to the epoch's end).
 boto3 and curl (bench/s3_ranged_get.c, libcurl multi) do {a['threads']} ranged GETs at a time of exactly
 the sample extents (small: x per sample, y one GET a file); "curl 2MiB pieces": the same bytes in the 2 MiB

@@ -322,12 +322,12 @@ std::string hex_prefix(const std::string& path, uint64_t size) {
 }
 
 // Whether an object holds HDF5's signature where libhdf5 looks for it: at 0,
-// or after a user block, at 512, 1024, 2048... (within the first MiB here).
-// Needs the HDF5 lock.
-bool object_has_signature(const std::string& path, uint64_t size) {
-  for (uint64_t at = 0; at + 8 <= size && at <= (uint64_t{1} << 20); at = at == 0 ? 512 : at * 2) {
+// or after a user block, at 512, 1024, 2048...; a read that fails is its
+// error (a 403, a timeout), not "no signature". Needs the HDF5 lock.
+absl::StatusOr<bool> object_has_signature(const std::string& path, uint64_t size) {
+  for (uint64_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
     std::byte head[8];
-    if (!detail::h5::read_object(path, at, std::span<std::byte>(head, 8)).ok()) return false;
+    DLFEED_RETURN_IF_ERROR(detail::h5::read_object(path, at, std::span<std::byte>(head, 8)));
     if (std::memcmp(head, "\211HDF\r\n\032\n", 8) == 0) return true;
   }
   return false;
@@ -339,7 +339,8 @@ absl::StatusOr<Hid> open_file(const std::string& path, uint64_t file_size) {
   const bool object = is_object_url(path);
   if (object) {
     // libhdf5 1.10 looks for the signature through its default driver only.
-    if (!object_has_signature(path, file_size)) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
+    DLFEED_ASSIGN_OR_RETURN(const bool hdf5, object_has_signature(path, file_size));
+    if (!hdf5) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
   } else {
     htri_t is = H5Fis_hdf5(path.c_str());
     if (is == 0) return format_error(path, 0, kSignature, hex_prefix(path, file_size));
@@ -348,10 +349,9 @@ absl::StatusOr<Hid> open_file(const std::string& path, uint64_t file_size) {
   DLFEED_ASSIGN_OR_RETURN(Hid fapl, file_access_for(path));
   Hid file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!file.ok()) {
-    const std::string why = object ? object_open_error() : "";
-    if (!why.empty()) {
+    if (absl::Status why = object ? object_open_error() : absl::OkStatus(); !why.ok()) {
       H5Eclear2(H5E_DEFAULT);
-      return absl::UnavailableError(why);
+      return why;
     }
     return h5_fail(path, "an HDF5 file libhdf5 can open");
   }

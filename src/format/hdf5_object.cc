@@ -19,7 +19,7 @@
 namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 namespace {
 
-thread_local std::string t_open_error;
+thread_local absl::Status t_open_status;
 
 // Metadata reads are small and many (a superblock, object headers, B-tree
 // nodes scattered through the file), and each field of a loader opens the
@@ -139,17 +139,21 @@ absl::StatusOr<ObjectFile> describe(const std::string& url) {
   return f;
 }
 
+#if !H5_VERSION_GE(1, 12, 0)
+// The driver's callbacks and class, for libhdf5 1.10's driver interface (the one
+// Debian ships); later versions changed the struct, and are refused in
+// file_access_for.
 H5FD_t* open_object(const char* name, unsigned flags, hid_t /*fapl*/, haddr_t maxaddr) {
-  t_open_error.clear();
+  t_open_status = absl::OkStatus();
   if ((flags & (H5F_ACC_RDWR | H5F_ACC_CREAT | H5F_ACC_TRUNC | H5F_ACC_EXCL)) != 0) {
-    t_open_error = absl::StrCat(name, ": objects of a store are opened read-only");
-    push_error(__func__, H5E_VFL, H5E_CANTOPENFILE, t_open_error);
+    t_open_status = absl::InvalidArgumentError(absl::StrCat(name, ": objects of a store are opened read-only"));
+    push_error(__func__, H5E_VFL, H5E_CANTOPENFILE, std::string(t_open_status.message()));
     return nullptr;
   }
   absl::StatusOr<ObjectFile> described = describe(name);
   if (!described.ok()) {
-    t_open_error = std::string(described.status().message());
-    push_error(__func__, H5E_VFL, H5E_CANTOPENFILE, t_open_error);
+    t_open_status = described.status();  // the store's own code and message
+    push_error(__func__, H5E_VFL, H5E_CANTOPENFILE, std::string(t_open_status.message()));
     return nullptr;
   }
   auto* f = new (std::nothrow) ObjectFile(std::move(*described));
@@ -165,7 +169,7 @@ herr_t close_object(H5FD_t* file) {
 }
 
 int compare(const H5FD_t* a, const H5FD_t* b) {
-  const int c = of(a)->url.compare(of(b)->url);
+  const int c = of(a)->key.compare(of(b)->key);  // another version of an object is another file
   return c < 0 ? -1 : (c > 0 ? 1 : 0);
 }
 
@@ -210,9 +214,6 @@ herr_t write(H5FD_t* file, H5FD_mem_t /*type*/, hid_t /*dxpl*/, haddr_t /*addr*/
 
 herr_t truncate(H5FD_t* /*file*/, hid_t /*dxpl*/, hbool_t /*closing*/) { return 0; }
 
-#if !H5_VERSION_GE(1, 12, 0)
-// libhdf5 1.10's driver class (the one Debian ships); later versions changed
-// the struct, and are refused in file_access_for.
 const H5FD_class_t kObjectDriver = {
     "dlfeed_object",                  // name
     static_cast<haddr_t>(INT64_MAX),  // maxaddr
@@ -251,7 +252,7 @@ const H5FD_class_t kObjectDriver = {
 
 }  // namespace
 
-std::string object_open_error() { return t_open_error; }
+absl::Status object_open_error() { return t_open_status; }
 
 absl::Status read_object(const std::string& url, uint64_t offset, std::span<std::byte> out) {
   DLFEED_ASSIGN_OR_RETURN(ObjectFile f, describe(url));

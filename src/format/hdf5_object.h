@@ -27,9 +27,9 @@ namespace dlfeed::inline DLFEED_ABI::detail::h5 {
 absl::StatusOr<Hid> file_access_for(const std::string& path);
 
 /// Why the object driver's last open failed on this thread (the store's own
-/// error, naming the object), or "" when it did not: libhdf5's error stack
-/// only says that the open failed.
-std::string object_open_error();
+/// error, with its code, naming the object), or OK when it did not:
+/// libhdf5's error stack only says that the open failed.
+absl::Status object_open_error();
 
 /// Bytes [offset, offset + out.size()) of the object `url` through the
 /// driver's blocks (what libhdf5 reads next is then in them). Needs the HDF5

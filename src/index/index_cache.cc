@@ -67,7 +67,7 @@ bool same_file(const Identity& a, const Identity& b) {
 bool stat_identity(const std::string& path, Identity& id) {
   if (is_object_url(path)) {  // its size and ETag, as the listing gave them
     absl::StatusOr<FileIdentity> object = object_identity(path);
-    if (!object.ok()) return false;
+    if (!object.ok() || object->inode == 0) return false;  // no ETag: never matches a cache entry
     id = *object;
     return true;
   }

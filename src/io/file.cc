@@ -56,10 +56,11 @@ struct File::Remote {
 
 namespace {
 FileIdentity identity_of(const ObjectInfo& info) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the ETag
-  for (const char c : info.etag) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
   FileIdentity id;
   id.size = info.size;
+  if (info.etag.empty()) return id;    // inode 0: no version to tell apart
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the ETag
+  for (const char c : info.etag) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
   id.inode = h | 1;
   return id;
 }

@@ -34,22 +34,24 @@ namespace {
 constexpr unsigned kMaxLoadThreads = 16;
 constexpr size_t kFilesPerLoadThread = 64;
 
-// An object of a store, whole, into `buf` (its size from the index, else
-// from the store): a GET, through the store's retries and node-local cache.
-absl::Status read_object(const std::string& url, std::optional<uint64_t> known, ByteBuffer& buf, uint64_t& size) {
-  DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
-  if (known) {
-    size = *known;
-  } else {
-    DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
-    size = info.size;
-  }
-  buf.resize(size);
+// Objects are read in pieces of at most this, many at once: a large object
+// is several requests in flight (each within its time limit, each retried
+// alone), a small one a GET.
+constexpr uint64_t kObjectPiece = 8u << 20;
+
+struct Piece {
+  uint32_t id = 0;
+  uint64_t offset = 0, length = 0;
+};
+
+// Bytes [p.offset, p.offset + p.length) of the object `url` into `dest`.
+absl::Status read_piece(ObjectStore& store, const std::string& url, const Piece& p, std::byte* dest) {
   uint64_t done = 0;
-  while (done < size) {
-    DLFEED_ASSIGN_OR_RETURN(size_t got, store->read(url, done, std::span<std::byte>(buf.data() + done, size - done)));
+  while (done < p.length) {
+    DLFEED_ASSIGN_OR_RETURN(size_t got,
+                            store.read(url, p.offset + done, std::span<std::byte>(dest + done, p.length - done)));
     if (got == 0) {
-      return format_error(url, done, absl::StrCat(size - done, " more bytes (the size listed)"),
+      return format_error(url, p.offset + done, absl::StrCat(p.length - done, " more bytes (the size listed)"),
                           "the end of the object");
     }
     done += got;
@@ -75,14 +77,37 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
       todo.push_back(id);
     }
   }
-  // Reads file todo[k] into its buffer; each k is one thread's.
+  // Objects (a loader reads files or objects, not both): each one's size
+  // and buffer now, its bytes in pieces below.
+  std::shared_ptr<ObjectStore> store;
+  std::vector<Piece> pieces;
+  for (uint32_t id : todo) {
+    const std::string path = files.path(id);
+    if (!is_object_url(path)) continue;
+    if (!store) {
+      DLFEED_ASSIGN_OR_RETURN(store, object_store_for(path));
+    }
+    uint64_t size = 0;
+    if (const std::optional<uint64_t> known = files.known_size(id)) {
+      size = *known;
+    } else {
+      DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(path));
+      size = info.size;
+    }
+    r->buffers_[id].resize(size);  // not touched: the pieces' reads write it, in parallel
+    r->sizes_[id] = size;
+    r->paths_[id] = path;
+    for (uint64_t at = 0; at < size; at += kObjectPiece) pieces.push_back({id, at, std::min(kObjectPiece, size - at)});
+  }
+  const bool objects = store != nullptr;
+  // Reads item k (file todo[k], or object piece k) into its buffer; each k is one thread's.
   auto read_one = [&](size_t k) -> absl::Status {
+    if (objects) {
+      const Piece& p = pieces[k];
+      return read_piece(*store, r->paths_[p.id], p, r->buffers_[p.id].data() + p.offset);
+    }
     const uint32_t id = todo[k];
     const std::string path = files.path(id);
-    if (is_object_url(path)) {
-      r->paths_[id] = path;
-      return read_object(path, files.known_size(id), r->buffers_[id], r->sizes_[id]);
-    }
     DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
     // The size the table checked the open against (no fstat of ours).
     uint64_t size = 0;
@@ -104,15 +129,14 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
     r->paths_[id] = path;
     return absl::OkStatus();
   };
-  bool objects = false;
-  for (uint32_t id : todo) objects = objects || is_object_url(files.path(id));
   // Several threads for many files: on a cold cache (or a parallel file
   // system) each open and read is a round trip. The error reported is the
-  // first failing file's in the order given, as a serial loop would.
-  // Objects: a thread per object up to the most, each GET a round trip.
+  // first failing item's in the order given, as a serial loop would.
+  // Objects: a thread per piece up to the most, each GET a round trip.
+  const size_t items = objects ? pieces.size() : todo.size();
   const unsigned threads =
-      static_cast<unsigned>(objects ? std::clamp<size_t>(todo.size(), 1, kMaxLoadThreads)
-                                    : std::clamp<size_t>(todo.size() / kFilesPerLoadThread, 1,
+      static_cast<unsigned>(objects ? std::clamp<size_t>(items, 1, kMaxLoadThreads)
+                                    : std::clamp<size_t>(items / kFilesPerLoadThread, 1,
                                                          std::min<size_t>(kMaxLoadThreads, files.max_open())));
   std::vector<absl::Status> failed(threads);
   std::vector<size_t> failed_at(threads, SIZE_MAX);
@@ -120,7 +144,7 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
   std::atomic<size_t> first_failure{SIZE_MAX};
   auto work = [&](unsigned t) {
     try {
-      for (size_t k = next.fetch_add(1); k < todo.size() && k < first_failure.load(); k = next.fetch_add(1)) {
+      for (size_t k = next.fetch_add(1); k < items && k < first_failure.load(); k = next.fetch_add(1)) {
         absl::Status st = read_one(k);
         if (!st.ok()) {
           failed[t] = std::move(st);
@@ -180,6 +204,9 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     why_not = "staging copies the files to stage.dir";
   } else if (o.advanced.io_factory && !objects) {
     why_not = "io_factory makes the backend";
+  } else if (objects && o.order.world_size > 1) {
+    why_not = absl::StrCat("each of the job's ", o.order.world_size,
+                           " ranks would fetch every object (the ranks read their shards)");
   } else {
     for (uint32_t id = 0; id < files.size(); ++id) {
       if (const std::optional<uint64_t> size = files.known_size(id)) {  // from the index: no stat
@@ -187,6 +214,11 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
         continue;
       }
       const std::string path = files.path(id);
+      if (objects) {
+        DLFEED_ASSIGN_OR_RETURN(FileIdentity id_now, object_identity(path));
+        total += id_now.size;
+        continue;
+      }
       struct stat st {};
       if (detail::stat_path(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
       total += static_cast<uint64_t>(st.st_size);

@@ -34,8 +34,9 @@ int stat_path(const char* path, struct stat* st);
 uint64_t mtime_ns_of(const struct stat& st);
 FileIdentity identity_of(const struct stat& st);
 /// The identity of an object of a store (a URL): its size, and in place of
-/// the inode a 64-bit hash of its ETag (never 0), so that a new version of
-/// it, whatever its size, is another identity. Asks the store (head(): what
+/// the inode a 64-bit hash of its ETag (never 0; 0 when the store gives no
+/// ETag, and then nothing may be cached by it), so that a new version of it,
+/// whatever its size, is another identity. Asks the store (head(): what
 /// a listing of it remembered, else a HEAD request).
 absl::StatusOr<FileIdentity> object_identity(const std::string& url);
 

@@ -318,6 +318,10 @@ def test_a_dataset_that_fits_is_held_each_object_read_whole_once(s3_server, uplo
     with pytest.raises(dlfeed.Error) as e:
         dlfeed.Loader(url, batch_size=16, fields=["x", "y"], resident="on", memory_budget=1 << 10)
     assert "resident=on" in str(e.value)
+    # A rank of a job reads its shard: holding would fetch every object on every rank.
+    shard = dlfeed.Loader(url, batch_size=16, fields=["x", "y"], rank=1, world_size=2)
+    assert "each of the job's 2 ranks would fetch every object" in shard.stats()["resident_reason"]
+    shard.close()
 
 
 def test_index_cache_serves_objects_by_size_and_etag(s3_server, tmp_path, monkeypatch):
