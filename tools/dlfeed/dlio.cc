@@ -361,6 +361,12 @@ int run_phases(const DlioConfig& c, const std::string& config_path, const OrderM
   // cannot give when it is made (in DLIOBenchmark.__init__, whatever the
   // workflow), before generate_data writes anything.
   check_training_steps(c, static_cast<uint64_t>(c.num_files_train), scale.size());
+  if (c.generate_data && c.storage_type == "s3") {
+    throw Error(absl::UnimplementedError(absl::StrCat(
+        "workload.workflow.generate_data with storage_type s3: dlfeed generates into local files only; generate "
+        "with a local storage_root and upload the data folder to ",
+        c.data_dir(), "/ (or generate with DLIO)")));
+  }
   if (c.generate_data) {
     const auto t0 = Clock::now();
     if (scale.is_root()) generate(c, absl::GetFlag(FLAGS_quiet));

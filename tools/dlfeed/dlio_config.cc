@@ -135,8 +135,10 @@ void add_dataset_rules(std::vector<Rule>& r) {
       {"", "model", DLIO_STR(model), "the run's name (default output folder hydra_log/MODEL/...)"},
       {"", "framework", DLIO_CHOICE(framework, "tensorflow", "pytorch"),
        "checkpoint file extension (.pb or .pt); dlfeed delivers C++ batches to no framework"},
-      {"storage", "storage_type", DLIO_CHOICE(storage_type, "local_fs"), "local_fs only (POSIX files)"},
-      {"storage", "storage_root", DLIO_STR(storage_root), "prefix of data_folder, as DLIO joins them"},
+      {"storage", "storage_type", DLIO_CHOICE(storage_type, "local_fs", "s3"),
+       "local_fs (POSIX files) or s3 (read from the bucket storage_root, keys under data_folder; credentials "
+       "and endpoint from the environment, as AWS's tools take them; generate_data and checkpoints stay local)"},
+      {"storage", "storage_root", DLIO_STR(storage_root), "prefix of data_folder, as DLIO joins them (s3: the bucket)"},
       {"dataset", "format",
        DLIO_CHOICE(format, "npz", "npy", "hdf5", "tfrecord", "indexed_binary", "mmap_indexed_binary"),
        "format of the files read and generated (npz, npy, hdf5, tfrecord, indexed_binary, mmap_indexed_binary)"},
@@ -376,6 +378,11 @@ absl::Status apply_override(YamlNode& workload, const std::string& arg) {
 std::string DlioConfig::data_dir() const {
   std::string d = data_folder;
   while (d.size() > 1 && d.back() == '/') d.pop_back();  // DLIO: rstrip('/')
+  if (storage_type == "s3") {
+    // DLIO's S3 storage: the bucket is storage_root, the keys start with data_folder.
+    const absl::string_view bucket = absl::StripSuffix(absl::StripPrefix(storage_root, "s3://"), "/");
+    return absl::StrCat("s3://", bucket, "/", absl::StripPrefix(absl::StripSuffix(d, "/"), "/"));
+  }
   return (std::filesystem::path(storage_root) / d).lexically_normal().string();
 }
 
@@ -446,6 +453,14 @@ absl::StatusOr<DlioConfig> load_config(const YamlNode& workload) {
     if (auto st = positive(v, what); !st.ok()) return st;
   }
   if (c.num_files_eval < 0) return absl::InvalidArgumentError("workload.dataset.num_files_eval must be at least 0");
+  if (c.storage_type == "s3") {
+    const absl::string_view bucket = absl::StripSuffix(absl::StripPrefix(c.storage_root, "s3://"), "/");
+    if (bucket.empty() || bucket == "." || absl::StrContains(bucket, '/')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "workload.storage.storage_root names the bucket with storage_type s3 (as DLIO's S3 storage takes it), not '",
+          c.storage_root, "'"));
+    }
+  }
   if (!(c.record_length >= 1)) return absl::InvalidArgumentError("workload.dataset.record_length must be at least 1");
   if (c.record_length_stdev < 0 || c.computation_time < 0 || c.computation_time_stdev < 0 || c.eval_time < 0 ||
       c.eval_time_stdev < 0) {

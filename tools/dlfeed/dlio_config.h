@@ -102,7 +102,9 @@ struct DlioConfig {
   };
   std::vector<KeyUse> honoured, ignored;
 
-  /// data_folder under storage_root, as DLIO's local storage joins them.
+  /// data_folder under storage_root, as DLIO's local storage joins them;
+  /// with storage_type s3, s3://STORAGE_ROOT/DATA_FOLDER (DLIO's bucket and
+  /// key prefix).
   std::string data_dir() const;
   /// The sampler DLIO uses: "iterative" or "index".
   std::string sampler() const;

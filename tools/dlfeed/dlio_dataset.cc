@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "dev/generate.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 #include "dlio_internal.h"
 
 namespace dlfeed::cli::dlio {
@@ -151,12 +152,35 @@ void generate(const DlioConfig& c, bool quiet) {
   }
 }
 
+namespace {
+// The objects under DIR/ (a URL) ending in `ext`: those right under it, and
+// those one folder down (DLIO's sub-folders), as the folder walk finds files.
+void list_objects(const std::string& dir, const std::string& ext, std::vector<std::string>& direct,
+                  std::vector<std::string>& nested) {
+  absl::StatusOr<std::shared_ptr<ObjectStore>> store = object_store_for(dir);
+  if (!store.ok()) throw Error(store.status());
+  absl::StatusOr<std::vector<ObjectInfo>> objects = (*store)->list(dir + "/");
+  if (!objects.ok()) throw Error(objects.status());
+  for (const ObjectInfo& o : *objects) {
+    const absl::string_view rest = absl::string_view(o.url).substr(dir.size() + 1);
+    if (!absl::EndsWith(rest, ext)) continue;
+    const size_t slashes = static_cast<size_t>(std::count(rest.begin(), rest.end(), '/'));
+    if (slashes == 0) direct.push_back(o.url);
+    if (slashes == 1) nested.push_back(o.url);
+  }
+}
+}  // namespace
+
 std::vector<std::string> dataset_files(const DlioConfig& c, const std::string& split, uint64_t want) {
-  const fs::path dir = fs::path(c.data_dir()) / split;
+  const bool objects = is_object_url(c.data_dir());
+  const fs::path dir = objects ? fs::path() : fs::path(c.data_dir()) / split;
+  const std::string shown = objects ? absl::StrCat(c.data_dir(), "/", split) : dir.string();
   std::vector<std::string> direct, nested;
   std::error_code ec;
   const std::string ext = absl::StrCat(".", c.extension());
-  if (fs::is_directory(dir, ec)) {
+  if (objects) {
+    list_objects(shown, ext, direct, nested);
+  } else if (fs::is_directory(dir, ec)) {
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       if (e.is_regular_file(ec) && absl::EndsWith(e.path().filename().string(), ext)) {
         direct.push_back(e.path().string());
@@ -178,7 +202,7 @@ std::vector<std::string> dataset_files(const DlioConfig& c, const std::string& s
   }
   if (files.size() < want) {
     throw Error(absl::NotFoundError(
-        absl::StrCat(dir.string(), ": ", files.size(), " ", ext, " files where workload.dataset.num_files_",
+        absl::StrCat(shown, ": ", files.size(), " ", ext, " files where workload.dataset.num_files_",
                      split == "train" ? "train" : "eval", " asks for ", want,
                      "; generate them with ++workload.workflow.generate_data=True (as DLIO says)")));
   }
