@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common.h"
 #if DLFEED_WITH_MPI
 #include "dlfeed/mpi/job_cache.h"
@@ -32,6 +33,38 @@ MpiState& mpi_state() {
   return *s;
 }
 
+// The process's mpi::Job, started on first use (`what`: the keyword, for
+// errors); `o` then takes the job's rank and world size, and rank 0 lists
+// and indexes the files for the job (a collective in the loader's create).
+mpi::Job& job_for(LoaderOptions& o, const char* what) {
+  MpiState& s = mpi_state();
+  if (s.job == nullptr) {
+    int up = 0;
+    MPI_Initialized(&up);
+    if (up == 0 && !mpi::launched_by_mpi()) {
+      check(absl::FailedPreconditionError(
+          absl::StrCat(what,
+                       ": the loader's ranks are an MPI job's: start the script with mpirun or srun (this "
+                       "process was not started by an MPI launcher)")));
+    }
+    s.job = value_or_throw(mpi::Job::init());
+    s.pid = ::getpid();
+  } else if (s.pid != ::getpid()) {
+    check(absl::FailedPreconditionError(
+        absl::StrCat(what,
+                     ": MPI was started in another process (this is a child of fork(), e.g. a DataLoader "
+                     "worker): make the loader in the process mpirun started (num_workers=0)")));
+  }
+  const auto size = static_cast<uint32_t>(s.job->size());
+  if (o.order.world_size != 1 && o.order.world_size != size) {
+    check(absl::InvalidArgumentError(
+        absl::StrCat(what, ": world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
+  }
+  s.job->configure(o);
+  s.job->share_index(o);
+  return *s.job;
+}
+
 }  // namespace
 #endif
 
@@ -42,33 +75,12 @@ void bind_mpi(py::module_& m) {
       "_job_cache_attach",
       [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node, const std::string& folder) {
         MpiState& s = mpi_state();
-        if (s.job == nullptr) {
-          int up = 0;
-          MPI_Initialized(&up);
-          if (up == 0 && !mpi::launched_by_mpi()) {
-            check(absl::FailedPreconditionError(
-                "job_cache=: the job cache spreads over an MPI job's ranks: start the script with mpirun or srun "
-                "(this process was not started by an MPI launcher)"));
-          }
-          s.job = value_or_throw(mpi::Job::init());
-          s.pid = ::getpid();
-        } else if (s.pid != ::getpid()) {
-          check(absl::FailedPreconditionError(
-              "job_cache=: MPI was started in another process (this is a child of fork(), e.g. a DataLoader "
-              "worker): make the loader in the process mpirun started (num_workers=0)"));
-        }
-        const auto size = static_cast<uint32_t>(s.job->size());
-        if (o.order.world_size != 1 && o.order.world_size != size) {
-          check(absl::InvalidArgumentError(
-              absl::StrCat("job_cache=: world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
-        }
-        s.job->configure(o);
-        s.job->share_index(o);  // rank 0 lists and indexes for the job (create is collective here anyway)
+        mpi::Job& job = job_for(o, "job_cache=");
         mpi::JobCacheOptions co;
         co.bytes_per_node = bytes_per_node;
         co.ranks_per_node = ranks_per_node;
         co.folder = folder;
-        std::shared_ptr<mpi::JobCache> cache = value_or_throw(mpi::JobCache::create(*s.job, co));
+        std::shared_ptr<mpi::JobCache> cache = value_or_throw(mpi::JobCache::create(job, co));
         check(cache->attach(o));
         s.caches.push_back(cache);
         return s.caches.size() - 1;
@@ -77,6 +89,10 @@ void bind_mpi(py::module_& m) {
       "Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets "
       "`options` to read through it (rank and world size from MPI; rank 0 indexes the files for the job); returns "
       "its number.");
+  m.def(
+      "_mpi_attach", [](LoaderOptions& o) { job_for(o, "mpi=True"); }, py::arg("options"),
+      "Collective: `options` reads as a rank of the MPI job (MPI_Init_thread unless MPI is up): rank and world "
+      "size from MPI, and rank 0 lists and indexes the files for the job, the others receive the index.");
   m.def(
       "_job_cache_stats",
       [](size_t id) {

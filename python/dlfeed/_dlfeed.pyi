@@ -527,6 +527,9 @@ def page_locked_allocator(register_fn: typing.SupportsInt | typing.SupportsIndex
 def _job_cache_attach(options: LoaderOptions, bytes_per_node: typing.SupportsInt | typing.SupportsIndex, ranks_per_node: typing.SupportsInt | typing.SupportsIndex, folder: str = ...) -> int:
     """Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets `options` to read through it (rank and world size from MPI; rank 0 indexes the files for the job); returns its number."""
 
+def _mpi_attach(options: LoaderOptions) -> None:
+    """Collective: `options` reads as a rank of the MPI job (MPI_Init_thread unless MPI is up): rank and world size from MPI, and rank 0 lists and indexes the files for the job, the others receive the index."""
+
 def _job_cache_stats(id: typing.SupportsInt | typing.SupportsIndex) -> dict:
     """This rank's job cache counters (JobCacheStats)."""
 

@@ -99,6 +99,7 @@ class OptionKwargs(TypedDict, total=False):
     cache_dir: Optional[PathLike]
     cache_limit: Optional[int]
     # the job cache under mpirun (dlfeed::mpi::JobCache): bytes per node, ranks per node
+    mpi: Optional[bool]
     job_cache: Optional[Union[int, str]]
     job_cache_ranks_per_node: Optional[int]
     job_cache_folder: Optional[PathLike]

@@ -46,21 +46,25 @@ def _device_feed() -> Any:
 _MPI_SHUTDOWN_REGISTERED = False
 
 
-def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any) -> int:
-    """job_cache=: the job's memory as one cache, under mpirun (dlfeed::mpi::JobCache)."""
+def _needs_mpi(what: str) -> None:
     global _MPI_SHUTDOWN_REGISTERED
     if not getattr(_dlfeed, "has_mpi", False):
-        raise RuntimeError("job_cache= needs dlfeed built with MPI (an in-tree build with Open MPI installed; "
+        raise RuntimeError(f"{what} needs dlfeed built with MPI (an in-tree build with Open MPI installed; "
                            "the wheel is built without MPI)")
-    n = _options.byte_count(size, "job_cache")
-    cache = int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0), os.fspath(folder) if folder else ""))
     if not _MPI_SHUTDOWN_REGISTERED:
         import atexit
 
-        # Every rank frees the windows at exit, together (a collective), not when its loader is collected.
+        # Every rank frees the job caches' windows and ends MPI at exit, together (a collective), not
+        # when its loader is collected.
         atexit.register(_dlfeed._mpi_shutdown)
         _MPI_SHUTDOWN_REGISTERED = True
-    return cache
+
+
+def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any) -> int:
+    """job_cache=: the job's memory as one cache, under mpirun (dlfeed::mpi::JobCache)."""
+    _needs_mpi("job_cache=")
+    n = _options.byte_count(size, "job_cache")
+    return int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0), os.fspath(folder) if folder else ""))
 
 
 def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
@@ -157,9 +161,12 @@ class Loader:
                 o.field_shapes = {k: tuple(int(d) for d in s) for k, s in shapes.items()}  # the one field, by its name
 
         self._job_cache: Optional[int] = None
-        if options.get("job_cache") is not None:
+        if options.get("job_cache") is not None:  # a rank of the MPI job too (mpi=True is implied)
             self._job_cache = _attach_job_cache(o, options.get("job_cache"), options.get("job_cache_ranks_per_node"),
                                                 options.get("job_cache_folder"))
+        elif options.get("mpi"):
+            _needs_mpi("mpi=True")
+            _dlfeed._mpi_attach(o)
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
         # The next epoch is read while this one's last batches are consumed (docs/python.md);

@@ -159,6 +159,11 @@ KEYWORDS: Dict[str, Keyword] = {
     # object stores (ObjectCacheOptions)
     "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath),
     "cache_limit": Keyword("object_cache.max_bytes", "cache-limit"),
+    # a rank of an MPI job (dlfeed::mpi::Job; not a LoaderOptions field)
+    "mpi": Keyword(None, "mpi",
+                   note="True: under mpirun/srun, rank and world size from MPI, and rank 0 lists and indexes the "
+                        "files or objects for the job, the others receive the index (one listing per job; "
+                        "docs/distributed.md)"),
     # the job cache under mpirun (dlfeed::mpi::JobCache; not a LoaderOptions field)
     "job_cache": Keyword(None, "cache",
                          note="bytes of the job cache per node (an int, or '64G'): under mpirun, later epochs read "

@@ -3,10 +3,12 @@
 rank lists and indexes the objects for the job (Job::share_index), the others ask for
 each object's ETag once (a HEAD per object, not per read), and the job reads what one
 process reads."""
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -57,3 +59,33 @@ def test_one_listing_and_one_head_per_object_for_the_job(s3_server, dlfeed, tmp_
     assert len(sums) == 1, "every rank prints the job's checksum"
     one = dlfeed.run("run", "--fields", "x,y", "--strategy", "global_shuffle", "--epochs", 2, "--checksum", d).stdout
     assert sums == set(re.findall(r"checksum: ([0-9a-f]{16}) over (\d+) samples", one)), "the files' samples"
+
+
+def test_python_ranks_list_once_for_the_job(s3_server, tmp_path):
+    """dlfeed.Loader(..., mpi=True) under mpirun: rank and world size from MPI, one rank lists
+    and indexes the objects, and the ranks read disjoint shards covering the dataset."""
+    if not getattr(dlfeed._dlfeed, "has_mpi", False):
+        pytest.skip("this dlfeed was built without MPI")
+    d = tmp_path / "data"
+    d.mkdir()
+    for f in range(FILES):
+        np.savez(d / f"part{f}.npz", x=np.full((16, 4), f, np.float32), y=np.arange(16 * f, 16 * f + 16))
+    s3_server.upload_dir(d, "mpijob", "py/")
+    script = (
+        "import json, numpy as np, dlfeed\n"
+        "s0 = dlfeed._dlfeed.s3_stats()\n"
+        "loader = dlfeed.Loader('s3://mpijob/py', fields=['x', 'y'], batch_size=4, strategy='global_shuffle',\n"
+        "                       seed=3, mpi=True, resident='off')\n"
+        "s1 = dlfeed._dlfeed.s3_stats()\n"
+        "ys = [int(v) for b in loader for v in np.asarray(b['y'])]\n"
+        "print('RESULT', json.dumps({'lists': s1['lists'] - s0['lists'], 'ys': ys}))\n")
+    env = {k: str(v) for k, v in s3_server.env().items()}
+    env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+    proc = subprocess.run([*mpirun(), sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    ranks = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(ranks) == NP
+    assert sorted(r["lists"] for r in ranks) == [0] * (NP - 1) + [1]
+    seen = [y for r in ranks for y in r["ys"]]
+    assert sorted(seen) == list(range(16 * FILES)) and all(len(r["ys"]) == 16 * FILES // NP for r in ranks)
