@@ -69,6 +69,7 @@ import random
 import resource
 import shlex
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -171,6 +172,79 @@ def write_sets(data: pathlib.Path, small_files: int, large_files: int, seed: int
     return sets
 
 
+PIECE_CACHE = 1 << 20  # the node-local cache's piece (src/s3/cache.h)
+
+
+def piece_sequence(sets: Dict[str, dict], data: pathlib.Path, order: List[int]) -> List[tuple]:
+    """The small set's 1 MiB pieces (file, piece) each sample of `order` touches, in order: x's
+    rows and y's value (as the cache keeps them: whole pieces around the bytes asked)."""
+    s = sets["small"]
+    x_at, y_at = {}, {}
+    for name, at, n in s["gets"]:
+        if n == 8 * PER_FILE:
+            y_at[name] = at
+        elif name not in x_at:
+            x_at[name] = at
+    row = int(np.prod(SMALL_SHAPE))
+    out = []
+    for sid in order:
+        name = s["files"][sid // PER_FILE]
+        r = sid % PER_FILE
+        for at, n in ((x_at[name] + r * row, row), (y_at[name] + r * 8, 8)):
+            out += [(name, p) for p in range(at // PIECE_CACHE, (at + n - 1) // PIECE_CACHE + 1)]
+    return out
+
+
+def lru_epoch2_bytes(seq1: List, seq2: List, capacity: int, size_of) -> int:
+    """Bytes an LRU cache of `capacity` bytes fetches in epoch 2, after epoch 1 filled it: each
+    item of the sequences (a sample, or a piece) costs size_of(item) when it is not held."""
+    from collections import OrderedDict
+
+    cache: "OrderedDict[object, int]" = OrderedDict()
+    held = fetched = 0
+    for epoch, seq in ((1, seq1), (2, seq2)):
+        for item in seq:
+            if item in cache:
+                cache.move_to_end(item)
+                continue
+            n = size_of(item)
+            if epoch == 2:
+                fetched += n
+            cache[item] = n
+            held += n
+            while held > capacity:
+                held -= cache.popitem(last=False)[1]
+    return fetched
+
+
+def cache_runs(a, sets, data: pathlib.Path, run_one_cached) -> List[dict]:
+    """dlfeed with a node-local cache of --cache-share of the small set's bytes, two epochs
+    (ranged reads): the bytes it fetched in epoch 2, measured, against an LRU cache of the same
+    size modelled over the same order of pieces."""
+    sizes = {f: (data / "small" / f).stat().st_size for f in sets["small"]["files"]}
+    total = sum(sizes.values())
+    limit = int(total * a.cache_share)
+    sample = int(np.prod(SMALL_SHAPE)) + 8  # x's row and y's value
+    out = []
+    for rep in range(a.repeats):
+        d = tempfile.mkdtemp(prefix="cache-", dir=data)
+        try:
+            r = run_one_cached(rep, d, limit)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        e1, e2 = r["per_epoch"]
+        seq1, seq2 = piece_sequence(sets, data, e1["order"]), piece_sequence(sets, data, e2["order"])
+        out.append({"repeat": rep, "set_bytes": total, "cache_limit": limit, "dlfeed_epoch1_bytes": e1["s3"]["bytes"],
+                    "dlfeed_epoch2_bytes": e2["s3"]["bytes"], "dlfeed_epoch2_gets": e2["s3"]["gets"],
+                    "dlfeed_epoch2_cache_hits": e2["s3"]["cache_hits"],
+                    # LRU of samples (exact bytes: the kindest model) and of whole 1 MiB pieces (as a
+                    # cache of pieces, like dlfeed's, would keep them)
+                    "lru_epoch2_bytes": lru_epoch2_bytes(e1["order"], e2["order"], limit, lambda _: sample),
+                    "lru_pieces_epoch2_bytes": lru_epoch2_bytes(
+                        seq1, seq2, limit, lambda it: min(PIECE_CACHE, sizes[it[0]] - it[1] * PIECE_CACHE))})
+    return out
+
+
 def epoch_digest(pairs) -> str:
     """One hash of (sample id, checksum of its bytes) over an epoch, in id order."""
     h = hashlib.sha256()
@@ -192,26 +266,35 @@ def worker_dlfeed(a) -> dict:
 
     kw = {"fields": a.fields.split(",")} if a.fields else {}
     kw["resident"] = a.resident
+    if a.cache_dir:
+        kw.update(cache_dir=a.cache_dir, cache_limit=a.cache_limit)
     before = dlfeed._dlfeed.s3_stats()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     loader = dlfeed.Loader(a.url, batch_size=a.batch, strategy="global_shuffle", seed=a.seed, **kw)
     t_open = time.perf_counter()
     samples, nbytes, t_first, pairs = 0, 0, None, []
-    batches = (b for _ in range(a.epochs) for b in loader)
-    for b in batches:
-        if t_first is None:
-            t_first = time.perf_counter()
-        arrays = b.arrays()
-        samples += len(b)
-        nbytes += sum(v.nbytes for v in arrays.values())
-        if a.checksum:
-            vals = list(arrays.values())
-            for k, sid in enumerate(b.sample_ids.tolist()):
-                crc = 0
-                for v in vals:
-                    crc ^= zlib.crc32(np.ascontiguousarray(v[k]).tobytes())
-                pairs.append((sid, crc))
+    per_epoch: List[dict] = []  # with --record-order: each epoch's sample ids and the s3 counters' change
+    for _ in range(a.epochs):
+        e0, order = dlfeed._dlfeed.s3_stats(), []
+        for b in loader:
+            if t_first is None:
+                t_first = time.perf_counter()
+            arrays = b.arrays()
+            samples += len(b)
+            nbytes += sum(v.nbytes for v in arrays.values())
+            if a.record_order:
+                order += b.sample_ids.tolist()
+            if a.checksum:
+                vals = list(arrays.values())
+                for k, sid in enumerate(b.sample_ids.tolist()):
+                    crc = 0
+                    for v in vals:
+                        crc ^= zlib.crc32(np.ascontiguousarray(v[k]).tobytes())
+                    pairs.append((sid, crc))
+        if a.record_order:
+            e1 = dlfeed._dlfeed.s3_stats()
+            per_epoch.append({"order": order, "s3": {k: e1[k] - e0[k] for k in e1}})
     t_end = time.perf_counter()
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     loader.close()
@@ -224,6 +307,8 @@ def worker_dlfeed(a) -> dict:
     if a.checksum:
         ids = [p[0] for p in pairs]
         out.update(distinct_ids=len(set(ids)), digest=epoch_digest(pairs))
+    if a.record_order:
+        out["per_epoch"] = per_epoch
     return out
 
 
@@ -305,6 +390,9 @@ def worker_main(argv: List[str]) -> None:
     ap.add_argument("--checksum", action="store_true")
     ap.add_argument("--resident", default="auto")
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--cache-dir", default="")
+    ap.add_argument("--cache-limit", type=int, default=0)
+    ap.add_argument("--record-order", action="store_true")
     a = ap.parse_args(argv)
     out = {"dlfeed": worker_dlfeed, "boto3": worker_boto3, "s3tc": worker_s3tc}[a.kind](a)
     print("RESULT " + json.dumps(out))
@@ -445,6 +533,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1,
                     help="epochs per dlfeed and s3torchconnector process (the plain clients' rate is one epoch's)")
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--cache-share", type=float, default=0.5,
+                    help="the small set with a node-local cache of this share of its bytes, two epochs, against an "
+                         "LRU cache of the same size (modelled over the same order); 0: not run")
     ap.add_argument("--quiet-wait", type=float, default=300,
                     help="seconds in all to wait, before runs, for other builds (cc1plus, ninja, ...) to end")
     ap.add_argument("--build-note", default="", help="which dlfeed build ran (for README.md; default: the checkout's "
@@ -570,6 +661,16 @@ def main() -> None:
                               f"{r['mb_s']:8.1f} MB/s  503s {r['proxy']['slowdown']}  retries "
                               f"{r['s3']['retries']}  every sample once: {r['complete']}  digest: "
                               f"{r['digest_ok']}", flush=True)
+        if a.cache_share > 0 and "small" in names:
+            results["cache"] = cache_runs(a, sets, data, run_one_cached=lambda rep, d, limit: child(
+                ["dlfeed", "--url", f"s3://{BUCKET}/small", "--batch", sets["small"]["batch"], "--fields", "x,y",
+                 "--seed", rep, "--epochs", 2, "--resident", "off", "--cache-dir", d, "--cache-limit", limit,
+                 "--record-order"], env))
+            for c in results["cache"]:
+                print(f"[{time.monotonic() - t_start:6.1f} s] small cache {a.cache_share:.0%}: epoch 2 fetched "
+                      f"{c['dlfeed_epoch2_bytes'] / 1e6:.1f} MB (dlfeed), LRU models {c['lru_epoch2_bytes'] / 1e6:.1f}"
+                      f" (samples) and {c['lru_pieces_epoch2_bytes'] / 1e6:.1f} MB (pieces), of "
+                      f"{c['set_bytes'] / 1e6:.1f} MB", flush=True)
     finally:
         watch.close()
         server.stop()
@@ -686,8 +787,30 @@ client's process (*: s3tc's DataLoader workers, whole processes with their start
 (medians; 2 cores give 2 CPU seconds a second). s3torchconnector: {s3tc}.
 
 {table}
-
+{cache_text(results)}
 `object_store.json` holds every run (dlfeed's s3 counters, the proxy's counts, timings).
+"""
+
+
+def cache_text(results: dict) -> str:
+    runs = results.get("cache")
+    if not runs:
+        return ""
+    share = results["args"]["cache_share"]
+    med = lambda k: statistics.median(r[k] for r in runs)  # noqa: E731
+    total = runs[0]["set_bytes"]
+    d2, lru, lru_p = med("dlfeed_epoch2_bytes"), med("lru_epoch2_bytes"), med("lru_pieces_epoch2_bytes")
+    return f"""
+A node-local cache of {share:.0%} of the small set's {total / 1e6:.1f} MB (`cache_dir=`, `cache_limit=`
+{runs[0]['cache_limit']}), two epochs with `resident="off"` in one process, {len(runs)} repeats: bytes fetched
+from the server in the second epoch, dlfeed measured (its s3 counters) against an LRU cache of the same bytes
+modelled over the same order, keeping samples (their exact bytes) or whole 1 MiB pieces (medians):
+
+| | epoch 2 bytes fetched | share of the set |
+|---|---|---|
+| dlfeed (keeps what it holds once full) | {d2 / 1e6:.1f} MB | {d2 / total:.2f} |
+| LRU of samples, same bytes (model) | {lru / 1e6:.1f} MB | {lru / total:.2f} |
+| LRU of 1 MiB pieces, same bytes (model) | {lru_p / 1e6:.1f} MB | {lru_p / total:.2f} |
 """
 
 
