@@ -212,8 +212,9 @@ struct DLFEED_EXPORT LoaderOptions {
   /// CRC-checked then), and kept for the epoch's later samples (each epoch
   /// reads them once again); their bytes come out of
   /// memory_budget. Not with io.direct, stage or io_factory. The rest, and
-  /// everything with "off", is read per sample. LoaderStats::unpacked_bytes
-  /// and unpacked_reason say what was chosen. kOn is refused (auto or off).
+  /// everything with "off", is read per sample. kOn: every one of them, or
+  /// create() fails saying why not (as resident's kOn). LoaderStats::unpacked_bytes
+  /// and unpacked_reason say what was chosen.
   Mode unpack = Mode::kAuto;
   /// oneTBB threads for decode, and for the copies from held files when
   /// there are more than 2 cores (0: the cores the process may use, at least

@@ -104,8 +104,9 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
                                              const std::vector<std::vector<uint32_t>>& file_ids, FileTable& table,
                                              std::shared_ptr<const ResidentFiles> held, counters::Counters* counters) {
   UnpackChoice out;
-  if (o.unpack != Mode::kAuto && o.unpack != Mode::kOff) {
-    return absl::InvalidArgumentError(absl::StrCat("loader: unpack is auto or off, not '", mode_name(o.unpack), "'"));
+  if (o.unpack != Mode::kAuto && o.unpack != Mode::kOn && o.unpack != Mode::kOff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loader: unpack is auto, on or off, not ", static_cast<int>(o.unpack)));
   }
   // Which sources would gain, and what each would keep.
   struct Candidate {
@@ -135,14 +136,26 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
     return out;
   }
   if (o.io.direct || !o.stage.dir.empty() || o.advanced.io_factory) {
-    out.reason = absl::StrCat("not unpacked: ", o.io.direct            ? "io.direct asks for the device"
-                                                : !o.stage.dir.empty() ? "staging copies the files to stage.dir"
-                                                                       : "io_factory makes the backend");
+    const char* why = o.io.direct            ? "io.direct asks for the device"
+                      : !o.stage.dir.empty() ? "staging copies the files to stage.dir"
+                                             : "io_factory makes the backend";
+    if (o.unpack == Mode::kOn) return absl::FailedPreconditionError(absl::StrCat("loader: unpack=on, but ", why));
+    out.reason = absl::StrCat("not unpacked: ", why);
     return out;
   }
   const uint64_t half = o.memory_budget / 2;
   const uint64_t used = held ? held->bytes() : 0;
   uint64_t room = half > used ? half - used : 0;
+  if (o.unpack == Mode::kOn) {  // every one, or say why not
+    uint64_t need = 0;
+    for (const Candidate& c : want) need += c.keep;
+    if (need > room) {
+      return absl::FailedPreconditionError(absl::StrCat("loader: unpack=on, but the ", want.size(),
+                                                        " deflated or strided arrays keep ", need,
+                                                        " bytes, more than half of memory_budget (", o.memory_budget,
+                                                        " bytes) less the held files (", used, " bytes)"));
+    }
+  }
   auto u = std::make_shared<UnpackedFiles>();
   u->slots_.resize(indices.size());
   for (size_t f = 0; f < indices.size(); ++f) u->slots_[f].resize(indices[f].sources.size());

@@ -168,9 +168,22 @@ TEST(Loader, UnpackedArraysGiveTheSameBatchesReadOnce) {
       EXPECT_EQ(got, ids) << c.name;
     }
   }
+  // on: every array, or an error that says why not.
   LoaderOptions o = options_for(kDatasets[2], make_dataset(kDatasets[2], root));
-  o.unpack = Mode::kOn;  // unpack is auto or off
-  EXPECT_EQ(Loader::create(o).status().message(), "loader: unpack is auto or off, not 'on'");
+  o.resident = Mode::kOff;
+  o.unpack = Mode::kOn;
+  auto all = Loader::create(o);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_NE((*all)->stats().unpacked_reason.find("unpacked: "), std::string::npos);
+  EXPECT_EQ((*all)->stats().unpacked_reason.find("more read per sample"), std::string::npos);
+  o.memory_budget = 64;  // no room for any array
+  absl::Status refused = Loader::create(o).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("unpack=on, but the 5 deflated or strided arrays keep "), std::string::npos)
+      << refused;
+  o.memory_budget = 0;
+  o.io.direct = true;
+  EXPECT_EQ(Loader::create(o).status().message(), "loader: unpack=on, but io.direct asks for the device");
 }
 
 }  // namespace

@@ -48,8 +48,8 @@ ABSL_FLAG(std::string, resident, "auto",
           "then copies from memory), on (or fail saying why not), off");
 ABSL_FLAG(std::string, unpack, "auto",
           "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half the memory budget, "
-          "less the held files, are read once whole per epoch, inflated once, and gathered from memory), off (read "
-          "per sample)");
+          "less the held files, are read once whole per epoch, inflated once, and gathered from memory), on (all of "
+          "them, or an error saying why not), off (read per sample)");
 ABSL_FLAG(uint32_t, threads, 0,
           "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process may use, "
           "at least 2); this loader's own");
