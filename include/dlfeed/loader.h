@@ -165,10 +165,13 @@ struct DLFEED_EXPORT LoaderOptions {
   bool ragged = false;
 
   uint32_t batch_size = 32;
-  /// Drop this rank's last batch when it has fewer than batch_size samples.
+  /// Drop this rank's last batch when it has fewer than batch_size samples
+  /// (batches; order.drop_last is about the ranks' shards).
   bool drop_last_batch = false;
-  /// Strategy, seed, rank, world size and shard padding (order.epoch and
-  /// order.global_start are set per epoch by the loader; leave them 0).
+  /// Strategy, seed, rank, world size and shard padding. order.epoch is only
+  /// the epoch whose order create() prepares first (the first you will
+  /// read; any epoch may be read, epoch(e) picks); order.global_start is set
+  /// by restore() (elastic restarts), and create() refuses another value.
   OrderSpec order;
 
   IoOptions io;

@@ -19,7 +19,9 @@ ABSL_FLAG(std::string, strategy, "sequential",
           "global_feistel");
 ABSL_FLAG(uint32_t, rank, 0, "This rank, below --world-size");
 ABSL_FLAG(uint32_t, world_size, 1, "Number of ranks");
-ABSL_FLAG(bool, drop_last, false, "Equal shards by dropping the order's tail (default: pad with its head)");
+ABSL_FLAG(bool, drop_last, false,
+          "Equal shards for the ranks by dropping the order's tail (default: pad with its head); a short last "
+          "batch is --drop-last-batch");
 ABSL_FLAG(uint64_t, buffer_size, 1024, "buffered_shuffle: shuffle buffer in samples");
 ABSL_FLAG(uint64_t, block_size, 64, "block_shuffle: samples per block");
 ABSL_FLAG(uint64_t, window, 16, "block_shuffle: blocks per shuffling window");

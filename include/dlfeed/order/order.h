@@ -85,7 +85,9 @@ struct DLFEED_EXPORT OrderSpec {
   uint64_t epoch = 0;
   uint32_t rank = 0;
   uint32_t world_size = 1;
-  /// Shards must have equal length. true: the global order's last
+  /// Shards must have equal length (this is about the ranks' shards, not
+  /// batches: LoaderOptions::drop_last_batch drops a rank's short last
+  /// batch; Python shard_drop_last=, CLI --drop-last). true: the global order's last
   /// (size % world_size) positions are not read this epoch. false (padding):
   /// the shards are filled up to ceil(size / world_size) with the global
   /// order's first positions again (global position p >= size reads p - size).
