@@ -6,14 +6,14 @@
 # of `dlfeed run --resident off --fields records --epochs 2`; cold runs drop
 # the files' pages before each epoch (--evict).
 #
-#   bench/split_ab.sh 5
+#   bench/results/drivers/split_ab.sh 5
 #
 # Datasets (made by the benches that own them): data/shuffle/full
 # (bench/shuffle/sweep.py), data/bench/small4mb-f32-4x28
 # (bench/small_samples.py), data/bench/random128k-8x256
 # (bench/loader_vs_device.py).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root
 D=build/tools/dlfeed
 rounds=${1:-5}
 epoch1() {

@@ -4,7 +4,7 @@
 # shuffle, batch 256, read not held) over the same samples stored both ways,
 # with the TFRecord run's knobs turned one at a time:
 #
-#   bench/tfrecord_knobs.sh DLFEED_BIN TFRECORD_DIR HDF5_DIR [ROUNDS] [EPOCHS]
+#   bench/results/drivers/tfrecord_knobs.sh DLFEED_BIN TFRECORD_DIR HDF5_DIR [ROUNDS] [EPOCHS]
 #
 # Cases, alternating, ROUNDS rounds (default 3): hdf5 (fields records,labels),
 # tfrecord (image,label), tfrecord --no-verify-crc, tfrecord --io-engines 16,
@@ -13,13 +13,13 @@
 # of the summary's per-epoch samples/s), then the median of each case. The
 # files are evicted and read through once first (both formats cached alike).
 set -uo pipefail
-BIN=${1:?usage: bench/tfrecord_knobs.sh DLFEED_BIN TFRECORD_DIR HDF5_DIR [ROUNDS] [EPOCHS]}
+BIN=${1:?usage: bench/results/drivers/tfrecord_knobs.sh DLFEED_BIN TFRECORD_DIR HDF5_DIR [ROUNDS] [EPOCHS]}
 TF=${2:?}; H5=${3:?}
 ROUNDS=${4:-3}
 EPOCHS=${5:-12}
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import _benchlib as bl; bl.evict(sys.argv[2:]); bl.warm(sys.argv[2:])' \
-  "$(dirname "$0")" "$TF" "$H5"
+  "$(dirname "$0")/../.." "$TF" "$H5"
 LOG=$(mktemp)
 run() {  # NAME DIR FIELDS FLAGS...
   local name=$1 dir=$2 fields=$3; shift 3

@@ -8,7 +8,8 @@ and deflated HDF5 (CPU-heavy decode) on 2 and 4 threads, cold and warm,
 where a worker held by a batch's reads costs decode time. Alternating runs,
 rotated each round; medians and new/base.
 
-    .venv/bin/python bench/decode_wait_ab.py --base /tmp/base/tools/dlfeed --new build/tools/dlfeed --repeats 5
+    .venv/bin/python bench/results/drivers/decode_wait_ab.py --base /tmp/base/tools/dlfeed \
+        --new build/tools/dlfeed --repeats 5
 
 Each cell is samples/s: the `total:` line (all epochs), or for the small
 samples the epochs after the first (`epoch N:` lines), as small_samples.py
@@ -20,9 +21,11 @@ import argparse
 import pathlib
 import re
 import subprocess
+import sys
 
-import _benchlib as bl
-from _benchlib import ROOT
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # bench/, for _benchlib
+import _benchlib as bl  # noqa: E402
+from _benchlib import ROOT  # noqa: E402
 
 F32 = ["--format", "hdf5", "--dtype", "float32", "--files", 4]
 GZ = ["--format", "hdf5", "--dtype", "float32", "--files", 8, "--samples-per-file", 128, "--shape", "256,256",
