@@ -249,9 +249,12 @@ void bind_loader_options(py::module_& m) {
                      "core, then one per core (at least 2) up to 16")
       .def_readwrite("tuning", &AdvancedOptions::tuning, "For dlfeed's tests and benches; not a stable API")
       .def_readwrite("max_open_files", &AdvancedOptions::max_open_files, "Files kept open at once (0: the default)")
-      .def_readwrite("prefetch", &AdvancedOptions::prefetch,
-                     "Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, "
-                     "depth:N (batches), budget:BYTES, or both joined by a comma")
+      .def_property(
+          "prefetch", [](const AdvancedOptions& a) { return a.prefetch.str(); },
+          [](AdvancedOptions& a, const std::string& text) { a.prefetch = prefetch::Prefetch(text); },
+          "Read-ahead (its string form; C++ prefetch::Prefetch): auto (depth:8,budget:256M reading, "
+          "depth:8,budget:16M when the files are held), off, depth:N (batches), budget:BYTES, or both joined by a "
+          "comma")
       .def_readwrite("coalesce", &AdvancedOptions::coalesce, "Merging of nearby reads")
       .def_readwrite("fadvise_willneed", &AdvancedOptions::fadvise_willneed,
                      "posix_fadvise(WILLNEED) each batch's reads when it is planned");

@@ -102,9 +102,12 @@ struct DLFEED_EXPORT AdvancedOptions {
       index_opener;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
-  /// How far to read ahead of the consumer: "off", "depth:N" (batches),
-  /// "budget:BYTES", or both ("depth:8,budget:256M"; see dlfeed/plan/policy.h),
-  /// or "auto". Batches the consumer holds do not count against depth:N.
+  /// How far to read ahead of the consumer (prefetch::Prefetch, in
+  /// dlfeed/plan/policy.h): auto, off, or limits on batches and bytes,
+  /// given as values (Prefetch::limits(8, 256 << 20)) or in their string
+  /// form ("off", "depth:N" batches, "budget:BYTES", both as
+  /// "depth:8,budget:256M", or "auto"). Batches the consumer holds do not
+  /// count against depth:N.
   /// "auto" (the default) is "depth:8,budget:256M" when samples are read:
   /// 8 small batches ahead but only 256 MiB of large ones (read-ahead beyond
   /// that buys no throughput and every batch ahead is a fresh buffer), with
@@ -117,7 +120,7 @@ struct DLFEED_EXPORT AdvancedOptions {
   /// (fewer buffers also stay in the CPU's caches), so only 1 batch of 16 MiB
   /// goes ahead; tiny batches still go 8 ahead, so the copying thread and
   /// the consumer do not wake each other for each.
-  std::string prefetch = "auto";
+  prefetch::Prefetch prefetch;
   /// Your own policy (a plug-in: prefetch::PrefetchPolicy), used instead of
   /// `prefetch` when set. The loader calls it from its planner thread only,
   /// holding a lock, so admit() should answer at once.

@@ -175,7 +175,7 @@ class AdvancedOptions:
     max_open_files: int
     """Files kept open at once (0: the default)"""
     prefetch: str
-    """Read-ahead: auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, depth:N (batches), budget:BYTES, or both joined by a comma"""
+    """Read-ahead (its string form; C++ prefetch::Prefetch): auto (depth:8,budget:256M reading, depth:8,budget:16M when the files are held), off, depth:N (batches), budget:BYTES, or both joined by a comma"""
     coalesce: CoalesceOptions
     """Merging of nearby reads"""
     fadvise_willneed: bool

@@ -383,8 +383,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // "auto" is resolved once the loader knows whether the files are held.
   if (options.advanced.prefetch_policy) {
     impl->policy = options.advanced.prefetch_policy;
-  } else if (options.advanced.prefetch != "auto") {
-    DLFEED_ASSIGN_OR_RETURN(impl->policy, prefetch::parse_policy(options.advanced.prefetch));
+  } else if (!options.advanced.prefetch.is_auto()) {
+    DLFEED_ASSIGN_OR_RETURN(impl->policy, options.advanced.prefetch.policy());
   }
   DLFEED_RETURN_IF_ERROR(detail::use_object_cache(options));
   DLFEED_RETURN_IF_ERROR(

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dlfeed/plan/policy.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "dlfeed/error.h"
 
 namespace dlfeed::inline DLFEED_ABI::prefetch {
@@ -107,6 +111,98 @@ absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_policy(const std::string& 
 
 std::unique_ptr<PrefetchPolicy> make_all_of_policy(std::vector<std::unique_ptr<PrefetchPolicy>> parts) {
   return std::make_unique<AllOfPolicy>(std::move(parts));
+}
+
+namespace {
+std::string bytes_text(uint64_t n) {
+  for (const auto& [unit, shift] : {std::pair{"G", 30}, std::pair{"M", 20}, std::pair{"K", 10}}) {
+    if (n >= (uint64_t{1} << shift) && n % (uint64_t{1} << shift) == 0) return absl::StrCat(n >> shift, unit);
+  }
+  return absl::StrCat(n);
+}
+}  // namespace
+
+Prefetch::Prefetch(const char* text) : Prefetch(std::string(text == nullptr ? "" : text)) {}
+
+Prefetch::Prefetch(const std::string& text) {
+  absl::StatusOr<Prefetch> p = parse(text);
+  if (p.ok()) {
+    *this = *std::move(p);
+  } else {
+    kind_ = Kind::kInvalid;
+    text_ = text;
+  }
+}
+
+Prefetch Prefetch::off() {
+  Prefetch p;
+  p.kind_ = Kind::kOff;
+  return p;
+}
+
+Prefetch Prefetch::limits(uint32_t depth, uint64_t budget_bytes) {
+  Prefetch p;
+  if (depth == 0 && budget_bytes == 0) {
+    p.kind_ = Kind::kInvalid;
+    p.text_ = "limits(0, 0)";
+    return p;
+  }
+  p.kind_ = Kind::kLimits;
+  p.depth_ = depth;
+  p.budget_ = budget_bytes;
+  return p;
+}
+
+absl::StatusOr<Prefetch> Prefetch::parse(absl::string_view text) {
+  if (text == "auto") return automatic();
+  // parse_policy's grammar and errors; the value is read back from its parts.
+  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<PrefetchPolicy> checked, parse_policy(std::string(text)));
+  if (text == "off") return off();
+  uint32_t depth = 0;
+  uint64_t budget = 0;
+  for (absl::string_view part : absl::StrSplit(checked->name(), ',')) {  // "depth:N", "budget:BYTES" (exact)
+    uint64_t n = 0;
+    if (absl::ConsumePrefix(&part, "depth:") && absl::SimpleAtoi(part, &n)) {
+      depth = depth == 0 ? static_cast<uint32_t>(n) : std::min(depth, static_cast<uint32_t>(n));  // all must admit
+    } else if (absl::ConsumePrefix(&part, "budget:") && absl::SimpleAtoi(part, &n)) {
+      budget = budget == 0 ? n : std::min(budget, n);
+    }
+  }
+  return limits(depth, budget);
+}
+
+absl::Status Prefetch::status() const {
+  if (kind_ != Kind::kInvalid) return absl::OkStatus();
+  if (text_ == "limits(0, 0)") {
+    return absl::InvalidArgumentError("prefetch: limits(0, 0) bounds nothing; give a depth, a budget or both");
+  }
+  return parse_policy(text_).status();
+}
+
+std::string Prefetch::str() const {
+  switch (kind_) {
+    case Kind::kAuto: return "auto";
+    case Kind::kOff: return "off";
+    case Kind::kInvalid: return text_;
+    case Kind::kLimits: break;
+  }
+  std::string s = depth_ ? absl::StrCat("depth:", depth_) : "";
+  if (budget_) absl::StrAppend(&s, s.empty() ? "" : ",", "budget:", bytes_text(budget_));
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<PrefetchPolicy>> Prefetch::policy() const {
+  switch (kind_) {
+    case Kind::kAuto: return std::unique_ptr<PrefetchPolicy>();
+    case Kind::kOff: return make_off_policy();
+    case Kind::kInvalid: return status();
+    case Kind::kLimits: break;
+  }
+  std::vector<std::unique_ptr<PrefetchPolicy>> parts;
+  if (depth_) parts.push_back(make_fixed_depth_policy(depth_));
+  if (budget_) parts.push_back(make_byte_budget_policy(budget_));
+  if (parts.size() == 1) return std::move(parts[0]);
+  return make_all_of_policy(std::move(parts));
 }
 
 }  // namespace dlfeed::prefetch

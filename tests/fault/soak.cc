@@ -165,7 +165,7 @@ int run(const Flags& flags) {
     o.memory_budget = pick(2) ? (1u << 30) : 4096 + pick(64 << 10);
     const std::string what = absl::StrCat("iteration ", iterations, ": ", d.c.name, " ", io_kind_name(o.io.kind), " ",
                                           o.order.strategy, " rank ", o.order.rank, "/", o.order.world_size, " batch ",
-                                          o.batch_size, " ", o.advanced.prefetch, " faults ", prof.name);
+                                          o.batch_size, " ", o.advanced.prefetch.str(), " faults ", prof.name);
     if (flags.verbose) std::fprintf(stderr, "%s\n", what.c_str());
     Watchdog dog(std::chrono::seconds(flags.hang_seconds), what);
     {

@@ -117,5 +117,39 @@ TEST(Policy, CombinedLimitsAdmitOnlyWhenAllDo) {
   }
 }
 
+// The typed read-ahead: values and their string form round-trip; a string
+// that does not parse keeps its error for Loader::create; each value means
+// the policy its string form means.
+TEST(Prefetch, ValuesAndTheirStringFormRoundTrip) {
+  EXPECT_TRUE(Prefetch().is_auto());
+  EXPECT_EQ(Prefetch().str(), "auto");
+  EXPECT_EQ(Prefetch("auto"), Prefetch::automatic());
+  EXPECT_EQ(Prefetch("off"), Prefetch::off());
+  EXPECT_EQ(Prefetch("depth:8,budget:256M"), Prefetch::limits(8, 256u << 20));
+  EXPECT_EQ(Prefetch::limits(8, 256u << 20).str(), "depth:8,budget:256M");
+  EXPECT_EQ(Prefetch::limits(0, 1536).str(), "budget:1536");
+  EXPECT_EQ(Prefetch::limits(3, 0).str(), "depth:3");
+  EXPECT_EQ(Prefetch(std::string("budget:2G")).budget_bytes(), uint64_t{2} << 30);
+  for (const Prefetch& p : {Prefetch::off(), Prefetch::limits(4, 0), Prefetch::limits(0, 3 << 20),
+                            Prefetch::limits(16, 1 << 30), Prefetch::limits(7, 1000)}) {
+    EXPECT_EQ(Prefetch::parse(p.str()).value(), p) << p.str();
+    EXPECT_TRUE(p.status().ok());
+  }
+  EXPECT_EQ(Prefetch("depth:4,depth:2").depth(), 2u);  // every limit must admit: the tighter one
+  EXPECT_EQ(Prefetch().policy().value(), nullptr);     // auto: the loader's own choice
+  EXPECT_EQ(Prefetch("depth:3,budget:1K").policy().value()->name(), "depth:3,budget:1024");
+  EXPECT_EQ(Prefetch::limits(0, 1024).policy().value()->name(), "budget:1024");
+  EXPECT_EQ(Prefetch::off().policy().value()->name(), "off");
+  for (const char* bad : {"", "sometimes", "depth:0", "depth:3,off", "budget:x"}) {
+    const Prefetch p(bad);
+    EXPECT_FALSE(p.is_auto()) << bad;
+    EXPECT_EQ(p.str(), bad);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(p.policy().status(), p.status()) << bad;
+    EXPECT_EQ(Prefetch::parse(bad).status(), p.status()) << bad;
+  }
+  EXPECT_FALSE(Prefetch::limits(0, 0).status().ok());
+}
+
 }  // namespace
 }  // namespace dlfeed::prefetch

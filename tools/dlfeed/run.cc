@@ -594,8 +594,9 @@ int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
   std::printf("order: %s seed %llu; io: %s%s; prefetch: %s; route: %s; indexed in %.3f s\n", o.order.strategy.c_str(),
               static_cast<unsigned long long>(o.order.seed), s0.io_backend.c_str(),
               s0.io_fallback_reason.empty() ? "" : absl::StrCat(" (fallback: ", s0.io_fallback_reason, ")").c_str(),
-              o.advanced.prefetch == s0.prefetch ? o.advanced.prefetch.c_str()
-                                                 : absl::StrCat(o.advanced.prefetch, " (", s0.prefetch, ")").c_str(),
+              o.advanced.prefetch.str() == s0.prefetch
+                  ? s0.prefetch.c_str()
+                  : absl::StrCat(o.advanced.prefetch.str(), " (", s0.prefetch, ")").c_str(),
               s0.route.c_str(), open_s);
   std::printf("memory budget %.0f MiB (%s)\ndataset %s\n", s0.memory_budget / 1048576.0,
               s0.memory_budget_reason.c_str(), s0.resident_reason.c_str());
