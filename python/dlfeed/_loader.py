@@ -164,6 +164,8 @@ class Loader:
         if options.get("job_cache") is not None:  # a rank of the MPI job too (mpi=True is implied)
             self._job_cache = _attach_job_cache(o, options.get("job_cache"), options.get("job_cache_ranks_per_node"),
                                                 options.get("job_cache_folder"))
+        elif options.get("mpi") is not None and not isinstance(options.get("mpi"), bool):
+            raise TypeError(f"mpi={options.get('mpi')!r}: expected True or False")
         elif options.get("mpi"):
             _needs_mpi("mpi=True")
             _dlfeed._mpi_attach(o)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -12,6 +13,8 @@
 
 namespace dlfeed::inline DLFEED_ABI::prefetch {
 namespace {
+
+constexpr uint64_t kMostDepth = 1'000'000;  // batches ahead, at most
 
 class OffPolicy : public PrefetchPolicy {
  public:
@@ -76,9 +79,9 @@ absl::StatusOr<std::unique_ptr<PrefetchPolicy>> parse_one(const std::string& spe
   }
   uint64_t n = 0;
   if (!value.empty() && absl::SimpleAtoi(value, &n)) {
-    if (kind == "depth" && mult == 1 && n >= 1 && n <= 1'000'000)
+    if (kind == "depth" && mult == 1 && n >= 1 && n <= kMostDepth)
       return make_fixed_depth_policy(static_cast<uint32_t>(n));
-    if (kind == "budget" && n >= 1) return make_byte_budget_policy(n * mult);
+    if (kind == "budget" && n >= 1 && n <= UINT64_MAX / mult) return make_byte_budget_policy(n * mult);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("bad prefetch policy '", spec,
@@ -142,9 +145,9 @@ Prefetch Prefetch::off() {
 
 Prefetch Prefetch::limits(uint32_t depth, uint64_t budget_bytes) {
   Prefetch p;
-  if (depth == 0 && budget_bytes == 0) {
+  if ((depth == 0 && budget_bytes == 0) || depth > kMostDepth) {
     p.kind_ = Kind::kInvalid;
-    p.text_ = "limits(0, 0)";
+    p.text_ = absl::StrCat("limits(", depth, ", ", budget_bytes, ")");
     return p;
   }
   p.kind_ = Kind::kLimits;
@@ -168,13 +171,16 @@ absl::StatusOr<Prefetch> Prefetch::parse(absl::string_view text) {
       budget = budget == 0 ? n : std::min(budget, n);
     }
   }
-  return limits(depth, budget);
+  const Prefetch p = limits(depth, budget);
+  DLFEED_RETURN_IF_ERROR(p.status());
+  return p;
 }
 
 absl::Status Prefetch::status() const {
   if (kind_ != Kind::kInvalid) return absl::OkStatus();
-  if (text_ == "limits(0, 0)") {
-    return absl::InvalidArgumentError("prefetch: limits(0, 0) bounds nothing; give a depth, a budget or both");
+  if (absl::StartsWith(text_, "limits(")) {
+    return absl::InvalidArgumentError(absl::StrCat("prefetch: ", text_, ": a depth of 1 to ", kMostDepth,
+                                                   " batches, a budget of bytes, or both (0: that one unbounded)"));
   }
   return parse_policy(text_).status();
 }

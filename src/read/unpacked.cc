@@ -129,7 +129,10 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
                                                        : src->unpack_extent().length});
     }
   }
-  if (want.empty()) return out;  // nothing deflated or strided: nothing to say
+  if (want.empty()) {  // nothing deflated or strided: nothing to say, unless asked
+    if (o.unpack == Mode::kOn) out.reason = "unpack=on: nothing deflated or strided to unpack";
+    return out;
+  }
   if (o.unpack == Mode::kOff) {
     out.reason =
         absl::StrCat("not unpacked: unpack is off (", want.size(), " deflated or strided arrays read per sample)");

@@ -111,6 +111,14 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
 
 bool PieceCache::has_room(uint64_t bytes) const { return max_ == 0 || used() + bytes <= max_; }
 
+bool PieceCache::reserve(uint64_t bytes) {
+  uint64_t now = used_.load(std::memory_order_relaxed);
+  do {
+    if (max_ != 0 && now + bytes > max_) return false;
+  } while (!used_.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+  return true;
+}
+
 bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest) {
   if (dest.empty() || offset + dest.size() > o.size) return false;
   const std::string folder = folder_of(o);
@@ -158,13 +166,14 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
     const uint64_t len = piece_length(o, k);
     const uint64_t rel = k * kPiece - start;
     if (len == 0 || rel + len > bytes.size()) break;
-    if (!has_room(len + 4)) break;
     const std::string path = absl::StrCat(folder, "/", k);
     if (::access(path.c_str(), F_OK) == 0) continue;
+    if (!reserve(len + 4)) break;
     const uint32_t crc = dlfeed::detail::crc32c(bytes.data() + rel, len);
     if (publish(path, bytes.data() + rel, len, &crc, 4)) {
-      used_.fetch_add(len + 4, std::memory_order_relaxed);
       counters().cache_kept.fetch_add(len, std::memory_order_relaxed);
+    } else {
+      used_.fetch_sub(len + 4, std::memory_order_relaxed);  // not written: its room back
     }
   }
 }

@@ -31,7 +31,7 @@ class PieceCache {
   /// Fills `dest` with bytes [offset, offset + dest.size()) of `o` when
   /// every piece they lie in is here and sound.
   bool read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest);
-  /// Whether `bytes` more fit under the bound.
+  /// Whether `bytes` more fit under the bound (a hint: keep() reserves).
   bool has_room(uint64_t bytes) const;
   /// Keeps the whole pieces of `o` inside `bytes`, which start at `start`
   /// (a multiple of kPiece), as far as they fit.
@@ -46,6 +46,10 @@ class PieceCache {
   // id file names URL, ETag and size); "" when it cannot be (another
   // version's folder under the same name: never read, never written).
   std::string folder_of(const ObjectInfo& o);
+  // Takes `bytes` of the bound for a piece about to be written, or false
+  // when they do not fit: one step, so that connections keeping pieces at
+  // once never pass the bound together.
+  bool reserve(uint64_t bytes);
 
   const std::string dir_;
   const uint64_t max_;

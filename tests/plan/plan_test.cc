@@ -149,6 +149,9 @@ TEST(Prefetch, ValuesAndTheirStringFormRoundTrip) {
     EXPECT_EQ(Prefetch::parse(bad).status(), p.status()) << bad;
   }
   EXPECT_FALSE(Prefetch::limits(0, 0).status().ok());
+  EXPECT_FALSE(Prefetch::limits(2'000'000, 0).status().ok());  // the string form's bound on depth
+  EXPECT_FALSE(Prefetch::parse("budget:17179869184G").ok());   // 2^64 bytes: not a budget that wraps to 0
+  EXPECT_FALSE(parse_policy("budget:17179869184G").ok());
 }
 
 }  // namespace

@@ -381,7 +381,8 @@ std::string DlioConfig::data_dir() const {
   if (storage_type == "s3") {
     // DLIO's S3 storage: the bucket is storage_root, the keys start with data_folder.
     const absl::string_view bucket = absl::StripSuffix(absl::StripPrefix(storage_root, "s3://"), "/");
-    return absl::StrCat("s3://", bucket, "/", absl::StripPrefix(absl::StripSuffix(d, "/"), "/"));
+    const absl::string_view key = absl::StripPrefix(absl::StripSuffix(d, "/"), "/");
+    return key.empty() ? absl::StrCat("s3://", bucket) : absl::StrCat("s3://", bucket, "/", key);
   }
   return (std::filesystem::path(storage_root) / d).lexically_normal().string();
 }

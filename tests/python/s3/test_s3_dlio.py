@@ -49,3 +49,8 @@ def test_dlio_s3_needs_a_bucket_and_does_not_generate(dlfeed, workloads, s3_serv
                        f"++workload.storage.storage_root={BUCKET}", "++workload.workflow.generate_data=True",
                        f"++workload.output.folder={tmp_path}/out")
     assert "dlfeed generates into local files only" in err and f"s3://{BUCKET}/" in err
+    # An empty data_folder: the keys start at the bucket's top (train/, valid/).
+    out = dlfeed.run("dlio", workloads / "default.yaml", "--dry-run", "++workload.storage.storage_type=s3",
+                     f"++workload.storage.storage_root={BUCKET}", "++workload.dataset.data_folder=",
+                     f"++workload.output.folder={tmp_path}/out").stdout
+    assert f"s3://{BUCKET}/train for training" in out
