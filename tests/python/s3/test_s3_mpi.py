@@ -71,21 +71,26 @@ def test_python_ranks_list_once_for_the_job(s3_server, tmp_path):
     for f in range(FILES):
         np.savez(d / f"part{f}.npz", x=np.full((16, 4), f, np.float32), y=np.arange(16 * f, 16 * f + 16))
     s3_server.upload_dir(d, "mpijob", "py/")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    # Each rank writes its own file: mpirun forwards the ranks' stdout as it comes, and lines of two
+    # ranks printed at once may run together.
     script = (
-        "import json, numpy as np, dlfeed\n"
+        "import json, os, numpy as np, dlfeed\n"
         "s0 = dlfeed._dlfeed.s3_stats()\n"
         "loader = dlfeed.Loader('s3://mpijob/py', fields=['x', 'y'], batch_size=4, strategy='global_shuffle',\n"
         "                       seed=3, mpi=True, resident='off')\n"
         "s1 = dlfeed._dlfeed.s3_stats()\n"
         "ys = [int(v) for b in loader for v in np.asarray(b['y'])]\n"
-        "print('RESULT', json.dumps({'lists': s1['lists'] - s0['lists'], 'ys': ys}))\n")
+        f"path = os.path.join({str(out)!r}, 'rank' + os.environ['OMPI_COMM_WORLD_RANK'] + '.json')\n"
+        "with open(path, 'w') as f:\n"
+        "    json.dump({'lists': s1['lists'] - s0['lists'], 'ys': ys}, f)\n")
     env = {k: str(v) for k, v in s3_server.env().items()}
     env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
     proc = subprocess.run([*mpirun(), sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    ranks = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(ranks) == NP
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(NP)]
     assert sorted(r["lists"] for r in ranks) == [0] * (NP - 1) + [1]
     seen = [y for r in ranks for y in r["ys"]]
     assert sorted(seen) == list(range(16 * FILES)) and all(len(r["ys"]) == 16 * FILES // NP for r in ranks)
