@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/object_store.h"
 
@@ -25,12 +26,12 @@ thread_local absl::Status t_open_status;
 // nodes scattered through the file), and each field of a loader opens the
 // file again: each becomes a ranged read of a whole aligned block, and the
 // process keeps the most recently used blocks of every object (by URL and
-// ETag, so a new version of an object is read anew).
+// version, its identity's ETag hash, so a new version is read anew).
 constexpr uint64_t kBlock = 256 * 1024;
 constexpr size_t kBlocksKept = 64;  // 16 MiB
 
 struct Block {
-  std::string key;  // url, ETag
+  std::string key;  // url, version
   uint64_t index = 0;
   uint64_t used = 0;  // when last read (a counter)
   std::vector<std::byte> bytes;
@@ -49,8 +50,8 @@ BlockCache& block_cache() {
 struct ObjectFile {
   H5FD_t pub;  // first: libhdf5 casts between the two
   std::string url;
-  std::string key;  // url, ETag
-  std::shared_ptr<ObjectStore> store;
+  std::string key;  // url, version
+  File file;        // the object's ranged reads (File::read_exact)
   uint64_t size = 0;
   haddr_t eoa = 0;
 };
@@ -60,22 +61,6 @@ const ObjectFile* of(const H5FD_t* f) { return reinterpret_cast<const ObjectFile
 
 void push_error(const char* func, hid_t major, hid_t minor, const std::string& what) {
   H5Epush2(H5E_DEFAULT, __FILE__, func, __LINE__, H5E_ERR_CLS, major, minor, "%s", what.c_str());
-}
-
-// Bytes [at, at + out.size()) of the object, all of them (the caller keeps
-// within its size).
-absl::Status read_exact(const ObjectFile& f, uint64_t at, std::span<std::byte> out) {
-  while (!out.empty()) {
-    absl::StatusOr<size_t> got = f.store->read(f.url, at, out);
-    if (!got.ok()) return got.status();
-    if (*got == 0) {
-      return absl::DataLossError(absl::StrCat(f.url, ": offset ", at, ": expected ", out.size(),
-                                              " more bytes of the object of ", f.size, " bytes, found its end"));
-    }
-    at += *got;
-    out = out.subspan(*got);
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<const Block*> block(const ObjectFile& f, uint64_t index) {
@@ -98,7 +83,7 @@ absl::StatusOr<const Block*> block(const ObjectFile& f, uint64_t index) {
   slot->key.clear();  // no object's until its bytes are in
   slot->used = c.tick;
   slot->bytes.resize(static_cast<size_t>(std::min(kBlock, f.size - at)));
-  if (absl::Status s = read_exact(f, at, slot->bytes); !s.ok()) {
+  if (absl::Status s = f.file.read_exact(at, slot->bytes, "HDF5 metadata"); !s.ok()) {
     slot->bytes.clear();
     return s;
   }
@@ -113,7 +98,7 @@ absl::StatusOr<const Block*> block(const ObjectFile& f, uint64_t index) {
 absl::Status read_into(const ObjectFile& f, uint64_t addr, size_t n, std::byte* buf) {
   const uint64_t in_object = addr >= f.size ? 0 : std::min<uint64_t>(n, f.size - addr);
   std::memset(buf + in_object, 0, n - in_object);
-  if (in_object >= kBlock) return read_exact(f, addr, std::span<std::byte>(buf, in_object));
+  if (in_object >= kBlock) return f.file.read_exact(addr, std::span<std::byte>(buf, in_object), "HDF5 data");
   uint64_t done = 0;
   while (done < in_object) {
     const uint64_t at = addr + done;
@@ -129,13 +114,12 @@ absl::Status read_into(const ObjectFile& f, uint64_t addr, size_t n, std::byte* 
 
 // The object named `url`, as the driver reads it.
 absl::StatusOr<ObjectFile> describe(const std::string& url) {
-  DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
-  DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
+  DLFEED_ASSIGN_OR_RETURN(File file, File::open(url));
   ObjectFile f;
   f.url = url;
-  f.key = absl::StrCat(url, "\n", info.etag);
-  f.store = std::move(store);
-  f.size = info.size;
+  f.key = absl::StrCat(url, "\n", file.identity().inode);  // the ETag's hash (object_identity)
+  f.size = file.size();
+  f.file = std::move(file);
   return f;
 }
 

@@ -43,21 +43,6 @@ struct Piece {
   uint32_t id = 0;
   uint64_t offset = 0, length = 0;
 };
-
-// Bytes [p.offset, p.offset + p.length) of the object `url` into `dest`.
-absl::Status read_piece(ObjectStore& store, const std::string& url, const Piece& p, std::byte* dest) {
-  uint64_t done = 0;
-  while (done < p.length) {
-    DLFEED_ASSIGN_OR_RETURN(size_t got,
-                            store.read(url, p.offset + done, std::span<std::byte>(dest + done, p.length - done)));
-    if (got == 0) {
-      return format_error(url, p.offset + done, absl::StrCat(p.length - done, " more bytes (the size listed)"),
-                          "the end of the object");
-    }
-    done += got;
-  }
-  return absl::OkStatus();
-}
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
@@ -77,34 +62,30 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
       todo.push_back(id);
     }
   }
-  // Objects (a loader reads files or objects, not both): each one's size
-  // and buffer now, its bytes in pieces below.
-  std::shared_ptr<ObjectStore> store;
+  // Objects (a loader reads files or objects, not both): each one opened
+  // (its size from the store's listing) and its buffer made now, its bytes
+  // read in pieces below.
+  std::vector<File> objects_open(n);
   std::vector<Piece> pieces;
+  bool objects = false;
   for (uint32_t id : todo) {
     const std::string path = files.path(id);
     if (!is_object_url(path)) continue;
-    if (!store) {
-      DLFEED_ASSIGN_OR_RETURN(store, object_store_for(path));
-    }
-    uint64_t size = 0;
-    if (const std::optional<uint64_t> known = files.known_size(id)) {
-      size = *known;
-    } else {
-      DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(path));
-      size = info.size;
-    }
+    objects = true;
+    DLFEED_ASSIGN_OR_RETURN(objects_open[id], File::open(path));
+    const uint64_t size = files.known_size(id).value_or(objects_open[id].size());
     r->buffers_[id].resize(size);  // not touched: the pieces' reads write it, in parallel
     r->sizes_[id] = size;
     r->paths_[id] = path;
     for (uint64_t at = 0; at < size; at += kObjectPiece) pieces.push_back({id, at, std::min(kObjectPiece, size - at)});
   }
-  const bool objects = store != nullptr;
   // Reads item k (file todo[k], or object piece k) into its buffer; each k is one thread's.
   auto read_one = [&](size_t k) -> absl::Status {
     if (objects) {
       const Piece& p = pieces[k];
-      return read_piece(*store, r->paths_[p.id], p, r->buffers_[p.id].data() + p.offset);
+      return objects_open[p.id].read_exact(p.offset,
+                                           std::span<std::byte>(r->buffers_[p.id].data() + p.offset, p.length),
+                                           "bytes of the object held in memory");
     }
     const uint32_t id = todo[k];
     const std::string path = files.path(id);
