@@ -56,6 +56,32 @@ def write_dataset(fmt, root, files=4, per_file=64, seed=0):
     return root, x, y
 
 
+def shuffled_epoch(path, batch_size, seed, **kw):
+    """One global_shuffle epoch of dlfeed.Loader(path): (the sample ids in order, each batch's
+    fields as arrays)."""
+    import dlfeed
+
+    loader = dlfeed.Loader(path, batch_size=batch_size, strategy="global_shuffle", seed=seed, **kw)
+    ids, fields = [], []
+    for batch in loader:
+        ids.append(np.array(batch.sample_ids))
+        fields.append([np.array(batch[k]) for k in batch.keys()])
+    loader.close()
+    return np.concatenate(ids), fields
+
+
+def assert_same_epoch(local, remote, x):
+    """Two shuffled_epoch() results equal, batch by batch and field by field, the epoch reads
+    every sample once, and the first field is x's rows in the epoch's order."""
+    (local_ids, local_fields), (remote_ids, remote_fields) = local, remote
+    np.testing.assert_array_equal(remote_ids, local_ids)
+    assert sorted(remote_ids.tolist()) == list(range(len(x)))
+    for a, b in zip(local_fields, remote_fields):
+        for fa, fb in zip(a, b):
+            np.testing.assert_array_equal(fb, fa)
+    np.testing.assert_array_equal(np.concatenate([f[0] for f in remote_fields]), x[remote_ids])
+
+
 def loader_kwargs(fmt):
     """The Loader keywords that give (x [B, 8, 8] float32, y [B] int64) for FMT."""
     if fmt == "npz":

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from py_datasets import loader_kwargs, write_dataset
+from py_datasets import assert_same_epoch, loader_kwargs, shuffled_epoch, write_dataset
 
 BUCKET = "hdf5"
 
@@ -64,16 +64,6 @@ def uploaded(s3_server, tmp_path_factory):
     return {name: (folder, f"s3://{BUCKET}/{name}", x) for name, (folder, x) in out.items()}
 
 
-def epoch(path, **kw):
-    loader = dlfeed.Loader(path, batch_size=4, strategy="global_shuffle", seed=3, **kw)
-    ids, fields = [], []
-    for batch in loader:
-        ids.append(np.array(batch.sample_ids))
-        fields.append([np.array(batch[k]) for k in batch.keys()])
-    loader.close()
-    return np.concatenate(ids), fields
-
-
 @pytest.mark.parametrize("name,kw", [
     ("plain", loader_kwargs("hdf5")),
     ("plain", dict(loader_kwargs("hdf5"), resident="off")),
@@ -84,16 +74,11 @@ def epoch(path, **kw):
 def test_s3_hdf5_reads_what_the_folder_holds(s3_server, uploaded, monkeypatch, name, kw):
     s3_server.apply_env(monkeypatch)
     folder, url, x = uploaded[name]
-    local_ids, local = epoch(str(folder), **kw)
+    local = shuffled_epoch(str(folder), 4, 3, **kw)
     before = dlfeed._dlfeed.s3_stats()
-    remote_ids, remote = epoch(url, **kw)
+    remote = shuffled_epoch(url, 4, 3, **kw)
     after = dlfeed._dlfeed.s3_stats()
-    np.testing.assert_array_equal(remote_ids, local_ids)
-    assert sorted(remote_ids.tolist()) == list(range(len(x)))
-    for a, b in zip(local, remote):
-        for fa, fb in zip(a, b):
-            np.testing.assert_array_equal(fb, fa)
-    np.testing.assert_array_equal(np.concatenate([f[0] for f in remote]), x[remote_ids])
+    assert_same_epoch(local, remote, x)
     assert after["gets"] > before["gets"] and after["failures"] == before["failures"]
 
 

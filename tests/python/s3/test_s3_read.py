@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from py_datasets import loader_kwargs, write_dataset
+from py_datasets import assert_same_epoch, loader_kwargs, shuffled_epoch, write_dataset
 
 BUCKET = "datasets"
 
@@ -61,30 +61,13 @@ def uploaded(s3_server, tmp_path_factory):
     return result
 
 
-def epoch(path, **kw):
-    loader = dlfeed.Loader(path, batch_size=16, strategy="global_shuffle", seed=11, **kw)
-    ids, fields = [], []
-    for batch in loader:
-        ids.append(np.array(batch.sample_ids))
-        fields.append([np.array(batch[k]) for k in batch.keys()])
-    loader.close()
-    return np.concatenate(ids), fields
-
-
 @pytest.mark.parametrize("name", ["npz", "tfrecord", "tfrecord_idx", "npy"])
 def test_s3_reads_what_the_folder_holds(s3_server, uploaded, monkeypatch, name):
     s3_server.apply_env(monkeypatch)
     root, url, x, y = uploaded[name]
     kw = loader_kwargs(name.split("_")[0]) if y is not None else {}
     before = dlfeed._dlfeed.s3_stats()
-    local_ids, local = epoch(str(root), **kw)
-    remote_ids, remote = epoch(url, **kw)
-    np.testing.assert_array_equal(remote_ids, local_ids)
-    assert sorted(remote_ids.tolist()) == list(range(len(x)))
-    for a, b in zip(local, remote):
-        for fa, fb in zip(a, b):
-            np.testing.assert_array_equal(fb, fa)
-    np.testing.assert_array_equal(np.concatenate([f[0] for f in remote]), x[remote_ids])
+    assert_same_epoch(shuffled_epoch(str(root), 16, 11, **kw), shuffled_epoch(url, 16, 11, **kw), x)
     after = dlfeed._dlfeed.s3_stats()
     assert after["gets"] > before["gets"] and after["lists"] > before["lists"]
     assert after["failures"] == before["failures"]
@@ -120,7 +103,7 @@ def test_faults_are_tried_again_and_every_sample_arrives_once(s3_proxy, uploaded
     proxy = s3_proxy(seed=3, slowdown=0.15, reset=0.05, short_body=0.05)
     proxy.apply_env(monkeypatch)
     before = dlfeed._dlfeed.s3_stats()
-    ids, fields = epoch(url, **loader_kwargs("tfrecord"))
+    ids, fields = shuffled_epoch(url, 16, 11, **loader_kwargs("tfrecord"))
     assert sorted(ids.tolist()) == list(range(len(x)))
     np.testing.assert_array_equal(np.concatenate([f[0] for f in fields]), x[ids])
     np.testing.assert_array_equal(np.concatenate([f[1] for f in fields]), y[ids])
