@@ -207,7 +207,7 @@ class LoaderOptions:
     autotune: str
     """on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while it runs, within the memory budget (an explicit value is never moved); off; auto (the default): on with 4 cores or more"""
     memory_budget: int
-    """Most bytes of batches in flight (read buffers and decoded batches, held ones included)"""
+    """Most bytes of batches in flight (read buffers and decoded batches, held ones included); 0: a quarter of the memory the process may use (MemAvailable, cgroup memory.max), shared by the job's ranks on the node, at least 256 MiB"""
     resident: str
     """Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at create, then copies from memory), on (or fail saying why not), off"""
     unpack: str

@@ -35,6 +35,9 @@ class Keyword(NamedTuple):
     convert: Optional[Callable[[Any], Any]] = None
     # What the keyword takes, where the field's own doc does not say it.
     note: str = ""
+    # The flag's own default where it is not the field's, and why (else the
+    # flag defaults to the field's C++ default; tests/python/cli/test_cli_help.py).
+    flag_default: Optional[str] = None
 
 
 def _fields(v: Any) -> List[str]:
@@ -90,9 +93,13 @@ KEYWORDS: Dict[str, Keyword] = {
     "batch_size": Keyword("batch_size", "batch-size"),
     "drop_last_batch": Keyword("drop_last_batch", "drop-last-batch"),
     "ragged": Keyword("ragged", "ragged"),
+    # per field: dtype where the files do not record it (TFRecord features)
+    "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
+                      note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
+                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype"),
     # order (OrderSpec)
     "strategy": Keyword("order.strategy", "strategy", convert=_strategy),
-    "seed": Keyword("order.seed", "seed"),
+    "seed": Keyword("order.seed", "seed", flag_default="42: the flag also seeds `dlfeed generate`'s content"),
     "rank": Keyword("order.rank", "rank"),
     "world_size": Keyword("order.world_size", "world-size"),
     "shard_drop_last": Keyword("order.drop_last", "drop-last"),
@@ -131,7 +138,8 @@ KEYWORDS: Dict[str, Keyword] = {
     "prefetch": Keyword("advanced.prefetch", "prefetch"),
     "max_gap": Keyword("advanced.coalesce.max_gap", "max-gap"),
     "adaptive_gap": Keyword("advanced.coalesce.adaptive_gap", "max-gap",
-                            note="the command line's --max-gap, when given, is a fixed gap (adaptive_gap=False)"),
+                            note="the command line's --max-gap, when given, is a fixed gap (adaptive_gap=False)",
+                            flag_default="--max-gap not given"),
     "max_read": Keyword("advanced.coalesce.max_read", "max-read"),
     "coalesce": Keyword("advanced.coalesce.enabled", "no-coalesce"),
     "split_above": Keyword("advanced.coalesce.split_above", "split-above"),
@@ -174,10 +182,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "job_cache_folder": Keyword(None, "cache-folder",
                                 note="with job_cache: each rank's share in a file in this node-local folder, not "
                                      "memory (the cache may outgrow memory)"),
-    # per field: shape and dtype where the files do not record them (TFRecord features)
-    "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
-                      note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
-                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype"),
+    # per field: shape where the files do not record it (TFRecord features)
     "shapes": Keyword(None, "field-shapes",
                       note="{field: sample shape}: a TFRecord feature is read with that shape (LoaderOptions "
                            "field_shapes: raw bytes straight into the batch; () a scalar); other formats' samples "

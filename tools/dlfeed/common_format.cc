@@ -5,8 +5,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/format/format.h"
 
-ABSL_FLAG(std::string, format, "auto", "File format: auto (by extension), npy, npz, hdf5, tfrecord, indexed_binary");
+ABSL_FLAG(std::string, format, std::string(dlfeed::format_name(dlfeed::FormatOptions{}.format)),
+          "File format: auto (by extension), npy, npz, hdf5, tfrecord, indexed_binary");
 ABSL_FLAG(std::string, name, "",
           "NPZ member (default x) or HDF5 dataset (default records, else records_0) holding the samples");
 ABSL_FLAG(std::string, layout, "auto",
@@ -19,10 +21,12 @@ ABSL_FLAG(std::string, axis, "auto",
           "Sample axis of arrays: first, last (NPY/NPZ: the DLIO benchmark's layout), none (each NPY file, NPZ "
           "member or HDF5 dataset is one whole sample: DeepCAM's and CDB's HDF5 files, CosmoFlow's NPY pairs), or "
           "auto (as --layout says; HDF5 datasets: axis 0)");
-ABSL_FLAG(std::string, feature, "image", "TFRecord: the tf.train.Example feature that is the sample");
-ABSL_FLAG(std::string, feature_dtype, "uint8", "TFRecord: element type of a bytes_list feature");
+ABSL_FLAG(std::string, feature, dlfeed::FormatOptions{}.feature,
+          "TFRecord: the tf.train.Example feature that is the sample");
+ABSL_FLAG(std::string, feature_dtype, dlfeed::FormatOptions{}.feature_dtype.name(),
+          "TFRecord: element type of a bytes_list feature");
 ABSL_FLAG(std::string, feature_shape, "", "TFRecord: shape of the feature, e.g. 64,64 (default: 1-D)");
-ABSL_FLAG(std::string, shape_feature, "auto",
+ABSL_FLAG(std::string, shape_feature, dlfeed::FormatOptions{}.shape_feature,
           "TFRecord: an int64 feature giving the shape of --feature, per file from its first record (one value s for "
           "s*s elements is s x s, as DLIO's size; values whose product is the element count are the shape). auto: "
           "size, for files where and as DLIO's generator writes them, 1-D with a note where size does not describe "
@@ -35,7 +39,7 @@ ABSL_FLAG(std::string, index_cache, "",
           "Persistent dataset index: off (default), auto (.dlfeed/index-HASH in the dataset folder, or under "
           "~/.cache/dlfeed when that is not writable), or the cache file's path. Reopening reads unchanged "
           "files' indexes from it");
-ABSL_FLAG(std::string, index_cache_check, "files",
+ABSL_FLAG(std::string, index_cache_check, dlfeed::FormatOptions{}.index_cache_check,
           "How a reopen from --index-cache knows the files are unchanged: files (a stat per file; changed "
           "files are indexed again) or folders (a stat per folder, the cached file list; a file rewritten in "
           "place since is an error at its first read)");

@@ -5,56 +5,64 @@
 #include "absl/flags/flag.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/io_backend.h"
+#include "dlfeed/loader.h"
 
-ABSL_FLAG(std::string, io, "auto",
+// Each flag's default is the C++ default of the field it sets (in its units), so the two never differ.
+namespace {
+const dlfeed::prefetch::CoalesceOptions kCoalesce{};
+}  // namespace
+
+ABSL_FLAG(std::string, io, std::string(dlfeed::io_kind_name(dlfeed::IoOptions{}.kind)),
           "I/O backend: auto (io_uring if it works, else thread_pool), io_uring, "
           "thread_pool, sync");
-ABSL_FLAG(uint32_t, queue_depth, 64, "io_uring queue depth");
-ABSL_FLAG(uint64_t, max_in_flight_mb, 16, "io_uring: most MiB of reads in the kernel at once (0: no limit)");
-ABSL_FLAG(uint32_t, io_threads, 4, "thread_pool backend: reader threads");
-ABSL_FLAG(uint32_t, io_engines, 0,
+ABSL_FLAG(uint32_t, queue_depth, dlfeed::IoOptions{}.queue_depth, "io_uring queue depth");
+ABSL_FLAG(uint64_t, max_in_flight_mb, dlfeed::IoOptions{}.max_bytes_in_flight >> 20,
+          "io_uring: most MiB of reads in the kernel at once (0: no limit)");
+ABSL_FLAG(uint32_t, io_threads, dlfeed::IoOptions{}.threads, "thread_pool backend: reader threads");
+ABSL_FLAG(uint32_t, io_engines, dlfeed::AdvancedOptions{}.io_engines,
           "I/O engine threads, each with its own backend; batches go to more than the first only while it "
           "is busy on the CPU (page-cache hits). 0: from the cores the process may use (affinity and cgroup quota): 1 "
           "on 1 core, then one per core (at least 2) up to 16");
 ABSL_FLAG(bool, io_spread_always, false,
           "Send batches round all --io_engines whatever their reads (to measure what spreading costs)");
-ABSL_FLAG(bool, direct, false, "Read with O_DIRECT (bypass the page cache)");
-ABSL_FLAG(std::string, prefetch, "auto",
+ABSL_FLAG(bool, direct, dlfeed::IoOptions{}.direct, "Read with O_DIRECT (bypass the page cache)");
+ABSL_FLAG(std::string, prefetch, dlfeed::AdvancedOptions{}.prefetch.str(),
           "Prefetch policy: auto (depth:8,budget:256M when samples are read, depth:8,budget:16M when the files "
           "are held in memory), off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
-ABSL_FLAG(uint64_t, memory_budget_mb, 0,
+ABSL_FLAG(uint64_t, memory_budget_mb, dlfeed::LoaderOptions{}.memory_budget >> 20,
           "Most MiB of batches in flight (reads and decoded batches); 0: a quarter of the memory the process may "
           "use (MemAvailable, cgroup memory.max), shared by the job's ranks on this node, at least 256");
-ABSL_FLAG(uint64_t, max_gap, 64 * 1024,
+ABSL_FLAG(uint64_t, max_gap, kCoalesce.max_gap,
           "Coalesce extents of a file at most this many bytes apart. Not given: at most 64 KiB and at most the "
           "batch's mean extent (a read carries at most about as many bytes nobody asked for as it was asked for); "
           "given: this gap for every batch");
-ABSL_FLAG(uint64_t, max_read, 4 << 20,
+ABSL_FLAG(uint64_t, max_read, kCoalesce.max_read,
           "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
 ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
-ABSL_FLAG(uint64_t, split_above, 256 * 1024,
+ABSL_FLAG(uint64_t, split_above, kCoalesce.split_above,
           "Buffered reads longer than this go in --split-piece pieces (more reads in flight fill more of the "
           "kernel's read-ahead on a cold cache; 0: no such split)");
-ABSL_FLAG(uint64_t, split_piece, 64 * 1024, "The piece size of --split-above");
-ABSL_FLAG(uint64_t, split_piece_cold, 16 * 1024,
+ABSL_FLAG(uint64_t, split_piece, kCoalesce.split_piece, "The piece size of --split-above");
+ABSL_FLAG(uint64_t, split_piece_cold, kCoalesce.split_piece_cold,
           "The piece size of --split-above while most reads miss the page cache (0: --split-piece)");
-ABSL_FLAG(uint64_t, large_above, 1 << 20,
+ABSL_FLAG(uint64_t, large_above, kCoalesce.large_above,
           "Reads of at least this many bytes go in --large-piece pieces that kernel workers copy, so one batch's "
           "large samples spread over the cores (0: no such route)");
-ABSL_FLAG(uint64_t, large_piece, 2 << 20, "The piece size of --large-above");
-ABSL_FLAG(bool, fadvise, false, "posix_fadvise(WILLNEED) each batch's reads when planned");
-ABSL_FLAG(std::string, resident, "auto",
+ABSL_FLAG(uint64_t, large_piece, kCoalesce.large_piece, "The piece size of --large-above");
+ABSL_FLAG(bool, fadvise, dlfeed::AdvancedOptions{}.fadvise_willneed,
+          "posix_fadvise(WILLNEED) each batch's reads when planned");
+ABSL_FLAG(std::string, resident, std::string(dlfeed::mode_name(dlfeed::LoaderOptions{}.resident)),
           "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
           "then copies from memory), on (or fail saying why not), off");
-ABSL_FLAG(std::string, unpack, "auto",
+ABSL_FLAG(std::string, unpack, std::string(dlfeed::mode_name(dlfeed::LoaderOptions{}.unpack)),
           "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half the memory budget, "
           "less the held files, are read once whole per epoch, inflated once, and gathered from memory), on (all of "
           "them, or an error saying why not), off (read per sample)");
-ABSL_FLAG(uint32_t, threads, 0,
+ABSL_FLAG(uint32_t, threads, dlfeed::LoaderOptions{}.threads,
           "Decode threads, also spreading copies from held files when more than 2 (0: the cores the process may use, "
           "at least 2); this loader's own");
 
-ABSL_FLAG(std::string, autotune, "auto",
+ABSL_FLAG(std::string, autotune, std::string(dlfeed::mode_name(dlfeed::LoaderOptions{}.autotune)),
           "auto (on with 4 cores or more), on: move what is left to the machine (I/O engines when --io_engines is 0, "
           "the read-ahead depth when --prefetch is auto, decode threads when --threads is 0) toward the best rate "
           "while it runs, within the memory budget; off: keep the defaults");

@@ -64,8 +64,8 @@ ABSL_FLAG(std::string, field_shapes, "",
 ABSL_FLAG(std::string, field_dtypes, "",
           "Per field, the element type of a TFRecord bytes feature, fields separated by ';', e.g. 'x=uint8'; a field "
           "not named takes --feature-dtype");
-ABSL_FLAG(bool, drop_last_batch, false, "Drop a rank's last partial batch");
-ABSL_FLAG(bool, ragged, false,
+ABSL_FLAG(bool, drop_last_batch, dlfeed::LoaderOptions{}.drop_last_batch, "Drop a rank's last partial batch");
+ABSL_FLAG(bool, ragged, dlfeed::LoaderOptions{}.ragged,
           "Allow samples of different shapes in one field (ragged batches); without it such a dataset is refused");
 ABSL_FLAG(bool, checksum, false, "Print an order-independent checksum of every sample delivered");
 ABSL_FLAG(bool, quiet, false, "Print only the summary lines");
@@ -83,8 +83,10 @@ ABSL_FLAG(std::string, trace, "", "Record trace events and write them to this fi
 ABSL_FLAG(std::string, trace_format, "chrome",
           "Trace format: chrome (Chrome trace JSON, opens in Perfetto) or dftracer (one event per line; the "
           "default for a --trace ending in .pfw or .pfw.gz)");
-ABSL_FLAG(uint64_t, trace_max_events, 500000, "Most trace events kept (later ones are dropped and counted)");
-ABSL_FLAG(uint32_t, trace_io_sample, 1, "Trace one of every N read requests");
+ABSL_FLAG(uint64_t, trace_max_events, dlfeed::counters::TraceOptions{}.max_events,
+          "Most trace events kept (later ones are dropped and counted)");
+ABSL_FLAG(uint32_t, trace_io_sample, dlfeed::counters::TraceOptions{}.io_sample_every,
+          "Trace one of every N read requests");
 
 namespace dlfeed::cli {
 namespace {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "command.h"
 #include "dlfeed/error.h"
+#include "dlfeed/staging/staging.h"
 #if DLFEED_WITH_MPI
 #include "dlfeed/mpi/job_cache.h"
 #include "dlfeed/mpi/mpi.h"
@@ -36,7 +37,8 @@ ABSL_FLAG(std::string, stage_to, "",
           "read the copies from the next epoch on; files without a complete copy are read from the source");
 ABSL_FLAG(std::string, stage_limit, "",
           "Most bytes of copies per rank, e.g. 512M, 4G (default: no limit); files that do not fit are skipped");
-ABSL_FLAG(bool, stage_sync, true, "fsync each staged copy before renaming it into place");
+ABSL_FLAG(bool, stage_sync, dlfeed::staging::StageOptions{}.sync,
+          "fsync each staged copy before renaming it into place");
 ABSL_FLAG(std::string, cache_dir, "",
           "s3:// datasets: a node-local folder keeping the bytes fetched, so later epochs and runs read them from it "
           "(docs/object-storage.md)");

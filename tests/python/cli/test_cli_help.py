@@ -238,3 +238,52 @@ def test_flags_appear_only_under_the_commands_that_read_them(dlfeed):
         for other in set(commands(dlfeed)) - names:
             proc = dlfeed.run(other, f"--{flag}=1", check=False)
             assert proc.returncode == 2 and "unknown flag" in proc.stderr, (other, flag, proc.stderr)
+
+
+# --- A flag's default is its field's ----------------------------------------
+#
+# A `dlfeed run` flag that sets a loader option (dlfeed._options.KEYWORDS names
+# the flag of each keyword) defaults to the C++ default of that option, as
+# dlfeed.Loader does: the command line and Python read the same data the same
+# way unless told otherwise. A keyword's flag_default says where a flag's
+# default differs on purpose, and why.
+
+def help_defaults(text):
+    """{flag: its default as the help prints it} of a command's --help."""
+    out = {}
+    for entry in re.split(r"^(?=    --[a-z])", text, flags=re.M)[1:]:
+        flat = " ".join(entry.split())
+        name = flat[2:flat.index(" ")]
+        out[name] = flat[flat.rindex("; default: ") + len("; default: "):].split(";", 1)[0]
+    return out
+
+
+def field_value_of_flag_default(flag, printed, field_default):
+    """The field's value that the flag's default sets (the units and spellings of the flags)."""
+    text = printed[1:-1] if printed.startswith('"') else printed
+    if isinstance(field_default, bool):
+        on = text == "true" if text in ("true", "false") else text != ""  # --trace FILE: on when a file is named
+        return not on if flag.startswith("no-") else on
+    if isinstance(field_default, int):
+        if text == "":  # a byte count given as text (--stage-limit 4G): empty keeps the field's default
+            return field_default
+        return int(text) << 20 if flag.endswith("-mb") else int(text)
+    if field_default is None or field_default in ([], {}):
+        return field_default if text == "" else text
+    return text
+
+
+def test_each_flags_default_is_its_fields_default(dlfeed):
+    from dlfeed import _options
+    printed = help_defaults(dlfeed.run("run", "--help").stdout)
+    checked = []
+    for keyword, k in _options.KEYWORDS.items():
+        if k.flag is None or k.field is None or k.flag_default is not None:
+            continue
+        assert k.flag in printed, f"{keyword}: `dlfeed run` has no --{k.flag}"
+        want = _options.field_default(k.field)
+        got = field_value_of_flag_default(k.flag, printed[k.flag], want)
+        assert got == want, (f"--{k.flag} defaults to {printed[k.flag]}, which sets LoaderOptions.{k.field} to "
+                             f"{got!r}; its C++ default (and dlfeed.Loader's) is {want!r}")
+        checked.append(keyword)
+    assert len(checked) >= 40, checked
