@@ -33,6 +33,11 @@ MB/s (10^6 bytes) of sample bytes delivered, medians over --repeats:
 - s3torchconnector (when importable): S3MapDataset over the same objects,
   whole objects (that is how it reads), parsed with numpy, in PyTorch's
   DataLoader with 0 and --s3tc-workers workers;
+- Mosaic Streaming and LitData (with --peer-python, a Python that has them;
+  bench/_s3_peers.py says how to make one): the same samples written in each
+  one's own format (MDS shards, optimized chunks; 64 MB each, their default),
+  uploaded beside the sets and read by its StreamingDataset into a fresh local
+  cache, shuffled, in PyTorch's DataLoader with 0 and --s3tc-workers workers;
 - faults: dlfeed through the harness's S3Proxy (a Python relay) with none and
   with --slowdown of the GETs answered 503 SlowDown; the ids and a checksum of
   every sample's bytes are compared with the files written here, and the
@@ -95,6 +100,8 @@ HARNESS = (bl.ROOT / "tests" / "python" / "s3_harness.py", bl.ROOT / "tests" / "
 CURL_SRC = bl.ROOT / "bench" / "s3_ranged_get.c"
 PIECE = 2 << 20  # dlfeed::s3 reads a large sample in pieces of this size
 PIECES = "curl 2MiB pieces"
+PEERS = ("mosaic", "litdata")  # bench/_s3_peers.py's readers
+PEERS_PY = bl.ROOT / "bench" / "_s3_peers.py"
 
 
 # ---------------------------------------------------------------- datasets
@@ -425,13 +432,30 @@ def upload(server, root: pathlib.Path, prefix: str, names: List[str], threads: i
         list(ex.map(put, range(threads)))
 
 
-def child(args: List, env: dict, timeout: float = 600) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--worker", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+def child(args: List, env: dict, timeout: float = 600, python: Optional[List[str]] = None) -> dict:
+    """Runs a worker (this script's --worker, or PYTHON SCRIPT for the peers) and returns its RESULT."""
+    head = python or [sys.executable, __file__, "--worker"]
+    proc = subprocess.run([*head, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode or not lines:
         raise RuntimeError(f"worker {args[0]} failed ({proc.returncode}): {proc.stderr[-3000:]}")
     return json.loads(lines[-1][7:])
+
+
+def peer_env(env: dict) -> dict:
+    """The server's AWS_* as the peers also read them: Streaming's S3_ENDPOINT_URL."""
+    return {**env, "S3_ENDPOINT_URL": env["AWS_ENDPOINT_URL"]}
+
+
+def write_peer_sets(python: str, data: pathlib.Path, names: List[str], server, env: dict) -> List[str]:
+    """Each set in Mosaic Streaming's and LitData's formats, written by them and uploaded as
+    KIND-SET/ beside the set; returns the peers written."""
+    for kind in PEERS:
+        for name in names:
+            folder = data / f"{kind}-{name}"
+            r = child([f"write-{kind}", "--src", data / name, "--out", folder], env, python=[python, str(PEERS_PY)])
+            upload(server, folder, f"{kind}-{name}", r["files"])
+    return list(PEERS)
 
 
 def curl_run(binary: pathlib.Path, plan_txt: pathlib.Path, parallel: int, env: dict) -> dict:
@@ -528,6 +552,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=16, help="the plain clients' GETs in flight")
     ap.add_argument("--connections", default="8,16,32", help="DLFEED_S3_CONNECTIONS values besides the default")
     ap.add_argument("--s3tc-workers", type=int, default=4, help="DataLoader workers for s3torchconnector")
+    ap.add_argument("--peer-python", default=os.environ.get("DLFEED_PEER_PYTHON", ""),
+                    help="a Python with mosaicml-streaming and litdata (bench/_s3_peers.py); empty: not measured")
     ap.add_argument("--slowdown", type=float, default=0.05, help="fraction of GETs the proxy answers 503")
     ap.add_argument("--sets", default="small,large")
     ap.add_argument("--epochs", type=int, default=1,
@@ -574,6 +600,9 @@ def main() -> None:
             upload(server, data / name, name, sets[name]["files"])
         results["upload_s"] = time.monotonic() - t0
         env = server.env(base=base_env)
+        peers = write_peer_sets(a.peer_python, data, names, server, env) if a.peer_python else []
+        if not a.peer_python:
+            results["peers"] = "no --peer-python: Mosaic Streaming and LitData not measured"
         plans: Dict[str, Dict[str, pathlib.Path]] = {}
         for name in names:
             s = sets[name]
@@ -600,6 +629,7 @@ def main() -> None:
         def systems_of(name: str) -> List[str]:
             out = ["boto3"] + ([c for c in ("curl", PIECES, "curl objects") if c in plans[name]] if curl_bin else [])
             out += ["dlfeed", "dlfeed ranged"] + [f"dlfeed c{c}" for c in conns]
+            out += [f"{p} w{w}" for p in peers for w in (0, a.s3tc_workers)]
             return out + (["s3tc w0", f"s3tc w{a.s3tc_workers}"] if has_s3tc else [])
 
         def run_one(system: str, name: str, rep: int, run_env: dict, checksum: bool = False,
@@ -617,6 +647,14 @@ def main() -> None:
             elif system.startswith("s3tc"):
                 r = child(["s3tc", "--url", url, "--workers", system.split("w")[1], "--seed", rep,
                            "--epochs", epochs], run_env)
+            elif system.split()[0] in PEERS:
+                kind, workers = system.split()
+                try:
+                    r = child([kind, "--url", f"s3://{BUCKET}/{kind}-{name}", "--workers", workers[1:], "--seed",
+                               rep, "--batch", s["batch"], "--cache-root", data], peer_env(run_env),
+                              python=[a.peer_python, str(PEERS_PY)])
+                except RuntimeError as e:  # theirs to fail: kept as a failed run, left out of the medians
+                    r = {"failed": str(e)[-2000:], "seconds": float("inf")}
             else:
                 e = dict(run_env)
                 if " c" in system:
@@ -695,9 +733,11 @@ def summarize(results: dict, names: List[str]) -> dict:
     lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def used(rs: List[dict]) -> List[dict]:
-        """The runs no build ran beside, when there are two or more; else all."""
-        clean = [r for r in rs if not r.get("disturbed")]
-        return clean if len(clean) >= 2 else rs
+        """The runs that did not fail and no build ran beside, when there are two or more; else those that
+        did not fail."""
+        done = [r for r in rs if "failed" not in r] or rs
+        clean = [r for r in done if not r.get("disturbed")]
+        return clean if len(clean) >= 2 else done
 
     for name in names:
         runs = [r for r in results["runs"] if r["set"] == name]
@@ -716,7 +756,7 @@ def summarize(results: dict, names: List[str]) -> dict:
             open_s = bl.median([r["open_s"] for r in rs]) if "open_s" in rs[0] else float("nan")
             # The span measured, in the client's own process; s3tc's DataLoader workers are other
             # processes: their whole lives, start-up included (marked *).
-            whole = s.startswith("s3tc") and not s.endswith("w0")
+            whole = s.split()[0] in ("s3tc", *PEERS) and not s.endswith("w0")
             cpu = bl.median([r["client_cpu_s"] if whole or "epoch_cpu_s" not in r else r["epoch_cpu_s"] for r in rs])
             srv = bl.median([r["server_cpu_s"] for r in rs])
             note = []
@@ -728,6 +768,10 @@ def summarize(results: dict, names: List[str]) -> dict:
                             f"checksums match {all(r['digest_ok'] for r in every)}")
             if s.startswith("s3tc") or s == "curl objects":
                 note.append("whole objects")
+            if s.split()[0] in PEERS:
+                note.append("whole 64 MB shards of its own format, to a local cache")
+            if any("failed" in r for r in every):
+                note.append(f"{sum('failed' in r for r in every)} run(s) failed (object_store.json)")
             if "s3" in rs[0] and any(r["s3"]["failures"] for r in every):
                 note.append(f"failures {sum(r['s3']['failures'] for r in every)}")
             row = {"set": name, "system": s, "mb_s": med[s], "min": min(vals), "max": max(vals),
@@ -757,6 +801,10 @@ def readme(results: dict, table: str) -> str:
                     f"{s['sample_bytes'] / 1e6:.0f} MB, batch {s['batch']}")
     s3tc = results.get("s3torchconnector", "measured (s3tc w0: DataLoader without workers; "
                                            f"w{a['s3tc_workers']}: {a['s3tc_workers']} workers)")
+    peers = results.get("peers", "the same samples written by each in its own format (MDS shards; optimized "
+                                 "chunks; 64 MB, their default), read by its StreamingDataset into a fresh local "
+                                 f"cache, shuffled, in a DataLoader (wN: N workers), one epoch per process "
+                                 f"({a.get('peer_python')})")
     return f"""# s3:// datasets against the server's own limit ({results['machine']['date']})
 
 {bl.machine_line(results['machine'])}. dlfeed: {results['build']}.
@@ -785,6 +833,7 @@ GETs: dlfeed's s3 counters (every ranged GET, the headers read while indexing to
 requests. retries: summed over the repeats. CPU s: user + system seconds over the span measured, of the
 client's process (*: s3tc's DataLoader workers, whole processes with their start-up) and of the server
 (medians; 2 cores give 2 CPU seconds a second). s3torchconnector: {s3tc}.
+Mosaic Streaming (mosaicml-streaming) and LitData: {peers}.
 
 {table}
 {cache_text(results)}
