@@ -287,3 +287,17 @@ def test_each_flags_default_is_its_fields_default(dlfeed):
                              f"{got!r}; its C++ default (and dlfeed.Loader's) is {want!r}")
         checked.append(keyword)
     assert len(checked) >= 40, checked
+
+
+def test_each_loader_flag_is_a_keywords_flag(dlfeed):
+    """The other way round: every flag of `dlfeed run`'s loader, dataset and order groups sets a field
+    named in the options' table (dlfeed._options.KEYWORDS), so the table is every knob of the command line."""
+    from dlfeed import _options
+    out = dlfeed.run("run", "--help").stdout
+    parts = re.split(r"^  (\S[^\n]*flags):\n", out, flags=re.M)
+    groups = {parts[i]: HELP_FLAG.findall(parts[i + 1]) for i in range(1, len(parts), 2)}
+    named = {k.flag for k in _options.KEYWORDS.values() if k.flag}
+    for group in ("Loader flags", "Dataset flags", "Order flags"):
+        assert groups.get(group), f"no {group!r} in `dlfeed run --help`: {sorted(groups)}"
+        unnamed = [f for f in groups[group] if f not in named]
+        assert not unnamed, f"{group} without a keyword in python/dlfeed/_options.py: {unnamed}"
