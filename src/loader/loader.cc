@@ -28,6 +28,7 @@
 #include "dlfeed/plan/policy.h"
 #include "loader/loader_fields.h"
 #include "loader/loader_state.h"
+#include "loader/prefill.h"
 #include "pipeline/cores.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/tuned.h"
@@ -443,6 +444,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (impl->small_order()) impl->prepared = std::move(checked);
   impl->build_stages(threads);
   impl->setup_autotune(machine, tune_engines, tune_threads);
+  // The first epoch's batch buffers, backed now rather than during its reads.
+  detail::prefill_batch_buffers(*impl->pool, impl->field_specs, impl->options.batch_size, *impl->policy,
+                                impl->source.rule.memory_budget);
+  if (!impl->resident && !objects) detail::open_files_ahead(*impl->files);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 

@@ -35,6 +35,10 @@ def deepcam_64(tmp_path_factory):
     return folder, arrays
 
 
+def read_all_x(loader):
+    return {int(sid): x for batch in loader for sid, x in zip(batch.sample_ids, np.array(batch[0]))}
+
+
 def read_all(loader, epoch=0):
     out = {}
     for batch in loader.iter_epoch(epoch):
@@ -90,6 +94,28 @@ def test_a_batch_larger_than_the_budget_is_read_alone_not_refused_nor_hung(deepc
     for sid, (x, _) in got.items():
         np.testing.assert_array_equal(x, arrays[sid][0])
     assert loader.stats().peak_in_flight_bytes <= 3 * (64 + 4) * MIB + MIB
+
+
+@pytest.mark.parametrize("resident", ["off", "on"])
+def test_the_first_epochs_batch_buffers_are_made_at_create(deepcam_64, resident):
+    """The batch buffers the read-ahead takes are made and touched when the loader is made: the first
+    epoch allocates none (they were fresh memory for the kernel to back during its reads), and reads
+    every byte into them. A batch over the memory budget is read alone, into the one buffer made."""
+    folder, arrays = deepcam_64
+    loader = dlf.Loader(folder, axis="none", fields=["climate/data", "climate/labels_0"], batch_size=1,
+                        strategy="global_shuffle", seed=3, resident=resident, memory_budget=1024 * MIB)
+    made = loader.stats().pool_allocations
+    assert made >= 2 * 2  # x and labels, for at least the read-ahead's batch and the consumer's
+    got = read_all(loader)
+    assert sorted(got) == [0, 1, 2]
+    for sid, (x, y) in got.items():
+        np.testing.assert_array_equal(x, arrays[sid][0])
+        np.testing.assert_array_equal(y, arrays[sid][1])
+    assert loader.stats().pool_allocations == made
+    alone = dlf.Loader(folder, axis="none", fields=["climate/data"], batch_size=3, resident="off",
+                       memory_budget=64 * MIB)  # one batch is 192 MiB
+    assert alone.stats().pool_allocations == 1
+    assert sorted(read_all_x(alone)) == [0, 1, 2] and alone.stats().pool_allocations == 1
 
 
 def test_the_cli_names_planned_reads_and_io_operations_apart(dlfeed, deepcam_64, tmp_path):
