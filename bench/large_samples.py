@@ -18,7 +18,10 @@ alternating rounds:
 - PyTorch's DataLoader over an h5py Dataset (HDF5 only, --torch), one worker per core.
 
 --cold adds one cold epoch per system (pages dropped with posix_fadvise
-before each; a VM's host may still cache them).
+before each; a VM's host may still cache them), and fio when installed
+(`apt-get install fio`): io_uring, buffered, 2 MiB reads (dlfeed's large
+pieces; 1 MiB for 1 MiB samples) with 2 per core in flight (as many as dlfeed hands its kernel
+workers), over the same files.
 
     .venv/bin/python bench/large_samples.py                  # 1,4,16,64,256 MiB, ~1 GiB each
     .venv/bin/python bench/large_samples.py --sizes 64 --rounds 3 --torch
@@ -28,9 +31,11 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import _benchlib as bl
 import numpy as np
@@ -91,6 +96,18 @@ def dlfeed_run(folder: pathlib.Path, batch: int, epochs: int, extra: list, tmp: 
             "read_gb_per_s": rates, "first_step_s": eps[0].get("first_step_s"),
             "io_operations": eps[-1].get("io_operations"), "planned_reads": eps[-1].get("planned_reads"),
             "memory_budget": s["run"].get("memory_budget"), "prefetch": s["run"].get("prefetch")}
+
+
+def fio_rate(folder: pathlib.Path, mib: int, cores: int) -> Optional[float]:
+    """GB/s of fio reading the folder's files once, cold (its invalidate drops their pages first), as dlfeed's
+    large route reads: io_uring, buffered, 2 MiB reads (1 MiB for 1 MiB samples: fio skips a file smaller
+    than its block), 2 per core in flight; None without fio."""
+    if shutil.which("fio") is None:
+        return None
+    out = bl.sh(["fio", "--name=cold", "--rw=read", f"--bs={min(2, mib)}M", f"--iodepth={2 * cores}",
+                 "--ioengine=io_uring", "--direct=0", "--invalidate=1", "--output-format=json", f"--opendir={folder}"])
+    job = json.loads(out[out.index("{"):])["jobs"][0]["read"]
+    return job["bw_bytes"] / 1e9
 
 
 def torch_rate(files: list, batch: int, workers: int) -> float:
@@ -157,6 +174,7 @@ def main() -> None:
                 case["cold_yard"] = json.loads(bl.sh([YARD, "--rounds", 1, *files]))["median_gb_per_s"]
                 bl.evict([folder])
                 case["cold_off"] = dlfeed_run(folder, batch, 1, ["--resident", "off"], tmp)["first_gb_per_s"]
+                case["cold_fio"] = fio_rate(folder, mib, cores)
                 bl.warm([folder])
             results["cases"].append(case)
     out = pathlib.Path(a.out or tmp / f"large_samples-{int(time.time())}.json")
@@ -177,7 +195,16 @@ def main() -> None:
         tor = med(lambda r: r["torch"]) if "torch" in c["rounds"][0] else None
         print(f"| {c['format']} | {c['mib']} MiB | {c['batch']} | {y:.2f} | {later:.2f} | {later / y:.2f} | "
               f"{first / later:.2f} | {step:.3f} | {ops:.0f} | {auto:.2f} | {'' if tor is None else f'{tor:.2f}'} |")
-
+    cold = [c for c in results["cases"] if "cold_off" in c]
+    if cold:
+        print("\n| format | sample | cold: yardstick GB/s | fio GB/s | dlfeed GB/s | dlfeed / fio |")
+        print("|---|---|---|---|---|---|")
+        for c in cold:
+            fio = c.get("cold_fio")
+            fio_txt = "" if fio is None else f"{fio:.2f}"
+            ratio = "" if fio is None else f"{c['cold_off'] / fio:.2f}"
+            print(f"| {c['format']} | {c['mib']} MiB | {c['cold_yard']:.2f} | {fio_txt} | {c['cold_off']:.2f} "
+                  f"| {ratio} |")
 
 if __name__ == "__main__":
     main()
