@@ -87,7 +87,6 @@ class UringBackend final : public IoBackend {
       registered_.assign(n, false);
       registered_pins_.resize(n);
       registered_redirections_ = files_->redirections();
-      register_all();
     }
     return absl::OkStatus();
   }
@@ -190,26 +189,6 @@ class UringBackend final : public IoBackend {
     if (io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size())) < 0) return;
     fixed_ = std::move(bufs);
     for (uint32_t i = 0; i < depth_; ++i) free_fixed_.push_back(static_cast<int>(depth_ - 1 - i));
-  }
-
-  // Every file in the ring's table in one call, rather than one call each on
-  // its first read (768 of them took about 7 ms of a first epoch of 55).
-  // A file that does not open stays out: its first read pins it, which
-  // reports why.
-  void register_all() {
-    std::vector<int> fds(registered_.size(), -1);
-    for (uint32_t id = 0; id < fds.size(); ++id) {
-      absl::StatusOr<FileTable::Pin> pin = files_->try_pin(id);
-      if (!pin.ok() || !*pin) continue;
-      fds[id] = pin->fd();
-      registered_pins_[id] = *std::move(pin);
-    }
-    if (io_uring_register_files_update(&ring_, 0, fds.data(), static_cast<unsigned>(fds.size())) !=
-        static_cast<int>(fds.size())) {
-      for (auto& pin : registered_pins_) pin.reset();  // on first use, one by one, as before
-      return;
-    }
-    for (uint32_t id = 0; id < fds.size(); ++id) registered_[id] = fds[id] >= 0;
   }
 
   // The file's index in the ring's file table, registering it on first use;

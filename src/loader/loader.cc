@@ -425,9 +425,6 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
                                                   impl->counters.get()));
   impl->unpacked = std::move(unpack.files);
   impl->unpacked_reason = std::move(unpack.reason);
-  // A small dataset's files, opened now (io_uring registers them with its ring
-  // as it starts) rather than by the first epoch's reads.
-  if (!impl->resident && !objects) detail::open_files_ahead(*impl->files);
   DLFEED_RETURN_IF_ERROR(impl->add_engines(options, machine, tune_engines));
   // The look-ahead may block; decode needs a thread too.
   const uint32_t threads = std::max(2u, options.threads ? options.threads : machine.threads);
@@ -450,6 +447,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   // The first epoch's batch buffers, backed now rather than during its reads.
   detail::prefill_batch_buffers(*impl->pool, impl->field_specs, impl->options.batch_size, *impl->policy,
                                 impl->source.rule.memory_budget);
+  if (!impl->resident && !objects) detail::open_files_ahead(*impl->files);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
