@@ -444,10 +444,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (impl->small_order()) impl->prepared = std::move(checked);
   impl->build_stages(threads);
   impl->setup_autotune(machine, tune_engines, tune_threads);
-  // The first epoch's batch buffers, backed now rather than during its reads.
-  detail::prefill_batch_buffers(*impl->pool, impl->field_specs, impl->options.batch_size, *impl->policy,
-                                impl->source.rule.memory_budget);
-  if (!impl->resident && !objects) detail::open_files_ahead(*impl->files);
+  // The first epoch's batch buffers, backed now rather than during its reads
+  // (not a caller's allocator's: page-locking is theirs to schedule).
+  if (!impl->options.buffer_allocator) {
+    detail::prefill_batch_buffers(*impl->pool, impl->field_specs, impl->options.batch_size, impl->samples_per_epoch,
+                                  *impl->policy, impl->source.rule.memory_budget);
+  }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 

@@ -2,6 +2,7 @@
 #include "loader/prefill.h"
 
 #include <algorithm>
+#include <new>
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 namespace {
@@ -19,48 +20,45 @@ uint64_t field_batch_bytes(const FieldSpec& s, uint32_t batch_size) {
 }  // namespace
 
 uint64_t prefill_batch_buffers(BufferPool& pool, const std::vector<FieldSpec>& specs, uint32_t batch_size,
-                               const prefetch::PrefetchPolicy& policy, uint64_t memory_budget, uint64_t at_least) {
+                               uint64_t samples_per_epoch, const prefetch::PrefetchPolicy& policy,
+                               uint64_t memory_budget, uint64_t at_least) {
+  if (batch_size == 0 || samples_per_epoch == 0) return 0;
+  // A batch of fewer samples than batch_size (a shard smaller than one) takes
+  // buffers of its own size: the pool hands out none more than twice as big.
+  const auto samples = static_cast<uint32_t>(std::min<uint64_t>(batch_size, samples_per_epoch));
   std::vector<uint64_t> sizes;
   uint64_t batch = 0;
   for (const FieldSpec& s : specs) {
-    const uint64_t b = field_batch_bytes(s, batch_size);
+    const uint64_t b = field_batch_bytes(s, samples);
     if (b >= at_least) sizes.push_back(b);
     batch += b;
   }
   if (sizes.empty() || batch == 0) return 0;
-  // The batches the look-ahead admits from empty, as the budget would (the
-  // first always), then the consumer's.
+  // The batches the look-ahead admits from empty, the first always, and the
+  // consumer's; within the epoch, and such that a second admission's trim
+  // (to memory_budget less two batches) keeps the rest.
+  const uint64_t in_epoch = (samples_per_epoch + batch_size - 1) / batch_size;
   uint64_t n = 0;
-  while (n < kMaxBatches && (n == 0 || (n + 1) * batch <= memory_budget) &&
-         policy.admit(prefetch::InFlight{n, n * batch, false, n * batch}, batch)) {
-    ++n;
-  }
-  n = std::max<uint64_t>(n, 1);
-  if ((n + 1) * batch <= memory_budget) ++n;
+  while (n < kMaxBatches && policy.admit(prefetch::InFlight{n, n * batch, false, n * batch}, batch)) ++n;
+  n = std::min({n + 1, in_epoch, memory_budget / batch > 0 ? memory_budget / batch - 1 : 0, memory_budget / 4 / batch});
   std::vector<ByteBuffer> made;
   uint64_t bytes = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    for (const uint64_t size : sizes) {
-      ByteBuffer b = pool.take(size);
-      auto* p = reinterpret_cast<volatile unsigned char*>(b.data());
-      for (uint64_t at = 0; at < size; at += kPage) p[at] = 0;
-      p[size - 1] = 0;
-      bytes += size;
-      made.push_back(std::move(b));
+  try {
+    for (uint64_t i = 0; i < n; ++i) {
+      for (const uint64_t size : sizes) {
+        ByteBuffer b = pool.take(size);
+        auto* p = reinterpret_cast<volatile unsigned char*>(b.data());
+        for (uint64_t at = 0; at < size; at += kPage) p[at] = 0;
+        p[size - 1] = 0;
+        bytes += size;
+        made.push_back(std::move(b));
+      }
     }
+  } catch (const std::bad_alloc&) {
+    // Memory the reads will ask for anyway: they say so then, if it is still short.
   }
   for (ByteBuffer& b : made) pool.give(std::move(b));
   return bytes;
-}
-
-void open_files_ahead(FileTable& files) {
-  // Only when all of them stay open: a larger set's epochs open and close
-  // files as its order goes, the first as the later ones.
-  if (files.size() > files.max_open() / 2) return;
-  for (uint32_t id = 0; id < files.size(); ++id) {
-    absl::StatusOr<FileTable::Pin> pin = files.pin(id);
-    if (!pin.ok()) return;  // its read says why
-  }
 }
 
 }  // namespace dlfeed::inline DLFEED_ABI::detail

@@ -14,10 +14,6 @@ TEST(Loader, ReadFailuresReachTheConsumerWithFileAndOffset) {
       const std::string path = make_dataset(c, root + (remove ? "/rm" : "/cut") + std::to_string(int(io)));
       LoaderOptions o = options_for(c, path);
       o.io.kind = io;
-      // A table that keeps fewer files open than the dataset has: none is
-      // opened at create (a small dataset's are, and a removed one then reads
-      // on: RemovedFilesHeldOpenAtCreateReadOn), so the removal is met by a read.
-      o.advanced.max_open_files = 4;
       auto loader = Loader::create(o).value();
       const std::string victim = loader->index().files[3];
       if (remove) {
@@ -46,25 +42,6 @@ TEST(Loader, ReadFailuresReachTheConsumerWithFileAndOffset) {
       EXPECT_EQ(loader->next().value(), nullptr);
     }
   }
-}
-
-// A small dataset's files are opened when the loader is made: one removed
-// after that reads on, the bytes indexed, as a file removed during a later
-// epoch does (its descriptor is open); none is missed, none read twice.
-TEST(Loader, RemovedFilesHeldOpenAtCreateReadOn) {
-  const std::string root = scratch_dir();
-  const DatasetCase& c = kDatasets[0];
-  const std::string path = make_dataset(c, root + "/held");
-  LoaderOptions o = options_for(c, path);
-  std::vector<uint64_t> want;
-  {
-    auto reference = Loader::create(o).value();
-    want = read_epoch(*reference, c, 0);
-  }
-  auto loader = Loader::create(o).value();
-  std::filesystem::remove(loader->index().files[3]);
-  EXPECT_EQ(read_epoch(*loader, c, 0), want);  // every byte checked against the generator's
-  EXPECT_FALSE(want.empty());
 }
 
 // dlfeed's own threads (named "dlfeed-..."); oneTBB's worker pool is shared

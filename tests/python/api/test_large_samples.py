@@ -100,7 +100,7 @@ def test_a_batch_larger_than_the_budget_is_read_alone_not_refused_nor_hung(deepc
 def test_the_first_epochs_batch_buffers_are_made_at_create(deepcam_64, resident):
     """The batch buffers the read-ahead takes are made and touched when the loader is made: the first
     epoch allocates none (they were fresh memory for the kernel to back during its reads), and reads
-    every byte into them. A batch over the memory budget is read alone, into the one buffer made."""
+    every byte into them."""
     folder, arrays = deepcam_64
     loader = dlf.Loader(folder, axis="none", fields=["climate/data", "climate/labels_0"], batch_size=1,
                         strategy="global_shuffle", seed=3, resident=resident, memory_budget=1024 * MIB)
@@ -112,9 +112,15 @@ def test_the_first_epochs_batch_buffers_are_made_at_create(deepcam_64, resident)
         np.testing.assert_array_equal(x, arrays[sid][0])
         np.testing.assert_array_equal(y, arrays[sid][1])
     assert loader.stats().pool_allocations == made
+    # More samples a batch than the epoch has: buffers of the epoch's size, which its one batch takes.
+    whole = dlf.Loader(folder, axis="none", fields=["climate/data"], batch_size=5, resident="off",
+                       memory_budget=1024 * MIB)
+    made = whole.stats().pool_allocations
+    assert made >= 1 and sorted(read_all_x(whole)) == [0, 1, 2] and whole.stats().pool_allocations == made
+    # A batch over the memory budget (192 MiB against 64) is read alone, into a buffer made then.
     alone = dlf.Loader(folder, axis="none", fields=["climate/data"], batch_size=3, resident="off",
-                       memory_budget=64 * MIB)  # one batch is 192 MiB
-    assert alone.stats().pool_allocations == 1
+                       memory_budget=64 * MIB)
+    assert alone.stats().pool_allocations == 0
     assert sorted(read_all_x(alone)) == [0, 1, 2] and alone.stats().pool_allocations == 1
 
 
