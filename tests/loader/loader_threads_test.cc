@@ -115,7 +115,13 @@ TEST(LoaderThreads, ASecondLoaderGetsItsOwnThreadsWhileTheFirstIsMidEpoch) {
   ASSERT_TRUE(second->start_epoch(0).ok());
   EXPECT_EQ(drain(*second), 4u * 96);
   // 4 threads decoding batches at once; with oneTBB's pool sized by the
-  // first loader (1 worker on a 2-core machine) it was at most 2.
+  // first loader (1 worker on a 2-core machine) it was at most 2. How many
+  // overlap depends on the scheduler too (ctest runs another test beside
+  // this one): up to two more epochs, the first loader still mid-epoch.
+  for (uint64_t e = 1; e < 3 && second->stats().decode_peak < 3; ++e) {
+    ASSERT_TRUE(second->start_epoch(e).ok());
+    EXPECT_EQ(drain(*second), 4u * 96);
+  }
   EXPECT_GE(second->stats().decode_peak, 3u) << "the second loader's arena did not get its threads";
   EXPECT_LE(second->stats().decode_peak, 4u);
 
