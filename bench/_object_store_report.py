@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""bench/object_store.py's sets' shapes, its model of an LRU cache over the
-same order (against dlfeed's node-local cache), and its table and README.md."""
+"""bench/object_store.py's sets' shapes, the CPU counts each reader reports
+(its own and bench/_s3_peers.py's), its model of an LRU cache over the same
+order (against dlfeed's node-local cache), and its table and README.md."""
 from __future__ import annotations
 
 import pathlib
@@ -19,6 +20,13 @@ SMALL_SHAPE = (224, 224, 3)
 LARGE_SHAPE = (1, 2048, 2048)  # float32: 16 MiB
 PIECES = "curl 2MiB pieces"
 PEERS = ("mosaic", "litdata")  # bench/_s3_peers.py's readers
+
+
+def epoch_rusage(ru0, ru1) -> dict:
+    """The measured span's CPU seconds and minor page faults, in the process itself (all its threads)."""
+    return {"epoch_cpu_s": ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime,
+            "epoch_minflt": ru1.ru_minflt - ru0.ru_minflt}
+
 
 
 # ---------------------------------------------------------------- the LRU model

@@ -32,6 +32,7 @@ import time
 from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
+from _object_store_report import epoch_rusage  # the same CPU counts as bench/object_store.py's readers
 
 SHARD_BYTES = 64 << 20  # both libraries' default shard/chunk size
 
@@ -143,7 +144,7 @@ def read_mosaic(a) -> dict:
     finally:
         shutil.rmtree(local, ignore_errors=True)
     return {"samples": samples, "bytes": nbytes, "seconds": t1 - t0, "workers": a.workers,
-            **_rusage(ru0, resource.getrusage(resource.RUSAGE_SELF))}
+            **epoch_rusage(ru0, resource.getrusage(resource.RUSAGE_SELF))}
 
 
 def read_litdata(a) -> dict:
@@ -165,11 +166,7 @@ def read_litdata(a) -> dict:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return {"samples": samples, "bytes": nbytes, "seconds": t1 - t0, "workers": a.workers,
-            **_rusage(ru0, resource.getrusage(resource.RUSAGE_SELF))}
-
-
-def _rusage(ru0, ru1) -> dict:
-    return {"cpu_user_s": ru1.ru_utime - ru0.ru_utime, "cpu_sys_s": ru1.ru_stime - ru0.ru_stime}
+            **epoch_rusage(ru0, resource.getrusage(resource.RUSAGE_SELF))}
 
 
 def main(argv: List[str]) -> None:

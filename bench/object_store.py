@@ -88,7 +88,17 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _benchlib as bl  # noqa: E402
-from _object_store_report import LARGE_SHAPE, PEERS, PER_FILE, PIECES, SMALL_SHAPE, cache_runs, readme, summarize  # noqa: E402
+from _object_store_report import (  # noqa: E402
+    LARGE_SHAPE,
+    PEERS,
+    PER_FILE,
+    PIECES,
+    SMALL_SHAPE,
+    cache_runs,
+    epoch_rusage,
+    readme,
+    summarize,
+)
 
 BUCKET = "bench"
 # The S3 test harness (S3Server, S3Proxy): where it is now, where it was.
@@ -182,12 +192,6 @@ def epoch_digest(pairs) -> str:
 
 
 # ---------------------------------------------------------------- workers (child processes)
-
-def epoch_rusage(ru0, ru1) -> dict:
-    """The measured span's CPU seconds and minor page faults, in the process itself (all its threads)."""
-    return {"epoch_cpu_s": ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime,
-            "epoch_minflt": ru1.ru_minflt - ru0.ru_minflt}
-
 
 def worker_dlfeed(a) -> dict:
     import dlfeed
