@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <deque>
 #include <list>
 #include <mutex>
@@ -238,6 +239,24 @@ uint32_t FileTable::add(absl::string_view path, const FileIdentity& identity) {
 void FileTable::reserve(size_t n) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->ids.reserve(n);
+}
+
+void FileTable::reserve_descriptors() const {
+  const size_t n = std::min(size(), max_open_);
+  // The lowest free descriptor: about as many as are open now.
+  const int probe = ::open("/", O_PATH | O_CLOEXEC);
+  if (probe < 0) return;
+  struct rlimit rl {};
+  size_t top = std::min<size_t>(static_cast<size_t>(probe) + n, INT_MAX - 1);
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    top = std::min<size_t>(top, static_cast<size_t>(rl.rlim_cur) - 1);
+  }
+  // A duplicate at the top grows the table to hold it, at once.
+  if (top > static_cast<size_t>(probe)) {
+    const int high = ::fcntl(probe, F_DUPFD_CLOEXEC, static_cast<int>(top));
+    if (high >= 0) ::close(high);
+  }
+  ::close(probe);
 }
 
 std::optional<uint64_t> FileTable::known_size(uint32_t id) const {

@@ -402,6 +402,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files, objects));
   impl->resident = std::move(held.files);
   impl->resident_reason = std::move(held.reason);
+  // Files read by descriptor every epoch: the process's descriptor table
+  // grown now, once, not in the first epoch's opens.
+  if (!impl->resident && !objects) impl->files->reserve_descriptors();
   pipeline::MachineDefaults machine = pipeline::machine_defaults(pipeline::process_cores());
   machine.read_budget = pipeline::read_budget_within(machine, options.memory_budget,
                                                      detail::mean_batch_bytes(impl->indices, options.batch_size));

@@ -35,12 +35,13 @@ uint64_t prefill_batch_buffers(BufferPool& pool, const std::vector<FieldSpec>& s
   }
   if (sizes.empty() || batch == 0) return 0;
   // The batches the look-ahead admits from empty, the first always, and the
-  // consumer's; within the epoch, and such that a second admission's trim
-  // (to memory_budget less two batches) keeps the rest.
+  // consumer's two (the one it is handed and the one it still holds: Python's
+  // `for b in loader` lets the last go only when the next arrives); within the epoch, and such that a second
+  // admission's trim (to memory_budget less two batches) keeps the rest.
   const uint64_t in_epoch = (samples_per_epoch + batch_size - 1) / batch_size;
   uint64_t n = 0;
   while (n < kMaxBatches && policy.admit(prefetch::InFlight{n, n * batch, false, n * batch}, batch)) ++n;
-  n = std::min({n + 1, in_epoch, memory_budget / batch > 0 ? memory_budget / batch - 1 : 0, memory_budget / 4 / batch});
+  n = std::min({n + 2, in_epoch, memory_budget / batch > 0 ? memory_budget / batch - 1 : 0, memory_budget / 4 / batch});
   std::vector<ByteBuffer> made;
   uint64_t bytes = 0;
   try {

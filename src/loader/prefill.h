@@ -16,7 +16,8 @@ namespace dlfeed::inline DLFEED_ABI::detail {
 /// once in the first epoch, each touched page by page, so that the kernel
 /// backs their fresh memory now and the first epoch's reads and copies land
 /// in memory as ready as the later epochs'. As many batches as `policy`
-/// admits from empty, and the consumer's, at most the epoch's
+/// admits from empty, and the consumer's two (the batch handed over and the
+/// one still held), at most the epoch's
 /// (`samples_per_epoch` in batches of `batch_size`), so that the admission's
 /// trim of the pool (memory_budget less the batches in flight) keeps every
 /// one, and at most a quarter of `memory_budget` in all. Only fields whose

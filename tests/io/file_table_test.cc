@@ -304,5 +304,33 @@ TEST(FileTable, DefaultCapFollowsRlimit) {
 
 // The step every backend shares: short reads, EINTR/EAGAIN and EOF.
 
+// The process's descriptor table (/proc/self/status FDSize) as the kernel
+// sizes it: it grows by doubling as descriptors are opened, and never shrinks.
+size_t descriptor_table_size() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("FDSize:", 0) == 0) return std::stoul(line.substr(7));
+  }
+  return 0;
+}
+
+TEST(FileTable, ReserveDescriptorsGrowsTheProcessTableToHoldTheFilesItMayKeepOpen) {
+  const size_t before = descriptor_table_size();
+  ASSERT_GT(before, 0u);
+  struct rlimit rl {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &rl), 0);
+  const size_t want = 2 * before + 100;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur <= want + 64) GTEST_SKIP() << "RLIMIT_NOFILE too low";
+  FileTable table({.max_open = want});
+  // Paths need not exist to be registered (a missing file fails at its open).
+  const std::string dir = testing::scratch_dir();
+  for (size_t i = 0; i < want + 50; ++i) table.add(absl::StrCat(dir, "/missing-", i));
+  table.reserve_descriptors();
+  // Room for max_open() more than are open now, in one growth.
+  EXPECT_GE(descriptor_table_size(), want);
+  EXPECT_EQ(table.stats().opens, 0u);
+}
+
 }  // namespace
 }  // namespace dlfeed

@@ -144,3 +144,25 @@ def test_max_read_still_bounds_the_large_pieces(dlfeed, deepcam_64, tmp_path):
                "--resident", "off", "--max-read", 1 << 20, "--summary-json", summary, folder)
     e = json.loads(summary.read_text())["epochs"][0]
     assert (e["planned_reads"], e["io_operations"]) == (3, 3 * 64)  # 1 MiB pieces, not 2 MiB
+
+
+def test_a_python_loop_holding_its_last_batch_takes_no_new_buffer_in_the_first_epoch(tmp_path):
+    """`for b in loader` keeps the last batch until the next arrives: with the read-ahead's batches in
+    flight, that is one more than it and the batch handed over, and the prefill makes that one too."""
+    rng = np.random.default_rng(5)
+    samples = [rng.random((1, 256, 256), dtype=np.float32) for _ in range(24)]  # 256 KiB each
+    for k, x in enumerate(samples):
+        np.save(tmp_path / f"s-{k:02d}.npy", x)
+    loader = dlf.Loader(tmp_path, axis="none", batch_size=2, strategy="global_shuffle", seed=1,
+                        resident="off", prefetch="depth:2", memory_budget=256 * MIB)
+    made = loader.stats().pool_allocations
+    held = None
+    seen = {}
+    for batch in loader:
+        for sid, x in zip(batch.sample_ids, np.array(batch[0])):
+            seen[int(sid)] = x.copy()
+        held = batch  # the loop's own hold, made explicit
+    assert held is not None and sorted(seen) == list(range(24))
+    for sid, x in seen.items():
+        np.testing.assert_array_equal(x, samples[sid])
+    assert loader.stats().pool_allocations == made
