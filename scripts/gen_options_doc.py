@@ -33,11 +33,24 @@ How the options work together: docs/python.md (Python), docs/io.md (reading),
 docs/shuffle.md (orders), docs/formats.md (formats).
 
 This page is generated from the table in `python/dlfeed/_options.py` and the
-C++ binding's descriptions; regenerate it after changing either:
+C++ binding's descriptions.
 
-<!-- doc-test: skip: rewrites the repository's page (test_options_doc.py checks it) -->
+**Adding an option** takes, by hand: the field in its C++ struct (with its
+default), one line in `bindings/python/bind_options.cpp` (its description,
+shown here), one row in `python/dlfeed/_options.py` (keyword, field path,
+`dlfeed run` flag or why none, and `type=` unless the field's default is a
+bool, int or str), and for a flag its line in `tools/dlfeed/loader_flags.cc`
+(defaulting to the field's default). This page, the keywords' TypedDicts
+(`python/dlfeed/_kwargs.py`) and the module's stubs are then written from
+those; tests fail while any of them is stale, or while a bound field has no
+keyword, or a flag's default differs from its field's:
+
+<!-- doc-test: skip: rewrites the repository's files (tests check them) -->
 ```sh
-PYTHONPATH=python:build/python .venv/bin/python scripts/gen_options_doc.py
+export PYTHONPATH=python:build/python
+.venv/bin/python scripts/gen_stubs.py
+.venv/bin/python scripts/gen_kwargs.py
+.venv/bin/python scripts/gen_options_doc.py
 ```
 
 """

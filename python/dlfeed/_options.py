@@ -9,8 +9,10 @@ the ``dlfeed run`` flag that sets the same field, or says why there is none.
 
 tests/python/api/test_options.py checks that every bound field is reachable from a
 keyword here or listed in NOT_KEYWORDS with a reason, and that every flag named
-here exists. The keywords' types, for type checkers, are dlfeed._kwargs.LoaderKwargs
-(a TypedDict; tests/python/api/test_options_kwargs.py keeps its keys equal to these).
+here exists. The keywords' types, for type checkers, are dlfeed._kwargs.LoaderKwargs,
+a TypedDict that scripts/gen_kwargs.py writes from this table (each row's `type`,
+or its field's default's type); docs/options.md is written from it too
+(scripts/gen_options_doc.py), and tests fail while either is stale.
 """
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ class Keyword(NamedTuple):
     # The flag's own default where it is not the field's, and why (else the
     # flag defaults to the field's C++ default; tests/python/cli/test_cli_help.py).
     flag_default: Optional[str] = None
+    # The keyword's type for checkers, as dlfeed._kwargs.LoaderKwargs writes it
+    # (always also None); None: the field's default's type (bool, int or str).
+    # scripts/gen_kwargs.py writes _kwargs.py from these.
+    type: Optional[str] = None
 
 
 def _fields(v: Any) -> List[str]:
@@ -89,14 +95,16 @@ _NO_FLAG = "no `dlfeed run` flag yet"
 KEYWORDS: Dict[str, Keyword] = {
     "fields": Keyword("fields", "fields", convert=_fields,
                       note="a name, a list of names, or {name: file pattern} ({'x': '*_data.npy', 'y': "
-                           "'*_label.npy'}: files paired by what '*' matched; --fields x=*_data.npy,y=*_label.npy)"),
+                           "'*_label.npy'}: files paired by what '*' matched; --fields x=*_data.npy,y=*_label.npy)",
+                      type="Union[str, Sequence[str], Mapping[str, PathLike]]"),
     "batch_size": Keyword("batch_size", "batch-size"),
     "drop_last_batch": Keyword("drop_last_batch", "drop-last-batch"),
     "ragged": Keyword("ragged", "ragged"),
     # per field: dtype where the files do not record it (TFRecord features)
     "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
                       note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
-                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype"),
+                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype",
+                      type="Mapping[str, Any]"),
     # order (OrderSpec)
     "strategy": Keyword("order.strategy", "strategy", convert=_strategy),
     "seed": Keyword("order.seed", "seed", flag_default="42: the flag also seeds `dlfeed generate`'s content"),
@@ -106,26 +114,29 @@ KEYWORDS: Dict[str, Keyword] = {
     "buffer_size": Keyword("order.params.buffer_size", "buffer-size"),
     "block_size": Keyword("order.params.block_size", "block-size"),
     "window": Keyword("order.params.window", "window"),
-    "indices": Keyword("order.params.indices", python_only="an explicit order is a sequence of sample ids"),
+    "indices": Keyword("order.params.indices", python_only="an explicit order is a sequence of sample ids",
+                       type="Union[Sequence[int], np.ndarray]"),
     # format (FormatOptions)
-    "format": Keyword("format.format", "format"),
+    "format": Keyword("format.format", "format",
+                      type='Literal["auto", "npy", "npz", "hdf5", "tfrecord", "indexed_binary"]'),
     "layout": Keyword("format.axis", "layout", convert=_layout,
-                      note="'dlio': samples on the last axis (axis='last'); 'plain': the first; 'auto'"),
-    "axis": Keyword("format.axis", "axis"),
+                      note="'dlio': samples on the last axis (axis='last'); 'plain': the first; 'auto'",
+                      type='Literal["dlio", "plain", "auto"]'),
+    "axis": Keyword("format.axis", "axis", type='Literal["first", "last", "none", "auto"]'),
     "name": Keyword("format.name", "name"),
     "feature": Keyword("format.feature", "feature"),
     "feature_dtype": Keyword("format.feature_dtype", "feature-dtype", convert=_dtype_name,
-                             note="a name, a descriptor or a numpy dtype"),
-    "feature_shape": Keyword("format.feature_shape", "feature-shape", convert=_shape),
+                             note="a name, a descriptor or a numpy dtype", type="npt.DTypeLike"),
+    "feature_shape": Keyword("format.feature_shape", "feature-shape", convert=_shape, type="Sequence[int]"),
     "shape_feature": Keyword("format.shape_feature", "shape-feature"),
     "verify_crc": Keyword("format.verify_crc", "no-verify-crc"),
     "use_index_files": Keyword("format.use_index_files", "no-index-files"),
     "write_index_files": Keyword("format.write_index_files", "write-index"),
-    "index_dir": Keyword("format.index_dir", "index-dir", convert=os.fspath),
-    "index_cache": Keyword("format.index_cache", "index-cache", convert=os.fspath),
+    "index_dir": Keyword("format.index_dir", "index-dir", convert=os.fspath, type="PathLike"),
+    "index_cache": Keyword("format.index_cache", "index-cache", convert=os.fspath, type="PathLike"),
     "index_cache_check": Keyword("format.index_cache_check", "index-cache-check"),
     # I/O (IoOptions) and the pipeline
-    "io": Keyword("io.kind", "io"),
+    "io": Keyword("io.kind", "io", type='Literal["auto", "io_uring", "thread_pool", "sync"]'),
     "queue_depth": Keyword("io.queue_depth", "queue-depth"),
     "max_bytes_in_flight": Keyword("io.max_bytes_in_flight", "max-in-flight-mb"),
     "checksum_round_bytes": Keyword("io.checksum_round_bytes", python_only=_NO_FLAG),
@@ -148,12 +159,12 @@ KEYWORDS: Dict[str, Keyword] = {
     "large_above": Keyword("advanced.coalesce.large_above", "large-above"),
     "large_piece": Keyword("advanced.coalesce.large_piece", "large-piece"),
     "fadvise_willneed": Keyword("advanced.fadvise_willneed", "fadvise"),
-    "resident": Keyword("resident", "resident"),
-    "unpack": Keyword("unpack", "unpack"),
+    "resident": Keyword("resident", "resident", type="Mode"),
+    "unpack": Keyword("unpack", "unpack", type="Mode"),
     "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
     "threads": Keyword("threads", "threads"),
     "autotune": Keyword("autotune", "autotune", convert=_on_off,
-                        note="True (on), False (off) or 'auto' (on with 4 cores or more)"),
+                        note="True (on), False (off) or 'auto' (on with 4 cores or more)", type="Union[bool, Mode]"),
     # trace (counters::TraceOptions)
     "trace": Keyword("trace.enabled", "trace", note="True: record trace events (Loader.write_trace)"),
     "trace_max_events": Keyword("trace.max_events", "trace-max-events"),
@@ -161,32 +172,33 @@ KEYWORDS: Dict[str, Keyword] = {
     "trace_pid": Keyword("trace.pid", python_only=_NO_FLAG),
     "trace_process_name": Keyword("trace.process_name", python_only=_NO_FLAG),
     # staging (staging::StageOptions)
-    "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath),
+    "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath, type="PathLike"),
     "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),
     # object stores (ObjectCacheOptions)
-    "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath),
+    "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath, type="PathLike"),
     "cache_limit": Keyword("object_cache.max_bytes", "cache-limit"),
     # a rank of an MPI job (dlfeed::mpi::Job; not a LoaderOptions field)
     "mpi": Keyword(None, "mpi",
                    note="True: under mpirun/srun, rank and world size from MPI, and rank 0 lists and indexes the "
                         "files or objects for the job, the others receive the index (one listing per job; "
-                        "docs/distributed.md)"),
+                        "docs/distributed.md)", type="bool"),
     # the job cache under mpirun (dlfeed::mpi::JobCache; not a LoaderOptions field)
     "job_cache": Keyword(None, "cache",
                          note="bytes of the job cache per node (an int, or '64G'): under mpirun, later epochs read "
-                              "the first epoch's bytes from the ranks' memory, not the files (docs/distributed.md)"),
+                              "the first epoch's bytes from the ranks' memory, not the files (docs/distributed.md)",
+                         type="Union[int, str]"),
     "job_cache_ranks_per_node": Keyword(None, "cache-ranks-per-node",
                                         note="with job_cache: ranks per node (0: as MPI finds shared memory; 1: each "
-                                             "rank its own node)"),
+                                             "rank its own node)", type="int"),
     "job_cache_folder": Keyword(None, "cache-folder",
                                 note="with job_cache: each rank's share in a file in this node-local folder, not "
-                                     "memory (the cache may outgrow memory)"),
+                                     "memory (the cache may outgrow memory)", type="PathLike"),
     # per field: shape where the files do not record it (TFRecord features)
     "shapes": Keyword(None, "field-shapes",
                       note="{field: sample shape}: a TFRecord feature is read with that shape (LoaderOptions "
                            "field_shapes: raw bytes straight into the batch; () a scalar); other formats' samples "
-                           "are viewed with it (same element count)"),
+                           "are viewed with it (same element count)", type="Mapping[str, Sequence[int]]"),
 }
 
 # Fields of the bound LoaderOptions (and the structs in it) that no keyword sets, and why.

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The keywords' TypedDicts (python/dlfeed/_kwargs.py), which type checkers and
-IDEs read, cannot drift from the options the C++ binding accepts: their keys are
-dlfeed._options.KEYWORDS, which reach every bound LoaderOptions field; each type
-admits its field's default; each literal value listed is one the binding takes."""
+"""The keywords' TypedDicts (python/dlfeed/_kwargs.py, written from
+dlfeed._options.KEYWORDS by scripts/gen_kwargs.py), which type checkers and IDEs
+read, cannot drift from the options the C++ binding accepts: their keys are the
+table's keywords, which reach every bound LoaderOptions field; each type admits
+its field's default; each literal value listed is one the binding takes."""
 import inspect
 import typing
 
