@@ -258,6 +258,7 @@ class Dataset(torch.utils.data.IterableDataset):
         self._pending: Optional[bytes] = None
         self._loader: Optional[Loader] = None
         self._loader_key: Optional[tuple] = None
+        self._length: Optional[tuple] = None  # (loader key, batches per epoch) that __len__ counted
 
     # -- the loader of this process ------------------------------------------
     def _shard(self) -> tuple:
@@ -296,6 +297,7 @@ class Dataset(torch.utils.data.IterableDataset):
         d = dict(self.__dict__)
         d["_loader"] = None  # a worker (spawn or fork) makes its own
         d["_loader_key"] = None
+        d["_length"] = None
         return d
 
     @property
@@ -306,8 +308,33 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         """Batches per epoch of this rank: what a DataLoader over it yields too, with
-        or without workers."""
-        return len(self.loader)
+        or without workers.
+
+        It makes no loader to keep: ``len(DataLoader(ds, num_workers=K))`` runs in
+        the training process, whose workers read, so counting reads nothing there.
+        The loader of this process, once made, counts; before, a loader made only to
+        count (the files indexed, nothing held in memory, no batch buffers) is
+        closed at once. Under ``mpi=True`` or ``job_cache``, where making a loader is
+        collective, it is this process's loader."""
+        rank, world, _ = self._shard()
+        key = (os.getpid(), rank, world)
+        if self._loader is not None and self._loader_key == key:
+            return len(self._loader)
+        if self._kwargs.get("mpi") or self._kwargs.get("job_cache"):
+            return len(self._get_loader(rank, world))
+        if self._length is None or self._length[0] != key:
+            self._length = (key, self._count_batches(rank, world))
+        return int(self._length[1])
+
+    def _count_batches(self, rank: int, world: int) -> int:
+        """len() of a loader made only to count: read nothing, hold nothing, stage nothing."""
+        kwargs: Dict[str, Any] = dict(self._kwargs)
+        kwargs.update(resident="off", unpack="off", memory_budget=1, stage_dir=None, trace=None)
+        counter = Loader(self._paths, rank=rank, world_size=world, **kwargs)
+        try:
+            return len(counter)
+        finally:
+            counter.close()
 
     @property
     def epoch(self) -> int:

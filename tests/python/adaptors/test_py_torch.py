@@ -160,6 +160,29 @@ def test_dataloader_workers_share_the_machines_memory_budget(tmp_path):
     assert [int(f.read_text()) for f in out.iterdir()] == [300 << 20] * 2  # a given budget is kept
 
 
+def test_len_in_the_training_process_makes_no_loader_there(tmp_path):
+    """len(DataLoader(ds, num_workers=2)) runs in the training process, whose workers read: it makes no
+    loader there to keep (one would hold this small dataset in memory, read at create, and its first
+    batches' buffers, all unused)."""
+    root, _, _ = write_dataset("npz", tmp_path / "d", files=5, per_file=49)  # 245 samples
+    out = tmp_path / "made"
+    out.mkdir()
+    ds = _BudgetRecording(root, batch_size=16, **loader_kwargs("npz"))
+    ds.out = out
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert len(dl) == len(ds) == 16
+    assert not (out / str(os.getpid())).exists()  # no loader of this process
+    assert sum(1 for _ in dl) == 16 and len(list(out.iterdir())) == 2  # the workers' own
+    assert not (out / str(os.getpid())).exists()
+    # Counted as the loader itself counts: the last batch dropped, a shard, a shard's tail dropped; and
+    # after a direct iteration, by the loader it made.
+    for kw in (dict(drop_last_batch=True), dict(rank=1, world_size=2),
+               dict(rank=1, world_size=2, shard_drop_last=True, strategy="global_shuffle")):
+        d = dtorch.Dataset(root, batch_size=16, **kw, **loader_kwargs("npz"))
+        want = len(dlfeed.Loader(root, batch_size=16, **kw, **loader_kwargs("npz")))
+        assert len(d) == want and sum(1 for _ in d) == want and len(d) == want, kw
+
+
 # -- DataLoader: epochs, workers, batching ------------------------------------
 N_EPOCH_TEST = 245  # 5 files of 49: odd, so the workers' parts differ in length
 
