@@ -12,8 +12,9 @@ alternating rounds:
 - `pread_yardstick`: as many threads as cores, each reading whole files with
   pread in 8 MiB pieces into a buffer touched beforehand (bench/pread_yardstick.cc);
 - `dlfeed run --resident off`: the loader reading the files every epoch; the
-  first epoch and the median of the later ones, the time to create the loader
-  (indexing the files included) and the first epoch's time to its first batch;
+  first epoch and the median of the later ones, the time `Loader::create` took
+  to index the files (its `open` counter) and the first epoch's time to its
+  first batch;
 - `dlfeed run` with its defaults (the set is held when it fits in half the
   memory budget, which follows the machine);
 - PyTorch's DataLoader over an h5py Dataset (HDF5 only, --torch), one worker per core.
@@ -95,7 +96,7 @@ def dlfeed_run(folder: pathlib.Path, batch: int, epochs: int, extra: list, tmp: 
     delivered = [e["bytes_delivered"] / e["wall_s"] / 1e9 for e in eps if e["wall_s"] > 0]
     return {"first_gb_per_s": delivered[0], "later_gb_per_s": bl.median(delivered[1:]) if len(delivered) > 1 else None,
             "read_gb_per_s": rates, "first_step_s": eps[0].get("first_step_s"),
-            "create_s": s["counters"]["open_ns"]["value"] / 1e9,
+            "index_s": s["counters"]["open_ns"]["value"] / 1e9,
             "io_operations": eps[-1].get("io_operations"), "planned_reads": eps[-1].get("planned_reads"),
             "memory_budget": s["run"].get("memory_budget"), "prefetch": s["run"].get("prefetch")}
 
@@ -183,7 +184,7 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {out}\n")
     print("| format | sample | batch | yardstick GB/s | dlfeed read (later epochs) | / yardstick | first epoch / later "
-          "| create s | first step s | I/O ops per sample | dlfeed default | PyTorch + h5py |")
+          "| index s | first step s | I/O ops per sample | dlfeed default | PyTorch + h5py |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in results["cases"]:
         def med(f, rounds=c["rounds"]):
@@ -192,12 +193,12 @@ def main() -> None:
         later = med(lambda r: r["off"]["later_gb_per_s"])
         first = med(lambda r: r["off"]["first_gb_per_s"])
         step = med(lambda r: r["off"]["first_step_s"] or 0)
-        create = med(lambda r: r["off"]["create_s"])
+        index = med(lambda r: r["off"]["index_s"])
         ops = c["rounds"][-1]["off"]["io_operations"] / c["files"]
         auto = med(lambda r: r["auto"]["later_gb_per_s"])
         tor = med(lambda r: r["torch"]) if "torch" in c["rounds"][0] else None
         print(f"| {c['format']} | {c['mib']} MiB | {c['batch']} | {y:.2f} | {later:.2f} | {later / y:.2f} | "
-              f"{first / later:.2f} | {create:.3f} | {step:.3f} | {ops:.0f} | {auto:.2f} | "
+              f"{first / later:.2f} | {index:.3f} | {step:.3f} | {ops:.0f} | {auto:.2f} | "
               f"{'' if tor is None else f'{tor:.2f}'} |")
     cold = [c for c in results["cases"] if "cold_off" in c]
     if cold:

@@ -243,11 +243,14 @@ void FileTable::reserve(size_t n) {
 
 void FileTable::reserve_descriptors() const {
   const size_t n = std::min(size(), max_open_);
+  if (n == 0) return;
   // The lowest free descriptor: about as many as are open now.
   const int probe = ::open("/", O_PATH | O_CLOEXEC);
   if (probe < 0) return;
   struct rlimit rl {};
-  size_t top = std::min<size_t>(static_cast<size_t>(probe) + n, INT_MAX - 1);
+  // Slack for the few the loader opens beside its files (rings, event fds).
+  constexpr size_t kSlack = 64;
+  size_t top = std::min<size_t>(static_cast<size_t>(probe) + n + kSlack, INT_MAX - 1);
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     top = std::min<size_t>(top, static_cast<size_t>(rl.rlim_cur) - 1);
   }

@@ -302,8 +302,6 @@ TEST(FileTable, DefaultCapFollowsRlimit) {
   EXPECT_EQ(FileTable().max_open(), cap);
 }
 
-// The step every backend shares: short reads, EINTR/EAGAIN and EOF.
-
 // The process's descriptor table (/proc/self/status FDSize) as the kernel
 // sizes it: it grows by doubling as descriptors are opened, and never shrinks.
 size_t descriptor_table_size() {
@@ -313,6 +311,13 @@ size_t descriptor_table_size() {
     if (line.rfind("FDSize:", 0) == 0) return std::stoul(line.substr(7));
   }
   return 0;
+}
+
+// The number the next open gets.
+int lowest_free_descriptor() {
+  const int fd = ::open("/", O_PATH | O_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  return fd;
 }
 
 TEST(FileTable, ReserveDescriptorsGrowsTheProcessTableToHoldTheFilesItMayKeepOpen) {
@@ -326,10 +331,13 @@ TEST(FileTable, ReserveDescriptorsGrowsTheProcessTableToHoldTheFilesItMayKeepOpe
   // Paths need not exist to be registered (a missing file fails at its open).
   const std::string dir = testing::scratch_dir();
   for (size_t i = 0; i < want + 50; ++i) table.add(absl::StrCat(dir, "/missing-", i));
+  const int lowest_free = lowest_free_descriptor();
+  ASSERT_GE(lowest_free, 0);
   table.reserve_descriptors();
   // Room for max_open() more than are open now, in one growth.
   EXPECT_GE(descriptor_table_size(), want);
   EXPECT_EQ(table.stats().opens, 0u);
+  EXPECT_EQ(lowest_free_descriptor(), lowest_free);  // nothing left open
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ for r in 1 2 3 4 5; do
 import json, statistics as st, sys
 s = json.load(open('/tmp/ab_first.json'))
 w = [e['wall_s'] for e in s['epochs']]
-print(sys.argv[1], 'create %.3f' % (s['counters']['open_ns']['value'] / 1e9),
+print(sys.argv[1], 'index %.3f' % (s['counters']['open_ns']['value'] / 1e9),
       'first/later %.2f' % (st.median(w[1:]) / w[0]), [round(x * 1000) for x in w])" "$b"
   done
 done | sort

@@ -90,13 +90,14 @@ class DLFEED_EXPORT FileTable {
   /// registers 10^6 files).
   void reserve(size_t n);
   /// Grows the process's descriptor table now to hold the descriptors this
-  /// table may keep open (min(size(), max_open()) beyond those open now).
-  /// The kernel grows it by doubling as descriptors are opened (64, 128, ...
-  /// entries), and in a process with more than one thread each growth waits
-  /// for an RCU grace period (8-18 ms each on the measured VM): four of them
-  /// in the first epoch of a loader over 768 files. Made here, it is one
-  /// growth. Best effort: nothing happens when the soft RLIMIT_NOFILE or a
-  /// failed call stops it.
+  /// table may keep open (min(size(), max_open()) beyond those open now, and
+  /// a few more). The kernel grows it by doubling as descriptors are opened
+  /// (64, 128, ... entries), and in a process with more than one thread each
+  /// growth waits for an RCU grace period (14-19 ms each on the measured
+  /// VM): up to four in the first epoch of a loader over hundreds of files.
+  /// Made here, it is one growth (one grace period if the process already
+  /// has threads, as Python with numpy's does; none if not). Best effort:
+  /// the soft RLIMIT_NOFILE bounds it, and a failed call leaves the table.
   void reserve_descriptors() const;
   /// The size of `id` as registered, when known (no system call).
   std::optional<uint64_t> known_size(uint32_t id) const;
