@@ -54,8 +54,7 @@ struct File::Remote {
   uint64_t block_at = 0;
 };
 
-namespace {
-FileIdentity identity_of(const ObjectInfo& info) {
+FileIdentity object_identity_of(const ObjectInfo& info) {
   FileIdentity id;
   id.size = info.size;
   if (info.etag.empty()) return id;    // inode 0: no version to tell apart
@@ -64,12 +63,30 @@ FileIdentity identity_of(const ObjectInfo& info) {
   id.inode = h | 1;
   return id;
 }
-}  // namespace
 
 absl::StatusOr<FileIdentity> object_identity(const std::string& url) {
   DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
   DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));
-  return identity_of(info);
+  return object_identity_of(info);
+}
+
+namespace {
+absl::Status object_version_error(const std::string& url, const FileIdentity& indexed, const FileIdentity& now,
+                                  absl::string_view etag_now) {
+  if (now.size == indexed.size && (indexed.inode == 0 || now.inode == indexed.inode)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      url, ": the object changed since it was indexed (", indexed.size, " bytes then; ", now.size, " bytes",
+      etag_now.empty() ? "" : absl::StrCat(" and ETag ", etag_now), now.inode != indexed.inode ? ", another ETag" : "",
+      " now): its new bytes are not read with the old index; make the loader again to read them"));
+}
+}  // namespace
+
+absl::Status check_object_version(const std::string& url, const FileIdentity& indexed, const ObjectInfo& now) {
+  return object_version_error(url, indexed, object_identity_of(now), now.etag);
+}
+
+absl::Status check_object_version(const std::string& url, const FileIdentity& indexed, const FileIdentity& now) {
+  return object_version_error(url, indexed, now, "");
 }
 
 absl::StatusOr<File> File::open_remote(const std::string& url) {
@@ -78,7 +95,7 @@ absl::StatusOr<File> File::open_remote(const std::string& url) {
   File f;
   f.path_ = url;
   f.size_ = info.size;
-  f.identity_ = identity_of(info);
+  f.identity_ = object_identity_of(info);
   f.remote_ = std::make_shared<Remote>();
   f.remote_->store = std::move(store);
   return f;

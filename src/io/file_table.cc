@@ -262,6 +262,19 @@ void FileTable::reserve_descriptors() const {
   ::close(probe);
 }
 
+std::optional<FileIdentity> FileTable::identity(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (id >= impl_->entries.size() || !impl_->entries[id].identity.known) return std::nullopt;
+  const Impl::Identity& i = impl_->entries[id].identity;
+  FileIdentity f;
+  f.size = static_cast<uint64_t>(i.size);
+  f.mtime_ns = i.mtime_ns;
+  f.inode = static_cast<uint64_t>(i.ino);
+  f.device = i.dev_known ? static_cast<uint64_t>(i.dev) : 0;
+  f.ctime_ns = i.ctime_ns;
+  return f;
+}
+
 std::optional<uint64_t> FileTable::known_size(uint32_t id) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (id >= impl_->entries.size() || !impl_->entries[id].identity.known) return std::nullopt;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/object_store.h"
@@ -171,7 +172,16 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
     const bool identified = idx.has_identities();  // then no stat per file (an MPI rank given the index)
     for (size_t f = 0; f < idx.files.size(); ++f) {
       const std::string& path = idx.files[f];
-      ids.push_back(identified ? files.add(path, idx.identities[f]) : files.add(path));
+      if (identified) {
+        ids.push_back(files.add(path, idx.identities[f]));
+      } else if (is_object_url(path)) {
+        // The version indexed (what its listing or HEAD said, remembered by
+        // the store: no request): the backend reads that one or fails.
+        absl::StatusOr<FileIdentity> id = detail::object_identity(path);
+        ids.push_back(id.ok() ? files.add(path, *id) : files.add(path));
+      } else {
+        ids.push_back(files.add(path));
+      }
       if (file_names.size() <= ids.back()) file_names.resize(ids.back() + 1);
       file_names[ids.back()] = path;
     }

@@ -73,6 +73,9 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
     if (!is_object_url(path)) continue;
     objects = true;
     DLFEED_ASSIGN_OR_RETURN(objects_open[id], File::open(path));
+    if (const std::optional<FileIdentity> indexed = files.identity(id)) {
+      DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, objects_open[id].identity()));
+    }
     const uint64_t size = files.known_size(id).value_or(objects_open[id].size());
     r->buffers_[id].resize(size);  // not touched: the pieces' reads write it, in parallel
     r->sizes_[id] = size;

@@ -238,6 +238,22 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   return rc;
 }
 
+// Whether two ETags name one version (weak or strong, quoted or not).
+bool same_etag(absl::string_view a, absl::string_view b) {
+  auto bare = [](absl::string_view e) {
+    absl::ConsumePrefix(&e, "W/");
+    if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
+    return e;
+  };
+  return bare(a) == bare(b);
+}
+
+// A 2xx answer to an If-Match request naming another version: a server or
+// proxy that ignores If-Match.
+bool other_version(const Request& r, const Response& resp) {
+  return resp.code / 100 == 2 && !r.if_match.empty() && !resp.etag.empty() && !same_etag(r.if_match, resp.etag);
+}
+
 Verdict judge(const Request& r, CURLcode rc, const Response& resp, const Sink& sink) {
   if (sink.cancel != nullptr && sink.cancel->load(std::memory_order_relaxed)) return Verdict::kCancelled;
   if (sink.wrong_range || sink.too_long) return Verdict::kFail;  // the server does not honour the Range
@@ -246,6 +262,7 @@ Verdict judge(const Request& r, CURLcode rc, const Response& resp, const Sink& s
   if (resp.code == 500 || resp.code == 502 || resp.code == 504 || resp.code == 408) return Verdict::kRetryServer;
   if (resp.code == 400 && absl::StrContains(resp.body, "<Code>RequestTimeout</Code>")) return Verdict::kRetryServer;
   if (resp.code < 200 || resp.code >= 300) return Verdict::kFail;
+  if (other_version(r, resp)) return Verdict::kFail;
   if (r.ranged && resp.placed != r.length) return Verdict::kRetryShort;
   return Verdict::kDone;
 }
@@ -261,6 +278,11 @@ absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const 
       total < r.offset + r.length) {
     return absl::DataLossError(
         absl::StrCat(what, ": the object is now ", total, " bytes (changed since it was listed?); no bytes taken"));
+  }
+  if (other_version(r, resp)) {
+    return absl::DataLossError(absl::StrCat(what, ": the server answered with ETag ", resp.etag,
+                                            " where If-Match asked for ", r.if_match,
+                                            ": a server or proxy that does not honour If-Match; no bytes taken"));
   }
   if (sink.wrong_range || sink.too_long) {
     return absl::DataLossError(absl::StrCat(what, ": the server answered HTTP ", resp.code, " with Content-Range '",

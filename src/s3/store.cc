@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/crc32c.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/io/object_store.h"
@@ -48,6 +50,9 @@ absl::Status fetch(Connection& conn, const Config& c, const Options& o, PieceCac
                    const Location& loc, uint64_t offset, std::span<std::byte> dest, std::vector<std::byte>& scratch,
                    const std::atomic<bool>* cancel = nullptr) {
   Counters& n = counters();
+  // Without an ETag nothing tells a rewritten object of the same size from
+  // the one whose pieces are kept: such objects are never cached.
+  if (info.etag.empty()) cache = nullptr;
   if (cache != nullptr && cache->read(info, offset, dest)) {
     n.cache_hits.fetch_add(1, std::memory_order_relaxed);
     n.cache_bytes.fetch_add(dest.size(), std::memory_order_relaxed);
@@ -207,7 +212,7 @@ class Backend final : public IoBackend {
       scratch.resize(r.length);
       dest = std::span<std::byte>(scratch);
     }
-    absl::StatusOr<ObjectInfo> info = object_info(url);
+    absl::StatusOr<ObjectInfo> info = object_info(r.file, url);
     if (!info.ok()) {
       c.status = info.status();
       return c;
@@ -233,7 +238,11 @@ class Backend final : public IoBackend {
     return c;
   }
 
-  absl::StatusOr<ObjectInfo> object_info(const std::string& url);
+  // What the store says of file `id` (its listing remembered, else a HEAD),
+  // checked once against the version the loader indexed (the FileTable's
+  // identity: size and ETag hash) and kept: a later listing in this process
+  // (another loader) never changes the version this backend asks for.
+  absl::StatusOr<ObjectInfo> object_info(uint32_t id, const std::string& url);
 
   std::shared_ptr<FileTable> files_;
   const Options o_;
@@ -248,6 +257,7 @@ class Backend final : public IoBackend {
   bool stop_ = false;
   std::atomic<bool> cancel_{false};
   IoStats stats_;
+  absl::flat_hash_map<uint32_t, ObjectInfo> infos_;  // by file id, checked (under mu_)
   std::vector<std::thread> threads_;
 };
 
@@ -437,7 +447,18 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   pid_t pid_ = ::getpid();
 };
 
-absl::StatusOr<ObjectInfo> Backend::object_info(const std::string& url) { return store_->head(url); }
+absl::StatusOr<ObjectInfo> Backend::object_info(uint32_t id, const std::string& url) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = infos_.find(id); it != infos_.end()) return it->second;
+  }
+  DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store_->head(url));
+  if (const std::optional<FileIdentity> indexed = files_->identity(id)) {
+    DLFEED_RETURN_IF_ERROR(dlfeed::detail::check_object_version(url, *indexed, info));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return infos_.emplace(id, std::move(info)).first->second;
+}
 
 }  // namespace
 }  // namespace detail

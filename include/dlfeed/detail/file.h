@@ -17,6 +17,10 @@
 #include "dlfeed/detail/export.h"
 #include "dlfeed/sample.h"
 
+namespace dlfeed::inline DLFEED_ABI {
+struct ObjectInfo;  // dlfeed/io/object_store.h
+}  // namespace dlfeed::inline DLFEED_ABI
+
 namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// An open read-only file descriptor (RAII).
@@ -39,6 +43,17 @@ FileIdentity identity_of(const struct stat& st);
 /// whatever its size, is another identity. Asks the store (head(): what
 /// a listing of it remembered, else a HEAD request).
 absl::StatusOr<FileIdentity> object_identity(const std::string& url);
+/// The same identity from what the store said of the object.
+DLFEED_EXPORT FileIdentity object_identity_of(const ObjectInfo& info);
+/// OK when `now` (what the store says of object `url`) is the version that
+/// was indexed (`indexed`: its size, and its ETag's hash when it had one);
+/// else a DataLoss error naming the object: a new version is never read
+/// with the old version's index.
+DLFEED_EXPORT absl::Status check_object_version(const std::string& url, const FileIdentity& indexed,
+                                                const ObjectInfo& now);
+/// The same with the identity of the object as opened now (File::identity).
+DLFEED_EXPORT absl::Status check_object_version(const std::string& url, const FileIdentity& indexed,
+                                                const FileIdentity& now);
 
 /// A file, or an object of a store (a URL: dlfeed/io/object_store.h) read
 /// through ranged reads, a block at a time.

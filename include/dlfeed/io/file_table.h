@@ -101,6 +101,10 @@ class DLFEED_EXPORT FileTable {
   void reserve_descriptors() const;
   /// The size of `id` as registered, when known (no system call).
   std::optional<uint64_t> known_size(uint32_t id) const;
+  /// The identity of `id` as registered or found at its first open, when
+  /// known (no system call). For an object of a store: its size and its
+  /// ETag's hash (detail::object_identity_of), as it was indexed.
+  std::optional<FileIdentity> identity(uint32_t id) const;
   /// Number of registered paths; ids are [0, size()).
   size_t size() const;
   /// The path of `id` ("<invalid file id N>" for an unknown id).

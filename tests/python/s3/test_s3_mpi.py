@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -94,3 +95,54 @@ def test_python_ranks_list_once_for_the_job(s3_server, tmp_path):
     assert sorted(r["lists"] for r in ranks) == [0] * (NP - 1) + [1]
     seen = [y for r in ranks for y in r["ys"]]
     assert sorted(seen) == list(range(16 * FILES)) and all(len(r["ys"]) == 16 * FILES // NP for r in ranks)
+
+
+def test_a_rank_given_the_index_never_reads_a_newer_version(s3_server, tmp_path):
+    """Ranks other than the one that lists learn each object's ETag from a HEAD at its first read: an
+    object rewritten after the listing (same size, int32 -> float32) is then an error naming it on every
+    rank, never the new bytes read with the old index."""
+    if not getattr(dlfeed._dlfeed, "has_mpi", False):
+        pytest.skip("this dlfeed was built without MPI")
+    d = tmp_path / "data"
+    d.mkdir()
+    np.save(d / "a.npy", np.arange(64, dtype=np.int32).reshape(16, 4))
+    s3_server.upload_dir(d, "mpijob", "rewritten/")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    script = (
+        "import json, os, time, numpy as np, dlfeed\n"
+        f"out = {str(out)!r}\n"
+        "rank = os.environ['OMPI_COMM_WORLD_RANK']\n"
+        "loader = dlfeed.Loader('s3://mpijob/rewritten', batch_size=2, strategy='global_shuffle', seed=3,\n"
+        "                       mpi=True, resident='off')\n"
+        "open(os.path.join(out, 'made' + rank), 'w').close()\n"
+        "while not os.path.exists(os.path.join(out, 'go')):\n"
+        "    time.sleep(0.05)\n"
+        "try:\n"
+        "    got = {'values': [v.tolist() for b in loader for v in np.asarray(b[0])]}\n"
+        "except Exception as e:\n"
+        "    got = {'error': str(e)}\n"
+        "with open(os.path.join(out, 'rank' + rank + '.json'), 'w') as f:\n"
+        "    json.dump(got, f)\n")
+    env = {k: str(v) for k, v in s3_server.env().items()}
+    env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+    proc = subprocess.Popen([*mpirun(), sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while sum(1 for r in range(NP) if (out / f"made{r}").exists()) < NP:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the ranks did not make their loaders"
+            time.sleep(0.05)
+        np.save(d / "a.npy", np.arange(64, dtype=np.float32).reshape(16, 4))  # the same size, another ETag
+        s3_server.upload_dir(d, "mpijob", "rewritten/")
+        (out / "go").touch()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr}"
+    for r in range(NP):
+        got = json.loads((out / f"rank{r}.json").read_text())
+        assert "error" in got, f"rank {r} read {got['values'][:2]}... of the new version with the old index"
+        assert "s3://mpijob/rewritten/a.npy" in got["error"] and "changed since it was" in got["error"], got

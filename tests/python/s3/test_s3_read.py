@@ -274,6 +274,30 @@ def test_an_object_rewritten_under_a_loader_is_an_error(s3_server, tmp_path, mon
     loader.close()
 
 
+def test_a_later_listing_in_the_process_never_moves_a_loader_to_the_new_version(s3_server, tmp_path, monkeypatch):
+    """A loader reads the version it indexed or fails: a second loader listing the prefix after a rewrite
+    (the process's store then knows the new ETag) must not make the first ask for the new bytes and read
+    them with its old index (float32 bits as int32)."""
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "r"
+    root.mkdir()
+    np.save(root / "a.npy", np.arange(64, dtype=np.int32).reshape(16, 4))
+    s3_server.upload_dir(root, BUCKET, "relisted/")
+    first = dlfeed.Loader(f"s3://{BUCKET}/relisted", batch_size=4, overlap_epochs=False, resident="off")
+    _, xs = read_epoch(first)
+    np.testing.assert_array_equal(np.sort(xs, axis=None), np.arange(64, dtype=np.int32))
+    np.save(root / "a.npy", np.arange(64, dtype=np.float32).reshape(16, 4))  # same size, another ETag
+    s3_server.upload_dir(root, BUCKET, "relisted/")
+    second = dlfeed.Loader(f"s3://{BUCKET}/relisted", batch_size=4, overlap_epochs=False, resident="off")
+    _, new = read_epoch(second)  # the new loader reads the new version
+    np.testing.assert_array_equal(np.sort(new, axis=None), np.arange(64, dtype=np.float32))
+    with pytest.raises(Exception) as e:  # the first: an error naming the object, never the new bytes
+        read_epoch(first)
+    assert f"s3://{BUCKET}/relisted/a.npy" in str(e.value) and "changed since it was" in str(e.value)
+    first.close()
+    second.close()
+
+
 def test_a_dataset_that_fits_is_held_each_object_read_whole_once(s3_server, uploaded, monkeypatch):
     """By default (resident="auto") a dataset within half the memory budget is held, as files are:
     each object is one GET at create, and the epochs send none."""
