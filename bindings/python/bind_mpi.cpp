@@ -102,6 +102,17 @@ void bind_mpi(py::module_& m) {
       },
       py::arg("id"), "This rank's job cache counters (JobCacheStats).");
   m.def(
+      "_mpi_abort",
+      [](int code) {
+        int up = 0, down = 0;
+        MPI_Initialized(&up);
+        MPI_Finalized(&down);
+        if (up != 0 && down == 0) MPI_Abort(MPI_COMM_WORLD, code);
+      },
+      py::arg("code"),
+      "MPI_Abort(MPI_COMM_WORLD, code) when MPI is up: ends every rank of the job (for a rank that dies of an "
+      "uncaught exception, whose peers would wait in a collective for it).");
+  m.def(
       "_mpi_shutdown",
       [] {
         MpiState& s = mpi_state();

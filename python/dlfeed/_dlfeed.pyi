@@ -533,6 +533,9 @@ def _mpi_attach(options: LoaderOptions) -> None:
 def _job_cache_stats(id: typing.SupportsInt | typing.SupportsIndex) -> dict:
     """This rank's job cache counters (JobCacheStats)."""
 
+def _mpi_abort(code: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """MPI_Abort(MPI_COMM_WORLD, code) when MPI is up: ends every rank of the job (for a rank that dies of an uncaught exception, whose peers would wait in a collective for it)."""
+
 def _mpi_shutdown() -> None:
     """Collective, at exit: frees the job caches' windows and ends MPI if dlfeed started it."""
 

@@ -7,7 +7,20 @@ import json
 import os
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
@@ -51,13 +64,34 @@ def _needs_mpi(what: str) -> None:
     if not getattr(_dlfeed, "has_mpi", False):
         raise RuntimeError(f"{what} needs dlfeed built with MPI (an in-tree build with Open MPI installed; "
                            "the wheel is built without MPI)")
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        # A DataLoader worker (fork or spawn) of a rank: it is no rank of the job, and MPI started in it
+        # fails or takes the parent's place.
+        raise RuntimeError(f"{what}: this process is a child of the one mpirun or srun started (a DataLoader "
+                           "worker, a multiprocessing process): make the loader in the process the launcher "
+                           "started (DataLoader(num_workers=0))")
     if not _MPI_SHUTDOWN_REGISTERED:
         import atexit
 
         # Every rank frees the job caches' windows and ends MPI at exit, together (a collective), not
         # when its loader is collected.
         atexit.register(_dlfeed._mpi_shutdown)
+        # A rank that dies of an uncaught exception never reaches its peers' next collective (the
+        # training's all-reduce, a loader's, the shutdown above): it aborts the job instead, after its
+        # traceback, as `python -m mpi4py` does, rather than leave them waiting until the walltime.
+        sys.excepthook = _abort_job_after(sys.excepthook)
         _MPI_SHUTDOWN_REGISTERED = True
+
+
+def _abort_job_after(shown: Callable[..., Any]) -> Callable[..., Any]:
+    def hook(kind: Any, value: Any, traceback: Any) -> None:
+        shown(kind, value, traceback)
+        sys.stderr.flush()
+        _dlfeed._mpi_abort(1)
+
+    return hook
 
 
 def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any) -> int:

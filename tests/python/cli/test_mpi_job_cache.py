@@ -297,6 +297,72 @@ def test_torch_dataset_under_mpirun_reads_the_same_bytes_through_the_cache(mpiru
     assert all(len(cached[r][e]["samples"]) == 160 // NP for r in range(NP) for e in range(3))
 
 
+RAISES = """
+import os, sys
+import dlfeed
+data, mode = sys.argv[1], sys.argv[2]
+kw = dict(job_cache="64M", job_cache_ranks_per_node=1) if mode == "cache" else dict(mpi=True)
+loader = dlfeed.Loader(data, fields=["x", "y"], batch_size=4, strategy="global_shuffle", **kw)
+for b in loader.iter_epoch(0):
+    pass
+if os.environ["OMPI_COMM_WORLD_RANK"] == "0":
+    raise RuntimeError("rank 0 fails here")
+# The others go on to the job's next collective (here a second loader's: rank 0 indexes for the job).
+dlfeed.Loader(data, fields=["x", "y"], batch_size=4, mpi=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["mpi", "cache"])
+def test_an_uncaught_exception_on_one_rank_ends_the_job(mpirun, h5_data, tmp_path, mode):  # noqa: F811
+    """A rank that dies of an uncaught exception aborts the job (after its traceback): its peers, waiting in
+    a collective for it, would otherwise wait until the walltime, and its own exit would wait in the
+    job cache's collective shutdown."""
+    import os
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES)
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), str(h5_data), mode],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job hung after rank 0's exception")
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode != 0 and "RuntimeError: rank 0 fails here" in proc.stderr, proc.stderr[-3000:]
+    assert time.monotonic() - start < 60
+
+
+WORKERS = """
+import sys, torch, dlfeed.torch
+ds = dlfeed.torch.Dataset(sys.argv[1], batch_size=4, fields=["x", "y"], job_cache="64M")
+for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2):
+    pass
+"""
+
+
+def test_job_cache_in_dataloader_workers_is_a_clear_error(mpirun, h5_data, tmp_path):  # noqa: F811
+    """A DataLoader worker of a rank is no rank of the job: making the job cache there is refused, saying
+    where to make it, not a crash inside MPI_Init_thread."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS)
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), str(h5_data)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    assert "child of the one mpirun or srun started" in proc.stderr and "num_workers=0" in proc.stderr
+    assert "MPI_Init_thread" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_job_cache_without_mpirun_is_a_clear_error(h5_data):
     import dlfeed
     if not getattr(dlfeed._dlfeed, "has_mpi", False):
