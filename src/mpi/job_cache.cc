@@ -3,6 +3,7 @@
 // The backend that reads through them is job_cache_backend.cc.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -141,15 +142,27 @@ absl::StatusOr<std::byte*> map_share(const std::string& folder, uint64_t nonce, 
     return absl::UnavailableError(absl::StrCat("MPI job cache: cannot create ", path, ": ", std::strerror(errno)));
   }
   const size_t len = bytes == 0 ? 1 : bytes;
+  // The blocks reserved now: a sparse file in a folder without room would
+  // end the rank with SIGBUS at the first copy into the share, mid-epoch.
+  int err = ::fallocate(fd, 0, 0, static_cast<off_t>(len)) == 0 ? 0 : errno;
+  if (err == EOPNOTSUPP || err == ENOSYS) {  // no reservation here: the free space checked instead
+    struct statvfs vs {};
+    if (::fstatvfs(fd, &vs) == 0 && static_cast<uint64_t>(vs.f_bavail) * vs.f_frsize < len) {
+      err = ENOSPC;
+    } else {
+      err = ::ftruncate(fd, static_cast<off_t>(len)) == 0 ? 0 : errno;
+    }
+  }
   void* p = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(len)) == 0)
+  if (err == 0) {
     p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
+    if (p == MAP_FAILED) err = errno;
+  }
   ::close(fd);
   ::unlink(path.c_str());
   if (p == MAP_FAILED) {
-    return absl::UnavailableError(
-        absl::StrCat("MPI job cache: cannot map ", len, " bytes of ", path, ": ", std::strerror(err)));
+    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot reserve and map ", len, " bytes of ", path,
+                                               " (the rank's share in the cache folder): ", std::strerror(err)));
   }
   return static_cast<std::byte*>(p);
 }

@@ -179,6 +179,26 @@ def test_cache_in_a_node_local_folder(mpirun, dlfeed, h5_data, tmp_path):  # noq
     assert "cannot create" in err and "nowhere" in err
 
 
+def test_a_cache_folder_without_room_is_an_error_at_create(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+    """A share larger than the folder's free space is refused when the cache is made, naming the folder,
+    not a rank killed by SIGBUS at the first copy into its sparse file, mid-epoch."""
+    import subprocess
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN)")
+    try:
+        err = mpi_run_error(mpirun, dlfeed, "--fields", "x", "--epochs", 1, "--cache", "64M",
+                            "--cache-ranks-per-node", 1, "--cache-folder", small, h5_data, single_copy=True)
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)
+    if "single-copy mechanism" in err:
+        pytest.skip("Open MPI has no single-copy mechanism here (CMA): windows over a file's memory are refused")
+    assert "cannot reserve" in err and str(small) in err, err[-3000:]
+    assert "Bus error" not in err and "signal 7" not in err, err[-3000:]
+
+
 def mpi_run_error(mpirun, dlfeed, *args, single_copy=False, check=True):  # noqa: F811
     import os
     import subprocess
