@@ -38,6 +38,7 @@ class PieceCache {
   void keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes);
 
   const std::string& dir() const { return dir_; }
+  uint64_t max_bytes() const { return max_; }
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
 
  private:

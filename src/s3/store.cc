@@ -370,7 +370,8 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
     if (!o.dir.empty()) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (cache_ && cache_->dir() == o.dir) return absl::OkStatus();
+        // The same folder and bound: the cache open already (its count of what it keeps goes on).
+        if (cache_ && cache_->dir() == o.dir && cache_->max_bytes() == o.max_bytes) return absl::OkStatus();
       }
       DLFEED_ASSIGN_OR_RETURN(cache, PieceCache::open(o));
     }

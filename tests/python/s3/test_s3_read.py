@@ -257,6 +257,30 @@ def test_cache_limit_keeps_what_fits_and_a_new_version_is_read(s3_server, upload
     np.testing.assert_array_equal(np.sort(xs, axis=0), np.sort(-a, axis=0))
 
 
+def test_a_later_loader_with_another_cache_limit_keeps_to_its_own(s3_server, tmp_path, monkeypatch):
+    """The bound is the loader's: a second loader of the process over the same folder with a larger
+    cache_limit keeps what the first could not (it kept to the first's bound before)."""
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "v"
+    root.mkdir()
+    np.save(root / "a.npy", np.arange(4 * 300_000, dtype=np.float32).reshape(4, 300_000))  # 4.6 MB
+    s3_server.upload_dir(root, BUCKET, "limits/")
+    cache = tmp_path / "cache"
+
+    def kept():
+        return sum(p.stat().st_size for p in cache.rglob("*") if p.is_file() and p.name != "id")
+
+    for limit in (2 << 20, 64 << 20):
+        loader = dlfeed.Loader(f"s3://{BUCKET}/limits", batch_size=2, cache_dir=cache, cache_limit=limit,
+                               resident="off")
+        read_epoch(loader)
+        loader.close()
+        assert kept() <= limit
+        if limit == 2 << 20:
+            small = kept()
+    assert kept() >= 4 * 300_000 * 4 > small  # the whole object now
+
+
 def test_an_object_rewritten_under_a_loader_is_an_error(s3_server, tmp_path, monkeypatch):
     s3_server.apply_env(monkeypatch)
     root = tmp_path / "r"
