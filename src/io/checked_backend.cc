@@ -93,6 +93,7 @@ class CheckedBackend final : public IoBackend {
   }
 
   size_t in_flight() const override { return live_; }
+  void cancel() override { inner_->cancel(); }
   std::string name() const override { return inner_->name(); }
   IoStats stats() const override {
     IoStats s = inner_->stats();

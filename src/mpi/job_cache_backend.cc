@@ -155,6 +155,7 @@ class CacheBackend final : public IoBackend {
   size_t in_flight() const override {
     return ready_.size() + inner_->in_flight() - fills_.size() - (sub_parent_.size() - parents_.size());
   }
+  void cancel() override { inner_->cancel(); }
   std::string name() const override { return "job_cache+" + inner_->name(); }
   IoStats stats() const override {
     IoStats st = inner_->stats();

@@ -113,6 +113,8 @@ IoEngine::~IoEngine() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  // Reads that wait on a network end now, as errors of batches nobody takes.
+  backend_->cancel();
   cv_.notify_all();
   thread_.join();
 }
@@ -132,6 +134,9 @@ void IoEngine::cancel_pending() {
     drop.swap(pending_);
   }
   for (auto& b : drop) b->done(absl::CancelledError("epoch cancelled"));
+  // Reads in the backend that wait on a network end soon too (as errors of
+  // batches nobody takes); a file's finish as they are.
+  backend_->cancel();
 }
 
 // One read as requests of at most max_piece_ bytes (split_piece_ for a read

@@ -126,7 +126,8 @@ class IoEngine {
 
   void submit(std::shared_ptr<ReadBatch> batch);
   /// Batches not yet handed to the backend complete at once as cancelled;
-  /// reads already in the backend finish normally.
+  /// reads already in the backend end as the backend's cancel() lets them
+  /// (files: they finish; objects: soon, as errors).
   void cancel_pending();
   const IoBackend& backend() const { return *backend_; }
   /// Per FileTable id: reads of that file go to a staged copy (counted as

@@ -296,6 +296,7 @@ class ResidentBackend final : public IoBackend {
     return ready_.size() + inner_->in_flight();
   }
 
+  void cancel() override { inner_->cancel(); }
   std::string name() const override { return inner_->name(); }
 
   IoStats stats() const override {

@@ -33,7 +33,7 @@ constexpr size_t kMostBody = 64u << 20;
 // and Options::max_requests_per_second spaces them.
 class Pacer {
  public:
-  void wait(double per_second) {
+  void wait(double per_second, const std::atomic<bool>* cancel) {
     Clock::time_point t;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -44,7 +44,10 @@ class Pacer {
         next_slot_ = t + std::chrono::nanoseconds(static_cast<int64_t>(1e9 / per_second));
       }
     }
-    std::this_thread::sleep_until(t);
+    // In steps, so that a cancel is seen.
+    while (Clock::now() < t && (cancel == nullptr || !cancel->load(std::memory_order_relaxed))) {
+      std::this_thread::sleep_until(std::min(t, Clock::now() + std::chrono::milliseconds(20)));
+    }
   }
   void pause(std::chrono::milliseconds d) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -343,7 +346,7 @@ absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Option
   const uint32_t tries = std::max(1u, o.max_attempts);
   char errbuf[CURL_ERROR_SIZE];
   for (uint32_t attempt = 1;; ++attempt) {
-    pacer().wait(o.max_requests_per_second);
+    pacer().wait(o.max_requests_per_second, cancel);
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return absl::CancelledError(absl::StrCat(what_of(r), ": cancelled (the reader is closing)"));
     }

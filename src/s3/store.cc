@@ -97,17 +97,38 @@ class Backend final : public IoBackend {
         store_(std::move(store)),
         cache_(std::move(cache)) {
     const uint32_t n = connections_of(o_);
-    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+    for (uint32_t i = 0; i < n; ++i) cancels_.push_back(std::make_unique<std::atomic<bool>>(false));
+    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { work(*cancels_[i]); });
   }
   ~Backend() override {
-    cancel_.store(true, std::memory_order_relaxed);  // requests in flight and their retries end soon
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
       queue_.clear();
+      for (auto& c : cancels_) c->store(true, std::memory_order_relaxed);  // requests in flight end soon
     }
     wake_.notify_all();
     for (std::thread& t : threads_) t.join();
+  }
+
+  // The requests in flight now end at their next chance (a transfer's
+  // progress, a retry's wait, the pacer's), those queued at once, each as a
+  // cancelled completion: an epoch given up, or a loader closing, does not
+  // wait for a slow or refusing server. Requests submitted later run.
+  void cancel() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& c : cancels_) c->store(true, std::memory_order_relaxed);
+      for (const ReadRequest& r : queue_) {
+        ReadCompletion c;
+        c.user_data = r.user_data;
+        c.status = absl::CancelledError("s3: the reader is closing");
+        done_.push_back(std::move(c));
+        ++stats_.errors;
+      }
+      queue_.clear();
+    }
+    done_cv_.notify_all();
   }
 
   absl::Status submit(std::span<const ReadRequest> requests) override {
@@ -168,7 +189,9 @@ class Backend final : public IoBackend {
   }
 
  private:
-  void work() {
+  // One connection's thread; `cancel` is its request's (set by cancel(),
+  // cleared when it takes the next request: both under mu_).
+  void work(std::atomic<bool>& cancel) {
     Connection conn;
     std::vector<std::byte> scratch, fetched;
     for (;;) {
@@ -179,8 +202,9 @@ class Backend final : public IoBackend {
         if (stop_) return;
         r = queue_.front();
         queue_.pop_front();
+        cancel.store(false, std::memory_order_relaxed);
       }
-      ReadCompletion c = read(conn, r, scratch, fetched);
+      ReadCompletion c = read(conn, r, scratch, fetched, cancel);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (c.status.ok()) {
@@ -197,7 +221,7 @@ class Backend final : public IoBackend {
   }
 
   ReadCompletion read(Connection& conn, const ReadRequest& r, std::vector<std::byte>& scratch,
-                      std::vector<std::byte>& fetched) {
+                      std::vector<std::byte>& fetched, const std::atomic<bool>& cancel) {
     ReadCompletion c;
     c.user_data = r.user_data;
     if (r.length == 0) return c;
@@ -212,12 +236,12 @@ class Backend final : public IoBackend {
       scratch.resize(r.length);
       dest = std::span<std::byte>(scratch);
     }
-    absl::StatusOr<ObjectInfo> info = object_info(r.file, url);
+    absl::StatusOr<ObjectInfo> info = object_info(r.file, url, cancel);
     if (!info.ok()) {
       c.status = info.status();
       return c;
     }
-    if (absl::Status st = fetch(conn, c_, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel_); !st.ok()) {
+    if (absl::Status st = fetch(conn, c_, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel); !st.ok()) {
       c.status = st;
       return c;
     }
@@ -242,7 +266,7 @@ class Backend final : public IoBackend {
   // checked once against the version the loader indexed (the FileTable's
   // identity: size and ETag hash) and kept: a later listing in this process
   // (another loader) never changes the version this backend asks for.
-  absl::StatusOr<ObjectInfo> object_info(uint32_t id, const std::string& url);
+  absl::StatusOr<ObjectInfo> object_info(uint32_t id, const std::string& url, const std::atomic<bool>& cancel);
 
   std::shared_ptr<FileTable> files_;
   const Options o_;
@@ -255,7 +279,7 @@ class Backend final : public IoBackend {
   std::vector<ReadCompletion> done_;
   size_t in_flight_ = 0;
   bool stop_ = false;
-  std::atomic<bool> cancel_{false};
+  std::vector<std::unique_ptr<std::atomic<bool>>> cancels_;  // one per thread: its request's
   IoStats stats_;
   absl::flat_hash_map<uint32_t, ObjectInfo> infos_;  // by file id, checked (under mu_)
   std::vector<std::thread> threads_;
@@ -313,7 +337,10 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
     return out;
   }
 
-  absl::StatusOr<ObjectInfo> head(const std::string& url) override {
+  absl::StatusOr<ObjectInfo> head(const std::string& url) override { return head(url, nullptr); }
+
+  // The same, ending soon once `cancel` is set (a backend's reads at close).
+  absl::StatusOr<ObjectInfo> head(const std::string& url, const std::atomic<bool>* cancel) {
     std::shared_ptr<std::mutex> one;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -342,7 +369,7 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
     r.method = Method::kHead;
     r.loc = loc;
     Lease conn(*this);
-    absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
+    absl::StatusOr<Response> resp = perform(*conn, c, o_, r, cancel);
     counters().heads.fetch_add(1, std::memory_order_relaxed);
     if (!resp.ok()) return annotate(resp.status(), url, c);
     ObjectInfo o{url, resp->content_length, resp->etag};
@@ -448,12 +475,12 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   pid_t pid_ = ::getpid();
 };
 
-absl::StatusOr<ObjectInfo> Backend::object_info(uint32_t id, const std::string& url) {
+absl::StatusOr<ObjectInfo> Backend::object_info(uint32_t id, const std::string& url, const std::atomic<bool>& cancel) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = infos_.find(id); it != infos_.end()) return it->second;
   }
-  DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store_->head(url));
+  DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store_->head(url, &cancel));
   if (const std::optional<FileIdentity> indexed = files_->identity(id)) {
     DLFEED_RETURN_IF_ERROR(dlfeed::detail::check_object_version(url, *indexed, info));
   }

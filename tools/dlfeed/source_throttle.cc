@@ -126,6 +126,7 @@ class ThrottledBackend final : public IoBackend {
   }
 
   size_t in_flight() const override { return inner_->in_flight() + held_.size(); }
+  void cancel() override { inner_->cancel(); }
   std::string name() const override { return inner_->name() + "+throttled"; }
   IoStats stats() const override { return inner_->stats(); }
 

@@ -183,6 +183,13 @@ class DLFEED_EXPORT IoBackend {
   /// Requests submitted whose completion has not been reaped yet.
   virtual size_t in_flight() const = 0;
 
+  /// Asks the requests in flight now to end soon, each as a completion (an
+  /// error when it did not finish): their epoch is given up, or the loader
+  /// is closing. Requests submitted later run as usual. A backend whose
+  /// reads end on their own (files) need do nothing; one whose requests wait
+  /// on a network and retry (dlfeed::s3) stops waiting. Wrappers pass it on.
+  virtual void cancel() {}
+
   /// "io_uring", "thread_pool", "sync" (with "+direct" in O_DIRECT mode).
   virtual std::string name() const = 0;
   virtual IoStats stats() const = 0;

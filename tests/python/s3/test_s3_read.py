@@ -116,6 +116,27 @@ def test_faults_are_tried_again_and_every_sample_arrives_once(s3_proxy, uploaded
     assert after["failures"] == before["failures"]
 
 
+@pytest.mark.parametrize("fault", [dict(delay_ms=15000), dict(slowdown=1.0)])
+def test_close_ends_the_requests_in_flight(s3_server, s3_proxy, tmp_path, monkeypatch, fault):
+    """Closing a loader cancels its reads: it does not wait for a slow server's answers (15 s each) or for
+    every request's 8 tries against a server answering 503 to all."""
+    root = tmp_path / "p"
+    root.mkdir()
+    for f in range(8):
+        np.save(root / f"x_{f}.npy", np.arange(400 * 1024, dtype=np.float32).reshape(400, 1024))
+    s3_server.upload_dir(root, BUCKET, "closing/")
+    proxy = s3_proxy()
+    proxy.apply_env(monkeypatch)
+    loader = dlfeed.Loader(f"s3://{BUCKET}/closing", batch_size=4, resident="off", strategy="global_shuffle",
+                           seed=1)
+    next(iter(loader))
+    proxy.configure(**fault)
+    time.sleep(0.3)  # reads ahead are waiting on the proxy now
+    start = time.monotonic()
+    loader.close()
+    assert time.monotonic() - start < 3, f"close waited {time.monotonic() - start:.1f} s for {fault}"
+
+
 def test_wrong_secret_is_a_clear_error(s3_server, uploaded, monkeypatch):
     s3_server.apply_env(monkeypatch)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value")
