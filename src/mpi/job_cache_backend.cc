@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/crc32c.h"
 #include "dlfeed/io/file_table.h"
+#include "dlfeed/io/io_backend.h"
 #include "job_cache_state.h"
 
 namespace dlfeed::inline DLFEED_ABI::mpi {
@@ -571,7 +572,10 @@ class CacheBackend final : public IoBackend {
 
 std::unique_ptr<IoBackend> make_cache_backend(std::shared_ptr<JobCache::State> state, std::shared_ptr<FileTable> files,
                                               std::unique_ptr<IoBackend> inner) {
-  return std::make_unique<CacheBackend>(std::move(state), std::move(files), std::move(inner));
+  // What the source says it read is checked before it is kept: bytes kept
+  // here go to other ranks, past any check of the loader's.
+  std::unique_ptr<IoBackend> checked = make_checked_backend(std::move(inner), files);
+  return std::make_unique<CacheBackend>(std::move(state), std::move(files), std::move(checked));
 }
 
 }  // namespace dlfeed::mpi
