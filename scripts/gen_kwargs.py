@@ -127,7 +127,7 @@ def generate() -> str:
         if k.field in SECTIONS:
             out.append(f"    # {SECTIONS[k.field]}")
         if k.field is None and not python_only:
-            out.append("    # dlfeed.Loader's own (not LoaderOptions fields)")
+            out.append("    # handled by dlfeed.Loader itself (no one LoaderOptions field)")
             python_only = True
         out.append(_line(keyword, k))
     shard = "\n".join(_line(kw, _options.KEYWORDS[kw]) for kw in SHARD)

@@ -102,7 +102,7 @@ class OptionKwargs(TypedDict, total=False):
     # object stores (ObjectCacheOptions)
     cache_dir: Optional[PathLike]
     cache_limit: Optional[int]
-    # dlfeed.Loader's own (not LoaderOptions fields)
+    # handled by dlfeed.Loader itself (no one LoaderOptions field)
     mpi: Optional[bool]
     job_cache: Optional[Union[int, str]]
     job_cache_ranks_per_node: Optional[int]

@@ -86,10 +86,15 @@ def _needs_mpi(what: str) -> None:
 
 
 def _abort_job_after(shown: Callable[..., Any]) -> Callable[..., Any]:
+    installed_in = os.getpid()  # a child of os.fork() has no MPI of its own to abort
+
     def hook(kind: Any, value: Any, traceback: Any) -> None:
-        shown(kind, value, traceback)
-        sys.stderr.flush()
-        _dlfeed._mpi_abort(1)
+        try:
+            shown(kind, value, traceback)
+            sys.stderr.flush()
+        finally:
+            if os.getpid() == installed_in:
+                _dlfeed._mpi_abort(1)
 
     return hook
 

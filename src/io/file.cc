@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/object_store.h"
@@ -49,6 +50,7 @@ FileIdentity identity_of(const struct stat& st) {
 struct File::Remote {
   static constexpr uint64_t kBlock = 256 * 1024;
   std::shared_ptr<ObjectStore> store;
+  ObjectInfo object;  // the version opened: every read is of it
   std::mutex mu;
   std::vector<std::byte> block;
   uint64_t block_at = 0;
@@ -57,9 +59,13 @@ struct File::Remote {
 FileIdentity object_identity_of(const ObjectInfo& info) {
   FileIdentity id;
   id.size = info.size;
-  if (info.etag.empty()) return id;    // inode 0: no version to tell apart
+  // The ETag bare (no W/, no quotes): a HEAD and a listing may quote it apart.
+  absl::string_view etag = info.etag;
+  absl::ConsumePrefix(&etag, "W/");
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+  if (etag.empty()) return id;         // inode 0: no version to tell apart
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the ETag
-  for (const char c : info.etag) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  for (const char c : etag) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
   id.inode = h | 1;
   return id;
 }
@@ -98,6 +104,7 @@ absl::StatusOr<File> File::open_remote(const std::string& url) {
   f.identity_ = object_identity_of(info);
   f.remote_ = std::make_shared<Remote>();
   f.remote_->store = std::move(store);
+  f.remote_->object = std::move(info);
   return f;
 }
 
@@ -159,11 +166,11 @@ absl::StatusOr<size_t> File::read_some(uint64_t offset, std::span<std::byte> out
   const size_t want = static_cast<size_t>(std::min<uint64_t>(out.size(), size_ - offset));
   Remote& r = *remote_;
   // Large reads go straight to the caller's buffer.
-  if (want >= Remote::kBlock) return r.store->read(path_, offset, out.first(want));
+  if (want >= Remote::kBlock) return r.store->read(r.object, offset, out.first(want));
   std::lock_guard<std::mutex> lock(r.mu);
   if (offset < r.block_at || offset + want > r.block_at + r.block.size()) {
     r.block.resize(static_cast<size_t>(std::min<uint64_t>(Remote::kBlock, size_ - offset)));
-    absl::StatusOr<size_t> got = r.store->read(path_, offset, std::span<std::byte>(r.block));
+    absl::StatusOr<size_t> got = r.store->read(r.object, offset, std::span<std::byte>(r.block));
     if (!got.ok()) {  // no partial block kept
       r.block.clear();
       r.block_at = 0;

@@ -353,6 +353,7 @@ struct Loader::Impl {
     queue.wake();
     engines.cancel_pending();
     if (pipeline_thread.joinable()) pipeline_thread.join();
+    engines.resume();  // no batch of the epoch given up is left to arrive
     queue.clear();
     running = false;
     ahead_epoch.reset();

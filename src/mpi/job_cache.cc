@@ -144,7 +144,10 @@ absl::StatusOr<std::byte*> map_share(const std::string& folder, uint64_t nonce, 
   const size_t len = bytes == 0 ? 1 : bytes;
   // The blocks reserved now: a sparse file in a folder without room would
   // end the rank with SIGBUS at the first copy into the share, mid-epoch.
-  int err = ::fallocate(fd, 0, 0, static_cast<off_t>(len)) == 0 ? 0 : errno;
+  int err = 0;
+  do {
+    err = ::fallocate(fd, 0, 0, static_cast<off_t>(len)) == 0 ? 0 : errno;
+  } while (err == EINTR);
   if (err == EOPNOTSUPP || err == ENOSYS) {  // no reservation here: the free space checked instead
     struct statvfs vs {};
     if (::fstatvfs(fd, &vs) == 0 && static_cast<uint64_t>(vs.f_bavail) * vs.f_frsize < len) {

@@ -131,6 +131,7 @@ void IoEngine::cancel_pending() {
   std::deque<std::shared_ptr<ReadBatch>> drop;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    cancelled_.store(true, std::memory_order_release);
     drop.swap(pending_);
   }
   for (auto& b : drop) b->done(absl::CancelledError("epoch cancelled"));
@@ -138,6 +139,8 @@ void IoEngine::cancel_pending() {
   // batches nobody takes); a file's finish as they are.
   backend_->cancel();
 }
+
+void IoEngine::resume() { cancelled_.store(false, std::memory_order_release); }
 
 // One read as requests of at most max_piece_ bytes (split_piece_ for a read
 // longer than split_above_, large_piece_ handed off for one of at least
@@ -176,6 +179,10 @@ void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, 
 }
 
 void IoEngine::start_batch(const std::shared_ptr<ReadBatch>& b, std::vector<ReadRequest>& reqs) {
+  if (cancelled_.load(std::memory_order_acquire)) {  // its epoch was given up
+    b->done(absl::CancelledError("epoch cancelled"));
+    return;
+  }
   if (b->reads.empty()) {
     b->done(absl::OkStatus());
     return;
@@ -201,6 +208,8 @@ void IoEngine::start_batch(const std::shared_ptr<ReadBatch>& b, std::vector<Read
     b->done(st);
     return;
   }
+  // Given up while these went in: they end as the others did.
+  if (cancelled_.load(std::memory_order_acquire)) backend_->cancel();
   DLFEED_REC({
     counters_->interval_begin(Component::kIo, a.submit_ns);
     if (staged_ != nullptr) {
@@ -319,6 +328,10 @@ void EngineSet::submit(uint64_t index, std::shared_ptr<ReadBatch> batch) {
 
 void EngineSet::cancel_pending() {
   for (auto& e : engines_) e->cancel_pending();
+}
+
+void EngineSet::resume() {
+  for (auto& e : engines_) e->resume();
 }
 
 void EngineSet::set_staged_flags(const std::atomic<uint8_t>* flags, size_t n) {

@@ -129,6 +129,9 @@ class IoEngine {
   /// reads already in the backend end as the backend's cancel() lets them
   /// (files: they finish; objects: soon, as errors).
   void cancel_pending();
+  /// After cancel_pending, once no batch of the epoch given up can arrive
+  /// (the loader's pipeline joined): batches are read again.
+  void resume();
   const IoBackend& backend() const { return *backend_; }
   /// Per FileTable id: reads of that file go to a staged copy (counted as
   /// bytes_read_staged). Set before the first submit().
@@ -174,6 +177,9 @@ class IoEngine {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<ReadBatch>> pending_;
   bool stop_ = false;
+  // Set by cancel_pending until resume(): batches of the epoch given up that
+  // reach this engine after it complete as cancelled, never at the backend.
+  std::atomic<bool> cancelled_{false};
   std::unordered_map<ReadBatch*, Active> active_;  // engine thread only
   uint64_t sampled_ = 0;                           // engine thread only
   mutable std::mutex stats_mu_;
@@ -193,6 +199,7 @@ class EngineSet {
   /// look-ahead's thread only.
   void submit(uint64_t index, std::shared_ptr<ReadBatch> batch);
   void cancel_pending();
+  void resume();
   void set_staged_flags(const std::atomic<uint8_t>* flags, size_t n);
   /// Every engine's IoStats added up.
   IoStats stats() const;

@@ -124,7 +124,6 @@ class Backend final : public IoBackend {
         c.user_data = r.user_data;
         c.status = absl::CancelledError("s3: the reader is closing");
         done_.push_back(std::move(c));
-        ++stats_.errors;
       }
       queue_.clear();
     }
@@ -210,7 +209,7 @@ class Backend final : public IoBackend {
         if (c.status.ok()) {
           stats_.bytes += c.bytes;
           stats_.device_bytes += c.bytes;
-        } else {
+        } else if (!absl::IsCancelled(c.status)) {  // a cancelled read is no I/O error
           ++stats_.errors;
         }
         ++stats_.reads;
@@ -381,7 +380,12 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   absl::StatusOr<size_t> read(const std::string& url, uint64_t offset, std::span<std::byte> out) override {
     if (out.empty()) return 0;
     DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, head(url));
-    if (offset >= info.size) return 0;
+    return read(info, offset, out);
+  }
+
+  absl::StatusOr<size_t> read(const ObjectInfo& info, uint64_t offset, std::span<std::byte> out) override {
+    const std::string& url = info.url;
+    if (out.empty() || offset >= info.size) return 0;
     const uint64_t n = std::min<uint64_t>(out.size(), info.size - offset);
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
     DLFEED_ASSIGN_OR_RETURN(Location loc, parse_url(url));

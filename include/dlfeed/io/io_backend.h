@@ -187,7 +187,9 @@ class DLFEED_EXPORT IoBackend {
   /// error when it did not finish): their epoch is given up, or the loader
   /// is closing. Requests submitted later run as usual. A backend whose
   /// reads end on their own (files) need do nothing; one whose requests wait
-  /// on a network and retry (dlfeed::s3) stops waiting. Wrappers pass it on.
+  /// on a network and retry (dlfeed::s3) stops waiting. Wrappers pass it on
+  /// (a backend of an io_factory that wraps another must too). It may be
+  /// called from another thread while submit() or reap() run.
   virtual void cancel() {}
 
   /// "io_uring", "thread_pool", "sync" (with "+direct" in O_DIRECT mode).

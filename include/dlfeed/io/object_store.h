@@ -61,6 +61,12 @@ class DLFEED_EXPORT ObjectStore {
   /// Bytes [offset, offset + out.size()) of an object into `out`; returns
   /// the bytes placed, fewer only at the object's end.
   virtual absl::StatusOr<size_t> read(const std::string& url, uint64_t offset, std::span<std::byte> out) = 0;
+  /// The same of the version `object` (as head() or list() gave it): never
+  /// another version's bytes, whatever a later listing learnt (S3: If-Match
+  /// its ETag). The default reads the URL.
+  virtual absl::StatusOr<size_t> read(const ObjectInfo& object, uint64_t offset, std::span<std::byte> out) {
+    return read(object.url, offset, out);
+  }
   /// A backend reading the objects a FileTable names (its paths are URLs of
   /// this scheme), for the loader's engines.
   virtual absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,

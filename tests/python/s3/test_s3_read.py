@@ -137,6 +137,35 @@ def test_close_ends_the_requests_in_flight(s3_server, s3_proxy, tmp_path, monkey
     assert time.monotonic() - start < 3, f"close waited {time.monotonic() - start:.1f} s for {fault}"
 
 
+def test_an_epoch_given_up_leaves_the_next_one_whole(s3_server, s3_proxy, tmp_path, monkeypatch):
+    """Giving up an epoch cancels its requests in flight (a slow server does not hold the next epoch's
+    start), and only theirs: the next epoch reads every sample, with no error counted for the cancelled."""
+    root = tmp_path / "p"
+    root.mkdir()
+    for f in range(4):
+        np.save(root / f"x_{f}.npy", np.arange(f * 4000, (f + 1) * 4000, dtype=np.float32).reshape(400, 10))
+    s3_server.upload_dir(root, BUCKET, "giveup/")
+    proxy = s3_proxy()
+    proxy.apply_env(monkeypatch)
+    loader = dlfeed.Loader(f"s3://{BUCKET}/giveup", batch_size=8, resident="off", strategy="global_shuffle",
+                           seed=2, overlap_epochs=False)
+    it = loader.iter_epoch(0)
+    next(it)
+    proxy.configure(delay_ms=10000)
+    time.sleep(0.3)  # the reads ahead wait on the proxy
+    proxy.configure(delay_ms=0)
+    start = time.monotonic()
+    ids, xs = [], []
+    for batch in loader.iter_epoch(1):  # gives up epoch 0
+        ids.extend(int(i) for i in batch.sample_ids)
+        xs.append(np.array(batch[0]))
+    assert time.monotonic() - start < 8, "the next epoch waited for the given-up epoch's slow requests"
+    assert sorted(ids) == list(range(1600))
+    got = np.concatenate(xs)[np.argsort(ids)]
+    np.testing.assert_array_equal(got, np.arange(16000, dtype=np.float32).reshape(1600, 10))
+    loader.close()
+
+
 def test_wrong_secret_is_a_clear_error(s3_server, uploaded, monkeypatch):
     s3_server.apply_env(monkeypatch)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value")
