@@ -80,7 +80,8 @@ def _needs_mpi(what: str) -> None:
         atexit.register(_dlfeed._mpi_shutdown)
         # A rank that dies of an uncaught exception never reaches its peers' next collective (the
         # training's all-reduce, a loader's, the shutdown above): it aborts the job instead, after its
-        # traceback, as `python -m mpi4py` does, rather than leave them waiting until the walltime.
+        # traceback (MPI_Abort), rather than leave them waiting until the walltime. sys.exit(N) is no
+        # uncaught exception: it still runs the shutdown.
         sys.excepthook = _abort_job_after(sys.excepthook)
         _MPI_SHUTDOWN_REGISTERED = True
 
