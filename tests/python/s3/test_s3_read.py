@@ -116,9 +116,9 @@ def test_faults_are_tried_again_and_every_sample_arrives_once(s3_proxy, uploaded
     assert after["failures"] == before["failures"]
 
 
-@pytest.mark.parametrize("fault", [dict(delay_ms=15000), dict(slowdown=1.0)])
+@pytest.mark.parametrize("fault", [dict(delay_ms=6000), dict(slowdown=1.0)])
 def test_close_ends_the_requests_in_flight(s3_server, s3_proxy, tmp_path, monkeypatch, fault):
-    """Closing a loader cancels its reads: it does not wait for a slow server's answers (15 s each) or for
+    """Closing a loader cancels its reads: it does not wait for a slow server's answers (6 s each) or for
     every request's 8 tries against a server answering 503 to all."""
     root = tmp_path / "p"
     root.mkdir()
@@ -151,7 +151,7 @@ def test_an_epoch_given_up_leaves_the_next_one_whole(s3_server, s3_proxy, tmp_pa
                            seed=2, overlap_epochs=False)
     it = loader.iter_epoch(0)
     next(it)
-    proxy.configure(delay_ms=10000)
+    proxy.configure(delay_ms=6000)
     time.sleep(0.3)  # the reads ahead wait on the proxy
     proxy.configure(delay_ms=0)
     start = time.monotonic()
@@ -159,7 +159,7 @@ def test_an_epoch_given_up_leaves_the_next_one_whole(s3_server, s3_proxy, tmp_pa
     for batch in loader.iter_epoch(1):  # gives up epoch 0
         ids.extend(int(i) for i in batch.sample_ids)
         xs.append(np.array(batch[0]))
-    assert time.monotonic() - start < 8, "the next epoch waited for the given-up epoch's slow requests"
+    assert time.monotonic() - start < 4, "the next epoch waited for the given-up epoch's slow requests"
     assert sorted(ids) == list(range(1600))
     got = np.concatenate(xs)[np.argsort(ids)]
     np.testing.assert_array_equal(got, np.arange(16000, dtype=np.float32).reshape(1600, 10))
