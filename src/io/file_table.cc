@@ -52,6 +52,16 @@ struct FileTable::Impl {
       id.ctime_ns = f.ctime_ns;
       return id;
     }
+    // The inverse of of(): the device 0 when it is not known.
+    FileIdentity file_identity() const {
+      FileIdentity f;
+      f.size = static_cast<uint64_t>(size);
+      f.mtime_ns = mtime_ns;
+      f.inode = static_cast<uint64_t>(ino);
+      f.device = dev_known ? static_cast<uint64_t>(dev) : 0;
+      f.ctime_ns = ctime_ns;
+      return f;
+    }
     // `o` is what an open found (its device and change time known).
     bool same(const Identity& o) const { return difference(o).empty(); }
     // Only the change time differs: metadata, or bytes written with the mtime set back.
@@ -265,20 +275,13 @@ void FileTable::reserve_descriptors() const {
 std::optional<FileIdentity> FileTable::identity(uint32_t id) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (id >= impl_->entries.size() || !impl_->entries[id].identity.known) return std::nullopt;
-  const Impl::Identity& i = impl_->entries[id].identity;
-  FileIdentity f;
-  f.size = static_cast<uint64_t>(i.size);
-  f.mtime_ns = i.mtime_ns;
-  f.inode = static_cast<uint64_t>(i.ino);
-  f.device = i.dev_known ? static_cast<uint64_t>(i.dev) : 0;
-  f.ctime_ns = i.ctime_ns;
-  return f;
+  return impl_->entries[id].identity.file_identity();
 }
 
 std::optional<uint64_t> FileTable::known_size(uint32_t id) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (id >= impl_->entries.size() || !impl_->entries[id].identity.known) return std::nullopt;
-  return static_cast<uint64_t>(impl_->entries[id].identity.size);
+  const std::optional<FileIdentity> known = identity(id);
+  if (!known) return std::nullopt;
+  return known->size;
 }
 
 absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optional<bool> direct) {

@@ -331,17 +331,21 @@ def test_a_later_loader_with_another_cache_limit_keeps_to_its_own(s3_server, tmp
     assert kept() >= 4 * 300_000 * 4 > small  # the whole object now
 
 
+def put_version(s3_server, root, prefix, dtype):
+    """a.npy, 64 values of `dtype` as (16, 4), uploaded under PREFIX/: int32 and float32 versions are the
+    same size with another ETag (a rewrite the size cannot tell)."""
+    np.save(root / "a.npy", np.arange(64, dtype=dtype).reshape(16, 4))
+    s3_server.upload_dir(root, BUCKET, f"{prefix}/")
+
+
 def test_an_object_rewritten_under_a_loader_is_an_error(s3_server, tmp_path, monkeypatch):
     s3_server.apply_env(monkeypatch)
     root = tmp_path / "r"
     root.mkdir()
-    np.save(root / "a.npy", np.arange(64, dtype=np.int32).reshape(16, 4))
-    s3_server.upload_dir(root, BUCKET, "rewritten/")
+    put_version(s3_server, root, "rewritten", np.int32)
     loader = dlfeed.Loader(f"s3://{BUCKET}/rewritten", batch_size=4, overlap_epochs=False, resident="off")
     read_epoch(loader)
-    # Rewritten in place after it was indexed and read: same size, float32 now.
-    np.save(root / "a.npy", np.arange(64, dtype=np.float32).reshape(16, 4))
-    s3_server.upload_dir(root, BUCKET, "rewritten/")
+    put_version(s3_server, root, "rewritten", np.float32)  # rewritten in place after it was read
     with pytest.raises(Exception) as e:
         read_epoch(loader)
     assert f"s3://{BUCKET}/rewritten/a.npy" in str(e.value) and "changed since it was listed" in str(e.value)
@@ -355,13 +359,11 @@ def test_a_later_listing_in_the_process_never_moves_a_loader_to_the_new_version(
     s3_server.apply_env(monkeypatch)
     root = tmp_path / "r"
     root.mkdir()
-    np.save(root / "a.npy", np.arange(64, dtype=np.int32).reshape(16, 4))
-    s3_server.upload_dir(root, BUCKET, "relisted/")
+    put_version(s3_server, root, "relisted", np.int32)
     first = dlfeed.Loader(f"s3://{BUCKET}/relisted", batch_size=4, overlap_epochs=False, resident="off")
     _, xs = read_epoch(first)
     np.testing.assert_array_equal(np.sort(xs, axis=None), np.arange(64, dtype=np.int32))
-    np.save(root / "a.npy", np.arange(64, dtype=np.float32).reshape(16, 4))  # same size, another ETag
-    s3_server.upload_dir(root, BUCKET, "relisted/")
+    put_version(s3_server, root, "relisted", np.float32)
     second = dlfeed.Loader(f"s3://{BUCKET}/relisted", batch_size=4, overlap_epochs=False, resident="off")
     _, new = read_epoch(second)  # the new loader reads the new version
     np.testing.assert_array_equal(np.sort(new, axis=None), np.arange(64, dtype=np.float32))
