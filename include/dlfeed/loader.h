@@ -100,6 +100,13 @@ struct DLFEED_EXPORT AdvancedOptions {
   /// rank indexes the files and the others receive the index.
   std::function<absl::StatusOr<SampleIndex>(const std::vector<std::string>& paths, const FormatOptions& format)>
       index_opener;
+  /// Called once, by the loader's first start_epoch (restore() and
+  /// start_epoch_at() included), before any read of it: that epoch's order
+  /// (options.order at that epoch, with the global_start a restore() set)
+  /// and the rank's position in it where reading starts. An error ends that
+  /// start_epoch, and the next one calls it again. mpi::JobCache plans from
+  /// it which rank keeps which bytes.
+  std::function<absl::Status(const OrderSpec& order, uint64_t position)> before_first_epoch;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
   /// How far to read ahead of the consumer (prefetch::Prefetch, in

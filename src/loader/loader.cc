@@ -93,6 +93,7 @@ struct Loader::Impl {
   uint64_t start_position = 0;
   uint64_t delivered_samples = 0;
   bool running = false;
+  bool first_epoch_called = false;  // AdvancedOptions::before_first_epoch
   bool finished = false;
   std::atomic<bool> stop{false};
   std::atomic<bool> failed{false};
@@ -507,10 +508,13 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   std::unique_lock<std::mutex> order_lock(m.order_mu);  // no pipeline thread runs: for form
   DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, m.take_order(spec));
   order_lock.unlock();
+  const uint64_t start = resuming ? m.resume->position : 0;
+  if (!m.first_epoch_called && m.options.advanced.before_first_epoch) {
+    DLFEED_RETURN_IF_ERROR(m.options.advanced.before_first_epoch(spec, start));
+  }
+  m.first_epoch_called = true;
   m.base_cursor = cursor;
-  uint64_t start = 0;
   if (resuming) {
-    start = m.resume->position;
     DLFEED_RETURN_IF_ERROR(cursor.seek(start));
     m.resume.reset();
   }

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "dlfeed/io/object_store.h"
 #include "dlfeed/sample.h"
@@ -86,14 +87,16 @@ struct Candidate {
   int reader = 0;
 };
 
-// The first epoch's reads of every rank, as (sample id, rank), step by step
-// and rank by rank, from one global order (O(samples), not O(samples x
-// ranks)). The rank's cut of the global order is OrderCursor's, written out
-// for every rank (global_position is the calling rank's only); checked
-// against this rank's own cursor, and made rank by rank with rank_order when
-// they differ (a registered strategy with a cut of its own).
-absl::StatusOr<std::vector<std::pair<uint64_t, int>>> first_epoch_reads(const FileLayout& layout, const OrderSpec& spec,
-                                                                        int rank, int size) {
+// One epoch's reads of every rank from rank position `position` on (every
+// rank at the same position, as after a restore() at a step), as (sample id,
+// rank), step by step and rank by rank, appended to `out`, from one global
+// order (O(samples), not O(samples x ranks)). The rank's cut of the global
+// order is OrderCursor's, written out for every rank (global_position is the
+// calling rank's only); checked against this rank's own cursor, and made
+// rank by rank with rank_order when they differ (a registered strategy with
+// a cut of its own).
+absl::Status epoch_reads(const FileLayout& layout, const OrderSpec& spec, uint64_t position, int rank, int size,
+                         std::vector<std::pair<uint64_t, int>>& out) {
   OrderSpec mine = spec;
   mine.rank = static_cast<uint32_t>(rank);
   absl::StatusOr<OrderCursor> cursor = OrderCursor::create(layout, mine);
@@ -113,24 +116,34 @@ absl::StatusOr<std::vector<std::pair<uint64_t, int>>> first_epoch_reads(const Fi
   };
   bool same = true;
   for (uint64_t i = 0; i < n && same; ++i) same = at(rank, i) == cursor->at(i);
-  std::vector<std::pair<uint64_t, int>> out;
   if (same) {
-    out.reserve(n * static_cast<uint64_t>(size));
-    for (uint64_t i = 0; i < n; ++i) {
+    out.reserve(out.size() + (n - std::min(n, position)) * static_cast<uint64_t>(size));
+    for (uint64_t i = position; i < n; ++i) {
       for (int q = 0; q < size; ++q) {
         if (const std::optional<uint64_t> id = at(q, i)) out.emplace_back(*id, q);
       }
     }
-    return out;
+    return absl::OkStatus();
   }
+  std::vector<std::vector<uint64_t>> of_rank(static_cast<size_t>(size));
   for (int q = 0; q < size; ++q) {
     OrderSpec spec_q = spec;
     spec_q.rank = static_cast<uint32_t>(q);
     absl::StatusOr<std::vector<uint64_t>> ids = rank_order(layout, spec_q);
     if (!ids.ok()) return ids.status();
-    for (const uint64_t id : *ids) out.emplace_back(id, q);
+    of_rank[static_cast<size_t>(q)] = *std::move(ids);
   }
-  return out;
+  for (uint64_t i = position;; ++i) {
+    bool any = false;
+    for (int q = 0; q < size; ++q) {
+      const std::vector<uint64_t>& ids = of_rank[static_cast<size_t>(q)];
+      if (i < ids.size()) {
+        out.emplace_back(ids[i], q);
+        any = true;
+      }
+    }
+    if (!any) return absl::OkStatus();
+  }
 }
 
 // A rank's share as a file in `folder`, mapped, then removed from the folder
@@ -315,7 +328,6 @@ absl::Status JobCache::attach(LoaderOptions& options) {
     std::lock_guard<std::mutex> lock(s.fields_mu);
     s.fields.clear();
   }
-  s.spec = options.order;
   auto inner = std::move(options.advanced.index_opener);
   options.advanced.index_opener = [state = state_, inner](const std::vector<std::string>& paths,
                                                           const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
@@ -327,10 +339,19 @@ absl::Status JobCache::attach(LoaderOptions& options) {
     }
     return index;
   };
+  // The plan, from the epoch the loader starts in and where (a job resumed
+  // at epoch 3, step k, fills the cache from there): every rank the same.
+  auto before = std::move(options.advanced.before_first_epoch);
+  options.advanced.before_first_epoch = [state = state_, before](const OrderSpec& order,
+                                                                 uint64_t position) -> absl::Status {
+    if (before) {
+      DLFEED_RETURN_IF_ERROR(before(order, position));
+    }
+    std::call_once(state->planned, [&] { state->plan_status = state->make_plan(order, position); });
+    return state->plan_status;
+  };
   options.advanced.io_factory = [state = state_](std::shared_ptr<FileTable> files,
                                                  IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
-    std::call_once(state->planned, [&] { state->plan_status = state->make_plan(); });
-    if (!state->plan_status.ok()) return state->plan_status;
     absl::StatusOr<std::unique_ptr<IoBackend>> inner =
         state->source ? state->source(files, io) : make_io_backend(files, io);
     if (!inner.ok()) return inner.status();
@@ -343,7 +364,7 @@ absl::Status JobCache::attach(LoaderOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status JobCache::State::make_plan() {
+absl::Status JobCache::State::make_plan(const OrderSpec& spec, uint64_t position) {
   std::lock_guard<std::mutex> lock(fields_mu);
   if (fields.empty())
     return absl::FailedPreconditionError("MPI job cache: no field was opened through attach()'s opener");
@@ -363,13 +384,21 @@ absl::Status JobCache::State::make_plan() {
       field_path[k].push_back(it->second);
     }
   }
-  // Every extent of the first epoch, with the first rank reading it (step by
-  // step, rank by rank).
-  absl::StatusOr<std::vector<std::pair<uint64_t, int>>> reads = first_epoch_reads(layout, spec, rank, size);
-  if (!reads.ok()) return reads.status();
+  // Every extent the job reads, with the first rank reading it (step by
+  // step, rank by rank): the first epoch from where it starts, and when that
+  // is not its start (a restore()), the next epoch too, for the samples the
+  // job had read before it stopped.
+  std::vector<std::pair<uint64_t, int>> reads;
+  DLFEED_RETURN_IF_ERROR(epoch_reads(layout, spec, position, rank, size, reads));
+  if (position > 0 || spec.global_start > 0) {
+    OrderSpec next = spec;
+    next.epoch += 1;
+    next.global_start = 0;
+    DLFEED_RETURN_IF_ERROR(epoch_reads(layout, next, 0, rank, size, reads));
+  }
   std::vector<Candidate> cand;
   absl::flat_hash_set<std::tuple<uint32_t, uint64_t, uint64_t>> seen;
-  for (const auto& [id, q] : *reads) {
+  for (const auto& [id, q] : reads) {
     const auto file = static_cast<uint32_t>(layout.file_of(id));
     for (size_t k = 0; k < fields.size(); ++k) {
       const FieldExtents& f = fields[k];
@@ -438,6 +467,7 @@ absl::Status JobCache::State::make_plan() {
     filled[i].store(0, std::memory_order_relaxed);
     fill_started[i].store(0, std::memory_order_relaxed);
   }
+  plan_ready.store(true, std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -461,10 +491,12 @@ JobCacheStats JobCache::stats() const {
   out.bytes_missed = s.bytes_missed.load();
   out.bytes_kept = s.bytes_kept.load();
   out.extents_kept = s.extents_kept.load();
-  out.bytes_planned = s.bytes_planned;
+  if (s.plan_ready.load(std::memory_order_acquire)) {
+    out.bytes_planned = s.bytes_planned;
+    out.dataset_bytes = s.dataset_bytes;
+    out.held_bytes = s.held_bytes;
+  }
   out.capacity = s.capacity_of.empty() ? 0 : s.capacity_of[static_cast<size_t>(s.rank)];
-  out.dataset_bytes = s.dataset_bytes;
-  out.held_bytes = s.held_bytes;
   out.node = s.node_of.empty() ? 0 : s.node_of[static_cast<size_t>(s.rank)];
   out.nodes = s.node_of.empty() ? 1 : *std::max_element(s.node_of.begin(), s.node_of.end()) + 1;
   return out;

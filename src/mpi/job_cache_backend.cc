@@ -194,6 +194,7 @@ class CacheBackend final : public IoBackend {
   }
 
   const std::vector<HeldExtent>* held_of(uint32_t file) {
+    if (!s_->plan_ready.load(std::memory_order_acquire)) return nullptr;  // no epoch started yet: the files
     if (file >= by_id_.size()) {
       by_id_.resize(file + 1, nullptr);
       looked_.resize(file + 1, 0);

@@ -75,14 +75,14 @@ struct JobCache::State {
   IoBackendFactory source;                          // JobCacheOptions::source
   std::atomic<counters::Counters*> trace{nullptr};  // JobCache::trace_into
 
-  // What attach() saw and the loader's opener recorded.
-  OrderSpec spec;
+  // What the loader's opener recorded.
   std::mutex fields_mu;
   std::vector<FieldExtents> fields;
 
-  // The plan (made once, at the first backend).
+  // The plan (made once, as the loader's first epoch starts).
   std::once_flag planned;
   absl::Status plan_status;
+  std::atomic<bool> plan_ready{false};  // made: `held` and the rest below are read only from now on
   absl::flat_hash_map<std::string, std::vector<HeldExtent>> held;  // path -> extents sorted by offset
   std::unique_ptr<std::atomic<uint8_t>[]> filled;                  // per held extent: known to be filled
   std::unique_ptr<std::atomic<uint8_t>[]> fill_started;            // per held merged run of this rank: read whole
@@ -105,8 +105,9 @@ struct JobCache::State {
   std::atomic<uint64_t> bytes_kept{0}, extents_kept{0};
   uint64_t bytes_planned = 0, dataset_bytes = 0, held_bytes = 0;
 
-  /// Makes the plan from `fields` and `spec` (every rank the same).
-  absl::Status make_plan();
+  /// Makes the plan from `fields` and the first epoch's order `spec`, read
+  /// from rank position `position` on (every rank the same).
+  absl::Status make_plan(const OrderSpec& spec, uint64_t position);
   /// The held extents of `path` (null when none).
   const std::vector<HeldExtent>* extents_of(const std::string& path) const;
 };

@@ -128,6 +128,67 @@ TEST(Loader, ResumeMidEpochGivesExactlyTheRemainingBatches) {
   EXPECT_FALSE(wrong->restore("garbage").ok());
 }
 
+// AdvancedOptions::before_first_epoch: called once, by the first
+// start_epoch, with its epoch, the restored global_start and the position;
+// an error ends that start_epoch and the next one asks again.
+TEST(Loader, BeforeFirstEpochSeesWhereTheLoaderStarts) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[0];
+  const std::string path = make_dataset(c, root);
+  LoaderOptions o = options_for(c, path);
+  o.order.strategy = "global_shuffle";
+  o.order.seed = 5;
+  o.order.world_size = 2;
+  o.batch_size = 2;
+  std::string state;
+  {
+    auto first = Loader::create(o).value();
+    ASSERT_TRUE(first->start_epoch(3).ok());
+    for (int b = 0; b < 2; ++b) ASSERT_NE(first->next().value(), nullptr);
+    state = first->state();
+  }
+  struct Call {
+    uint64_t epoch, global_start, world_size, position;
+  };
+  std::vector<Call> calls;
+  int refuse = 1;
+  LoaderOptions four = o;
+  four.order.world_size = 4;  // an elastic restart: the rest of epoch 3 from global position 2 * 2 * 2
+  four.advanced.before_first_epoch = [&](const OrderSpec& spec, uint64_t position) -> absl::Status {
+    calls.push_back({spec.epoch, spec.global_start, spec.world_size, position});
+    if (refuse-- > 0) return absl::UnavailableError("not yet");
+    return absl::OkStatus();
+  };
+  auto loader = Loader::create(four).value();
+  EXPECT_TRUE(calls.empty()) << "not called by create";
+  ASSERT_TRUE(loader->restore(state).ok());
+  const absl::Status refused = loader->start_epoch(3);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  // Started again: the restore is still pending after the refused start.
+  const std::vector<uint64_t> rest = read_epoch(*loader, c, 3);
+  EXPECT_FALSE(rest.empty());
+  EXPECT_LT(rest.size(), loader->samples_per_epoch()) << "resumed, not from the epoch's start";
+  EXPECT_EQ(read_epoch(*loader, c, 4).size(), loader->samples_per_epoch());
+  ASSERT_EQ(calls.size(), 2u) << "once it succeeded, never again";
+  for (const Call& k : calls) {
+    EXPECT_EQ(k.epoch, 3u);
+    EXPECT_EQ(k.global_start, 8u);
+    EXPECT_EQ(k.world_size, 4u);
+    EXPECT_EQ(k.position, 0u);
+  }
+  // The same world size resumes at the rank's position instead.
+  calls.clear();
+  refuse = 0;
+  LoaderOptions two = o;
+  two.advanced.before_first_epoch = four.advanced.before_first_epoch;
+  auto same = Loader::create(two).value();
+  ASSERT_TRUE(same->restore(state).ok());
+  ASSERT_TRUE(same->start_epoch(3).ok());
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].global_start, 0u);
+  EXPECT_EQ(calls[0].position, 4u);
+}
+
 TEST(Loader, PrefetchPoliciesAndCoalescingDeliverTheSameData) {
   const std::string root = scratch_dir();
   const DatasetCase& c = kDatasets[3];  // hdf5

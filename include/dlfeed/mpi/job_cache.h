@@ -4,8 +4,9 @@
 // epoch, and later epochs read other ranks' memory instead.
 //
 // Every rank computes, from the index and the order (no message), which rank
-// reads each sample extent first in the loader's first epoch; that rank keeps
-// it, within its share of its node's budget. Each extent is held once in the
+// reads each sample extent first from where the loader starts (its first
+// start_epoch, at the step a restore() resumes from); that rank keeps it,
+// within its share of its node's budget. Each extent is held once in the
 // job. Reads of a held extent that is filled come from the holder: the rank's
 // own memory, or an MPI_Get from another rank's window (one-sided; the holder
 // takes no part). Everything else reads the source, as without the cache.
@@ -70,9 +71,9 @@ struct DLFEED_EXPORT JobCacheStats {
   uint64_t bytes_missed = 0;
   uint64_t bytes_kept = 0;  // bytes this rank put into its part
   uint64_t extents_kept = 0;
-  uint64_t bytes_planned = 0;  // bytes of extents this rank is to hold
+  uint64_t bytes_planned = 0;  // bytes of extents this rank is to hold (0 before the first epoch starts)
   uint64_t capacity = 0;       // this rank's share of its node's budget
-  uint64_t dataset_bytes = 0;  // distinct extent bytes the first epoch reads (the job's)
+  uint64_t dataset_bytes = 0;  // distinct extent bytes the plan's epochs read (the job's)
   uint64_t held_bytes = 0;     // of those, held by the job cache (all ranks)
   int node = 0;                // this rank's node
   int nodes = 1;               // nodes in the job
@@ -98,8 +99,12 @@ class DLFEED_EXPORT JobCache {
   /// the I/O backend serves held extents from the cache and the rest from
   /// the files, and reads merge only touching extents (coalesce.max_gap 0).
   /// Call after Job::configure (rank and world size) and before
-  /// Loader::create; the plan is made from options.order (its epoch is the
-  /// one that fills the cache). InvalidArgument for options the cache cannot
+  /// Loader::create. The plan is made as the loader's first epoch starts
+  /// (AdvancedOptions::before_first_epoch), from that epoch's order and the
+  /// step it starts at, and the next epoch's when it starts mid-way: every
+  /// rank must start the same epoch at the same step (a checkpoint of one
+  /// step), or the ranks' plans differ and reads go to the files (the
+  /// same bytes, no cache). InvalidArgument for options the cache cannot
   /// serve (io.direct, staging, object URLs, an io_factory of the caller's).
   absl::Status attach(LoaderOptions& options);
 

@@ -317,6 +317,77 @@ def test_torch_dataset_under_mpirun_reads_the_same_bytes_through_the_cache(mpiru
     assert all(len(cached[r][e]["samples"]) == 160 // NP for r in range(NP) for e in range(3))
 
 
+RESUME = r"""
+import hashlib, json, os, pathlib, sys, time
+import dlfeed
+data, mode, out = sys.argv[1:4]
+rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+E, K = 2, 3  # the checkpoint: K steps into epoch E, of a job of `size` ranks (same) or 2 (elastic)
+kw = dict(batch_size=4, fields=["x", "y"], strategy="global_shuffle")
+w = size if mode == "same" else 2
+ck = dlfeed.Loader(data, rank=rank % w, world_size=w, **kw)
+it = iter(ck.iter_epoch(E))
+for _ in range(K):
+    next(it)
+state = ck.state()
+del it
+ck.close()
+
+
+def barrier(tag):  # the ranks start each epoch together, as a trainer's all-reduce keeps them
+    pathlib.Path(f"{out}.{tag}.{rank}").touch()
+    while not all(os.path.exists(f"{out}.{tag}.{r}") for r in range(size)):
+        time.sleep(0.01)
+
+
+def resumed(name, loader):
+    loader.restore(state)
+    got = []
+    for e in range(E, E + 3):
+        barrier(f"{name}{e}")
+        seen = sorted(hashlib.sha256(b["x"][i].tobytes() + b["y"][i].tobytes()).hexdigest()
+                      for b in loader.iter_epoch(e) for i in range(len(b)))
+        got.append({"samples": seen, "stats": loader.job_cache_stats()})
+    loader.close()
+    return got
+
+
+plain = resumed("plain", dlfeed.Loader(data, rank=rank, world_size=size, **kw))
+cached = resumed("cached", dlfeed.Loader(data, job_cache="64M", job_cache_ranks_per_node=1, **kw))
+with open(f"{out}.{rank}", "w") as f:
+    json.dump({"plain": plain, "cached": cached}, f)
+"""
+
+
+@pytest.mark.parametrize("mode", ["same", "elastic"])
+def test_a_job_resumed_mid_epoch_fills_the_cache_from_where_it_starts(mpirun, h5_data, tmp_path, mode):  # noqa: F811
+    """A checkpoint's restore() at epoch 2, step 3 (of the same world size, or of 2 ranks
+    for 4): the plan starts there, so the rest of that epoch and the next read each
+    extent from the files once in the job, and the epoch after reads none."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME)
+    out = tmp_path / f"resume-{mode}.json"
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), mode, str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    got = [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+    for r in range(NP):
+        assert [e["samples"] for e in got[r]["cached"]] == [e["samples"] for e in got[r]["plain"]], r
+    assert sum(len(got[r]["cached"][0]["samples"]) for r in range(NP)) == 160 - 3 * 4 * (NP if mode == "same" else 2)
+    stats = [[e["stats"] for e in got[r]["cached"]] for r in range(NP)]
+    for r in range(NP):
+        assert stats[r][2]["bytes_read_source"] == stats[r][1]["bytes_read_source"], (r, stats[r])
+    # Every extent came from the files once in the job: the rest of epoch 2, then the 3 steps read before the restore.
+    assert sum(stats[r][2]["bytes_read_source"] for r in range(NP)) == stats[0][0]["dataset_bytes"] > 0
+    assert all(stats[r][1]["bytes_read_source"] > stats[r][0]["bytes_read_source"] for r in range(NP))
+
+
 RAISES = """
 import os, sys
 import dlfeed
