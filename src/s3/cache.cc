@@ -86,6 +86,13 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   return std::shared_ptr<PieceCache>(new PieceCache(o.dir, o.max_bytes, used));
 }
 
+PieceCache::PieceCache(std::string dir, uint64_t max_bytes, uint64_t used)
+    : dir_(std::move(dir)), max_(max_bytes), used_(used) {
+  fork_guard(&mu_);
+}
+
+PieceCache::~PieceCache() { fork_unguard(&mu_); }
+
 std::string PieceCache::folder_of(const ObjectInfo& o) {
   const std::string id = absl::StrCat(o.url, "\n", o.etag, "\n", o.size, "\n");
   std::lock_guard<std::mutex> lock(mu_);

@@ -27,6 +27,9 @@ class PieceCache {
   static constexpr uint64_t kPiece = 1u << 20;
 
   static absl::StatusOr<std::shared_ptr<PieceCache>> open(const ObjectCacheOptions& o);
+  ~PieceCache();
+  PieceCache(const PieceCache&) = delete;
+  PieceCache& operator=(const PieceCache&) = delete;
 
   /// Fills `dest` with bytes [offset, offset + dest.size()) of `o` when
   /// every piece they lie in is here and sound.
@@ -42,7 +45,7 @@ class PieceCache {
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
 
  private:
-  PieceCache(std::string dir, uint64_t max_bytes, uint64_t used) : dir_(std::move(dir)), max_(max_bytes), used_(used) {}
+  PieceCache(std::string dir, uint64_t max_bytes, uint64_t used);
   // The folder of `o`'s version, made and checked to be that version's (its
   // id file names URL, ETag and size); "" when it cannot be (another
   // version's folder under the same name: never read, never written).
@@ -55,7 +58,7 @@ class PieceCache {
   const std::string dir_;
   const uint64_t max_;
   std::atomic<uint64_t> used_;
-  std::mutex mu_;
+  std::mutex mu_;  // fork_guard()ed: held while a version's folder is made and checked
   absl::flat_hash_map<std::string, std::string> folders_;  // id text -> folder ("" if unusable)
 };
 

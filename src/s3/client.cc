@@ -2,6 +2,7 @@
 #include "s3/client.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,7 @@ constexpr size_t kMostBody = 64u << 20;
 // and Options::max_requests_per_second spaces them.
 class Pacer {
  public:
+  Pacer() { fork_guard(&mu_); }
   void wait(double per_second, const std::atomic<bool>* cancel) {
     Clock::time_point t;
     {
@@ -328,9 +330,57 @@ Connection::~Connection() {
   if (h_) curl_easy_cleanup(h_);
 }
 
+namespace {
+
+// The guarded mutexes, locked in the order guarded by the thread calling
+// fork() (prepare) and unlocked by it in the parent and in the child.
+struct ForkGuard {
+  std::mutex mu;
+  std::vector<std::mutex*> held;
+};
+ForkGuard& fork_guard_list() {
+  static ForkGuard* g = new ForkGuard;
+  return *g;
+}
+void before_fork() {
+  ForkGuard& g = fork_guard_list();
+  g.mu.lock();
+  for (std::mutex* m : g.held) m->lock();
+}
+void after_fork() {
+  ForkGuard& g = fork_guard_list();
+  for (auto it = g.held.rbegin(); it != g.held.rend(); ++it) (*it)->unlock();
+  g.mu.unlock();
+}
+
+}  // namespace
+
+void fork_guard(std::mutex* m) {
+  static const int registered = ::pthread_atfork(before_fork, after_fork, after_fork);
+  (void)registered;
+  ForkGuard& g = fork_guard_list();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.held.push_back(m);
+}
+
+void fork_unguard(std::mutex* m) {
+  ForkGuard& g = fork_guard_list();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.held.erase(std::remove(g.held.begin(), g.held.end(), m), g.held.end());
+}
+
+size_t fork_guarded() {
+  ForkGuard& g = fork_guard_list();
+  std::lock_guard<std::mutex> lock(g.mu);
+  return g.held.size();
+}
+
 void init_curl() {
   static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  std::call_once(once, [] {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    (void)pacer();  // its mutex guarded from the start
+  });
 }
 
 Counters& counters() {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +77,17 @@ struct Counters {
       cache_kept{0}, cache_damaged{0};
 };
 Counters& counters();
+
+/// Mutexes of the process's s3 state (the pacer, a store, a piece cache)
+/// that a child of fork() goes on using: fork() waits until no thread holds
+/// one (pthread_atfork), so a DataLoader worker forked while the parent
+/// reads never inherits one locked and hangs on it. Guarded from
+/// fork_guard() until fork_unguard(); each is held only briefly and never
+/// while taking another of them or calling either function.
+void fork_guard(std::mutex* m);
+void fork_unguard(std::mutex* m);
+/// How many mutexes are guarded now (for tests).
+size_t fork_guarded();
 
 /// libcurl's process-wide set-up, once.
 void init_curl();

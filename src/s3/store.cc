@@ -286,7 +286,10 @@ class Backend final : public IoBackend {
 
 class Store final : public ObjectStore, public std::enable_shared_from_this<Store> {
  public:
-  explicit Store(Options o) : o_(std::move(o)) {}
+  explicit Store(Options o) : o_(std::move(o)) { fork_guard(&mu_); }
+  ~Store() override { fork_unguard(&mu_); }
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
   std::string scheme() const override { return "s3"; }
 
   absl::StatusOr<std::vector<ObjectInfo>> list(const std::string& prefix) override {
@@ -407,8 +410,8 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
       DLFEED_ASSIGN_OR_RETURN(cache, PieceCache::open(o));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    cache_ = std::move(cache);
-    return absl::OkStatus();
+    cache_.swap(cache);
+    return absl::OkStatus();  // the cache let go of here, after the lock (its destructor takes fork_unguard's)
   }
 
   std::shared_ptr<PieceCache> cache() {
