@@ -388,13 +388,44 @@ Counters& counters() {
   return *c;
 }
 
-absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r,
+namespace {
+
+// The server refused the request's credentials, as it says of an expired
+// session token (400 ExpiredToken, TokenRefreshRequired, InvalidToken; a
+// HEAD's has no body), a key it does not know or a secret that does not
+// match (403 InvalidAccessKeyId, SignatureDoesNotMatch; a HEAD's 403 has no
+// body): credentials rotated under a long job.
+bool refused_credentials(const Request& r, const Response& resp) {
+  if (resp.code == 400) {
+    if (r.method == Method::kHead && resp.body.empty()) return true;
+    for (const char* code : {"ExpiredToken", "TokenRefreshRequired", "InvalidToken"}) {
+      if (absl::StrContains(resp.body, absl::StrCat("<Code>", code, "</Code>"))) return true;
+    }
+    return false;
+  }
+  if (resp.code != 403) return false;
+  if (r.method == Method::kHead && resp.body.empty()) return true;
+  for (const char* code : {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}) {
+    if (absl::StrContains(resp.body, absl::StrCat("<Code>", code, "</Code>"))) return true;
+  }
+  return false;
+}
+
+bool same_credentials(const Config& a, const Config& b) {
+  return a.access_key == b.access_key && a.secret_key == b.secret_key && a.session_token == b.session_token;
+}
+
+}  // namespace
+
+absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, const Request& r,
                                  const std::atomic<bool>* cancel) {
   if (conn.handle() == nullptr) return absl::InternalError("s3: curl_easy_init failed");
   Counters& n = counters();
   thread_local std::minstd_rand jitter(std::random_device{}());
   const uint32_t tries = std::max(1u, o.max_attempts);
   char errbuf[CURL_ERROR_SIZE];
+  bool reread = false;     // the credentials read again once for this request
+  bool unchanged = false;  // ... and found the same
   for (uint32_t attempt = 1;; ++attempt) {
     pacer().wait(o.max_requests_per_second, cancel);
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
@@ -419,10 +450,24 @@ absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Option
     if (v == Verdict::kCancelled) {
       return absl::CancelledError(absl::StrCat(what_of(r), ": cancelled (the reader is closing)"));
     }
+    if (v == Verdict::kFail && !reread && rc == CURLE_OK && refused_credentials(r, resp)) {
+      reread = true;
+      absl::StatusOr<Config> now = current_config(o);
+      if (now.ok() && !same_credentials(*now, c)) {
+        c = *std::move(now);
+        n.credentials_reread.fetch_add(1, std::memory_order_relaxed);
+        --attempt;  // the new credentials' first try
+        continue;
+      }
+      unchanged = now.ok();
+    }
     if (v == Verdict::kFail || attempt >= tries) {
       // Asking whether an object exists is no failure.
       if (r.method != Method::kHead || resp.code != 404) n.failures.fetch_add(1, std::memory_order_relaxed);
-      return failure(r, rc, resp, sink, errbuf, attempt);
+      absl::Status st = failure(r, rc, resp, sink, errbuf, attempt);
+      if (unchanged)
+        st = absl::Status(st.code(), absl::StrCat(st.message(), "; the credentials, read again, are the same"));
+      return st;
     }
     n.retries.fetch_add(1, std::memory_order_relaxed);
     switch (v) {

@@ -58,11 +58,15 @@ struct Response {
 
 /// Sends `r` signed with `c`, trying again (Options::max_attempts, with
 /// backoff) on throttling, server errors, network errors and short bodies.
+/// When the server refuses the credentials (an expired session token, an
+/// unknown key, a signature that does not match: 400 or 403), reads them
+/// again (current_config) and, when they changed (rotated in the
+/// environment's files), puts them in `c` and tries once more with them.
 /// A 2xx is OK; 404 NotFound, 403 PermissionDenied, 416 OutOfRange, others
 /// an error naming the object, the range, the server's code and message.
 /// `cancel`, when given and set, ends the request (and its retries) soon,
 /// with Cancelled.
-absl::StatusOr<Response> perform(Connection& conn, const Config& c, const Options& o, const Request& r,
+absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, const Request& r,
                                  const std::atomic<bool>* cancel = nullptr);
 
 /// The text of each <tag>...</tag> in `xml` (entities decoded), in order.
@@ -73,8 +77,8 @@ std::vector<absl::string_view> xml_blocks(absl::string_view xml, absl::string_vi
 /// The process's counters (s3::stats()).
 struct Counters {
   std::atomic<uint64_t> requests{0}, gets{0}, lists{0}, heads{0}, bytes{0}, retries{0}, retry_throttled{0},
-      retry_server{0}, retry_network{0}, retry_short{0}, failures{0}, request_ns{0}, cache_hits{0}, cache_bytes{0},
-      cache_kept{0}, cache_damaged{0};
+      retry_server{0}, retry_network{0}, retry_short{0}, credentials_reread{0}, failures{0}, request_ns{0},
+      cache_hits{0}, cache_bytes{0}, cache_kept{0}, cache_damaged{0};
 };
 Counters& counters();
 

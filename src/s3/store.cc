@@ -46,7 +46,7 @@ uint32_t connections_of(const Options& o) {
 // Bytes [offset, offset + dest.size()) of `info`'s object: from the cache
 // when it holds them, else by a ranged GET, of the whole pieces around
 // them (kept) while the cache has room.
-absl::Status fetch(Connection& conn, const Config& c, const Options& o, PieceCache* cache, const ObjectInfo& info,
+absl::Status fetch(Connection& conn, Config& c, const Options& o, PieceCache* cache, const ObjectInfo& info,
                    const Location& loc, uint64_t offset, std::span<std::byte> dest, std::vector<std::byte>& scratch,
                    const std::atomic<bool>* cancel = nullptr) {
   Counters& n = counters();
@@ -192,6 +192,7 @@ class Backend final : public IoBackend {
   // cleared when it takes the next request: both under mu_).
   void work(std::atomic<bool>& cancel) {
     Connection conn;
+    Config c = c_;  // this connection's: new credentials replace it when the server refuses these (perform)
     std::vector<std::byte> scratch, fetched;
     for (;;) {
       ReadRequest r;
@@ -203,23 +204,23 @@ class Backend final : public IoBackend {
         queue_.pop_front();
         cancel.store(false, std::memory_order_relaxed);
       }
-      ReadCompletion c = read(conn, r, scratch, fetched, cancel);
+      ReadCompletion done = read(conn, c, r, scratch, fetched, cancel);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (c.status.ok()) {
-          stats_.bytes += c.bytes;
-          stats_.device_bytes += c.bytes;
-        } else if (!absl::IsCancelled(c.status)) {  // a cancelled read is no I/O error
+        if (done.status.ok()) {
+          stats_.bytes += done.bytes;
+          stats_.device_bytes += done.bytes;
+        } else if (!absl::IsCancelled(done.status)) {  // a cancelled read is no I/O error
           ++stats_.errors;
         }
         ++stats_.reads;
-        done_.push_back(std::move(c));
+        done_.push_back(std::move(done));
       }
       done_cv_.notify_all();
     }
   }
 
-  ReadCompletion read(Connection& conn, const ReadRequest& r, std::vector<std::byte>& scratch,
+  ReadCompletion read(Connection& conn, Config& config, const ReadRequest& r, std::vector<std::byte>& scratch,
                       std::vector<std::byte>& fetched, const std::atomic<bool>& cancel) {
     ReadCompletion c;
     c.user_data = r.user_data;
@@ -240,7 +241,8 @@ class Backend final : public IoBackend {
       c.status = info.status();
       return c;
     }
-    if (absl::Status st = fetch(conn, c_, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel); !st.ok()) {
+    if (absl::Status st = fetch(conn, config, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel);
+        !st.ok()) {
       c.status = st;
       return c;
     }
@@ -533,6 +535,7 @@ Stats stats() {
   s.retry_server = c.retry_server.load();
   s.retry_network = c.retry_network.load();
   s.retry_short = c.retry_short.load();
+  s.credentials_reread = c.credentials_reread.load();
   s.failures = c.failures.load();
   s.request_ns = c.request_ns.load();
   s.cache_hits = c.cache_hits.load();
@@ -547,9 +550,10 @@ std::string stats_json(const Stats& s) {
                       ", \"heads\": ", s.heads, ", \"bytes\": ", s.bytes, ", \"retries\": ", s.retries,
                       ", \"retry_throttled\": ", s.retry_throttled, ", \"retry_server\": ", s.retry_server,
                       ", \"retry_network\": ", s.retry_network, ", \"retry_short\": ", s.retry_short,
-                      ", \"failures\": ", s.failures, ", \"request_seconds\": ", s.request_ns / 1e9,
-                      ", \"cache_hits\": ", s.cache_hits, ", \"cache_bytes\": ", s.cache_bytes,
-                      ", \"cache_kept\": ", s.cache_kept, ", \"cache_damaged\": ", s.cache_damaged, "}");
+                      ", \"credentials_reread\": ", s.credentials_reread, ", \"failures\": ", s.failures,
+                      ", \"request_seconds\": ", s.request_ns / 1e9, ", \"cache_hits\": ", s.cache_hits,
+                      ", \"cache_bytes\": ", s.cache_bytes, ", \"cache_kept\": ", s.cache_kept,
+                      ", \"cache_damaged\": ", s.cache_damaged, "}");
 }
 
 }  // namespace dlfeed::s3

@@ -57,6 +57,8 @@ except ImportError:  # the fixtures fail, naming the fix; the other folders' tes
 REGION = "us-east-1"
 ACCESS_KEY = "DLFEEDTESTACCESSKEY1"
 SECRET_KEY = "dlfeed/test/secret/key/for/seaweedfs/0001"
+ACCESS_KEY_2 = "DLFEEDTESTACCESSKEY2"
+SECRET_KEY_2 = "dlfeed/test/secret/key/for/seaweedfs/0002"
 START_TIMEOUT_S = 60.0
 # Environment variables that would point a client at other credentials or a real account.
 AWS_ENV_REMOVED = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
@@ -121,9 +123,11 @@ class S3Server:
         self._session = None
 
     def write_identities(self) -> pathlib.Path:
-        """The -s3.config file: one identity with every action, so requests must be signed with it."""
+        """The -s3.config file: one identity with every action, so requests must be signed with it, with
+        two keys (the second, ACCESS_KEY_2, for credentials rotated under a running loader)."""
         cfg = {"identities": [{"name": "dlfeed-test",
-                               "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                               "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key},
+                                               {"accessKey": ACCESS_KEY_2, "secretKey": SECRET_KEY_2}],
                                "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
         path = self.base / "s3.json"
         path.write_text(json.dumps(cfg, indent=1))
@@ -284,6 +288,8 @@ def s3_server(tmp_path_factory):
 SLOWDOWN_BODY = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
                  "<Message>Please reduce your request rate.</Message><Resource>{resource}</Resource>"
                  "<RequestId>DLFEEDPROXY{n:08d}</RequestId></Error>")
+EXPIRED_BODY = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ExpiredToken</Code>'
+                "<Message>The provided token has expired.</Message><Resource>{resource}</Resource></Error>")
 FAULTS = ("slowdown", "reset", "short_body")
 
 
@@ -305,13 +311,14 @@ class _Modes:
     methods: tuple = ("GET",)  # the methods faults are drawn for
     match: Optional[str] = None  # regex on the request target: only matching requests draw faults
     forced: list = field(default_factory=list)  # faults for the next eligible requests, before any draw
+    expired_keys: tuple = ()  # requests (any method) signed with these access keys: 400 ExpiredToken
 
 
 class S3Proxy:
     """A fault-injecting HTTP/1.1 proxy on 127.0.0.1 in front of SERVER; one thread
     per client connection, each with its own upstream connection, keep-alive on both sides.
 
-    configure(slowdown=, reset=, short_body=, delay_ms=, methods=, match=, seed=) changes the modes
+    configure(slowdown=, reset=, short_body=, delay_ms=, methods=, match=, expired_keys=, seed=) changes the modes
     at any time (the fractions of eligible requests, each drawn once: u < slowdown is a 503,
     then reset, then short_body); fail_next(fault, n) forces the next n eligible requests' fault.
     stats() counts requests, eligible requests and each fault; `requests` lists ProxiedRequest."""
@@ -344,7 +351,7 @@ class S3Proxy:
                     raise TypeError(f"S3Proxy has no mode {k!r}")
                 if k in FAULTS and not 0.0 <= v <= 1.0:
                     raise ValueError(f"{k}={v}: a fraction in [0, 1]")
-                setattr(self._modes, k, tuple(v) if k == "methods" else v)
+                setattr(self._modes, k, tuple(v) if k in ("methods", "expired_keys") else v)
             if sum(getattr(self._modes, f) for f in FAULTS) > 1.0 + 1e-9:
                 raise ValueError("slowdown + reset + short_body > 1")
             if seed is not None:
@@ -447,6 +454,17 @@ class S3Proxy:
                 record = ProxiedRequest(method, target, headers, fault)
                 with self._lock:
                     self.requests.append(record)
+                    expired = self._modes.expired_keys
+                key = re.search(r"Credential=([^/,\s]+)/", headers.get("authorization", ""))
+                if key and key.group(1) in expired:  # as AWS answers a session token past its expiry
+                    if headers.get("expect", "").lower() == "100-continue":
+                        return
+                    _relay_body(cin, None, headers)
+                    body = b"" if method == "HEAD" else EXPIRED_BODY.format(resource=target.split("?")[0]).encode()
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/xml\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                    record.status = 400
+                    continue
                 if fault == "slowdown":
                     waits = headers.get("expect", "").lower() == "100-continue"
                     if not waits:

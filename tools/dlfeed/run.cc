@@ -513,6 +513,10 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
         static_cast<unsigned long long>(store.retry_throttled), static_cast<unsigned long long>(store.retry_server),
         static_cast<unsigned long long>(store.retry_network), static_cast<unsigned long long>(store.retry_short),
         static_cast<unsigned long long>(store.failures));
+    if (store.credentials_reread > 0) {
+      std::printf("object store: credentials read again %llu times (the server refused the ones signed with)\n",
+                  static_cast<unsigned long long>(store.credentials_reread));
+    }
     if (store.cache_hits + store.cache_kept > 0) {
       std::printf("object cache: %llu reads from it (%.1f MiB), %.1f MiB kept, %llu damaged pieces fetched again\n",
                   static_cast<unsigned long long>(store.cache_hits), store.cache_bytes / 1048576.0,

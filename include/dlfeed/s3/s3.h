@@ -66,12 +66,16 @@ struct DLFEED_EXPORT Stats {
   uint64_t retry_server = 0;     // 500, 502, 504
   uint64_t retry_network = 0;    // refused, reset, timed out
   uint64_t retry_short = 0;      // a body shorter (or longer) than asked
-  uint64_t failures = 0;         // requests that failed for good
-  uint64_t request_ns = 0;       // time in requests, summed over them
-  uint64_t cache_hits = 0;       // reads served by the object cache (ObjectCacheOptions)
-  uint64_t cache_bytes = 0;      // ... their bytes
-  uint64_t cache_kept = 0;       // bytes fetched and kept in it
-  uint64_t cache_damaged = 0;    // pieces found damaged (length or CRC), removed and fetched again
+  /// Credentials read again after the server refused the ones a request was
+  /// signed with (an expired session token, an unknown key), and the
+  /// request tried again with the new ones (not counted in `retries`).
+  uint64_t credentials_reread = 0;
+  uint64_t failures = 0;       // requests that failed for good
+  uint64_t request_ns = 0;     // time in requests, summed over them
+  uint64_t cache_hits = 0;     // reads served by the object cache (ObjectCacheOptions)
+  uint64_t cache_bytes = 0;    // ... their bytes
+  uint64_t cache_kept = 0;     // bytes fetched and kept in it
+  uint64_t cache_damaged = 0;  // pieces found damaged (length or CRC), removed and fetched again
 };
 
 /// Registers the s3:// store with libdlfeed (replacing an earlier one).

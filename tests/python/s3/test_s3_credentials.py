@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Credentials rotated under a running loader (a session token renewed in
+~/.aws/credentials by a refresher, as long training jobs on temporary
+credentials need): when the server refuses the ones a request was signed with,
+dlfeed reads them again and goes on with the new ones; when they did not change,
+the error says so. The server (SeaweedFS) knows both keys; the fault-injecting
+proxy answers 400 ExpiredToken, as AWS does for an expired token, to requests
+signed with a key it is told has expired."""
+import numpy as np
+import pytest
+
+import dlfeed
+from s3_harness import ACCESS_KEY, ACCESS_KEY_2, AWS_ENV_REMOVED, SECRET_KEY, SECRET_KEY_2
+
+pytestmark = pytest.mark.skipif(not getattr(dlfeed._dlfeed, "has_s3", False),
+                                reason="dlfeed built without libcurl (dlfeed::s3)")
+
+
+@pytest.fixture(scope="module")
+def rotating(s3_server, tmp_path_factory):
+    base = tmp_path_factory.mktemp("rotate")
+    x = np.arange(24 * 64, dtype=np.float32).reshape(24, 64)
+    for f in range(4):
+        np.save(base / f"x_{f}.npy", x[f * 6:(f + 1) * 6])
+    s3_server.upload_dir(base, "rotate", "npy/")
+    return "s3://rotate/npy/", x
+
+
+def use_profile_file(monkeypatch, s3_server, endpoint, path, key, secret):
+    for k in (*AWS_ENV_REMOVED, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    path.write_text(f"[default]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(path))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(path.parent / "no-config"))
+    monkeypatch.setenv("AWS_REGION", s3_server.region)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def epoch(loader, e):
+    return {int(i): np.array(row) for b in loader.iter_epoch(e) for i, row in zip(b.sample_ids, b[b.keys()[0]])}
+
+
+def signed_with(proxy, key):
+    return [r for r in proxy.requests if f"Credential={key}/" in r.headers.get("authorization", "")]
+
+
+def test_credentials_rotated_in_the_profile_file_are_read_again(s3_server, s3_proxy, rotating, tmp_path,
+                                                                monkeypatch):
+    url, x = rotating
+    proxy = s3_proxy()
+    creds = tmp_path / "credentials"
+    use_profile_file(monkeypatch, s3_server, proxy.endpoint, creds, ACCESS_KEY, SECRET_KEY)
+    loader = dlfeed.Loader(url, batch_size=4, resident="off", strategy="global_shuffle", seed=3)
+    got = epoch(loader, 0)
+    assert sorted(got) == list(range(24)) and all(np.array_equal(got[i], x[i]) for i in got)
+    # The refresher writes the new key; the old one expires at the server.
+    use_profile_file(monkeypatch, s3_server, proxy.endpoint, creds, ACCESS_KEY_2, SECRET_KEY_2)
+    proxy.configure(expired_keys=(ACCESS_KEY,))
+    proxy.reset_stats()
+    before = dlfeed._dlfeed.s3_stats()
+    for e in (1, 2):
+        got = epoch(loader, e)
+        assert sorted(got) == list(range(24)) and all(np.array_equal(got[i], x[i]) for i in got), e
+    after = dlfeed._dlfeed.s3_stats()
+    refused = signed_with(proxy, ACCESS_KEY)
+    assert refused and all(r.status == 400 for r in refused), "the old key was tried and refused"
+    assert all(r.status in (200, 206) for r in signed_with(proxy, ACCESS_KEY_2))
+    assert after["credentials_reread"] - before["credentials_reread"] == len(refused)
+    assert after["failures"] == before["failures"]
+    loader.close()
+
+
+def test_credentials_refused_and_not_rotated_are_a_clear_error(s3_server, s3_proxy, rotating, tmp_path,
+                                                               monkeypatch):
+    url, _ = rotating
+    proxy = s3_proxy()
+    use_profile_file(monkeypatch, s3_server, proxy.endpoint, tmp_path / "credentials", ACCESS_KEY, SECRET_KEY)
+    loader = dlfeed.Loader(url, batch_size=4, resident="off")
+    epoch(loader, 0)
+    proxy.configure(expired_keys=(ACCESS_KEY,))
+    with pytest.raises(Exception, match=r"(?s)s3://rotate/npy/x_\d\.npy.*ExpiredToken.*read again, are the same"):
+        epoch(loader, 1)
+    loader.close()
