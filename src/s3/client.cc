@@ -3,9 +3,11 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -205,6 +207,11 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.request_timeout_ms));
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  if (!c.ca_bundle.empty()) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, c.ca_bundle.c_str());
+  } else if (const std::string& ca = system_ca_file(); !ca.empty()) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, ca.c_str());
+  }
   const std::string sigv4 = absl::StrCat("aws:amz:", c.region, ":s3");
   curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
   curl_easy_setopt(h, CURLOPT_USERNAME, c.access_key.c_str());
@@ -375,6 +382,24 @@ size_t fork_guarded() {
   return g.held.size();
 }
 
+const std::string& system_ca_file() {
+  static const std::string* found = [] {
+    auto readable = [](const char* p) { return p != nullptr && *p != '\0' && ::access(p, R_OK) == 0; };
+    const curl_version_info_data* v = curl_version_info(CURLVERSION_NOW);
+    if (v != nullptr && v->age >= CURLVERSION_SEVENTH && (readable(v->cainfo) || readable(v->capath))) {
+      return new std::string();  // libcurl's own is there
+    }
+    if (const char* f = std::getenv("SSL_CERT_FILE"); readable(f)) return new std::string(f);
+    for (const char* p :
+         {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+          "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}) {
+      if (readable(p)) return new std::string(p);
+    }
+    return new std::string();
+  }();
+  return *found;
+}
+
 void init_curl() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -465,8 +490,18 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
       // Asking whether an object exists is no failure.
       if (r.method != Method::kHead || resp.code != 404) n.failures.fetch_add(1, std::memory_order_relaxed);
       absl::Status st = failure(r, rc, resp, sink, errbuf, attempt);
-      if (unchanged)
+      if (unchanged) {
         st = absl::Status(st.code(), absl::StrCat(st.message(), "; the credentials, read again, are the same"));
+      }
+      if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
+        const std::string& sys = system_ca_file();
+        st = absl::Status(
+            st.code(), absl::StrCat(st.message(), "; the CAs trusted are ",
+                                    !c.ca_bundle.empty() ? absl::StrCat(c.ca_bundle, " (", c.ca_where, ")")
+                                    : sys.empty()        ? std::string("libcurl's own (the system's)")
+                                                         : absl::StrCat(sys, " (the system's)"),
+                                    ": AWS_CA_BUNDLE names a PEM file of the CAs to trust (a server with its own CA)"));
+      }
       return st;
     }
     n.retries.fetch_add(1, std::memory_order_relaxed);

@@ -93,6 +93,13 @@ void fork_unguard(std::mutex* m);
 /// How many mutexes are guarded now (for tests).
 size_t fork_guarded();
 
+/// The CA file HTTPS uses when the configuration names none: "" when
+/// libcurl's own (built in, e.g. Debian's /etc/ssl/certs/ca-certificates.crt)
+/// is there; else SSL_CERT_FILE, or the first of the usual places of other
+/// distributions that exists (a wheel's libcurl built on one distribution,
+/// run on another). Found once.
+const std::string& system_ca_file();
+
 /// libcurl's process-wide set-up, once.
 void init_curl();
 

@@ -123,6 +123,17 @@ absl::StatusOr<Config> current_config(const Options& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("s3: the endpoint '", c.endpoint, "' (AWS_ENDPOINT_URL) is not an http:// or https:// URL"));
   }
+  c.ca_bundle = env("AWS_CA_BUNDLE");
+  c.ca_where = "AWS_CA_BUNDLE";
+  if (c.ca_bundle.empty()) {
+    c.ca_bundle = ini_value(config_file, config_section, "ca_bundle");
+    c.ca_where = absl::StrCat("ca_bundle of profile ", profile, " in ", config_file);
+  }
+  if (!c.ca_bundle.empty() && !std::ifstream(c.ca_bundle).good()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("s3: ", c.ca_where, " names ", c.ca_bundle, ", which cannot be read (a PEM file of CAs)"));
+  }
+  if (c.ca_bundle.empty()) c.ca_where.clear();
   std::string addressing = env("DLFEED_S3_ADDRESSING");
   if (addressing.empty()) addressing = o.addressing;
   if (addressing == "auto") {

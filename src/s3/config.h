@@ -25,6 +25,10 @@ struct Config {
   bool virtual_host = false;
   std::string access_key, secret_key, session_token;  // secrets: never in a message
   std::string where;  // where the credentials came from ("environment", "profile P of F")
+  /// A PEM file of the CAs to trust for HTTPS (AWS_CA_BUNDLE, else the
+  /// profile's ca_bundle), "" for the system's (system_ca_file()).
+  std::string ca_bundle;
+  std::string ca_where;  // where ca_bundle came from
 };
 
 /// The configuration now (environment, then profile files), with `o`'s

@@ -113,8 +113,12 @@ class S3Server:
         self.region = REGION
         self.host = "127.0.0.1"
         (self.master_port, self.master_grpc, self.volume_port, self.volume_grpc, self.filer_port, self.filer_grpc,
-         self.port, self.s3_grpc, self.admin_port, self.admin_grpc, self.webdav_port) = free_ports(11)
+         self.port, self.s3_grpc, self.admin_port, self.admin_grpc, self.webdav_port,
+         self.https_port) = free_ports(12)
         self.endpoint = f"http://{self.host}:{self.port}"
+        # The same gateway over HTTPS, with a certificate of its own CA (ca_file) for 127.0.0.1.
+        self.https_endpoint = f"https://{self.host}:{self.https_port}"
+        self.ca_file = base / "tls" / "ca.pem"
         self.data_dir = base / "data"
         self.log_path = base / "weed.log"
         self.proc: Optional[subprocess.Popen] = None
@@ -133,9 +137,20 @@ class S3Server:
         path.write_text(json.dumps(cfg, indent=1))
         return path
 
+    def write_certificate(self) -> tuple:
+        """A self-signed certificate for 127.0.0.1 (its own CA: ca_file) and its key, by openssl."""
+        tls = self.ca_file.parent
+        tls.mkdir(parents=True)
+        key = tls / "key.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=dlfeed test CA", "-addext", f"subjectAltName=IP:{self.host}",
+                        "-keyout", str(key), "-out", str(self.ca_file)], check=True, capture_output=True)
+        return self.ca_file, key
+
     def start(self) -> None:
         self.data_dir.mkdir(parents=True)
         config = self.write_identities()
+        cert, key = self.write_certificate()
         h = self.host
         # `weed mini`: master, volume server, filer, S3 gateway (and an admin server and a
         # maintenance worker) in one process, up in about 1.4 s (`weed server -filer -s3` takes 3.6 s:
@@ -155,6 +170,7 @@ class S3Server:
             "-webdav=false", f"-webdav.port={self.webdav_port}",
             "-admin.ui=false", f"-admin.port={self.admin_port}", f"-admin.port.grpc={self.admin_grpc}",
             f"-admin.dataDir={self.base / 'admin'}",
+            f"-s3.port.https={self.https_port}", f"-s3.cert.file={cert}", f"-s3.key.file={key}",
         ]
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
