@@ -509,15 +509,14 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, m.take_order(spec));
   order_lock.unlock();
   const uint64_t start = resuming ? m.resume->position : 0;
+  m.base_cursor = cursor;
+  if (resuming) DLFEED_RETURN_IF_ERROR(cursor.seek(start));
+  // Once the start is known good: nothing after it fails.
   if (!m.first_epoch_called && m.options.advanced.before_first_epoch) {
     DLFEED_RETURN_IF_ERROR(m.options.advanced.before_first_epoch(spec, start));
   }
   m.first_epoch_called = true;
-  m.base_cursor = cursor;
-  if (resuming) {
-    DLFEED_RETURN_IF_ERROR(cursor.seek(start));
-    m.resume.reset();
-  }
+  if (resuming) m.resume.reset();
   if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
   m.epoch = epoch;
   m.start_position = start;

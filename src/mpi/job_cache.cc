@@ -347,8 +347,9 @@ absl::Status JobCache::attach(LoaderOptions& options) {
     if (before) {
       DLFEED_RETURN_IF_ERROR(before(order, position));
     }
-    std::call_once(state->planned, [&] { state->plan_status = state->make_plan(order, position); });
-    return state->plan_status;
+    std::lock_guard<std::mutex> lock(state->plan_mu);
+    if (state->plan_ready.load(std::memory_order_acquire)) return absl::OkStatus();
+    return state->make_plan(order, position);
   };
   options.advanced.io_factory = [state = state_](std::shared_ptr<FileTable> files,
                                                  IoOptions io) -> absl::StatusOr<std::unique_ptr<IoBackend>> {
@@ -365,6 +366,7 @@ absl::Status JobCache::attach(LoaderOptions& options) {
 }
 
 absl::Status JobCache::State::make_plan(const OrderSpec& spec, uint64_t position) {
+  // Every error returns before a member changes: the next start tries again.
   std::lock_guard<std::mutex> lock(fields_mu);
   if (fields.empty())
     return absl::FailedPreconditionError("MPI job cache: no field was opened through attach()'s opener");

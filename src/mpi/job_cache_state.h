@@ -79,9 +79,9 @@ struct JobCache::State {
   std::mutex fields_mu;
   std::vector<FieldExtents> fields;
 
-  // The plan (made once, as the loader's first epoch starts).
-  std::once_flag planned;
-  absl::Status plan_status;
+  // The plan (made once, as the loader's first epoch starts; tried again
+  // at the next start when it failed).
+  std::mutex plan_mu;
   std::atomic<bool> plan_ready{false};  // made: `held` and the rest below are read only from now on
   absl::flat_hash_map<std::string, std::vector<HeldExtent>> held;  // path -> extents sorted by offset
   std::unique_ptr<std::atomic<uint8_t>[]> filled;                  // per held extent: known to be filled

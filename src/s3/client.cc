@@ -451,6 +451,7 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
   char errbuf[CURL_ERROR_SIZE];
   bool reread = false;     // the credentials read again once for this request
   bool unchanged = false;  // ... and found the same
+  bool replaced = false;   // ... and found new, in `c` now
   for (uint32_t attempt = 1;; ++attempt) {
     pacer().wait(o.max_requests_per_second, cancel);
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
@@ -480,6 +481,7 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
       absl::StatusOr<Config> now = current_config(o);
       if (now.ok() && !same_credentials(*now, c)) {
         c = *std::move(now);
+        replaced = true;
         n.credentials_reread.fetch_add(1, std::memory_order_relaxed);
         --attempt;  // the new credentials' first try
         continue;
@@ -492,6 +494,9 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
       absl::Status st = failure(r, rc, resp, sink, errbuf, attempt);
       if (unchanged) {
         st = absl::Status(st.code(), absl::StrCat(st.message(), "; the credentials, read again, are the same"));
+      } else if (replaced && refused_credentials(r, resp)) {
+        st = absl::Status(st.code(), absl::StrCat(st.message(), "; the credentials were read again (from ", c.where,
+                                                  ") and refused too"));
       }
       if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
         const std::string& sys = system_ca_file();

@@ -187,6 +187,23 @@ TEST(Loader, BeforeFirstEpochSeesWhereTheLoaderStarts) {
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].global_start, 0u);
   EXPECT_EQ(calls[0].position, 4u);
+  // A start past the epoch's end fails before the hook: the next good start
+  // is the first. Epochs that follow, chained ahead (overlap_epochs), never call it.
+  calls.clear();
+  auto at = Loader::create(two).value();
+  at->set_overlap_epochs(true);
+  EXPECT_FALSE(at->start_epoch_at(1, 1u << 30).ok());
+  EXPECT_TRUE(calls.empty());
+  ASSERT_TRUE(at->start_epoch_at(1, 2).ok());
+  while (true) {
+    auto b = at->next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    if (*b == nullptr) break;
+  }
+  for (uint64_t e : {2u, 3u, 4u}) EXPECT_EQ(read_epoch(*at, c, e).size(), at->samples_per_epoch());
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].epoch, 1u);
+  EXPECT_EQ(calls[0].position, 2u);
 }
 
 TEST(Loader, PrefetchPoliciesAndCoalescingDeliverTheSameData) {
