@@ -84,7 +84,8 @@ std::string type_class_name(H5T_class_t c) {
 // Listing datasets (for defaults and error messages), with calls that are the
 // same in libhdf5 1.10, 1.12 and 1.14.
 
-void list_datasets(hid_t group, const std::string& prefix, int depth, std::vector<std::string>& out) {
+void list_datasets(hid_t group, const std::string& prefix, int depth, std::vector<std::string>& out,
+                   std::vector<std::string>* broken = nullptr) {
   H5G_info_t info;
   if (depth > 4 || H5Gget_info(group, &info) < 0) return;
   for (hsize_t i = 0; i < info.nlinks && static_cast<int>(out.size()) < kMaxListed; ++i) {
@@ -93,12 +94,15 @@ void list_datasets(hid_t group, const std::string& prefix, int depth, std::vecto
     std::string name(static_cast<size_t>(len), '\0');
     H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
     Hid obj(H5Oopen(group, name.c_str(), H5P_DEFAULT), H5Oclose);
-    if (!obj.ok()) continue;  // dangling soft/external link
+    if (!obj.ok()) {  // a dangling soft or external link, or an object this libhdf5 cannot decode
+      if (broken != nullptr) broken->push_back(prefix + name);
+      continue;
+    }
     H5I_type_t t = H5Iget_type(obj.get());
     if (t == H5I_DATASET) {
       out.push_back(prefix + name);
     } else if (t == H5I_GROUP) {
-      list_datasets(obj.get(), prefix + name + "/", depth + 1, out);
+      list_datasets(obj.get(), prefix + name + "/", depth + 1, out, broken);
     }
   }
   H5Eclear2(H5E_DEFAULT);
@@ -257,7 +261,13 @@ absl::StatusOr<DType> dtype_of(const std::string& path, const std::string& name,
     const bool ieee = (size == 2 && spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10) ||
                       (size == 4 && spos == 31 && epos == 23 && esize == 8 && mpos == 0 && msize == 23) ||
                       (size == 8 && spos == 63 && epos == 52 && esize == 11 && mpos == 0 && msize == 52);
-    if (!ieee) return refuse(absl::StrCat("non-IEEE ", size, "-byte float"));
+    const size_t bias = size == 2 ? 15 : size == 4 ? 127 : 1023;
+    if (!ieee || H5Tget_ebias(type) != bias || H5Tget_norm(type) != H5T_NORM_IMPLIED ||
+        H5Tget_precision(type) != size * 8 || H5Tget_offset(type) != 0) {
+      return refuse(absl::StrCat("non-IEEE ", size, "-byte float (sign bit ", spos, ", exponent ", esize, " bits at ",
+                                 epos, " biased by ", H5Tget_ebias(type), ", mantissa ", msize, " bits at ", mpos,
+                                 ")"));
+    }
     DType t;
     t.kind = DType::Kind::kFloat;
     t.size = static_cast<uint8_t>(size);
@@ -283,27 +293,44 @@ std::string filter_name(H5Z_filter_t id, const char* name) {
 
 absl::StatusOr<std::string> pick_dataset(const std::string& path, hid_t file, const std::string& wanted,
                                          std::vector<std::string>& names) {
-  list_datasets(file, "", 0, names);
-  auto has = [&](const std::string& n) {
-    std::string s = n;
-    while (!s.empty() && s[0] == '/') s.erase(0, 1);
-    return std::find(names.begin(), names.end(), s) != names.end();
+  std::vector<std::string> broken;  // links libhdf5 cannot open: never passed over as if absent
+  list_datasets(file, "", 0, names, &broken);
+  auto in = [](const std::vector<std::string>& v, const std::string& n) {
+    return std::find(v.begin(), v.end(), n) != v.end();
   };
   auto listing = [&] {
-    if (names.empty()) return std::string("no datasets");
-    std::string s = absl::StrCat("datasets: ", absl::StrJoin(names, ", "));
+    std::string s = names.empty() ? std::string("no datasets") : absl::StrCat("datasets: ", absl::StrJoin(names, ", "));
     if (static_cast<int>(names.size()) >= kMaxListed) s += ", ...";
+    if (!broken.empty()) absl::StrAppend(&s, "; links libhdf5 cannot open: ", absl::StrJoin(broken, ", "));
     return s;
+  };
+  auto unopenable = [&](const std::string& n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": dataset '", n,
+        "' cannot be opened by this libhdf5 (a dangling soft or external link, or an object written by a newer "
+        "libhdf5, such as a virtual dataset of HDF5 1.12 or later) (",
+        listing(), ")"));
   };
   if (!wanted.empty()) {
     std::string n = wanted;
     while (!n.empty() && n[0] == '/') n.erase(0, 1);
-    if (has(n)) return n;
+    if (in(names, n)) return n;
+    if (in(broken, n)) return unopenable(n);
     return absl::NotFoundError(absl::StrCat(path, ": no dataset named '", wanted, "' (", listing(), ")"));
   }
-  if (has("records")) return std::string("records");
-  if (has("records_0")) return std::string("records_0");
-  if (names.size() == 1) return names[0];  // the only one, as for an NPZ with one member
+  for (const char* conventional : {"records", "records_0"}) {
+    if (in(names, conventional)) return std::string(conventional);
+    if (in(broken, conventional)) return unopenable(conventional);
+  }
+  if (names.size() == 1 && broken.empty()) return names[0];  // the only one, as for an NPZ with one member
+  if (names.empty() && !broken.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no dataset this libhdf5 can open (", listing(), ")"));
+  }
+  if (names.size() == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": one dataset libhdf5 can open, '", names[0],
+        "', beside links it cannot: choose the dataset by its name rather than have dlfeed guess (", listing(), ")"));
+  }
   return absl::NotFoundError(absl::StrCat(path,
                                           ": no dataset named 'records' or 'records_0' and more than one "
                                           "other: choose one by its name (",
@@ -405,6 +432,47 @@ void read_fill(hid_t dcpl, hid_t type, DatasetGeometry& g) {
       g.fill.assign(g.dtype.size, std::byte{0});
     }
   }
+}
+
+// Storage never written has no values when the file defines none (a fill
+// value set to none, or fill time "never"): libhdf5 refuses to read it or
+// leaves the caller's buffer as it was. An error, not zeros or a guess.
+absl::Status check_unwritten(hid_t dset, hid_t dcpl, const DatasetGeometry& g) {
+  H5D_fill_value_t fv = H5D_FILL_VALUE_DEFAULT;
+  H5D_fill_time_t when = H5D_FILL_TIME_IFSET;
+  const bool undefined = H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_UNDEFINED;
+  const bool never = H5Pget_fill_time(dcpl, &when) >= 0 && when == H5D_FILL_TIME_NEVER;
+  H5Eclear2(H5E_DEFAULT);
+  if (!undefined && !never) return absl::OkStatus();
+  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+  if (H5Dget_space_status(dset, &status) >= 0 && status == H5D_SPACE_STATUS_ALLOCATED) return absl::OkStatus();
+  H5Eclear2(H5E_DEFAULT);
+  uint64_t total = 0;
+  if (g.dims.empty() || !mul_ok(g.dims[0], g.sample_bytes, &total) || total == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(g.path, ": dataset '", g.name, "' has storage never written and no value for it (",
+                   undefined ? "its fill value is set to none" : "its fill time is 'never'",
+                   "): its samples there have no defined bytes; write the whole dataset, or give it a fill value"));
+}
+
+// Why the dataset's bytes are not this file's to read by offset: it lives
+// in another file, reached through an external link (H5Dopen follows it;
+// its offsets are that file's). Empty when it is in `file`.
+std::string in_another_file(hid_t file, hid_t dset) {
+  Hid own(H5Iget_file_id(dset), H5Fclose);
+  if (!own.ok()) {
+    H5Eclear2(H5E_DEFAULT);
+    return "";
+  }
+  auto name_of = [](hid_t f) {
+    const ssize_t n = H5Fget_name(f, nullptr, 0);
+    std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+    if (n > 0) H5Fget_name(f, out.data(), out.size() + 1);
+    return out;
+  };
+  const std::string there = name_of(own.get());
+  if (there == name_of(file)) return "";
+  return absl::StrCat("the dataset is in another file, ", there, " (an external link)");
 }
 
 // The filters dlfeed undoes (one shuffle first, one deflate); names every
@@ -525,9 +593,11 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   Hid dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
   if (!dcpl.ok()) return h5_fail(path, absl::StrCat("the creation properties of dataset '", name, "'"));
   read_fill(dcpl.get(), type.get(), g);
+  DLFEED_RETURN_IF_ERROR(check_unwritten(dset.get(), dcpl.get(), g));
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   FilterPipeline filters = read_filters(dcpl.get(), layout, g);
   if (layout == H5D_CHUNKED) DLFEED_RETURN_IF_ERROR(read_chunk_shape(dcpl.get(), g));
+  if (g.reason.empty()) g.reason = in_another_file(file.get(), dset.get());
   if (g.reason.empty()) g.reason = unsupported_storage(dcpl.get(), layout, filters);
 
   // Where the samples' bytes are: the source computes each one's extents.
