@@ -27,5 +27,8 @@ absl::StatusOr<SampleIndex> open_tfrecord_listed(const std::string& path, const 
 /// holds for the whole field: when one file's `size` does not describe its
 /// records, every file of the field is 1-D (tfrecord.cc).
 void one_shape_rule(SampleIndex& index, const FormatOptions& options);
+/// A TFRecord field's feature is of one kind (int64, float or bytes list) in
+/// every file: an error naming the file whose kind differs from the first's.
+absl::Status one_kind_rule(const SampleIndex& index, const FormatOptions& options);
 
 }  // namespace dlfeed::detail

@@ -88,8 +88,14 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
   void copy_shape_from(const TfRecordSource& other) {
     shape_ = other.shape_;
     shape_from_ = other.shape_from_;
+    shape_feature_ = other.shape_feature_;
   }
+  /// The shape feature every record is checked against (set_shape's, when
+  /// it came from one): a record whose own differs is an error, never a
+  /// sample reshaped to record 0's shape.
+  void set_shape_feature(std::string name) { shape_feature_ = std::move(name); }
   bool has_shape() const { return shape_.has_value(); }
+  FeatureKind kind() const { return kind_; }
 
   /// Reads this file's shape from the int64 feature `name` of its first
   /// record (`framed`, at `rec_off`, already checked), whose feature holds
@@ -130,6 +136,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     }
     if (shape) {
       set_shape(*shape, absl::StrCat("from ", found, " in record 0"));
+      shape_feature_ = name;
       return absl::OkStatus();
     }
     const std::string expected = absl::StrCat("an int64 feature '", name, "' giving the shape of feature '", feature_,
@@ -164,6 +171,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
   void set_flat_verdict(std::string why) {
     shape_.reset();
     shape_from_ = std::move(why);
+    shape_feature_.clear();
   }
   /// Back to 1-D: another file of the field is not described by its shape
   /// feature, and a field has one shaping rule.
@@ -171,6 +179,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     if (shape_ && z_) counts_.assign(records_, num_elements(*shape_));  // every record matched the shape
     shape_.reset();
     shape_from_ = std::move(why);
+    shape_feature_.clear();
   }
 
   /// The records' extents in the file (uncompressed files).
@@ -396,10 +405,32 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
                             absl::StrCat(count, " elements"));
       }
       out.shape = *shape_;
+      if (!shape_feature_.empty()) DLFEED_RETURN_IF_ERROR(check_record_shape(payload, item, ctx));
     } else {
       out.shape = {static_cast<int64_t>(count)};
     }
     return out;
+  }
+
+  // Record `item`'s own shape feature says what record 0's did (the same
+  // values, or DLIO's one side s of an s x s shape).
+  absl::Status check_record_shape(std::span<const std::byte> payload, uint64_t item,
+                                  const example::Context& ctx) const {
+    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, example::find_feature(payload, shape_feature_, ctx));
+    std::vector<int64_t> values;
+    if (slice.kind == FeatureKind::kInt64) DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
+    const Shape& s = *shape_;
+    const bool same = (slice.kind == FeatureKind::kInt64 && Shape(values.begin(), values.end()) == s) ||
+                      (values.size() == 1 && s.size() == 2 && s[0] == s[1] && values[0] == s[0]);
+    if (same) return absl::OkStatus();
+    const std::string found = slice.kind == FeatureKind::kNone ? absl::StrCat("no feature '", shape_feature_, "'")
+                              : slice.kind != FeatureKind::kInt64
+                                  ? absl::StrCat("'", shape_feature_, "' as a ", example::kind_name(slice.kind))
+                                  : absl::StrCat("'", shape_feature_, "' = [", absl::StrJoin(values, ", "), "]");
+    return format_error(where_, ctx.base + slice.offset,
+                        absl::StrCat("feature '", feature_, "' of record ", item, " with the shape ", shape_str(s),
+                                     " of every record of the file (", shape_from_, ")"),
+                        found);
   }
 
   absl::Status missing_feature(std::span<const std::byte> payload, uint64_t item, uint64_t rec_off,
@@ -423,6 +454,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
   std::optional<Shape> shape_;  // every record's: the options' feature_shape or the shape feature's
   bool shape_given_;            // shape_ is the options' feature_shape
   std::string shape_from_;      // where shape_ came from, or why the shape feature gave none
+  std::string shape_feature_;   // the feature shape_ was read from in record 0 ("" if none): every record's is checked
   bool verify_;
   FeatureKind kind_;
   DType dtype_;
@@ -526,6 +558,27 @@ absl::StatusOr<SampleIndex> open_compressed(const detail::File& file, tfrecord::
 }  // namespace
 
 namespace detail {
+absl::Status one_kind_rule(const SampleIndex& index, const FormatOptions& options) {
+  const TfRecordSource* first = nullptr;
+  uint32_t first_file = 0;
+  for (uint32_t f = 0; f < index.sources.size(); ++f) {
+    const auto* src = dynamic_cast<const TfRecordSource*>(index.sources[f].get());
+    if (src == nullptr || src->kind() == FeatureKind::kNone) continue;  // no records: no kind
+    if (first == nullptr) {
+      first = src;
+      first_file = f;
+    } else if (src->kind() != first->kind()) {
+      // Within a file a change of kind is an error; across files, the bytes of
+      // one kind would be read as the other's values.
+      return file_error(index.files[f],
+                        absl::StrCat("feature '", options.feature, "' as a ", example::kind_name(first->kind()),
+                                     " (as in ", index.files[first_file], ")"),
+                        example::kind_name(src->kind()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void one_shape_rule(SampleIndex& index, const FormatOptions& options) {
   if (options.shape_feature != "auto" || options.feature_shape) return;
   std::vector<TfRecordSource*> shaped;
@@ -592,6 +645,8 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
   auto src = std::make_unique<TfRecordSource>(path, options, static_cast<FeatureKind>(kind), dtype, n, std::move(idx));
   if (shape && !options.feature_shape) {  // derived == 1
     src->set_shape(std::move(*shape), std::move(shape_from));
+    bool required = false;
+    src->set_shape_feature(shape_feature_for(options, path, static_cast<FeatureKind>(kind), &required));
   } else if (derived == 2 && !options.feature_shape) {
     src->set_flat_verdict(std::move(shape_from));
   }

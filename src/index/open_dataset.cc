@@ -605,6 +605,7 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
   const std::string listing_key = absl::StrJoin(expanded, "\n");
   if (!cache.empty() && folders_only && options.index_cache_check == "folders") {
     if (std::optional<SampleIndex> again = detail::reopen_from_listing(cache, listing_key, options)) {
+      DLFEED_RETURN_IF_ERROR(detail::one_kind_rule(*again, options));
       detail::one_shape_rule(*again, options);
       return std::move(*again);
     }
@@ -623,6 +624,7 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
     DLFEED_RETURN_IF_ERROR(keep_npy_column(files, options, expanded));
   }
   DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_cached(files, options, cache, folders_only, g));
+  DLFEED_RETURN_IF_ERROR(detail::one_kind_rule(all, options));
   // After the cache is written: its entries keep each file's own verdict.
   detail::one_shape_rule(all, options);
   return all;

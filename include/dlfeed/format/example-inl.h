@@ -180,7 +180,9 @@ absl::Status for_each_feature(std::span<const std::byte> example, const Context&
       Reader er(entry, entry_off, ctx);
       absl::string_view key;
       FeatureSlice slice;
+      bool has_value = false;
       while (!er.done()) {
+        const uint64_t entry_tag_at = er.where();
         DLFEED_RETURN_IF_ERROR(er.tag(field, type));
         if (field == 1 && type == 2) {
           std::span<const std::byte> k;
@@ -188,14 +190,27 @@ absl::Status for_each_feature(std::span<const std::byte> example, const Context&
           DLFEED_RETURN_IF_ERROR(er.bytes(k, k_off, field));
           key = absl::string_view(reinterpret_cast<const char*>(k.data()), k.size());
         } else if (field == 2 && type == 2) {
+          // One Feature of one value list: protobuf merges repeated ones (and
+          // keeps the last of two kinds), TensorFlow's parser does otherwise,
+          // and no writer of TensorFlow's makes them: an error, not a choice.
+          if (has_value) {
+            return er.error(entry_tag_at, "one tf.train.Feature per feature map entry",
+                            "a second one (a protobuf writer's merge, not TensorFlow's writers)");
+          }
+          has_value = true;
           std::span<const std::byte> feature;
           uint64_t feature_off;
           DLFEED_RETURN_IF_ERROR(er.bytes(feature, feature_off, field));
-          slice = FeatureSlice{};  // a repeated value field: the last wins
           Reader vr(feature, feature_off, ctx);
           while (!vr.done()) {
+            const uint64_t list_tag_at = vr.where();
             DLFEED_RETURN_IF_ERROR(vr.tag(field, type));
             if (field >= 1 && field <= 3 && type == 2) {
+              if (slice.kind != FeatureKind::kNone) {
+                return vr.error(list_tag_at, "one value list in a tf.train.Feature",
+                                absl::StrCat("a second one (", kind_name(static_cast<FeatureKind>(field)), " after ",
+                                             kind_name(slice.kind), ")"));
+              }
               DLFEED_RETURN_IF_ERROR(vr.bytes(slice.list, slice.offset, field));
               slice.kind = static_cast<FeatureKind>(field);
             } else {

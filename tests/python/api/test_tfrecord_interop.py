@@ -2,6 +2,7 @@
 """TFRecord interop with TensorFlow: TF writes, dlfeed reads; dlfeed writes, TF reads."""
 import os
 import pathlib
+import struct
 
 import numpy as np
 import pytest
@@ -255,3 +256,35 @@ def test_large_tf_written_records_pass_the_crc_check_and_a_flip_fails_it(tmp_pat
             pass
     footer = offsets[-1][0] + offsets[-1][1] - 4
     assert f"at offset {footer}" in str(e.value) and "payload CRC" in str(e.value), str(e.value)
+
+
+def _pb_ld(field: int, payload: bytes) -> bytes:
+    """A protobuf length-delimited field (field numbers and lengths < 128 here)."""
+    assert field < 16 and len(payload) < 128
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+def _pb_example(key: bytes, feature: bytes, twice: bool = False) -> bytes:
+    entry = _pb_ld(1, key) + _pb_ld(2, feature) + (_pb_ld(2, feature) if twice else b"")
+    return _pb_ld(1, _pb_ld(1, entry))
+
+
+@pytest.mark.parametrize("case", ["int64 twice", "float then int64", "value field twice"])
+def test_a_feature_with_two_value_lists_is_an_error(tmp_path, case):
+    """Records a protobuf writer could make but TensorFlow's never do: protobuf merges the
+    lists (or keeps the last kind) and TensorFlow's parser reads otherwise, so dlfeed
+    refuses rather than pick one reading."""
+    import dlfeed as dl
+    tf = pytest.importorskip("tensorflow")
+    ints = lambda *v: _pb_ld(3, _pb_ld(1, bytes(v)))  # noqa: E731  (Int64List, packed varints < 128)
+    floats = _pb_ld(2, _pb_ld(1, struct.pack("<2f", 1.5, 2.5)))
+    record = {"int64 twice": _pb_example(b"x", ints(1, 2) + ints(3)),
+              "float then int64": _pb_example(b"x", floats + ints(3)),
+              "value field twice": _pb_example(b"x", ints(1, 2), twice=True)}[case]
+    path = tmp_path / "crafted.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for _ in range(2):
+            w.write(record)
+    with pytest.raises(dl.Error, match=r"crafted\.tfrecord.*(one value list in a tf\.train\.Feature|one "
+                                       r"tf\.train\.Feature per feature map entry).*a second one"):
+        list(dl.Loader(path, fields=["x"], batch_size=2))

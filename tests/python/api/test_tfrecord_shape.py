@@ -160,3 +160,57 @@ def test_the_index_cache_keeps_the_shape(tmp_path):
     # Without the shape feature the cache is another one's: 1-D again.
     loader = dlfeed.Loader(train, fields=["image"], shape_feature="off", index_cache=str(cache))
     assert loader.field_specs()[0][2] == (None,)
+
+
+def write_shaped(path, shapes, seed, compression=None):
+    """Records of a bytes feature `image` with its shape in `dims` (as many writers store
+    a buffer's shape); the same element count in every record."""
+    rng = np.random.default_rng(seed)
+    imgs = [rng.integers(0, 255, size=s, dtype=np.uint8) for s in shapes]
+    with tf.io.TFRecordWriter(str(path), options=compression) as w:
+        for img in imgs:
+            feature = {
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[img.tobytes()])),
+                "dims": tf.train.Feature(int64_list=tf.train.Int64List(value=list(img.shape))),
+            }
+            w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    return imgs
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_a_record_whose_shape_feature_differs_from_record_0s_is_an_error_not_reshaped(tmp_path, compression):
+    """(2, 3), then (3, 2) and (1, 6): as many elements, another shape. Reading record 1 as
+    (2, 3) would be a sample silently reshaped."""
+    f = tmp_path / "dims.tfrecord"
+    write_shaped(f, [(2, 3), (3, 2), (1, 6)], seed=3, compression=compression)
+
+    def read():
+        loader = dlfeed.Loader(f, fields=["image"], shape_feature="dims", batch_size=3)
+        return samples_by_id(loader)
+
+    with pytest.raises(dlfeed.Error, match=r"(?s)dims\.tfrecord.*record 1 with the shape \(2, 3\) of every record "
+                                           r"of the file \(from 'dims' = \[2, 3\] in record 0\).*'dims' = \[3, 2\]"):
+        read()
+    # Records that all agree read as before, also through the index cache.
+    g = tmp_path / "same.tfrecord"
+    want = write_shaped(g, [(2, 3)] * 4, seed=4, compression=compression)
+    cache = tmp_path / "cache.idx"
+    for _ in range(2):
+        loader = dlfeed.Loader(g, fields=["image"], shape_feature="dims", batch_size=4, index_cache=str(cache))
+        got = samples_by_id(loader)
+        assert sorted(got) == [0, 1, 2, 3] and all(np.array_equal(got[i], want[i]) for i in got)
+
+
+def test_a_feature_of_another_kind_in_another_file_is_an_error(tmp_path):
+    """`label` a float_list in one file and a bytes_list in the next: the bytes must not be
+    read as the float values the first file's kind gives (within one file this is an error too)."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for name, feature in (("f0", tf.train.Feature(float_list=tf.train.FloatList(value=[1.5, 2.5]))),
+                          ("f1", tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\x01" * 8])))):
+        with tf.io.TFRecordWriter(str(d / f"{name}.tfrecord")) as w:
+            for _ in range(3):
+                w.write(tf.train.Example(features=tf.train.Features(feature={"label": feature})).SerializeToString())
+    with pytest.raises(dlfeed.Error, match=r"f1\.tfrecord.*feature 'label' as a float_list \(as in .*f0\.tfrecord\)"
+                                           r".*bytes_list"):
+        dlfeed.Loader(d, fields=["label"], feature_dtype="float32", batch_size=2)
