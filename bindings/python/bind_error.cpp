@@ -41,7 +41,13 @@ PyObject* class_for(absl::StatusCode code) {
 
 void raise(const absl::Status& status) {
   PyObject* cls = class_for(status.code());
-  py::str msg(std::string(status.message()));
+  // A message may hold bytes that are not UTF-8 (a file or NPZ member named
+  // in another encoding): escaped (\xc6), never a UnicodeDecodeError in
+  // place of the error.
+  const absl::string_view text = status.message();
+  py::object msg = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace"));
+  if (!msg) return;  // the decode's own error stays set (it cannot fail with backslashreplace)
   PyObject* exc = PyObject_CallOneArg(cls, msg.ptr());
   if (!exc) return;  // the call's own error stays set
   std::string code = absl::StatusCodeToString(status.code());

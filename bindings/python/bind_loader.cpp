@@ -6,6 +6,10 @@
 
 #include <unistd.h>
 
+#include <mutex>
+#include <optional>
+#include <utility>
+
 #include "absl/strings/numbers.h"
 #include "batch_py.h"
 #include "dlfeed/loader.h"
@@ -34,6 +38,45 @@ struct PyLoader {
     }
     return *loader;
   }
+
+  /// Runs fn(loader) with the GIL released, holding call_mu: a close() from
+  /// another thread waits for it to return, and a call after that close finds
+  /// the loader gone ("the loader is closed"), never a freed one. The GIL is
+  /// taken back outside any destructor: a daemon thread that the
+  /// interpreter's exit ends as it takes the GIL (pthread_exit) unwinds
+  /// through here, where gil_scoped_release's destructor would terminate.
+  template <class F>
+  auto without_gil(F&& fn) -> decltype(fn(std::declval<Loader&>())) {
+    get();  // closed, or made before fork(): the error now, with the GIL
+    std::optional<decltype(fn(std::declval<Loader&>()))> out;
+    PyThreadState* ts = PyEval_SaveThread();
+    try {
+      std::lock_guard<std::mutex> lock(call_mu);
+      if (loader) out.emplace(fn(*loader));
+    } catch (...) {
+      PyEval_RestoreThread(ts);
+      throw;
+    }
+    PyEval_RestoreThread(ts);
+    if (!out) throw py::value_error("the loader is closed");
+    return std::move(*out);
+  }
+
+  /// Lets go of the loader and joins its threads, after a call in progress
+  /// on another thread returns.
+  void close() {
+    PyThreadState* ts = PyEval_SaveThread();
+    call_mu.lock();
+    PyEval_RestoreThread(ts);
+    std::unique_ptr<Loader> l = std::move(loader);  // with the GIL and call_mu: seen by get() and without_gil()
+    call_mu.unlock();
+    ts = PyEval_SaveThread();
+    l.reset();
+    PyEval_RestoreThread(ts);
+  }
+
+ private:
+  std::mutex call_mu;  // held by a call working on `loader` without the GIL
 };
 
 /// Loader(options, shapes): the C++ loader, made with the GIL released.
@@ -64,14 +107,11 @@ void bind_loader_epochs(py::class_<PyLoader>& cls) {
   cls.def(
          "start_epoch",
          [](PyLoader& self, uint64_t epoch, uint64_t position) {
+           auto [st, state] = self.without_gil([&](Loader& l) {
+             absl::Status started = position == 0 ? l.start_epoch(epoch) : l.start_epoch_at(epoch, position);
+             return std::make_pair(started, l.state());
+           });
            Loader& l = self.get();
-           absl::Status st;
-           std::string state;
-           {
-             py::gil_scoped_release nogil;
-             st = position == 0 ? l.start_epoch(epoch) : l.start_epoch_at(epoch, position);
-             state = l.state();
-           }
            check(st);
            // Batches left: all of them, or those after a restored position.
            uint64_t done = 0;
@@ -90,13 +130,7 @@ void bind_loader_epochs(py::class_<PyLoader>& cls) {
       .def(
           "next",
           [](PyLoader& self) -> py::object {
-            Loader& l = self.get();
-            absl::StatusOr<std::shared_ptr<const Batch>> got;
-            {
-              py::gil_scoped_release nogil;
-              got = l.next();
-            }
-            std::shared_ptr<const Batch> b = unwrap(std::move(got));
+            std::shared_ptr<const Batch> b = unwrap(self.without_gil([](Loader& l) { return l.next(); }));
             if (!b) {
               self.remaining = 0;
               return py::none();
@@ -113,14 +147,8 @@ void bind_loader_state(py::class_<PyLoader>& cls) {
       .def(
           "restore",
           [](PyLoader& self, const py::bytes& state) {
-            Loader& l = self.get();
             std::string s(state);
-            absl::Status st;
-            {
-              py::gil_scoped_release nogil;
-              st = l.restore(s);
-            }
-            check(st);
+            check(self.without_gil([&](Loader& l) { return l.restore(s); }));
           },
           py::arg("state"));
 }
@@ -196,12 +224,7 @@ void bind_loader_counters(py::class_<PyLoader>& cls) {
               check(absl::InvalidArgumentError("trace format '" + format + "': expected one of " +
                                                counters::trace_format_names()));
             }
-            absl::Status st;
-            {
-              py::gil_scoped_release nogil;
-              st = self.get().write_trace(path, f);
-            }
-            check(st);
+            check(self.without_gil([&](Loader& l) { return l.write_trace(path, f); }));
           },
           py::arg("path"), py::arg("format") = "chrome");
 }
@@ -243,9 +266,7 @@ void bind_loader_close(py::class_<PyLoader>& cls) {
              (void)self.loader.release();  // its threads are the parent's: never join them
              return;
            }
-           std::unique_ptr<Loader> l = std::move(self.loader);
-           py::gil_scoped_release nogil;
-           l.reset();
+           self.close();
          },
          "Stops the pipeline and joins its threads (batches already handed out stay valid).")
       .def(

@@ -238,6 +238,7 @@ void bind_loader_options(py::module_& m) {
   describe<AdvancedOptions>("AdvancedOptions",
                             {{"io_factory", "a C++ callback making I/O backends"},
                              {"index_opener", "a C++ callback opening the index (mpi::Job::share_index)"},
+                             {"before_first_epoch", "a C++ callback at the first epoch's start (mpi::JobCache)"},
                              {"prefetch_policy", "a C++ plug-in object (prefetch::PrefetchPolicy); use prefetch"}});
   py::class_<AdvancedOptions>(m, "AdvancedOptions",
                               "The engines, read-ahead, read merging (C++ AdvancedOptions): the defaults follow the "

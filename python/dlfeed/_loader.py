@@ -211,6 +211,8 @@ class Loader:
             _dlfeed._mpi_attach(o)
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
+        # Counts the starts of epochs (and restores): an iterator of an earlier one is superseded.
+        self._generation = 0
         # The next epoch is read while this one's last batches are consumed (docs/python.md);
         # by default with device= only (a pipeline running between epochs refuses fork() children).
         self._core.set_overlap_epochs(self._device is not None if overlap_epochs is None else bool(overlap_epochs))
@@ -220,8 +222,14 @@ class Loader:
         """One epoch: the next one (or the epoch of a restore()d state)."""
         return self.iter_epoch(self._next_epoch)
 
+    def _started(self) -> int:
+        self._generation += 1
+        return self._generation
+
     def iter_epoch(self, epoch: int) -> Any:
-        """Starts ``epoch`` (from its beginning, or from a restored position in it)."""
+        """Starts ``epoch`` (from its beginning, or from a restored position in it). An
+        iterator of an epoch started earlier on this loader raises once this one starts."""
+        self._started()
         self._core.start_epoch(int(epoch))
         if self._device is not None:
             return self._device_epoch(EpochIterator(self, int(epoch)))
@@ -261,6 +269,7 @@ class Loader:
         def epochs() -> Iterator[Any]:
             e = start
             while stop is None or e < stop:
+                self._started()
                 self._core.start_epoch(e)
                 yield from EpochIterator(self, e)
                 e += 1
@@ -278,6 +287,7 @@ class Loader:
 
     def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
         """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
+        self._started()
         self._core.start_epoch(int(epoch), int(position))
         return EpochIterator(self, int(epoch))
 
@@ -300,6 +310,7 @@ class Loader:
 
     def restore(self, state: bytes) -> None:
         """The next iteration continues where ``state`` was taken (same options needed)."""
+        self._started()  # the epoch running, if any, is given up
         self._core.restore(bytes(state))
         self._next_epoch = int(_dlfeed.decode_state(bytes(state))["epoch"])
 
@@ -420,6 +431,7 @@ class EpochIterator:
         self._loader = loader
         self.epoch = epoch
         self._done = False
+        self._generation = loader._generation
 
     def __iter__(self) -> "EpochIterator":
         return self
@@ -432,6 +444,11 @@ class EpochIterator:
     def __next__(self) -> "_dlfeed.Batch":
         if self._done:
             raise StopIteration
+        if self._generation != self._loader._generation:
+            # Its batches would be the newer epoch's, taken from that epoch's own iterator.
+            raise RuntimeError(f"dlfeed: this iterator of epoch {self.epoch} was superseded: another epoch was "
+                               "started on its loader since (iter_epoch, iter(loader) or restore); iterate one "
+                               "epoch at a time, or use a loader per stream")
         batch = self._loader._core.next()
         if batch is None:
             self._done = True
