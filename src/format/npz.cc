@@ -100,13 +100,24 @@ absl::StatusOr<std::vector<std::string>> npz_member_names(const std::string& pat
 
 namespace {
 
-// Picks the member: the option's name (with or without .npy), else x, else the only one.
+// Picks the member as numpy's NpzFile does: the option's name as it is,
+// else with .npy (an archive with both 'x' and 'x.npy' gives 'x' for 'x',
+// whatever their order); the last of members of one name, as zipfile does;
+// else x, else the only one.
 absl::StatusOr<const ZipMember*> choose_member(const std::vector<ZipMember>& members, const std::string& wanted,
                                                const std::string& path) {
   const ZipMember* chosen = nullptr;
+  const ZipMember* with_npy = nullptr;
   for (const auto& m : members) {
-    if (!wanted.empty() ? (m.name == wanted || m.name == wanted + ".npy") : m.name == "x.npy") chosen = &m;
+    if (wanted.empty()) {
+      if (m.name == "x.npy") chosen = &m;
+    } else if (m.name == wanted) {
+      chosen = &m;
+    } else if (m.name == wanted + ".npy") {
+      with_npy = &m;
+    }
   }
+  if (chosen == nullptr) chosen = with_npy;
   if (chosen == nullptr && wanted.empty() && members.size() == 1) chosen = members.data();
   if (chosen == nullptr) {
     return absl::NotFoundError(

@@ -179,3 +179,22 @@ def test_bad_inputs_name_file_and_offset(dlfeed, tmp_path):
     bad.write_bytes(bytes(b))
     err = dlfeed.error("inspect", "--axis", "first", "--dump-sample", 1, "--out", tmp_path / "o.bin", bad)
     assert str(bad) in err and "offset" in err
+
+
+@pytest.mark.parametrize("order", [("x", "x.npy"), ("x.npy", "x")])
+def test_a_member_named_as_asked_wins_over_one_with_npy_as_numpy_picks_it(dlfeed, tmp_path, order):
+    """An archive holding both 'x' and 'x.npy' (zipfile can write one): np.load(f)['x'] is
+    member 'x', whatever the order; dlfeed reads the same one."""
+    import dlfeed as dl
+    arrays = {"x": np.arange(12, dtype=np.int32).reshape(4, 3), "x.npy": np.full((4, 3), 7, dtype=np.int32)}
+    path = tmp_path / "both.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for name in order:
+            buf = io.BytesIO()
+            np.save(buf, arrays[name])
+            z.writestr(name, buf.getvalue())
+    with np.load(path) as f:
+        assert np.array_equal(f["x"], arrays["x"])
+    loader = dl.Loader(str(path), fields=["x"], batch_size=4, strategy="sequential")
+    (b,) = list(loader)
+    assert np.array_equal(np.array(b["x"]), arrays["x"])
