@@ -103,7 +103,8 @@ KEYWORDS: Dict[str, Keyword] = {
     # per field: dtype where the files do not record it (TFRecord features)
     "dtypes": Keyword("field_dtypes", "field-dtypes", convert=lambda v: {k: _dtype_name(d) for k, d in v.items()},
                       note="{field: dtype}: a TFRecord bytes feature's element type, per field ({'x': np.uint8}; "
-                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype",
+                           "--field-dtypes 'x=uint8'); a field not named takes feature_dtype; a dtype a field's "
+                           "files do not give (an NPY array's own) is an error",
                       type="Mapping[str, Any]"),
     # order (OrderSpec)
     "strategy": Keyword("order.strategy", "strategy", convert=_strategy),

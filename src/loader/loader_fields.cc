@@ -108,6 +108,16 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     }
     field_names.push_back(call);
     DLFEED_ASSIGN_OR_RETURN(FieldSpec spec, uniform_spec(idx, field_names.back(), options.ragged));
+    // A dtype asked for this field that its files do not give (an NPY or HDF5
+    // array keeps its own; a TFRecord float or int64 list is float32 or
+    // int64): an error, not the option silently passed over.
+    if (auto it = dtypes.find(call); it != dtypes.end() && spec.known && !(spec.dtype == it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loader: field_dtypes gives field '", call, "' as ", it->second.name(), ", but its samples are ",
+          spec.dtype.name(), " (", idx.num_files() > 0 ? idx.sources[0]->describe() : std::string("no file"),
+          "): field_dtypes sets the element type of raw bytes (a TFRecord bytes_list feature); other fields "
+          "keep the type their files give"));
+    }
     field_specs.push_back(std::move(spec));
     indices.push_back(std::move(idx));
     formats.push_back(std::move(fo));

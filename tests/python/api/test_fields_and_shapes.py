@@ -145,3 +145,17 @@ def test_an_int_out_of_range_says_the_range(tmp_path, keyword, value, top):
     np.save(tmp_path / "x.npy", np.zeros((8, 2), np.float32))
     with pytest.raises(dl.InvalidArgumentError, match=rf"{keyword}={value}: expected an int from 0 to {top}"):
         dl.Loader(tmp_path / "x.npy", **{keyword: value})
+
+
+def test_a_dtype_asked_for_a_field_whose_files_give_another_is_an_error(tmp_path):
+    """dtypes= sets the element type of raw bytes (TFRecord bytes_list): named for an NPY
+    array of float32 it would be passed over, and the user's code would take the float32
+    values for what they asked. An error; the dtype the files give is accepted."""
+    import dlfeed as dl
+    np.save(tmp_path / "x.npy", np.zeros((6, 4), dtype=np.float32))
+    np.save(tmp_path / "y.npy", np.arange(6, dtype=np.int64))
+    with pytest.raises(dl.InvalidArgumentError, match="field_dtypes gives field 'x' as int32, but its samples are "
+                                                      "float32"):
+        dl.Loader(str(tmp_path), fields=["x", "y"], dtypes={"x": "int32"}, batch_size=2)
+    loader = dl.Loader(str(tmp_path), fields=["x", "y"], dtypes={"x": "float32"}, batch_size=2)
+    assert loader.field_specs()[0][1] == np.dtype("float32")
