@@ -410,6 +410,12 @@ class Loader:
 
             _device.close_loader(self)  # device=: its feed and feeder thread stop, copies in flight finish
         self._core.close()
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called (iterating then raises ValueError)."""
+        return getattr(self, "_closed", False)
 
     def __enter__(self) -> "Loader":
         return self

@@ -270,7 +270,9 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def _get_loader(self, rank: int, world: int) -> Loader:
         key = (os.getpid(), rank, world)
-        if self._loader is None or self._loader_key != key:
+        # A loader closed by the caller (the parent's, before a DataLoader forks its
+        # workers, as the fork rules ask) is made again when this process reads.
+        if self._loader is None or self._loader_key != key or self._loader.closed:
             pin = self.pin_memory or self.device is not None
             kwargs: Dict[str, Any] = dict(self._kwargs)
             info = torch.utils.data.get_worker_info()
@@ -318,7 +320,7 @@ class Dataset(torch.utils.data.IterableDataset):
         collective, it is this process's loader."""
         rank, world, _ = self._shard()
         key = (os.getpid(), rank, world)
-        if self._loader is not None and self._loader_key == key:
+        if self._loader is not None and self._loader_key == key and not self._loader.closed:
             return len(self._loader)
         if self._kwargs.get("mpi") or self._kwargs.get("job_cache"):
             return len(self._get_loader(rank, world))

@@ -183,6 +183,21 @@ def test_len_in_the_training_process_makes_no_loader_there(tmp_path):
         assert len(d) == want and sum(1 for _ in d) == want and len(d) == want, kw
 
 
+def test_a_dataset_whose_loader_was_closed_makes_a_new_one(tmp_path):
+    """The fork rules ask to close() the parent's loader before a DataLoader forks its workers;
+    the Dataset then makes a new loader when the parent reads or counts again."""
+    root, _, _ = write_dataset("npz", tmp_path / "d", files=2, per_file=40)
+    ds = dtorch.Dataset(root, batch_size=16, **loader_kwargs("npz"))
+    for i, _ in enumerate(ds):
+        if i == 1:
+            break  # a validation pass cut short
+    ds.loader.close()
+    assert ds.loader.closed is False, "a new loader"
+    ds.loader.close()
+    assert sum(1 for _ in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)) == 5
+    assert len(ds) == 5 and sum(1 for _ in ds) == 5
+
+
 # -- DataLoader: epochs, workers, batching ------------------------------------
 N_EPOCH_TEST = 245  # 5 files of 49: odd, so the workers' parts differ in length
 
