@@ -423,24 +423,27 @@ absl::StatusOr<DatasetGeometry> read_geometry(const std::string& path, const std
 }
 
 // The fill value, in the dataset's own type; zeros unless the file sets one.
-void read_fill(hid_t dcpl, hid_t type, DatasetGeometry& g) {
+// Returns how the file defines it (H5Pfill_value_defined's answer).
+H5D_fill_value_t read_fill(hid_t dcpl, hid_t type, DatasetGeometry& g) {
   g.fill.assign(g.dtype.size, std::byte{0});
-  H5D_fill_value_t fv;
-  if (H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED) {
-    if (H5Pget_fill_value(dcpl, type, g.fill.data()) < 0) {
-      H5Eclear2(H5E_DEFAULT);
-      g.fill.assign(g.dtype.size, std::byte{0});
-    }
+  H5D_fill_value_t fv = H5D_FILL_VALUE_DEFAULT;
+  if (H5Pfill_value_defined(dcpl, &fv) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return H5D_FILL_VALUE_DEFAULT;
   }
+  if (fv == H5D_FILL_VALUE_USER_DEFINED && H5Pget_fill_value(dcpl, type, g.fill.data()) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    g.fill.assign(g.dtype.size, std::byte{0});
+  }
+  return fv;
 }
 
 // Storage never written has no values when the file defines none (a fill
 // value set to none, or fill time "never"): libhdf5 refuses to read it or
 // leaves the caller's buffer as it was. An error, not zeros or a guess.
-absl::Status check_unwritten(hid_t dset, hid_t dcpl, const DatasetGeometry& g) {
-  H5D_fill_value_t fv = H5D_FILL_VALUE_DEFAULT;
+absl::Status check_unwritten(hid_t dset, hid_t dcpl, H5D_fill_value_t fv, const DatasetGeometry& g) {
   H5D_fill_time_t when = H5D_FILL_TIME_IFSET;
-  const bool undefined = H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_UNDEFINED;
+  const bool undefined = fv == H5D_FILL_VALUE_UNDEFINED;
   const bool never = H5Pget_fill_time(dcpl, &when) >= 0 && when == H5D_FILL_TIME_NEVER;
   H5Eclear2(H5E_DEFAULT);
   if (!undefined && !never) return absl::OkStatus();
@@ -592,8 +595,8 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   // Storage: fill value, filters, layout.
   Hid dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
   if (!dcpl.ok()) return h5_fail(path, absl::StrCat("the creation properties of dataset '", name, "'"));
-  read_fill(dcpl.get(), type.get(), g);
-  DLFEED_RETURN_IF_ERROR(check_unwritten(dset.get(), dcpl.get(), g));
+  const H5D_fill_value_t fill_defined = read_fill(dcpl.get(), type.get(), g);
+  DLFEED_RETURN_IF_ERROR(check_unwritten(dset.get(), dcpl.get(), fill_defined, g));
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   FilterPipeline filters = read_filters(dcpl.get(), layout, g);
   if (layout == H5D_CHUNKED) DLFEED_RETURN_IF_ERROR(read_chunk_shape(dcpl.get(), g));

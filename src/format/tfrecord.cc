@@ -107,17 +107,10 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload,
                             tfrecord::unframe_record(framed, /*verify=*/false, where_, rec_off));
     const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
-    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, example::find_feature(payload, name, ctx));
+    example::FeatureSlice slice;
     std::vector<int64_t> values;
-    std::string found;
-    if (slice.kind == FeatureKind::kInt64) {
-      DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
-      found = absl::StrCat("'", name, "' = [", absl::StrJoin(values, ", "), "]");
-    } else if (slice.kind == FeatureKind::kNone) {
-      found = absl::StrCat("no feature '", name, "'");
-    } else {
-      found = absl::StrCat("'", name, "' as a ", example::kind_name(slice.kind));
-    }
+    DLFEED_RETURN_IF_ERROR(int64_feature(payload, name, ctx, slice, values));
+    const std::string found = found_text(name, slice, values);
     std::optional<Shape> shape;
     if (values.size() == 1 && values[0] > 0 &&
         static_cast<unsigned __int128>(values[0]) * static_cast<uint64_t>(values[0]) == count) {
@@ -416,21 +409,35 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
   // values, or DLIO's one side s of an s x s shape).
   absl::Status check_record_shape(std::span<const std::byte> payload, uint64_t item,
                                   const example::Context& ctx) const {
-    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, example::find_feature(payload, shape_feature_, ctx));
+    example::FeatureSlice slice;
     std::vector<int64_t> values;
-    if (slice.kind == FeatureKind::kInt64) DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
+    DLFEED_RETURN_IF_ERROR(int64_feature(payload, shape_feature_, ctx, slice, values));
     const Shape& s = *shape_;
     const bool same = (slice.kind == FeatureKind::kInt64 && Shape(values.begin(), values.end()) == s) ||
                       (values.size() == 1 && s.size() == 2 && s[0] == s[1] && values[0] == s[0]);
     if (same) return absl::OkStatus();
-    const std::string found = slice.kind == FeatureKind::kNone ? absl::StrCat("no feature '", shape_feature_, "'")
-                              : slice.kind != FeatureKind::kInt64
-                                  ? absl::StrCat("'", shape_feature_, "' as a ", example::kind_name(slice.kind))
-                                  : absl::StrCat("'", shape_feature_, "' = [", absl::StrJoin(values, ", "), "]");
     return format_error(where_, ctx.base + slice.offset,
                         absl::StrCat("feature '", feature_, "' of record ", item, " with the shape ", shape_str(s),
                                      " of every record of the file (", shape_from_, ")"),
-                        found);
+                        found_text(shape_feature_, slice, values));
+  }
+
+  // Feature `name` of `payload` (kind kNone when absent), and its values when
+  // it is an int64_list.
+  static absl::Status int64_feature(std::span<const std::byte> payload, const std::string& name,
+                                    const example::Context& ctx, example::FeatureSlice& slice,
+                                    std::vector<int64_t>& values) {
+    DLFEED_ASSIGN_OR_RETURN(slice, example::find_feature(payload, name, ctx));
+    if (slice.kind == FeatureKind::kInt64) DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
+    return absl::OkStatus();
+  }
+  // What int64_feature found, for messages: "'dims' = [2, 3]", "no feature
+  // 'dims'", "'dims' as a float_list".
+  static std::string found_text(const std::string& name, const example::FeatureSlice& slice,
+                                const std::vector<int64_t>& values) {
+    if (slice.kind == FeatureKind::kInt64) return absl::StrCat("'", name, "' = [", absl::StrJoin(values, ", "), "]");
+    if (slice.kind == FeatureKind::kNone) return absl::StrCat("no feature '", name, "'");
+    return absl::StrCat("'", name, "' as a ", example::kind_name(slice.kind));
   }
 
   absl::Status missing_feature(std::span<const std::byte> payload, uint64_t item, uint64_t rec_off,

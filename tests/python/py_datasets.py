@@ -82,6 +82,16 @@ def assert_same_epoch(local, remote, x):
     np.testing.assert_array_equal(np.concatenate([f[0] for f in remote_fields]), x[remote_ids])
 
 
+def epoch_by_id(loader, epoch):
+    """Epoch `epoch` of a one-field loader as {sample id: that sample's array}."""
+    return {int(i): np.array(row) for b in loader.iter_epoch(epoch) for i, row in zip(b.sample_ids, b[b.keys()[0]])}
+
+
+def assert_every_row(got, x):
+    """`got` (epoch_by_id's) holds every row of `x` once, each byte for byte at its sample id."""
+    assert sorted(got) == list(range(len(x))) and all(np.array_equal(got[i], x[i]) for i in got)
+
+
 def loader_kwargs(fmt):
     """The Loader keywords that give (x [B, 8, 8] float32, y [B] int64) for FMT."""
     if fmt == "npz":

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import dlfeed
+from py_datasets import assert_every_row, epoch_by_id
 from s3_harness import ACCESS_KEY, ACCESS_KEY_2, AWS_ENV_REMOVED, SECRET_KEY, SECRET_KEY_2
 
 pytestmark = pytest.mark.skipif(not getattr(dlfeed._dlfeed, "has_s3", False),
@@ -37,10 +38,6 @@ def use_profile_file(monkeypatch, s3_server, endpoint, path, key, secret):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
-def epoch(loader, e):
-    return {int(i): np.array(row) for b in loader.iter_epoch(e) for i, row in zip(b.sample_ids, b[b.keys()[0]])}
-
-
 def signed_with(proxy, key):
     return [r for r in proxy.requests if f"Credential={key}/" in r.headers.get("authorization", "")]
 
@@ -53,15 +50,15 @@ def test_credentials_rotated_in_the_profile_file_are_read_again(s3_server, s3_pr
     use_profile_file(monkeypatch, s3_server, proxy.endpoint, creds, ACCESS_KEY, SECRET_KEY)
     monkeypatch.setenv("DLFEED_S3_CONNECTIONS", "2")  # each connection finds the new key once, then keeps it
     loader = dlfeed.Loader(url, batch_size=4, resident="off", strategy="global_shuffle", seed=3)
-    got = epoch(loader, 0)
-    assert sorted(got) == list(range(24)) and all(np.array_equal(got[i], x[i]) for i in got)
+    got = epoch_by_id(loader, 0)
+    assert_every_row(got, x)
     # The refresher writes the new key; the old one expires at the server.
     use_profile_file(monkeypatch, s3_server, proxy.endpoint, creds, ACCESS_KEY_2, SECRET_KEY_2)
     proxy.configure(expired_keys=(ACCESS_KEY,))
     proxy.reset_stats()
     before = dlfeed._dlfeed.s3_stats()
-    got = epoch(loader, 1)
-    assert sorted(got) == list(range(24)) and all(np.array_equal(got[i], x[i]) for i in got)
+    got = epoch_by_id(loader, 1)
+    assert_every_row(got, x)
     after = dlfeed._dlfeed.s3_stats()
     refused = signed_with(proxy, ACCESS_KEY)
     assert 1 <= len(refused) <= 2 and all(r.status == 400 for r in refused), "each connection: refused once"
@@ -69,8 +66,8 @@ def test_credentials_rotated_in_the_profile_file_are_read_again(s3_server, s3_pr
     assert after["credentials_reread"] - before["credentials_reread"] == len(refused)
     assert after["failures"] == before["failures"]
     proxy.reset_stats()
-    got = epoch(loader, 2)
-    assert sorted(got) == list(range(24)) and all(np.array_equal(got[i], x[i]) for i in got)
+    got = epoch_by_id(loader, 2)
+    assert_every_row(got, x)
     assert not signed_with(proxy, ACCESS_KEY) and signed_with(proxy, ACCESS_KEY_2), "the new key kept"
     loader.close()
 
@@ -81,14 +78,14 @@ def test_credentials_refused_and_not_rotated_are_a_clear_error(s3_server, s3_pro
     proxy = s3_proxy()
     use_profile_file(monkeypatch, s3_server, proxy.endpoint, tmp_path / "credentials", ACCESS_KEY, SECRET_KEY)
     loader = dlfeed.Loader(url, batch_size=4, resident="off")
-    epoch(loader, 0)
+    epoch_by_id(loader, 0)
     proxy.configure(expired_keys=(ACCESS_KEY,))
     with pytest.raises(Exception, match=r"(?s)s3://rotate/npy/x_\d\.npy.*ExpiredToken.*read again, are the same"):
-        epoch(loader, 1)
+        epoch_by_id(loader, 1)
     # Rotated to a key that is refused too.
     use_profile_file(monkeypatch, s3_server, proxy.endpoint, tmp_path / "credentials", ACCESS_KEY_2, SECRET_KEY_2)
     proxy.configure(expired_keys=(ACCESS_KEY, ACCESS_KEY_2))
     with pytest.raises(Exception, match=r"(?s)ExpiredToken.*read again \(from profile default of .*credentials\) and "
                                         r"refused too"):
-        epoch(loader, 2)
+        epoch_by_id(loader, 2)
     loader.close()

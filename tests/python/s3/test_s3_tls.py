@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import dlfeed
+from py_datasets import assert_every_row, epoch_by_id
 
 pytestmark = pytest.mark.skipif(not getattr(dlfeed._dlfeed, "has_s3", False),
                                 reason="dlfeed built without libcurl (dlfeed::s3)")
@@ -24,7 +25,7 @@ def tls_data(s3_server, tmp_path_factory):
 
 def read_all(url):
     loader = dlfeed.Loader(url, batch_size=5, resident="off")
-    got = {int(i): np.array(row) for b in loader.iter_epoch(0) for i, row in zip(b.sample_ids, b[b.keys()[0]])}
+    got = epoch_by_id(loader, 0)
     loader.close()
     return got
 
@@ -33,8 +34,7 @@ def test_https_with_the_servers_ca_in_aws_ca_bundle(s3_server, tls_data, monkeyp
     s3_server.apply_env(monkeypatch, endpoint=s3_server.https_endpoint)
     monkeypatch.setenv("AWS_CA_BUNDLE", str(s3_server.ca_file))
     url, x = tls_data
-    got = read_all(url)
-    assert sorted(got) == list(range(12)) and all(np.array_equal(got[i], x[i]) for i in got)
+    assert_every_row(read_all(url), x)
 
 
 def test_https_with_the_profiles_ca_bundle(s3_server, tls_data, monkeypatch, tmp_path):
@@ -44,8 +44,7 @@ def test_https_with_the_profiles_ca_bundle(s3_server, tls_data, monkeypatch, tmp
     config.write_text(f"[default]\nca_bundle = {s3_server.ca_file}\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     url, x = tls_data
-    got = read_all(url)
-    assert sorted(got) == list(range(12)) and all(np.array_equal(got[i], x[i]) for i in got)
+    assert_every_row(read_all(url), x)
 
 
 def test_https_without_the_ca_is_a_clear_error(s3_server, tls_data, monkeypatch, tmp_path):
