@@ -119,6 +119,31 @@ struct FilterPipeline {
   uint32_t shuffle_size = 0;  // the shuffle filter's element size
 };
 
+// What the dataset's creation properties and storage say (hdf5_storage.cc).
+// Each needs the HDF5 lock, which the caller holds.
+
+/// The fill value, in the dataset's own type (g.fill); zeros unless the file
+/// sets one. Returns how the file defines it (H5Pfill_value_defined's answer).
+H5D_fill_value_t read_fill(hid_t dcpl, hid_t type, DatasetGeometry& g);
+/// Storage never written has no values when the file defines none (a fill
+/// value set to none, or fill time "never"): libhdf5 refuses to read it or
+/// leaves the caller's buffer as it was. An error, not zeros or a guess.
+absl::Status check_unwritten(hid_t dset, hid_t dcpl, H5D_fill_value_t fv, const DatasetGeometry& g);
+/// Why the dataset's bytes are not `file`'s to read by offset: it lives in
+/// another file, reached through an external link (H5Dopen follows it; its
+/// offsets are that file's). Empty when it is in `file`.
+std::string in_another_file(hid_t file, hid_t dset);
+/// The filters dlfeed undoes (one shuffle first, one deflate); names every
+/// filter in g.filters, and sets g.reason at the first it does not undo.
+FilterPipeline read_filters(hid_t dcpl, H5D_layout_t layout, DatasetGeometry& g);
+/// g.chunk from the creation properties.
+absl::Status read_chunk_shape(hid_t dcpl, DatasetGeometry& g);
+/// Why storage cannot be read as extents whatever its filters; empty if it can.
+std::string unsupported_storage(hid_t dcpl, H5D_layout_t layout, const FilterPipeline& pipeline);
+/// What a user block adds to HDF5 addresses to make file offsets
+/// (H5Dget_offset already adds it; chunk addresses may not).
+uint64_t userblock_of(hid_t file);
+
 /// A chunked dataset (no filters, or shuffle and/or deflate) as byte
 /// extents: lists its chunk table and checks every chunk, and every chunk
 /// row's extents, lie in the file. Returns the source (moved out of `g`),

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// TFRecord: the tf.train.Example sample source and open_tfrecord (records, sidecars and scans: tfrecord_records.cc).
+// TFRecord: the tf.train.Example sample source and open_tfrecord (records, sidecars and scans:
+// tfrecord_records.cc; a record's other features and the options' reading of them: tfrecord_features.cc).
 #include "dlfeed/format/tfrecord.h"
 
 #include <fcntl.h>
@@ -34,6 +35,7 @@
 #include "format/index_codec.h"
 #include "format/open_listed.h"
 #include "format/split_record.h"
+#include "tfrecord_features.h"
 #include "tfrecord_scan.h"
 
 namespace dlfeed::inline DLFEED_ABI {
@@ -46,6 +48,8 @@ namespace {
 // files, and most records' headers of a small file, fit.
 constexpr size_t kHeadBytes = size_t{1} << 16;
 
+using detail::tfr::dtype_of;
+using detail::tfr::shape_feature_for;
 using example::FeatureKind;
 
 class TfRecordSource final : public SampleSource, public detail::SplitRecords {
@@ -109,25 +113,9 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
     example::FeatureSlice slice;
     std::vector<int64_t> values;
-    DLFEED_RETURN_IF_ERROR(int64_feature(payload, name, ctx, slice, values));
-    const std::string found = found_text(name, slice, values);
-    std::optional<Shape> shape;
-    if (values.size() == 1 && values[0] > 0 &&
-        static_cast<unsigned __int128>(values[0]) * static_cast<uint64_t>(values[0]) == count) {
-      shape = Shape{values[0], values[0]};
-    } else if (!values.empty() && values.size() <= 32) {
-      unsigned __int128 product = 1;  // stays below 2^127: it is checked against count before each step
-      bool ok = true;
-      for (int64_t v : values) {
-        if (v < 0 || product > count) {
-          ok = false;
-          break;
-        }
-        product *= static_cast<uint64_t>(v);
-      }
-      if (ok && product == count) shape = Shape(values.begin(), values.end());
-    }
-    if (shape) {
+    DLFEED_RETURN_IF_ERROR(detail::tfr::int64_feature(payload, name, ctx, slice, values));
+    const std::string found = detail::tfr::found_text(name, slice, values);
+    if (const std::optional<Shape> shape = detail::tfr::shape_of(values, count)) {
       set_shape(*shape, absl::StrCat("from ", found, " in record 0"));
       shape_feature_ = name;
       return absl::OkStatus();
@@ -335,7 +323,8 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
       found = example::find_feature(payload, feature_, ctx);
     }
     DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, std::move(found));
-    if (slice.kind == FeatureKind::kNone) return missing_feature(payload, item, rec_off, ctx);
+    if (slice.kind == FeatureKind::kNone)
+      return detail::tfr::missing_feature(where_, feature_, payload, item, rec_off, ctx);
     if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
       return format_error(where_, ctx.base + slice.offset,
                           absl::StrCat("feature '", feature_, "' of record ", item, " as a ", example::kind_name(kind_),
@@ -411,48 +400,12 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
                                   const example::Context& ctx) const {
     example::FeatureSlice slice;
     std::vector<int64_t> values;
-    DLFEED_RETURN_IF_ERROR(int64_feature(payload, shape_feature_, ctx, slice, values));
-    const Shape& s = *shape_;
-    const bool same = (slice.kind == FeatureKind::kInt64 && Shape(values.begin(), values.end()) == s) ||
-                      (values.size() == 1 && s.size() == 2 && s[0] == s[1] && values[0] == s[0]);
-    if (same) return absl::OkStatus();
+    DLFEED_RETURN_IF_ERROR(detail::tfr::int64_feature(payload, shape_feature_, ctx, slice, values));
+    if (detail::tfr::says_shape(slice, values, *shape_)) return absl::OkStatus();
     return format_error(where_, ctx.base + slice.offset,
-                        absl::StrCat("feature '", feature_, "' of record ", item, " with the shape ", shape_str(s),
-                                     " of every record of the file (", shape_from_, ")"),
-                        found_text(shape_feature_, slice, values));
-  }
-
-  // Feature `name` of `payload` (kind kNone when absent), and its values when
-  // it is an int64_list.
-  static absl::Status int64_feature(std::span<const std::byte> payload, const std::string& name,
-                                    const example::Context& ctx, example::FeatureSlice& slice,
-                                    std::vector<int64_t>& values) {
-    DLFEED_ASSIGN_OR_RETURN(slice, example::find_feature(payload, name, ctx));
-    if (slice.kind == FeatureKind::kInt64) DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
-    return absl::OkStatus();
-  }
-  // What int64_feature found, for messages: "'dims' = [2, 3]", "no feature
-  // 'dims'", "'dims' as a float_list".
-  static std::string found_text(const std::string& name, const example::FeatureSlice& slice,
-                                const std::vector<int64_t>& values) {
-    if (slice.kind == FeatureKind::kInt64) return absl::StrCat("'", name, "' = [", absl::StrJoin(values, ", "), "]");
-    if (slice.kind == FeatureKind::kNone) return absl::StrCat("no feature '", name, "'");
-    return absl::StrCat("'", name, "' as a ", example::kind_name(slice.kind));
-  }
-
-  absl::Status missing_feature(std::span<const std::byte> payload, uint64_t item, uint64_t rec_off,
-                               const example::Context& ctx) const {
-    auto names = example::feature_names(payload, ctx);
-    if (!names.ok()) return names.status();  // e.g. a SequenceExample: say that, not "no feature"
-    std::string present;
-    if (names->empty()) {
-      present = "an Example with no features";
-    } else {
-      present = absl::StrCat("only features '", absl::StrJoin(*names, "', '"), "'");
-    }
-    // A name that is not there: NotFound, as a missing NPZ member or HDF5 dataset.
-    return absl::NotFoundError(absl::StrCat(where_, ": at offset ", rec_off, ": expected feature '", feature_,
-                                            "' in the tf.train.Example of record ", item, ", found ", present));
+                        absl::StrCat("feature '", feature_, "' of record ", item, " with the shape ",
+                                     shape_str(*shape_), " of every record of the file (", shape_from_, ")"),
+                        detail::tfr::found_text(shape_feature_, slice, values));
   }
 
  private:
@@ -495,24 +448,6 @@ bool TfRecordSource::check_split(const SampleRef& ref, std::span<const std::byte
   const uint64_t rec_off = ref.extents.empty() ? 0 : ref.extents[0].offset;
   auto d = decode_framed(ref.item, skeleton, rec_off, scratch, 0, nullptr, /*verify=*/false);
   return d.ok() && d->bytes.data() == skeleton.data() + span.offset && d->bytes.size() == span.length;
-}
-
-DType dtype_of(FeatureKind kind, DType bytes_dtype) {
-  if (kind == FeatureKind::kFloat) return DType::f32();
-  if (kind == FeatureKind::kInt64) return DType::i64();
-  return bytes_dtype;
-}
-
-// The shape feature to read for the feature (of `kind`) of `path`
-// (FormatOptions::shape_feature), or "" for none; *required: its absence or
-// mismatch is an error. "auto" shapes only raw bytes, in DLIO's places.
-std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind, bool* required) {
-  *required = false;
-  const std::string& f = options.shape_feature;
-  if (options.feature_shape || f.empty() || f == "off" || f == options.feature) return "";
-  if (f == "auto") return kind == FeatureKind::kBytes && detail::in_dlio_layout(path) ? "size" : "";
-  *required = true;
-  return f;
 }
 
 // A compressed file: one inflating scan finds the records and checkpoints,
