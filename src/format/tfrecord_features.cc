@@ -3,9 +3,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "array_source.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
-#include "array_source.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail::tfr {
 
@@ -49,8 +49,7 @@ DType dtype_of(FeatureKind kind, DType bytes_dtype) {
   return bytes_dtype;
 }
 
-std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind,
-                              bool* required) {
+std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind, bool* required) {
   *required = false;
   const std::string& f = options.shape_feature;
   if (options.feature_shape || f.empty() || f == "off" || f == options.feature) return "";

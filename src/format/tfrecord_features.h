@@ -25,8 +25,7 @@ absl::Status int64_feature(std::span<const std::byte> payload, const std::string
                            example::FeatureSlice& slice, std::vector<int64_t>& values);
 /// What int64_feature found, for messages: "'dims' = [2, 3]", "no feature
 /// 'dims'", "'dims' as a float_list".
-std::string found_text(const std::string& name, const example::FeatureSlice& slice,
-                       const std::vector<int64_t>& values);
+std::string found_text(const std::string& name, const example::FeatureSlice& slice, const std::vector<int64_t>& values);
 /// The shape a shape feature's values give a feature of `count` elements:
 /// one value s with s*s == count is [s, s] (DLIO's `size`); values whose
 /// product is `count` are the shape; otherwise none.
@@ -41,8 +40,7 @@ DType dtype_of(FeatureKind kind, DType bytes_dtype);
 /// The shape feature to read for the feature (of `kind`) of `path`
 /// (FormatOptions::shape_feature), or "" for none; *required: its absence or
 /// mismatch is an error. "auto" shapes only raw bytes, in DLIO's places.
-std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind,
-                              bool* required);
+std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind, bool* required);
 
 /// NotFound for feature `feature` missing from record `item` (at `rec_off`
 /// of `where`), naming the features it has; a SequenceExample's own error.

@@ -146,6 +146,60 @@ absl::Status epoch_reads(const FileLayout& layout, const OrderSpec& spec, uint64
   }
 }
 
+// Reads of sample ids, each with the rank that reads it.
+using Reads = std::vector<std::pair<uint64_t, int>>;
+
+// A run of bytes to hold: one candidate, or overlapping ones merged.
+struct Run {
+  uint32_t path = 0;
+  uint64_t offset = 0, end = 0;
+  uint32_t first = 0;  // the earliest candidate (first-read order) in the run
+  bool merged = false;
+};
+
+// The candidates' runs, in first-read order. Overlapping extents of one file
+// (the strided samples of one array, as DLIO's last-axis NPZ files hold
+// them) merge into one run, held whole.
+std::vector<Run> merge_runs(const std::vector<Candidate>& cand) {
+  std::vector<uint32_t> by_place(cand.size());
+  for (uint32_t i = 0; i < by_place.size(); ++i) by_place[i] = i;
+  std::sort(by_place.begin(), by_place.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(cand[a].path, cand[a].offset, cand[a].length) <
+           std::tie(cand[b].path, cand[b].offset, cand[b].length);
+  });
+  std::vector<Run> runs;
+  for (const uint32_t i : by_place) {
+    const Candidate& c = cand[i];
+    if (!runs.empty() && runs.back().path == c.path && c.offset < runs.back().end) {
+      Run& r = runs.back();
+      r.end = std::max(r.end, c.offset + c.length);
+      r.first = std::min(r.first, i);
+      r.merged = true;
+    } else {
+      runs.push_back({c.path, c.offset, c.offset + c.length, i, false});
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first < b.first; });
+  return runs;
+}
+
+// The job's reads from where it starts (rank position `position` of `spec`'s
+// epoch) to that epoch's end, step by step and rank by rank, and when that is
+// not the epoch's start (a restore()), the next epoch's too, for the samples
+// the job had read before it stopped.
+absl::StatusOr<Reads> job_reads(const FileLayout& layout, const OrderSpec& spec, uint64_t position, int rank,
+                                int size) {
+  Reads reads;
+  DLFEED_RETURN_IF_ERROR(epoch_reads(layout, spec, position, rank, size, reads));
+  if (position > 0 || spec.global_start > 0) {
+    OrderSpec next = spec;
+    next.epoch += 1;
+    next.global_start = 0;
+    DLFEED_RETURN_IF_ERROR(epoch_reads(layout, next, 0, rank, size, reads));
+  }
+  return reads;
+}
+
 // A rank's share as a file in `folder`, mapped, then removed from the folder
 // (the mapping keeps it until munmap or exit: nothing is left behind).
 absl::StatusOr<std::byte*> map_share(const std::string& folder, uint64_t nonce, int rank, uint64_t bytes) {
@@ -386,18 +440,8 @@ absl::Status JobCache::State::make_plan(const OrderSpec& spec, uint64_t position
       field_path[k].push_back(it->second);
     }
   }
-  // Every extent the job reads, with the first rank reading it (step by
-  // step, rank by rank): the first epoch from where it starts, and when that
-  // is not its start (a restore()), the next epoch too, for the samples the
-  // job had read before it stopped.
-  std::vector<std::pair<uint64_t, int>> reads;
-  DLFEED_RETURN_IF_ERROR(epoch_reads(layout, spec, position, rank, size, reads));
-  if (position > 0 || spec.global_start > 0) {
-    OrderSpec next = spec;
-    next.epoch += 1;
-    next.global_start = 0;
-    DLFEED_RETURN_IF_ERROR(epoch_reads(layout, next, 0, rank, size, reads));
-  }
+  // Every extent the job reads, with the first rank reading it.
+  DLFEED_ASSIGN_OR_RETURN(const Reads reads, job_reads(layout, spec, position, rank, size));
   std::vector<Candidate> cand;
   absl::flat_hash_set<std::tuple<uint32_t, uint64_t, uint64_t>> seen;
   for (const auto& [id, q] : reads) {
@@ -411,34 +455,8 @@ absl::Status JobCache::State::make_plan(const OrderSpec& spec, uint64_t position
       }
     }
   }
-  // Overlapping extents of one file (the strided samples of one array, as
-  // DLIO's last-axis NPZ files hold them) merge into one run, held whole.
-  std::vector<uint32_t> by_place(cand.size());
-  for (uint32_t i = 0; i < by_place.size(); ++i) by_place[i] = i;
-  std::sort(by_place.begin(), by_place.end(), [&](uint32_t a, uint32_t b) {
-    return std::tie(cand[a].path, cand[a].offset, cand[a].length) <
-           std::tie(cand[b].path, cand[b].offset, cand[b].length);
-  });
-  struct Run {
-    uint32_t path = 0;
-    uint64_t offset = 0, end = 0;
-    uint32_t first = 0;  // the earliest candidate (first-read order) in the run
-    bool merged = false;
-  };
-  std::vector<Run> runs;
-  for (const uint32_t i : by_place) {
-    const Candidate& c = cand[i];
-    if (!runs.empty() && runs.back().path == c.path && c.offset < runs.back().end) {
-      Run& r = runs.back();
-      r.end = std::max(r.end, c.offset + c.length);
-      r.first = std::min(r.first, i);
-      r.merged = true;
-    } else {
-      runs.push_back({c.path, c.offset, c.offset + c.length, i, false});
-    }
-  }
   // Slots in first-read order, while the first reader's window has room.
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first < b.first; });
+  const std::vector<Run> runs = merge_runs(cand);
   std::vector<uint64_t> used(static_cast<size_t>(size), 0);
   std::vector<std::vector<HeldExtent>> per_path(paths.size());
   for (const Run& r : runs) {

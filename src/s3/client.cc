@@ -440,6 +440,41 @@ bool same_credentials(const Config& a, const Config& b) {
   return a.access_key == b.access_key && a.secret_key == b.secret_key && a.session_token == b.session_token;
 }
 
+// What reading the credentials again found, once per request (perform).
+enum class Reread { kNot, kFailed, kSame, kNew };
+
+// After the server refused `c`'s credentials: reads them again; new ones
+// replace them in `c`.
+Reread read_credentials_again(const Options& o, Config& c) {
+  absl::StatusOr<Config> now = current_config(o);
+  if (!now.ok()) return Reread::kFailed;
+  if (same_credentials(*now, c)) return Reread::kSame;
+  c = *std::move(now);
+  counters().credentials_reread.fetch_add(1, std::memory_order_relaxed);
+  return Reread::kNew;
+}
+
+// The last try's error `st`, with what the credentials read again and the
+// CAs trusted tell of it.
+absl::Status explained(const absl::Status& st, CURLcode rc, const Request& r, const Response& resp, const Config& c,
+                       Reread reread) {
+  std::string why;
+  if (reread == Reread::kSame) {
+    why = "; the credentials, read again, are the same";
+  } else if (reread == Reread::kNew && refused_credentials(r, resp)) {
+    why = absl::StrCat("; the credentials were read again (from ", c.where, ") and refused too");
+  }
+  if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
+    const std::string& sys = system_ca_file();
+    absl::StrAppend(&why, "; the CAs trusted are ",
+                    !c.ca_bundle.empty() ? absl::StrCat(c.ca_bundle, " (", c.ca_where, ")")
+                    : sys.empty()        ? std::string("libcurl's own (the system's)")
+                                         : absl::StrCat(sys, " (the system's)"),
+                    ": AWS_CA_BUNDLE names a PEM file of the CAs to trust (a server with its own CA)");
+  }
+  return why.empty() ? st : absl::Status(st.code(), absl::StrCat(st.message(), why));
+}
+
 }  // namespace
 
 absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, const Request& r,
@@ -449,9 +484,7 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
   thread_local std::minstd_rand jitter(std::random_device{}());
   const uint32_t tries = std::max(1u, o.max_attempts);
   char errbuf[CURL_ERROR_SIZE];
-  bool reread = false;     // the credentials read again once for this request
-  bool unchanged = false;  // ... and found the same
-  bool replaced = false;   // ... and found new, in `c` now
+  Reread reread = Reread::kNot;
   for (uint32_t attempt = 1;; ++attempt) {
     pacer().wait(o.max_requests_per_second, cancel);
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
@@ -476,38 +509,17 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
     if (v == Verdict::kCancelled) {
       return absl::CancelledError(absl::StrCat(what_of(r), ": cancelled (the reader is closing)"));
     }
-    if (v == Verdict::kFail && !reread && rc == CURLE_OK && refused_credentials(r, resp)) {
-      reread = true;
-      absl::StatusOr<Config> now = current_config(o);
-      if (now.ok() && !same_credentials(*now, c)) {
-        c = *std::move(now);
-        replaced = true;
-        n.credentials_reread.fetch_add(1, std::memory_order_relaxed);
+    if (v == Verdict::kFail && reread == Reread::kNot && rc == CURLE_OK && refused_credentials(r, resp)) {
+      reread = read_credentials_again(o, c);
+      if (reread == Reread::kNew) {
         --attempt;  // the new credentials' first try
         continue;
       }
-      unchanged = now.ok();
     }
     if (v == Verdict::kFail || attempt >= tries) {
       // Asking whether an object exists is no failure.
       if (r.method != Method::kHead || resp.code != 404) n.failures.fetch_add(1, std::memory_order_relaxed);
-      absl::Status st = failure(r, rc, resp, sink, errbuf, attempt);
-      if (unchanged) {
-        st = absl::Status(st.code(), absl::StrCat(st.message(), "; the credentials, read again, are the same"));
-      } else if (replaced && refused_credentials(r, resp)) {
-        st = absl::Status(st.code(), absl::StrCat(st.message(), "; the credentials were read again (from ", c.where,
-                                                  ") and refused too"));
-      }
-      if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
-        const std::string& sys = system_ca_file();
-        st = absl::Status(
-            st.code(), absl::StrCat(st.message(), "; the CAs trusted are ",
-                                    !c.ca_bundle.empty() ? absl::StrCat(c.ca_bundle, " (", c.ca_where, ")")
-                                    : sys.empty()        ? std::string("libcurl's own (the system's)")
-                                                         : absl::StrCat(sys, " (the system's)"),
-                                    ": AWS_CA_BUNDLE names a PEM file of the CAs to trust (a server with its own CA)"));
-      }
-      return st;
+      return explained(failure(r, rc, resp, sink, errbuf, attempt), rc, r, resp, c, reread);
     }
     n.retries.fetch_add(1, std::memory_order_relaxed);
     switch (v) {
