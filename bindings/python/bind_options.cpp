@@ -232,9 +232,7 @@ void bind_loader_option_structs(py::module_& m) {
                      "Send batches round all io_engines whatever their reads");
 }
 
-void bind_loader_options(py::module_& m) {
-  bind_loader_option_structs(m);
-
+void bind_advanced_options(py::module_& m) {
   describe<AdvancedOptions>("AdvancedOptions",
                             {{"io_factory", "a C++ callback making I/O backends"},
                              {"index_opener", "a C++ callback opening the index (mpi::Job::share_index)"},
@@ -259,6 +257,11 @@ void bind_loader_options(py::module_& m) {
       .def_readwrite("coalesce", &AdvancedOptions::coalesce, "Merging of nearby reads")
       .def_readwrite("fadvise_willneed", &AdvancedOptions::fadvise_willneed,
                      "posix_fadvise(WILLNEED) each batch's reads when it is planned");
+}
+
+void bind_loader_options(py::module_& m) {
+  bind_loader_option_structs(m);
+  bind_advanced_options(m);
 
   describe<LoaderOptions>("LoaderOptions");
   py::class_<LoaderOptions>(m, "LoaderOptions", "Everything a Loader is built from (C++ LoaderOptions).")
