@@ -399,7 +399,8 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
   absl::Status check_record_shape(std::span<const std::byte> payload, uint64_t item,
                                   const example::Context& ctx) const {
     example::FeatureSlice slice;
-    std::vector<int64_t> values;
+    thread_local std::vector<int64_t> values;  // kept: no allocation per record
+    values.clear();
     DLFEED_RETURN_IF_ERROR(detail::tfr::int64_feature(payload, shape_feature_, ctx, slice, values));
     if (detail::tfr::says_shape(slice, values, *shape_)) return absl::OkStatus();
     return format_error(where_, ctx.base + slice.offset,
