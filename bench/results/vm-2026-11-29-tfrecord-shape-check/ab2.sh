@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # The per-record shape-feature check, side by side: this build vs the same build with the check's call compiled out
 # (/tmp/tfm/dlfeed_nocheck); DLIO-like TFRecord (16,384 records of 32x32 uint8 + size, shape from `size`), resident
 # off, 40 epochs, batch 64; 7 alternating pairs; samples/s of epochs >= 1.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 import os, numpy as np
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import tensorflow as tf
