@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -317,12 +318,17 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     }
     DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(unframed));
     const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
-    absl::StatusOr<example::FeatureSlice> found;
+    // The sample's feature and, when every record's is checked, the shape
+    // feature, found in one walk of the Example.
+    std::array<example::FeatureSlice, 2> found;
     {
       counters::StepTimer parse(counters::Id::kDecodeParse);
-      found = example::find_feature(payload, feature_, ctx);
+      const std::array<absl::string_view, 2> names{feature_, shape_feature_};
+      const size_t n = shape_ && !shape_feature_.empty() ? 2 : 1;
+      DLFEED_RETURN_IF_ERROR(
+          example::find_features(payload, std::span(names.data(), n), std::span(found.data(), n), ctx));
     }
-    DLFEED_ASSIGN_OR_RETURN(example::FeatureSlice slice, std::move(found));
+    const example::FeatureSlice& slice = found[0];
     if (slice.kind == FeatureKind::kNone)
       return detail::tfr::missing_feature(where_, feature_, payload, item, rec_off, ctx);
     if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
@@ -336,7 +342,8 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     uint64_t count = 0;
     switch (slice.kind) {
       case FeatureKind::kBytes: {
-        std::vector<std::span<const std::byte>> values;
+        thread_local std::vector<std::span<const std::byte>> values;  // kept: no allocation per record
+        values.clear();
         DLFEED_RETURN_IF_ERROR(example::decode_bytes_list(slice, values, ctx));
         if (values.empty()) {
           return format_error(where_, ctx.base + slice.offset,
@@ -387,7 +394,7 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
                             absl::StrCat(count, " elements"));
       }
       out.shape = *shape_;
-      if (!shape_feature_.empty()) DLFEED_RETURN_IF_ERROR(check_record_shape(payload, item, ctx));
+      if (!shape_feature_.empty()) DLFEED_RETURN_IF_ERROR(check_record_shape(found[1], item, ctx));
     } else {
       out.shape = {static_cast<int64_t>(count)};
     }
@@ -396,12 +403,12 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
 
   // Record `item`'s own shape feature says what record 0's did (the same
   // values, or DLIO's one side s of an s x s shape).
-  absl::Status check_record_shape(std::span<const std::byte> payload, uint64_t item,
+  // `slice` is the record's shape feature, as found.
+  absl::Status check_record_shape(const example::FeatureSlice& slice, uint64_t item,
                                   const example::Context& ctx) const {
-    example::FeatureSlice slice;
     thread_local std::vector<int64_t> values;  // kept: no allocation per record
     values.clear();
-    DLFEED_RETURN_IF_ERROR(detail::tfr::int64_feature(payload, shape_feature_, ctx, slice, values));
+    if (slice.kind == FeatureKind::kInt64) DLFEED_RETURN_IF_ERROR(example::decode_int64_list(slice, values, ctx));
     if (detail::tfr::says_shape(slice, values, *shape_)) return absl::OkStatus();
     return format_error(where_, ctx.base + slice.offset,
                         absl::StrCat("feature '", feature_, "' of record ", item, " with the shape ",

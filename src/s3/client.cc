@@ -446,12 +446,21 @@ enum class Reread { kNot, kFailed, kSame, kNew };
 // After the server refused `c`'s credentials: reads them again; new ones
 // replace them in `c`.
 Reread read_credentials_again(const Options& o, Config& c) {
-  absl::StatusOr<Config> now = current_config(o);
+  absl::StatusOr<Config> now = current_config(o, &c);
   if (!now.ok()) return Reread::kFailed;
   if (same_credentials(*now, c)) return Reread::kSame;
   c = *std::move(now);
   counters().credentials_reread.fetch_add(1, std::memory_order_relaxed);
   return Reread::kNew;
+}
+
+// Credentials that expire within a minute (a credential_process's) are
+// read again before a request is signed with them; the new ones, when the
+// reading gives new ones, replace them in `c`.
+void renew_expiring(const Options& o, Config& c) {
+  if (!c.expires || *c.expires - std::chrono::minutes(1) > std::chrono::system_clock::now()) return;
+  absl::StatusOr<Config> now = current_config(o);
+  if (now.ok() && !same_credentials(*now, c)) c = *std::move(now);
 }
 
 // The last try's error `st`, with what the credentials read again and the
@@ -486,6 +495,7 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
   char errbuf[CURL_ERROR_SIZE];
   Reread reread = Reread::kNot;
   for (uint32_t attempt = 1;; ++attempt) {
+    renew_expiring(o, c);
     pacer().wait(o.max_requests_per_second, cancel);
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return absl::CancelledError(absl::StrCat(what_of(r), ": cancelled (the reader is closing)"));

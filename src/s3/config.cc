@@ -10,6 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "dlfeed/error.h"
+#include "s3/credential_process.h"
 
 namespace dlfeed::inline DLFEED_ABI::s3::detail {
 
@@ -81,7 +83,7 @@ std::string uri_encode(absl::string_view s, bool keep_slash) {
   return out;
 }
 
-absl::StatusOr<Config> current_config(const Options& o) {
+absl::StatusOr<Config> current_config(const Options& o, const Config* refused) {
   Config c;
   const std::string profile = env("AWS_PROFILE").empty() ? "default" : env("AWS_PROFILE");
   const std::string creds_file = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
@@ -96,6 +98,24 @@ absl::StatusOr<Config> current_config(const Options& o) {
     c.secret_key = ini_value(creds_file, profile, "aws_secret_access_key");
     c.session_token = ini_value(creds_file, profile, "aws_session_token");
     c.where = absl::StrCat("profile ", profile, " of ", creds_file);
+    // Then a credential_process of the profile, as AWS's tools run it.
+    std::string command = ini_value(config_file, config_section, "credential_process");
+    std::string command_file = config_file;
+    if (command.empty()) {
+      command = ini_value(creds_file, profile, "credential_process");
+      command_file = creds_file;
+    }
+    if (c.access_key.empty() && !command.empty()) {
+      c.where = absl::StrCat("credential_process of profile ", profile, " in ", command_file);
+      DLFEED_ASSIGN_OR_RETURN(
+          ProcessCredentials p,
+          process_credentials(command, c.where, std::chrono::milliseconds(o.request_timeout_ms),
+                              refused ? &refused->access_key : nullptr, refused ? &refused->session_token : nullptr));
+      c.access_key = std::move(p.access_key);
+      c.secret_key = std::move(p.secret_key);
+      c.session_token = std::move(p.session_token);
+      c.expires = p.expires;
+    }
     if (c.access_key.empty()) {  // the config file may hold them too
       c.access_key = ini_value(config_file, config_section, "aws_access_key_id");
       c.secret_key = ini_value(config_file, config_section, "aws_secret_access_key");
@@ -107,7 +127,8 @@ absl::StatusOr<Config> current_config(const Options& o) {
     return absl::UnauthenticatedError(
         absl::StrCat("s3: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give profile ", profile,
                      " (", "AWS_PROFILE) aws_access_key_id and aws_secret_access_key in ",
-                     creds_file.empty() ? "~/.aws/credentials" : creds_file));
+                     creds_file.empty() ? "~/.aws/credentials" : creds_file, ", or a credential_process in ",
+                     config_file.empty() ? "~/.aws/config" : config_file));
   }
   c.region = env("AWS_REGION");
   if (c.region.empty()) c.region = env("AWS_DEFAULT_REGION");

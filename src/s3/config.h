@@ -3,6 +3,8 @@
 // requests go (the environment and the AWS profile files).
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,6 +27,9 @@ struct Config {
   bool virtual_host = false;
   std::string access_key, secret_key, session_token;  // secrets: never in a message
   std::string where;  // where the credentials came from ("environment", "profile P of F")
+  /// When the credentials expire (a credential_process's Expiration); none
+  /// for credentials that do not, or whose end is not known.
+  std::optional<std::chrono::system_clock::time_point> expires;
   /// A PEM file of the CAs to trust for HTTPS (AWS_CA_BUNDLE, else the
   /// profile's ca_bundle), "" for the system's (system_ca_file()).
   std::string ca_bundle;
@@ -33,8 +38,9 @@ struct Config {
 
 /// The configuration now (environment, then profile files), with `o`'s
 /// addressing; an error when no credentials are found, naming the places
-/// tried (never a secret).
-absl::StatusOr<Config> current_config(const Options& o);
+/// tried (never a secret). `refused`: the configuration whose credentials
+/// the server refused, so a credential_process that gave them runs again.
+absl::StatusOr<Config> current_config(const Options& o, const Config* refused = nullptr);
 
 /// The request URL of `loc` (no query): path-style or virtual-hosted, the
 /// key's bytes percent-encoded as SigV4 wants them ('/' kept).

@@ -208,6 +208,33 @@ TEST(ExampleTest, RepeatedKeyLastWins) {
   EXPECT_EQ(v, (std::vector<int64_t>{2}));
 }
 
+TEST(ExampleTest, FindFeaturesFindsEachInOneWalkAsFindFeatureDoes) {
+  const int64_t one[] = {1}, two[] = {2}, dims[] = {4, 8};
+  const std::byte raw[] = {std::byte{7}, std::byte{9}};
+  auto ex = ExampleBuilder()
+                .add_int64s("k", one)
+                .add_bytes("image", std::span<const std::byte>(raw))
+                .add_int64s("dims", dims)
+                .add_int64s("k", two)
+                .serialize();
+  const absl::string_view names[] = {"image", "k", "absent", "dims"};
+  FeatureSlice out[4];
+  out[2].kind = FeatureKind::kFloat;  // overwritten: every slot is set
+  ASSERT_TRUE(find_features(ex, names, out).ok());
+  for (size_t i = 0; i < 4; ++i) {
+    const FeatureSlice one_walk = *find_feature(ex, names[i]);
+    EXPECT_EQ(out[i].kind, one_walk.kind) << names[i];
+    EXPECT_EQ(out[i].offset, one_walk.offset) << names[i];
+    EXPECT_EQ(out[i].list.data(), one_walk.list.data()) << names[i];
+  }
+  EXPECT_EQ(out[2].kind, FeatureKind::kNone);
+  std::vector<int64_t> v;
+  ASSERT_TRUE(decode_int64_list(out[1], v).ok());
+  EXPECT_EQ(v, (std::vector<int64_t>{2}));  // the last entry of a repeated key
+  const std::byte cut[] = {std::byte{0x0a}, std::byte{0x05}};
+  EXPECT_FALSE(find_features(cut, names, out).ok());
+}
+
 TEST(ExampleTest, EmptyBufferIsAnEmptyExample) {
   auto parsed = parse_example({});
   ASSERT_TRUE(parsed.ok());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: a serialized tf.train.Example through the wire-format parser:
-// parse_example, feature_names, find_feature and each list decoder, with
+// parse_example, feature_names, find_feature(s) and each list decoder, with
 // count_values checked against what the decoders produce.
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +34,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!names.ok()) return 0;
   if (std::set<std::string>(names->begin(), names->end()).size() != names->size()) {
     fuzz::fail("feature_names listed a name twice");
+  }
+  // One walk for every name finds what find_feature finds for each.
+  const std::vector<absl::string_view> views(names->begin(), names->end());
+  std::vector<FeatureSlice> slices(views.size());
+  const absl::Status one_walk = find_features(ex, views, slices, ctx);
+  fuzz::check_error_names(one_walk, "input.tfrecord", "find_features");
+  for (size_t i = 0; one_walk.ok() && i < views.size(); ++i) {
+    auto f = find_feature(ex, views[i], ctx);
+    if (!f.ok() || f->kind != slices[i].kind || f->list.data() != slices[i].list.data() ||
+        f->list.size() != slices[i].list.size()) {
+      fuzz::fail("find_features and find_feature found different slices");
+    }
   }
   for (const std::string& name : *names) {
     auto f = find_feature(ex, name, ctx);

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlfeed::s3's pure parts: URLs, key encoding, where credentials and the
-// endpoint come from (environment, AWS profile files), listing XML. The
+// endpoint come from (environment, AWS profile files, a credential_process,
+// run for real), listing XML. The
 // requests themselves are tested against a real server (tests/python/s3).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include "dlfeed/io/object_store.h"
 #include "s3/client.h"
 #include "s3/config.h"
+#include "s3/credential_process.h"
 
 namespace dlfeed::s3::detail {
 namespace {
@@ -147,6 +150,119 @@ TEST(S3Config, NoCredentialsSaysWhereItLooked) {
   c = current_config(Options{});
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("not an http:// or https:// URL"), std::string::npos);
+}
+
+TEST(S3CredentialProcess, CommandsSplitAsAShellSplitsThem) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(*split_command("aws configure export-credentials --format process"),
+            (V{"aws", "configure", "export-credentials", "--format", "process"}));
+  EXPECT_EQ(*split_command("  /opt/my tool  'a b' \"c \\\" d\" e\\ f ''"),
+            (V{"/opt/my", "tool", "a b", "c \" d", "e f", ""}));
+  EXPECT_EQ(*split_command("x\"y z\"'w'"), (V{"xy zw"}));
+  EXPECT_FALSE(split_command("a 'b").ok());
+  EXPECT_FALSE(split_command("a \"b").ok());
+  EXPECT_FALSE(split_command("   ").ok());
+}
+
+TEST(S3CredentialProcess, OutputAsAwsToolsReadIt) {
+  auto c = parse_process_output(
+      R"({"Version": 1, "AccessKeyId": "AK", "SecretAccessKey": "S\/\u00e9", "SessionToken": "T",
+          "Expiration": "2030-01-02T03:04:05Z", "Extra": {"a": [1, 2.5e3, null, true]}})",
+      "w");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key, "AK");
+  EXPECT_EQ(c->secret_key, "S/\xc3\xa9");
+  EXPECT_EQ(c->session_token, "T");
+  ASSERT_TRUE(c->expires.has_value());
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(c->expires->time_since_epoch()).count(), 1893553445);
+  c = parse_process_output(
+      R"({"Version":1,"AccessKeyId":"AK","SecretAccessKey":"S","Expiration":"2030-01-02T05:04:05+02:00"})", "w");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(c->expires->time_since_epoch()).count(), 1893553445);
+  EXPECT_TRUE(
+      parse_process_output(R"({"Version":1,"AccessKeyId":"A","SecretAccessKey":"S"})", "w")->session_token.empty());
+  // Refused, naming what was expected and where, never a value.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"Version": 2, "AccessKeyId": "SECRETA", "SecretAccessKey": "SECRETS"})", "\"Version\": 1"},
+      {R"({"Version": 1, "SecretAccessKey": "SECRETS"})", "\"AccessKeyId\""},
+      {R"({"Version": 1, "AccessKeyId": "SECRETA"})", "\"SecretAccessKey\""},
+      {R"({"Version": 1, "AccessKeyId": "SECRETA", "SecretAccessKey": "SECRETS"} trailing)", "nothing after"},
+      {R"({"Version": 1, "AccessKeyId": "SECRETA", "SecretAccessKey": "SECRETS)", "a value for"},
+      {"SECRETA SECRETS", "a JSON object"},
+      {"", "a JSON object"},
+      {R"({"Version": 1, "AccessKeyId": "SECRETA", "SecretAccessKey": "SECRETS", "Expiration": "tomorrow"})",
+       "RFC 3339"}};
+  for (const auto& [text, expected] : bad) {
+    auto r = parse_process_output(text, "credential_process of profile p in F");
+    ASSERT_FALSE(r.ok()) << text;
+    const std::string msg(r.status().message());
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+    EXPECT_NE(msg.find("profile p in F"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("SECRET"), std::string::npos) << msg;
+  }
+}
+
+TEST(S3CredentialProcess, RunsTheCommandAndSaysWhyItFailed) {
+  const std::string ok = write_file("creds.sh",
+                                    "#!/bin/sh\necho '{\"Version\": 1, \"AccessKeyId\": \"'\"$1\"'\", "
+                                    "\"SecretAccessKey\": \"S\"}'\n");
+  std::filesystem::permissions(ok, std::filesystem::perms::owner_all);
+  const uint64_t runs = credential_process_runs();
+  auto c = run_credential_process(ok + " 'key one'", "w", std::chrono::seconds(10));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key, "key one");
+  EXPECT_EQ(credential_process_runs(), runs + 1);
+  auto failed = run_credential_process("sh -c 'echo no token here >&2; exit 3'", "w", std::chrono::seconds(10));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("exited with 3: no token here"), std::string::npos) << failed.status();
+  auto missing = run_credential_process("/nonexistent/helper --x", "w", std::chrono::seconds(10));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("'/nonexistent/helper --x' could not start"), std::string::npos)
+      << missing.status();
+  // A process that never ends is stopped at the timeout, even when its child keeps the pipe open.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto slow = run_credential_process("sh -c 'sleep 30 & sleep 30'", "w", std::chrono::milliseconds(300));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_FALSE(slow.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(slow.status())) << slow.status();
+  EXPECT_NE(slow.status().message().find("ran longer than 300 ms"), std::string::npos) << slow.status();
+}
+
+TEST(S3CredentialProcess, AProfileRunsItOnceUntilRefusedOrExpiring) {
+  Env env;
+  const std::string counter = std::string(DLFEED_TEST_TMPDIR) + "/s3_config/runs";
+  std::filesystem::remove(counter);
+  const std::string script =
+      write_file("rotating.sh", "#!/bin/sh\necho x >> " + counter + "\nn=$(wc -l < " + counter + ")\n" +
+                                    "echo '{\"Version\": 1, \"AccessKeyId\": \"K'$n'\", \"SecretAccessKey\": \"S\", "
+                                    "\"SessionToken\": \"T'$n'\", \"Expiration\": \"'\"$1\"'\"}'\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  env.set("HOME", "/nonexistent");
+  env.set("AWS_PROFILE", "proc");
+  env.set("AWS_CONFIG_FILE", write_file("config-proc", "[profile proc]\ncredential_process = " + script +
+                                                           " 2999-01-01T00:00:00Z\nregion = eu-west-1\n"));
+  auto c = current_config(Options{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key, "K1");
+  EXPECT_EQ(c->session_token, "T1");
+  EXPECT_EQ(c->region, "eu-west-1");
+  EXPECT_NE(c->where.find("credential_process of profile proc in "), std::string::npos);
+  ASSERT_TRUE(c->expires.has_value());
+  EXPECT_EQ(current_config(Options{})->access_key, "K1");  // kept: not run again
+  // The server refused K1: run again; a caller refused K1 after that gets K2 as it is.
+  auto again = current_config(Options{}, &*c);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->access_key, "K2");
+  EXPECT_EQ(current_config(Options{}, &*c)->access_key, "K2");
+  // Credentials expiring within 5 minutes are kept for 10 seconds only; without an Expiration, for good.
+  env.set("AWS_CONFIG_FILE",
+          write_file("config-proc2", "[profile proc]\ncredential_process = " + script + " 2000-01-01T00:00:00Z\n"));
+  EXPECT_EQ(current_config(Options{})->access_key, "K3");
+  EXPECT_EQ(current_config(Options{})->access_key, "K3");
+  // Static keys in the credentials file come first, as AWS's tools take them.
+  env.set("AWS_SHARED_CREDENTIALS_FILE",
+          write_file("credentials-proc", "[proc]\naws_access_key_id = STATIC\naws_secret_access_key = S\n"));
+  EXPECT_EQ(current_config(Options{})->access_key, "STATIC");
 }
 
 TEST(S3Xml, ListingValuesAndEntities) {

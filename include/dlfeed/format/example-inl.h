@@ -276,6 +276,17 @@ DLFEED_INLINE absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byt
   return found;
 }
 
+DLFEED_INLINE absl::Status find_features(std::span<const std::byte> example, std::span<const absl::string_view> names,
+                                         std::span<FeatureSlice> out, const Context& ctx) {
+  for (FeatureSlice& s : out) s = FeatureSlice{};
+  return for_each_feature(example, ctx, [&](absl::string_view key, const FeatureSlice& s) {
+    for (size_t i = 0; i < names.size() && i < out.size(); ++i) {
+      if (key == names[i]) out[i] = s;
+    }
+    return absl::OkStatus();
+  });
+}
+
 DLFEED_INLINE absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
                                                                      const Context& ctx) {
   std::vector<std::string> names;

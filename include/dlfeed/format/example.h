@@ -55,6 +55,12 @@ struct DLFEED_EXPORT FeatureSlice {
 DLFEED_EXPORT absl::StatusOr<FeatureSlice> find_feature(std::span<const std::byte> example, absl::string_view name,
                                                         const Context& ctx = {});
 
+/// Looks up several features in one walk of the Example: out[i] becomes
+/// names[i]'s (kind kNone when absent; the last entry wins, as find_feature).
+/// `out` has names.size() elements.
+DLFEED_EXPORT absl::Status find_features(std::span<const std::byte> example, std::span<const absl::string_view> names,
+                                         std::span<FeatureSlice> out, const Context& ctx = {});
+
 /// The feature names of an Example, in wire order, each once.
 DLFEED_EXPORT absl::StatusOr<std::vector<std::string>> feature_names(std::span<const std::byte> example,
                                                                      const Context& ctx = {});

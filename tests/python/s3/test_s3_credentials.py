@@ -6,6 +6,8 @@ dlfeed reads them again and goes on with the new ones; when they did not change,
 the error says so. The server (SeaweedFS) knows both keys; the fault-injecting
 proxy answers 400 ExpiredToken, as AWS does for an expired token, to requests
 signed with a key it is told has expired."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -89,3 +91,60 @@ def test_credentials_refused_and_not_rotated_are_a_clear_error(s3_server, s3_pro
                                         r"refused too"):
         epoch_by_id(loader, 2)
     loader.close()
+
+
+def use_credential_process(monkeypatch, s3_server, endpoint, tmp_path, keys_file):
+    """A profile whose credentials a credential_process prints (as `aws configure
+    export-credentials --format process` or an SSO helper would): here a Python
+    script that prints the key pair in `keys_file` and counts its runs."""
+    for k in (*AWS_ENV_REMOVED, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    script = tmp_path / "creds helper.py"
+    script.write_text(
+        "import json, sys\n"
+        "key, secret = open(sys.argv[1]).read().split()\n"
+        "open(sys.argv[1] + '.runs', 'a').write('run\\n')\n"
+        "print(json.dumps({'Version': 1, 'AccessKeyId': key, 'SecretAccessKey': secret,\n"
+        "                  'Expiration': '2999-01-01T00:00:00Z'}))\n")
+    config = tmp_path / "config"
+    config.write_text(f"[profile trainer]\ncredential_process = {sys.executable} '{script}' {keys_file}\n")
+    monkeypatch.setenv("AWS_PROFILE", "trainer")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_REGION", s3_server.region)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    return lambda: len(open(f"{keys_file}.runs").read().split())
+
+
+def test_a_credential_process_signs_the_requests_and_runs_again_when_refused(s3_server, s3_proxy, rotating,
+                                                                             tmp_path, monkeypatch):
+    url, x = rotating
+    proxy = s3_proxy()
+    keys = tmp_path / "keys"
+    keys.write_text(f"{ACCESS_KEY} {SECRET_KEY}")
+    runs = use_credential_process(monkeypatch, s3_server, proxy.endpoint, tmp_path, keys)
+    monkeypatch.setenv("DLFEED_S3_CONNECTIONS", "2")
+    loader = dlfeed.Loader(url, batch_size=4, resident="off", strategy="global_shuffle", seed=3)
+    assert_every_row(epoch_by_id(loader, 0), x)
+    assert runs() == 1, "run once for the process, not per connection or request"
+    assert signed_with(proxy, ACCESS_KEY) and not signed_with(proxy, ACCESS_KEY_2)
+    # The helper now gives the new key; the old one expires at the server.
+    keys.write_text(f"{ACCESS_KEY_2} {SECRET_KEY_2}")
+    proxy.configure(expired_keys=(ACCESS_KEY,))
+    proxy.reset_stats()
+    assert_every_row(epoch_by_id(loader, 1), x)
+    assert runs() == 2, "run again once: the second connection refused takes the first's new key"
+    assert 1 <= len(signed_with(proxy, ACCESS_KEY)) <= 2
+    proxy.reset_stats()
+    assert_every_row(epoch_by_id(loader, 2), x)
+    assert not signed_with(proxy, ACCESS_KEY) and signed_with(proxy, ACCESS_KEY_2)
+    loader.close()
+
+
+def test_a_failing_credential_process_is_a_clear_error(s3_server, tmp_path, monkeypatch):
+    runs = use_credential_process(monkeypatch, s3_server, s3_server.endpoint, tmp_path, tmp_path / "absent")
+    with pytest.raises(Exception, match=r"(?s)credential_process of profile trainer in .*config.*exited with 1.*"
+                                        r"No such file"):
+        dlfeed.Loader("s3://rotate/npy/", batch_size=4)
+    with pytest.raises(FileNotFoundError):
+        runs()
