@@ -177,6 +177,19 @@ uint64_t check_training_steps(const DlioConfig& c, uint64_t files, int world) {
   return static_cast<uint64_t>(c.total_training_steps);
 }
 
+/// The files hold the samples the YAML says they do: the steps, the bytes
+/// and the samples DLIO reads (the first num_samples_per_file of each file)
+/// follow from it, so other data is an error, not another workload.
+void check_samples_per_file(const DlioConfig& c, const Loader& loader, uint64_t files, const char* folder) {
+  const uint64_t want = static_cast<uint64_t>(c.num_samples_per_file) * files;
+  if (loader.num_samples() == want) return;
+  throw Error(absl::InvalidArgumentError(absl::StrCat(
+      c.data_dir(), "/", folder, ": the ", files, " files hold ", loader.num_samples(), " samples, where ", files,
+      " x workload.dataset.num_samples_per_file (", c.num_samples_per_file, ") = ", want,
+      " were expected: generate the data again (workflow.generate_data) or set num_samples_per_file to what "
+      "it was generated with")));
+}
+
 /// What training and evaluation read: the files, the steps per epoch, the loaders.
 struct Data {
   std::vector<std::string> train_files, eval_files;
@@ -206,9 +219,11 @@ Data open_data(const DlioConfig& c, const OrderMapping& order, const ScaleOut& s
 
   d.train_loader =
       value_or_throw(Loader::create(loader_options(c, d.train_files, static_cast<uint32_t>(d.batch), order, scale)));
+  check_samples_per_file(c, *d.train_loader, d.train_files.size(), "train");
   if (c.do_eval) {
     d.eval_loader = value_or_throw(
         Loader::create(loader_options(c, d.eval_files, static_cast<uint32_t>(d.batch_eval), order, scale)));
+    check_samples_per_file(c, *d.eval_loader, d.eval_files.size(), "valid");
   }
   std::printf(
       "train: %llu steps per epoch of %llu samples on each of %d rank(s) (the last partial batch dropped); "

@@ -205,6 +205,23 @@ def test_missing_data_says_how_to_generate(dlfeed, workloads, tmp_path):
     assert f"{tmp_path}/none/train: 0 .npz files" in err and "generate_data=True" in err
 
 
+@pytest.mark.parametrize("spf", [5, 1])
+def test_files_holding_other_than_num_samples_per_file_are_an_error(dlfeed, workloads, tmp_path, spf):
+    # Data generated with 3 samples per file, read with a YAML that says spf: the steps, the bytes and
+    # which samples DLIO reads all follow from it, so neither more nor fewer is run as if it were.
+    cfg = workloads / "resnet50_h100.yaml"
+    dlio(dlfeed, cfg, tmp_path, "++workload.workflow.generate_data=True", "++workload.workflow.train=False",
+         "workload.dataset.num_files_train=4", "workload.dataset.num_samples_per_file=3",
+         "workload.dataset.record_length=256", "workload.reader.batch_size=2")
+    proc = dlio(dlfeed, cfg, tmp_path, "++workload.workflow.generate_data=False", "workload.dataset.num_files_train=4",
+                f"workload.dataset.num_samples_per_file={spf}", "workload.dataset.record_length=256",
+                "workload.reader.batch_size=2", check=False)
+    assert proc.returncode != 0
+    assert (f"{tmp_path}/data/train: the 4 files hold 12 samples, where 4 x workload.dataset.num_samples_per_file "
+            f"({spf}) = {4 * spf} were expected") in proc.stderr
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
 def test_overrides_follow_hydras_rules(dlfeed, workloads, tmp_path):
     cfg = workloads / "resnet50_h100.yaml"
     out = dlfeed.run("dlio", cfg, "--dry-run", "workload.reader.batch_size=4", "++workload.train.epochs=7",
