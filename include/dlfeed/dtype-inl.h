@@ -70,6 +70,25 @@ DLFEED_INLINE absl::StatusOr<DType> DType::parse(absl::string_view text) {
     s.remove_prefix(1);
   }
   if (s.empty()) return absl::InvalidArgumentError(absl::StrCat("empty dtype descriptor '", text, "'"));
+  // numpy's one-letter codes ('b' is int8 there, not bool; 'l' is a 64-bit
+  // long on the LP64 systems dlfeed runs on).
+  struct Letter {
+    char c;
+    Kind kind;
+    uint8_t size;
+  };
+  static constexpr Letter kLetters[] = {
+      {'?', Kind::kBool, 1}, {'b', Kind::kInt, 1},   {'B', Kind::kUInt, 1},  {'h', Kind::kInt, 2},
+      {'H', Kind::kUInt, 2}, {'i', Kind::kInt, 4},   {'I', Kind::kUInt, 4},  {'l', Kind::kInt, 8},
+      {'L', Kind::kUInt, 8}, {'q', Kind::kInt, 8},   {'Q', Kind::kUInt, 8},  {'p', Kind::kInt, 8},
+      {'P', Kind::kUInt, 8}, {'n', Kind::kInt, 8},   {'N', Kind::kUInt, 8},  {'e', Kind::kFloat, 2},
+      {'f', Kind::kFloat, 4}, {'d', Kind::kFloat, 8},
+  };
+  if (s.size() == 1) {
+    for (const Letter& l : kLetters) {
+      if (s[0] == l.c) return DType{l.kind, l.size, l.size > 1 && big};
+    }
+  }
   DType t;
   switch (s[0]) {
     case 'b': t.kind = Kind::kBool; break;
@@ -86,6 +105,10 @@ DLFEED_INLINE absl::StatusOr<DType> DType::parse(absl::string_view text) {
     case 'c':
     case 'M':
     case 'm':
+    case 'g':  // long double
+    case 'F':  // complex
+    case 'D':
+    case 'G':
       return absl::InvalidArgumentError(absl::StrCat(
           "dtype '", text, "' is not a numeric type dlfeed supports (bool, int8..64, uint8..64, float16/32/64)"));
     default: return absl::InvalidArgumentError(absl::StrCat("unknown dtype descriptor '", text, "'"));

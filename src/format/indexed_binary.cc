@@ -199,6 +199,11 @@ absl::StatusOr<std::unique_ptr<SampleSource>> open_megatron(const detail::File& 
   // The document index: sequence numbers from 0, never decreasing, ending at S.
   DLFEED_ASSIGN_OR_RETURN(std::vector<uint64_t> docs,
                           read_array<uint64_t>(idx, h.documents_offset(), h.documents, "the document index"));
+  // Megatron's builder starts it at [0]: an index with none was not written by it.
+  if (docs.empty()) {
+    return format_error(idx_path, 26, "a document index of at least one entry (0 ... sequences)",
+                        "a document count of 0");
+  }
   uint64_t prev = 0;
   for (size_t d = 0; d < docs.size(); ++d) {
     const bool last = d + 1 == docs.size();

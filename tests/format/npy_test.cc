@@ -42,6 +42,14 @@ TEST(DType, ParsesNumpyDescriptorsAndNames) {
       {">f4", DType::Kind::kFloat, 4, true},      {"<f8", DType::Kind::kFloat, 8, false},
       {"float32", DType::Kind::kFloat, 4, false}, {"uint16", DType::Kind::kUInt, 2, false},
       {"bool", DType::Kind::kBool, 1, false},
+      // numpy's one-letter codes, as np.dtype reads them: 'b' is int8, not bool.
+      {"b", DType::Kind::kInt, 1, false},         {"|b", DType::Kind::kInt, 1, false},
+      {"?", DType::Kind::kBool, 1, false},        {">?", DType::Kind::kBool, 1, false},
+      {"B", DType::Kind::kUInt, 1, false},        {"<h", DType::Kind::kInt, 2, false},
+      {">H", DType::Kind::kUInt, 2, true},        {"<i", DType::Kind::kInt, 4, false},
+      {"I", DType::Kind::kUInt, 4, false},        {"l", DType::Kind::kInt, 8, false},
+      {"Q", DType::Kind::kUInt, 8, false},        {"<e", DType::Kind::kFloat, 2, false},
+      {"f", DType::Kind::kFloat, 4, false},       {">d", DType::Kind::kFloat, 8, true},
   };
   for (const Case& c : cases) {
     auto t = DType::parse(c.text);
@@ -54,7 +62,8 @@ TEST(DType, ParsesNumpyDescriptorsAndNames) {
 }
 
 TEST(DType, RefusesObjectStringStructuredAndOddSizes) {
-  for (const char* bad : {"|O", "<U8", "|S4", "|V16", "<c8", "<f3", "<i3", "", "<", "x4", "<M8"}) {
+  for (const char* bad : {"|O", "<U8", "|S4", "|V16", "<c8", "<f3", "<i3", "", "<", "x4", "<M8", "u", "g", "D", "F",
+                          "?1", "e2", "c"}) {
     auto t = DType::parse(bad);
     EXPECT_FALSE(t.ok()) << bad;
   }

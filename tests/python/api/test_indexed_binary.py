@@ -184,6 +184,8 @@ def idx_bytes(prefix):
     (lambda b: b.__setitem__(slice(34 + 36 + 8, 34 + 36 + 16), struct.pack("<q", 2)), 34 + 36 + 8,
      ["document index entry 1", "found 2"]),
     (lambda b: b.__setitem__(slice(34, 38), struct.pack("<i", -1)), 34, ["sequence 0's length", "-1"]),
+    (lambda b: (b.__setitem__(slice(26, 34), struct.pack("<Q", 0)), b.__delitem__(slice(len(b) - 16, len(b)))), 26,
+     ["at least one entry", "a document count of 0"]),
 ])
 def test_a_malformed_megatron_index_names_file_offset_and_expectation(tmp_path, change, offset, words):
     prefix = tmp_path / "bad"
