@@ -78,10 +78,10 @@ DLFEED_INLINE absl::StatusOr<DType> DType::parse(absl::string_view text) {
     uint8_t size;
   };
   static constexpr Letter kLetters[] = {
-      {'?', Kind::kBool, 1}, {'b', Kind::kInt, 1},   {'B', Kind::kUInt, 1},  {'h', Kind::kInt, 2},
-      {'H', Kind::kUInt, 2}, {'i', Kind::kInt, 4},   {'I', Kind::kUInt, 4},  {'l', Kind::kInt, 8},
-      {'L', Kind::kUInt, 8}, {'q', Kind::kInt, 8},   {'Q', Kind::kUInt, 8},  {'p', Kind::kInt, 8},
-      {'P', Kind::kUInt, 8}, {'n', Kind::kInt, 8},   {'N', Kind::kUInt, 8},  {'e', Kind::kFloat, 2},
+      {'?', Kind::kBool, 1},  {'b', Kind::kInt, 1},   {'B', Kind::kUInt, 1}, {'h', Kind::kInt, 2},
+      {'H', Kind::kUInt, 2},  {'i', Kind::kInt, 4},   {'I', Kind::kUInt, 4}, {'l', Kind::kInt, 8},
+      {'L', Kind::kUInt, 8},  {'q', Kind::kInt, 8},   {'Q', Kind::kUInt, 8}, {'p', Kind::kInt, 8},
+      {'P', Kind::kUInt, 8},  {'n', Kind::kInt, 8},   {'N', Kind::kUInt, 8}, {'e', Kind::kFloat, 2},
       {'f', Kind::kFloat, 4}, {'d', Kind::kFloat, 8},
   };
   if (s.size() == 1) {

@@ -58,7 +58,7 @@ absl::Status list_remote(const std::string& url, const FormatOptions& options, G
   // An object of that name is a file (the URL named it, whatever it holds).
   absl::Status head = absl::OkStatus();
   if (!absl::EndsWith(url, "/")) {
-    absl::StatusOr<ObjectInfo> one = store->head(given);
+    absl::StatusOr<ObjectInfo> one = store->head_now(given);  // this listing's version, as list() gives
     if (one.ok()) {
       found.push_back(given);
       return absl::OkStatus();

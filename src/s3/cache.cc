@@ -64,6 +64,21 @@ bool publish(const std::string& path, const void* a, size_t na, const void* b, s
   return true;
 }
 
+// What names a version of an object in the cache, its folder's `id` file.
+// The first line is the pieces' format: pieces of another format are in
+// other folders, never read.
+std::string id_of(const ObjectInfo& o) {
+  return absl::StrCat("dlfeed object cache 2\n", o.url, "\n", o.etag, "\n", o.size, "\n");
+}
+
+// A piece's CRC32C: of its version's id and its number, then its bytes, so
+// a piece of another object, version or place fails it as a damaged one.
+uint32_t piece_crc(const ObjectInfo& o, uint64_t k, const std::byte* bytes, size_t n) {
+  const std::string id = id_of(o);
+  const uint32_t seed = dlfeed::detail::crc32c_extend(dlfeed::detail::crc32c(id.data(), id.size()), &k, sizeof(k));
+  return dlfeed::detail::crc32c_extend(seed, bytes, n);
+}
+
 uint64_t piece_length(const ObjectInfo& o, uint64_t k) {
   const uint64_t at = k * PieceCache::kPiece;
   return at >= o.size ? 0 : std::min<uint64_t>(PieceCache::kPiece, o.size - at);
@@ -94,7 +109,7 @@ PieceCache::PieceCache(std::string dir, uint64_t max_bytes, uint64_t used)
 PieceCache::~PieceCache() { fork_unguard(&mu_); }
 
 std::string PieceCache::folder_of(const ObjectInfo& o) {
-  const std::string id = absl::StrCat(o.url, "\n", o.etag, "\n", o.size, "\n");
+  const std::string id = id_of(o);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = folders_.find(id); it != folders_.end()) return it->second;
   const std::string folder = absl::StrFormat("%s/%016x-%016x", dir_, fnv1a(o.url), fnv1a(id));
@@ -151,7 +166,7 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
     ::close(fd);
     uint32_t crc = 0;
     if (total == piece.size()) std::memcpy(&crc, piece.data() + len, 4);
-    if (!sized || total != piece.size() || dlfeed::detail::crc32c(piece.data(), len) != crc) {
+    if (!sized || total != piece.size() || piece_crc(o, k, piece.data(), len) != crc) {
       ::unlink(path.c_str());  // damaged: fetched again
       counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
       return false;
@@ -176,7 +191,7 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
     const std::string path = absl::StrCat(folder, "/", k);
     if (::access(path.c_str(), F_OK) == 0) continue;
     if (!reserve(len + 4)) break;
-    const uint32_t crc = dlfeed::detail::crc32c(bytes.data() + rel, len);
+    const uint32_t crc = piece_crc(o, k, bytes.data() + rel, len);
     if (publish(path, bytes.data() + rel, len, &crc, 4)) {
       counters().cache_kept.fetch_add(len, std::memory_order_relaxed);
     } else {

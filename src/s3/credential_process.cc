@@ -71,7 +71,9 @@ class Json {
       if (i_ == s_.size()) return false;
       const char e = s_[i_++];
       switch (e) {
-        case '"': case '\\': case '/': out.push_back(e); break;
+        case '"':
+        case '\\':
+        case '/': out.push_back(e); break;
         case 'b': out.push_back('\b'); break;
         case 'f': out.push_back('\f'); break;
         case 'n': out.push_back('\n'); break;
@@ -131,10 +133,14 @@ class Json {
     for (int k = 0; k < 4; ++k) {
       const char h = s_[i_++];
       v <<= 4;
-      if (h >= '0' && h <= '9') v |= static_cast<uint32_t>(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= static_cast<uint32_t>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= static_cast<uint32_t>(h - 'A' + 10);
-      else return false;
+      if (h >= '0' && h <= '9')
+        v |= static_cast<uint32_t>(h - '0');
+      else if (h >= 'a' && h <= 'f')
+        v |= static_cast<uint32_t>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= static_cast<uint32_t>(h - 'A' + 10);
+      else
+        return false;
     }
     return true;
   }
@@ -264,8 +270,8 @@ absl::StatusOr<ProcessCredentials> parse_process_output(absl::string_view out, c
     absl::Time t;
     std::string why;
     if (!absl::ParseTime(absl::RFC3339_full, expiration, &t, &why)) {
-      return absl::UnauthenticatedError(absl::StrCat("s3: ", where, ": expected an RFC 3339 time in \"Expiration\", found '",
-                                                     expiration, "'"));
+      return absl::UnauthenticatedError(
+          absl::StrCat("s3: ", where, ": expected an RFC 3339 time in \"Expiration\", found '", expiration, "'"));
     }
     c.expires = absl::ToChronoTime(t);
   }
@@ -312,8 +318,7 @@ absl::StatusOr<ProcessCredentials> run_credential_process(const std::string& com
   ::close(err_pipe[0]);
   if (!finished) ::kill(pid, SIGKILL);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (!finished) {
     return absl::DeadlineExceededError(absl::StrCat("s3: ", where, ": the credential_process '", command,
                                                     "' ran longer than ", timeout.count(), " ms; it was stopped"));
@@ -321,11 +326,11 @@ absl::StatusOr<ProcessCredentials> run_credential_process(const std::string& com
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     absl::string_view tail = absl::StripAsciiWhitespace(err);
     if (tail.size() > 1000) tail = tail.substr(tail.size() - 1000);
-    return absl::UnauthenticatedError(absl::StrCat(
-        "s3: ", where, ": the credential_process '", command, "' ",
-        WIFEXITED(status) ? absl::StrCat("exited with ", WEXITSTATUS(status))
-                          : absl::StrCat("was ended by signal ", WTERMSIG(status)),
-        tail.empty() ? std::string() : absl::StrCat(": ", tail)));
+    return absl::UnauthenticatedError(absl::StrCat("s3: ", where, ": the credential_process '", command, "' ",
+                                                   WIFEXITED(status)
+                                                       ? absl::StrCat("exited with ", WEXITSTATUS(status))
+                                                       : absl::StrCat("was ended by signal ", WTERMSIG(status)),
+                                                   tail.empty() ? std::string() : absl::StrCat(": ", tail)));
   }
   return parse_process_output(out, where);
 }

@@ -343,6 +343,14 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
 
   absl::StatusOr<ObjectInfo> head(const std::string& url) override { return head(url, nullptr); }
 
+  absl::StatusOr<ObjectInfo> head_now(const std::string& url) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      known_.erase(url);
+    }
+    return head(url, nullptr);
+  }
+
   // The same, ending soon once `cancel` is set (a backend's reads at close).
   absl::StatusOr<ObjectInfo> head(const std::string& url, const std::atomic<bool>* cancel) {
     std::shared_ptr<std::mutex> one;

@@ -34,22 +34,36 @@ TEST(DType, ParsesNumpyDescriptorsAndNames) {
     bool big;
   };
   const Case cases[] = {
-      {"|b1", DType::Kind::kBool, 1, false},      {"<i1", DType::Kind::kInt, 1, false},
-      {"<i2", DType::Kind::kInt, 2, false},       {">i4", DType::Kind::kInt, 4, true},
-      {"<i8", DType::Kind::kInt, 8, false},       {"|u1", DType::Kind::kUInt, 1, false},
-      {">u2", DType::Kind::kUInt, 2, true},       {"<u4", DType::Kind::kUInt, 4, false},
-      {"<u8", DType::Kind::kUInt, 8, false},      {"<f2", DType::Kind::kFloat, 2, false},
-      {">f4", DType::Kind::kFloat, 4, true},      {"<f8", DType::Kind::kFloat, 8, false},
-      {"float32", DType::Kind::kFloat, 4, false}, {"uint16", DType::Kind::kUInt, 2, false},
+      {"|b1", DType::Kind::kBool, 1, false},
+      {"<i1", DType::Kind::kInt, 1, false},
+      {"<i2", DType::Kind::kInt, 2, false},
+      {">i4", DType::Kind::kInt, 4, true},
+      {"<i8", DType::Kind::kInt, 8, false},
+      {"|u1", DType::Kind::kUInt, 1, false},
+      {">u2", DType::Kind::kUInt, 2, true},
+      {"<u4", DType::Kind::kUInt, 4, false},
+      {"<u8", DType::Kind::kUInt, 8, false},
+      {"<f2", DType::Kind::kFloat, 2, false},
+      {">f4", DType::Kind::kFloat, 4, true},
+      {"<f8", DType::Kind::kFloat, 8, false},
+      {"float32", DType::Kind::kFloat, 4, false},
+      {"uint16", DType::Kind::kUInt, 2, false},
       {"bool", DType::Kind::kBool, 1, false},
       // numpy's one-letter codes, as np.dtype reads them: 'b' is int8, not bool.
-      {"b", DType::Kind::kInt, 1, false},         {"|b", DType::Kind::kInt, 1, false},
-      {"?", DType::Kind::kBool, 1, false},        {">?", DType::Kind::kBool, 1, false},
-      {"B", DType::Kind::kUInt, 1, false},        {"<h", DType::Kind::kInt, 2, false},
-      {">H", DType::Kind::kUInt, 2, true},        {"<i", DType::Kind::kInt, 4, false},
-      {"I", DType::Kind::kUInt, 4, false},        {"l", DType::Kind::kInt, 8, false},
-      {"Q", DType::Kind::kUInt, 8, false},        {"<e", DType::Kind::kFloat, 2, false},
-      {"f", DType::Kind::kFloat, 4, false},       {">d", DType::Kind::kFloat, 8, true},
+      {"b", DType::Kind::kInt, 1, false},
+      {"|b", DType::Kind::kInt, 1, false},
+      {"?", DType::Kind::kBool, 1, false},
+      {">?", DType::Kind::kBool, 1, false},
+      {"B", DType::Kind::kUInt, 1, false},
+      {"<h", DType::Kind::kInt, 2, false},
+      {">H", DType::Kind::kUInt, 2, true},
+      {"<i", DType::Kind::kInt, 4, false},
+      {"I", DType::Kind::kUInt, 4, false},
+      {"l", DType::Kind::kInt, 8, false},
+      {"Q", DType::Kind::kUInt, 8, false},
+      {"<e", DType::Kind::kFloat, 2, false},
+      {"f", DType::Kind::kFloat, 4, false},
+      {">d", DType::Kind::kFloat, 8, true},
   };
   for (const Case& c : cases) {
     auto t = DType::parse(c.text);
@@ -62,8 +76,8 @@ TEST(DType, ParsesNumpyDescriptorsAndNames) {
 }
 
 TEST(DType, RefusesObjectStringStructuredAndOddSizes) {
-  for (const char* bad : {"|O", "<U8", "|S4", "|V16", "<c8", "<f3", "<i3", "", "<", "x4", "<M8", "u", "g", "D", "F",
-                          "?1", "e2", "c"}) {
+  for (const char* bad :
+       {"|O", "<U8", "|S4", "|V16", "<c8", "<f3", "<i3", "", "<", "x4", "<M8", "u", "g", "D", "F", "?1", "e2", "c"}) {
     auto t = DType::parse(bad);
     EXPECT_FALSE(t.ok()) << bad;
   }

@@ -56,8 +56,13 @@ class DLFEED_EXPORT ObjectStore {
   /// The objects whose URL starts with `prefix`, sorted by URL. Their sizes
   /// and tags are remembered: a head() of one of them asks no server.
   virtual absl::StatusOr<std::vector<ObjectInfo>> list(const std::string& prefix) = 0;
-  /// One object; NotFound when there is none of that name.
+  /// One object; NotFound when there is none of that name. What a list()
+  /// or head() of it learnt is given again without asking the server.
   virtual absl::StatusOr<ObjectInfo> head(const std::string& url) = 0;
+  /// One object as the server has it now (asked, never remembered), and
+  /// remembered for head(), as list() remembers what it lists: how a new
+  /// listing names one object. The default: head().
+  virtual absl::StatusOr<ObjectInfo> head_now(const std::string& url) { return head(url); }
   /// Bytes [offset, offset + out.size()) of an object into `out`; returns
   /// the bytes placed, fewer only at the object's end.
   virtual absl::StatusOr<size_t> read(const std::string& url, uint64_t offset, std::span<std::byte> out) = 0;

@@ -374,6 +374,49 @@ def test_a_later_listing_in_the_process_never_moves_a_loader_to_the_new_version(
     second.close()
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_new_loader_of_one_object_reads_its_new_version(s3_server, tmp_path, monkeypatch, cached):
+    """A URL naming one object is listed by a HEAD: a loader made after a rewrite asks the server again, as
+    a prefix's listing does, and reads the new version (not the old one's cached pieces, nor an If-Match
+    error with the ETag the process first learnt)."""
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "r"
+    root.mkdir()
+    url = f"s3://{BUCKET}/one{int(cached)}/a.npy"
+    kw = dict(batch_size=4, overlap_epochs=False, resident="off", **({"cache_dir": tmp_path / "cache"} if cached else {}))
+    put_version(s3_server, root, f"one{int(cached)}", np.int32)
+    first = dlfeed.Loader(url, **kw)
+    _, xs = read_epoch(first)
+    np.testing.assert_array_equal(np.sort(xs, axis=None), np.arange(64, dtype=np.int32))
+    first.close()
+    put_version(s3_server, root, f"one{int(cached)}", np.float32)
+    second = dlfeed.Loader(url, **kw)
+    _, new = read_epoch(second)
+    assert new.dtype == np.float32
+    np.testing.assert_array_equal(np.sort(new, axis=None), np.arange(64, dtype=np.float32))
+    second.close()
+
+
+def test_a_piece_copied_to_another_place_is_damaged_not_read(s3_server, uploaded, tmp_path, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    _, url, x, _ = uploaded["npy"]
+    kw = dict(batch_size=10, strategy="sequential", resident="off", cache_dir=tmp_path / "cache")
+    loader = dlfeed.Loader(url, **kw)
+    read_epoch(loader)
+    loader.close()
+    folders = sorted(p for p in (tmp_path / "cache").iterdir() if p.is_dir())
+    assert len(folders) == 3 and all((f / "0").is_file() for f in folders)
+    # Piece 0 of one object over piece 0 of another: the same length, a valid piece of its own place.
+    shutil.copyfile(folders[1] / "0", folders[0] / "0")
+    before = dlfeed._dlfeed.s3_stats()
+    loader = dlfeed.Loader(url, **kw)
+    ids, xs = read_epoch(loader)
+    loader.close()
+    np.testing.assert_array_equal(xs, x[ids])
+    after = dlfeed._dlfeed.s3_stats()
+    assert after["cache_damaged"] - before["cache_damaged"] == 1 and after["gets"] > before["gets"]
+
+
 def test_a_dataset_that_fits_is_held_each_object_read_whole_once(s3_server, uploaded, monkeypatch):
     """By default (resident="auto") a dataset within half the memory budget is held, as files are:
     each object is one GET at create, and the epochs send none."""
