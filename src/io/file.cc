@@ -45,6 +45,11 @@ FileIdentity identity_of(const struct stat& st) {
           static_cast<uint64_t>(st.st_ctim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_ctim.tv_nsec)};
 }
 
+bool same_file_as_known(const FileIdentity& known, const FileIdentity& now) {
+  return known.size == now.size && known.mtime_ns == now.mtime_ns && known.inode == now.inode &&
+         (known.device == 0 || known.device == now.device) && (known.ctime_ns == 0 || known.ctime_ns == now.ctime_ns);
+}
+
 // An object's bytes, read a block at a time: parsing a header asks for a
 // few bytes here and there, each of which would be a request.
 struct File::Remote {

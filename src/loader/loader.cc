@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/tbb.h"
 #include "base/thread_name.h"
@@ -23,6 +24,7 @@
 #include "decode/decoder.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/plan/policy.h"
@@ -127,6 +129,7 @@ struct Loader::Impl {
   std::unique_ptr<staging::Stager> stager;
   std::vector<staging::Source> sources;
   std::vector<int64_t> stage_index;
+  absl::flat_hash_set<uint32_t> unstageable;       // changed since indexed: read from the source, never a copy
   std::unique_ptr<std::atomic<uint8_t>[]> staged;  // per FileTable id: redirected to a copy
   bool stage_partitioned = false;                  // the rank reads only its own files
   bool stage_direct = true;                        // copies in stage.dir open with O_DIRECT
@@ -252,7 +255,12 @@ struct Loader::Impl {
     for (uint32_t id = 0; id < file_names.size(); ++id) {
       struct stat st {};
       if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], "stat for staging", errno);
-      sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size)};
+      // Its copy's name carries its identity as every rank of the node finds it now; a file
+      // that changed since the loader indexed it is not staged (the epoch's start checks it).
+      const FileIdentity now = detail::identity_of(st);
+      sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size), now};
+      const std::optional<FileIdentity> indexed = files->identity(id);
+      if (indexed && !detail::same_file_as_known(*indexed, now)) unstageable.insert(id);
     }
     stage_partitioned = !checked.global_order().rank_bounds().empty();
     stage_index.assign(sources.size(), -1);
@@ -261,7 +269,7 @@ struct Loader::Impl {
     for (uint64_t f : staging::owned_files(layout, checked)) {
       for (const auto& ids : file_ids) {
         const uint32_t id = ids[f];
-        if (stage_index[id] >= 0) continue;
+        if (stage_index[id] >= 0 || unstageable.contains(id)) continue;
         stage_index[id] = static_cast<int64_t>(mine.size());
         mine.push_back(sources[id]);
         mine_ids.push_back(id);
@@ -296,7 +304,7 @@ struct Loader::Impl {
   void apply_staging() {
     if (!stager) return;
     for (uint32_t id = 0; id < sources.size(); ++id) {
-      if (staged[id].load(std::memory_order_relaxed)) continue;
+      if (staged[id].load(std::memory_order_relaxed) || unstageable.contains(id)) continue;
       std::string path;
       if (stage_index[id] >= 0) {
         path = stager->staged_path(static_cast<size_t>(stage_index[id]));

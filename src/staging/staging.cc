@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "base/thread_name.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/order/order.h"
 #include "dlfeed/order/random.h"
@@ -43,6 +44,22 @@ struct Fd {
   }
 };
 
+// OK when the open file `fd` is `src` as indexed (its identity, when known).
+absl::Status still_as_indexed(int fd, const Source& src) {
+  const FileIdentity& want = src.identity;
+  if (want == FileIdentity{}) return absl::OkStatus();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return io_error(src.path, "fstat for staging", errno);
+  const FileIdentity now = detail::identity_of(st);
+  if (now == want) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(src.path, ": expected the file as the loader indexed it, found ",
+                                          now.size != want.size     ? absl::StrCat("size ", want.size, " -> ", now.size)
+                                          : now.inode != want.inode ? std::string("another inode (replaced)")
+                                                                    : std::string("new modification or change times"),
+                                          ": changed since, so it is not staged (read from the source, which the "
+                                          "next epoch's start checks)"));
+}
+
 }  // namespace
 
 const char* status_name(FileStatus s) {
@@ -60,7 +77,10 @@ const char* status_name(FileStatus s) {
 
 std::string staged_name(const Source& source) {
   const std::string base = std::filesystem::path(source.path).filename().string();
-  return absl::StrFormat("%016x-%d-%s", hash_path(source.path), source.size, base);
+  const FileIdentity& i = source.identity;
+  const std::string id =
+      absl::StrCat(source.path, "\n", i.size, ":", i.mtime_ns, ":", i.ctime_ns, ":", i.inode, ":", i.device);
+  return absl::StrFormat("%016x-%d-%s", hash_path(id), source.size, base);
 }
 
 std::vector<uint64_t> owned_files(const FileLayout& layout, const OrderCursor& cursor) {
@@ -231,6 +251,7 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
   };
   Fd in{::open(src.path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (in.fd < 0) return fail(io_error(src.path, "open for staging", errno));
+  if (absl::Status same = still_as_indexed(in.fd, src); !same.ok()) return fail(same);
   Fd out{::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (out.fd < 0) return fail(io_error(tmp_path, "create the staging copy", errno));
   std::vector<char> buf(kChunk);
@@ -267,10 +288,26 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
                                                  " bytes (its size when the loader opened it), found ",
                                                  off > src.size ? "more" : absl::StrCat(off))));
   }
+  // A rewrite while it was copied moves the change time: the copy is not the indexed file's.
+  if (absl::Status same = still_as_indexed(in.fd, src); !same.ok()) return fail(same);
   if (options_.sync && ::fsync(out.fd) != 0) return fail(io_error(tmp_path, "fsync the staging copy", errno));
   if (::close(std::exchange(out.fd, -1)) != 0) return fail(io_error(tmp_path, "close the staging copy", errno));
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    return fail(io_error(final_path, "rename the staging copy into place", errno));
+  // Into place unless another process (a rank, another loader) put its copy
+  // there meanwhile: the same name is the same file's bytes, and a loader
+  // may be reading that copy already, so it is never replaced.
+  if (::renameat2(AT_FDCWD, tmp_path.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) != 0) {
+    const int err = errno;
+    if (err == EEXIST && !find_copy(options_.dir, src).empty()) {
+      ::unlink(tmp_path.c_str());
+      used += src.size;
+      return FileStatus::kReused;
+    }
+    // Not a copy (a file of another size under its name; never one of
+    // ours), or a file system without RENAME_NOREPLACE: a plain rename.
+    const bool replace = err == EEXIST || err == EINVAL || err == ENOSYS;
+    if (!replace || ::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+      return fail(io_error(final_path, "rename the staging copy into place", replace ? errno : err));
+    }
   }
   used += src.size;
   return FileStatus::kStaged;

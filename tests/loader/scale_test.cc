@@ -2,6 +2,8 @@
 // The loader at scale, without MPI: several Loader objects in one process
 // stand for the ranks. Elastic restarts (a checkpoint at W ranks resumed at
 // W' ranks) and node-local staging (LoaderOptions::stage).
+#include <sys/stat.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dev/generate.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/loader.h"
 #include "format/test_util.h"
 #include "gtest/gtest.h"
@@ -272,7 +275,10 @@ TEST(Staging, SameBatchesAsWithoutAndLaterEpochsReadTheCopies) {
   EXPECT_EQ(st.stage.bytes_copied, st.stage.bytes_staged);
   // Every copy is the source's bytes.
   for (const std::string& f : l->index().files) {
-    const std::string copy = staging::Stager::find_copy(root + "/stage", {f, fs::file_size(f)});
+    struct stat st {};
+    ASSERT_EQ(::stat(f.c_str(), &st), 0);
+    const std::string copy =
+        staging::Stager::find_copy(root + "/stage", {f, fs::file_size(f), detail::identity_of(st)});
     ASSERT_FALSE(copy.empty()) << f;
     EXPECT_EQ(read_all(copy), read_all(f)) << f;
   }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "dlfeed/detail/file.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/order/order.h"
 #include "format/test_util.h"
@@ -141,6 +142,83 @@ TEST(Stager, SourceShorterThanItsIndexedSizeFailsAndPublishesNothing) {
   EXPECT_NE(stats.first_error.find(root + "/a: at offset 100: expected 200 bytes"), std::string::npos)
       << stats.first_error;
   EXPECT_TRUE(files_in(root + "/stage").empty());  // the temporary is gone too
+}
+
+// `s` with the identity its file has now, as a loader indexes it.
+Source indexed(Source s) {
+  struct stat st {};
+  EXPECT_EQ(::stat(s.path.c_str(), &st), 0);
+  s.identity = detail::identity_of(st);
+  return s;
+}
+
+uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+TEST(Stager, AFileRewrittenSinceItsCopyIsCopiedAgainNeverTakenForIt) {
+  const std::string root = scratch_dir();
+  const Source old_version = indexed(write_file(root + "/a", 4000, 1));
+  {
+    auto first = Stager::create({root + "/stage", UINT64_MAX, false}, {old_version});
+    ASSERT_TRUE(first.ok());
+    (*first)->start();
+    (*first)->wait();
+    ASSERT_EQ((*first)->status(0), FileStatus::kStaged);
+  }
+  // Rewritten at the same size with other bytes, its modification time put back (rsync -t, tar -x):
+  // the change time still moves, so the name is another and the old copy is not found for it.
+  const Source rewritten = indexed(write_file(root + "/a", 4000, 2));
+  struct timespec times[2] = {{0, UTIME_OMIT},
+                              {static_cast<time_t>(old_version.identity.mtime_ns / 1000000000),
+                               static_cast<long>(old_version.identity.mtime_ns % 1000000000)}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, rewritten.path.c_str(), times, 0), 0);
+  const Source now = indexed(rewritten);
+  ASSERT_EQ(now.identity.mtime_ns, old_version.identity.mtime_ns);
+  EXPECT_NE(staged_name(now), staged_name(old_version));
+  EXPECT_EQ(Stager::find_copy(root + "/stage", now), "");
+  auto again = Stager::create({root + "/stage", UINT64_MAX, false}, {now});
+  ASSERT_TRUE(again.ok());
+  (*again)->start();
+  (*again)->wait();
+  EXPECT_EQ((*again)->status(0), FileStatus::kStaged);
+  EXPECT_EQ(read_all((*again)->staged_path(0)), read_all(now.path));
+}
+
+TEST(Stager, AFileChangedSinceItWasIndexedIsNotStaged) {
+  const std::string root = scratch_dir();
+  const Source was = indexed(write_file(root + "/a", 4000, 1));
+  write_file(root + "/a", 4000, 2);  // rewritten after the loader indexed it
+  auto st = Stager::create({root + "/stage", UINT64_MAX, false}, {was});
+  ASSERT_TRUE(st.ok());
+  (*st)->start();
+  (*st)->wait();
+  EXPECT_EQ((*st)->status(0), FileStatus::kFailed);
+  EXPECT_NE((*st)->stats().first_error.find(root + "/a: expected the file as the loader indexed it"), std::string::npos)
+      << (*st)->stats().first_error;
+  EXPECT_TRUE(files_in(root + "/stage").empty());
+}
+
+TEST(Stager, ACopyPutInPlaceMeanwhileByAnotherProcessIsKeptNotReplaced) {
+  const std::string root = scratch_dir();
+  const Source src = indexed(write_file(root + "/a", 6000, 3));
+  const std::string final_path = root + "/stage/" + staged_name(src);
+  uint64_t theirs = 0;
+  Stager::Observer obs;
+  obs.on_bytes = [&](uint64_t) {  // while this stager copies, another publishes the same file's copy
+    if (theirs != 0) return;
+    fs::copy_file(src.path, final_path + ".other");
+    fs::rename(final_path + ".other", final_path);
+    theirs = inode_of(final_path);
+  };
+  auto st = Stager::create({root + "/stage", UINT64_MAX, false}, {src}, obs);
+  ASSERT_TRUE(st.ok());
+  (*st)->start();
+  (*st)->wait();
+  EXPECT_EQ((*st)->status(0), FileStatus::kReused);
+  EXPECT_EQ(inode_of(final_path), theirs);  // a reader of their copy keeps reading it
+  EXPECT_EQ(files_in(root + "/stage"), std::vector<std::string>{staged_name(src)});
 }
 
 TEST(Stager, CancelLeavesNoPartialFile) {

@@ -37,6 +37,10 @@ int stat_path(const char* path, struct stat* st);
 /// A stat's mtime in ns, and the identity it gives a file.
 uint64_t mtime_ns_of(const struct stat& st);
 FileIdentity identity_of(const struct stat& st);
+/// Whether `now` (a stat's) is the file `known` names: the same size,
+/// modification time and inode, and the same device and change time where
+/// `known` has them (0: recorded without it, on another host).
+bool same_file_as_known(const FileIdentity& known, const FileIdentity& now);
 /// The identity of an object of a store (a URL): its size, and in place of
 /// the inode a 64-bit hash of its ETag (never 0; 0 when the store gives no
 /// ETag, and then nothing may be cached by it), so that a new version of it,

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 
 #include "dlfeed/detail/export.h"
+#include "dlfeed/sample.h"
 
 namespace dlfeed::inline DLFEED_ABI {
 
@@ -77,14 +78,19 @@ struct DLFEED_EXPORT StageStats {
   std::string first_error;     // the first failure, naming the file
 };
 
-/// One file to stage: its path and its size in bytes.
+/// One file to stage: its path, its size in bytes, and its identity as the
+/// loader indexed it (size, times, inode, device; all 0: not known).
 struct DLFEED_EXPORT Source {
   std::string path;
   uint64_t size = 0;
+  FileIdentity identity;
 };
 
 /// The name `source` gets in a staging folder: a hash of its path and its
-/// size, then its base name ("3f09c2a1b4d5e6f7-1048576-img_0_of_8.npz").
+/// identity, its size, then its base name
+/// ("3f09c2a1b4d5e6f7-1048576-img_0_of_8.npz"). A file rewritten since (a
+/// new modification or change time, another inode) has another name, so a
+/// copy of its old bytes is never taken for it.
 DLFEED_EXPORT std::string staged_name(const Source& source);
 
 /// The dataset files a rank owns for staging. Under a partitioned order
