@@ -396,6 +396,10 @@ absl::Status FileTable::check_open_files(const std::function<absl::Status(uint32
   return absl::OkStatus();
 }
 
+void FileTable::check_reopens_with(std::function<absl::Status(uint32_t id)> still_indexed) {
+  reopen_check_ = std::move(still_indexed);
+}
+
 absl::StatusOr<FileTable::Pin> FileTable::pin(uint32_t id) { return pin_impl(id, true); }
 absl::StatusOr<FileTable::Pin> FileTable::try_pin(uint32_t id) { return pin_impl(id, false); }
 
@@ -442,6 +446,15 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   struct stat st {};
   int err = 0;
   const int fd = im.open_and_stat(path, direct, to_close, st, err);
+  const Impl::Identity found = Impl::Identity::of(st);
+  // Only its change time new: its metadata changed (chmod, a link) or its
+  // bytes were rewritten with the mtime set back. Which, only indexing it
+  // again tells: before anything is read from it when the loader gave the
+  // way (check_reopens_with), else it is read on and the next epoch's check
+  // (check_open_files) indexes it again.
+  const bool ctime_only = fd >= 0 && expect.known && expect.only_ctime_differs(found);
+  const bool recheck_later = ctime_only && !reopen_check_;
+  const absl::Status reindexed = ctime_only && reopen_check_ ? reopen_check_(id) : absl::OkStatus();
 
   std::lock_guard<std::mutex> lock(im.mu);
   --im.opening;
@@ -449,20 +462,21 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     return io_error(path, direct ? "open (O_DIRECT)" : "open", err);
   }
   Impl::Entry& e = im.entries[id];
-  const Impl::Identity found = Impl::Identity::of(st);
-  // Only its change time new: its metadata changed (chmod, a link) or its
-  // bytes were rewritten with the mtime set back. Which, only indexing it
-  // again tells, and that is not done in the middle of reads: it is read on,
-  // as a file rewritten within an epoch is, and the next epoch's check
-  // (check_open_files) indexes it again.
-  const bool only_ctime = expect.known && expect.only_ctime_differs(found);
-  if (const std::string d = expect.known && !only_ctime ? expect.difference(found) : std::string(); !d.empty()) {
+  if (!reindexed.ok()) {
+    ::close(fd);
+    return file_error(path, "the file as it was registered",
+                      absl::StrCat("a new change time: changed in place since it was indexed; indexed again, its "
+                                   "samples are not where they were: ",
+                                   reindexed.message()));
+  }
+  if (const std::string d = expect.known && !ctime_only ? expect.difference(found) : std::string(); !d.empty()) {
     ::close(fd);
     return file_error(path, "the file as it was registered",
                       absl::StrCat(d, ": replaced or modified while being read"));
   }
+  if (e.path == path && ctime_only && !recheck_later) e.identity.ctime_ns = found.ctime_ns;  // still indexed
   if (e.path == path && (!e.identity.known || !e.identity.dev_known || e.identity.ctime_ns == 0)) e.identity = found;
-  if (e.path == path && only_ctime) e.recheck = true;
+  if (e.path == path && recheck_later) e.recheck = true;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);

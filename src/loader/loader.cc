@@ -141,8 +141,9 @@ struct Loader::Impl {
   ~Impl() {
     cancel_epoch();  // first: a pipeline thread reading ahead may be taking an order (chain_order)
     abandon_if_forked();
-    engines.clear();  // each drains its reads in flight and joins its thread
-    stager.reset();   // stops copying, joins its thread (its observer uses counters)
+    engines.clear();                                // each drains its reads in flight and joins its thread
+    stager.reset();                                 // stops copying, joins its thread (its observer uses counters)
+    if (files) files->check_reopens_with(nullptr);  // it asks about this loader's indices; no read is left
   }
 
   void build_stages(uint32_t threads) {
@@ -408,6 +409,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   impl->files = std::make_shared<FileTable>(fto);
   impl->files->reserve(impl->indices[0].num_files());
   detail::add_files(impl->indices, *impl->files, impl->file_ids, impl->file_names);
+  // A file found at its open with only its change time new (rewritten with
+  // the mtime set back, or an identity an index cache recorded earlier) is
+  // indexed again before any of it is read.
+  impl->files->check_reopens_with(detail::still_indexed_by_id(impl->indices, impl->file_ids, impl->field_formats));
   cnt.set_file_names(impl->file_names);
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files, objects));
   impl->resident = std::move(held.files);

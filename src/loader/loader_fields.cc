@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -158,19 +159,24 @@ absl::Status still_indexed(const SampleIndex& index, uint32_t k, const FormatOpt
 std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<SampleIndex>& indices,
                                                              const std::vector<std::vector<uint32_t>>& file_ids,
                                                              const std::vector<FormatOptions>& formats) {
-  // FileTable id -> (field, file), made when a file is first asked about.
-  auto fields_of = std::make_shared<std::vector<std::vector<std::pair<size_t, uint32_t>>>>();
-  return [&indices, &file_ids, &formats, fields_of](uint32_t id) -> absl::Status {
-    if (fields_of->empty()) {
+  // FileTable id -> (field, file), made when a file is first asked about
+  // (once, whichever reading thread asks first).
+  struct FieldsOf {
+    std::once_flag made;
+    std::vector<std::vector<std::pair<size_t, uint32_t>>> of;
+  };
+  auto fields = std::make_shared<FieldsOf>();
+  return [&indices, &file_ids, &formats, fields](uint32_t id) -> absl::Status {
+    std::call_once(fields->made, [&] {
       for (size_t f = 0; f < file_ids.size(); ++f) {
         for (uint32_t k = 0; k < file_ids[f].size(); ++k) {
-          if (fields_of->size() <= file_ids[f][k]) fields_of->resize(file_ids[f][k] + 1);
-          (*fields_of)[file_ids[f][k]].emplace_back(f, k);
+          if (fields->of.size() <= file_ids[f][k]) fields->of.resize(file_ids[f][k] + 1);
+          fields->of[file_ids[f][k]].emplace_back(f, k);
         }
       }
-    }
-    if (id >= fields_of->size()) return absl::OkStatus();
-    for (const auto& [f, k] : (*fields_of)[id]) DLFEED_RETURN_IF_ERROR(still_indexed(indices[f], k, formats[f]));
+    });
+    if (id >= fields->of.size()) return absl::OkStatus();
+    for (const auto& [f, k] : fields->of[id]) DLFEED_RETURN_IF_ERROR(still_indexed(indices[f], k, formats[f]));
     return absl::OkStatus();
   };
 }

@@ -244,6 +244,54 @@ TEST(FileTable, ARewriteThatKeepsSizeAndMtimeIsFoundByItsChangeTime) {
   EXPECT_CONTAINS(std::string(st.message()), "size and modified time the same");
 }
 
+TEST(FileTable, AReopenFindingOnlyANewChangeTimeAsksBeforeAnyRead) {
+  // A file whose descriptor was closed, rewritten with its mtime put back:
+  // its next open asks check_reopens_with's function (the loader indexes it
+  // again), and the pin is its answer.
+  std::string dir = testing::scratch_dir();
+  const std::string a = write_file(dir, 0, 100);
+  FileTable table({.max_open = 1});
+  table.add(a);
+  std::vector<uint32_t> asked;
+  absl::Status answer = absl::DataLossError("4 samples, not 8");
+  table.check_reopens_with([&](uint32_t id) {
+    asked.push_back(id);
+    return answer;
+  });
+  struct stat before {};
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(::fstat(p->fd(), &before), 0);
+  }
+  EXPECT_TRUE(asked.empty()) << "a first open as registered asks nothing";
+  table.add(write_file(dir, 1, 100));
+  { ASSERT_TRUE(table.pin(1).ok()); }  // closes file 0's descriptor (one open at most)
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::fstream f(a, std::ios::binary | std::ios::in | std::ios::out);
+    f << "same size, other bytes";
+  }
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, a.c_str(), times, 0), 0);
+  auto refused = table.pin(0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(asked, std::vector<uint32_t>{0});
+  EXPECT_CONTAINS(std::string(refused.status().message()),
+                  a + ": expected the file as it was registered, found a new change time: changed in place since it "
+                      "was indexed; indexed again, its samples are not where they were: 4 samples, not 8");
+  answer = absl::OkStatus();  // its samples are where they were: read, and its new change time kept
+  {
+    auto p = table.pin(0);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }
+  EXPECT_EQ(asked.size(), 2u);
+  EXPECT_TRUE(table.check_open_files().ok());
+  { ASSERT_TRUE(table.pin(1).ok()); }
+  { ASSERT_TRUE(table.pin(0).ok()); }
+  EXPECT_EQ(asked.size(), 2u) << "not asked again: the identity took the new change time";
+}
+
 TEST(FileTable, APinAfterARedirectGetsTheCopyWhileOthersStillHoldTheOriginal) {
   // Two I/O engines each hold a pin (a ring's registered file); a redirect
   // while both hold it must not hand the next pin the original's fd: that

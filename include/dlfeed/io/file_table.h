@@ -150,6 +150,15 @@ class DLFEED_EXPORT FileTable {
   /// on too, and is asked about here at the next call. Call it with no read
   /// in flight (the loader: at each epoch's start).
   absl::Status check_open_files(const std::function<absl::Status(uint32_t id)>& still_indexed = nullptr);
+  /// From now on, an open (pin) that finds only the file's change time new
+  /// (its bytes rewritten with the modification time set back, or a
+  /// metadata change; or an identity an index cache recorded in an earlier
+  /// run) asks `still_indexed` (outside the table's lock, from the reading
+  /// thread; it must be thread-safe) before anything is read: OK, and the
+  /// file is read, with its new change time as its identity; an error, and
+  /// the pin is the error naming the file. Without it such a file is read on
+  /// and asked about at the next check_open_files.
+  void check_reopens_with(std::function<absl::Status(uint32_t id)> still_indexed);
   size_t max_open() const { return max_open_; }
   bool direct() const { return direct_; }
   FileTableStats stats() const;
@@ -163,6 +172,7 @@ class DLFEED_EXPORT FileTable {
   void unpin(uint32_t id, int fd);
 
   size_t max_open_;
+  std::function<absl::Status(uint32_t id)> reopen_check_;  // check_reopens_with's (set before reads)
   std::atomic<uint64_t> redirections_{0};
   bool direct_;
   std::unique_ptr<Impl> impl_;

@@ -94,3 +94,51 @@ def test_a_damaged_cache_is_reported_and_not_used(tmp_path, capfd):
     assert "is not used" in err and "checksum" in err and cache in err, err
     for k in want:
         np.testing.assert_array_equal(want[k], got[k])
+
+
+def rewrite_keeping_mtime(path, array):
+    """Rewrites `path` in place at the same size with other bytes, its modification time put back (rsync
+    --inplace -t, tar -x, cp -p over it): only the change time tells."""
+    before = path.stat()
+    new = path.parent.parent / ("new_" + path.name)  # not in the folder: its stamp stays
+    np.save(new, array)
+    assert new.stat().st_size == before.st_size
+    path.write_bytes(new.read_bytes())
+    new.unlink()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_folders_check_never_reads_a_file_rewritten_with_its_mtime_put_back_with_the_old_index(tmp_path):
+    # index_cache_check="folders" trusts the folders' stamps (no stat per file), so the cache gives the
+    # files' recorded identities; the first open finds the change time new and indexes the file again
+    # before anything is read from it.
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(2):
+        np.save(d / f"x_{i}.npy", np.full((8, 4), i, dtype=np.float32))
+    old = d.stat().st_mtime_ns - 10**10
+    os.utime(d, ns=(old, old))  # a folder stamp older than a few seconds is trusted
+    kw = dict(batch_size=4, index_cache=tmp_path / "cache", index_cache_check="folders", resident="off",
+              strategy="sequential")
+    assert len(all_samples(dlfeed.Loader(d, **kw))) == 16
+    rewrite_keeping_mtime(d / "x_0.npy", np.full((4, 8), 7, dtype=np.float32))  # another shape
+    assert d.stat().st_mtime_ns == old
+    with pytest.raises(dlfeed.DataError, match=r"x_0\.npy.*indexed again, its samples are not where they were"):
+        all_samples(dlfeed.Loader(d, **kw))
+    # The same layout, new values: read as the file holds them now.
+    rewrite_keeping_mtime(d / "x_0.npy", np.full((8, 4), 9, dtype=np.float32))
+    got = all_samples(dlfeed.Loader(d, **kw))
+    assert [float(got[k][0]) for k in range(8)] == [9.0] * 8
+
+
+def test_a_closed_file_rewritten_between_epochs_with_its_mtime_put_back_is_indexed_again_at_its_open(tmp_path):
+    # One descriptor open at a time: x_0's is closed when the epoch ends, so the epoch's start does not see
+    # the rewrite; its next open does, before anything is read.
+    for i in range(2):
+        np.save(tmp_path / f"x_{i}.npy", np.full((8, 4), i, dtype=np.float32))
+    loader = dlfeed.Loader(tmp_path, batch_size=4, resident="off", strategy="sequential", max_open_files=1)
+    assert len(all_samples(loader)) == 16
+    rewrite_keeping_mtime(tmp_path / "x_0.npy", np.full((8, 4), 5, dtype=np.int32))  # same shape, another dtype
+    with pytest.raises(dlfeed.DataError, match=r"x_0\.npy.*indexed again, its samples are not where they were"):
+        all_samples(loader)
