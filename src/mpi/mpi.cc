@@ -3,8 +3,13 @@
 
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "dlfeed/format/format.h"
 #include "mpi_error.h"
 
@@ -104,16 +109,40 @@ absl::StatusOr<std::vector<std::string>> Job::gather(const std::string& mine, in
   return out;
 }
 
+namespace {
+
+// The paths a rank names, as one string all ranks compare: each made
+// absolute and normal (ranks may name them relative to the same folder),
+// URLs as given; a length before each.
+std::string paths_key(const std::vector<std::string>& paths) {
+  std::string out;
+  for (const std::string& p : paths) {
+    std::string norm = p;
+    if (p.find("://") == std::string::npos) {
+      std::error_code ec;
+      const std::filesystem::path abs = std::filesystem::absolute(p, ec);
+      if (!ec) norm = abs.lexically_normal().string();
+    }
+    absl::StrAppend(&out, norm.size(), ":", norm);
+  }
+  return out;
+}
+
+}  // namespace
+
 void Job::share_index(LoaderOptions& options, int root) const {
   options.advanced.index_opener = [this, root](const std::vector<std::string>& paths,
                                                const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
-    // The root's index as bytes, or its error: a status code byte, then the
-    // encoded index or the message.
+    // The root's index as bytes, or its error: a status code byte, the
+    // length of the root's paths_key and the key, then the encoded index or
+    // the message.
     absl::StatusOr<SampleIndex> mine = absl::UnknownError("not the root");
     std::string msg;
     if (rank_ == root) {
       mine = open_dataset(paths, format);
       msg.push_back(static_cast<char>(mine.status().code()));
+      const std::string key = paths_key(paths);
+      absl::StrAppend(&msg, key.size(), ";", key);
       msg += mine.ok() ? encode_index(*mine, format) : std::string(mine.status().message());
     }
     auto got = broadcast(msg, root);
@@ -121,10 +150,25 @@ void Job::share_index(LoaderOptions& options, int root) const {
     if (rank_ == root) return mine;
     if (got->empty()) return absl::DataLossError("MPI share_index: an empty message from the root");
     const auto code = static_cast<absl::StatusCode>(static_cast<unsigned char>((*got)[0]));
-    if (code != absl::StatusCode::kOk) {
-      return absl::Status(code, absl::StrCat("rank ", root, " (indexing for the job): ", got->substr(1)));
+    const size_t semi = got->find(';', 1);
+    uint64_t key_size = 0;
+    if (semi == std::string::npos || !absl::SimpleAtoi(absl::string_view(*got).substr(1, semi - 1), &key_size) ||
+        key_size > got->size() - semi - 1) {
+      return absl::DataLossError("MPI share_index: a message from the root without its paths");
     }
-    return decode_index(got->substr(1), format);
+    // Every rank reads the dataset the root indexed: a rank that names
+    // another would otherwise read the root's files as if they were its own.
+    if (absl::string_view(*got).substr(semi + 1, key_size) != paths_key(paths)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank_, " names the dataset ", absl::StrJoin(paths, ", "), ", but rank ", root,
+          " (indexing for the job) names another: every rank of a job that shares one index reads the same "
+          "paths"));
+    }
+    const std::string rest = got->substr(semi + 1 + key_size);
+    if (code != absl::StatusCode::kOk) {
+      return absl::Status(code, absl::StrCat("rank ", root, " (indexing for the job): ", rest));
+    }
+    return decode_index(rest, format);
   };
 }
 

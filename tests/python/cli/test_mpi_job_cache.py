@@ -427,6 +427,40 @@ def test_an_uncaught_exception_on_one_rank_ends_the_job(mpirun, h5_data, tmp_pat
     assert time.monotonic() - start < 60
 
 
+OTHER_PATHS = """
+import os, sys, numpy as np, dlfeed
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+path = os.path.join(sys.argv[1], "a" if rank == 0 else "b")
+os.makedirs(path, exist_ok=True)
+np.save(os.path.join(path, "x.npy"), np.full((6, 2), rank, np.float32))
+kw = {"job_cache": "16M"} if sys.argv[2] == "cache" else {"mpi": True}
+dlfeed.Loader(path, batch_size=3, **kw)
+"""
+
+
+@pytest.mark.parametrize("mode", ["mpi", "cache"])
+def test_a_rank_naming_another_dataset_than_the_root_is_refused(mpirun, tmp_path, mode):  # noqa: F811
+    """Ranks that share one index read what the root indexed: a rank naming other paths would read the
+    root's files as if they were its own (rank 1 asked for b/ and got a/'s values). It is an error naming
+    both."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "other_paths.py"
+    script.write_text(OTHER_PATHS)
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    try:
+        proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), str(tmp_path), mode],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job hung")
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode != 0
+    assert f"rank 1 names the dataset {tmp_path}/b, but rank 0 (indexing for the job) names another" in proc.stderr, \
+        proc.stderr[-3000:]
+
+
 WORKERS = """
 import sys, torch, dlfeed.torch
 ds = dlfeed.torch.Dataset(sys.argv[1], batch_size=4, fields=["x", "y"], job_cache="64M")
