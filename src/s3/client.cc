@@ -175,6 +175,8 @@ std::string server_says(const Response& resp) {
   return s;
 }
 
+constexpr uint32_t kTimeoutTries = 3;
+
 enum class Verdict { kDone, kRetryThrottled, kRetryServer, kRetryNetwork, kRetryShort, kFail, kCancelled };
 
 bool network_error(CURLcode rc) {
@@ -206,6 +208,10 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.request_timeout_ms));
+  // Nothing received for the stall timeout (below 1 byte a second over it): given up.
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                   static_cast<long>(std::max<uint32_t>(1, (o.stall_timeout_ms + 999) / 1000)));
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   if (!c.ca_bundle.empty()) {
     curl_easy_setopt(h, CURLOPT_CAINFO, c.ca_bundle.c_str());
@@ -494,6 +500,7 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
   const uint32_t tries = std::max(1u, o.max_attempts);
   char errbuf[CURL_ERROR_SIZE];
   Reread reread = Reread::kNot;
+  uint32_t timeouts = 0;  // tries that timed out: at most kTimeoutTries (a frozen server fails in ~3 stalls)
   for (uint32_t attempt = 1;; ++attempt) {
     renew_expiring(o, c);
     pacer().wait(o.max_requests_per_second, cancel);
@@ -526,7 +533,7 @@ absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, 
         continue;
       }
     }
-    if (v == Verdict::kFail || attempt >= tries) {
+    if (v == Verdict::kFail || attempt >= tries || (rc == CURLE_OPERATION_TIMEDOUT && ++timeouts >= kTimeoutTries)) {
       // Asking whether an object exists is no failure.
       if (r.method != Method::kHead || resp.code != 404) n.failures.fetch_add(1, std::memory_order_relaxed);
       return explained(failure(r, rc, resp, sink, errbuf, attempt), rc, r, resp, c, reread);

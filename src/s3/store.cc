@@ -522,6 +522,13 @@ absl::Status install(Options options) {
     }
     options.max_requests_per_second = per_second;
   }
+  if (const char* v = std::getenv("DLFEED_S3_STALL_TIMEOUT_MS"); v != nullptr && *v != '\0') {
+    if (!absl::SimpleAtoi(v, &options.stall_timeout_ms) || options.stall_timeout_ms == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "s3: DLFEED_S3_STALL_TIMEOUT_MS is the milliseconds a request may receive nothing, not '", v, "'"));
+    }
+  }
+  if (options.stall_timeout_ms == 0) return absl::InvalidArgumentError("s3: stall_timeout_ms must be at least 1");
   if (!(options.max_requests_per_second >= 0)) {
     return absl::InvalidArgumentError("s3: max_requests_per_second is at least 0 (0: no bound)");
   }

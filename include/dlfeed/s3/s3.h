@@ -46,6 +46,12 @@ struct DLFEED_EXPORT Options {
   /// Per request: connecting, and the whole request.
   uint32_t connect_timeout_ms = 5000;
   uint32_t request_timeout_ms = 60000;
+  /// A request that receives nothing for this long (rounded up to seconds)
+  /// is given up, as a server that stopped answering; a request that timed
+  /// out (this, or request_timeout_ms) is tried at most 3 times, so a
+  /// frozen server is an error in about 3 x this, not minutes.
+  /// DLFEED_S3_STALL_TIMEOUT_MS overrides it.
+  uint32_t stall_timeout_ms = 10000;
   /// Most requests started per second by this process (0: no bound), tries
   /// included. DLFEED_S3_MAX_REQUESTS_PER_SECOND overrides it (how the
   /// dlfeed command and the Python package set it). A server's SlowDown

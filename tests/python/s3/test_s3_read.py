@@ -196,6 +196,37 @@ def test_unreachable_endpoint_fails_within_seconds(s3_server, uploaded, monkeypa
     assert "s3://" in str(e.value) and "http://127.0.0.1:9" in str(e.value)
 
 
+def test_a_server_that_stops_answering_mid_run_is_an_error_within_seconds(s3_proxy, uploaded):
+    """A server that stops answering (frozen, or a proxy holding every response) between epochs: each
+    request is given up after the stall timeout with nothing received and tried at most 3 times, so the
+    next epoch fails in seconds naming the object, not after 8 tries of the whole request timeout."""
+    proxy = s3_proxy()
+    _, url, _, _ = uploaded["npz"]
+    script = (
+        "import sys, dlfeed\n"
+        f"loader = dlfeed.Loader({url!r}, batch_size=16, fields=['x', 'y'], resident='off', overlap_epochs=False)\n"
+        "print(sum(len(b) for b in loader), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "print(sum(len(b) for b in loader), flush=True)\n")
+    env = dict(proxy.env(), DLFEED_S3_STALL_TIMEOUT_MS="1000")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "120"
+        proxy.configure(delay_ms=8_000)  # every response held for 8 s, far past the stall timeout
+        t0 = time.monotonic()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - t0 < 20, "given up after 3 stalls of 1 s (and backoff)"
+        assert proc.returncode != 0
+        assert f"{url}/" in err and "after 3 tries" in err and "Operation too slow" in err, err[-2000:]
+    finally:
+        proxy.configure(delay_ms=0)
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_mixed_paths_are_refused_clearly(s3_server, uploaded, monkeypatch):
     s3_server.apply_env(monkeypatch)
     with pytest.raises(Exception) as e:
