@@ -30,6 +30,11 @@ bool in_folder_listing(const std::string& path, FileFormat format) {
 
 namespace {
 
+bool hidden(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
 // One walk of folder `p`: the folders inside it first, then each directory
 // link met (walked after them, so a link never stands in for the folder it
 // leads to), unless it leads back to the folder or above it, or to a folder
@@ -70,6 +75,11 @@ struct Walk {
     // per entry, but for links and file systems that leave it unknown.
     for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (ec) return io_error(top, "readdir", ec.value());
+      // Hidden names are no data: .ipynb_checkpoints/, macOS's ._x.npy, an editor's .x.npy.swp.
+      if (hidden(it->path())) {
+        if (it->is_directory(ec)) it.disable_recursion_pending();
+        continue;
+      }
       const bool link = it->is_symlink(ec);
       if (link) {
         std::error_code lec;

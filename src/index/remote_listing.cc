@@ -29,6 +29,10 @@ bool listed_as_data(absl::string_view rel) {
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     if (parts[i] == "index" || parts[i] == kCacheFolder) return false;
   }
+  // Hidden names are no data, as in a folder walk (.ipynb_checkpoints/, ._x.npy).
+  for (absl::string_view part : parts) {
+    if (absl::StartsWith(part, ".")) return false;
+  }
   return !parts.back().empty();
 }
 

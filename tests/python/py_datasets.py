@@ -117,3 +117,15 @@ def rss_growth(run, passes, warm=2):
         run()
     gc.collect()
     return rss_bytes() - before
+
+
+def write_with_hidden(root):
+    """a.npy and sub/b.npy (10 rows each), and what a notebook, macOS or an editor leaves beside them:
+    .ipynb_checkpoints/a-checkpoint.npy, ._a.npy, sub/.h/q.npy, .x.npy (rows of 9s)."""
+    (root / "sub" / ".h").mkdir(parents=True)
+    (root / ".ipynb_checkpoints").mkdir()
+    np.save(root / "a.npy", np.zeros((10, 3), np.float32))
+    np.save(root / "sub" / "b.npy", np.ones((10, 3), np.float32))
+    for p in (root / ".ipynb_checkpoints" / "a-checkpoint.npy", root / "._a.npy", root / "sub" / ".h" / "q.npy",
+              root / ".x.npy"):
+        np.save(p, np.full((10, 3), 9, np.float32))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import dlfeed as dl  # the module; `dlfeed` is the fixture running the command line
+from py_datasets import write_with_hidden
 
 
 def dlio_npz(dlfeed_cli, root):
@@ -131,3 +132,12 @@ def test_a_file_reached_directly_and_through_a_link_is_read_once(tmp_path):
     write_h5(outside, 3, 7)
     (data / "extra.h5").symlink_to(outside)
     assert dl.Loader(data, fields=["x"], batch_size=4).num_samples == 15
+
+
+def test_hidden_files_and_folders_are_no_data(tmp_path):
+    write_with_hidden(tmp_path)
+    loader = dl.Loader(tmp_path, batch_size=5, strategy="sequential")
+    rows = np.concatenate([np.array(b[0]) for b in loader])
+    assert loader.num_samples == 20 and sorted(set(rows.ravel().tolist())) == [0.0, 1.0]
+    # Named directly, a hidden file is read.
+    assert dl.Loader(tmp_path / ".x.npy", batch_size=5).num_samples == 10

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dlfeed
-from py_datasets import assert_same_epoch, loader_kwargs, shuffled_epoch, write_dataset
+from py_datasets import assert_same_epoch, loader_kwargs, shuffled_epoch, write_dataset, write_with_hidden
 
 BUCKET = "datasets"
 
@@ -227,6 +227,15 @@ def test_a_server_that_stops_answering_mid_run_is_an_error_within_seconds(s3_pro
             proc.kill()
 
 
+def test_hidden_keys_are_no_data_as_in_a_folder(s3_server, tmp_path, monkeypatch):
+    s3_server.apply_env(monkeypatch)
+    write_with_hidden(tmp_path)
+    s3_server.upload_dir(tmp_path, BUCKET, "hidden/")
+    loader = dlfeed.Loader(f"s3://{BUCKET}/hidden", batch_size=5, strategy="sequential")
+    rows = np.concatenate([np.array(b[0]) for b in loader])
+    assert loader.num_samples == 20 and sorted(set(rows.ravel().tolist())) == [0.0, 1.0]
+
+
 def test_mixed_paths_are_refused_clearly(s3_server, uploaded, monkeypatch):
     s3_server.apply_env(monkeypatch)
     with pytest.raises(Exception) as e:
@@ -414,7 +423,9 @@ def test_a_new_loader_of_one_object_reads_its_new_version(s3_server, tmp_path, m
     root = tmp_path / "r"
     root.mkdir()
     url = f"s3://{BUCKET}/one{int(cached)}/a.npy"
-    kw = dict(batch_size=4, overlap_epochs=False, resident="off", **({"cache_dir": tmp_path / "cache"} if cached else {}))
+    kw = dict(batch_size=4, overlap_epochs=False, resident="off")
+    if cached:
+        kw["cache_dir"] = tmp_path / "cache"
     put_version(s3_server, root, f"one{int(cached)}", np.int32)
     first = dlfeed.Loader(url, **kw)
     _, xs = read_epoch(first)
