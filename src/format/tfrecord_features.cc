@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tfrecord_features.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "array_source.h"
@@ -39,7 +41,7 @@ std::optional<Shape> shape_of(const std::vector<int64_t>& values, uint64_t count
 }
 
 bool says_shape(const example::FeatureSlice& slice, const std::vector<int64_t>& values, const Shape& shape) {
-  return (slice.kind == FeatureKind::kInt64 && Shape(values.begin(), values.end()) == shape) ||
+  return (slice.kind == FeatureKind::kInt64 && std::equal(values.begin(), values.end(), shape.begin(), shape.end())) ||
          (values.size() == 1 && shape.size() == 2 && shape[0] == shape[1] && values[0] == shape[0]);
 }
 
