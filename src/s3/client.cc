@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "s3/credential_process.h"
 
 namespace dlfeed::inline DLFEED_ABI::s3::detail {
 
@@ -460,11 +461,11 @@ Reread read_credentials_again(const Options& o, Config& c) {
   return Reread::kNew;
 }
 
-// Credentials that expire within a minute (a credential_process's) are
+// Credentials that expire within kRenewBefore (a credential_process's) are
 // read again before a request is signed with them; the new ones, when the
 // reading gives new ones, replace them in `c`.
 void renew_expiring(const Options& o, Config& c) {
-  if (!c.expires || *c.expires - std::chrono::minutes(1) > std::chrono::system_clock::now()) return;
+  if (!c.expires || *c.expires - kRenewBefore > std::chrono::system_clock::now()) return;
   absl::StatusOr<Config> now = current_config(o);
   if (now.ok() && !same_credentials(*now, c)) c = *std::move(now);
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -172,18 +173,30 @@ absl::Status output_error(const std::string& where, absl::string_view expected) 
                                                  "not shown: it holds secrets)"));
 }
 
-// Reads the child's stdout and stderr until both close or `deadline`;
-// false at the deadline.
-bool read_child(int out_fd, int err_fd, std::string& out, std::string& err, SysClock::time_point deadline) {
+// Reads the child `pid`'s stdout and stderr until both close, or until it
+// has exited and nothing more is there to read (a grandchild, or a copy a
+// fork() elsewhere in the process made, may hold the pipes open), or until
+// `deadline`. Its exit status goes to *status; false at the deadline (it
+// runs still).
+bool read_child(pid_t pid, int out_fd, int err_fd, std::string& out, std::string& err, SysClock::time_point deadline,
+                int* status) {
   pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
   int open = 2;
+  bool exited = false;
   char buf[4096];
-  while (open > 0) {
+  for (;;) {
+    if (!exited) {
+      const pid_t w = ::waitpid(pid, status, WNOHANG);
+      exited = w == pid || (w < 0 && errno != EINTR);
+    }
+    if (open == 0 && exited) return true;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SysClock::now()).count();
     if (left <= 0) return false;
-    const int n = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 1000)));
+    // Exited: what is left in the pipes is there now; else wait for more, or its exit (seen each 20 ms).
+    const int n = open == 0 ? 0 : ::poll(fds, 2, exited ? 0 : static_cast<int>(std::min<int64_t>(left, 20)));
     if (n < 0 && errno != EINTR) return false;
-    for (int k = 0; k < 2; ++k) {
+    if (n <= 0 && exited) return true;
+    for (int k = 0; k < 2 && n > 0; ++k) {
       if (fds[k].fd < 0 || (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       const ssize_t got = ::read(fds[k].fd, buf, sizeof(buf));
       if (got < 0 && errno == EINTR) continue;
@@ -195,8 +208,19 @@ bool read_child(int out_fd, int err_fd, std::string& out, std::string& err, SysC
       std::string& to = k == 0 ? out : err;
       if (to.size() < (1u << 20)) to.append(buf, static_cast<size_t>(got));  // a bound: 1 MiB each
     }
+    if (open == 0 && !exited) {  // both closed: only its exit is left to wait for
+      const int w = ::waitpid(pid, status, WNOHANG);
+      if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      exited = w == pid || (w < 0 && errno != EINTR);
+    }
   }
-  return true;
+}
+
+// The end of what a process wrote to stderr, for a message.
+std::string stderr_tail(const std::string& err) {
+  absl::string_view tail = absl::StripAsciiWhitespace(err);
+  if (tail.size() > 1000) tail = tail.substr(tail.size() - 1000);
+  return tail.empty() ? std::string() : absl::StrCat(": ", tail);
 }
 
 }  // namespace
@@ -253,6 +277,7 @@ absl::StatusOr<ProcessCredentials> parse_process_output(absl::string_view out, c
       const char c = j.peek();
       const bool ok = c == '"' ? j.string(value) : (c == '{' || c == '[') ? j.skip() : j.scalar(value);
       if (!ok) return output_error(where, absl::StrCat("a value for \"", key, "\""));
+      if (c != '"' && value == "null") continue;  // as absent, as AWS's tools read it
       fields[key] = value;
     } while (j.eat(','));
     if (!j.eat('}')) return output_error(where, "a JSON object");
@@ -300,6 +325,9 @@ absl::StatusOr<ProcessCredentials> run_credential_process(const std::string& com
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // none of the loader's files, sockets or pipes
+#endif
   pid_t pid = -1;
   const int spawned = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -313,24 +341,22 @@ absl::StatusOr<ProcessCredentials> run_credential_process(const std::string& com
   }
   g_runs.fetch_add(1, std::memory_order_relaxed);
   std::string out, err;
-  const bool finished = read_child(out_pipe[0], err_pipe[0], out, err, SysClock::now() + timeout);
+  int status = 0;
+  const bool finished = read_child(pid, out_pipe[0], err_pipe[0], out, err, SysClock::now() + timeout, &status);
   ::close(out_pipe[0]);
   ::close(err_pipe[0]);
-  if (!finished) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (!finished) {
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     return absl::DeadlineExceededError(absl::StrCat("s3: ", where, ": the credential_process '", command,
                                                     "' ran longer than ", timeout.count(), " ms; it was stopped"));
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    absl::string_view tail = absl::StripAsciiWhitespace(err);
-    if (tail.size() > 1000) tail = tail.substr(tail.size() - 1000);
     return absl::UnauthenticatedError(absl::StrCat("s3: ", where, ": the credential_process '", command, "' ",
                                                    WIFEXITED(status)
                                                        ? absl::StrCat("exited with ", WEXITSTATUS(status))
                                                        : absl::StrCat("was ended by signal ", WTERMSIG(status)),
-                                                   tail.empty() ? std::string() : absl::StrCat(": ", tail)));
+                                                   stderr_tail(err)));
   }
   return parse_process_output(out, where);
 }
@@ -338,27 +364,39 @@ absl::StatusOr<ProcessCredentials> run_credential_process(const std::string& com
 namespace {
 
 struct Kept {
-  std::optional<ProcessCredentials> creds;
-  SysClock::time_point ran{};  // when creds were printed
+  std::optional<ProcessCredentials> creds;  // the last run's that succeeded
+  absl::Status failed;                      // the last run's error, OK when it succeeded
+  SysClock::time_point ran{};               // when the last run ended
+  uint64_t runs = 0;                        // runs ended
   bool running = false;
-  pid_t runner = 0;  // the process whose thread runs it: a forked child's copy of `running` is no one's
 };
 
 struct Keeper {
   std::mutex mu;  // fork_guard()ed; never held while a process runs
   std::condition_variable cv;
   std::map<std::string, Kept> kept;  // by command and where
+  pid_t pid = ::getpid();
   Keeper() { fork_guard(&mu); }
 };
 
+// The process's keeper. A child of fork() gets a new one (the parent's,
+// leaked): its runs and waiters are the parent's threads', not here.
 Keeper& keeper() {
-  static Keeper* k = new Keeper;
-  return *k;
+  static std::atomic<Keeper*> k{new Keeper};
+  Keeper* now = k.load();
+  if (now->pid != ::getpid()) {
+    now = new Keeper;
+    k.store(now);
+  }
+  return *now;
 }
 
-// Whether kept credentials serve: not refused, and not expiring within 5
-// minutes, unless printed in the last 10 seconds (a process that gives
-// credentials that short-lived is not run for every request).
+// A process that gives credentials expiring within kRenewBefore is run
+// again at most this often; so is one that failed.
+constexpr auto kRunAgainAfter = std::chrono::seconds(2);
+
+// Whether kept credentials serve: not the refused ones, and not expiring
+// within kRenewBefore, unless printed a moment ago.
 bool usable(const Kept& e, const std::string* refused_key, const std::string* refused_token) {
   const ProcessCredentials& c = *e.creds;
   if (refused_key != nullptr && *refused_key == c.access_key &&
@@ -366,7 +404,7 @@ bool usable(const Kept& e, const std::string* refused_key, const std::string* re
     return false;
   }
   const SysClock::time_point now = SysClock::now();
-  return !c.expires || *c.expires - std::chrono::minutes(5) > now || now - e.ran < std::chrono::seconds(10);
+  return !c.expires || *c.expires - kRenewBefore > now || now - e.ran < kRunAgainAfter;
 }
 
 }  // namespace
@@ -379,19 +417,23 @@ absl::StatusOr<ProcessCredentials> process_credentials(const std::string& comman
   const std::string id = absl::StrCat(command, "\n", where);
   std::unique_lock<std::mutex> lock(k.mu);
   Kept& e = k.kept[id];
-  k.cv.wait(lock, [&] { return !e.running || e.runner != ::getpid(); });
-  // Another caller's run, finished while this one waited, is new: use it.
-  if (e.creds && usable(e, refused_access_key, refused_token)) return *e.creds;
+  const uint64_t seen = e.runs;
+  k.cv.wait(lock, [&] { return !e.running; });
+  if (e.runs != seen) {  // a run ended while this caller waited: its result, whatever it is
+    if (!e.failed.ok()) return e.failed;
+    return *e.creds;
+  }
+  if (e.creds && e.failed.ok() && usable(e, refused_access_key, refused_token)) return *e.creds;
+  if (!e.failed.ok() && SysClock::now() - e.ran < kRunAgainAfter) return e.failed;  // not again at once
   e.running = true;
-  e.runner = ::getpid();
   lock.unlock();
   absl::StatusOr<ProcessCredentials> got = run_credential_process(command, where, timeout);
   lock.lock();
   e.running = false;
-  if (got.ok()) {
-    e.creds = *got;
-    e.ran = SysClock::now();
-  }
+  e.failed = got.status();
+  if (got.ok()) e.creds = *got;
+  e.ran = SysClock::now();
+  ++e.runs;
   k.cv.notify_all();
   return got;
 }

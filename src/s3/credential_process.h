@@ -38,10 +38,16 @@ absl::StatusOr<ProcessCredentials> parse_process_output(absl::string_view out, c
 absl::StatusOr<ProcessCredentials> run_credential_process(const std::string& command, const std::string& where,
                                                           std::chrono::milliseconds timeout);
 
+/// Credentials that expire within this are read again (run again) before
+/// a request is signed with them.
+inline constexpr std::chrono::minutes kRenewBefore{5};
+
 /// run_credential_process's credentials, kept for the process: run again
-/// when they expire within 5 minutes, or when `refused_access_key` and
-/// `refused_token` are the kept ones' (the server refused them). One run at
-/// a time; concurrent callers get its result.
+/// when they expire within kRenewBefore, or when `refused_access_key` and
+/// `refused_token` are the kept ones' (the server refused them); not more
+/// often than every 2 s for either, nor after a failed run (its error is
+/// given instead). One run at a time; callers that waited for it get its
+/// result, credentials or error.
 absl::StatusOr<ProcessCredentials> process_credentials(const std::string& command, const std::string& where,
                                                        std::chrono::milliseconds timeout,
                                                        const std::string* refused_access_key = nullptr,

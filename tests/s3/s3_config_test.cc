@@ -5,11 +5,13 @@
 // requests themselves are tested against a real server (tests/python/s3).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "dlfeed/io/object_store.h"
 #include "s3/client.h"
@@ -181,6 +183,12 @@ TEST(S3CredentialProcess, OutputAsAwsToolsReadIt) {
   EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(c->expires->time_since_epoch()).count(), 1893553445);
   EXPECT_TRUE(
       parse_process_output(R"({"Version":1,"AccessKeyId":"A","SecretAccessKey":"S"})", "w")->session_token.empty());
+  // null is absent, as AWS's tools read it: no token, no expiry.
+  c = parse_process_output(
+      R"({"Version":1,"AccessKeyId":"A","SecretAccessKey":"S","SessionToken":null,"Expiration":null})", "w");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->session_token.empty());
+  EXPECT_FALSE(c->expires.has_value());
   // Refused, naming what was expected and where, never a value.
   const std::pair<const char*, const char*> bad[] = {
       {R"({"Version": 2, "AccessKeyId": "SECRETA", "SecretAccessKey": "SECRETS"})", "\"Version\": 1"},
@@ -254,15 +262,42 @@ TEST(S3CredentialProcess, AProfileRunsItOnceUntilRefusedOrExpiring) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->access_key, "K2");
   EXPECT_EQ(current_config(Options{}, &*c)->access_key, "K2");
-  // Credentials expiring within 5 minutes are kept for 10 seconds only; without an Expiration, for good.
+  // Credentials expiring within 5 minutes (these expired long ago) are kept for 2 seconds only: the
+  // same profile and command run again after that.
   env.set("AWS_CONFIG_FILE",
           write_file("config-proc2", "[profile proc]\ncredential_process = " + script + " 2000-01-01T00:00:00Z\n"));
   EXPECT_EQ(current_config(Options{})->access_key, "K3");
   EXPECT_EQ(current_config(Options{})->access_key, "K3");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  EXPECT_EQ(current_config(Options{})->access_key, "K4");
   // Static keys in the credentials file come first, as AWS's tools take them.
   env.set("AWS_SHARED_CREDENTIALS_FILE",
           write_file("credentials-proc", "[proc]\naws_access_key_id = STATIC\naws_secret_access_key = S\n"));
   EXPECT_EQ(current_config(Options{})->access_key, "STATIC");
+}
+
+TEST(S3CredentialProcess, CallersThatWaitedForAFailedRunGetItsErrorNotARunEach) {
+  // A helper that fails slowly (an SSO session that expired): the reads of a batch that all want
+  // credentials wait for the one run and get its error, and a call right after gets it too.
+  const std::string counter = std::string(DLFEED_TEST_TMPDIR) + "/s3_config/failing_runs";
+  std::filesystem::create_directories(std::filesystem::path(counter).parent_path());
+  std::filesystem::remove(counter);
+  const std::string command = "sh -c 'echo x >> " + counter + "; sleep 0.3; echo expired >&2; exit 2'";
+  std::vector<std::thread> callers;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 6; ++t) {
+    callers.emplace_back([&] {
+      if (!process_credentials(command, "profile f", std::chrono::seconds(10)).ok()) ++failed;
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  auto again = process_credentials(command, "profile f", std::chrono::seconds(10));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("exited with 2: expired"), std::string::npos) << again.status();
+  EXPECT_EQ(failed.load(), 6);
+  std::ifstream in(counter);
+  const std::string runs((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(runs, "x\n") << "one run for all";
 }
 
 TEST(S3Xml, ListingValuesAndEntities) {

@@ -30,7 +30,7 @@ Source write_file(const std::string& path, uint64_t n, uint32_t tag) {
   std::string s(n, '\0');
   for (uint64_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + tag * 7 + (i >> 12)) & 0xff);
   std::ofstream(path, std::ios::binary).write(s.data(), static_cast<std::streamsize>(s.size()));
-  return {path, n};
+  return {path, n, {}};
 }
 
 std::vector<std::string> files_in(const std::string& dir) {
@@ -78,8 +78,8 @@ TEST(Stager, CopiesAreByteExactAndPublishedUnderTheirNamesOnly) {
   std::sort(want.begin(), want.end());
   EXPECT_EQ(files_in(root + "/stage/deeper"), want);  // no temporaries left
   // The name carries path and size: same base name elsewhere, or another size, differ.
-  EXPECT_NE(staged_name({root + "/other/a.bin", src[0].size}), staged_name(src[0]));
-  EXPECT_NE(staged_name({src[0].path, src[0].size + 1}), staged_name(src[0]));
+  EXPECT_NE(staged_name({root + "/other/a.bin", src[0].size, {}}), staged_name(src[0]));
+  EXPECT_NE(staged_name({src[0].path, src[0].size + 1, {}}), staged_name(src[0]));
   EXPECT_NE(staged_name(src[0]).find("-a.bin"), std::string::npos);
 }
 
