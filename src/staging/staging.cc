@@ -51,13 +51,53 @@ absl::Status still_as_indexed(int fd, const Source& src) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return io_error(src.path, "fstat for staging", errno);
   const FileIdentity now = detail::identity_of(st);
-  if (now == want) return absl::OkStatus();
+  if (detail::same_file_as_known(want, now)) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(src.path, ": expected the file as the loader indexed it, found ",
                                           now.size != want.size     ? absl::StrCat("size ", want.size, " -> ", now.size)
                                           : now.inode != want.inode ? std::string("another inode (replaced)")
                                                                     : std::string("new modification or change times"),
                                           ": changed since, so it is not staged (read from the source, which the "
                                           "next epoch's start checks)"));
+}
+
+// The result of putting a finished copy `tmp` in place at `final_path`.
+enum class Placed { kPlaced, kThere, kFailed };
+
+// Puts `tmp` at `final_path` unless a file is there already (another
+// process's copy of the same source: the same name is the same file's
+// bytes, and a loader may be reading it, so it is never replaced).
+// RENAME_NOREPLACE where the file system has it, else a hard link (NFS),
+// else a plain rename. `keep_there(path)`: whether what is there is a
+// complete copy (else it is replaced). Sets errno when it fails.
+template <typename KeepThere>
+Placed place_copy(const std::string& tmp, const std::string& final_path, KeepThere&& keep_there) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) == 0) return Placed::kPlaced;
+  int err = errno;
+  if (err == EINVAL || err == ENOSYS) {  // no RENAME_NOREPLACE here: link() fails with EEXIST as well
+    if (::link(tmp.c_str(), final_path.c_str()) == 0) {
+      ::unlink(tmp.c_str());
+      return Placed::kPlaced;
+    }
+    err = errno;
+    if (err != EEXIST && ::rename(tmp.c_str(), final_path.c_str()) == 0) return Placed::kPlaced;  // no links either
+    if (err != EEXIST) return Placed::kFailed;
+  }
+  if (err != EEXIST) {
+    errno = err;
+    return Placed::kFailed;
+  }
+  if (keep_there(final_path)) {
+    ::unlink(tmp.c_str());
+    return Placed::kThere;
+  }
+  // Not a copy (a file of another size under its name; never one of ours): replaced.
+  return ::rename(tmp.c_str(), final_path.c_str()) == 0 ? Placed::kPlaced : Placed::kFailed;
+}
+
+// A temporary name no other stager (of this or another process) uses.
+std::string temporary_name(const std::string& dir, const std::string& name) {
+  static std::atomic<uint64_t> next{0};
+  return absl::StrCat(dir, "/.", name, ".tmp.", ::getpid(), ".", next.fetch_add(1));
 }
 
 }  // namespace
@@ -242,7 +282,7 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
     return FileStatus::kSkippedSpace;
   }
   const std::string final_path = (std::filesystem::path(options_.dir) / staged_name(src)).string();
-  const std::string tmp_path = absl::StrCat(options_.dir, "/.", staged_name(src), ".tmp.", ::getpid());
+  const std::string tmp_path = temporary_name(options_.dir, staged_name(src));
   auto fail = [&](const absl::Status& st) {
     ::unlink(tmp_path.c_str());
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -292,22 +332,12 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
   if (absl::Status same = still_as_indexed(in.fd, src); !same.ok()) return fail(same);
   if (options_.sync && ::fsync(out.fd) != 0) return fail(io_error(tmp_path, "fsync the staging copy", errno));
   if (::close(std::exchange(out.fd, -1)) != 0) return fail(io_error(tmp_path, "close the staging copy", errno));
-  // Into place unless another process (a rank, another loader) put its copy
-  // there meanwhile: the same name is the same file's bytes, and a loader
-  // may be reading that copy already, so it is never replaced.
-  if (::renameat2(AT_FDCWD, tmp_path.c_str(), AT_FDCWD, final_path.c_str(), RENAME_NOREPLACE) != 0) {
-    const int err = errno;
-    if (err == EEXIST && !find_copy(options_.dir, src).empty()) {
-      ::unlink(tmp_path.c_str());
-      used += src.size;
-      return FileStatus::kReused;
-    }
-    // Not a copy (a file of another size under its name; never one of
-    // ours), or a file system without RENAME_NOREPLACE: a plain rename.
-    const bool replace = err == EEXIST || err == EINVAL || err == ENOSYS;
-    if (!replace || ::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-      return fail(io_error(final_path, "rename the staging copy into place", replace ? errno : err));
-    }
+  const Placed placed =
+      place_copy(tmp_path, final_path, [&](const std::string&) { return !find_copy(options_.dir, src).empty(); });
+  if (placed == Placed::kFailed) return fail(io_error(final_path, "rename the staging copy into place", errno));
+  if (placed == Placed::kThere) {
+    used += src.size;
+    return FileStatus::kReused;
   }
   used += src.size;
   return FileStatus::kStaged;

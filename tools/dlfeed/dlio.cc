@@ -181,13 +181,17 @@ uint64_t check_training_steps(const DlioConfig& c, uint64_t files, int world) {
 /// and the samples DLIO reads (the first num_samples_per_file of each file)
 /// follow from it, so other data is an error, not another workload.
 void check_samples_per_file(const DlioConfig& c, const Loader& loader, uint64_t files, const char* folder) {
-  const uint64_t want = static_cast<uint64_t>(c.num_samples_per_file) * files;
-  if (loader.num_samples() == want) return;
-  throw Error(absl::InvalidArgumentError(absl::StrCat(
-      c.data_dir(), "/", folder, ": the ", files, " files hold ", loader.num_samples(), " samples, where ", files,
-      " x workload.dataset.num_samples_per_file (", c.num_samples_per_file, ") = ", want,
-      " were expected: generate the data again (workflow.generate_data) or set num_samples_per_file to what "
-      "it was generated with")));
+  const SampleIndex& index = loader.index();
+  const uint64_t want = static_cast<uint64_t>(c.num_samples_per_file);
+  for (uint64_t f = 0; f < index.num_files(); ++f) {
+    const uint64_t held = index.file_begin[f + 1] - index.file_begin[f];
+    if (held == want) continue;
+    throw Error(absl::InvalidArgumentError(absl::StrCat(
+        c.data_dir(), "/", folder, ": ", index.files[f], " holds ", held, " samples, where ",
+        "workload.dataset.num_samples_per_file says ", want, " (", files,
+        " files): generate the data again (workflow.generate_data) or set num_samples_per_file to what it was "
+        "generated with")));
+  }
 }
 
 /// What training and evaluation read: the files, the steps per epoch, the loaders.
