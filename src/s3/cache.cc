@@ -67,8 +67,10 @@ bool publish(const std::string& path, const void* a, size_t na, const void* b, s
 // What names a version of an object in the cache, its folder's `id` file.
 // The first line is the pieces' format: pieces of another format are in
 // other folders, never read.
+constexpr absl::string_view kFormatLine = "dlfeed object cache 2";
+
 std::string id_of(const ObjectInfo& o) {
-  return absl::StrCat("dlfeed object cache 2\n", o.url, "\n", o.etag, "\n", o.size, "\n");
+  return absl::StrCat(kFormatLine, "\n", o.url, "\n", o.etag, "\n", o.size, "\n");
 }
 
 // A piece's CRC32C: of its version's id and its number, then its bytes, so
@@ -93,9 +95,18 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     return absl::FailedPreconditionError(
         absl::StrCat("object cache ", o.dir, ": cannot make the folder: ", ec ? ec.message() : "not a folder"));
   }
+  // What the folder holds counts against the bound, but for folders of an
+  // earlier format (their `id` says another), which are never read.
   uint64_t used = 0;
   for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
+    if (it.depth() == 0 && it->is_directory(ec)) {
+      std::ifstream id(it->path() / "id");
+      std::string first;
+      std::getline(id, first);
+      if (first != kFormatLine) it.disable_recursion_pending();
+      continue;
+    }
     if (it->is_regular_file(ec)) used += it->file_size(ec);
   }
   return std::shared_ptr<PieceCache>(new PieceCache(o.dir, o.max_bytes, used));

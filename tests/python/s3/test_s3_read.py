@@ -347,6 +347,24 @@ def test_cache_limit_keeps_what_fits_and_a_new_version_is_read(s3_server, upload
     np.testing.assert_array_equal(np.sort(xs, axis=0), np.sort(-a, axis=0))
 
 
+def test_folders_of_an_earlier_cache_format_do_not_count_against_the_bound(s3_server, uploaded, tmp_path,
+                                                                           monkeypatch):
+    # An earlier release's folder (its id without the format line; its pieces are never read) holding
+    # more than the bound: the cache still keeps what this loader fetches.
+    s3_server.apply_env(monkeypatch)
+    old = tmp_path / "cache" / "0123456789abcdef-0123456789abcdef"
+    old.mkdir(parents=True)
+    (old / "id").write_text(f"s3://{BUCKET}/npy/x_000.npy\n\"etag\"\n1200\n")
+    (old / "0").write_bytes(b"\0" * (3 << 20))
+    _, url, x, _ = uploaded["npy"]
+    loader = dlfeed.Loader(url, batch_size=10, resident="off", cache_dir=tmp_path / "cache", cache_limit=2 << 20)
+    ids, xs = read_epoch(loader)
+    loader.close()
+    np.testing.assert_array_equal(xs, x[ids])
+    kept = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != "id" and old not in p.parents]
+    assert len(kept) == 3  # one piece of each object
+
+
 def test_a_later_loader_with_another_cache_limit_keeps_to_its_own(s3_server, tmp_path, monkeypatch):
     """The bound is the loader's: a second loader of the process over the same folder with a larger
     cache_limit keeps what the first could not (it kept to the first's bound before)."""
