@@ -122,10 +122,25 @@ std::string paths_key(const std::vector<std::string>& paths) {
       std::error_code ec;
       const std::filesystem::path abs = std::filesystem::absolute(p, ec);
       if (!ec) norm = abs.lexically_normal().string();
+      while (norm.size() > 1 && norm.back() == '/') norm.pop_back();  // "ds/" is "ds"
     }
     absl::StrAppend(&out, norm.size(), ":", norm);
   }
   return out;
+}
+
+// The paths a paths_key holds, for a message.
+std::string paths_in(absl::string_view key) {
+  std::vector<std::string> out;
+  while (!key.empty()) {
+    const size_t colon = key.find(':');
+    size_t n = 0;
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(key.substr(0, colon), &n) || n > key.size() - colon - 1)
+      break;
+    out.emplace_back(key.substr(colon + 1, n));
+    key.remove_prefix(colon + 1 + n);
+  }
+  return absl::StrJoin(out, ", ");
 }
 
 }  // namespace
@@ -158,11 +173,12 @@ void Job::share_index(LoaderOptions& options, int root) const {
     }
     // Every rank reads the dataset the root indexed: a rank that names
     // another would otherwise read the root's files as if they were its own.
-    if (absl::string_view(*got).substr(semi + 1, key_size) != paths_key(paths)) {
+    const absl::string_view roots = absl::string_view(*got).substr(semi + 1, key_size);
+    if (roots != paths_key(paths)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", rank_, " names the dataset ", absl::StrJoin(paths, ", "), ", but rank ", root,
-          " (indexing for the job) names another: every rank of a job that shares one index reads the same "
-          "paths"));
+          " (indexing for the job) names ", paths_in(roots),
+          ": every rank of a job that shares one index reads the same paths"));
     }
     const std::string rest = got->substr(semi + 1 + key_size);
     if (code != absl::StatusCode::kOk) {

@@ -457,7 +457,8 @@ def test_a_rank_naming_another_dataset_than_the_root_is_refused(mpirun, tmp_path
     if "needs dlfeed built with MPI" in proc.stderr:
         pytest.skip("this dlfeed module was built without MPI")
     assert proc.returncode != 0
-    assert f"rank 1 names the dataset {tmp_path}/b, but rank 0 (indexing for the job) names another" in proc.stderr, \
+    assert f"rank 1 names the dataset {tmp_path}/b, but rank 0 (indexing for the job) names {tmp_path}/a:" \
+        in proc.stderr, \
         proc.stderr[-3000:]
 
 
