@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bit>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,28 @@ DLFEED_INLINE char kind_char(DType::Kind k) {
     case DType::Kind::kFloat: return 'f';
   }
   return '?';
+}
+
+// numpy's one-letter codes ('b' is int8 there, not bool; 'l' is a 64-bit
+// long on the LP64 systems dlfeed runs on), or none.
+DLFEED_INLINE std::optional<DType> numpy_letter(char c, bool big) {
+  using Kind = DType::Kind;
+  struct Letter {
+    char c;
+    Kind kind;
+    uint8_t size;
+  };
+  static constexpr Letter kLetters[] = {
+      {'?', Kind::kBool, 1},  {'b', Kind::kInt, 1},   {'B', Kind::kUInt, 1}, {'h', Kind::kInt, 2},
+      {'H', Kind::kUInt, 2},  {'i', Kind::kInt, 4},   {'I', Kind::kUInt, 4}, {'l', Kind::kInt, 8},
+      {'L', Kind::kUInt, 8},  {'q', Kind::kInt, 8},   {'Q', Kind::kUInt, 8}, {'p', Kind::kInt, 8},
+      {'P', Kind::kUInt, 8},  {'n', Kind::kInt, 8},   {'N', Kind::kUInt, 8}, {'e', Kind::kFloat, 2},
+      {'f', Kind::kFloat, 4}, {'d', Kind::kFloat, 8},
+  };
+  for (const Letter& l : kLetters) {
+    if (c == l.c) return DType{l.kind, l.size, l.size > 1 && big};
+  }
+  return std::nullopt;
 }
 
 DLFEED_DETAIL_END
@@ -70,24 +93,8 @@ DLFEED_INLINE absl::StatusOr<DType> DType::parse(absl::string_view text) {
     s.remove_prefix(1);
   }
   if (s.empty()) return absl::InvalidArgumentError(absl::StrCat("empty dtype descriptor '", text, "'"));
-  // numpy's one-letter codes ('b' is int8 there, not bool; 'l' is a 64-bit
-  // long on the LP64 systems dlfeed runs on).
-  struct Letter {
-    char c;
-    Kind kind;
-    uint8_t size;
-  };
-  static constexpr Letter kLetters[] = {
-      {'?', Kind::kBool, 1},  {'b', Kind::kInt, 1},   {'B', Kind::kUInt, 1}, {'h', Kind::kInt, 2},
-      {'H', Kind::kUInt, 2},  {'i', Kind::kInt, 4},   {'I', Kind::kUInt, 4}, {'l', Kind::kInt, 8},
-      {'L', Kind::kUInt, 8},  {'q', Kind::kInt, 8},   {'Q', Kind::kUInt, 8}, {'p', Kind::kInt, 8},
-      {'P', Kind::kUInt, 8},  {'n', Kind::kInt, 8},   {'N', Kind::kUInt, 8}, {'e', Kind::kFloat, 2},
-      {'f', Kind::kFloat, 4}, {'d', Kind::kFloat, 8},
-  };
   if (s.size() == 1) {
-    for (const Letter& l : kLetters) {
-      if (s[0] == l.c) return DType{l.kind, l.size, l.size > 1 && big};
-    }
+    if (const std::optional<DType> t = dtype_detail::numpy_letter(s[0], big)) return *t;
   }
   DType t;
   switch (s[0]) {
@@ -115,7 +122,6 @@ DLFEED_INLINE absl::StatusOr<DType> DType::parse(absl::string_view text) {
   }
   s.remove_prefix(1);
   int size = 0;
-  if (s.empty() && t.kind == Kind::kBool) size = 1;
   for (char c : s) {
     if (c < '0' || c > '9' || size > 1000) {
       return absl::InvalidArgumentError(absl::StrCat("unknown dtype descriptor '", text, "'"));

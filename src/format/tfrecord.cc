@@ -318,25 +318,15 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     }
     DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(unframed));
     const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
-    // The sample's feature and, when every record's is checked, the shape
-    // feature, found in one walk of the Example.
-    std::array<example::FeatureSlice, 2> found;
+    absl::StatusOr<detail::tfr::Found> finding;
     {
       counters::StepTimer parse(counters::Id::kDecodeParse);
-      const std::array<absl::string_view, 2> names{feature_, shape_feature_};
-      const size_t n = shape_ && !shape_feature_.empty() ? 2 : 1;
-      DLFEED_RETURN_IF_ERROR(
-          example::find_features(payload, std::span(names.data(), n), std::span(found.data(), n), ctx));
+      static const std::string kNoShapeFeature;
+      finding = detail::tfr::find_sample_features(payload, feature_, shape_ ? shape_feature_ : kNoShapeFeature, kind_,
+                                                  where_, item, rec_off, ctx);
     }
+    DLFEED_ASSIGN_OR_RETURN(const detail::tfr::Found found, std::move(finding));
     const example::FeatureSlice& slice = found[0];
-    if (slice.kind == FeatureKind::kNone)
-      return detail::tfr::missing_feature(where_, feature_, payload, item, rec_off, ctx);
-    if (kind_ != FeatureKind::kNone && slice.kind != kind_) {
-      return format_error(where_, ctx.base + slice.offset,
-                          absl::StrCat("feature '", feature_, "' of record ", item, " as a ", example::kind_name(kind_),
-                                       " (as in the first record)"),
-                          example::kind_name(slice.kind));
-    }
     if (kind_out) *kind_out = slice.kind;
     DecodedSample out;
     uint64_t count = 0;

@@ -60,6 +60,24 @@ std::string shape_feature_for(const FormatOptions& options, const std::string& p
   return f;
 }
 
+absl::StatusOr<Found> find_sample_features(std::span<const std::byte> payload, const std::string& feature,
+                                           const std::string& shape_feature, FeatureKind kind, const std::string& where,
+                                           uint64_t item, uint64_t rec_off, const example::Context& ctx) {
+  Found found;
+  const std::array<absl::string_view, 2> names{feature, shape_feature};
+  const size_t n = shape_feature.empty() ? 1 : 2;
+  DLFEED_RETURN_IF_ERROR(example::find_features(payload, std::span(names.data(), n), std::span(found.data(), n), ctx));
+  const example::FeatureSlice& slice = found[0];
+  if (slice.kind == FeatureKind::kNone) return missing_feature(where, feature, payload, item, rec_off, ctx);
+  if (kind != FeatureKind::kNone && slice.kind != kind) {
+    return format_error(where, ctx.base + slice.offset,
+                        absl::StrCat("feature '", feature, "' of record ", item, " as a ", example::kind_name(kind),
+                                     " (as in the first record)"),
+                        example::kind_name(slice.kind));
+  }
+  return found;
+}
+
 absl::Status missing_feature(const std::string& where, const std::string& feature, std::span<const std::byte> payload,
                              uint64_t item, uint64_t rec_off, const example::Context& ctx) {
   auto names = example::feature_names(payload, ctx);

@@ -4,6 +4,7 @@
 // feature's kind, and the error for a feature that is not there.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -41,6 +42,15 @@ DType dtype_of(FeatureKind kind, DType bytes_dtype);
 /// (FormatOptions::shape_feature), or "" for none; *required: its absence or
 /// mismatch is an error. "auto" shapes only raw bytes, in DLIO's places.
 std::string shape_feature_for(const FormatOptions& options, const std::string& path, FeatureKind kind, bool* required);
+
+/// Record `item`'s (at `rec_off` of `where`) sample feature `feature`
+/// ([0]: there, and of `kind` unless kNone: the first record's) and, when
+/// `shape_feature` is not "", that feature ([1]), found in one walk of its
+/// Example `payload`; an error naming the record otherwise.
+using Found = std::array<example::FeatureSlice, 2>;
+absl::StatusOr<Found> find_sample_features(std::span<const std::byte> payload, const std::string& feature,
+                                           const std::string& shape_feature, FeatureKind kind, const std::string& where,
+                                           uint64_t item, uint64_t rec_off, const example::Context& ctx);
 
 /// NotFound for feature `feature` missing from record `item` (at `rec_off`
 /// of `where`), naming the features it has; a SequenceExample's own error.

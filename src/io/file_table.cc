@@ -136,6 +136,30 @@ struct FileTable::Impl {
     ++stats.opens;
     stats.peak_open = std::max<uint64_t>(stats.peak_open, open);
   }
+  // Whether the file just opened at `path`, `found`, is `e`'s as registered
+  // (`expect`): an error naming it when not (`reindexed`: what indexing it
+  // again said, when only its change time was new). Else `e`'s identity
+  // takes what is now known, or `e` is marked to be asked about at the next
+  // check_open_files (`recheck_later`). Under mu.
+  static absl::Status accept(Entry& e, const std::string& path, const Identity& expect, const Identity& found,
+                             const absl::Status& reindexed, bool recheck_later) {
+    if (!reindexed.ok()) {
+      return file_error(path, "the file as it was registered",
+                        absl::StrCat("a new change time: changed in place since it was indexed; indexed again, its "
+                                     "samples are not where they were: ",
+                                     reindexed.message()));
+    }
+    const bool ctime_only = expect.known && expect.only_ctime_differs(found);
+    if (const std::string d = expect.known && !ctime_only ? expect.difference(found) : std::string(); !d.empty()) {
+      return file_error(path, "the file as it was registered",
+                        absl::StrCat(d, ": replaced or modified while being read"));
+    }
+    if (e.path != path) return absl::OkStatus();  // redirected meanwhile: its entry is the copy's
+    if (ctime_only && !recheck_later) e.identity.ctime_ns = found.ctime_ns;  // indexed again: still indexed
+    if (!e.identity.known || !e.identity.dev_known || e.identity.ctime_ns == 0) e.identity = found;
+    if (recheck_later) e.recheck = true;
+    return absl::OkStatus();
+  }
   // Opens `path` (O_DIRECT if `direct`) and fstat's it into `st`, outside
   // the lock; -1 with the errno in `err` when either fails. `to_close` is
   // empty and left empty.
@@ -462,21 +486,10 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     return io_error(path, direct ? "open (O_DIRECT)" : "open", err);
   }
   Impl::Entry& e = im.entries[id];
-  if (!reindexed.ok()) {
+  if (absl::Status st = Impl::accept(e, path, expect, found, reindexed, recheck_later); !st.ok()) {
     ::close(fd);
-    return file_error(path, "the file as it was registered",
-                      absl::StrCat("a new change time: changed in place since it was indexed; indexed again, its "
-                                   "samples are not where they were: ",
-                                   reindexed.message()));
+    return st;
   }
-  if (const std::string d = expect.known && !ctime_only ? expect.difference(found) : std::string(); !d.empty()) {
-    ::close(fd);
-    return file_error(path, "the file as it was registered",
-                      absl::StrCat(d, ": replaced or modified while being read"));
-  }
-  if (e.path == path && ctime_only && !recheck_later) e.identity.ctime_ns = found.ctime_ns;  // still indexed
-  if (e.path == path && (!e.identity.known || !e.identity.dev_known || e.identity.ctime_ns == 0)) e.identity = found;
-  if (e.path == path && recheck_later) e.recheck = true;
   if (e.fd >= 0) {
     // Another thread opened it meanwhile: use theirs.
     to_close.push_back(fd);

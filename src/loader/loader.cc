@@ -24,7 +24,6 @@
 #include "decode/decoder.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/error.h"
-#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/plan/policy.h"
@@ -252,17 +251,7 @@ struct Loader::Impl {
   }
 
   absl::Status setup_staging(const LoaderOptions& o, const OrderCursor& checked) {
-    sources.resize(file_names.size());
-    for (uint32_t id = 0; id < file_names.size(); ++id) {
-      struct stat st {};
-      if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], "stat for staging", errno);
-      // Its copy's name carries its identity as every rank of the node finds it now; a file
-      // that changed since the loader indexed it is not staged (the epoch's start checks it).
-      const FileIdentity now = detail::identity_of(st);
-      sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size), now};
-      const std::optional<FileIdentity> indexed = files->identity(id);
-      if (indexed && !detail::same_file_as_known(*indexed, now)) unstageable.insert(id);
-    }
+    DLFEED_RETURN_IF_ERROR(detail::staging_sources(file_names, *files, sources, unstageable));
     stage_partitioned = !checked.global_order().rank_bounds().empty();
     stage_index.assign(sources.size(), -1);
     std::vector<staging::Source> mine;
@@ -379,16 +368,22 @@ Loader::~Loader() {
   if (impl_ && impl_->made_in != ::getpid()) (void)impl_.release();
 }
 
+namespace {
+// Sets options.memory_budget to the process's share of the machine when it
+// is 0 ("auto"); returns why it is what it is.
+std::string fill_memory_budget(LoaderOptions& options) {
+  if (options.memory_budget != 0) return "given (memory_budget)";
+  const pipeline::MemoryBudget b = pipeline::process_memory_budget();
+  options.memory_budget = b.bytes;
+  return b.why;
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
   auto impl = std::make_unique<Impl>();
-  impl->memory_budget_reason = "given (memory_budget)";
-  if (options.memory_budget == 0) {
-    const pipeline::MemoryBudget b = pipeline::process_memory_budget();
-    options.memory_budget = b.bytes;
-    impl->memory_budget_reason = b.why;
-  }
+  impl->memory_budget_reason = fill_memory_budget(options);
   impl->counters = std::make_shared<Counters>(options.trace);
   Counters& cnt = *impl->counters;
   if (options.buffer_allocator) impl->pool->set_allocator(options.buffer_allocator);
@@ -403,16 +398,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
       detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);
   DLFEED_ASSIGN_OR_RETURN(const bool objects, detail::use_object_store(options, impl->indices));
-  FileTableOptions fto;
-  fto.max_open = options.advanced.max_open_files;
-  fto.direct = options.io.direct;
-  impl->files = std::make_shared<FileTable>(fto);
-  impl->files->reserve(impl->indices[0].num_files());
-  detail::add_files(impl->indices, *impl->files, impl->file_ids, impl->file_names);
-  // A file found at its open with only its change time new (rewritten with
-  // the mtime set back, or an identity an index cache recorded earlier) is
-  // indexed again before any of it is read.
-  impl->files->check_reopens_with(detail::still_indexed_by_id(impl->indices, impl->file_ids, impl->field_formats));
+  impl->files = detail::make_file_table(options, impl->indices, impl->field_formats, impl->file_ids, impl->file_names);
   cnt.set_file_names(impl->file_names);
   DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, *impl->files, objects));
   impl->resident = std::move(held.files);

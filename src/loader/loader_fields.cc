@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "loader/loader_fields.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
@@ -179,6 +181,37 @@ std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<S
     for (const auto& [f, k] : fields->of[id]) DLFEED_RETURN_IF_ERROR(still_indexed(indices[f], k, formats[f]));
     return absl::OkStatus();
   };
+}
+
+std::shared_ptr<FileTable> make_file_table(const LoaderOptions& options, const std::vector<SampleIndex>& indices,
+                                           const std::vector<FormatOptions>& formats,
+                                           std::vector<std::vector<uint32_t>>& file_ids,
+                                           std::vector<std::string>& file_names) {
+  FileTableOptions fto;
+  fto.max_open = options.advanced.max_open_files;
+  fto.direct = options.io.direct;
+  auto files = std::make_shared<FileTable>(fto);
+  files->reserve(indices[0].num_files());
+  add_files(indices, *files, file_ids, file_names);
+  // A file found at its open with only its change time new (rewritten with
+  // the mtime set back, or an identity an index cache recorded earlier) is
+  // indexed again before any of it is read.
+  files->check_reopens_with(still_indexed_by_id(indices, file_ids, formats));
+  return files;
+}
+
+absl::Status staging_sources(const std::vector<std::string>& file_names, const FileTable& files,
+                             std::vector<staging::Source>& sources, absl::flat_hash_set<uint32_t>& unstageable) {
+  sources.resize(file_names.size());
+  for (uint32_t id = 0; id < file_names.size(); ++id) {
+    struct stat st {};
+    if (::stat(file_names[id].c_str(), &st) != 0) return io_error(file_names[id], "stat for staging", errno);
+    const FileIdentity now = identity_of(st);
+    sources[id] = {file_names[id], static_cast<uint64_t>(st.st_size), now};
+    const std::optional<FileIdentity> indexed = files.identity(id);
+    if (indexed && !same_file_as_known(*indexed, now)) unstageable.insert(id);
+  }
+  return absl::OkStatus();
 }
 
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,

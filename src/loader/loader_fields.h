@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/loader.h"
 #include "dlfeed/sample.h"
+#include "dlfeed/staging/staging.h"
 #include "pipeline/cores.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
@@ -44,6 +46,23 @@ std::function<absl::Status(uint32_t id)> still_indexed_by_id(const std::vector<S
 /// FileTable ids (per file), and sets `file_names[id]` to id's path.
 void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::vector<std::vector<uint32_t>>& file_ids,
                std::vector<std::string>& file_names);
+
+/// The loader's FileTable (options.advanced.max_open_files, options.io.direct)
+/// with every field's files added (add_files), each reopen that finds only
+/// a new change time asking still_indexed_by_id first
+/// (FileTable::check_reopens_with: `indices`, `file_ids` and `formats` must
+/// outlive its reads).
+std::shared_ptr<FileTable> make_file_table(const LoaderOptions& options, const std::vector<SampleIndex>& indices,
+                                           const std::vector<FormatOptions>& formats,
+                                           std::vector<std::vector<uint32_t>>& file_ids,
+                                           std::vector<std::string>& file_names);
+
+/// Each file's staging source: file_names[id]'s path, size and identity as
+/// every rank of the node finds it now (its copy's name carries them). The
+/// ids of files that changed since the loader indexed them
+/// (files.identity()) go to `unstageable`: read from the source, never a copy.
+absl::Status staging_sources(const std::vector<std::string>& file_names, const FileTable& files,
+                             std::vector<staging::Source>& sources, absl::flat_hash_set<uint32_t>& unstageable);
 
 /// The object cache (LoaderOptions::object_cache) for the stores of the
 /// paths that are URLs, before they are indexed: headers read from it too.

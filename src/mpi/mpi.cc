@@ -175,10 +175,10 @@ void Job::share_index(LoaderOptions& options, int root) const {
     // another would otherwise read the root's files as if they were its own.
     const absl::string_view roots = absl::string_view(*got).substr(semi + 1, key_size);
     if (roots != paths_key(paths)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", rank_, " names the dataset ", absl::StrJoin(paths, ", "), ", but rank ", root,
-          " (indexing for the job) names ", paths_in(roots),
-          ": every rank of a job that shares one index reads the same paths"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, " names the dataset ", absl::StrJoin(paths, ", "), ", but rank ", root,
+                       " (indexing for the job) names ", paths_in(roots),
+                       ": every rank of a job that shares one index reads the same paths"));
     }
     const std::string rest = got->substr(semi + 1 + key_size);
     if (code != absl::StatusCode::kOk) {

@@ -51,6 +51,50 @@ std::string ini_value(const std::string& path, absl::string_view section, absl::
   return "";
 }
 
+// Where a profile's settings are: its name, the credentials and config
+// files, and its section in the config file.
+struct Profile {
+  const std::string& name;
+  const std::string& creds_file;
+  const std::string& config_file;
+  const std::string& config_section;
+};
+
+// The profile's credentials into `c`, as AWS's tools look for them after
+// the environment: its keys in the credentials file, else its
+// credential_process (in the config file, else the credentials file), else
+// its keys in the config file. None found: `c`'s keys stay empty.
+absl::Status profile_credentials(const Options& o, const Config* refused, const Profile& p, Config& c) {
+  c.access_key = ini_value(p.creds_file, p.name, "aws_access_key_id");
+  c.secret_key = ini_value(p.creds_file, p.name, "aws_secret_access_key");
+  c.session_token = ini_value(p.creds_file, p.name, "aws_session_token");
+  c.where = absl::StrCat("profile ", p.name, " of ", p.creds_file);
+  if (!c.access_key.empty()) return absl::OkStatus();
+  std::string command = ini_value(p.config_file, p.config_section, "credential_process");
+  std::string command_file = p.config_file;
+  if (command.empty()) {
+    command = ini_value(p.creds_file, p.name, "credential_process");
+    command_file = p.creds_file;
+  }
+  if (!command.empty()) {
+    c.where = absl::StrCat("credential_process of profile ", p.name, " in ", command_file);
+    DLFEED_ASSIGN_OR_RETURN(
+        ProcessCredentials got,
+        process_credentials(command, c.where, std::chrono::milliseconds(o.request_timeout_ms),
+                            refused ? &refused->access_key : nullptr, refused ? &refused->session_token : nullptr));
+    c.access_key = std::move(got.access_key);
+    c.secret_key = std::move(got.secret_key);
+    c.session_token = std::move(got.session_token);
+    c.expires = got.expires;
+    return absl::OkStatus();
+  }
+  c.access_key = ini_value(p.config_file, p.config_section, "aws_access_key_id");
+  c.secret_key = ini_value(p.config_file, p.config_section, "aws_secret_access_key");
+  c.session_token = ini_value(p.config_file, p.config_section, "aws_session_token");
+  c.where = absl::StrCat("profile ", p.name, " of ", p.config_file);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Location> parse_url(absl::string_view url) {
@@ -94,34 +138,7 @@ absl::StatusOr<Config> current_config(const Options& o, const Config* refused) {
   c.session_token = env("AWS_SESSION_TOKEN");
   c.where = "the environment (AWS_ACCESS_KEY_ID)";
   if (c.access_key.empty() && c.secret_key.empty()) {
-    c.access_key = ini_value(creds_file, profile, "aws_access_key_id");
-    c.secret_key = ini_value(creds_file, profile, "aws_secret_access_key");
-    c.session_token = ini_value(creds_file, profile, "aws_session_token");
-    c.where = absl::StrCat("profile ", profile, " of ", creds_file);
-    // Then a credential_process of the profile, as AWS's tools run it.
-    std::string command = ini_value(config_file, config_section, "credential_process");
-    std::string command_file = config_file;
-    if (command.empty()) {
-      command = ini_value(creds_file, profile, "credential_process");
-      command_file = creds_file;
-    }
-    if (c.access_key.empty() && !command.empty()) {
-      c.where = absl::StrCat("credential_process of profile ", profile, " in ", command_file);
-      DLFEED_ASSIGN_OR_RETURN(
-          ProcessCredentials p,
-          process_credentials(command, c.where, std::chrono::milliseconds(o.request_timeout_ms),
-                              refused ? &refused->access_key : nullptr, refused ? &refused->session_token : nullptr));
-      c.access_key = std::move(p.access_key);
-      c.secret_key = std::move(p.secret_key);
-      c.session_token = std::move(p.session_token);
-      c.expires = p.expires;
-    }
-    if (c.access_key.empty()) {  // the config file may hold them too
-      c.access_key = ini_value(config_file, config_section, "aws_access_key_id");
-      c.secret_key = ini_value(config_file, config_section, "aws_secret_access_key");
-      c.session_token = ini_value(config_file, config_section, "aws_session_token");
-      c.where = absl::StrCat("profile ", profile, " of ", config_file);
-    }
+    DLFEED_RETURN_IF_ERROR(profile_credentials(o, refused, {profile, creds_file, config_file, config_section}, c));
   }
   if (c.access_key.empty() || c.secret_key.empty()) {
     return absl::UnauthenticatedError(
