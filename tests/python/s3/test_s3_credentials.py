@@ -93,7 +93,7 @@ def test_credentials_refused_and_not_rotated_are_a_clear_error(s3_server, s3_pro
     loader.close()
 
 
-def use_credential_process(monkeypatch, s3_server, endpoint, tmp_path, keys_file):
+def use_credential_process(monkeypatch, s3_server, endpoint, tmp_path, keys_file, expiration="2999-01-01T00:00:00Z"):
     """A profile whose credentials a credential_process prints (as `aws configure
     export-credentials --format process` or an SSO helper would): here a Python
     script that prints the key pair in `keys_file` and counts its runs."""
@@ -105,7 +105,7 @@ def use_credential_process(monkeypatch, s3_server, endpoint, tmp_path, keys_file
         "key, secret = open(sys.argv[1]).read().split()\n"
         "open(sys.argv[1] + '.runs', 'a').write('run\\n')\n"
         "print(json.dumps({'Version': 1, 'AccessKeyId': key, 'SecretAccessKey': secret,\n"
-        "                  'Expiration': '2999-01-01T00:00:00Z'}))\n")
+        f"                  'Expiration': {expiration!r}}}))\n")
     config = tmp_path / "config"
     config.write_text(f"[profile trainer]\ncredential_process = {sys.executable} '{script}' {keys_file}\n")
     monkeypatch.setenv("AWS_PROFILE", "trainer")
@@ -148,3 +148,30 @@ def test_a_failing_credential_process_is_a_clear_error(s3_server, tmp_path, monk
         dlfeed.Loader("s3://rotate/npy/", batch_size=4)
     with pytest.raises(FileNotFoundError):
         runs()
+
+
+def test_credentials_near_their_expiration_are_renewed_before_a_request_is_refused(s3_server, s3_proxy, rotating,
+                                                                                tmp_path, monkeypatch):
+    """Credentials a credential_process gave that expire within 5 minutes are read again before requests
+    are signed with them (at most every 2 s): the new key signs the next epoch's requests with none
+    refused first."""
+    import datetime
+    import time
+    url, x = rotating
+    proxy = s3_proxy()
+    keys = tmp_path / "keys"
+    keys.write_text(f"{ACCESS_KEY} {SECRET_KEY}")
+    soon = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    runs = use_credential_process(monkeypatch, s3_server, proxy.endpoint, tmp_path, keys, expiration=soon)
+    loader = dlfeed.Loader(url, batch_size=4, resident="off", strategy="global_shuffle", seed=3)
+    assert_every_row(epoch_by_id(loader, 0), x)
+    keys.write_text(f"{ACCESS_KEY_2} {SECRET_KEY_2}")  # what the helper gives from now on
+    time.sleep(2.2)
+    proxy.reset_stats()
+    before = dlfeed._dlfeed.s3_stats()
+    assert_every_row(epoch_by_id(loader, 1), x)
+    after = dlfeed._dlfeed.s3_stats()
+    assert runs() >= 2
+    assert signed_with(proxy, ACCESS_KEY_2) and all(r.status in (200, 206) for r in proxy.requests)
+    assert after["credentials_reread"] == before["credentials_reread"], "renewed before any refusal"
+    loader.close()
