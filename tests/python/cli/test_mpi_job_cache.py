@@ -403,26 +403,33 @@ dlfeed.Loader(data, fields=["x", "y"], batch_size=4, mpi=True)
 """
 
 
+def two_ranks_run(mpirun, script, text, args, hung):  # noqa: F811
+    """Runs Python `text` (written to `script`) on 2 ranks with `args`; fails the test with `hung` past
+    120 s, skips it when this dlfeed module has no MPI."""
+    import os
+    import subprocess
+    import sys
+    script.write_text(text)
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    try:
+        proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), *map(str, args)],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(hung)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    return proc
+
+
 @pytest.mark.parametrize("mode", ["mpi", "cache"])
 def test_an_uncaught_exception_on_one_rank_ends_the_job(mpirun, h5_data, tmp_path, mode):  # noqa: F811
     """A rank that dies of an uncaught exception aborts the job (after its traceback): its peers, waiting in
     a collective for it, would otherwise wait until the walltime, and its own exit would wait in the
     job cache's collective shutdown."""
-    import os
-    import subprocess
-    import sys
     import time
-    script = tmp_path / "raises.py"
-    script.write_text(RAISES)
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
     start = time.monotonic()
-    try:
-        proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), str(h5_data), mode],
-                              capture_output=True, text=True, timeout=120, env=env)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the job hung after rank 0's exception")
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
+    proc = two_ranks_run(mpirun, tmp_path / "raises.py", RAISES, [h5_data, mode],
+                         hung="the job hung after rank 0's exception")
     assert proc.returncode != 0 and "RuntimeError: rank 0 fails here" in proc.stderr, proc.stderr[-3000:]
     assert time.monotonic() - start < 60
 
@@ -443,19 +450,7 @@ def test_a_rank_naming_another_dataset_than_the_root_is_refused(mpirun, tmp_path
     """Ranks that share one index read what the root indexed: a rank naming other paths would read the
     root's files as if they were its own (rank 1 asked for b/ and got a/'s values). It is an error naming
     both."""
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "other_paths.py"
-    script.write_text(OTHER_PATHS)
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    try:
-        proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), str(tmp_path), mode],
-                              capture_output=True, text=True, timeout=120, env=env)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the job hung")
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
+    proc = two_ranks_run(mpirun, tmp_path / "other_paths.py", OTHER_PATHS, [tmp_path, mode], hung="the job hung")
     assert proc.returncode != 0
     assert f"rank 1 names the dataset {tmp_path}/b, but rank 0 (indexing for the job) names {tmp_path}/a:" \
         in proc.stderr, \
@@ -474,16 +469,7 @@ def test_job_cache_in_dataloader_workers_is_a_clear_error(mpirun, h5_data, tmp_p
     """A DataLoader worker of a rank is no rank of the job: making the job cache there is refused, saying
     where to make it, not a crash inside MPI_Init_thread."""
     pytest.importorskip("torch")
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "workers.py"
-    script.write_text(WORKERS)
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", "2", sys.executable, str(script), str(h5_data)], capture_output=True,
-                          text=True, timeout=120, env=env)
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
+    proc = two_ranks_run(mpirun, tmp_path / "workers.py", WORKERS, [h5_data], hung="the job hung")
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert "child of the one mpirun or srun started" in proc.stderr and "num_workers=0" in proc.stderr
     assert "MPI_Init_thread" not in proc.stderr, proc.stderr[-3000:]

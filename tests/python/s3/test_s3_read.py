@@ -302,6 +302,17 @@ def test_cache_dir_serves_later_epochs_and_runs_with_no_get(s3_server, uploaded,
     assert pieces and not [p for p in pieces if ".tmp." in p.name]
 
 
+def read_again_checked(url, kw, x):
+    """One epoch of a new loader of `url` (keywords `kw`), checked against `x` by sample id; the process's
+    s3 stats before and after it."""
+    before = dlfeed._dlfeed.s3_stats()
+    loader = dlfeed.Loader(url, **kw)
+    ids, xs = read_epoch(loader)
+    loader.close()
+    np.testing.assert_array_equal(xs, x[ids])
+    return before, dlfeed._dlfeed.s3_stats()
+
+
 def test_a_damaged_piece_is_fetched_again(s3_server, uploaded, tmp_path, monkeypatch):
     s3_server.apply_env(monkeypatch)
     _, url, x, y = uploaded["npz"]
@@ -314,12 +325,7 @@ def test_a_damaged_piece_is_fetched_again(s3_server, uploaded, tmp_path, monkeyp
     data[len(data) // 2] ^= 0xFF
     pieces[0].write_bytes(bytes(data))
     pieces[-1].write_bytes(pieces[-1].read_bytes()[:-7])  # and one cut short
-    before = dlfeed._dlfeed.s3_stats()
-    loader = dlfeed.Loader(url, **kw)
-    ids, xs = read_epoch(loader)
-    loader.close()
-    np.testing.assert_array_equal(xs, x[ids])
-    after = dlfeed._dlfeed.s3_stats()
+    before, after = read_again_checked(url, kw, x)
     assert after["cache_damaged"] - before["cache_damaged"] >= 2 and after["gets"] > before["gets"]
 
 
@@ -468,12 +474,7 @@ def test_a_piece_copied_to_another_place_is_damaged_not_read(s3_server, uploaded
     assert len(folders) == 3 and all((f / "0").is_file() for f in folders)
     # Piece 0 of one object over piece 0 of another: the same length, a valid piece of its own place.
     shutil.copyfile(folders[1] / "0", folders[0] / "0")
-    before = dlfeed._dlfeed.s3_stats()
-    loader = dlfeed.Loader(url, **kw)
-    ids, xs = read_epoch(loader)
-    loader.close()
-    np.testing.assert_array_equal(xs, x[ids])
-    after = dlfeed._dlfeed.s3_stats()
+    before, after = read_again_checked(url, kw, x)
     assert after["cache_damaged"] - before["cache_damaged"] == 1 and after["gets"] > before["gets"]
 
 
