@@ -21,6 +21,10 @@ step), in rounds whose order rotates; medians over --rounds:
   epoch 0; other ranks' files still come from the source);
 - cache P%: global_shuffle with --cache sized so the job's cache is P% of the
   dataset (P in --sizes);
+- cache 100%, one node: the same cache with the four ranks one node (the
+  default: MPI finds them sharing memory), which read each other's shares with
+  plain loads from one shared-memory window instead of MPI_Get (run when 100
+  is in --sizes);
 - NoPFS-style: not run, modeled from the same orders (`dlfeed order`): each
   node caches the samples it will read most often over the run (ties: the
   earlier first read), the job's cache split evenly; a sample in any node's
@@ -172,6 +176,8 @@ def main() -> None:
             job_bytes = dataset * pct // 100 + slot_overhead * min(pct, 100) // 100
             runs[f"cache {pct}%"] = ("global_shuffle", ["--cache", str(job_bytes // NP),
                                                         "--cache-ranks-per-node", "1"])
+            if pct == 100:  # one node of 4 ranks (the cache per node 4 times a rank's share)
+                runs["cache 100%, one node"] = ("global_shuffle", ["--cache", str(job_bytes)])
         results = collections.defaultdict(list)
         for rnd in range(a.rounds):
             for name in rotated(list(runs), rnd):
@@ -204,7 +210,7 @@ def main() -> None:
         lines = [
             f"machine: {machine_line(machine())}",
             f"dataset: {a.files} HDF5 files x {SAMPLES_PER_FILE} samples, {dataset / 2**20:.1f} MiB; "
-            f"{NP} ranks, each its own node; {'--evict (cold)' if a.cold else '--source-throttle ' + a.throttle}; "
+            f"{NP} ranks, each its own node (but 'one node'); {'--evict (cold)' if a.cold else '--source-throttle ' + a.throttle}; "
             f"{a.epochs} epochs, batch "
             f"{a.batch_size}, {a.rounds} rounds",
             f"command: .venv/bin/python bench/job_cache.py {' '.join(sys.argv[1:])}".rstrip(),
@@ -214,7 +220,7 @@ def main() -> None:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for name, t, s50, s99, f0, f1, _ in rows:
-            pct = int(name.split()[1][:-1]) if name.startswith("cache") else None
+            pct = int(name.split()[1].rstrip("%,")) if name.startswith("cache") else None
             nop = (f"{model[pct][0] * sample_bytes / dataset:.2f} / "
                    f"{median(model[pct][1:]) * sample_bytes / dataset:.2f}" if pct else "")
             lines.append(f"| {name} | {t:.3f} | {base / t:.2f} | {local / t:.2f} | {s50:.2f} | {s99:.2f} "

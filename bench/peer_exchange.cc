@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// Two ways for ranks to fetch each step's samples from the ranks that hold
-// them, for the same plan, side by side (docs/distributed.md, "The job
-// cache"): one-sided MPI_Get from each holder's window (what the job cache
-// does), against a planned all-to-all (each holder packs what every rank needs
-// from it, MPI_Alltoallv, each rank unpacks into its batch). Every rank knows
-// the plan (a global shuffle from one seed), so neither exchanges counts.
+// Ways for ranks to fetch each step's samples from the ranks that hold them,
+// for the same plan, side by side (docs/distributed.md, "The job cache"):
+// - gets: one-sided MPI_Get from each holder's window (MPI_Win_allocate; on
+//   one machine Open MPI serves it from shared memory);
+// - loads: memcpy from the holders' shares of one MPI shared-memory window
+//   (MPI_Win_allocate_shared), what the job cache does between the ranks of
+//   a node;
+// - gets_created: MPI_Get from a window made over that shared memory
+//   (MPI_Win_create), as ranks of other nodes read a node's shares; printed
+//   only where MPI can make it (Open MPI: with a single-copy mechanism);
+// - alltoallv: a planned all-to-all (each holder packs what every rank needs
+//   from it, MPI_Alltoallv, each rank unpacks into its batch).
+// Every rank knows the plan (a global shuffle from one seed), so none
+// exchanges counts.
 //
 // Each rank holds samples id % world == rank, each `bytes` long, its first 8
 // bytes the id (checked on arrival). A step's global batch is world x batch
@@ -84,6 +92,9 @@ struct Round {
   uint64_t bytes, total, per_step;
   MPI_Win win = MPI_WIN_NULL;
   std::byte* mine = nullptr;
+  MPI_Comm node = MPI_COMM_NULL;  // every rank here: one machine
+  MPI_Win shared = MPI_WIN_NULL, created = MPI_WIN_NULL;
+  std::vector<std::byte*> share_of;  // per rank: its share of `shared`
   std::vector<uint64_t> order;
   std::vector<std::byte> out;
   std::vector<int> scount, sdispl, rcount, rdispl;  // the all-to-all's, made once
@@ -111,6 +122,7 @@ struct Round {
       std::memcpy(mine + k * bytes, &id, sizeof id);
     }
     MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    share();
     MPI_Barrier(MPI_COMM_WORLD);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), std::mt19937_64(42));  // the same on every rank
@@ -118,6 +130,44 @@ struct Round {
   ~Round() {
     MPI_Win_unlock_all(win);
     MPI_Win_free(&win);
+    if (created != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(created);
+      MPI_Win_free(&created);
+    }
+    MPI_Win_free(&shared);
+    MPI_Comm_free(&node);
+  }
+
+  // The same samples in a shared-memory window, every rank's share mapped
+  // here, and a window made over it where MPI can.
+  void share() {
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Info info = MPI_INFO_NULL;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void* base = nullptr;
+    const auto len = static_cast<MPI_Aint>(bytes * a.per_rank);
+    MPI_Win_allocate_shared(len, 1, info, node, &base, &shared);
+    MPI_Info_free(&info);
+    std::memcpy(base, mine, static_cast<size_t>(len));
+    share_of.assign(world, nullptr);
+    for (int r = 0; r < world; ++r) {
+      MPI_Aint size = 0;
+      int unit = 0;
+      void* at = nullptr;
+      MPI_Win_shared_query(shared, r, &size, &unit, &at);
+      share_of[r] = static_cast<std::byte*>(at);
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    const int ok = MPI_Win_create(base, len, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &created) == MPI_SUCCESS ? 1 : 0;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all == 1) {
+      MPI_Win_lock_all(MPI_MODE_NOCHECK, created);
+    } else {
+      created = MPI_WIN_NULL;
+    }
   }
 
   // Rank r's samples in `step`.
@@ -134,7 +184,7 @@ struct Round {
     }
   }
 
-  void gets(int step) {
+  void gets(int step, MPI_Win w) {
     const std::vector<uint64_t> ids = ids_of(step, rank);
     for (int i = 0; i < a.batch; ++i) {
       const int holder = static_cast<int>(ids[i] % world);
@@ -143,10 +193,19 @@ struct Round {
         std::memcpy(out.data() + i * bytes, mine + slot, bytes);
       } else {
         MPI_Get(out.data() + i * bytes, static_cast<int>(bytes), MPI_BYTE, holder, slot, static_cast<int>(bytes),
-                MPI_BYTE, win);
+                MPI_BYTE, w);
       }
     }
-    MPI_Win_flush_all(win);
+    MPI_Win_flush_all(w);
+    check(ids);
+  }
+
+  void loads(int step) {
+    const std::vector<uint64_t> ids = ids_of(step, rank);
+    for (int i = 0; i < a.batch; ++i) {
+      const std::byte* from = share_of[ids[i] % world] + (ids[i] / world) * bytes;
+      std::memcpy(out.data() + i * bytes, from, bytes);
+    }
     check(ids);
   }
 
@@ -202,11 +261,18 @@ int main(int argc, char** argv) {
   long bad = 0;
   for (const uint64_t bytes : a.bytes) {
     Round round(a, rank, world, bytes);
-    const std::vector<double> gets = timed(a.steps, [&](int step) { round.gets(step); });
+    const std::vector<double> gets = timed(a.steps, [&](int step) { round.gets(step, round.win); });
+    const std::vector<double> loads = timed(a.steps, [&](int step) { round.loads(step); });
+    std::vector<double> created;
+    if (round.created != MPI_WIN_NULL) {
+      created = timed(a.steps, [&](int step) { round.gets(step, round.created); });
+    }
     std::vector<std::byte> send(bytes * round.per_step), recv(bytes * a.batch);
     const std::vector<double> all = timed(a.steps, [&](int step) { round.alltoallv(step, send, recv); });
     if (rank == 0) {
       report("gets", gets, world, bytes, a);
+      report("loads", loads, world, bytes, a);
+      if (!created.empty()) report("gets_created", created, world, bytes, a);
       report("alltoallv", all, world, bytes, a);
     }
     bad += round.bad;

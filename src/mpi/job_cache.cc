@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlfeed::mpi::JobCache (job_cache.h): the nodes, the windows and the plan.
 // The backend that reads through them is job_cache_backend.cc.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -200,43 +197,6 @@ absl::StatusOr<Reads> job_reads(const FileLayout& layout, const OrderSpec& spec,
   return reads;
 }
 
-// A rank's share as a file in `folder`, mapped, then removed from the folder
-// (the mapping keeps it until munmap or exit: nothing is left behind).
-absl::StatusOr<std::byte*> map_share(const std::string& folder, uint64_t nonce, int rank, uint64_t bytes) {
-  const std::string path = absl::StrCat(folder, "/.dlfeed-job-cache-", absl::Hex(nonce), "-", rank);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot create ", path, ": ", std::strerror(errno)));
-  }
-  const size_t len = bytes == 0 ? 1 : bytes;
-  // The blocks reserved now: a sparse file in a folder without room would
-  // end the rank with SIGBUS at the first copy into the share, mid-epoch.
-  int err = 0;
-  do {
-    err = ::fallocate(fd, 0, 0, static_cast<off_t>(len)) == 0 ? 0 : errno;
-  } while (err == EINTR);
-  if (err == EOPNOTSUPP || err == ENOSYS) {  // no reservation here: the free space checked instead
-    struct statvfs vs {};
-    if (::fstatvfs(fd, &vs) == 0 && static_cast<uint64_t>(vs.f_bavail) * vs.f_frsize < len) {
-      err = ENOSPC;
-    } else {
-      err = ::ftruncate(fd, static_cast<off_t>(len)) == 0 ? 0 : errno;
-    }
-  }
-  void* p = MAP_FAILED;
-  if (err == 0) {
-    p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) err = errno;
-  }
-  ::close(fd);
-  ::unlink(path.c_str());
-  if (p == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot reserve and map ", len, " bytes of ", path,
-                                               " (the rank's share in the cache folder): ", std::strerror(err)));
-  }
-  return static_cast<std::byte*>(p);
-}
-
 }  // namespace
 
 std::string JobCacheStats::to_json() const {
@@ -244,10 +204,10 @@ std::string JobCacheStats::to_json() const {
       "{\"node\": %d, \"nodes\": %d, \"bytes_read_source\": %u, \"bytes_read_local\": %u, \"bytes_read_node\": %u, "
       "\"bytes_read_peers\": %u, \"bytes_missed\": %u, \"remote_gets\": %u, \"remote_s\": %.6f, "
       "\"remote_max_s\": %.6f, \"bytes_kept\": %u, \"extents_kept\": %u, \"bytes_planned\": %u, \"capacity\": %u, "
-      "\"dataset_bytes\": %u, \"held_bytes\": %u}",
+      "\"dataset_bytes\": %u, \"held_bytes\": %u, \"node_loads\": %s}",
       node, nodes, bytes_read_source, bytes_read_local, bytes_read_node, bytes_read_peers, bytes_missed, remote_gets,
       remote_ns / 1e9, remote_ns_max / 1e9, bytes_kept, extents_kept, bytes_planned, capacity, dataset_bytes,
-      held_bytes);
+      held_bytes, node_loads ? "true" : "false");
 }
 
 absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCacheOptions options) {
@@ -281,54 +241,10 @@ absl::StatusOr<std::shared_ptr<JobCache>> JobCache::create(const Job& job, JobCa
                          (static_cast<uint64_t>(::getpid()) << 32));
   DLFEED_JC_CALL(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, s->comm));
   s->nonce = nonce;
-  if (options.folder.empty()) {
-    void* base = nullptr;
-    DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &base, &s->win));
-    s->base = static_cast<std::byte*>(base);
-  } else {
-    // Every rank reaches MPI_Win_create, with an empty share where its file failed, then the error.
-    absl::StatusOr<std::byte*> mapped = map_share(options.folder, nonce, s->rank, capacity);
-    const int ok = mapped.ok() ? 1 : 0;
-    int all_ok = 0;
-    DLFEED_JC_CALL(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s->comm));
-    if (all_ok == 0) {
-      if (mapped.ok()) ::munmap(*mapped, capacity == 0 ? 1 : capacity);
-      MPI_Comm_free(&s->comm);
-      return mapped.ok() ? absl::UnavailableError(
-                               absl::StrCat("MPI job cache: another rank could not make its file in ", options.folder))
-                         : mapped.status();
-    }
-    s->base = *mapped;
-    s->mapped = capacity == 0 ? 1 : capacity;
-    // Open MPI makes windows over memory it did not allocate only with a
-    // single-copy mechanism (CMA, XPMEM) or RDMA: a clear error otherwise.
-    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-    const int rc = MPI_Win_create(s->base, static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s->comm, &s->win);
-    MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_ARE_FATAL);
-    if (rc != MPI_SUCCESS) {
-      ::munmap(s->base, s->mapped);
-      MPI_Comm_free(&s->comm);
-      absl::Status st = mpi_error("MPI job cache", "MPI_Win_create", rc);
-      return absl::UnavailableError(
-          absl::StrCat(st.message(),
-                       " (a window over a file's memory, --cache-folder: Open MPI needs a single-copy mechanism "
-                       "between the ranks of a node, CMA or XPMEM, or RDMA; OMPI_MCA_btl_vader_single_copy_mechanism="
-                       "none turns it off)"));
-    }
-  }
-  // Local stores and remote gets of the same memory see each other only in MPI's unified model.
-  int* model = nullptr;
-  int found = 0;
-  DLFEED_JC_CALL(MPI_Win_get_attr(s->win, MPI_WIN_MODEL, &model, &found));
-  if (found == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
-    MPI_Win_free(&s->win);
+  if (absl::Status st = make_windows(*s, capacity, options.folder); !st.ok()) {
     MPI_Comm_free(&s->comm);
-    if (s->mapped > 0) ::munmap(s->base, s->mapped);
-    return absl::UnimplementedError(
-        "MPI job cache: this MPI's windows use the separate memory model (MPI_WIN_SEPARATE); the job cache needs "
-        "the unified one");
+    return st;
   }
-  DLFEED_JC_CALL(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
   s->open.store(true, std::memory_order_release);
   cache->state_ = std::move(s);
   return cache;
@@ -347,11 +263,8 @@ absl::Status JobCache::close() {
   // Waits for every backend's window work in progress; later ones see it closed.
   std::unique_lock<std::shared_mutex> lock(s.window_mu);
   if (!s.open.exchange(false)) return absl::OkStatus();
-  DLFEED_JC_CALL(MPI_Win_unlock_all(s.win));
-  DLFEED_JC_CALL(MPI_Win_free(&s.win));
+  DLFEED_RETURN_IF_ERROR(free_windows(s));
   DLFEED_JC_CALL(MPI_Comm_free(&s.comm));
-  if (s.mapped > 0) ::munmap(s.base, s.mapped);
-  s.base = nullptr;
   return absl::OkStatus();
 }
 
@@ -518,6 +431,7 @@ JobCacheStats JobCache::stats() const {
   }
   out.capacity = s.capacity_of.empty() ? 0 : s.capacity_of[static_cast<size_t>(s.rank)];
   out.node = s.node_of.empty() ? 0 : s.node_of[static_cast<size_t>(s.rank)];
+  out.node_loads = s.node_loads;
   out.nodes = s.node_of.empty() ? 1 : *std::max_element(s.node_of.begin(), s.node_of.end()) + 1;
   return out;
 }

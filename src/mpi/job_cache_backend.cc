@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The job cache's I/O backend (job_cache_state.h): a read whose bytes are all
-// held extents that are filled is served from the cache (this rank's window
-// by memcpy, another rank's by MPI_Get); any other read goes to the files,
-// and the held extents of this rank that it brings are kept.
+// held extents that are filled is served from the cache (this rank's part and
+// those of its node's ranks that share its memory by memcpy, another rank's
+// by MPI_Get); any other read goes to the files, and the held extents of this
+// rank that it brings are kept.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -113,7 +114,10 @@ class CacheBackend final : public IoBackend {
       p.last = segs_.size();
       for (size_t k = p.first; k < p.last; ++k) {
         const HeldExtent& x = *segs_[k].x;
-        if (x.holder != s_->rank && s_->filled[x.index].load(std::memory_order_acquire) == 0) {
+        if (x.holder == s_->rank || s_->filled[x.index].load(std::memory_order_acquire) != 0) continue;
+        if (const std::byte* at = s_->load_base[static_cast<size_t>(x.holder)]; at != nullptr) {
+          check_stamp(x, load_stamp(at, x.slot));  // a part this rank maps: a plain load
+        } else {
           stamps_.push_back({&x, 0});
         }
       }
@@ -215,9 +219,17 @@ class CacheBackend final : public IoBackend {
     MPI_Win_flush_all(s_->win);
     MPI_Win_sync(s_->win);  // the stamps seen before the bytes they vouch for are read
     note_round(t0, "job_cache_stamps", stamps_.size(), stamps_.size() * 8);
-    for (const StampRead& sr : stamps_) {
-      if (sr.value == s_->stamp_of(*sr.x)) s_->filled[sr.x->index].store(1, std::memory_order_release);
-    }
+    for (const StampRead& sr : stamps_) check_stamp(*sr.x, sr.value);
+  }
+
+  // A peer's extent is filled once its stamp is there: read from it from now on.
+  void check_stamp(const HeldExtent& x, uint64_t value) {
+    if (value == s_->stamp_of(x)) s_->filled[x.index].store(1, std::memory_order_release);
+  }
+
+  // The stamp at `slot` of a part mapped here; its bytes are read after it.
+  static uint64_t load_stamp(const std::byte* part, uint64_t slot) {
+    return std::atomic_ref<uint64_t>(*stamp_at(const_cast<std::byte*>(part), slot)).load(std::memory_order_acquire);
   }
 
   // A round of gets (`what`: the stamps, or the bytes of `bytes` bytes) that began at t0.
@@ -280,17 +292,19 @@ class CacheBackend final : public IoBackend {
     ready_.push_back(std::move(c));
   }
 
-  // The bytes of segment `g` of `r` from its holder: this rank's window by
-  // memcpy, another's by MPI_Get (complete at the batch's flush).
+  // The bytes of segment `g` of `r` from its holder: this rank's part and
+  // those mapped here by memcpy, another's by MPI_Get (complete at the
+  // batch's flush).
   void copy_in(const ReadRequest& r, const Segment& g) {
     const uint64_t from = g.x->slot + 8 + g.start;
-    if (g.x->holder == s_->rank) {
-      const std::byte* src = s_->base + from;
+    if (const std::byte* part = s_->load_base[static_cast<size_t>(g.x->holder)]; part != nullptr) {
+      const std::byte* src = part + from;
       for_each_dest(r, g.rel, g.length, [&](std::byte* d, uint64_t n) {
         std::memcpy(d, src, n);
         src += n;
       });
-      s_->bytes_read_local.fetch_add(g.length, std::memory_order_relaxed);
+      (g.x->holder == s_->rank ? s_->bytes_read_local : s_->bytes_read_node)
+          .fetch_add(g.length, std::memory_order_relaxed);
       return;
     }
     uint64_t disp = from;
@@ -489,7 +503,8 @@ class CacheBackend final : public IoBackend {
   void filled(const HeldExtent& x) {
     // Once, whichever engine kept the last byte; this rank's own reads need only the flag.
     if (s_->filled[x.index].exchange(1, std::memory_order_acq_rel) != 0) return;
-    MPI_Win_sync(s_->win);  // the bytes before the stamp, for other ranks' gets
+    if (s_->win != MPI_WIN_NULL) MPI_Win_sync(s_->win);  // the bytes before the stamp, for other ranks' gets
+    // ... and for the loads of the node's ranks mapping this part.
     std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(s_->stamp_of(x), std::memory_order_release);
     s_->bytes_kept.fetch_add(x.length, std::memory_order_relaxed);
     s_->extents_kept.fetch_add(1, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Private: the job cache's shared state (src/mpi/job_cache.cc makes the plan
-// and the windows; src/mpi/job_cache_backend.cc reads through them).
+// Private: the job cache's shared state (src/mpi/job_cache.cc makes the plan,
+// src/mpi/job_cache_windows.cc the windows; src/mpi/job_cache_backend.cc
+// reads through them).
 #pragma once
 
 #include <atomic>
@@ -58,9 +59,23 @@ struct FieldExtents {
 struct JobCache::State {
   // The job (set at create).
   MPI_Comm comm = MPI_COMM_NULL;
+  /// The ranks of this rank's node that share memory with it (and it).
+  MPI_Comm group = MPI_COMM_NULL;
+  /// Every rank's part, for MPI_Get; none when the whole job is one group
+  /// (every part is read with plain loads).
   MPI_Win win = MPI_WIN_NULL;
+  /// The group's parts in MPI shared memory (memory parts of a group of
+  /// more than one rank), else none.
+  MPI_Win shared_win = MPI_WIN_NULL;
   std::byte* base = nullptr;
   uint64_t mapped = 0;  // bytes of a file mapped at base (JobCacheOptions::folder), else 0
+  /// Per rank: where this rank reads that rank's part with plain loads (its
+  /// own, and its group's when they share it), else null (MPI_Get).
+  std::vector<std::byte*> load_base;
+  /// Folder parts of the group's other ranks, mapped here: (address, bytes).
+  std::vector<std::pair<std::byte*, uint64_t>> peer_maps;
+  /// The ranks of a node read each other's parts with plain loads.
+  bool node_loads = false;
   int rank = 0;
   int size = 1;
   std::vector<int> node_of;           // per rank
@@ -111,6 +126,15 @@ struct JobCache::State {
   /// The held extents of `path` (null when none).
   const std::vector<HeldExtent>* extents_of(const std::string& path) const;
 };
+
+/// Makes every rank's part of the cache (`capacity` bytes here; memory, or a
+/// file in `folder`) and the windows that read them (job_cache_windows.cc):
+/// collective. On an error every rank returns it, with nothing left made but
+/// `s.comm`.
+absl::Status make_windows(JobCache::State& s, uint64_t capacity, const std::string& folder);
+
+/// Collective: frees what make_windows made.
+absl::Status free_windows(JobCache::State& s);
 
 /// The backend the loader reads through: held, filled extents from the
 /// cache; everything else from `inner` (the files), keeping what this rank holds.

@@ -281,8 +281,9 @@ std::string ScaleOut::job_cache_json() const {
   if (job_ && job_->cache) {
     const mpi::JobCacheStats st = job_->cache->stats();
     return absl::StrCat(",\"job_cache\":{\"bytes_per_node\":", job_->cache_bytes, ",\"nodes\":", st.nodes,
-                        ",\"dataset_bytes\":", st.dataset_bytes, ",\"held_bytes\":", st.held_bytes, ",\"epochs\":[",
-                        absl::StrJoin(job_->cache_epochs, ","), "]}");
+                        ",\"node_loads\":", st.node_loads ? "true" : "false", ",\"dataset_bytes\":", st.dataset_bytes,
+                        ",\"held_bytes\":", st.held_bytes, ",\"epochs\":[", absl::StrJoin(job_->cache_epochs, ","),
+                        "]}");
   }
 #endif
   return {};

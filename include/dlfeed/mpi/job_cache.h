@@ -8,8 +8,10 @@
 // start_epoch, at the step a restore() resumes from); that rank keeps it,
 // within its share of its node's budget. Each extent is held once in the
 // job. Reads of a held extent that is filled come from the holder: the rank's
-// own memory, or an MPI_Get from another rank's window (one-sided; the holder
-// takes no part). Everything else reads the source, as without the cache.
+// own memory, its node's ranks' memory with plain loads (one MPI
+// shared-memory window per node), or an MPI_Get from another node's rank
+// (one-sided; the holder takes no part). Everything else reads the source, as
+// without the cache.
 // What a rank receives does not change: the same order, the same bytes.
 //
 //   auto job = dlfeed::mpi::Job::init().value();     // MPI_THREAD_MULTIPLE
@@ -44,12 +46,14 @@ struct DLFEED_EXPORT JobCacheOptions {
   /// 0: a node is the ranks that share memory, as MPI finds them
   /// (MPI_Comm_split_type SHARED). k > 0: ranks [0, k) are one node, [k, 2k)
   /// the next..., so one machine can stand in for several nodes (tests and
-  /// benches exercise the transfers between nodes).
+  /// benches exercise the transfers between nodes). The ranks of a node that
+  /// share memory read each other's shares with plain loads.
   int ranks_per_node = 0;
-  /// Empty: each rank's share is memory. A folder (a node-local disk): each
-  /// rank's share is a file there, mapped and removed at once (the space is
-  /// freed when the cache closes, or the process ends), so the cache may
-  /// outgrow memory; the page cache keeps what is read most.
+  /// Empty: each rank's share is memory (the node's shares one MPI
+  /// shared-memory window). A folder (a node-local disk): each rank's share
+  /// is a file there, mapped by the node's ranks and removed at once (the
+  /// space is freed when the cache closes, or the process ends), so the cache
+  /// may outgrow memory; the page cache keeps what is read most.
   std::string folder;
   /// Makes the backend that reads the files (empty: make_io_backend), e.g.
   /// one throttled to stand in for a shared file system.
@@ -60,8 +64,8 @@ struct DLFEED_EXPORT JobCacheOptions {
 struct DLFEED_EXPORT JobCacheStats {
   uint64_t bytes_read_source = 0;  // read from the files (the shared file system)
   uint64_t bytes_read_local = 0;   // from this rank's own part of the cache
-  uint64_t bytes_read_node = 0;    // from other ranks of this node
-  uint64_t bytes_read_peers = 0;   // from ranks of other nodes
+  uint64_t bytes_read_node = 0;    // from other ranks of this node (plain loads when node_loads)
+  uint64_t bytes_read_peers = 0;   // from ranks of other nodes (MPI_Get)
   uint64_t remote_gets = 0;        // MPI_Get rounds (each: a batch's gets, then a flush)
   uint64_t remote_ns = 0;          // time in those rounds
   uint64_t remote_ns_max = 0;      // the longest round
@@ -77,6 +81,11 @@ struct DLFEED_EXPORT JobCacheStats {
   uint64_t held_bytes = 0;     // of those, held by the job cache (all ranks)
   int node = 0;                // this rank's node
   int nodes = 1;               // nodes in the job
+  /// The ranks of this rank's node read each other's shares with plain
+  /// loads. False with one rank on the node, and where MPI cannot make a
+  /// window between nodes over the node's shared memory (Open MPI without a
+  /// single-copy mechanism): they read them with MPI_Get then.
+  bool node_loads = false;
   /// The counters as one JSON object.
   std::string to_json() const;
 };

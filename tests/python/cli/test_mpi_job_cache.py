@@ -156,6 +156,48 @@ def test_ranks_of_one_node_read_each_others_parts(mpirun, dlfeed, h5_data, tmp_p
         assert epoch_bytes(e) == jc["dataset_bytes"]
 
 
+@pytest.mark.parametrize("where", ["memory", "folder"])
+def test_ranks_of_one_node_read_each_others_parts_with_plain_loads(mpirun, dlfeed, h5_data, tmp_path,  # noqa: F811
+                                                                    where):
+    # The ranks MPI finds on one machine are one node: the memory shares are one MPI shared-memory
+    # window (the folder's files are mapped by every rank), read with memcpy, no MPI_Get. No window
+    # spans nodes, so this needs no single-copy mechanism (the tests turn it off).
+    folder = tmp_path / "nvme"
+    folder.mkdir()
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
+    extra = ("--cache-folder", folder) if where == "folder" else ()
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", *extra)
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    assert jc["nodes"] == 1 and jc["node_loads"] is True
+    for e in jc["epochs"][1:]:
+        assert e["bytes_read_source"] == 0 and e["bytes_read_peers"] == 0 and e["remote_gets"] == 0, e
+        # Each rank holds a quarter: about three quarters come from the node's other ranks.
+        assert e["bytes_read_node"] > jc["dataset_bytes"] // 2 and e["bytes_read_local"] > 0, e
+        assert epoch_bytes(e) == jc["dataset_bytes"]
+        for r in e["per_rank"]:
+            assert r["node_loads"] is True and r["remote_gets"] == 0, r
+    assert list(folder.iterdir()) == [], "nothing left behind"
+
+
+def test_two_nodes_of_two_ranks_load_within_and_get_between(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+    # A window between nodes over the node's shared memory needs Open MPI's single-copy mechanism
+    # (CMA): this test leaves it on. Without it the ranks of a node read each other's shares with
+    # MPI_Get (test_ranks_of_one_node_read_each_others_parts covers that).
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 2,
+                   single_copy=True)
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    if not jc["node_loads"]:
+        pytest.skip("Open MPI has no single-copy mechanism here (CMA): no window over the node's shared memory")
+    assert jc["nodes"] == 2
+    for e in jc["epochs"][1:]:
+        assert e["bytes_read_source"] == 0, e
+        assert e["bytes_read_node"] > 0 and e["bytes_read_peers"] > e["bytes_read_node"], e
+        assert e["remote_gets"] > 0 and epoch_bytes(e) == jc["dataset_bytes"]
+
+
 def test_cache_in_a_node_local_folder(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
     # Each rank's share a file in the folder (mapped, removed at once): beyond memory, on a local disk.
     # Open MPI windows over a file's memory need its single-copy mechanism (CMA), which
@@ -163,8 +205,8 @@ def test_cache_in_a_node_local_folder(mpirun, dlfeed, h5_data, tmp_path):  # noq
     folder = tmp_path / "nvme"
     folder.mkdir()
     plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
-    probe = mpi_run_error(mpirun, dlfeed, "--fields", "x", "--epochs", 1, "--cache", "64M", "--cache-folder", folder,
-                          h5_data, single_copy=True, check=False)
+    probe = mpi_run_error(mpirun, dlfeed, "--fields", "x", "--epochs", 1, "--cache", "64M", "--cache-ranks-per-node", 1,
+                          "--cache-folder", folder, h5_data, single_copy=True, check=False)
     if "single-copy mechanism" in probe:
         pytest.skip("Open MPI has no single-copy mechanism here (CMA): windows over a file's memory are refused")
     out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", 1,

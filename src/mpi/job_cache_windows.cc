@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+// The job cache's parts and windows (job_cache_state.h). Each rank's part of
+// its node's budget is memory or a file in a node-local folder. The ranks of
+// a node that share memory read each other's parts with plain loads: memory
+// parts are one MPI shared-memory window of the group, folder parts are
+// mapped by every rank of the group. Ranks of other nodes read a part through
+// a window over all of them with MPI_Get; when the whole job is one group,
+// there is none.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "job_cache_state.h"
+#include "mpi_error.h"
+
+namespace dlfeed::inline DLFEED_ABI::mpi {
+namespace {
+
+#define DLFEED_JC_CALL(call) DLFEED_MPI_CALL_AS("MPI job cache", call)
+
+constexpr const char* kSingleCopy =
+    "Open MPI makes a window over memory it did not allocate only with a single-copy mechanism between the ranks "
+    "of a node, CMA or XPMEM, or RDMA; OMPI_MCA_btl_vader_single_copy_mechanism=none turns it off";
+
+// The world ranks of the ranks of this rank's node that share memory with it
+// (s.group, made here), in the group's order.
+absl::StatusOr<std::vector<int>> make_group(JobCache::State& s) {
+  MPI_Comm local = MPI_COMM_NULL;
+  DLFEED_JC_CALL(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
+  const int rc = MPI_Comm_split(local, s.node_of[static_cast<size_t>(s.rank)], s.rank, &s.group);
+  MPI_Comm_free(&local);
+  if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Comm_split", rc);
+  int n = 0;
+  DLFEED_JC_CALL(MPI_Comm_size(s.group, &n));
+  std::vector<int> members(static_cast<size_t>(n));
+  DLFEED_JC_CALL(MPI_Allgather(&s.rank, 1, MPI_INT, members.data(), 1, MPI_INT, s.group));
+  return members;
+}
+
+// True on every rank when `ok` is true on every rank.
+absl::StatusOr<bool> all_ranks(const JobCache::State& s, bool ok) {
+  const int mine = ok ? 1 : 0;
+  int all = 0;
+  DLFEED_JC_CALL(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s.comm));
+  return all == 1;
+}
+
+// MPI_Win_create over this rank's part, every rank's error code returned, not raised.
+int window_over_parts(JobCache::State& s, uint64_t capacity) {
+  MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN);
+  const int rc = MPI_Win_create(s.base, static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s.comm, &s.win);
+  MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_ARE_FATAL);
+  return rc;
+}
+
+// Memory parts. A group of more than one rank allocates them as one MPI
+// shared-memory window; the window over every part is then made over that
+// memory, and where MPI cannot (no single-copy mechanism), each rank
+// allocates its part on its own and the group's ranks read each other's
+// with MPI_Get as other nodes' ranks do.
+absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vector<int>& members) {
+  if (members.size() > 1) {
+    MPI_Info info = MPI_INFO_NULL;
+    DLFEED_JC_CALL(MPI_Info_create(&info));
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void* base = nullptr;
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity), 1, info, s.group, &base, &s.shared_win);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Win_allocate_shared", rc);
+    s.base = static_cast<std::byte*>(base);
+    for (size_t g = 0; g < members.size(); ++g) {
+      MPI_Aint bytes = 0;
+      int unit = 0;
+      void* at = nullptr;
+      DLFEED_JC_CALL(MPI_Win_shared_query(s.shared_win, static_cast<int>(g), &bytes, &unit, &at));
+      s.load_base[static_cast<size_t>(members[g])] = static_cast<std::byte*>(at);
+    }
+    if (members.size() == static_cast<size_t>(s.size)) {
+      s.node_loads = true;
+      return absl::OkStatus();
+    }
+    const int created = window_over_parts(s, capacity);
+    DLFEED_ASSIGN_OR_RETURN(const bool all, all_ranks(s, created == MPI_SUCCESS));
+    if (all) {
+      s.node_loads = true;
+      return absl::OkStatus();
+    }
+    if (created == MPI_SUCCESS) {
+      s.win = MPI_WIN_NULL;  // not freed: that is collective, and some ranks have none
+      return absl::InternalError(
+          "MPI job cache: MPI_Win_create over the nodes' shared memory succeeded on some ranks only");
+    }
+    DLFEED_JC_CALL(MPI_Win_free(&s.shared_win));
+    s.load_base.assign(static_cast<size_t>(s.size), nullptr);
+  }
+  void* base = nullptr;
+  DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s.comm, &base, &s.win));
+  s.base = static_cast<std::byte*>(base);
+  s.load_base[static_cast<size_t>(s.rank)] = s.base;
+  return absl::OkStatus();
+}
+
+std::string share_path(const std::string& folder, uint64_t nonce, int rank) {
+  return absl::StrCat(folder, "/.dlfeed-job-cache-", absl::Hex(nonce), "-", rank);
+}
+
+// This rank's part as a new file at `path` of `len` bytes, its blocks
+// reserved, mapped (the caller removes it once the group mapped it).
+absl::StatusOr<std::byte*> make_share(const std::string& path, size_t len) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot create ", path, ": ", std::strerror(errno)));
+  }
+  // The blocks reserved now: a sparse file in a folder without room would
+  // end the rank with SIGBUS at the first copy into the share, mid-epoch.
+  int err = 0;
+  do {
+    err = ::fallocate(fd, 0, 0, static_cast<off_t>(len)) == 0 ? 0 : errno;
+  } while (err == EINTR);
+  if (err == EOPNOTSUPP || err == ENOSYS) {  // no reservation here: the free space checked instead
+    struct statvfs vs {};
+    if (::fstatvfs(fd, &vs) == 0 && static_cast<uint64_t>(vs.f_bavail) * vs.f_frsize < len) {
+      err = ENOSPC;
+    } else {
+      err = ::ftruncate(fd, static_cast<off_t>(len)) == 0 ? 0 : errno;
+    }
+  }
+  void* p = MAP_FAILED;
+  if (err == 0) {
+    p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) err = errno;
+  }
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    ::unlink(path.c_str());
+    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot reserve and map ", len, " bytes of ", path,
+                                               " (the rank's share in the cache folder): ", std::strerror(err)));
+  }
+  return static_cast<std::byte*>(p);
+}
+
+// Another rank's part at `path`, `len` bytes, mapped to be read here.
+absl::StatusOr<std::byte*> map_peer_share(const std::string& path, size_t len) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  void* p = fd < 0 ? MAP_FAILED : ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (p == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot map ", path,
+                                               " (the share of a rank of this node): ", std::strerror(err)));
+  }
+  return static_cast<std::byte*>(p);
+}
+
+void unmap_all(JobCache::State& s) {
+  for (const auto& [at, len] : s.peer_maps) ::munmap(at, len);
+  s.peer_maps.clear();
+  if (s.mapped > 0) ::munmap(s.base, s.mapped);
+  s.mapped = 0;
+  s.base = nullptr;
+}
+
+// Folder parts: every rank makes its file; the group's ranks map each
+// other's, and the files are removed once all are mapped (the mappings keep
+// them until munmap or exit: nothing is left behind).
+absl::Status folder_parts(JobCache::State& s, uint64_t capacity, const std::string& folder,
+                          const std::vector<int>& members) {
+  const auto len_of = [](uint64_t bytes) { return static_cast<size_t>(bytes == 0 ? 1 : bytes); };
+  const std::string mine = share_path(folder, s.nonce, s.rank);
+  absl::StatusOr<std::byte*> made = make_share(mine, len_of(capacity));
+  DLFEED_ASSIGN_OR_RETURN(const bool all_made, all_ranks(s, made.ok()));
+  if (!all_made) {
+    if (!made.ok()) return made.status();
+    ::munmap(*made, len_of(capacity));
+    ::unlink(mine.c_str());
+    return absl::UnavailableError(absl::StrCat("MPI job cache: another rank could not make its file in ", folder));
+  }
+  s.base = *made;
+  s.mapped = len_of(capacity);
+  s.load_base[static_cast<size_t>(s.rank)] = s.base;
+  absl::Status peers = absl::OkStatus();
+  for (const int m : members) {
+    if (m == s.rank || !peers.ok()) continue;
+    const size_t len = len_of(s.capacity_of[static_cast<size_t>(m)]);
+    absl::StatusOr<std::byte*> at = map_peer_share(share_path(folder, s.nonce, m), len);
+    if (!at.ok()) {
+      peers = at.status();
+      continue;
+    }
+    s.peer_maps.emplace_back(*at, len);
+    s.load_base[static_cast<size_t>(m)] = *at;
+  }
+  const int rc = MPI_Barrier(s.comm);  // every file mapped where it is read
+  ::unlink(mine.c_str());
+  if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Barrier", rc);
+  DLFEED_ASSIGN_OR_RETURN(const bool all_mapped, all_ranks(s, peers.ok()));
+  if (!all_mapped) {
+    return peers.ok() ? absl::UnavailableError(absl::StrCat(
+                            "MPI job cache: another rank could not map the shares of its node's ranks in ", folder))
+                      : peers;
+  }
+  s.node_loads = members.size() > 1;
+  if (members.size() == static_cast<size_t>(s.size)) return absl::OkStatus();
+  const int created = window_over_parts(s, capacity);
+  DLFEED_ASSIGN_OR_RETURN(const bool all, all_ranks(s, created == MPI_SUCCESS));
+  if (all) return absl::OkStatus();
+  s.win = MPI_WIN_NULL;  // where it was made, not freed: that is collective, and some ranks have none
+  absl::Status st = mpi_error("MPI job cache", "MPI_Win_create", created == MPI_SUCCESS ? MPI_ERR_OTHER : created);
+  return absl::UnavailableError(absl::StrCat(st.message(), " (a window over files' memory, --cache-folder, on ",
+                                             "more than one node: ", kSingleCopy, ")"));
+}
+
+// The windows made so far, freed (collective), the mappings undone.
+void release(JobCache::State& s) {
+  if (s.win != MPI_WIN_NULL) MPI_Win_free(&s.win);
+  if (s.shared_win != MPI_WIN_NULL) MPI_Win_free(&s.shared_win);
+  if (s.group != MPI_COMM_NULL) MPI_Comm_free(&s.group);
+  unmap_all(s);
+  s.base = nullptr;
+  s.load_base.assign(static_cast<size_t>(s.size), nullptr);
+  s.node_loads = false;
+}
+
+absl::Status lock_windows(JobCache::State& s) {
+  if (s.win != MPI_WIN_NULL) {
+    // Local stores and remote gets of the same memory see each other only in MPI's unified model.
+    int* model = nullptr;
+    int found = 0;
+    DLFEED_JC_CALL(MPI_Win_get_attr(s.win, MPI_WIN_MODEL, &model, &found));
+    if (found == 0 || model == nullptr || *model != MPI_WIN_UNIFIED) {
+      return absl::UnimplementedError(
+          "MPI job cache: this MPI's windows use the separate memory model (MPI_WIN_SEPARATE); the job cache needs "
+          "the unified one");
+    }
+    DLFEED_JC_CALL(MPI_Win_lock_all(MPI_MODE_NOCHECK, s.win));
+  }
+  if (s.shared_win != MPI_WIN_NULL) DLFEED_JC_CALL(MPI_Win_lock_all(MPI_MODE_NOCHECK, s.shared_win));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status make_windows(JobCache::State& s, uint64_t capacity, const std::string& folder) {
+  s.load_base.assign(static_cast<size_t>(s.size), nullptr);
+  absl::StatusOr<std::vector<int>> members = make_group(s);
+  absl::Status st = members.status();
+  if (st.ok()) st = folder.empty() ? memory_parts(s, capacity, *members) : folder_parts(s, capacity, folder, *members);
+  if (st.ok()) st = lock_windows(s);
+  if (!st.ok()) release(s);
+  return st;
+}
+
+absl::Status free_windows(JobCache::State& s) {
+  if (s.win != MPI_WIN_NULL) {
+    DLFEED_JC_CALL(MPI_Win_unlock_all(s.win));
+    DLFEED_JC_CALL(MPI_Win_free(&s.win));
+  }
+  if (s.shared_win != MPI_WIN_NULL) {
+    DLFEED_JC_CALL(MPI_Win_unlock_all(s.shared_win));
+    DLFEED_JC_CALL(MPI_Win_free(&s.shared_win));
+  }
+  if (s.group != MPI_COMM_NULL) DLFEED_JC_CALL(MPI_Comm_free(&s.group));
+  unmap_all(s);
+  s.load_base.assign(static_cast<size_t>(s.size), nullptr);
+  return absl::OkStatus();
+}
+
+}  // namespace dlfeed::mpi
