@@ -13,7 +13,7 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dlfeed/error.h"
@@ -77,11 +77,13 @@ FieldExtents record(const SampleIndex& index) {
   return f;
 }
 
-// A candidate: an extent of the first epoch, with the rank that reads it first.
+// A candidate: an extent of the first epoch, with the rank that reads it
+// first and how often the job reads it in one whole epoch.
 struct Candidate {
   uint32_t path = 0;
   uint64_t offset = 0, length = 0;
   int reader = 0;
+  uint32_t reads = 0;
 };
 
 // One epoch's reads of every rank from rank position `position` on (every
@@ -152,10 +154,12 @@ struct Run {
   uint64_t offset = 0, end = 0;
   uint32_t first = 0;  // the earliest candidate (first-read order) in the run
   bool merged = false;
+  uint64_t reads = 0, candidates = 0;  // its candidates' reads in one epoch, and how many they are
 };
 
-// The candidates' runs, in first-read order. Overlapping extents of one file
-// (the strided samples of one array, as DLIO's last-axis NPZ files hold
+// The candidates' runs, the most read per candidate first (an explicit
+// order's repeats), else in first-read order. Overlapping extents of one
+// file (the strided samples of one array, as DLIO's last-axis NPZ files hold
 // them) merge into one run, held whole.
 std::vector<Run> merge_runs(const std::vector<Candidate>& cand) {
   std::vector<uint32_t> by_place(cand.size());
@@ -172,23 +176,34 @@ std::vector<Run> merge_runs(const std::vector<Candidate>& cand) {
       r.end = std::max(r.end, c.offset + c.length);
       r.first = std::min(r.first, i);
       r.merged = true;
+      r.reads += c.reads;
+      r.candidates += 1;
     } else {
-      runs.push_back({c.path, c.offset, c.offset + c.length, i, false});
+      runs.push_back({c.path, c.offset, c.offset + c.length, i, false, c.reads, 1});
     }
   }
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first < b.first; });
+  // Bytes held save their reads every epoch: the runs read most per byte
+  // first (a fixed set by frequency is the best fixed set; every candidate
+  // read once an epoch, as in every built-in strategy, leaves first-read order).
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    const uint64_t x = a.reads * b.candidates, y = b.reads * a.candidates;
+    return x != y ? x > y : a.first < b.first;
+  });
   return runs;
 }
 
 // The job's reads from where it starts (rank position `position` of `spec`'s
 // epoch) to that epoch's end, step by step and rank by rank, and when that is
 // not the epoch's start (a restore()), the next epoch's too, for the samples
-// the job had read before it stopped.
-absl::StatusOr<Reads> job_reads(const FileLayout& layout, const OrderSpec& spec, uint64_t position, int rank,
-                                int size) {
+// the job had read before it stopped. `whole_from`: where the last whole
+// epoch in them begins.
+absl::StatusOr<Reads> job_reads(const FileLayout& layout, const OrderSpec& spec, uint64_t position, int rank, int size,
+                                size_t& whole_from) {
   Reads reads;
   DLFEED_RETURN_IF_ERROR(epoch_reads(layout, spec, position, rank, size, reads));
+  whole_from = 0;
   if (position > 0 || spec.global_start > 0) {
+    whole_from = reads.size();
     OrderSpec next = spec;
     next.epoch += 1;
     next.global_start = 0;
@@ -353,22 +368,26 @@ absl::Status JobCache::State::make_plan(const OrderSpec& spec, uint64_t position
       field_path[k].push_back(it->second);
     }
   }
-  // Every extent the job reads, with the first rank reading it.
-  DLFEED_ASSIGN_OR_RETURN(const Reads reads, job_reads(layout, spec, position, rank, size));
+  // Every extent the job reads, with the first rank reading it and its reads in a whole epoch.
+  size_t whole_from = 0;
+  DLFEED_ASSIGN_OR_RETURN(const Reads reads, job_reads(layout, spec, position, rank, size, whole_from));
   std::vector<Candidate> cand;
-  absl::flat_hash_set<std::tuple<uint32_t, uint64_t, uint64_t>> seen;
-  for (const auto& [id, q] : reads) {
+  absl::flat_hash_map<std::tuple<uint32_t, uint64_t, uint64_t>, uint32_t> seen;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const auto [id, q] = reads[i];
     const auto file = static_cast<uint32_t>(layout.file_of(id));
     for (size_t k = 0; k < fields.size(); ++k) {
       const FieldExtents& f = fields[k];
       for (uint64_t e = f.begin[id]; e < f.begin[id + 1]; ++e) {
         const Extent& x = f.extents[e];
         const uint32_t p = field_path[k][file];
-        if (seen.insert({p, x.offset, x.length}).second) cand.push_back({p, x.offset, x.length, q});
+        const auto [it, added] = seen.try_emplace({p, x.offset, x.length}, static_cast<uint32_t>(cand.size()));
+        if (added) cand.push_back({p, x.offset, x.length, q, 0});
+        if (i >= whole_from) cand[it->second].reads += 1;
       }
     }
   }
-  // Slots in first-read order, while the first reader's window has room.
+  // Slots, the runs read most per byte first, while the first reader's window has room.
   const std::vector<Run> runs = merge_runs(cand);
   std::vector<uint64_t> used(static_cast<size_t>(size), 0);
   std::vector<std::vector<HeldExtent>> per_path(paths.size());

@@ -153,8 +153,8 @@ absl::StatusOr<std::byte*> map_peer_share(const std::string& path, size_t len) {
   const int err = errno;
   if (fd >= 0) ::close(fd);
   if (p == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("MPI job cache: cannot map ", path,
-                                               " (the share of a rank of this node): ", std::strerror(err)));
+    return absl::UnavailableError(
+        absl::StrCat("MPI job cache: cannot map ", path, " (the share of a rank of this node): ", std::strerror(err)));
   }
   return static_cast<std::byte*>(p);
 }

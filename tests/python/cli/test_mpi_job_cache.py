@@ -359,6 +359,68 @@ def test_torch_dataset_under_mpirun_reads_the_same_bytes_through_the_cache(mpiru
     assert all(len(cached[r][e]["samples"]) == 160 // NP for r in range(NP) for e in range(3))
 
 
+REPEATS = r"""
+import hashlib, json, os, pathlib, sys, time
+import dlfeed
+data, cache, out = sys.argv[1:4]
+rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+# An explicit order read every epoch: every sample once, then the last 80 three times more.
+kw = dict(batch_size=4, fields=["x", "y"], strategy="explicit", indices=list(range(160)) + list(range(80, 160)) * 3)
+
+
+def barrier(tag):  # the ranks start each epoch together, as a trainer's all-reduce keeps them
+    pathlib.Path(f"{out}.{tag}.{rank}").touch()
+    while not all(os.path.exists(f"{out}.{tag}.{r}") for r in range(size)):
+        time.sleep(0.01)
+
+
+def epochs(name, loader):
+    got = []
+    for e in range(3):
+        barrier(f"{name}{e}")
+        seen = [(int(b.sample_ids[i]), hashlib.sha256(b["x"][i].tobytes() + b["y"][i].tobytes()).hexdigest())
+                for b in loader.iter_epoch(e) for i in range(len(b))]
+        got.append({"samples": seen, "stats": loader.job_cache_stats()})
+    loader.close()
+    return got
+
+
+plain = epochs("plain", dlfeed.Loader(data, rank=rank, world_size=size, **kw))
+cached = epochs("cached", dlfeed.Loader(data, job_cache=int(cache), job_cache_ranks_per_node=1, **kw))
+with open(f"{out}.{rank}", "w") as f:
+    json.dump({"plain": plain, "cached": cached}, f)
+"""
+
+
+def test_a_cache_smaller_than_the_dataset_holds_what_an_order_reads_most(mpirun, h5_data, tmp_path):  # noqa: F811
+    """An explicit order that reads the last half of the samples 4 times an epoch: with room for
+    half the dataset, the job holds that half (read most), not the half read first, so each
+    later epoch reads only the other half's 80 reads from the files (first-read order: 320)."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "repeats.py"
+    script.write_text(REPEATS)
+    out = tmp_path / "repeats.json"
+    # Each rank its own node, with room for 20 samples: x (1024 bytes) and y (8), each slot with its 8-byte stamp.
+    per_rank = 20 * ((8 + 1024) + (8 + 8))
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), str(per_rank),
+                           str(out)], capture_output=True, text=True, timeout=300, env=env)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    runs = [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+    for r in range(NP):
+        for e in range(3):
+            assert runs[r]["cached"][e]["samples"] == runs[r]["plain"][e]["samples"], (r, e)
+    stats = [[runs[r]["cached"][e]["stats"] for e in range(3)] for r in range(NP)]
+    assert sum(s[2]["held_bytes"] for s in stats) // NP == 80 * (1024 + 8)
+    for e in (1, 2):
+        source = sum(s[e]["bytes_read_source"] - s[e - 1]["bytes_read_source"] for s in stats)
+        assert source == 80 * (1024 + 8), f"epoch {e}: {source} bytes from the files"
+
+
 RESUME = r"""
 import hashlib, json, os, pathlib, sys, time
 import dlfeed
