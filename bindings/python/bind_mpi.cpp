@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The job cache for Python under mpirun (dlfeed::mpi::JobCache), when the
-// module is built with MPI (in-tree builds; the wheel has no MPI). One
+// module is built with MPI (in-tree builds, or pip install . -C
+// cmake.define.DLFEED_MPI=ON; the wheel has no MPI). One
 // mpi::Job per process, made by the first cache; the caches' windows are
 // freed together at exit (_mpi_shutdown, registered with atexit by
 // dlfeed.Loader), when every rank frees them, not when a loader is collected,

@@ -62,8 +62,9 @@ _MPI_SHUTDOWN_REGISTERED = False
 def _needs_mpi(what: str) -> None:
     global _MPI_SHUTDOWN_REGISTERED
     if not getattr(_dlfeed, "has_mpi", False):
-        raise RuntimeError(f"{what} needs dlfeed built with MPI (an in-tree build with Open MPI installed; "
-                           "the wheel is built without MPI)")
+        raise RuntimeError(f"{what} needs dlfeed built with MPI: with the MPI's development files installed "
+                           "(libopenmpi-dev), pip install . -C cmake.define.DLFEED_MPI=ON from the source, or an "
+                           "in-tree build; the wheel is built without MPI")
     import multiprocessing
 
     if multiprocessing.parent_process() is not None:

@@ -127,7 +127,8 @@ std::unique_ptr<ScaleOut> ScaleOut::begin() {
 #else
   if (mode == "on") {
     throw_if_error(absl::FailedPreconditionError(
-        "--mpi=on: this dlfeed was built without MPI (configure with an MPI implementation installed)"));
+        "--mpi=on: this dlfeed was built without MPI (configure with an MPI implementation installed; from Python's "
+        "source: pip install . -C cmake.define.DLFEED_MPI=ON)"));
   }
   if (mode == "auto" && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))) {
     std::fprintf(stderr,
@@ -202,7 +203,9 @@ void ScaleOut::configure_cache(LoaderOptions& o) const {
   job_->cache = value_or_throw(mpi::JobCache::create(*job_->job, co));
   throw_if_error(job_->cache->attach(o));
 #else
-  throw_if_error(absl::FailedPreconditionError("--cache: this dlfeed was built without MPI (the job cache needs it)"));
+  throw_if_error(absl::FailedPreconditionError(
+      "--cache: this dlfeed was built without MPI (the job cache needs it; from Python's source: pip install . -C "
+      "cmake.define.DLFEED_MPI=ON)"));
 #endif
 }
 
