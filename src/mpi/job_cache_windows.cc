@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,38 @@ absl::StatusOr<std::vector<int>> make_group(JobCache::State& s) {
   return members;
 }
 
+// On how many of the job's ranks `ok` holds (every rank gets the same answer).
+enum class Ranks { kNone, kSome, kAll };
+absl::StatusOr<Ranks> ranks_where(const JobCache::State& s, bool ok) {
+  const int mine[2] = {ok ? 1 : 0, ok ? 0 : 1};
+  int any[2] = {0, 0};
+  DLFEED_JC_CALL(MPI_Allreduce(mine, any, 2, MPI_INT, MPI_MAX, s.comm));
+  return any[1] == 0 ? Ranks::kAll : any[0] == 0 ? Ranks::kNone : Ranks::kSome;
+}
+
 // True on every rank when `ok` is true on every rank.
 absl::StatusOr<bool> all_ranks(const JobCache::State& s, bool ok) {
-  const int mine = ok ? 1 : 0;
-  int all = 0;
-  DLFEED_JC_CALL(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, s.comm));
-  return all == 1;
+  DLFEED_ASSIGN_OR_RETURN(const Ranks where, ranks_where(s, ok));
+  return where == Ranks::kAll;
+}
+
+// Every rank's `mine` of this rank's group, in the group's order.
+absl::StatusOr<std::vector<std::string>> gather_in_group(const JobCache::State& s, const std::string& mine) {
+  int n = 0;
+  DLFEED_JC_CALL(MPI_Comm_size(s.group, &n));
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(n)), at(static_cast<size_t>(n));
+  DLFEED_JC_CALL(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, s.group));
+  int total = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    at[i] = total;
+    total += lens[i];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  DLFEED_JC_CALL(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(), MPI_CHAR, s.group));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < lens.size(); ++i) out.push_back(all.substr(static_cast<size_t>(at[i]), lens[i]));
+  return out;
 }
 
 // MPI_Win_create over this rank's part, every rank's error code returned, not raised.
@@ -60,13 +87,15 @@ int window_over_parts(JobCache::State& s, uint64_t capacity) {
   return rc;
 }
 
-// Memory parts. A group of more than one rank allocates them as one MPI
-// shared-memory window; the window over every part is then made over that
-// memory, and where MPI cannot (no single-copy mechanism), each rank
-// allocates its part on its own and the group's ranks read each other's
-// with MPI_Get as other nodes' ranks do.
-absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vector<int>& members) {
-  if (members.size() > 1) {
+// Memory parts. When a group has more than one rank (`shared`, the same on
+// every rank), every group allocates them as one MPI shared-memory window
+// (a group of one too: the collectives below are the job's); the window
+// over every part is then made over that memory, and where MPI cannot on
+// any rank (no single-copy mechanism), each rank allocates its part on its
+// own and the group's ranks read each other's with MPI_Get as other nodes'
+// ranks do.
+absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vector<int>& members, bool shared) {
+  if (shared) {
     MPI_Info info = MPI_INFO_NULL;
     DLFEED_JC_CALL(MPI_Info_create(&info));
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
@@ -87,13 +116,13 @@ absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vect
       return absl::OkStatus();
     }
     const int created = window_over_parts(s, capacity);
-    DLFEED_ASSIGN_OR_RETURN(const bool all, all_ranks(s, created == MPI_SUCCESS));
-    if (all) {
+    DLFEED_ASSIGN_OR_RETURN(const Ranks where, ranks_where(s, created == MPI_SUCCESS));
+    if (where == Ranks::kAll) {
       s.node_loads = true;
       return absl::OkStatus();
     }
-    if (created == MPI_SUCCESS) {
-      s.win = MPI_WIN_NULL;  // not freed: that is collective, and some ranks have none
+    if (where == Ranks::kSome) {
+      s.win = MPI_WIN_NULL;  // where it was made, not freed: that is collective, and some ranks have none
       return absl::InternalError(
           "MPI job cache: MPI_Win_create over the nodes' shared memory succeeded on some ranks only");
     }
@@ -167,13 +196,16 @@ void unmap_all(JobCache::State& s) {
   s.base = nullptr;
 }
 
-// Folder parts: every rank makes its file; the group's ranks map each
-// other's, and the files are removed once all are mapped (the mappings keep
-// them until munmap or exit: nothing is left behind).
+// Folder parts: every rank makes its file (in its own folder: the group's
+// ranks may name others); the group's ranks map each other's, and the files
+// are removed once the group mapped them (the mappings keep them until
+// munmap or exit: nothing is left behind).
 absl::Status folder_parts(JobCache::State& s, uint64_t capacity, const std::string& folder,
-                          const std::vector<int>& members) {
+                          const std::vector<int>& members, bool shared) {
   const auto len_of = [](uint64_t bytes) { return static_cast<size_t>(bytes == 0 ? 1 : bytes); };
-  const std::string mine = share_path(folder, s.nonce, s.rank);
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(folder, ec);
+  const std::string mine = share_path(ec ? folder : absolute.string(), s.nonce, s.rank);
   absl::StatusOr<std::byte*> made = make_share(mine, len_of(capacity));
   DLFEED_ASSIGN_OR_RETURN(const bool all_made, all_ranks(s, made.ok()));
   if (!all_made) {
@@ -185,11 +217,13 @@ absl::Status folder_parts(JobCache::State& s, uint64_t capacity, const std::stri
   s.base = *made;
   s.mapped = len_of(capacity);
   s.load_base[static_cast<size_t>(s.rank)] = s.base;
-  absl::Status peers = absl::OkStatus();
-  for (const int m : members) {
+  absl::StatusOr<std::vector<std::string>> paths = gather_in_group(s, mine);
+  absl::Status peers = paths.status();
+  for (size_t g = 0; g < members.size(); ++g) {
+    const int m = members[g];
     if (m == s.rank || !peers.ok()) continue;
     const size_t len = len_of(s.capacity_of[static_cast<size_t>(m)]);
-    absl::StatusOr<std::byte*> at = map_peer_share(share_path(folder, s.nonce, m), len);
+    absl::StatusOr<std::byte*> at = map_peer_share((*paths)[g], len);
     if (!at.ok()) {
       peers = at.status();
       continue;
@@ -197,7 +231,7 @@ absl::Status folder_parts(JobCache::State& s, uint64_t capacity, const std::stri
     s.peer_maps.emplace_back(*at, len);
     s.load_base[static_cast<size_t>(m)] = *at;
   }
-  const int rc = MPI_Barrier(s.comm);  // every file mapped where it is read
+  const int rc = MPI_Barrier(s.group);  // every file of the group mapped where it is read
   ::unlink(mine.c_str());
   if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Barrier", rc);
   DLFEED_ASSIGN_OR_RETURN(const bool all_mapped, all_ranks(s, peers.ok()));
@@ -206,7 +240,7 @@ absl::Status folder_parts(JobCache::State& s, uint64_t capacity, const std::stri
                             "MPI job cache: another rank could not map the shares of its node's ranks in ", folder))
                       : peers;
   }
-  s.node_loads = members.size() > 1;
+  s.node_loads = shared;
   if (members.size() == static_cast<size_t>(s.size)) return absl::OkStatus();
   const int created = window_over_parts(s, capacity);
   DLFEED_ASSIGN_OR_RETURN(const bool all, all_ranks(s, created == MPI_SUCCESS));
@@ -251,7 +285,14 @@ absl::Status make_windows(JobCache::State& s, uint64_t capacity, const std::stri
   s.load_base.assign(static_cast<size_t>(s.size), nullptr);
   absl::StatusOr<std::vector<int>> members = make_group(s);
   absl::Status st = members.status();
-  if (st.ok()) st = folder.empty() ? memory_parts(s, capacity, *members) : folder_parts(s, capacity, folder, *members);
+  // A node of more than one rank anywhere: every rank takes the shared route (its collectives are the job's).
+  absl::StatusOr<Ranks> shared = Ranks::kNone;
+  if (st.ok()) shared = ranks_where(s, members->size() > 1);
+  if (st.ok()) st = shared.status();
+  if (st.ok()) {
+    const bool any = *shared != Ranks::kNone;
+    st = folder.empty() ? memory_parts(s, capacity, *members, any) : folder_parts(s, capacity, folder, *members, any);
+  }
   if (st.ok()) st = lock_windows(s);
   if (!st.ok()) release(s);
   return st;

@@ -50,8 +50,9 @@ struct DLFEED_EXPORT JobCacheOptions {
   /// share memory read each other's shares with plain loads.
   int ranks_per_node = 0;
   /// Empty: each rank's share is memory (the node's shares one MPI
-  /// shared-memory window). A folder (a node-local disk): each rank's share
-  /// is a file there, mapped by the node's ranks and removed at once (the
+  /// shared-memory window). A folder (a node-local disk; each rank may name
+  /// its own): each rank's share is a file there, mapped by the node's ranks
+  /// and removed once they have (the
   /// space is freed when the cache closes, or the process ends), so the cache
   /// may outgrow memory; the page cache keeps what is read most.
   std::string folder;
@@ -81,10 +82,12 @@ struct DLFEED_EXPORT JobCacheStats {
   uint64_t held_bytes = 0;     // of those, held by the job cache (all ranks)
   int node = 0;                // this rank's node
   int nodes = 1;               // nodes in the job
-  /// The ranks of this rank's node read each other's shares with plain
-  /// loads. False with one rank on the node, and where MPI cannot make a
-  /// window between nodes over the node's shared memory (Open MPI without a
-  /// single-copy mechanism): they read them with MPI_Get then.
+  /// The job's nodes keep their ranks' shares in shared memory, and the
+  /// ranks of a node read each other's with plain loads (the same on every
+  /// rank). False when every node has one rank, and where MPI cannot make a
+  /// window between nodes over the nodes' shared memory (Open MPI without a
+  /// single-copy mechanism): a node's ranks read each other's shares with
+  /// MPI_Get then.
   bool node_loads = false;
   /// The counters as one JSON object.
   std::string to_json() const;

@@ -51,23 +51,23 @@ def dlio_npz(tmp_path_factory):
 
 
 def run(mpirun, dlfeed, tmp_path, data, *args, fields=("--fields", "x,y"), strategy="global_shuffle",  # noqa: F811
-        single_copy=False):
+        single_copy=False, np=NP):
     s = tmp_path / f"s{len(list(tmp_path.iterdir()))}.json"
     cmd = [*fields, "--strategy", strategy, "--epochs", EPOCHS, "--batch-size", 4, "--checksum", "--summary-json", s,
            *args, data]
     if single_copy:
-        out = mpi_run_single_copy(mpirun, dlfeed, *cmd)
+        out = mpi_run_single_copy(mpirun, dlfeed, *cmd, np=np)
     else:
-        out = mpi_run(mpirun, dlfeed, *cmd)
+        out = mpi_run(mpirun, dlfeed, *cmd, np=np)
     return out, json.loads(s.read_text())
 
 
-def mpi_run_single_copy(mpirun, dlfeed, *args):  # noqa: F811
+def mpi_run_single_copy(mpirun, dlfeed, *args, np=NP):  # noqa: F811
     """mpi_run with Open MPI's single-copy mechanism left as it is (CMA where the kernel allows it)."""
     import os
     import subprocess
     env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_btl_vader_single_copy_mechanism"}
-    proc = subprocess.run([*mpirun, "-np", str(NP), dlfeed.binary, "run", "--mpi=on", *map(str, args)],
+    proc = subprocess.run([*mpirun, "-np", str(np), dlfeed.binary, "run", "--mpi=on", *map(str, args)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, f"mpirun exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc.stdout
@@ -196,6 +196,46 @@ def test_two_nodes_of_two_ranks_load_within_and_get_between(mpirun, dlfeed, h5_d
         assert e["bytes_read_source"] == 0, e
         assert e["bytes_read_node"] > 0 and e["bytes_read_peers"] > e["bytes_read_node"], e
         assert e["remote_gets"] > 0 and epoch_bytes(e) == jc["dataset_bytes"]
+
+
+@pytest.mark.parametrize("single_copy", [False, True])
+@pytest.mark.parametrize("np_, k", [(3, 2), (4, 3)])
+def test_nodes_of_different_sizes(mpirun, dlfeed, h5_data, tmp_path, np_, k, single_copy):  # noqa: F811
+    # A node of one rank beside nodes of several: every rank makes the same windows (the collectives
+    # are the job's), whether the nodes' ranks read each other's shares with loads (with Open MPI's
+    # single-copy mechanism) or with MPI_Get (without it).
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data, np=np_)
+    out, job = run(mpirun, dlfeed, tmp_path, h5_data, "--cache", "64M", "--cache-ranks-per-node", k, np=np_,
+                   single_copy=single_copy)
+    assert checksum(out) == checksum(plain)
+    jc = job["job_cache"]
+    assert jc["nodes"] == 2
+    if not single_copy:
+        assert jc["node_loads"] is False
+    for e, delivered in zip(jc["epochs"][1:], job["epochs"][1:]):
+        assert e["bytes_read_source"] == 0 and e["bytes_read_node"] > 0 and e["bytes_read_peers"] > 0, e
+        # 160 samples on 3 ranks: 2 padded reads, so an epoch is the bytes delivered, not the dataset's.
+        assert epoch_bytes(e) == delivered["bytes_delivered"] >= jc["dataset_bytes"]
+        assert len({r["node_loads"] for r in e["per_rank"]}) == 1, "the same on every rank"
+
+
+def test_ranks_of_one_node_may_name_their_own_cache_folders(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
+    # One disk per rank (or a folder relative to each rank's working directory): the node's ranks
+    # map each other's files where each made them.
+    import os
+    import subprocess
+    plain, _ = run(mpirun, dlfeed, tmp_path, h5_data)
+    for r in range(NP):
+        (tmp_path / f"disk{r}").mkdir()
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    script = (f'cd {tmp_path}/disk$OMPI_COMM_WORLD_RANK && exec "$0" run --mpi=on --fields x,y --strategy '
+              f'global_shuffle --epochs {EPOCHS} --batch-size 4 --checksum --cache 64M --cache-folder . "$1"')
+    proc = subprocess.run([*mpirun, "-np", str(NP), "sh", "-c", script, dlfeed.binary, str(h5_data)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert checksum(proc.stdout) == checksum(plain)
+    assert re.search(r"job cache: epoch 1: 0\.0 MiB from the files", proc.stdout), proc.stdout
+    assert all(list((tmp_path / f"disk{r}").iterdir()) == [] for r in range(NP)), "nothing left behind"
 
 
 def test_cache_in_a_node_local_folder(mpirun, dlfeed, h5_data, tmp_path):  # noqa: F811
