@@ -504,7 +504,7 @@ class CacheBackend final : public IoBackend {
     // Once, whichever engine kept the last byte; this rank's own reads need only the flag.
     if (s_->filled[x.index].exchange(1, std::memory_order_acq_rel) != 0) return;
     if (s_->win != MPI_WIN_NULL) MPI_Win_sync(s_->win);  // the bytes before the stamp, for other ranks' gets
-    // ... and for the loads of the node's ranks mapping this part.
+    // The release store orders them before it for the node's ranks, whose acquire load of it precedes their copy.
     std::atomic_ref<uint64_t>(*stamp_at(s_->base, x.slot)).store(s_->stamp_of(x), std::memory_order_release);
     s_->bytes_kept.fetch_add(x.length, std::memory_order_relaxed);
     s_->extents_kept.fetch_add(1, std::memory_order_relaxed);
