@@ -98,4 +98,41 @@ absl::Status check_paired(const SampleIndex& a, const FieldEntry& fa, const Samp
   return absl::OkStatus();
 }
 
+bool is_npy_column(const SampleIndex& index, const std::string& name) {
+  if (index.files.empty() || name.empty()) return false;
+  return std::all_of(index.files.begin(), index.files.end(), [&](const std::string& f) {
+    return fs::path(f).extension() == ".npy" && npy_column_of(f) == name;
+  });
+}
+
+absl::Status check_columns_paired(const SampleIndex& a, const std::string& name_a, const SampleIndex& b,
+                                  const std::string& name_b) {
+  // (folder, shard tag): x_007.npy's tag is "_007", x.npy's "".
+  auto key = [](const std::string& f, const std::string& column) -> Key {
+    const fs::path p(f);
+    return {p.parent_path().string(), p.stem().string().substr(column.size())};
+  };
+  auto partner = [](const Key& k, const std::string& column) {
+    return (fs::path(k.first) / absl::StrCat(column, k.second, ".npy")).string();
+  };
+  const size_t n = std::min(a.files.size(), b.files.size());
+  for (size_t i = 0; i < n; ++i) {
+    const Key ka = key(a.files[i], name_a), kb = key(b.files[i], name_b);
+    if (ka == kb) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        a.files[i], " (NPY column '", name_a, "') and ", b.files[i], " (column '", name_b, "') are file ", i + 1,
+        " of their columns: their samples would be paired, but column files pair by folder and shard tag (expected ",
+        partner(ka, name_b), "; x_007.npy pairs with y_007.npy beside it)"));
+  }
+  if (a.files.size() != b.files.size()) {
+    const bool a_more = a.files.size() > b.files.size();
+    const std::string& extra = a_more ? a.files[n] : b.files[n];
+    const Key k = a_more ? key(extra, name_a) : key(extra, name_b);
+    return absl::InvalidArgumentError(absl::StrCat(extra, " (NPY column '", a_more ? name_a : name_b,
+                                                   "') has no partner in column '", a_more ? name_b : name_a,
+                                                   "': expected ", partner(k, a_more ? name_b : name_a)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dlfeed::detail

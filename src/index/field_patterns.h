@@ -36,4 +36,15 @@ FormatOptions format_of(const FieldEntry& f, FormatOptions o);
 /// partner and the partner's expected name.
 absl::Status check_paired(const SampleIndex& a, const FieldEntry& fa, const SampleIndex& b, const FieldEntry& fb);
 
+/// True when `index` holds NPY column files of column `name` (x.npy,
+/// x_000.npy...: npy_column_of), as a plain field name selects them.
+bool is_npy_column(const SampleIndex& index, const std::string& name);
+
+/// OK when the NPY column files of `b` (column `name_b`) pair one by one, in
+/// the order read, with those of `a` (column `name_a`) by folder and shard
+/// tag (x_007.npy with y_007.npy in the same folder); else InvalidArgument
+/// naming the two files paired and the partner expected.
+absl::Status check_columns_paired(const SampleIndex& a, const std::string& name_a, const SampleIndex& b,
+                                  const std::string& name_b);
+
 }  // namespace dlfeed::detail

@@ -101,6 +101,14 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
         DLFEED_RETURN_IF_ERROR(check_paired(indices[k], entries[k], idx, field));
         break;
       }
+      // NPY columns (x_007.npy, y_007.npy): the first column field pairs with every other by folder and tag.
+      if (field.pattern.empty() && is_npy_column(idx, fo.name)) {
+        for (size_t k = 0; k < entries.size(); ++k) {
+          if (!entries[k].pattern.empty() || !is_npy_column(indices[k], formats[k].name)) continue;
+          DLFEED_RETURN_IF_ERROR(check_columns_paired(indices[k], formats[k].name, idx, fo.name));
+          break;
+        }
+      }
       if (idx.file_begin != first.file_begin) {
         return absl::InvalidArgumentError(absl::StrCat(
             "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",

@@ -179,6 +179,49 @@ def test_sharded_column_files_pair_up_by_shard(tmp_path):
     assert_columns(loader, np.concatenate(xs), np.concatenate(ys))
 
 
+@pytest.mark.parametrize("case", ["a shard missing from one column", "one column zero-padded", "other folders",
+                                  "one column with more shards"])
+def test_column_files_that_do_not_pair_by_shard_are_refused(tmp_path, case):
+    # Files of equal lengths paired by their place in each column's sorted list would give x of
+    # one shard the labels of another: refused, naming the two files and the partner expected.
+    def save(name, k):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        np.save(tmp_path / name, np.full((2, 1), k))
+    if case == "a shard missing from one column":
+        for k in (0, 1, 2):
+            save(f"x_{k}.npy", k)
+        for k in (0, 2, 3):
+            save(f"y_{k}.npy", k)
+        bad, expected = "x_1.npy", "y_1.npy"
+    elif case == "one column zero-padded":
+        for k in (1, 2, 10):
+            save(f"x_{k:02d}.npy", k)
+            save(f"y_{k}.npy", k)
+        bad, expected = "x_01.npy", "y_01.npy"  # tags are compared as written, not as numbers
+    elif case == "other folders":
+        for name, k in (("a/x.npy", 1), ("a/y.npy", 1), ("b/x.npy", 2), ("c/y.npy", 3)):
+            save(name, k)
+        bad, expected = "b/x.npy", "b/y.npy"
+    else:
+        for k in (0, 1):
+            save(f"x_{k}.npy", k)
+        save("y_0.npy", 0)
+        bad, expected = "x_1.npy", "y_1.npy"
+    with pytest.raises(dlfeed.InvalidArgumentError) as e:
+        dlfeed.Loader(tmp_path, fields=["x", "y"], batch_size=2, strategy="sequential")
+    assert str(tmp_path / bad) in str(e.value) and str(tmp_path / expected) in str(e.value), str(e.value)
+
+
+def test_column_files_in_several_folders_pair_within_each(tmp_path):
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        for k in range(2):
+            np.save(tmp_path / sub / f"x_{k}.npy", np.full((3, 1), ord(sub) * 10 + k, dtype=np.int64))
+            np.save(tmp_path / sub / f"y_{k}.npy", np.full(3, ord(sub) * 10 + k, dtype=np.int64))
+    for b in dlfeed.Loader(tmp_path, fields=["x", "y"], batch_size=4, strategy="global_shuffle", seed=3):
+        assert (b["x"][:, 0] == b["y"]).all()
+
+
 def test_an_unknown_column_is_refused_with_the_columns_there_are(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros(4))
     np.save(tmp_path / "y.npy", np.zeros(4))
