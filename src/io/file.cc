@@ -118,11 +118,18 @@ absl::StatusOr<File> File::open(const std::string& path) {
   if (is_object_url(path)) return open_remote(path);
   File f;
   f.path_ = path;
-  f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Not blocking: a FIFO's open waits for a writer, its reads for data.
+  f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (f.fd_ < 0) return io_error(path, "open", errno);
   struct stat st {};
   if (::fstat(f.fd_, &st) != 0) return io_error(path, "fstat", errno);
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is not a regular file (",
+                                                   S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket",
+                                                   "), expected a data file"));
+  }
+  ::fcntl(f.fd_, F_SETFL, ::fcntl(f.fd_, F_GETFL) & ~O_NONBLOCK);
   f.size_ = static_cast<uint64_t>(st.st_size);
   f.identity_ = identity_of(st);
   return f;

@@ -174,7 +174,9 @@ void close_all(const std::vector<int>& fds) {
 
 int FileTable::Impl::open_and_stat(const std::string& path, bool direct, std::vector<int>& to_close, struct stat& st,
                                    int& err) {
-  int flags = O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
+  // Not blocking: a FIFO put in a file's place would wait for a writer (the
+  // identity check then refuses it); a regular file's reads do not care.
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (direct ? O_DIRECT : 0);
   int fd = ::open(path.c_str(), flags);
   err = fd < 0 ? errno : 0;
   if (fd < 0 && (err == EMFILE || err == ENFILE)) {
@@ -194,6 +196,8 @@ int FileTable::Impl::open_and_stat(const std::string& path, bool direct, std::ve
     ::close(fd);
     fd = -1;
   }
+  // Blocking again for a regular file (io_uring may hand EAGAIN back for one that is not).
+  if (fd >= 0 && S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, direct ? O_DIRECT : 0);
   return fd;
 }
 

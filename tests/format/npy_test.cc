@@ -140,6 +140,8 @@ TEST(NpyHeader, ErrorsNameTheOffsetAndWhatWasExpected) {
         "{'descr': '<i4', 'fortran_order': False, 'shape': (2, -1), }",
         // No elements, but strides (empty dimensions as 1) past 63 bits: a fuzz finding.
         "{'descr': '<u2', 'fortran_order': False, 'shape': (0, 1000000, 1000000, 1000000, 1000001), }",
+        // (12) is an int to Python, not a shape: numpy refuses it.
+        "{'descr': '<i4', 'fortran_order': False, 'shape': (12), }",
         "{'descr': '<i4', 'fortran_order': False, 'shape': (2,"}) {
     std::string h = "\x93NUMPY\x01";
     h.push_back(0);

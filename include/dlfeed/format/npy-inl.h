@@ -139,6 +139,10 @@ class DictParser {
       skip_ws();
       if (eat(',')) continue;
       skip_ws();
+      // (12) is the int 12 to Python, which numpy refuses as a shape: a tuple of one is (12,).
+      if (shape.size() == 1 && pos_ < s_.size() && s_[pos_] == ')') {
+        return error("a shape tuple: one dimension is written (N,)", absl::StrCat("(", d, ")"));
+      }
       if (eat(')')) return absl::OkStatus();
       return error("',' or ')' in the shape tuple");
     }

@@ -214,3 +214,17 @@ def test_small_ones(tmp_path):
     with pytest.raises(dlfeed.InvalidArgumentError) as e:
         dlfeed.Loader(tmp_path / "s.h5", name="scalar")
     assert "s.h5" in str(e.value) and "0-dimensional" in str(e.value)
+
+
+def test_a_fifo_named_as_a_data_file_is_refused_not_waited_on(tmp_path):
+    # A FIFO's open waits for a writer: named as a data file, it was a hang; in a folder it is not data.
+    import sys
+    os.mkfifo(tmp_path / "x.npy")
+    script = ("import sys, dlfeed\n"
+              "try:\n    dlfeed.Loader(sys.argv[1])\n"
+              "except dlfeed.InvalidArgumentError as e:\n    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "x.npy")], capture_output=True, text=True,
+                          timeout=60)
+    assert "x.npy: is not a regular file (a FIFO)" in proc.stdout, proc.stdout + proc.stderr
+    np.save(tmp_path / "y.npy", np.zeros((3, 2), np.float32))
+    assert dlfeed.Loader(tmp_path).num_samples == 3
