@@ -144,8 +144,14 @@ class _Feed:
             self.pass_id += 1
             self.epoch = iter(self.loader)
             count = operator.length_hint(self.epoch)
+            if count == 0 and self.loader.batches_per_epoch > 0:
+                # Restored at the end of an epoch: that one is over, and this pass is the
+                # next, whole (as many batches as the dataset's cardinality says).
+                self.epoch.next()
+                self.epoch = iter(self.loader)
+                count = operator.length_hint(self.epoch)
             if count == 0:
-                self.epoch.next()  # an empty epoch (restored at its end): over now
+                self.epoch.next()  # an empty epoch: over now
             return np.int64(self.pass_id), np.int64(count)
 
     def next_batch(self, pass_id: Any) -> List[np.ndarray]:

@@ -504,6 +504,9 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;
   if (resuming) spec.global_start = m.resume->global_start;
+  // Another epoch started after a restore(): the restored one is given up, so
+  // a later start of its epoch reads it whole (not from the state's position).
+  if (m.resume && !resuming) m.resume.reset();
   std::unique_lock<std::mutex> order_lock(m.order_mu);  // no pipeline thread runs: for form
   DLFEED_ASSIGN_OR_RETURN(OrderCursor cursor, m.take_order(spec));
   order_lock.unlock();
@@ -612,6 +615,16 @@ absl::Status Loader::start_epoch_at(uint64_t epoch, uint64_t position) {
 
 std::string Loader::state() const {
   const Impl& m = *impl_;
+  if (m.resume) {
+    // Restored, its epoch not started yet: where it resumes, not where the
+    // loader was before (a checkpoint taken now must resume there too).
+    OrderSpec spec = m.options.order;
+    spec.epoch = m.resume->epoch;
+    spec.global_start = m.resume->global_start;
+    if (absl::StatusOr<OrderCursor> c = OrderCursor::create(m.layout, spec); c.ok()) {
+      return detail::loader_state_at(m.layout, spec, &*c, m.resume->position);
+    }
+  }
   return detail::loader_state_at(m.layout, m.options.order, m.base_cursor ? &*m.base_cursor : nullptr,
                                  m.start_position + m.delivered_samples);
 }

@@ -2,6 +2,7 @@
 // The loader end to end: every sample exactly once and byte-exact for every
 // format, backend, strategy and world size; resume, prefetch and coalescing,
 // the memory budget, direct reads into the batch, ragged samples, I/O engines.
+#include "dlfeed/loader_state.h"
 #include "loader_fixture.h"
 
 namespace dlfeed {
@@ -119,6 +120,35 @@ TEST(Loader, ResumeMidEpochGivesExactlyTheRemainingBatches) {
     const std::vector<uint64_t> rest = read_epoch(*second, c, 1);
     got.insert(got.end(), rest.begin(), rest.end());
     EXPECT_EQ(got, all) << "stopped after " << stop_after << " batches";
+  }
+  // state() right after restore(), before its epoch starts, is the restored
+  // position (a checkpoint taken then resumes there), not where the loader
+  // was; and a restore given up for another epoch leaves its epoch whole
+  // (found by outside testing: the old state, and 4 samples skipped).
+  {
+    auto first = Loader::create(o).value();
+    ASSERT_TRUE(first->start_epoch(1).ok());
+    std::vector<uint64_t> got;
+    for (int b = 0; b < 2; ++b) {
+      auto batch = first->next().value();
+      got.insert(got.end(), batch->sample_ids.begin(), batch->sample_ids.end());
+    }
+    const std::string state = first->state();
+    auto busy = Loader::create(o).value();
+    ASSERT_TRUE(busy->start_epoch(0).ok());
+    ASSERT_NE(busy->next().value(), nullptr);  // partway through epoch 0
+    ASSERT_TRUE(busy->restore(state).ok());
+    const std::string again = busy->state();
+    EXPECT_EQ(decode_loader_state(again).value().order.position, got.size());
+    EXPECT_EQ(decode_loader_state(again).value().order.spec.epoch, 1u);
+    auto third = Loader::create(o).value();
+    ASSERT_TRUE(third->restore(again).ok());
+    std::vector<uint64_t> rest = read_epoch(*third, c, 1);
+    std::vector<uint64_t> joined = got;
+    joined.insert(joined.end(), rest.begin(), rest.end());
+    EXPECT_EQ(joined, all) << "resumed from the state taken right after a restore";
+    EXPECT_EQ(read_epoch(*busy, c, 2).size(), all.size()) << "another epoch: the restore is given up";
+    EXPECT_EQ(read_epoch(*busy, c, 1), all) << "then epoch 1 is whole";
   }
   // A state from another seed is refused.
   LoaderOptions other = o;

@@ -121,13 +121,20 @@ TEST(Elastic, FourRanksCheckpointedResumeOnThreeThenTwoWithEverySampleOnce) {
       auto a = ranks(path, strategy, 3), b = ranks(path, strategy, 3);
       ASSERT_TRUE(a[1]->restore(states[0]).ok());
       ASSERT_TRUE(b[1]->restore(states[3]).ok());
+      // A state taken right after the restore (before its epoch starts) keeps where it resumes, the
+      // global start included: a third loader resumes the same way.
+      auto c = ranks(path, strategy, 3);
+      ASSERT_TRUE(c[1]->restore(b[1]->state()).ok());
       ASSERT_TRUE(a[1]->start_epoch(epoch).ok());
       ASSERT_TRUE(b[1]->start_epoch(epoch).ok());
-      std::vector<uint64_t> ia, ib;
+      ASSERT_TRUE(c[1]->start_epoch(epoch).ok());
+      std::vector<uint64_t> ia, ib, ic;
       read_batches(*a[1], -1, ia);
       read_batches(*b[1], -1, ib);
+      read_batches(*c[1], -1, ic);
       EXPECT_EQ(ia.size(), 24u);
       EXPECT_EQ(ia, ib);
+      EXPECT_EQ(ic, ia);
     }
     three.clear();
     // 2 ranks, from the 3-rank job's state: 48 left, 24 each.

@@ -455,7 +455,9 @@ class Dataset(torch.utils.data.IterableDataset):
     def state_dict(self) -> Dict[str, Any]:
         """Where the iteration is: resume with load_state_dict() on a Dataset with the
         same options (and the same rank and world size)."""
-        state = self._loader.state() if self._loader is not None else self._pending
+        # A position load_state_dict() gave and no iteration took yet is where the next one resumes.
+        state = self._pending if self._pending is not None else (
+            self._loader.state() if self._loader is not None else None)
         if state is not None:
             s = _dlfeed.decode_state(state)
             if s["epoch"] != self.epoch or s["position"] == 0:

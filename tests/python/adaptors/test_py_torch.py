@@ -70,6 +70,19 @@ def test_state_dict_resumes_mid_epoch(learnable):
     got.extend(b["sample_ids"] for b in fresh)
     assert torch.equal(torch.cat(got), torch.cat(reference))
     assert fresh.epoch == 1 and fresh.state_dict()["loader_state"] is None
+    # A Dataset whose loader exists (it iterated an epoch): state_dict() right after
+    # load_state_dict() is the position given, not the loader's own (found by outside
+    # testing: it gave the epoch with no position, and a resume read it again whole).
+    used = dtorch.Dataset(root, **kw)
+    for _ in used:
+        pass
+    used.load_state_dict(sd)
+    again = used.state_dict()
+    assert again["epoch"] == 0 and again["loader_state"] == sd["loader_state"]
+    third = dtorch.Dataset(root, **kw)
+    third.load_state_dict(again)
+    rest = [b["sample_ids"] for b in third]
+    assert torch.equal(torch.cat(got[:7] + rest), torch.cat(reference))
 
 
 def test_pin_memory_without_cuda_warns_and_yields(learnable):
