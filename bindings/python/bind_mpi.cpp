@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The job cache for Python under mpirun (dlfeed::mpi::JobCache), when the
 // module is built with MPI (in-tree builds, or pip install . -C
-// cmake.define.DLFEED_MPI=ON; the wheel has no MPI). One
-// mpi::Job per process, made by the first cache; the caches' windows are
+// cmake.define.DLFEED_MPI=ON; the wheel has no MPI). One mpi::Job per
+// communicator (MPI_COMM_WORLD, or an mpi4py communicator given by its
+// Fortran handle), made by the first loader over it; the caches' windows are
 // freed together at exit (_mpi_shutdown, registered with atexit by
 // dlfeed.Loader), when every rank frees them, not when a loader is collected,
 // which happens at a different time on each rank.
@@ -24,7 +25,9 @@ namespace dlfeed::python {
 namespace {
 
 struct MpiState {
-  std::unique_ptr<mpi::Job> job;
+  // By communicator (-1: MPI_COMM_WORLD), in the order made: the first may
+  // have started MPI, and ends it, so it is freed last.
+  std::vector<std::pair<int, std::unique_ptr<mpi::Job>>> jobs;
   pid_t pid = 0;
   std::vector<std::shared_ptr<mpi::JobCache>> caches;
 };
@@ -34,36 +37,47 @@ MpiState& mpi_state() {
   return *s;
 }
 
-// The process's mpi::Job, started on first use (`what`: the keyword, for
-// errors); `o` then takes the job's rank and world size, and rank 0 lists
-// and indexes the files for the job (a collective in the loader's create).
-mpi::Job& job_for(LoaderOptions& o, const char* what) {
+// The process's mpi::Job over communicator `comm` (a Fortran handle, -1:
+// MPI_COMM_WORLD), started on first use (`what`: the keyword, for errors);
+// `o` then takes the job's rank and world size, and rank 0 lists and
+// indexes the files for the job (a collective in the loader's create).
+mpi::Job& job_for(LoaderOptions& o, const char* what, int comm) {
   MpiState& s = mpi_state();
-  if (s.job == nullptr) {
+  if (!s.jobs.empty() && s.pid != ::getpid()) {
+    check(absl::FailedPreconditionError(
+        absl::StrCat(what,
+                     ": MPI was started in another process (this is a child of fork(), e.g. a DataLoader "
+                     "worker): make the loader in the process mpirun started (num_workers=0)")));
+  }
+  mpi::Job* job = nullptr;
+  for (auto& [handle, j] : s.jobs) {
+    if (handle == comm) job = j.get();
+  }
+  if (job == nullptr) {
     int up = 0;
     MPI_Initialized(&up);
+    if (up == 0 && comm >= 0) {
+      check(absl::FailedPreconditionError(
+          absl::StrCat(what, ": mpi_comm= names a communicator, but MPI is not initialized in this process")));
+    }
     if (up == 0 && !mpi::launched_by_mpi()) {
       check(absl::FailedPreconditionError(
           absl::StrCat(what,
                        ": the loader's ranks are an MPI job's: start the script with mpirun or srun (this "
                        "process was not started by an MPI launcher)")));
     }
-    s.job = value_or_throw(mpi::Job::init());
+    s.jobs.emplace_back(comm, value_or_throw(mpi::Job::init(comm >= 0 ? MPI_Comm_f2c(comm) : MPI_COMM_NULL)));
     s.pid = ::getpid();
-  } else if (s.pid != ::getpid()) {
-    check(absl::FailedPreconditionError(
-        absl::StrCat(what,
-                     ": MPI was started in another process (this is a child of fork(), e.g. a DataLoader "
-                     "worker): make the loader in the process mpirun started (num_workers=0)")));
+    job = s.jobs.back().second.get();
   }
-  const auto size = static_cast<uint32_t>(s.job->size());
+  const auto size = static_cast<uint32_t>(job->size());
   if (o.order.world_size != 1 && o.order.world_size != size) {
     check(absl::InvalidArgumentError(
         absl::StrCat(what, ": world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
   }
-  s.job->configure(o);
-  s.job->share_index(o);
-  return *s.job;
+  job->configure(o);
+  job->share_index(o);
+  return *job;
 }
 
 }  // namespace
@@ -74,9 +88,9 @@ void bind_mpi(py::module_& m) {
   m.attr("has_mpi") = true;
   m.def(
       "_job_cache_attach",
-      [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node, const std::string& folder) {
+      [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node, const std::string& folder, int comm) {
         MpiState& s = mpi_state();
-        mpi::Job& job = job_for(o, "job_cache=");
+        mpi::Job& job = job_for(o, "job_cache=", comm);
         mpi::JobCacheOptions co;
         co.bytes_per_node = bytes_per_node;
         co.ranks_per_node = ranks_per_node;
@@ -87,13 +101,16 @@ void bind_mpi(py::module_& m) {
         return s.caches.size() - 1;
       },
       py::arg("options"), py::arg("bytes_per_node"), py::arg("ranks_per_node"), py::arg("folder") = "",
-      "Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets "
-      "`options` to read through it (rank and world size from MPI; rank 0 indexes the files for the job); returns "
-      "its number.");
+      py::arg("comm") = -1,
+      "Collective over `comm` (an mpi4py communicator's Fortran handle; -1: MPI_COMM_WORLD): makes a job cache "
+      "(MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets `options` to read through it (rank and "
+      "world size from the communicator; its rank 0 indexes the files for the job); returns its number.");
   m.def(
-      "_mpi_attach", [](LoaderOptions& o) { job_for(o, "mpi=True"); }, py::arg("options"),
-      "Collective: `options` reads as a rank of the MPI job (MPI_Init_thread unless MPI is up): rank and world "
-      "size from MPI, and rank 0 lists and indexes the files for the job, the others receive the index.");
+      "_mpi_attach", [](LoaderOptions& o, int comm) { job_for(o, "mpi=True", comm); }, py::arg("options"),
+      py::arg("comm") = -1,
+      "Collective over `comm` (an mpi4py communicator's Fortran handle; -1: MPI_COMM_WORLD): `options` reads as "
+      "a rank of the MPI job (MPI_Init_thread unless MPI is up): rank and world size from the communicator, and "
+      "its rank 0 lists and indexes the files for the job, the others receive the index.");
   m.def(
       "_job_cache_stats",
       [](size_t id) {
@@ -121,7 +138,8 @@ void bind_mpi(py::module_& m) {
           if (c) c->close().IgnoreError();  // collective: every rank at exit
         }
         s.caches.clear();
-        s.job.reset();  // MPI_Finalize when _job_cache_attach started MPI
+        // The first job last: MPI_Finalize when it started MPI.
+        while (!s.jobs.empty()) s.jobs.pop_back();
       },
       "Collective, at exit: frees the job caches' windows and ends MPI if dlfeed started it.");
 #else

@@ -524,11 +524,11 @@ class PinnedAllocator:
 def page_locked_allocator(register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex, min_bytes: typing.SupportsInt | typing.SupportsIndex = ..., flags: typing.SupportsInt | typing.SupportsIndex = ...) -> PinnedAllocator:
     """An allocator for the batch pool that registers each buffer of at least min_bytes with register_fn(ptr, bytes, flags) -> int (cudaHostRegister's address; flags 1: portable) and unregisters it with unregister_fn(ptr) (cudaHostUnregister's) before freeing it."""
 
-def _job_cache_attach(options: LoaderOptions, bytes_per_node: typing.SupportsInt | typing.SupportsIndex, ranks_per_node: typing.SupportsInt | typing.SupportsIndex, folder: str = ...) -> int:
-    """Collective: makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets `options` to read through it (rank and world size from MPI; rank 0 indexes the files for the job); returns its number."""
+def _job_cache_attach(options: LoaderOptions, bytes_per_node: typing.SupportsInt | typing.SupportsIndex, ranks_per_node: typing.SupportsInt | typing.SupportsIndex, folder: str = ..., comm: typing.SupportsInt | typing.SupportsIndex = ...) -> int:
+    """Collective over `comm` (an mpi4py communicator's Fortran handle; -1: MPI_COMM_WORLD): makes a job cache (MPI_Init_thread with MPI_THREAD_MULTIPLE unless MPI is up), sets `options` to read through it (rank and world size from the communicator; its rank 0 indexes the files for the job); returns its number."""
 
-def _mpi_attach(options: LoaderOptions) -> None:
-    """Collective: `options` reads as a rank of the MPI job (MPI_Init_thread unless MPI is up): rank and world size from MPI, and rank 0 lists and indexes the files for the job, the others receive the index."""
+def _mpi_attach(options: LoaderOptions, comm: typing.SupportsInt | typing.SupportsIndex = ...) -> None:
+    """Collective over `comm` (an mpi4py communicator's Fortran handle; -1: MPI_COMM_WORLD): `options` reads as a rank of the MPI job (MPI_Init_thread unless MPI is up): rank and world size from the communicator, and its rank 0 lists and indexes the files for the job, the others receive the index."""
 
 def _job_cache_stats(id: typing.SupportsInt | typing.SupportsIndex) -> dict:
     """This rank's job cache counters (JobCacheStats)."""

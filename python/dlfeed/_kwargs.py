@@ -104,6 +104,7 @@ class OptionKwargs(TypedDict, total=False):
     cache_limit: Optional[int]
     # handled by dlfeed.Loader itself (no one LoaderOptions field)
     mpi: Optional[bool]
+    mpi_comm: Optional[Any]
     job_cache: Optional[Union[int, str]]
     job_cache_ranks_per_node: Optional[int]
     job_cache_folder: Optional[PathLike]

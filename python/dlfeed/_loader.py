@@ -101,11 +101,25 @@ def _abort_job_after(shown: Callable[..., Any]) -> Callable[..., Any]:
     return hook
 
 
-def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any) -> int:
+def _comm_handle(comm: Any) -> int:
+    """mpi_comm=: an mpi4py communicator as its Fortran handle (MPI_Comm_f2c in C++); -1: MPI_COMM_WORLD."""
+    if comm is None:
+        return -1
+    py2f = getattr(comm, "py2f", None)
+    if py2f is None:
+        raise TypeError(f"mpi_comm={comm!r}: expected an mpi4py communicator (mpi4py.MPI.Comm)")
+    handle = int(py2f())
+    if handle < 0 or not bool(comm):
+        raise ValueError(f"mpi_comm={comm!r}: the null communicator (this rank is in no group of the split)")
+    return handle
+
+
+def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any, comm: Any) -> int:
     """job_cache=: the job's memory as one cache, under mpirun (dlfeed::mpi::JobCache)."""
     _needs_mpi("job_cache=")
     n = _options.byte_count(size, "job_cache")
-    return int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0), os.fspath(folder) if folder else ""))
+    return int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0), os.fspath(folder) if folder else "",
+                                         _comm_handle(comm)))
 
 
 def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
@@ -204,12 +218,14 @@ class Loader:
         self._job_cache: Optional[int] = None
         if options.get("job_cache") is not None:  # a rank of the MPI job too (mpi=True is implied)
             self._job_cache = _attach_job_cache(o, options.get("job_cache"), options.get("job_cache_ranks_per_node"),
-                                                options.get("job_cache_folder"))
+                                                options.get("job_cache_folder"), options.get("mpi_comm"))
         elif options.get("mpi") is not None and not isinstance(options.get("mpi"), bool):
             raise TypeError(f"mpi={options.get('mpi')!r}: expected True or False")
-        elif options.get("mpi"):
+        elif options.get("mpi_comm") is not None and options.get("mpi") is False:
+            raise ValueError("mpi_comm= with mpi=False: the communicator makes the loader a rank of an MPI job")
+        elif options.get("mpi") or options.get("mpi_comm") is not None:
             _needs_mpi("mpi=True")
-            _dlfeed._mpi_attach(o)
+            _dlfeed._mpi_attach(o, _comm_handle(options.get("mpi_comm")))
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
         # Counts the starts of epochs (and restores): an iterator of an earlier one is superseded.

@@ -184,6 +184,10 @@ KEYWORDS: Dict[str, Keyword] = {
                    note="True: under mpirun/srun, rank and world size from MPI, and rank 0 lists and indexes the "
                         "files or objects for the job, the others receive the index (one listing per job; "
                         "docs/distributed.md)", type="bool"),
+    "mpi_comm": Keyword(None, python_only="an MPI communicator is a Python object (mpi4py's)",
+                        note="with mpi=True or job_cache: the ranks are those of this mpi4py communicator (a "
+                             "data-parallel group made with comm.Split, say), not of MPI_COMM_WORLD; implies "
+                             "mpi=True", type="Any"),
     # the job cache under mpirun (dlfeed::mpi::JobCache; not a LoaderOptions field)
     "job_cache": Keyword(None, "cache",
                          note="bytes of the job cache per node (an int, or '64G'): under mpirun, later epochs read "

@@ -399,6 +399,65 @@ def test_torch_dataset_under_mpirun_reads_the_same_bytes_through_the_cache(mpiru
     assert all(len(cached[r][e]["samples"]) == 160 // NP for r in range(NP) for e in range(3))
 
 
+COMM = r"""
+import hashlib, json, os, sys
+from mpi4py import MPI
+import dlfeed
+data, mode, out = sys.argv[1:4]
+world = MPI.COMM_WORLD
+# Two data-parallel groups of 2 (ranks 0, 2 and 1, 3), as a trainer with 2-way model parallelism makes them.
+group = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())
+kw = dict(batch_size=4, fields=["x", "y"], strategy="global_shuffle", mpi_comm=group)
+if mode == "cache":
+    kw.update(job_cache="64M", job_cache_ranks_per_node=1)
+loader = dlfeed.Loader(data, **kw)
+epochs = []
+for e in range(3):
+    group.Barrier()  # the group's ranks start each epoch together
+    seen = [(int(b.sample_ids[i]), hashlib.sha256(b["x"][i].tobytes() + b["y"][i].tobytes()).hexdigest())
+            for b in loader.iter_epoch(e) for i in range(len(b))]
+    epochs.append({"samples": seen, "stats": loader.job_cache_stats()})
+with open(f"{out}.{world.Get_rank()}", "w") as f:
+    st = dlfeed.decode_state(loader.state())
+    json.dump({"rank": st["rank"], "world_size": st["world_size"], "epochs": epochs}, f)
+"""
+
+
+@pytest.mark.parametrize("mode", ["mpi", "cache"])
+def test_an_mpi4py_communicator_makes_the_job(mpirun, h5_data, tmp_path, mode):  # noqa: F811
+    """mpi_comm=: the loader's ranks are a communicator's (two groups of 2 out of 4 ranks): each
+    group reads the whole dataset once an epoch, its 2 ranks disjoint halves, as 2 ranks of
+    rank=/world_size= would; with job_cache, each group's later epochs read nothing from the files."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "comm.py"
+    script.write_text(COMM)
+    out = tmp_path / f"comm-{mode}.json"
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), mode, str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    runs = [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+    import dlfeed
+    for r in range(NP):
+        assert (runs[r]["rank"], runs[r]["world_size"]) == (r // 2, 2)
+        ref = dlfeed.Loader(h5_data, batch_size=4, fields=["x", "y"], strategy="global_shuffle", rank=r // 2,
+                            world_size=2)
+        for e in range(3):
+            want = [int(i) for b in ref.iter_epoch(e) for i in b.sample_ids]
+            assert [sid for sid, _ in runs[r]["epochs"][e]["samples"]] == want, (r, e)
+        # The two groups read alike: world ranks r and r ^ 1 are the same rank of their groups.
+        assert [e["samples"] for e in runs[r]["epochs"]] == [e["samples"] for e in runs[r ^ 1]["epochs"]]
+    if mode == "cache":
+        for r in range(NP):
+            s = [runs[r]["epochs"][e]["stats"] for e in range(3)]
+            assert s[0]["nodes"] == 2 and s[2]["bytes_read_source"] == s[0]["bytes_read_source"] > 0, s
+
+
 REPEATS = r"""
 import hashlib, json, os, pathlib, sys, time
 import dlfeed
@@ -635,6 +694,16 @@ def test_job_cache_keyword_takes_byte_counts():
     assert _options.byte_count(4096, "job_cache") == 4096
     with pytest.raises(Exception, match="job_cache='lots'"):
         _options.byte_count("lots", "job_cache")
+
+
+def test_mpi_comm_takes_a_communicator(h5_data):
+    import dlfeed
+    if not getattr(dlfeed._dlfeed, "has_mpi", False):
+        pytest.skip("this dlfeed module was built without MPI")
+    with pytest.raises(TypeError, match="expected an mpi4py communicator"):
+        dlfeed.Loader(h5_data, mpi_comm=object())
+    with pytest.raises(ValueError, match="mpi_comm= with mpi=False"):
+        dlfeed.Loader(h5_data, mpi_comm=object(), mpi=False)
 
 
 DLIO_YAML = """model: jc
