@@ -241,7 +241,9 @@ class Dataset(torch.utils.data.IterableDataset):
         _options.check_keywords(loader_kwargs, "dlfeed.torch.Dataset()")
         self._paths = paths
         self._kwargs = loader_kwargs
-        dist = _distributed()
+        comm = loader_kwargs.get("mpi_comm")
+        # The loader's ranks are the communicator's (a data-parallel group), not torch.distributed's.
+        dist = (comm.Get_rank(), comm.Get_size()) if comm is not None else _distributed()
         if rank is None:
             rank = dist[0] if dist else 0
         if world_size is None:
@@ -316,13 +318,13 @@ class Dataset(torch.utils.data.IterableDataset):
         the training process, whose workers read, so counting reads nothing there.
         The loader of this process, once made, counts; before, a loader made only to
         count (the files indexed, nothing held in memory, no batch buffers) is
-        closed at once. Under ``mpi=True`` or ``job_cache``, where making a loader is
+        closed at once. Under ``mpi=True``, ``mpi_comm`` or ``job_cache``, where making a loader is
         collective, it is this process's loader."""
         rank, world, _ = self._shard()
         key = (os.getpid(), rank, world)
         if self._loader is not None and self._loader_key == key and not self._loader.closed:
             return len(self._loader)
-        if self._kwargs.get("mpi") or self._kwargs.get("job_cache"):
+        if self._kwargs.get("mpi") or self._kwargs.get("job_cache") or self._kwargs.get("mpi_comm") is not None:
             return len(self._get_loader(rank, world))
         if self._length is None or self._length[0] != key:
             self._length = (key, self._count_batches(rank, world))

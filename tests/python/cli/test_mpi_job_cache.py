@@ -408,36 +408,61 @@ world = MPI.COMM_WORLD
 # Two data-parallel groups of 2 (ranks 0, 2 and 1, 3), as a trainer with 2-way model parallelism makes them.
 group = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())
 kw = dict(batch_size=4, fields=["x", "y"], strategy="global_shuffle", mpi_comm=group)
-if mode == "cache":
+if mode != "mpi":
     kw.update(job_cache="64M", job_cache_ranks_per_node=1)
-loader = dlfeed.Loader(data, **kw)
 epochs = []
-for e in range(3):
-    group.Barrier()  # the group's ranks start each epoch together
-    seen = [(int(b.sample_ids[i]), hashlib.sha256(b["x"][i].tobytes() + b["y"][i].tobytes()).hexdigest())
-            for b in loader.iter_epoch(e) for i in range(len(b))]
-    epochs.append({"samples": seen, "stats": loader.job_cache_stats()})
+if mode == "torch":  # a trainer's torch.distributed spans the 4 ranks; the loader's ranks are the group's
+    import torch, torch.distributed as dist
+    import dlfeed.torch
+    port = sys.argv[4]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=world.Get_rank(),
+                            world_size=world.Get_size())
+    ds = dlfeed.torch.Dataset(data, as_dict=True, **kw)
+    for e in range(3):
+        group.Barrier()
+        ds.set_epoch(e)
+        seen = [(int(b["sample_ids"][i]), hashlib.sha256(b["x"][i].numpy().tobytes() +
+                                                         b["y"][i].numpy().tobytes()).hexdigest())
+                for b in torch.utils.data.DataLoader(ds, batch_size=None) for i in range(len(b["x"]))]
+        epochs.append({"samples": seen, "stats": ds.loader.job_cache_stats()})
+    loader = ds.loader
+    dist.destroy_process_group()
+else:
+    loader = dlfeed.Loader(data, **kw)
+    for e in range(3):
+        group.Barrier()  # the group's ranks start each epoch together
+        seen = [(int(b.sample_ids[i]), hashlib.sha256(b["x"][i].tobytes() + b["y"][i].tobytes()).hexdigest())
+                for b in loader.iter_epoch(e) for i in range(len(b))]
+        epochs.append({"samples": seen, "stats": loader.job_cache_stats()})
 with open(f"{out}.{world.Get_rank()}", "w") as f:
     st = dlfeed.decode_state(loader.state())
     json.dump({"rank": st["rank"], "world_size": st["world_size"], "epochs": epochs}, f)
 """
 
 
-@pytest.mark.parametrize("mode", ["mpi", "cache"])
+@pytest.mark.parametrize("mode", ["mpi", "cache", "torch"])
 def test_an_mpi4py_communicator_makes_the_job(mpirun, h5_data, tmp_path, mode):  # noqa: F811
     """mpi_comm=: the loader's ranks are a communicator's (two groups of 2 out of 4 ranks): each
     group reads the whole dataset once an epoch, its 2 ranks disjoint halves, as 2 ranks of
-    rank=/world_size= would; with job_cache, each group's later epochs read nothing from the files."""
+    rank=/world_size= would; with job_cache, each group's later epochs read nothing from the files;
+    dlfeed.torch.Dataset takes its rank and world size from the communicator, not from
+    torch.distributed's 4 ranks."""
     import os
+    import socket
     import subprocess
     import sys
     pytest.importorskip("mpi4py")
+    if mode == "torch":
+        pytest.importorskip("torch")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     script = tmp_path / "comm.py"
     script.write_text(COMM)
     out = tmp_path / f"comm-{mode}.json"
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), mode, str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), mode, str(out),
+                           str(port)], capture_output=True, text=True, timeout=300, env=env)
     if "needs dlfeed built with MPI" in proc.stderr:
         pytest.skip("this dlfeed module was built without MPI")
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -452,7 +477,7 @@ def test_an_mpi4py_communicator_makes_the_job(mpirun, h5_data, tmp_path, mode): 
             assert [sid for sid, _ in runs[r]["epochs"][e]["samples"]] == want, (r, e)
         # The two groups read alike: world ranks r and r ^ 1 are the same rank of their groups.
         assert [e["samples"] for e in runs[r]["epochs"]] == [e["samples"] for e in runs[r ^ 1]["epochs"]]
-    if mode == "cache":
+    if mode != "mpi":
         for r in range(NP):
             s = [runs[r]["epochs"][e]["stats"] for e in range(3)]
             assert s[0]["nodes"] == 2 and s[2]["bytes_read_source"] == s[0]["bytes_read_source"] > 0, s
