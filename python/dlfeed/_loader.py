@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import sys
 import warnings
@@ -120,6 +121,14 @@ def _attach_job_cache(o: Any, size: Any, ranks_per_node: Any, folder: Any, comm:
     n = _options.byte_count(size, "job_cache")
     return int(_dlfeed._job_cache_attach(o, n, int(ranks_per_node or 0), os.fspath(folder) if folder else "",
                                          _comm_handle(comm)))
+
+
+def _epoch_number(epoch: Any) -> int:
+    """An epoch number as the loader takes it: 0 to 2**64 - 2 (the next one must be one too)."""
+    e = operator.index(epoch)
+    if not 0 <= e <= 2**64 - 2:
+        raise ValueError(f"epoch {epoch!r}: expected an int from 0 to {2**64 - 2}")
+    return e
 
 
 def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
@@ -246,8 +255,9 @@ class Loader:
     def iter_epoch(self, epoch: int) -> Any:
         """Starts ``epoch`` (from its beginning, or from a restored position in it). An
         iterator of an epoch started earlier on this loader raises once this one starts."""
+        epoch = _epoch_number(epoch)
         self._started()
-        self._core.start_epoch(int(epoch))
+        self._core.start_epoch(epoch)
         if self._device is not None:
             return self._device_epoch(EpochIterator(self, int(epoch)))
         return EpochIterator(self, int(epoch))
@@ -318,7 +328,7 @@ class Loader:
 
     @epoch.setter
     def epoch(self, value: int) -> None:
-        self._next_epoch = int(value)
+        self._next_epoch = _epoch_number(value)
 
     # -- resume ------------------------------------------------------------
     def state(self) -> bytes:

@@ -228,3 +228,16 @@ def test_a_fifo_named_as_a_data_file_is_refused_not_waited_on(tmp_path):
     assert "x.npy: is not a regular file (a FIFO)" in proc.stdout, proc.stdout + proc.stderr
     np.save(tmp_path / "y.npy", np.zeros((3, 2), np.float32))
     assert dlfeed.Loader(tmp_path).num_samples == 3
+
+
+def test_epoch_numbers_out_of_range_are_refused(tmp_path):
+    # An epoch whose next would not fit 64 bits, or a negative one: a ValueError naming the range,
+    # not a TypeError from the binding one iteration later.
+    np.save(tmp_path / "e.npy", np.zeros((5, 2), np.float32))
+    loader = dlfeed.Loader(tmp_path / "e.npy", batch_size=2)
+    for bad in (-1, 2**64 - 1, 2**64):
+        with pytest.raises(ValueError, match="expected an int from 0 to 18446744073709551614"):
+            loader.iter_epoch(bad)
+    with pytest.raises(ValueError, match="epoch -3"):
+        loader.epoch = -3
+    assert sum(len(b) for b in loader.iter_epoch(2**64 - 2)) == 5
