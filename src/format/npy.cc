@@ -175,10 +175,12 @@ absl::StatusOr<SampleGeometry> sample_geometry(const NpyHeader& h, SampleAxis ax
     g.strides.push_back(strides[i]);
   }
   // Empty samples cost no bytes, so nothing in the file would bound how many
-  // a header can claim (a 128-byte file announcing 10^12 of them): refused.
+  // a header can claim (a 128-byte file announcing 10^12 of them): refused,
+  // as a valid array dlfeed does not read (numpy reads it).
   if (set_span(g) && h.shape[a] > 0) {
-    return file_error(path, "samples of at least one element",
-                      absl::StrCat(h.shape[a], " empty samples in an array of shape ", shape_str(h.shape)));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected samples of at least one element, found ",
+                                                   h.shape[a], " empty samples in an array of shape ",
+                                                   shape_str(h.shape)));
   }
   return g;
 }
