@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "dlfeed/format/format.h"
@@ -101,7 +102,7 @@ absl::Status check_paired(const SampleIndex& a, const FieldEntry& fa, const Samp
 bool is_npy_column(const SampleIndex& index, const std::string& name) {
   if (index.files.empty() || name.empty()) return false;
   return std::all_of(index.files.begin(), index.files.end(), [&](const std::string& f) {
-    return fs::path(f).extension() == ".npy" && npy_column_of(f) == name;
+    return absl::EqualsIgnoreCase(fs::path(f).extension().string(), ".npy") && npy_column_of(f) == name;
   });
 }
 
@@ -112,8 +113,10 @@ absl::Status check_columns_paired(const SampleIndex& a, const std::string& name_
     const fs::path p(f);
     return {p.parent_path().string(), p.stem().string().substr(column.size())};
   };
-  auto partner = [](const Key& k, const std::string& column) {
-    return (fs::path(k.first) / absl::StrCat(column, k.second, ".npy")).string();
+  // The file of `column` with `f`'s folder and tag (and its extension: .npy or .NPY).
+  auto partner = [&](const std::string& f, const std::string& column_of_f, const std::string& column) {
+    const Key k = key(f, column_of_f);
+    return (fs::path(k.first) / absl::StrCat(column, k.second, fs::path(f).extension().string())).string();
   };
   const size_t n = std::min(a.files.size(), b.files.size());
   for (size_t i = 0; i < n; ++i) {
@@ -122,15 +125,15 @@ absl::Status check_columns_paired(const SampleIndex& a, const std::string& name_
     return absl::InvalidArgumentError(absl::StrCat(
         a.files[i], " (NPY column '", name_a, "') and ", b.files[i], " (column '", name_b, "') are file ", i + 1,
         " of their columns: their samples would be paired, but column files pair by folder and shard tag (expected ",
-        partner(ka, name_b), "; x_007.npy pairs with y_007.npy beside it)"));
+        partner(a.files[i], name_a, name_b), "; x_007.npy pairs with y_007.npy beside it)"));
   }
   if (a.files.size() != b.files.size()) {
     const bool a_more = a.files.size() > b.files.size();
     const std::string& extra = a_more ? a.files[n] : b.files[n];
-    const Key k = a_more ? key(extra, name_a) : key(extra, name_b);
-    return absl::InvalidArgumentError(absl::StrCat(extra, " (NPY column '", a_more ? name_a : name_b,
-                                                   "') has no partner in column '", a_more ? name_b : name_a,
-                                                   "': expected ", partner(k, a_more ? name_b : name_a)));
+    const std::string& its = a_more ? name_a : name_b;
+    const std::string& other = a_more ? name_b : name_a;
+    return absl::InvalidArgumentError(absl::StrCat(extra, " (NPY column '", its, "') has no partner in column '", other,
+                                                   "': expected ", partner(extra, its, other)));
   }
   return absl::OkStatus();
 }

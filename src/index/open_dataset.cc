@@ -520,21 +520,32 @@ absl::StatusOr<std::vector<std::string>> gather_files(const std::vector<std::str
 }
 
 // NPY files are columns: a field name picks the files of that column
-// (x.npy, or its shards x_000.npy, x_001.npy, ...). Without a name every
-// NPY file belongs to the one field.
+// (x.npy, or its shards x_000.npy, x_001.npy, ...), in order of folder and
+// shard tag, as a pattern's files (so x_007.npy and y_007.npy are the same
+// file of their columns, whatever else the folders hold). Without a name
+// every NPY file belongs to the one field.
 absl::Status keep_npy_column(std::vector<std::string>& files, const FormatOptions& options,
                              const std::vector<std::string>& expanded) {
   std::vector<std::string> kept, columns;
-  bool any_npy = false;
+  bool any_npy = false, only_npy = true;
   for (const std::string& f : files) {
     if (!is_npy(f, options.format)) {
       kept.push_back(f);
+      only_npy = false;
       continue;
     }
     any_npy = true;
     const std::string column = npy_column_of(f);
     if (column == options.name) kept.push_back(f);
     if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
+  }
+  if (only_npy) {
+    auto key = [&](const std::string& f) {
+      const fs::path p(f);
+      return std::pair{p.parent_path().string(), p.stem().string().substr(options.name.size())};
+    };
+    std::stable_sort(kept.begin(), kept.end(),
+                     [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
   }
   if (any_npy && kept.empty()) {
     std::sort(columns.begin(), columns.end());

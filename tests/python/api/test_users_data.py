@@ -180,13 +180,14 @@ def test_sharded_column_files_pair_up_by_shard(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["a shard missing from one column", "one column zero-padded", "other folders",
-                                  "one column with more shards"])
+                                  "one column with more shards", "upper-case .NPY"])
 def test_column_files_that_do_not_pair_by_shard_are_refused(tmp_path, case):
     # Files of equal lengths paired by their place in each column's sorted list would give x of
     # one shard the labels of another: refused, naming the two files and the partner expected.
     def save(name, k):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        np.save(tmp_path / name, np.full((2, 1), k))
+        with open(tmp_path / name, "wb") as f:  # np.save would add .npy to a name ending .NPY
+            np.save(f, np.full((2, 1), k))
     if case == "a shard missing from one column":
         for k in (0, 1, 2):
             save(f"x_{k}.npy", k)
@@ -202,14 +203,38 @@ def test_column_files_that_do_not_pair_by_shard_are_refused(tmp_path, case):
         for name, k in (("a/x.npy", 1), ("a/y.npy", 1), ("b/x.npy", 2), ("c/y.npy", 3)):
             save(name, k)
         bad, expected = "b/x.npy", "b/y.npy"
-    else:
+    elif case == "one column with more shards":
         for k in (0, 1):
             save(f"x_{k}.npy", k)
         save("y_0.npy", 0)
         bad, expected = "x_1.npy", "y_1.npy"
+    else:
+        for k in (0, 1, 2):
+            save(f"x_{k}.NPY", k)
+        for k in (1, 2, 3):
+            save(f"y_{k}.NPY", k)
+        bad, expected = "x_0.NPY", "y_0.NPY"
     with pytest.raises(dlfeed.InvalidArgumentError) as e:
         dlfeed.Loader(tmp_path, fields=["x", "y"], batch_size=2, strategy="sequential")
     assert str(tmp_path / bad) in str(e.value) and str(tmp_path / expected) in str(e.value), str(e.value)
+
+
+def test_column_files_pair_whatever_else_sorts_between_them(tmp_path):
+    # data_0.npy < shard1/ < target_0.npy by path: each column is read in order of folder and
+    # tag, so the two columns' files line up; a list naming them in other orders reads the same.
+    for sub in ("", "shard1"):
+        (tmp_path / sub).mkdir(exist_ok=True)
+        k = 10 if sub else 0
+        np.save(tmp_path / sub / "data_0.npy", np.arange(k, k + 4, dtype=np.int64))
+        np.save(tmp_path / sub / "target_0.npy", np.arange(k, k + 4, dtype=np.int64) * 7)
+    listed = [tmp_path / "shard1/target_0.npy", tmp_path / "shard1/data_0.npy", tmp_path / "target_0.npy",
+              tmp_path / "data_0.npy"]
+    for given in (tmp_path, listed):
+        got = []
+        for b in dlfeed.Loader(given, fields=["data", "target"], batch_size=3, strategy="sequential"):
+            assert (b["target"] == b["data"] * 7).all()
+            got += b["data"].tolist()
+        assert sorted(got) == [0, 1, 2, 3, 10, 11, 12, 13]
 
 
 def test_column_files_in_several_folders_pair_within_each(tmp_path):
