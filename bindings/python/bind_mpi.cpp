@@ -25,9 +25,9 @@ namespace dlfeed::python {
 namespace {
 
 struct MpiState {
-  // By communicator (-1: MPI_COMM_WORLD), in the order made: the first may
-  // have started MPI, and ends it, so it is freed last.
-  std::vector<std::pair<int, std::unique_ptr<mpi::Job>>> jobs;
+  // In the order made: the first may have started MPI, and ends it, so it is
+  // freed last.
+  std::vector<std::unique_ptr<mpi::Job>> jobs;
   pid_t pid = 0;
   std::vector<std::shared_ptr<mpi::JobCache>> caches;
 };
@@ -49,13 +49,20 @@ mpi::Job& job_for(LoaderOptions& o, const char* what, int comm) {
                      ": MPI was started in another process (this is a child of fork(), e.g. a DataLoader "
                      "worker): make the loader in the process mpirun started (num_workers=0)")));
   }
+  int up = 0;
+  MPI_Initialized(&up);
   mpi::Job* job = nullptr;
-  for (auto& [handle, j] : s.jobs) {
-    if (handle == comm) job = j.get();
+  if (up != 0) {
+    // A job over the same ranks in the same order (MPI_Comm_compare), not the same handle: a
+    // communicator freed and split again may get the handle of another group.
+    const MPI_Comm want = comm >= 0 ? MPI_Comm_f2c(comm) : MPI_COMM_WORLD;
+    for (auto& j : s.jobs) {
+      int same = MPI_UNEQUAL;
+      MPI_Comm_compare(j->comm(), want, &same);
+      if (same == MPI_IDENT || same == MPI_CONGRUENT) job = j.get();
+    }
   }
   if (job == nullptr) {
-    int up = 0;
-    MPI_Initialized(&up);
     if (up == 0 && comm >= 0) {
       check(absl::FailedPreconditionError(
           absl::StrCat(what, ": mpi_comm= names a communicator, but MPI is not initialized in this process")));
@@ -66,9 +73,9 @@ mpi::Job& job_for(LoaderOptions& o, const char* what, int comm) {
                        ": the loader's ranks are an MPI job's: start the script with mpirun or srun (this "
                        "process was not started by an MPI launcher)")));
     }
-    s.jobs.emplace_back(comm, value_or_throw(mpi::Job::init(comm >= 0 ? MPI_Comm_f2c(comm) : MPI_COMM_NULL)));
+    s.jobs.push_back(value_or_throw(mpi::Job::init(comm >= 0 ? MPI_Comm_f2c(comm) : MPI_COMM_NULL)));
     s.pid = ::getpid();
-    job = s.jobs.back().second.get();
+    job = s.jobs.back().get();
   }
   const auto size = static_cast<uint32_t>(job->size());
   if (o.order.world_size != 1 && o.order.world_size != size) {

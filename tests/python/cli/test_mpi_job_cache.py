@@ -500,6 +500,48 @@ def test_an_mpi4py_communicator_makes_the_job(mpirun, h5_data, tmp_path, mode): 
             assert s[0]["nodes"] == 2 and s[2]["bytes_read_source"] == s[0]["bytes_read_source"] > 0, s
 
 
+COMM_AGAIN = r"""
+import json, sys
+from mpi4py import MPI
+import dlfeed
+data, out = sys.argv[1:3]
+world = MPI.COMM_WORLD
+r = world.Get_rank()
+g = world.Split(r % 2, r)  # {0, 2} and {1, 3}
+first = dlfeed.Loader(data, fields=["x"], batch_size=4, mpi_comm=g)
+g.Free()
+g2 = world.Split(r // 2, r)  # {0, 1} and {2, 3}: mpi4py gives it the handle g had
+loader = dlfeed.Loader(data, fields=["x"], batch_size=4, mpi_comm=g2)
+ids = [int(i) for b in loader for i in b.sample_ids]
+st = dlfeed.decode_state(loader.state())
+with open(f"{out}.{r}", "w") as f:
+    json.dump({"rank": st["rank"], "world_size": st["world_size"], "want": [g2.Get_rank(), g2.Get_size()],
+               "group_ids": sorted(sum(g2.allgather(ids), []))}, f)
+"""
+
+
+def test_a_communicator_split_again_is_not_taken_for_the_one_freed(mpirun, h5_data, tmp_path):  # noqa: F811
+    """A group freed and split again can get the freed one's handle: the loader's ranks are the new
+    group's (found by outside testing: the old group's, half the dataset twice in each new group)."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("mpi4py")
+    script = tmp_path / "again.py"
+    script.write_text(COMM_AGAIN)
+    out = tmp_path / "again.json"
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    if "needs dlfeed built with MPI" in proc.stderr:
+        pytest.skip("this dlfeed module was built without MPI")
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    for r in range(NP):
+        got = json.loads(pathlib_read(f"{out}.{r}"))
+        assert [got["rank"], got["world_size"]] == got["want"], (r, got)
+        assert got["group_ids"] == list(range(160)), "each group reads every sample once"
+
+
 REPEATS = r"""
 import hashlib, json, os, pathlib, sys, time
 import dlfeed
