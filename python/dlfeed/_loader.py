@@ -289,15 +289,17 @@ class Loader:
         next one) as one stream: each epoch's reads start while the last one's batches
         are consumed (overlap_epochs is turned on), and with ``device=`` the copies go on
         across the epochs' ends. ``batch.epoch`` says which epoch a batch is of."""
+        start = _epoch_number(self._next_epoch if first is None else first)
+        stop = None if count is None else start + operator.index(count)
+        if stop is not None:
+            _epoch_number(max(start, stop - 1))  # the last epoch asked for is one too
         self._core.set_overlap_epochs(True)
-        start = self._next_epoch if first is None else int(first)
-        stop = None if count is None else start + int(count)
 
         def epochs() -> Iterator[Any]:
             e = start
             while stop is None or e < stop:
                 self._started()
-                self._core.start_epoch(e)
+                self._core.start_epoch(_epoch_number(e))
                 yield from EpochIterator(self, e)
                 e += 1
 

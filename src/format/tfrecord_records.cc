@@ -4,6 +4,7 @@
 #include "dlfeed/format/tfrecord.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -238,6 +239,23 @@ absl::StatusOr<std::vector<Extent>> read_idx_object(const std::string& url) {
   return parser.finish();
 }
 
+// An index file opened to read: never waiting on a FIFO (a FIFO, socket or
+// device is an error naming it); a folder opens (read_idx_fd says so). -1
+// with errno when it cannot be opened.
+absl::StatusOr<int> open_idx(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is not a regular file (",
+                                                   S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket",
+                                                   "), expected a TFRecord index"));
+  }
+  ::fcntl(fd, F_SETFL, 0);  // blocking reads again
+  return fd;
+}
+
 absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOptions& options, bool beside) {
   for (std::string& p : idx_candidates(data_path, options, beside)) {
     if (is_object_url(p)) {
@@ -246,7 +264,7 @@ absl::StatusOr<FoundIdx> load_idx(const std::string& data_path, const FormatOpti
       if (!records.ok()) return records.status();
       return FoundIdx{std::move(p), *std::move(records)};
     }
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    DLFEED_ASSIGN_OR_RETURN(const int fd, open_idx(p));
     if (fd < 0) {
       if (errno == ENOENT || errno == ENOTDIR) continue;
       return io_error(p, "open", errno);
@@ -273,7 +291,7 @@ absl::Status read_at(const detail::File& file, std::span<const std::byte> head, 
 
 absl::StatusOr<std::vector<Extent>> read_idx(const std::string& idx_path) {
   if (is_object_url(idx_path)) return read_idx_object(idx_path);
-  const int fd = ::open(idx_path.c_str(), O_RDONLY | O_CLOEXEC);
+  DLFEED_ASSIGN_OR_RETURN(const int fd, open_idx(idx_path));
   if (fd < 0) return io_error(idx_path, "open", errno);
   absl::StatusOr<std::optional<std::vector<Extent>>> records = read_idx_fd(fd, idx_path);
   ::close(fd);

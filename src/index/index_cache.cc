@@ -338,12 +338,18 @@ CacheHits decode_index_cache(const std::string& bytes, const std::string& cache_
 }
 
 namespace {
-// The cache file's bytes; false (errno set) when it cannot be opened.
+// The cache file's bytes; false (errno set) when it cannot be opened, or is
+// no regular file (a FIFO is not waited on).
 bool read_cache_bytes(const std::string& cache_path, std::string& bytes) {
-  const int fd = ::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(cache_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return false;
+  }
+  if (st.st_size > 0) {
     bytes.resize(static_cast<size_t>(st.st_size));
     size_t got = 0;
     while (got < bytes.size()) {

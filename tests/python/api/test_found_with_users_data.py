@@ -240,4 +240,33 @@ def test_epoch_numbers_out_of_range_are_refused(tmp_path):
             loader.iter_epoch(bad)
     with pytest.raises(ValueError, match="epoch -3"):
         loader.epoch = -3
+    for first in (-1, 2**64 - 1):
+        with pytest.raises(ValueError, match="expected an int from 0 to"):
+            loader.iter_epochs(first=first)
+    with pytest.raises(ValueError, match="expected an int from 0 to"):
+        loader.iter_epochs(first=2**64 - 3, count=3)
     assert sum(len(b) for b in loader.iter_epoch(2**64 - 2)) == 5
+
+
+def test_a_fifo_in_place_of_an_index_file_is_not_waited_on(tmp_path):
+    # A FIFO where a TFRecord's .idx sidecar or the index cache would be: a clear error, or the
+    # cache read as absent (and written again), never an open that waits for a writer.
+    import sys
+    from conftest import dlfeed_binary
+    subprocess.run([dlfeed_binary(), "generate", "--format", "tfrecord", "--dir", str(tmp_path / "g"), "--files", "1",
+                    "--samples-per-file", "4", "--shape", "8"], check=True, capture_output=True)
+    data = next((tmp_path / "g").rglob("*.tfrecord"))
+    if os.path.exists(f"{data}.idx"):
+        os.remove(f"{data}.idx")
+    os.mkfifo(f"{data}.idx")
+    np.save(tmp_path / "x.npy", np.zeros((4, 2), np.float32))
+    os.mkfifo(tmp_path / "cache")
+    script = ("import sys, dlfeed\n"
+              "try:\n    dlfeed.Loader(sys.argv[1])\n"
+              "except dlfeed.InvalidArgumentError as e:\n    print(e)\n"
+              "print(dlfeed.Loader(sys.argv[2], index_cache=sys.argv[3]).num_samples)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(data), str(tmp_path / "x.npy"), str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=60)
+    assert f"{data}.idx: is not a regular file (a FIFO)" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("4"), proc.stdout + proc.stderr
+    assert (tmp_path / "cache").is_file(), "the cache written again in the FIFO's place"
