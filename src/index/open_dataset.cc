@@ -540,12 +540,14 @@ absl::Status keep_npy_column(std::vector<std::string>& files, const FormatOption
     if (std::find(columns.begin(), columns.end(), column) == columns.end()) columns.push_back(column);
   }
   if (only_npy) {
-    auto key = [&](const std::string& f) {
+    std::vector<std::pair<std::pair<std::string, std::string>, std::string>> keyed;  // ((folder, tag), path)
+    keyed.reserve(kept.size());
+    for (std::string& f : kept) {
       const fs::path p(f);
-      return std::pair{p.parent_path().string(), p.stem().string().substr(options.name.size())};
-    };
-    std::stable_sort(kept.begin(), kept.end(),
-                     [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
+      keyed.push_back({{p.parent_path().string(), p.stem().string().substr(options.name.size())}, std::move(f)});
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < keyed.size(); ++i) kept[i] = std::move(keyed[i].second);
   }
   if (any_npy && kept.empty()) {
     std::sort(columns.begin(), columns.end());
