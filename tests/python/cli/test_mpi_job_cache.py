@@ -332,7 +332,7 @@ def test_bad_throttle_is_a_clear_error(dlfeed, h5_data):
 SCRIPT = r'''
 import hashlib, json, os, pathlib, sys, time
 import dlfeed
-data, cache, api, out = sys.argv[1:5]
+out, data, cache, api = sys.argv[1:5]
 rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
 
 
@@ -373,20 +373,26 @@ with open(f"{out}.{rank}", "w") as f:
 '''
 
 
-def py_run(mpirun, tmp_path, data, cache, api):  # noqa: F811
+def ranks_run(mpirun, tmp_path, name, script, *args):  # noqa: F811
+    """Python `script` (tmp_path/NAME.py) under mpirun -np NP, with the output path, then `args`:
+    each rank writes its JSON to OUT.RANK; returns them in rank order."""
     import os
     import subprocess
     import sys
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / f"{api}-{cache}.json"
+    path = tmp_path / f"{name}.py"
+    path.write_text(script)
+    out = tmp_path / f"{name}.json"
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(data), cache, api, str(out)],
+    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(path), str(out), *map(str, args)],
                           capture_output=True, text=True, timeout=300, env=env)
     if "needs dlfeed built with MPI" in proc.stderr:
         pytest.skip("this dlfeed module was built without MPI")
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+
+
+def py_run(mpirun, tmp_path, data, cache, api):  # noqa: F811
+    return ranks_run(mpirun, tmp_path, f"job-{api}-{cache}", SCRIPT, data, cache, api)
 
 
 def pathlib_read(p):
@@ -420,7 +426,7 @@ COMM = r"""
 import hashlib, json, os, sys
 from mpi4py import MPI
 import dlfeed
-data, mode, out = sys.argv[1:4]
+out, data, mode = sys.argv[1:4]
 world = MPI.COMM_WORLD
 # Two data-parallel groups of 2 (ranks 0, 2 and 1, 3), as a trainer with 2-way model parallelism makes them.
 group = world.Split(color=world.Get_rank() % 2, key=world.Get_rank())
@@ -464,26 +470,14 @@ def test_an_mpi4py_communicator_makes_the_job(mpirun, h5_data, tmp_path, mode): 
     rank=/world_size= would; with job_cache, each group's later epochs read nothing from the files;
     dlfeed.torch.Dataset takes its rank and world size from the communicator, not from
     torch.distributed's 4 ranks."""
-    import os
     import socket
-    import subprocess
-    import sys
     pytest.importorskip("mpi4py")
     if mode == "torch":
         pytest.importorskip("torch")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    script = tmp_path / "comm.py"
-    script.write_text(COMM)
-    out = tmp_path / f"comm-{mode}.json"
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), mode, str(out),
-                           str(port)], capture_output=True, text=True, timeout=300, env=env)
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    runs = [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+    runs = ranks_run(mpirun, tmp_path, f"comm-{mode}", COMM, h5_data, mode, port)
     import dlfeed
     for r in range(NP):
         assert (runs[r]["rank"], runs[r]["world_size"]) == (r // 2, 2)
@@ -504,7 +498,7 @@ COMM_AGAIN = r"""
 import json, sys
 from mpi4py import MPI
 import dlfeed
-data, out = sys.argv[1:3]
+out, data = sys.argv[1:3]
 world = MPI.COMM_WORLD
 r = world.Get_rank()
 g = world.Split(r % 2, r)  # {0, 2} and {1, 3}
@@ -523,21 +517,8 @@ with open(f"{out}.{r}", "w") as f:
 def test_a_communicator_split_again_is_not_taken_for_the_one_freed(mpirun, h5_data, tmp_path):  # noqa: F811
     """A group freed and split again can get the freed one's handle: the loader's ranks are the new
     group's (found by outside testing: the old group's, half the dataset twice in each new group)."""
-    import os
-    import subprocess
-    import sys
     pytest.importorskip("mpi4py")
-    script = tmp_path / "again.py"
-    script.write_text(COMM_AGAIN)
-    out = tmp_path / "again.json"
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    for r in range(NP):
-        got = json.loads(pathlib_read(f"{out}.{r}"))
+    for r, got in enumerate(ranks_run(mpirun, tmp_path, "again", COMM_AGAIN, h5_data)):
         assert [got["rank"], got["world_size"]] == got["want"], (r, got)
         assert got["group_ids"] == list(range(160)), "each group reads every sample once"
 
@@ -545,7 +526,7 @@ def test_a_communicator_split_again_is_not_taken_for_the_one_freed(mpirun, h5_da
 REPEATS = r"""
 import hashlib, json, os, pathlib, sys, time
 import dlfeed
-data, cache, out = sys.argv[1:4]
+out, data, cache = sys.argv[1:4]
 rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
 # An explicit order read every epoch: every sample once, then the last 80 three times more.
 kw = dict(batch_size=4, fields=["x", "y"], strategy="explicit", indices=list(range(160)) + list(range(80, 160)) * 3)
@@ -579,21 +560,9 @@ def test_a_cache_smaller_than_the_dataset_holds_what_an_order_reads_most(mpirun,
     """An explicit order that reads the last half of the samples 4 times an epoch: with room for
     half the dataset, the job holds that half (read most), not the half read first, so each
     later epoch reads only the other half's 80 reads from the files (first-read order: 320)."""
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "repeats.py"
-    script.write_text(REPEATS)
-    out = tmp_path / "repeats.json"
     # Each rank its own node, with room for 20 samples: x (1024 bytes) and y (8), each slot with its 8-byte stamp.
     per_rank = 20 * ((8 + 1024) + (8 + 8))
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), str(per_rank),
-                           str(out)], capture_output=True, text=True, timeout=300, env=env)
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    runs = [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+    runs = ranks_run(mpirun, tmp_path, "repeats", REPEATS, h5_data, per_rank)
     for r in range(NP):
         for e in range(3):
             assert runs[r]["cached"][e]["samples"] == runs[r]["plain"][e]["samples"], (r, e)
@@ -607,7 +576,7 @@ def test_a_cache_smaller_than_the_dataset_holds_what_an_order_reads_most(mpirun,
 RESUME = r"""
 import hashlib, json, os, pathlib, sys, time
 import dlfeed
-data, mode, out = sys.argv[1:4]
+out, data, mode = sys.argv[1:4]
 rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
 E, K = 2, 3  # the checkpoint: K steps into epoch E, of a job of `size` ranks (same) or 2 (elastic)
 kw = dict(batch_size=4, fields=["x", "y"], strategy="global_shuffle")
@@ -651,19 +620,7 @@ def test_a_job_resumed_mid_epoch_fills_the_cache_from_where_it_starts(mpirun, h5
     """A checkpoint's restore() at epoch 2, step 3 (of the same world size, or of 2 ranks
     for 4): the plan starts there, so the rest of that epoch and the next read each
     extent from the files once in the job, and the epoch after reads none."""
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "resume.py"
-    script.write_text(RESUME)
-    out = tmp_path / f"resume-{mode}.json"
-    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none", PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([*mpirun, "-np", str(NP), sys.executable, str(script), str(h5_data), mode, str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    if "needs dlfeed built with MPI" in proc.stderr:
-        pytest.skip("this dlfeed module was built without MPI")
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    got = [json.loads(pathlib_read(f"{out}.{r}")) for r in range(NP)]
+    got = ranks_run(mpirun, tmp_path, f"resume-{mode}", RESUME, h5_data, mode)
     for r in range(NP):
         assert [e["samples"] for e in got[r]["cached"]] == [e["samples"] for e in got[r]["plain"]], r
     assert sum(len(got[r]["cached"][0]["samples"]) for r in range(NP)) == 160 - 3 * 4 * (NP if mode == "same" else 2)
