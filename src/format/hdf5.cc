@@ -90,8 +90,16 @@ std::string type_class_name(H5T_class_t c) {
 // Listing datasets (for defaults and error messages), with calls that are the
 // same in libhdf5 1.10, 1.12 and 1.14.
 
-void list_datasets(hid_t group, const std::string& prefix, int depth, std::vector<std::string>& out,
-                   std::vector<std::string>* broken = nullptr) {
+// Datasets under `group` (to depth 4). A link libhdf5 cannot open goes to
+// `broken` with why (empty when libhdf5 does not say: dangling, or newer);
+// `access` is guarded_access's list, `refused` the string it writes.
+struct Broken {
+  std::vector<std::string> names;
+  std::vector<std::string> why;
+};
+
+void list_datasets(hid_t group, hid_t access, std::string& refused, const std::string& prefix, int depth,
+                   std::vector<std::string>& out, Broken* broken = nullptr) {
   H5G_info_t info;
   if (depth > 4 || H5Gget_info(group, &info) < 0) return;
   for (hsize_t i = 0; i < info.nlinks && static_cast<int>(out.size()) < kMaxListed; ++i) {
@@ -99,16 +107,20 @@ void list_datasets(hid_t group, const std::string& prefix, int depth, std::vecto
     if (len <= 0) continue;
     std::string name(static_cast<size_t>(len), '\0');
     H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
-    Hid obj(H5Oopen(group, name.c_str(), H5P_DEFAULT), H5Oclose);
-    if (!obj.ok()) {  // a dangling soft or external link, or an object this libhdf5 cannot decode
-      if (broken != nullptr) broken->push_back(prefix + name);
+    refused.clear();
+    Hid obj(H5Oopen(group, name.c_str(), access), H5Oclose);
+    if (!obj.ok()) {  // a dangling soft or external link, a refused one, or an object this libhdf5 cannot decode
+      if (broken != nullptr) {
+        broken->names.push_back(prefix + name);
+        broken->why.push_back(refused);
+      }
       continue;
     }
     H5I_type_t t = H5Iget_type(obj.get());
     if (t == H5I_DATASET) {
       out.push_back(prefix + name);
     } else if (t == H5I_GROUP) {
-      list_datasets(obj.get(), prefix + name + "/", depth + 1, out, broken);
+      list_datasets(obj.get(), access, refused, prefix + name + "/", depth + 1, out, broken);
     }
   }
   H5Eclear2(H5E_DEFAULT);
@@ -184,7 +196,13 @@ class LibrarySource final : public Hdf5Source {
       DLFEED_ASSIGN_OR_RETURN(Hid fapl, file_access_for(g_.path));
       file_ = Hid(H5Fopen(g_.path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
       if (!file_.ok()) return h5_fail(g_.path, "an HDF5 file libhdf5 can open");
-      dset_ = Hid(H5Dopen2(file_.get(), g_.name.c_str(), H5P_DEFAULT), H5Dclose);
+      std::string refused;
+      DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(g_.path, &refused));
+      dset_ = Hid(H5Dopen2(file_.get(), g_.name.c_str(), access.get()), H5Dclose);
+      if (!dset_.ok() && !refused.empty()) {
+        H5Eclear2(H5E_DEFAULT);
+        return absl::InvalidArgumentError(absl::StrCat(g_.path, ": dataset '", g_.name, "' is ", refused));
+      }
       if (!dset_.ok()) return h5_fail(g_.path, absl::StrCat("dataset '", g_.name, "'"));
     }
     Hid type(H5Dget_type(dset_.get()), H5Tclose);
@@ -285,18 +303,33 @@ absl::StatusOr<DType> dtype_of(const std::string& path, const std::string& name,
 
 absl::StatusOr<std::string> pick_dataset(const std::string& path, hid_t file, const std::string& wanted,
                                          std::vector<std::string>& names) {
-  std::vector<std::string> broken;  // links libhdf5 cannot open: never passed over as if absent
-  list_datasets(file, "", 0, names, &broken);
+  Broken broken;  // links libhdf5 cannot open: never passed over as if absent
+  std::string refused;
+  DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(path, &refused));
+  list_datasets(file, access.get(), refused, "", 0, names, &broken);
   auto in = [](const std::vector<std::string>& v, const std::string& n) {
     return std::find(v.begin(), v.end(), n) != v.end();
   };
   auto listing = [&] {
     std::string s = names.empty() ? std::string("no datasets") : absl::StrCat("datasets: ", absl::StrJoin(names, ", "));
     if (static_cast<int>(names.size()) >= kMaxListed) s += ", ...";
-    if (!broken.empty()) absl::StrAppend(&s, "; links libhdf5 cannot open: ", absl::StrJoin(broken, ", "));
+    if (!broken.names.empty()) {
+      std::vector<std::string> each;
+      for (size_t i = 0; i < broken.names.size(); ++i) {
+        each.push_back(broken.why[i].empty() ? broken.names[i]
+                                             : absl::StrCat(broken.names[i], " (", broken.why[i], ")"));
+      }
+      absl::StrAppend(&s, "; links libhdf5 cannot open: ", absl::StrJoin(each, ", "));
+    }
     return s;
   };
   auto unopenable = [&](const std::string& n) {
+    const size_t at =
+        static_cast<size_t>(std::find(broken.names.begin(), broken.names.end(), n) - broken.names.begin());
+    if (at < broken.why.size() && !broken.why[at].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": dataset '", n, "' is ", broken.why[at], ": refused, as libhdf5 would wait on it"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": dataset '", n,
         "' cannot be opened by this libhdf5 (a dangling soft or external link, or an object written by a newer "
@@ -307,15 +340,15 @@ absl::StatusOr<std::string> pick_dataset(const std::string& path, hid_t file, co
     std::string n = wanted;
     while (!n.empty() && n[0] == '/') n.erase(0, 1);
     if (in(names, n)) return n;
-    if (in(broken, n)) return unopenable(n);
+    if (in(broken.names, n)) return unopenable(n);
     return absl::NotFoundError(absl::StrCat(path, ": no dataset named '", wanted, "' (", listing(), ")"));
   }
   for (const char* conventional : {"records", "records_0"}) {
     if (in(names, conventional)) return std::string(conventional);
-    if (in(broken, conventional)) return unopenable(conventional);
+    if (in(broken.names, conventional)) return unopenable(conventional);
   }
-  if (names.size() == 1 && broken.empty()) return names[0];  // the only one, as for an NPZ with one member
-  if (names.empty() && !broken.empty()) {
+  if (names.size() == 1 && broken.names.empty()) return names[0];  // the only one, as for an NPZ with one member
+  if (names.empty() && !broken.names.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no dataset this libhdf5 can open (", listing(), ")"));
   }
   if (names.size() == 1) {
@@ -440,7 +473,9 @@ absl::StatusOr<std::vector<std::string>> hdf5_dataset_names(const std::string& p
   H5Lock lock;
   DLFEED_ASSIGN_OR_RETURN(Hid file, open_file(path, f.size()));
   std::vector<std::string> names;
-  list_datasets(file.get(), "", 0, names);
+  std::string refused;
+  DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(path, &refused));
+  list_datasets(file.get(), access.get(), refused, "", 0, names);
   return names;
 }
 
@@ -460,7 +495,13 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   DLFEED_ASSIGN_OR_RETURN(Hid file, open_file(path, file_size));
   std::vector<std::string> names;
   DLFEED_ASSIGN_OR_RETURN(std::string name, pick_dataset(path, file.get(), options.name, names));
-  Hid dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  std::string refused;
+  DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(path, &refused));
+  Hid dset(H5Dopen2(file.get(), name.c_str(), access.get()), H5Dclose);
+  if (!dset.ok() && !refused.empty()) {
+    H5Eclear2(H5E_DEFAULT);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name, "' is ", refused));
+  }
   if (!dset.ok()) return h5_fail(path, absl::StrCat("dataset '", name, "' that libhdf5 can open"));
   Hid type(H5Dget_type(dset.get()), H5Tclose);
   if (!type.ok()) return h5_fail(path, absl::StrCat("the type of dataset '", name, "'"));
@@ -474,6 +515,10 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   FilterPipeline filters = read_filters(dcpl.get(), layout, g);
   if (layout == H5D_CHUNKED) DLFEED_RETURN_IF_ERROR(read_chunk_shape(dcpl.get(), g));
+  if (std::string special = detail::h5::special_storage_file(path, dcpl.get()); !special.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": dataset '", name, "': ", special, ": refused, as libhdf5 would wait on it"));
+  }
   if (g.reason.empty()) g.reason = in_another_file(file.get(), dset.get());
   if (g.reason.empty()) g.reason = unsupported_storage(dcpl.get(), layout, filters);
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "dlfeed/format/format.h"
+#include "format/hdf5_util.h"
 #include "format/index_codec.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail::h5 {
@@ -112,6 +113,15 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_contiguous(const std::string&
 absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& path, uint64_t file_size,
                                                            CacheReader& in);
 
+/// Why a file the dataset's storage names, which libhdf5 opens itself (an
+/// external raw-data file, a virtual dataset's source file), cannot be
+/// opened: it is not a regular file (a FIFO would hold libhdf5's open()
+/// forever). Empty when each is a regular file or absent (hdf5_links.cc).
+std::string special_storage_file(const std::string& path, hid_t dcpl);
+/// A dataset-access list (also a link-access list, for H5Oopen) whose
+/// external-link callback refuses a target that is not a regular file,
+/// writing why into `*refused`, which must outlive the list's use.
+absl::StatusOr<Hid> guarded_access(const std::string& path, std::string* refused);
 /// The filters dlfeed undoes itself, in the dataset's pipeline order.
 enum class Filter : uint8_t { kShuffle, kDeflate };
 struct FilterPipeline {

@@ -74,3 +74,61 @@ def test_a_link_libhdf5_cannot_open_is_never_passed_over(tmp_path):
         batches(tmp_path / "dangling.h5", fields=["data"])
     (b,) = batches(tmp_path / "dangling.h5", fields=["other"])  # named, the readable one reads
     assert np.array_equal(b["other"], np.zeros(10))
+
+
+def run_isolated(script, *args):
+    # In a child with a time limit: libhdf5's open() of a FIFO would wait forever.
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, timeout=60)
+    return proc.stdout + proc.stderr
+
+
+READ_OR_SAY = ("import sys, dlfeed, numpy as np\n"
+               "fields = sys.argv[2].split(',') if len(sys.argv) > 2 else None\n"
+               "try:\n"
+               "    l = dlfeed.Loader(sys.argv[1], batch_size=64, strategy='sequential', fields=fields)\n"
+               "    print('read', [float(np.array(b[k]).sum()) for b in l for k in b.keys()])\n"
+               "except dlfeed.Error as e:\n    print('error', e)\n")
+
+
+def test_a_file_libhdf5_opens_itself_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    # An external link's target, an external raw-data file and a virtual dataset's source are
+    # opened by libhdf5 with a plain open(), which waits on a FIFO: refused first, naming it.
+    import os
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f["x"] = x
+        f["ext"] = h5py.ExternalLink("other.h5", "/real")
+    os.mkfifo(tmp_path / "other.h5")
+    out = run_isolated(READ_OR_SAY, tmp_path / "a.h5", "ext")
+    assert f"a.h5: dataset 'ext' is an external link to '/real' in {tmp_path}/other.h5 (a FIFO), which is not a " \
+           "regular file" in out, out
+    out = run_isolated(READ_OR_SAY, tmp_path / "a.h5")
+    assert "links libhdf5 cannot open: ext (an external link to '/real'" in out, out
+    assert run_isolated(READ_OR_SAY, tmp_path / "a.h5", "x").startswith("read [66.0]")
+
+    (tmp_path / "raw.bin").write_bytes(x.tobytes())
+    with h5py.File(tmp_path / "b.h5", "w") as f:
+        f.create_dataset("records", shape=(3, 4), dtype="<f4", external=[("raw.bin", 0, x.nbytes)])
+    out = run_isolated(READ_OR_SAY, tmp_path / "b.h5")  # libhdf5 looks for raw.bin in the working directory
+    assert "b.h5: expected H5Dread of sample 0 of 'records', found libhdf5 error: unable to open external raw" in out
+    os.chdir(tmp_path)
+    assert run_isolated(READ_OR_SAY, "b.h5").startswith("read [66.0]")
+    os.remove(tmp_path / "raw.bin")
+    os.mkfifo(tmp_path / "raw.bin")
+    out = run_isolated(READ_OR_SAY, "b.h5")
+    assert "b.h5: dataset 'records': its external raw-data file 'raw.bin' is raw.bin (a FIFO)" in out, out
+
+    with h5py.File(tmp_path / "src.h5", "w") as f:
+        f["data"] = x
+    layout = h5py.VirtualLayout(shape=(3, 4), dtype="<f4")
+    layout[:] = h5py.VirtualSource(str(tmp_path / "src.h5"), "data", shape=(3, 4))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("records", layout)
+    assert run_isolated(READ_OR_SAY, tmp_path / "v.h5").startswith("read [66.0]")
+    os.remove(tmp_path / "src.h5")
+    os.mkfifo(tmp_path / "src.h5")
+    out = run_isolated(READ_OR_SAY, tmp_path / "v.h5")
+    assert f"v.h5: dataset 'records': its virtual source file '{tmp_path}/src.h5' is {tmp_path}/src.h5 (a FIFO)" \
+        in out, out
