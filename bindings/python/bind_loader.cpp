@@ -107,21 +107,14 @@ void bind_loader_epochs(py::class_<PyLoader>& cls) {
   cls.def(
          "start_epoch",
          [](PyLoader& self, uint64_t epoch, uint64_t position) {
-           auto [st, state] = self.without_gil([&](Loader& l) {
+           auto [st, left] = self.without_gil([&](Loader& l) {
              absl::Status started = position == 0 ? l.start_epoch(epoch) : l.start_epoch_at(epoch, position);
-             return std::make_pair(started, l.state());
+             return std::make_pair(started, l.batches_left());
            });
-           Loader& l = self.get();
            check(st);
-           // Batches left: all of them, or those after a restored position.
-           uint64_t done = 0;
-           auto decoded = order_state_of(state);
-           if (decoded.ok() && decoded->spec.epoch == epoch) {
-             uint64_t bs = l.options().batch_size;
-             done = (decoded->position + bs - 1) / bs;
-           }
-           uint64_t total = l.batches_per_epoch();
-           self.remaining = total > done ? total - done : 0;
+           // Batches left: all of them, those after a restored position, or this rank's share of what an
+           // elastic restore left.
+           self.remaining = left;
          },
          py::arg("epoch"), py::arg("position") = 0)
       .def(

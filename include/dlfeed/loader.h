@@ -394,6 +394,11 @@ class DLFEED_EXPORT Loader {
   uint64_t num_samples() const;        // in the dataset
   uint64_t samples_per_epoch() const;  // this rank's
   uint64_t batches_per_epoch() const;  // this rank's
+  /// Batches the running epoch has still to deliver: all of them after
+  /// start_epoch, fewer from a restored position, and after an elastic
+  /// restore this rank's share of what the old job left (not
+  /// batches_per_epoch()); 0 at its end and before any epoch.
+  uint64_t batches_left() const;
   const SampleIndex& index(size_t field = 0) const;
   const std::vector<std::string>& field_names() const;
   /// Per field: the dtype and sample shape its samples share (uniform_spec).

@@ -120,6 +120,9 @@ class DLFEED_EXPORT SampleSource {
   /// knows (a compressed TFRecord's exact per-record shapes): uniform_spec
   /// then looks at every sample, not only the first.
   virtual bool shapes_differ() const { return false; }
+  /// True when the source is one 0-d array (an HDF5 scalar dataset read with
+  /// axis none): one sample of shape (), which stays 0-d read whole.
+  virtual bool scalar() const { return false; }
   /// Bytes all samples' extents cover on disk (what an epoch reads without
   /// coalescing). The default sums fill() over every sample.
   virtual uint64_t total_read_bytes() const;

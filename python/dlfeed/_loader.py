@@ -7,6 +7,7 @@ import json
 import operator
 import os
 import sys
+import threading
 import warnings
 from typing import (
     TYPE_CHECKING,
@@ -239,6 +240,9 @@ class Loader:
         self._next_epoch = 0
         # Counts the starts of epochs (and restores): an iterator of an earlier one is superseded.
         self._generation = 0
+        # Held by a start (and the iterator it makes) and by each next(): another thread's start falls
+        # between two batches, never between an iterator's check of its generation and its batch.
+        self._order_lock = threading.Lock()
         # The next epoch is read while this one's last batches are consumed (docs/python.md);
         # by default with device= only (a pipeline running between epochs refuses fork() children).
         self._core.set_overlap_epochs(self._device is not None if overlap_epochs is None else bool(overlap_epochs))
@@ -256,11 +260,13 @@ class Loader:
         """Starts ``epoch`` (from its beginning, or from a restored position in it). An
         iterator of an epoch started earlier on this loader raises once this one starts."""
         epoch = _epoch_number(epoch)
-        self._started()
-        self._core.start_epoch(epoch)
+        with self._order_lock:
+            self._started()
+            self._core.start_epoch(epoch)
+            it = EpochIterator(self, int(epoch))
         if self._device is not None:
-            return self._device_epoch(EpochIterator(self, int(epoch)))
-        return EpochIterator(self, int(epoch))
+            return self._device_epoch(it)
+        return it
 
     @property
     def device(self) -> Any:
@@ -298,9 +304,11 @@ class Loader:
         def epochs() -> Iterator[Any]:
             e = start
             while stop is None or e < stop:
-                self._started()
-                self._core.start_epoch(_epoch_number(e))
-                yield from EpochIterator(self, e)
+                with self._order_lock:
+                    self._started()
+                    self._core.start_epoch(_epoch_number(e))
+                    it = EpochIterator(self, e)
+                yield from it
                 e += 1
 
         if self._device is not None:
@@ -316,9 +324,10 @@ class Loader:
 
     def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
         """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
-        self._started()
-        self._core.start_epoch(int(epoch), int(position))
-        return EpochIterator(self, int(epoch))
+        with self._order_lock:
+            self._started()
+            self._core.start_epoch(int(epoch), int(position))
+            return EpochIterator(self, int(epoch))
 
     def __len__(self) -> int:
         return self._core.batches_per_epoch
@@ -339,9 +348,10 @@ class Loader:
 
     def restore(self, state: bytes) -> None:
         """The next iteration continues where ``state`` was taken (same options needed)."""
-        self._started()  # the epoch running, if any, is given up
-        self._core.restore(bytes(state))
-        self._next_epoch = int(_dlfeed.decode_state(bytes(state))["epoch"])
+        with self._order_lock:
+            self._started()  # the epoch running, if any, is given up
+            self._core.restore(bytes(state))
+            self._next_epoch = int(_dlfeed.decode_state(bytes(state))["epoch"])
 
     # -- information -------------------------------------------------------
     @property
@@ -479,16 +489,20 @@ class EpochIterator:
     def __next__(self) -> "_dlfeed.Batch":
         if self._done:
             raise StopIteration
-        if self._generation != self._loader._generation:
-            # Its batches would be the newer epoch's, taken from that epoch's own iterator.
-            raise RuntimeError(f"dlfeed: this iterator of epoch {self.epoch} was superseded: another epoch was "
-                               "started on its loader since (iter_epoch, iter(loader) or restore); iterate one "
-                               "epoch at a time, or use a loader per stream")
-        batch = self._loader._core.next()
+        loader = self._loader
+        with loader._order_lock:
+            if self._generation != loader._generation:
+                # Its batches would be the newer epoch's, taken from that epoch's own iterator.
+                raise RuntimeError(f"dlfeed: this iterator of epoch {self.epoch} was superseded: another epoch was "
+                                   "started on its loader since (iter_epoch, iter(loader) or restore); iterate one "
+                                   "epoch at a time, or use a loader per stream")
+            batch = loader._core.next()
+            # The epoch's last batch taken (or its end seen): the next `for batch in loader` runs the next
+            # epoch, also when the caller took exactly len(loader) batches and never asked for the end.
+            if (batch is None or loader._core.batches_left == 0) and loader._next_epoch <= self.epoch:
+                loader._next_epoch = self.epoch + 1
         if batch is None:
             self._done = True
-            if self._loader._next_epoch <= self.epoch:
-                self._loader._next_epoch = self.epoch + 1
             raise StopIteration
         return batch
 

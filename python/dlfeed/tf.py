@@ -51,6 +51,12 @@ __all__ = ["dataset", "output_signature", "to_tensor"]
 TF_ALIGNMENT = 64
 
 
+def _native(a: np.ndarray) -> np.ndarray:
+    """`a` in the machine's byte order: tf.numpy_function and tf.convert_to_tensor read a
+    big-endian array's bytes as if they were native."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
 def _one(t: Any) -> Any:
     if t.data_ptr % TF_ALIGNMENT == 0:
         return tf.experimental.dlpack.from_dlpack(t.__dlpack__())
@@ -59,7 +65,13 @@ def _one(t: Any) -> Any:
 
 def to_tensor(batch: Any, index: Any) -> Any:
     """Field ``index`` of a dlfeed.Batch as a tf.Tensor: zero copy (DLPack) when the
-    field's memory is 64-byte aligned, as TensorFlow requires; a copy otherwise."""
+    field's memory is 64-byte aligned, as TensorFlow requires; a copy otherwise (and for a
+    big-endian field, in the machine's byte order: TensorFlow has no such type)."""
+    a = batch[index]
+    if isinstance(a, list) and a and not a[0].dtype.isnative:
+        return [tf.convert_to_tensor(_native(s)) for s in a]
+    if isinstance(a, np.ndarray) and not a.dtype.isnative:
+        return tf.convert_to_tensor(_native(a))
     t = batch.tensor(index)
     if isinstance(t, list):
         return [_one(s) for s in t]
@@ -193,7 +205,7 @@ class _Feed:
                     f"to dlfeed.tf.dataset")
             else:
                 out.append(a)
-        return out
+        return [_native(a) for a in out]
 
     @staticmethod
     def _check_inner(name: str, parts: List[np.ndarray]) -> None:

@@ -215,7 +215,9 @@ class LibrarySource final : public Hdf5Source {
     const hsize_t elems = g_.sample_elems;
     Hid mspace(H5Screate_simple(1, &elems, nullptr), H5Sclose);
     if (!type.ok() || !fspace.ok() || !mspace.ok() ||
-        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
+        (g_.scalar
+             ? H5Sselect_all(fspace.get())
+             : H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr)) < 0 ||
         H5Dread(dset_.get(), type.get(), mspace.get(), fspace.get(), H5P_DEFAULT, scratch.data()) < 0) {
       return h5_fail(g_.path, absl::StrCat("H5Dread of sample ", ref.item, " of '", g_.name, "'"));
     }
@@ -411,8 +413,8 @@ absl::StatusOr<Hid> open_file(const std::string& path, uint64_t file_size) {
 }
 
 // Element type and shape, within the limits on samples.
-absl::StatusOr<DatasetGeometry> read_geometry(const std::string& path, const std::string& name, hid_t dset,
-                                              hid_t type) {
+absl::StatusOr<DatasetGeometry> read_geometry(const std::string& path, const std::string& name, hid_t dset, hid_t type,
+                                              SampleAxis axis) {
   DatasetGeometry g;
   g.path = path;
   g.name = name;
@@ -422,15 +424,21 @@ absl::StatusOr<DatasetGeometry> read_geometry(const std::string& path, const std
   if (!space.ok()) return h5_fail(path, absl::StrCat("the dataspace of dataset '", name, "'"));
   H5S_class_t sclass = H5Sget_simple_extent_type(space.get());
   int rank = H5Sget_simple_extent_ndims(space.get());
-  if (sclass != H5S_SIMPLE || rank < 1) {
+  if (sclass == H5S_SCALAR && axis == SampleAxis::kNone) {
+    g.scalar = true;  // read whole: one sample of shape ()
+    rank = 0;
+  } else if (sclass != H5S_SIMPLE || rank < 1) {
     // A valid file dlfeed does not read as samples: InvalidArgument (docs/formats.md), not DataLoss.
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected dataset '", name, "' with at least one dimension (samples along axis 0), found ",
-                     sclass == H5S_NULL ? "a null dataspace" : "a 0-dimensional (scalar) dataset"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": expected dataset '", name, "' with at least one dimension (samples along axis 0), found ",
+        sclass == H5S_NULL ? "a null dataspace"
+                           : "a 0-dimensional (scalar) dataset (axis=\"none\", --axis none, reads it as one sample "
+                             "of shape ())"));
   }
   std::vector<hsize_t> hdims(static_cast<size_t>(rank));
-  H5Sget_simple_extent_dims(space.get(), hdims.data(), nullptr);
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), hdims.data(), nullptr);
   g.dims.assign(hdims.begin(), hdims.end());
+  if (g.scalar) g.dims = {1};
   g.sample_elems = 1;
   for (size_t d = 1; d < g.dims.size(); ++d) {
     if (!mul_ok(g.sample_elems, g.dims[d], &g.sample_elems)) g.sample_elems = UINT64_MAX;
@@ -505,7 +513,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   if (!dset.ok()) return h5_fail(path, absl::StrCat("dataset '", name, "' that libhdf5 can open"));
   Hid type(H5Dget_type(dset.get()), H5Tclose);
   if (!type.ok()) return h5_fail(path, absl::StrCat("the type of dataset '", name, "'"));
-  DLFEED_ASSIGN_OR_RETURN(DatasetGeometry g, read_geometry(path, name, dset.get(), type.get()));
+  DLFEED_ASSIGN_OR_RETURN(DatasetGeometry g, read_geometry(path, name, dset.get(), type.get(), options.axis));
 
   // Storage: fill value, filters, layout.
   Hid dcpl(H5Dget_create_plist(dset.get()), H5Pclose);
@@ -558,6 +566,7 @@ void save_geometry(const DatasetGeometry& g, std::string& out) {
   w.u64(g.fill.size());
   out.append(reinterpret_cast<const char*>(g.fill.data()), g.fill.size());
   w.str(g.filters);
+  w.u8(g.scalar ? 1 : 0);
 }
 
 absl::StatusOr<DatasetGeometry> load_geometry(const std::string& path, uint64_t file_size, CacheReader& in) {
@@ -569,7 +578,10 @@ absl::StatusOr<DatasetGeometry> load_geometry(const std::string& path, uint64_t 
   g.dtype = in.dtype();
   const std::string fill = in.str();  // written as a length and bytes, as str() reads it
   g.filters = in.str();
-  if (!in.ok() || g.dims.empty() || g.dims.size() > 32 || (!g.chunk.empty() && g.chunk.size() != g.dims.size()) ||
+  const uint8_t scalar = in.u8();
+  g.scalar = scalar == 1;
+  if (!in.ok() || scalar > 1 || (g.scalar && (g.dims.size() != 1 || g.dims[0] != 1 || !g.chunk.empty())) ||
+      g.dims.empty() || g.dims.size() > 32 || (!g.chunk.empty() && g.chunk.size() != g.dims.size()) ||
       (!fill.empty() && fill.size() != g.dtype.size)) {
     return file_error(path, "an HDF5 dataset entry in the index cache", "a truncated or malformed one");
   }

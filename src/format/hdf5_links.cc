@@ -63,7 +63,7 @@ const char* kind_of(mode_t mode) {
 // file; empty when every one that exists is a regular file.
 std::string special_candidate(const std::string& parent, const std::string& name, const char* prefix_env) {
   for (const std::string& path : candidate_paths(parent, name, prefix_env)) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
       return absl::StrCat(path, " (", kind_of(st.st_mode), ")");
     }

@@ -44,6 +44,7 @@ struct DatasetGeometry {
   std::vector<std::byte> fill;  // one element of the fill value, dtype's byte order
   std::string filters;          // "shuffle+deflate(4)", "fletcher32", ...
   std::string reason;           // library-read: why
+  bool scalar = false;          // a 0-d dataset read whole (axis none): dims {1}, one sample of shape ()
 
   Shape sample_shape() const {
     Shape s;
@@ -52,6 +53,7 @@ struct DatasetGeometry {
   }
   Shape full_shape() const {
     Shape s;
+    if (scalar) return s;
     for (uint64_t d : dims) s.push_back(static_cast<int64_t>(d));
     return s;
   }
@@ -75,6 +77,7 @@ class Hdf5Source : public SampleSource {
   std::optional<std::pair<DType, Shape>> sample_spec() const override { return std::make_pair(g_.dtype, shape_); }
   uint64_t num_samples() const override { return g_.dims.empty() ? 0 : g_.dims[0]; }
   std::string sample_axis() const override { return "axis 0"; }
+  bool scalar() const override { return g_.scalar; }
   /// Shape and dtype; the extents are the subclass's.
   void fill(uint64_t, SampleRef& ref) const override {
     ref.shape = shape_;

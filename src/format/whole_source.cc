@@ -32,7 +32,7 @@ class WholeSource final : public SampleSource {
       shape_ = r.shape;
     }
     row_bytes_ = static_cast<uint64_t>(num_elements(shape_)) * dtype_.size;
-    shape_.insert(shape_.begin(), static_cast<int64_t>(rows_));
+    if (!inner_->scalar()) shape_.insert(shape_.begin(), static_cast<int64_t>(rows_));
     if (inner_->reads_through_library() || rows_ == 0) return;
     // Rows one after another at their own length: one extent for them all.
     if (auto s = inner_->strided(); s && s->stride == s->length && s->length == row_bytes_) {

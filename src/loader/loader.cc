@@ -646,6 +646,14 @@ uint64_t Loader::batches_per_epoch() const {
   return impl_->options.drop_last_batch ? n / b : (n + b - 1) / b;
 }
 
+uint64_t Loader::batches_left() const {
+  const Impl& m = *impl_;
+  if (!m.base_cursor) return 0;
+  const uint64_t n = m.base_cursor->size(), done = m.start_position + m.delivered_samples;
+  const uint64_t left = n > done ? n - done : 0, b = m.options.batch_size;
+  return m.options.drop_last_batch ? left / b : (left + b - 1) / b;
+}
+
 const SampleIndex& Loader::index(size_t field) const { return impl_->indices.at(field); }
 const std::vector<std::string>& Loader::field_names() const { return impl_->field_names; }
 const std::vector<FieldSpec>& Loader::field_specs() const { return impl_->field_specs; }

@@ -84,6 +84,18 @@ absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayo
   }
   r.global_start = os.spec.global_start + os.position * os.spec.world_size;
   r.position = 0;
+  // A state taken at its epoch's end: the old job read that epoch whole. An
+  // order partitioned by rank has no global positions to resume from, but
+  // that point is one: the epoch with nothing left, then the next one whole.
+  OrderSpec old = want;
+  old.rank = os.spec.rank;
+  old.world_size = os.spec.world_size;
+  old.epoch = os.spec.epoch;
+  old.global_start = os.spec.global_start;
+  if (auto before = OrderCursor::create(layout, old);
+      before.ok() && !before->global_order().rank_bounds().empty() && os.position >= before->size()) {
+    r.global_start = std::max<uint64_t>(1, before->global_order().size());
+  }
   OrderSpec spec = want;
   spec.epoch = os.spec.epoch;
   spec.global_start = r.global_start;

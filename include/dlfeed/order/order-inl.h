@@ -76,6 +76,17 @@ DLFEED_INLINE absl::Status check_order_spec(const FileLayout& layout, const Orde
     return absl::InvalidArgumentError(
         absl::StrCat("order: rank ", spec.rank, " is not below world_size ", spec.world_size));
   }
+  // An explicit index array read by no built-in strategy but 'explicit' would be passed over in silence.
+  if (spec.params.indices != nullptr && spec.strategy != "explicit") {
+    for (const auto& name : builtin_strategy_names()) {
+      if (name == spec.strategy) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("order: an explicit index array (indices) is given, but strategy '", spec.strategy,
+                         "' does not read one: use strategy 'explicit' for that order, "
+                         "or leave indices out"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -245,6 +256,8 @@ DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& 
   if (c.bounds_.empty()) {
     const uint64_t left = c.global_size_ > spec.global_start ? c.global_size_ - spec.global_start : 0;
     c.size_ = spec.drop_last ? left / w : (left + w - 1) / w;
+  } else if (spec.global_start != 0 && spec.global_start >= c.global_size_) {
+    c.size_ = 0;  // the whole epoch consumed (an elastic restore at its end): nothing left, whatever the partition
   } else {
     if (spec.global_start != 0) {
       return absl::FailedPreconditionError(

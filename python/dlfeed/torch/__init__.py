@@ -31,6 +31,7 @@ import tempfile
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 import torch.utils.data
 
@@ -52,9 +53,24 @@ __all__ = ["Dataset", "to_torch"]
 _IDS_KEY = "sample_ids"  # as_dict's key for dlfeed's sample ids (a field of that name is refused)
 
 
+def _non_native(a: Any) -> bool:
+    first = a[0] if isinstance(a, list) and a else a
+    return isinstance(first, np.ndarray) and not first.dtype.isnative
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    return a.astype(a.dtype.newbyteorder("="))
+
+
 def to_torch(batch: Any, index: Union[int, str]) -> Any:
     """Field ``index`` of a dlfeed.Batch as a torch tensor sharing its memory (a list of
-    tensors for a ragged field)."""
+    tensors for a ragged field). A big-endian field (torch has no such type) is a copy in
+    the machine's byte order."""
+    a = batch[index]
+    if _non_native(a):
+        if isinstance(a, list):
+            return [torch.from_numpy(_native(s)) for s in a]
+        return torch.from_numpy(_native(a))
     t = batch.tensor(index)
     if isinstance(t, list):
         return [torch.from_dlpack(s) for s in t]
@@ -92,12 +108,13 @@ class _EpochRecord:
     now running in workers: its key (the DataLoader iterator's base seed, the
     same in all its workers and drawn anew per iteration, and how many
     iterations the worker process made, for persistent workers whose seed
-    stays), its epoch, how many workers joined it, and whether it is valid.
+    stays), its epoch, how many workers joined it, whether it is valid, and
+    its number of workers.
     """
 
     _FORMAT = "<8q"
     _SIZE = struct.calcsize(_FORMAT)
-    NEXT, KEY_SEED, KEY_ITER, GEN_EPOCH, JOINED, VALID = range(6)
+    NEXT, KEY_SEED, KEY_ITER, GEN_EPOCH, JOINED, VALID, WORKERS = range(7)
 
     def __init__(self, epoch: int = 0) -> None:
         fd, self.path = tempfile.mkstemp(prefix="dlfeed-torch-epoch-")
@@ -162,15 +179,21 @@ class _EpochRecord:
     def join(self, seed: int, iteration: int, num_workers: int) -> int:
         """The epoch of the worker generation this worker belongs to: a new
         generation (taking the next epoch) when the key differs from the one
-        running, or when all of its workers have joined already (a DataLoader
-        made again with the same seeded generator)."""
+        running, or when all of its workers have joined already or it had
+        another number of workers (a DataLoader made again with the same
+        seeded generator). A persistent worker that starts late, after the
+        others went on to a later iteration, joins an iteration already given
+        up (its batches are dropped by the DataLoader): it takes no epoch."""
         def change(v: List[int]) -> int:
-            same = v[self.VALID] and v[self.KEY_SEED] == seed and v[self.KEY_ITER] == iteration
+            if v[self.VALID] and v[self.KEY_SEED] == seed and iteration < v[self.KEY_ITER]:
+                return v[self.GEN_EPOCH]  # a given-up iteration of persistent workers: no epoch of its own
+            same = (v[self.VALID] and v[self.KEY_SEED] == seed and v[self.KEY_ITER] == iteration
+                    and v[self.WORKERS] == num_workers)
             if same and v[self.JOINED] < num_workers:
                 v[self.JOINED] += 1
             else:
                 v[self.KEY_SEED], v[self.KEY_ITER], v[self.VALID] = seed, iteration, 1
-                v[self.GEN_EPOCH], v[self.JOINED] = v[self.NEXT], 1
+                v[self.GEN_EPOCH], v[self.JOINED], v[self.WORKERS] = v[self.NEXT], 1, num_workers
                 v[self.NEXT] += 1
             return v[self.GEN_EPOCH]
 
@@ -438,19 +461,35 @@ class Dataset(torch.utils.data.IterableDataset):
                     yield self._convert(batch, copy_to_pin)
                     del batch
             return
-        for batch in loader.iter_epoch(epoch):
+        batches = loader.iter_epoch(epoch)
+        left = loader._core.batches_left  # this epoch's, counted as its batches are yielded
+        advanced = False
+        for batch in batches:
             if recent is not None:
                 recent.append(batch)
+            left -= 1
+            if direct and not advanced and left <= 0:
+                # The last batch: the next iteration runs the next epoch, also when the trainer takes
+                # exactly len(ds) steps (zip(range(steps), ds)) and never asks for the end.
+                self._record.set_next(epoch + 1)
+                advanced = True
             yield self._convert(batch, copy_to_pin)
             del batch
-        if direct:  # a worker generation took its epoch when it started
+        if direct and not advanced:  # a worker generation took its epoch when it started
             self._record.set_next(epoch + 1)
 
     def _device_epoch(self, loader: Loader, epoch: int, direct: bool) -> Iterator[Any]:
-        for d in loader.iter_epoch(epoch):
+        batches = loader.iter_epoch(epoch)
+        left = loader._core.batches_left
+        advanced = False
+        for d in batches:
+            left -= 1
+            if direct and not advanced and left <= 0:
+                self._record.set_next(epoch + 1)  # the last batch: as _epoch
+                advanced = True
             yield self._pack(d, [d[n] for n in d.keys()])
             del d
-        if direct:
+        if direct and not advanced:
             self._record.set_next(epoch + 1)
 
     # -- resume ---------------------------------------------------------------
@@ -462,8 +501,8 @@ class Dataset(torch.utils.data.IterableDataset):
             self._loader.state() if self._loader is not None else None)
         if state is not None:
             s = _dlfeed.decode_state(state)
-            if s["epoch"] != self.epoch or s["position"] == 0:
-                state = None  # not inside the current epoch
+            if s["epoch"] != self.epoch or (s["position"] == 0 and s.get("global_start", 0) == 0):
+                state = None  # not inside the current epoch (an elastic restore's start is inside it)
         return {"epoch": self.epoch, "loader_state": state, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:

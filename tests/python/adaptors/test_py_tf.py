@@ -338,3 +338,23 @@ def test_ragged_and_pad_options_are_checked(varlen):
         dtf.dataset(path, fields=["tokens"], batch_size=2, ragged=["nope"])
     with pytest.raises(ValueError, match="not both"):
         dtf.dataset(path, fields=["tokens"], batch_size=2, ragged=True, pad=True)
+
+
+def test_big_endian_fields_arrive_as_their_values(tmp_path):
+    # tf.numpy_function and tf.convert_to_tensor read a big-endian array's bytes as native: 1.0
+    # arrived as 4.6e-41. dlfeed.tf gives the values (a copy in the machine's byte order).
+    import h5py
+    np.save(tmp_path / "x.npy", np.arange(6, dtype=">f4"))
+    (got,) = [t.numpy() for t in dtf.dataset(tmp_path / "x.npy", batch_size=6)]
+    assert got.dtype == np.float32 and got.tolist() == [0, 1, 2, 3, 4, 5]
+    loader = dlfeed.Loader(tmp_path / "x.npy", batch_size=6)
+    assert dtf.to_tensor(next(iter(loader)), "data").numpy().tolist() == [0, 1, 2, 3, 4, 5]
+    (tmp_path / "r").mkdir()
+    with h5py.File(tmp_path / "r" / "a.h5", "w") as f:
+        f["records"] = np.arange(4, dtype=">i8").reshape(2, 2)
+    with h5py.File(tmp_path / "r" / "b.h5", "w") as f:
+        f["records"] = np.arange(3, dtype=">i8").reshape(1, 3)
+    for kw in ({"pad": True}, {"ragged": True}):
+        (t,) = list(dtf.dataset(tmp_path / "r", batch_size=3, strategy="sequential", **kw))
+        rows = t.to_list() if kw.get("ragged") else t.numpy().tolist()
+        assert rows == ([[0, 1, 0], [2, 3, 0], [0, 1, 2]] if kw.get("pad") else [[0, 1], [2, 3], [0, 1, 2]])

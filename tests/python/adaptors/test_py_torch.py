@@ -438,3 +438,13 @@ def test_fork_workers_while_an_epoch_runs_here_get_a_clear_error(odd):
     ids = [i for b in torch.utils.data.DataLoader(shuffled(odd), batch_size=None, num_workers=2,
                                                   multiprocessing_context="fork") for i in b["sample_ids"].tolist()]
     assert sorted(ids) == list(range(N_EPOCH_TEST))
+
+
+def test_big_endian_fields_arrive_as_their_values(tmp_path):
+    # torch has no big-endian types (DLPack refused the field: BufferError ... use numpy()): a copy
+    # in the machine's byte order.
+    np.save(tmp_path / "x.npy", np.arange(6, dtype=">f4"))
+    loader = dlfeed.Loader(tmp_path / "x.npy", batch_size=6)
+    assert dlfeed.torch.to_torch(next(iter(loader)), "data").tolist() == [0, 1, 2, 3, 4, 5]
+    ds = dlfeed.torch.Dataset(tmp_path / "x.npy", batch_size=3, strategy="sequential")
+    assert [t.tolist() for t in ds] == [[0, 1, 2], [3, 4, 5]]

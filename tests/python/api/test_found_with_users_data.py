@@ -213,7 +213,27 @@ def test_small_ones(tmp_path):
         f.create_dataset("scalar", data=np.float32(1))
     with pytest.raises(dlfeed.InvalidArgumentError) as e:
         dlfeed.Loader(tmp_path / "s.h5", name="scalar")
-    assert "s.h5" in str(e.value) and "0-dimensional" in str(e.value)
+    assert "s.h5" in str(e.value) and "0-dimensional" in str(e.value) and "axis=\"none\"" in str(e.value)
+
+
+def test_a_scalar_hdf5_dataset_read_whole_is_one_sample_of_shape_empty(tmp_path):
+    # One sample per file with a 0-d label beside its array: axis="none" reads the scalar as a sample of
+    # shape (), as an 0-d NPY reads; contiguous (extents), compact (through libhdf5), and from the index cache.
+    for i in range(3):
+        with h5py.File(tmp_path / f"s{i}.h5", "w") as f:
+            f["x"] = np.full((2, 3), i, np.float32)
+            f.create_dataset("label", data=np.int64(10 + i))
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT)
+            d = h5py.h5d.create(f.id, b"w", h5py.h5t.IEEE_F64BE, h5py.h5s.create(h5py.h5s.SCALAR), dcpl=dcpl)
+            d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(0.5 + i, ">f8"))
+    for cache in (None, tmp_path / "idx", tmp_path / "idx"):
+        loader = dlfeed.Loader(tmp_path, axis="none", fields=["x", "label", "w"], batch_size=3,
+                               strategy="sequential", index_cache=cache)
+        (b,) = list(loader)
+        assert np.array(b["label"]).shape == (3,) and np.array(b["label"]).tolist() == [10, 11, 12]
+        assert np.array(b["w"]).tolist() == [0.5, 1.5, 2.5]
+        assert np.array(b["x"]).shape == (3, 2, 3) and np.array(b["x"])[:, 0, 0].tolist() == [0, 1, 2]
 
 
 def test_a_fifo_named_as_a_data_file_is_refused_not_waited_on(tmp_path):
