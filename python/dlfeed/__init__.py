@@ -19,7 +19,9 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 
 try:
     from . import _dlfeed
-except ImportError as _e:  # pragma: no cover - a message for a broken set-up
+except ModuleNotFoundError as _e:  # pragma: no cover - a message for a broken set-up
+    if _e.name not in ("dlfeed._dlfeed", "_dlfeed"):
+        raise  # another module the compiled one needs: its own message
     raise ImportError(
         "dlfeed's compiled module _dlfeed was not found: `pip install .` in the dlfeed checkout, "
         "or build it with CMake (build/python) and put python/ and build/python on PYTHONPATH"

@@ -523,9 +523,15 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   FilterPipeline filters = read_filters(dcpl.get(), layout, g);
   if (layout == H5D_CHUNKED) DLFEED_RETURN_IF_ERROR(read_chunk_shape(dcpl.get(), g));
+  if (!g.missing_filter.empty()) {
+    H5Eclear2(H5E_DEFAULT);
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": dataset '", name, "' is compressed with filter ", g.missing_filter,
+        ", which neither dlfeed nor this libhdf5 decodes: install its plugin where HDF5_PLUGIN_PATH points (for "
+        "LZF, h5py's lzf filter or hdf5plugin), or write the dataset with gzip"));
+  }
   if (std::string special = detail::h5::special_storage_file(path, dcpl.get()); !special.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": dataset '", name, "': ", special, ": refused, as libhdf5 would wait on it"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name, "': ", special));
   }
   if (g.reason.empty()) g.reason = in_another_file(file.get(), dset.get());
   if (g.reason.empty()) g.reason = unsupported_storage(dcpl.get(), layout, filters);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/io/object_store.h"
 #include "hdf5_source.h"
 #include "hdf5_util.h"
 
@@ -73,6 +74,7 @@ std::string special_candidate(const std::string& parent, const std::string& name
 
 herr_t refuse_special_target(const char* parent_file, const char* /*parent_group*/, const char* child_file,
                              const char* child_object, unsigned* /*flags*/, hid_t /*fapl*/, void* op_data) {
+  if (is_object_url(parent_file)) return 0;  // the object driver opens objects of the store only
   const std::string found = special_candidate(parent_file, child_file, "HDF5_EXT_PREFIX");
   if (found.empty()) return 0;
   *static_cast<std::string*>(op_data) =
@@ -87,6 +89,11 @@ absl::StatusOr<Hid> guarded_access(const std::string& path, std::string* refused
   if (!dapl.ok() || H5Pset_elink_cb(dapl.get(), refuse_special_target, refused) < 0) {
     return h5_fail(path, "a link-access property list with dlfeed's external-link check");
   }
+  // An object's external link names an object beside it: its folder in the
+  // store is the prefix libhdf5 tries (the object driver opens store URLs only).
+  if (is_object_url(path) && H5Pset_elink_prefix(dapl.get(), (folder_of(path) + "/").c_str()) < 0) {
+    return h5_fail(path, "a link-access property list with the object's folder as its external-link prefix");
+  }
   return dapl;
 }
 
@@ -97,8 +104,13 @@ std::string special_storage_file(const std::string& path, hid_t dcpl) {
     off_t offset = 0;
     hsize_t size = 0;
     if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof name, name, &offset, &size) < 0) continue;
+    if (is_object_url(path)) {  // libhdf5 would read it from the local file system
+      return absl::StrCat("its external raw-data file '", name,
+                          "' is not read from a store (libhdf5 reads such files from the local file system)");
+    }
     if (std::string f = special_candidate(path, name, "HDF5_EXTFILE_PREFIX"); !f.empty()) {
-      return absl::StrCat("its external raw-data file '", name, "' is ", f, ", not a regular file");
+      return absl::StrCat("its external raw-data file '", name, "' is ", f,
+                          ", not a regular file: refused, as libhdf5 would wait on it");
     }
   }
   size_t mappings = 0;
@@ -109,12 +121,17 @@ std::string special_storage_file(const std::string& path, hid_t dcpl) {
       std::string name(static_cast<size_t>(n), '\0');
       H5Pget_virtual_filename(dcpl, i, name.data(), name.size() + 1);
       if (name == ".") continue;  // the dataset's own file
+      if (is_object_url(path)) {
+        return absl::StrCat("its virtual source file '", name,
+                            "' is not read from a store (libhdf5 opens source files from the local file system)");
+      }
       // A name with printf-style fields (%b) is a pattern over many files;
       // "%%" is a literal percent sign.
       const std::string literal = absl::StrReplaceAll(name, {{"%%", "%"}});
       if (absl::StrContains(absl::StrReplaceAll(name, {{"%%", ""}}), '%')) continue;
       if (std::string f = special_candidate(path, literal, "HDF5_VDS_PREFIX"); !f.empty()) {
-        return absl::StrCat("its virtual source file '", name, "' is ", f, ", not a regular file");
+        return absl::StrCat("its virtual source file '", name, "' is ", f,
+                            ", not a regular file: refused, as libhdf5 would wait on it");
       }
     }
   }

@@ -134,6 +134,16 @@ H5FD_t* open_object(const char* name, unsigned flags, hid_t /*fapl*/, haddr_t ma
     push_error(__func__, H5E_VFL, H5E_CANTOPENFILE, std::string(t_open_status.message()));
     return nullptr;
   }
+  if (!is_object_url(name)) {
+    // A file an object names (an external link's target) is read from the
+    // store only: libhdf5 also tries the name in the working directory,
+    // where another file of that name would be read in silence.
+    t_open_status = absl::NotFoundError(absl::StrCat(name,
+                                                     ": not an object of a store (a file an object names is "
+                                                     "read from the store, beside the object)"));
+    push_error(__func__, H5E_VFL, H5E_CANTOPENFILE, std::string(t_open_status.message()));
+    return nullptr;
+  }
   absl::StatusOr<ObjectFile> described = describe(name);
   if (!described.ok()) {
     t_open_status = described.status();  // the store's own code and message

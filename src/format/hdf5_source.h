@@ -45,6 +45,7 @@ struct DatasetGeometry {
   std::string filters;          // "shuffle+deflate(4)", "fletcher32", ...
   std::string reason;           // library-read: why
   bool scalar = false;          // a 0-d dataset read whole (axis none): dims {1}, one sample of shape ()
+  std::string missing_filter;   // a filter neither dlfeed nor this libhdf5 decodes (no plugin)
 
   Shape sample_shape() const {
     Shape s;

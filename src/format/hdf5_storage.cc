@@ -100,8 +100,11 @@ FilterPipeline read_filters(hid_t dcpl, H5D_layout_t layout, DatasetGeometry& g)
       if (ncd >= 1 && cd[0] > 0) pipeline.shuffle_size = cd[0];
     } else if (id == H5Z_FILTER_DEFLATE && std::find(steps.begin(), steps.end(), Filter::kDeflate) == steps.end()) {
       steps.push_back(Filter::kDeflate);
-    } else if (g.reason.empty()) {
-      g.reason = absl::StrCat("filter ", filter_name(id, fname), " is not decoded by dlfeed");
+    } else {
+      if (g.reason.empty()) g.reason = absl::StrCat("filter ", filter_name(id, fname), " is not decoded by dlfeed");
+      // Read through libhdf5, which needs the filter (a plugin for most): without it every chunk the
+      // filter changed fails to read, mid-epoch; said at create instead.
+      if (g.missing_filter.empty() && H5Zfilter_avail(id) <= 0) g.missing_filter = filter_name(id, fname);
     }
   }
   g.filters = absl::StrJoin(filter_names, "+");

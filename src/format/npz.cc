@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -132,13 +133,20 @@ absl::StatusOr<const ZipMember*> choose_member(const std::vector<ZipMember>& mem
 // Checks that `m` is readable (unencrypted, stored or deflated) and reads
 // its local header: sets m.data_offset.
 absl::Status locate_member_data(detail::File& f, uint64_t size, ZipMember& m, const std::string& path) {
+  // A valid zip dlfeed does not read: InvalidArgument (docs/formats.md), not DataLoss.
   if (m.flags & 1) {
-    return format_error(path, m.local_header_offset, absl::StrCat("an unencrypted member '", m.name, "'"),
-                        "an encrypted one");
+    return absl::InvalidArgumentError(format_error(path, m.local_header_offset,
+                                                   absl::StrCat("an unencrypted member '", m.name, "'"),
+                                                   "an encrypted one")
+                                          .message());
   }
   if (m.method != 0 && m.method != 8) {
-    return format_error(path, m.local_header_offset, absl::StrCat("member '", m.name, "' stored (0) or deflated (8)"),
-                        absl::StrCat("compression method ", m.method));
+    const char* known = m.method == 12 ? " (bzip2)" : m.method == 14 ? " (LZMA)" : m.method == 93 ? " (zstd)" : "";
+    return absl::InvalidArgumentError(
+        format_error(path, m.local_header_offset,
+                     absl::StrCat("member '", m.name, "' stored (0) or deflated (8), as np.savez writes them"),
+                     absl::StrCat("compression method ", m.method, known))
+            .message());
   }
   std::vector<std::byte> lh(30);
   if (m.local_header_offset + 30 > size) {
@@ -147,6 +155,16 @@ absl::Status locate_member_data(detail::File& f, uint64_t size, ZipMember& m, co
   DLFEED_RETURN_IF_ERROR(f.read_exact(m.local_header_offset, lh, "zip local header"));
   DLFEED_ASSIGN_OR_RETURN(m.data_offset, zip_data_offset(lh, m, size, path));
   return absl::OkStatus();
+}
+
+// A member that does not begin as an NPY array does (a text file zipped with
+// the arrays): InvalidArgument naming it, not a truncated NPY.
+absl::Status npy_member_check(std::span<const std::byte> head, const ZipMember& m, const std::string& path,
+                              const std::string& label) {
+  static constexpr char kMagic[] = "\x93NUMPY";
+  if (head.size() >= 6 && std::memcmp(head.data(), kMagic, 6) == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", label, " (", m.uncompressed_size,
+                                                 " bytes) is not an NPY array: it does not begin with \\x93NUMPY"));
 }
 
 // The NPY header of stored member `m` (`label` names it in errors).
@@ -158,6 +176,7 @@ absl::StatusOr<NpyHeader> stored_header(detail::File& f, const ZipMember& m, con
   }
   std::vector<std::byte> pre(std::min<uint64_t>(kNpyPreamble, m.compressed_size));
   DLFEED_RETURN_IF_ERROR(f.read_exact(m.data_offset, pre, "NPY preamble"));
+  DLFEED_RETURN_IF_ERROR(npy_member_check(pre, m, path, label));
   DLFEED_ASSIGN_OR_RETURN(uint64_t hsize, npy_header_size(pre, path, m.data_offset));
   if (hsize > m.compressed_size) {
     return format_error(path, m.data_offset, absl::StrCat("an NPY header inside ", label),
@@ -184,6 +203,7 @@ absl::StatusOr<NpyHeader> deflated_header(detail::File& f, const ZipMember& m, c
   std::vector<std::byte> head(std::min<uint64_t>(m.uncompressed_size, kMaxHeaderProbe));
   DLFEED_ASSIGN_OR_RETURN(size_t got, inflate_prefix(comp, head, path, m.data_offset));
   head.resize(got);
+  DLFEED_RETURN_IF_ERROR(npy_member_check(head, m, path, label));
   // Offsets inside a deflated member are reported at the member's start.
   return parse_npy_header(head, path, m.data_offset);
 }

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -35,8 +35,29 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// A small file's bytes, or "" when it is absent or not a regular file (a
+// FIFO in the folder is never waited on: opened without blocking, checked).
+std::string read_small(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (1 << 16)) {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t total = 0;
+    ssize_t got = 0;
+    while (total < out.size() &&
+           (got = ::pread(fd, out.data() + total, out.size() - total, static_cast<off_t>(total))) > 0) {
+      total += static_cast<size_t>(got);
+    }
+    out.resize(total);
+  }
+  ::close(fd);
+  return out;
+}
+
 bool write_whole(const std::string& path, const void* data, size_t n) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   const auto* p = static_cast<const char*>(data);
   size_t done = 0;
@@ -90,6 +111,10 @@ uint64_t piece_length(const ObjectInfo& o, uint64_t k) {
 
 absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOptions& o) {
   std::error_code ec;
+  if (fs::is_symlink(o.dir, ec) && !fs::exists(o.dir, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat("object cache ", o.dir, ": a symbolic link to ",
+                                                      fs::read_symlink(o.dir, ec).string(), ", which does not exist"));
+  }
   fs::create_directories(o.dir, ec);
   if (ec || !fs::is_directory(o.dir, ec)) {
     return absl::FailedPreconditionError(
@@ -101,10 +126,8 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (it.depth() == 0 && it->is_directory(ec)) {
-      std::ifstream id(it->path() / "id");
-      std::string first;
-      std::getline(id, first);
-      if (first != kFormatLine) it.disable_recursion_pending();
+      const std::string id = read_small((it->path() / "id").string());
+      if (id.substr(0, id.find('\n')) != kFormatLine) it.disable_recursion_pending();
       continue;
     }
     if (it->is_regular_file(ec)) used += it->file_size(ec);
@@ -128,15 +151,10 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
   std::error_code ec;
   fs::create_directories(folder, ec);
   const std::string id_path = folder + "/id";
-  std::ifstream in(id_path);
-  std::stringstream have;
-  have << in.rdbuf();
-  if (have.str() == id || (have.str().empty() && publish(id_path, id.data(), id.size(), nullptr, 0))) {
+  const std::string have = read_small(id_path);  // "" also for a FIFO or other non-file, which publish replaces
+  if (have == id || (have.empty() && publish(id_path, id.data(), id.size(), nullptr, 0))) {
     // Written by another process meanwhile: it is the same id, or it is not ours.
-    std::ifstream again(id_path);
-    std::stringstream now;
-    now << again.rdbuf();
-    if (now.str() == id) usable = folder;
+    if (read_small(id_path) == id) usable = folder;
   }
   folders_[id] = usable;
   return usable;
@@ -163,8 +181,14 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
     const uint64_t k = at / kPiece;
     const uint64_t len = piece_length(o, k);
     const std::string path = absl::StrCat(folder, "/", k);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO: not waited on
     if (fd < 0) return false;
+    if (struct stat kind{}; ::fstat(fd, &kind) != 0 || !S_ISREG(kind.st_mode)) {
+      ::close(fd);
+      ::unlink(path.c_str());  // not a piece: fetched again
+      counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     piece.resize(len + 4);
     ssize_t got = 0;
     size_t total = 0;

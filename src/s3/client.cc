@@ -147,16 +147,63 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return s->cancel != nullptr && s->cancel->load(std::memory_order_relaxed) ? 1 : 0;
 }
 
+void append_utf8(std::string& out, uint32_t c) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+// XML's five named entities and every numeric one (&#9; &#x1F;), as UTF-8;
+// anything else after '&' is kept as it is.
 std::string xml_unescape(absl::string_view s) {
-  return absl::StrReplaceAll(s, {{"&amp;", "&"},
-                                 {"&lt;", "<"},
-                                 {"&gt;", ">"},
-                                 {"&quot;", "\""},
-                                 {"&apos;", "'"},
-                                 {"&#34;", "\""},
-                                 {"&#39;", "'"},
-                                 {"&#xD;", "\r"},
-                                 {"&#xA;", "\n"}});
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const size_t semi = s[i] == '&' ? s.find(';', i) : absl::string_view::npos;
+    if (semi == absl::string_view::npos || semi - i > 10) {
+      out.push_back(s[i]);
+      continue;
+    }
+    const absl::string_view name = s.substr(i + 1, semi - i - 1);
+    uint32_t c = 0;
+    bool ok = true;
+    if (name == "amp")
+      c = '&';
+    else if (name == "lt")
+      c = '<';
+    else if (name == "gt")
+      c = '>';
+    else if (name == "quot")
+      c = '"';
+    else if (name == "apos")
+      c = '\'';
+    else if (name.size() > 1 && name[0] == '#') {
+      const bool hex = name[1] == 'x' || name[1] == 'X';
+      const absl::string_view digits = name.substr(hex ? 2 : 1);
+      ok = !digits.empty() && (hex ? absl::SimpleHexAtoi(digits, &c) : absl::SimpleAtoi(digits, &c)) && c <= 0x10FFFF;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      out.push_back(s[i]);
+      continue;
+    }
+    append_utf8(out, c);
+    i = semi;
+  }
+  return out;
 }
 
 std::string what_of(const Request& r) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/crc32c.h"
@@ -37,9 +38,38 @@ namespace {
 
 std::string url_of(const Location& loc) { return absl::StrCat("s3://", loc.bucket, "/", loc.key); }
 
-uint32_t connections_of(const Options& o) {
+// A key of a listing asked with encoding-type=url: %XX escapes and '+' for a
+// space, as AWS's SDKs decode it (control characters cannot travel in XML).
+std::string url_decoded(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    uint32_t v = 0;
+    if (s[i] == '%' && i + 2 < s.size() && absl::ascii_isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        absl::ascii_isxdigit(static_cast<unsigned char>(s[i + 2])) && absl::SimpleHexAtoi(s.substr(i + 1, 2), &v)) {
+      out.push_back(static_cast<char>(v));
+      i += 2;
+    } else {
+      out.push_back(s[i] == '+' ? ' ' : s[i]);
+    }
+  }
+  return out;
+}
+
+// Pages in a row that give no key and say there is more: a server that would
+// list for ever is an error, not a wait.
+constexpr uint64_t kMaxEmptyPages = 100;
+
+// The connections of a loader: DLFEED_S3_CONNECTIONS (read at each loader,
+// so a process may set it between them), else the options'.
+absl::StatusOr<uint32_t> connections_of(const Options& o) {
   uint32_t n = o.connections;
-  if (const char* v = std::getenv("DLFEED_S3_CONNECTIONS"); v && *v) (void)absl::SimpleAtoi(v, &n);
+  if (const char* v = std::getenv("DLFEED_S3_CONNECTIONS"); v != nullptr && *v != '\0') {
+    if (!absl::SimpleAtoi(v, &n) || n < 1 || n > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("s3: DLFEED_S3_CONNECTIONS is the connections of a loader, 1 to 256, not '", v, "'"));
+    }
+  }
   return std::clamp(n, 1u, 256u);
 }
 
@@ -90,13 +120,12 @@ class Store;
 class Backend final : public IoBackend {
  public:
   Backend(std::shared_ptr<FileTable> files, Options o, Config c, std::shared_ptr<Store> store,
-          std::shared_ptr<PieceCache> cache)
+          std::shared_ptr<PieceCache> cache, uint32_t n)
       : files_(std::move(files)),
         o_(std::move(o)),
         c_(std::move(c)),
         store_(std::move(store)),
         cache_(std::move(cache)) {
-    const uint32_t n = connections_of(o_);
     for (uint32_t i = 0; i < n; ++i) cancels_.push_back(std::make_unique<std::atomic<bool>>(false));
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { work(*cancels_[i]); });
   }
@@ -299,18 +328,22 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
     std::vector<ObjectInfo> out;
     std::string token;
-    uint64_t pages = 0;
+    uint64_t pages = 0, empty_pages = 0;
     Lease conn(*this);
     do {
       Request r;
       r.loc = Location{loc.bucket, ""};
       r.listed = loc.key;
       r.query = absl::StrCat(token.empty() ? "" : absl::StrCat("continuation-token=", uri_encode(token, false), "&"),
-                             "list-type=2&prefix=", uri_encode(loc.key, false));
+                             "encoding-type=url&list-type=2&prefix=", uri_encode(loc.key, false));
       absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
       counters().lists.fetch_add(1, std::memory_order_relaxed);
       if (!resp.ok()) return annotate(resp.status(), prefix, c);
-      for (absl::string_view item : xml_blocks(resp->body, "Contents")) {
+      const std::vector<std::string> encoding = xml_values(resp->body, "EncodingType");
+      const bool url_encoded = !encoding.empty() && absl::AsciiStrToLower(encoding[0]) == "url";
+      const std::vector<absl::string_view> items = xml_blocks(resp->body, "Contents");
+      empty_pages = items.empty() ? empty_pages + 1 : 0;
+      for (absl::string_view item : items) {
         std::vector<std::string> key = xml_values(item, "Key"), size = xml_values(item, "Size"),
                                  etag = xml_values(item, "ETag");
         ObjectInfo o;
@@ -318,6 +351,7 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
         if (key.empty() || size.empty() || !absl::SimpleAtoi(size[0], &n)) {
           return absl::DataLossError(absl::StrCat(prefix, ": a listing entry without a key or size: ", item));
         }
+        if (url_encoded) key[0] = url_decoded(key[0]);
         if (!key[0].empty() && key[0].back() == '/') continue;  // a folder marker
         o.url = url_of(Location{loc.bucket, key[0]});
         o.size = n;
@@ -333,9 +367,21 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
                                                 ": the listing would be incomplete"));
       }
       ++pages;
+      if (more && empty_pages >= kMaxEmptyPages) {
+        return absl::DataLossError(absl::StrCat(prefix, ": ", empty_pages,
+                                                " listing pages in a row give no key and say IsTruncated (", pages,
+                                                " pages in all): the server's listing does not end"));
+      }
       token = more ? next[0] : "";
     } while (!token.empty());
     std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.url < b.url; });
+    // A key on two pages would be two files of the same bytes: samples read twice.
+    for (size_t i = 1; i < out.size(); ++i) {
+      if (out[i].url == out[i - 1].url) {
+        return absl::DataLossError(absl::StrCat(prefix, ": the listing gives ", out[i].url,
+                                                " twice (on two pages): a server's listing names each key once"));
+      }
+    }
     std::lock_guard<std::mutex> lock(mu_);
     for (const ObjectInfo& o : out) known_[o.url] = o;
     return out;
@@ -432,7 +478,8 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   absl::StatusOr<std::unique_ptr<IoBackend>> make_backend(std::shared_ptr<FileTable> files,
                                                           IoOptions /*options*/) override {
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
-    return std::unique_ptr<IoBackend>(new Backend(std::move(files), o_, std::move(c), shared_from_this(), cache()));
+    DLFEED_ASSIGN_OR_RETURN(const uint32_t n, connections_of(o_));
+    return std::unique_ptr<IoBackend>(new Backend(std::move(files), o_, std::move(c), shared_from_this(), cache(), n));
   }
 
  private:

@@ -43,7 +43,7 @@ import sysconfig
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 
@@ -328,6 +328,9 @@ class _Modes:
     match: Optional[str] = None  # regex on the request target: only matching requests draw faults
     forced: list = field(default_factory=list)  # faults for the next eligible requests, before any draw
     expired_keys: tuple = ()  # requests (any method) signed with these access keys: 400 ExpiredToken
+    # A misbehaving server's listings: called with each ListObjectsV2 request's target, the XML body the
+    # proxy answers itself with (200), or None to relay the request to the server.
+    listing_body: Optional[Callable[[str], Optional[bytes]]] = None
 
 
 class S3Proxy:
@@ -472,6 +475,14 @@ class S3Proxy:
                     self.requests.append(record)
                     expired = self._modes.expired_keys
                 key = re.search(r"Credential=([^/,\s]+)/", headers.get("authorization", ""))
+                own = self._modes.listing_body
+                answer = own(target) if own is not None and method == "GET" and "list-type=2" in target else None
+                if answer is not None:
+                    _relay_body(cin, None, headers)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % len(answer) + answer)
+                    record.status = 200
+                    continue
                 if key and key.group(1) in expired:  # as AWS answers a session token past its expiry
                     if headers.get("expect", "").lower() == "100-continue":
                         return

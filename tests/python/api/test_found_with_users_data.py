@@ -290,3 +290,20 @@ def test_a_fifo_in_place_of_an_index_file_is_not_waited_on(tmp_path):
     assert f"{data}.idx: is not a regular file (a FIFO)" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("4"), proc.stdout + proc.stderr
     assert (tmp_path / "cache").is_file(), "the cache written again in the FIFO's place"
+
+
+def test_axis_last_on_an_hdf5_dataset_outside_dlios_layout_is_refused(tmp_path):
+    # An HDF5 dataset is read on axis 0: axis="last" asked for gave 2 samples of (3, 4) from a
+    # (2, 3, 4) dataset where 4 of (2, 3) were asked for, in silence.
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f["data"] = x
+    with pytest.raises(dlfeed.InvalidArgumentError, match=r"f\.h5: axis 'last' reads NPY and NPZ arrays"):
+        dlfeed.Loader(tmp_path / "f.h5", axis="last")
+    # In DLIO's layout (its HDF5 samples on axis 0) layout="dlio" reads them so.
+    (tmp_path / "train").mkdir()
+    with h5py.File(tmp_path / "train" / "img_0_of_1.h5", "w") as f:
+        f["records"] = x
+    loader = dlfeed.Loader(tmp_path / "train", layout="dlio", batch_size=2)
+    (b,) = list(loader)
+    assert np.array_equal(np.array(b[0]), x)

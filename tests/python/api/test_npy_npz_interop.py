@@ -198,3 +198,28 @@ def test_a_member_named_as_asked_wins_over_one_with_npy_as_numpy_picks_it(dlfeed
     loader = dl.Loader(str(path), fields=["x"], batch_size=4, strategy="sequential")
     (b,) = list(loader)
     assert np.array_equal(np.array(b["x"]), arrays["x"])
+
+
+def test_valid_zips_dlfeed_does_not_read_are_invalid_argument_naming_the_member(tmp_path):
+    # A member compressed with bzip2 or LZMA (np.load reads them), or a text file zipped beside the
+    # arrays: a DataError ("file truncated" for the text), as if the file were damaged.
+    import dlfeed as dl
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for method, name in [(zipfile.ZIP_BZIP2, "bzip2"), (zipfile.ZIP_LZMA, "LZMA")]:
+        path = tmp_path / f"{name}.npz"
+        with zipfile.ZipFile(path, "w", compression=method) as zf:
+            b = io.BytesIO()
+            np.save(b, x)
+            zf.writestr("x.npy", b.getvalue())
+        assert np.array_equal(np.load(path)["x"], x)
+        with pytest.raises(dl.InvalidArgumentError, match=rf"member 'x.npy' stored \(0\) or deflated \(8\).*"
+                                                          rf"compression method \d+ \({name}\)"):
+            dl.Loader(path)
+    path = tmp_path / "txt.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        b = io.BytesIO()
+        np.save(b, x)
+        zf.writestr("x.npy", b.getvalue())
+        zf.writestr("notes.txt", "hello")
+    with pytest.raises(dl.InvalidArgumentError, match=r"member 'notes.txt' \(5 bytes\) is not an NPY array"):
+        dl.Loader(path, fields=["notes.txt"])

@@ -134,3 +134,39 @@ def test_truncated_and_foreign_objects_are_clear_errors(s3_server, uploaded, tmp
     with pytest.raises(dlfeed.Error) as e:
         dlfeed.Loader(f"s3://{BUCKET}/bad/cut.h5", batch_size=2, fields=["records"])
     assert f"s3://{BUCKET}/bad/cut.h5" in str(e.value)
+
+
+def test_files_an_object_names_are_read_from_the_store_never_from_the_working_directory(s3_server, tmp_path,
+                                                                                          monkeypatch):
+    # An external link in an object to a sibling object: a local file of that name in the working
+    # directory was read instead (-1 everywhere: silently wrong values; found by outside testing).
+    s3_server.apply_env(monkeypatch)
+    good = np.arange(40 * 5, dtype=np.float32).reshape(40, 5)
+    src = tmp_path / "src"
+    src.mkdir()
+    with h5py.File(src / "ext.h5", "w") as f:
+        f.create_dataset("x", data=good)
+    with h5py.File(src / "elink.h5", "w") as f:
+        f["x"] = h5py.ExternalLink("ext.h5", "/x")
+    raw = src / "raw"
+    raw.mkdir()
+    (raw / "raw.bin").write_bytes(good.tobytes())
+    with h5py.File(raw / "ext_raw.h5", "w") as f:
+        f.create_dataset("x", shape=good.shape, dtype="<f4", external=[("raw.bin", 0, good.nbytes)])
+    s3_server.upload_dir(src, BUCKET, "elink/")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    with h5py.File(cwd / "ext.h5", "w") as f:
+        f.create_dataset("x", data=-np.ones((40, 5), np.float32))
+    (cwd / "raw.bin").write_bytes((-np.ones(good.shape, np.float32)).tobytes())
+    monkeypatch.chdir(cwd)
+
+    def read(url):
+        loader = dlfeed.Loader(url, fields=["x"], batch_size=100, strategy="sequential")
+        return np.concatenate([np.array(b["x"]) for b in loader])
+
+    np.testing.assert_array_equal(read(f"s3://{BUCKET}/elink/elink.h5"), good)
+    np.testing.assert_array_equal(read(str(src / "elink.h5")), good)  # the folder's: beside the file
+    with pytest.raises(dlfeed.InvalidArgumentError, match=r"ext_raw\.h5: dataset 'x': its external raw-data file "
+                                                          r"'raw\.bin' is not read from a store"):
+        read(f"s3://{BUCKET}/elink/raw/ext_raw.h5")
