@@ -19,6 +19,7 @@
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -554,7 +555,8 @@ absl::Status keep_npy_column(std::vector<std::string>& files, const FormatOption
     keyed.reserve(kept.size());
     for (std::string& f : kept) {
       const fs::path p(f);
-      keyed.push_back({{p.parent_path().string(), p.stem().string().substr(options.name.size())}, std::move(f)});
+      keyed.emplace_back(std::make_pair(p.parent_path().string(), p.stem().string().substr(options.name.size())),
+                         std::move(f));
     }
     std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (size_t i = 0; i < keyed.size(); ++i) kept[i] = std::move(keyed[i].second);
