@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlfeed inspect: what dlfeed finds in a file or folder, and the raw bytes of
 // one sample, so any tool can check dlfeed's reading from outside.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -129,11 +130,26 @@ int print_fields(const std::vector<std::string>& paths, const std::string& file,
   return 0;
 }
 
+// What `dlfeed run` refuses in the listed files, said after the listing: one
+// dtype per field (1: an error), one shape unless ragged (a note).
+int check_uniform(const SampleIndex& index, const std::string& field) {
+  if (index.size() == 0 || uniform_spec(index, field, false).ok()) return 0;
+  if (absl::StatusOr<FieldSpec> loose = uniform_spec(index, field, true); !loose.ok()) {
+    std::fprintf(stderr, "dlfeed inspect: error: dlfeed run refuses these files: %s\n",
+                 std::string(loose.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "dlfeed inspect: note: %s\n",
+               std::string(uniform_spec(index, field, false).status().message()).c_str());
+  return 0;
+}
+
 // --fields: each field's samples, as `run --fields` reads them.
 int inspect_each_field(const std::vector<std::string>& args, const std::vector<std::string>& entries,
                        const FormatOptions& options) {
   const bool json = absl::GetFlag(FLAGS_json);
   std::string o = "{\n\"fields\": {";
+  int rc = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const SampleIndex index = value_or_throw(open_dataset(args, field_options(entries[i], options)));
     const std::string name = value_or_throw(detail::parse_field_entry(entries[i])).name;
@@ -143,9 +159,10 @@ int inspect_each_field(const std::vector<std::string>& args, const std::vector<s
       std::printf("%sfield %s: ", i ? "\n" : "", name.c_str());
       print_text(index, absl::GetFlag(FLAGS_limit));
     }
+    rc = std::max(rc, check_uniform(index, name));
   }
   if (json) std::printf("%s\n}}\n", o.c_str());
-  return 0;
+  return rc;
 }
 
 int run_inspect(const std::vector<std::string>& args) {
@@ -200,7 +217,7 @@ int run_inspect(const std::vector<std::string>& args) {
     }
     print_text(index, absl::GetFlag(FLAGS_limit));
   }
-  return 0;
+  return check_uniform(index, options.name.empty() ? std::string("data") : options.name);
 }
 
 std::vector<FlagGroup> inspect_flags() {

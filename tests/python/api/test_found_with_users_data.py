@@ -307,3 +307,29 @@ def test_axis_last_on_an_hdf5_dataset_outside_dlios_layout_is_refused(tmp_path):
     loader = dlfeed.Loader(tmp_path / "train", layout="dlio", batch_size=2)
     (b,) = list(loader)
     assert np.array_equal(np.array(b[0]), x)
+
+
+def test_inspect_says_what_run_would_refuse(tmp_path):
+    # A folder whose files disagree in dtype: inspect listed both and exited 0 while run refused it.
+    from conftest import dlfeed_binary
+    np.save(tmp_path / "a.npy", np.zeros((3, 2), np.float32))
+    np.save(tmp_path / "b.npy", np.zeros((3, 2), np.float64))
+    proc = subprocess.run([dlfeed_binary(), "inspect", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "a.npy" in proc.stdout
+    assert "dlfeed run refuses these files: field 'data'" in proc.stderr and "needs one dtype" in proc.stderr
+    (tmp_path / "b.npy").unlink()
+    np.save(tmp_path / "b.npy", np.zeros((3, 4), np.float32))  # shapes differ: read with ragged
+    proc = subprocess.run([dlfeed_binary(), "inspect", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "note: field 'data'" in proc.stderr and "ragged" in proc.stderr
+
+
+def test_an_hdf5_dataset_named_with_an_equals_sign_can_be_named(tmp_path):
+    # "x=y" was parsed as NAME=PATTERN and refused, in fields= and name= alike; a pattern has a '*'.
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f["x=y"] = np.arange(10, dtype=np.int32)
+        f["other"] = np.arange(10, 20, dtype=np.int32)
+    for kw in (dict(fields=["x=y"]), dict(fields="x=y"), dict(name="x=y")):
+        loader = dlfeed.Loader(tmp_path / "f.h5", batch_size=10, strategy="sequential", **kw)
+        assert loader.field_names == ["x=y"] and np.array(next(iter(loader))[0]).tolist() == list(range(10))
+    loader = dlfeed.Loader(tmp_path, fields=["v=f*.h5:x=y"], batch_size=10, strategy="sequential")
+    assert np.array(next(iter(loader))[0]).tolist() == list(range(10))
