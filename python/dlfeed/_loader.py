@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -243,6 +244,7 @@ class Loader:
         # Held by a start (and the iterator it makes) and by each next(): another thread's start falls
         # between two batches, never between an iterator's check of its generation and its batch.
         self._order_lock = threading.Lock()
+        _fresh_lock_after_fork(self)
         # The next epoch is read while this one's last batches are consumed (docs/python.md);
         # by default with device= only (a pipeline running between epochs refuses fork() children).
         self._core.set_overlap_epochs(self._device is not None if overlap_epochs is None else bool(overlap_epochs))
@@ -468,6 +470,21 @@ class Loader:
                 f"{o.batch_size}, strategy {o.order.strategy}, rank {o.order.rank}/{o.order.world_size}>")
 
 
+def _fresh_lock_after_fork(loader: "Loader") -> None:
+    """A child of fork() gets its own unlocked _order_lock (a thread of the parent may have held it),
+    so that using the loader there raises its "created before fork()" error, not a hang."""
+    if not hasattr(os, "register_at_fork"):
+        return
+    ref = weakref.ref(loader)
+
+    def reset() -> None:
+        alive = ref()
+        if alive is not None:
+            alive._order_lock = threading.Lock()
+
+    os.register_at_fork(after_in_child=reset)
+
+
 class EpochIterator:
     """The batches of one epoch (not a generator: it keeps no reference to the
     batch it returned, so only the caller decides how long a batch lives)."""
@@ -476,6 +493,7 @@ class EpochIterator:
         self._loader = loader
         self.epoch = epoch
         self._done = False
+        self._held: Optional["_dlfeed.Batch"] = None
         self._generation = loader._generation
 
     def __iter__(self) -> "EpochIterator":
@@ -496,10 +514,20 @@ class EpochIterator:
                 raise RuntimeError(f"dlfeed: this iterator of epoch {self.epoch} was superseded: another epoch was "
                                    "started on its loader since (iter_epoch, iter(loader) or restore); iterate one "
                                    "epoch at a time, or use a loader per stream")
-            batch = loader._core.next()
+            if self._held is not None:
+                batch, self._held = self._held, None
+            else:
+                batch = loader._core.next()
             # The epoch's last batch taken (or its end seen): the next `for batch in loader` runs the next
             # epoch, also when the caller took exactly len(loader) batches and never asked for the end.
-            if (batch is None or loader._core.batches_left == 0) and loader._next_epoch <= self.epoch:
+            # The end is taken now too, so that the next epoch read ahead (overlap_epochs) is kept.
+            if batch is not None and loader._core.batches_left == 0:
+                end = loader._core.next()
+                if end is None:
+                    self._done = True
+                else:  # not the end after all: handed out next
+                    self._held = end
+            if (batch is None or self._done) and loader._next_epoch <= self.epoch:
                 loader._next_epoch = self.epoch + 1
         if batch is None:
             self._done = True

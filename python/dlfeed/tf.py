@@ -60,22 +60,25 @@ def _native(a: np.ndarray) -> np.ndarray:
 def _one(t: Any) -> Any:
     if t.data_ptr % TF_ALIGNMENT == 0:
         return tf.experimental.dlpack.from_dlpack(t.__dlpack__())
-    return tf.convert_to_tensor(t.numpy())  # unaligned: TensorFlow copies
+    return tf.convert_to_tensor(_native(t.numpy()))  # unaligned: TensorFlow copies
 
 
 def to_tensor(batch: Any, index: Any) -> Any:
     """Field ``index`` of a dlfeed.Batch as a tf.Tensor: zero copy (DLPack) when the
     field's memory is 64-byte aligned, as TensorFlow requires; a copy otherwise (and for a
     big-endian field, in the machine's byte order: TensorFlow has no such type)."""
-    a = batch[index]
-    if isinstance(a, list) and a and not a[0].dtype.isnative:
-        return [tf.convert_to_tensor(_native(s)) for s in a]
-    if isinstance(a, np.ndarray) and not a.dtype.isnative:
-        return tf.convert_to_tensor(_native(a))
     t = batch.tensor(index)
-    if isinstance(t, list):
-        return [_one(s) for s in t]
-    return _one(t)
+    try:
+        if isinstance(t, list):
+            return [_one(s) for s in t]
+        return _one(t)
+    except BufferError:  # a big-endian field: DLPack has no such type
+        a = batch[index]
+        if isinstance(a, list) and a and not a[0].dtype.isnative:
+            return [tf.convert_to_tensor(_native(s)) for s in a]
+        if isinstance(a, np.ndarray) and not a.dtype.isnative:
+            return tf.convert_to_tensor(_native(a))
+        raise
 
 
 def _names(option: Union[bool, Sequence[str]], loader: Loader, what: str) -> Set[str]:

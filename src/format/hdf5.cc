@@ -196,12 +196,12 @@ class LibrarySource final : public Hdf5Source {
       DLFEED_ASSIGN_OR_RETURN(Hid fapl, file_access_for(g_.path));
       file_ = Hid(H5Fopen(g_.path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
       if (!file_.ok()) return h5_fail(g_.path, "an HDF5 file libhdf5 can open");
-      std::string refused;
-      DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(g_.path, &refused));
+      refused_.clear();
+      DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(g_.path, &refused_));
       dset_ = Hid(H5Dopen2(file_.get(), g_.name.c_str(), access.get()), H5Dclose);
-      if (!dset_.ok() && !refused.empty()) {
+      if (!dset_.ok() && !refused_.empty()) {
         H5Eclear2(H5E_DEFAULT);
-        return absl::InvalidArgumentError(absl::StrCat(g_.path, ": dataset '", g_.name, "' is ", refused));
+        return absl::InvalidArgumentError(absl::StrCat(g_.path, ": dataset '", g_.name, "' is ", refused_));
       }
       if (!dset_.ok()) return h5_fail(g_.path, absl::StrCat("dataset '", g_.name, "'"));
     }
@@ -225,7 +225,8 @@ class LibrarySource final : public Hdf5Source {
   }
 
  private:
-  mutable Hid file_;  // opened on first decode; guarded by the HDF5 lock
+  mutable std::string refused_;  // the link check's answer: outlives the access list libhdf5 may keep
+  mutable Hid file_;             // opened on first decode; guarded by the HDF5 lock
   mutable Hid dset_;
 };
 
@@ -530,7 +531,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
         ", which neither dlfeed nor this libhdf5 decodes: install its plugin where HDF5_PLUGIN_PATH points (for "
         "LZF, h5py's lzf filter or hdf5plugin), or write the dataset with gzip"));
   }
-  if (std::string special = detail::h5::special_storage_file(path, dcpl.get()); !special.empty()) {
+  if (std::string special = detail::h5::special_storage_file(path, file.get(), dcpl.get()); !special.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name, "': ", special));
   }
   if (g.reason.empty()) g.reason = in_another_file(file.get(), dset.get());

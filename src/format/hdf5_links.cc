@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,41 +34,67 @@ std::string joined(const std::string& folder, const std::string& name) {
   return folder.back() == '/' ? folder + name : absl::StrCat(folder, "/", name);
 }
 
-// Every path libhdf5 may try for `name` stored in `parent`: the name as given,
-// beside the parent file, and under each entry of the prefix variable
-// (`${ORIGIN}` is the parent's folder); an absolute name is also tried by its
-// last component in those folders. A superset of libhdf5's search, so that
-// none of its tries reaches a file dlfeed did not look at.
-std::vector<std::string> candidate_paths(const std::string& parent, const std::string& name, const char* prefix_env) {
-  std::vector<std::string> out = {name};
+// What names the file: an external link's target, an external raw-data file
+// (libhdf5 tries one path: the prefix's, or the name itself) or a virtual
+// dataset's source file.
+enum class Named { kLink, kRaw, kVirtual };
+
+const char* prefix_variable(Named what) {
+  switch (what) {
+    case Named::kLink: return "HDF5_EXT_PREFIX";
+    case Named::kRaw: return "HDF5_EXTFILE_PREFIX";
+    case Named::kVirtual: return "HDF5_VDS_PREFIX";
+  }
+  return "";
+}
+
+// The paths libhdf5 tries for `name` stored in `parent`, in its order: an
+// absolute name as it is; then each entry of the prefix variable (`${ORIGIN}`
+// is the parent's folder); then (links and virtual sources) the parent's
+// folder; then the name in the working directory. An absolute name that fails
+// is tried by its last component in those places.
+std::vector<std::string> candidate_paths(const std::string& parent, const std::string& name, Named what) {
+  std::vector<std::string> out;
   const std::string origin = folder_of(parent);
-  const std::string rel = !name.empty() && name[0] == '/' ? name.substr(name.rfind('/') + 1) : name;
-  out.push_back(joined(origin, rel));
-  if (const char* prefix = prefix_env != nullptr ? std::getenv(prefix_env) : nullptr; prefix != nullptr) {
+  const bool absolute = !name.empty() && name[0] == '/';
+  const std::string rel = absolute ? name.substr(name.rfind('/') + 1) : name;
+  if (absolute) out.push_back(name);
+  if (const char* prefix = std::getenv(prefix_variable(what)); prefix != nullptr) {
     for (absl::string_view entry : absl::StrSplit(prefix, ':', absl::SkipEmpty())) {
       out.push_back(joined(absl::StrReplaceAll(entry, {{"${ORIGIN}", origin}}), rel));
     }
   }
+  if (what != Named::kRaw) out.push_back(joined(origin, rel));
+  out.push_back(rel);
   return out;
 }
 
 const char* kind_of(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
   if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
 }
 
-// "PATH (a FIFO)" for the first candidate that exists and is not a regular
-// file; empty when every one that exists is a regular file.
-std::string special_candidate(const std::string& parent, const std::string& name, const char* prefix_env) {
-  for (const std::string& path : candidate_paths(parent, name, prefix_env)) {
+// The path libhdf5 opens for `name`: the first candidate that is a regular
+// file (where its search stops), or "" when none is.
+std::string opened_path(const std::string& parent, const std::string& name, Named what) {
+  for (const std::string& path : candidate_paths(parent, name, what)) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      return absl::StrCat(path, " (", kind_of(st.st_mode), ")");
-    }
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return path;
+  }
+  return "";
+}
+
+// "PATH (a FIFO)" for a candidate libhdf5 reaches before any regular file
+// whose open() would wait (a FIFO with no writer, a terminal); empty when its
+// search stops at a regular file first, or finds none. Directories, sockets
+// and missing paths fail to open at once: libhdf5 moves on past them.
+std::string special_candidate(const std::string& parent, const std::string& name, Named what) {
+  for (const std::string& path : candidate_paths(parent, name, what)) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    if (S_ISREG(st.st_mode)) return "";
+    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) return absl::StrCat(path, " (", kind_of(st.st_mode), ")");
   }
   return "";
 }
@@ -75,11 +102,66 @@ std::string special_candidate(const std::string& parent, const std::string& name
 herr_t refuse_special_target(const char* parent_file, const char* /*parent_group*/, const char* child_file,
                              const char* child_object, unsigned* /*flags*/, hid_t /*fapl*/, void* op_data) {
   if (is_object_url(parent_file)) return 0;  // the object driver opens objects of the store only
-  const std::string found = special_candidate(parent_file, child_file, "HDF5_EXT_PREFIX");
+  const std::string found = special_candidate(parent_file, child_file, Named::kLink);
   if (found.empty()) return 0;
   *static_cast<std::string*>(op_data) =
       absl::StrCat("an external link to '", child_object, "' in ", found, ", which is not a regular file");
   return -1;
+}
+
+// A name with printf-style fields (%b) is a pattern over many files or
+// datasets, not checked; "%%" is a literal percent sign.
+std::optional<std::string> literal_name(const std::string& name) {
+  if (absl::StrContains(absl::StrReplaceAll(name, {{"%%", ""}}), '%')) return std::nullopt;
+  return absl::StrReplaceAll(name, {{"%%", "%"}});
+}
+
+std::string text_of(ssize_t (*get)(hid_t, size_t, char*, size_t), hid_t dcpl, size_t i) {
+  const ssize_t n = get(dcpl, i, nullptr, 0);
+  if (n <= 0) return "";
+  std::string out(static_cast<size_t>(n), '\0');
+  get(dcpl, i, out.data(), out.size() + 1);
+  return out;
+}
+
+// Why mapping `i` of a virtual dataset cannot be read: its source file is a
+// FIFO, or its source dataset is reached through an external link to one
+// (libhdf5 opens both at read time, without dlfeed's link check), or the
+// file is an object's (libhdf5 would open a local file). Empty when none.
+std::string virtual_source_problem(const std::string& path, hid_t file, hid_t dcpl, size_t i) {
+  const std::string name = text_of(H5Pget_virtual_filename, dcpl, i);
+  const std::string dset = text_of(H5Pget_virtual_dsetname, dcpl, i);
+  if (name.empty() || dset.empty()) return "";
+  if (name != "." && is_object_url(path)) {
+    return absl::StrCat("its virtual source file '", name,
+                        "' is not read from a store (libhdf5 opens source files from the local file system)");
+  }
+  const std::optional<std::string> literal = literal_name(name), dataset = literal_name(dset);
+  if (!literal) return "";
+  Hid own;
+  hid_t source = file;
+  std::string at = path;
+  if (name != ".") {
+    if (std::string f = special_candidate(path, *literal, Named::kVirtual); !f.empty()) {
+      return absl::StrCat("its virtual source file '", name, "' is ", f,
+                          ", not a regular file: refused, as libhdf5 would wait on it");
+    }
+    at = opened_path(path, *literal, Named::kVirtual);
+    if (at.empty()) return "";  // no such file: libhdf5 gives the fill value there
+    own = Hid(H5Fopen(at.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!own.ok()) return "";
+    source = own.get();
+  }
+  if (!dataset) return "";
+  std::string refused;
+  absl::StatusOr<Hid> access = guarded_access(at, &refused);
+  if (!access.ok()) return "";
+  Hid obj(H5Oopen(source, dataset->c_str(), access->get()), H5Oclose);
+  if (!obj.ok() && !refused.empty()) {
+    return absl::StrCat("its virtual source '", name, "' dataset '", dset, "' is ", refused,
+                        ": refused, as libhdf5 would wait on it");
+  }
+  return "";
 }
 
 }  // namespace
@@ -97,7 +179,7 @@ absl::StatusOr<Hid> guarded_access(const std::string& path, std::string* refused
   return dapl;
 }
 
-std::string special_storage_file(const std::string& path, hid_t dcpl) {
+std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl) {
   const int external = H5Pget_external_count(dcpl);
   for (int i = 0; i < external; ++i) {
     char name[4096] = {};
@@ -108,7 +190,7 @@ std::string special_storage_file(const std::string& path, hid_t dcpl) {
       return absl::StrCat("its external raw-data file '", name,
                           "' is not read from a store (libhdf5 reads such files from the local file system)");
     }
-    if (std::string f = special_candidate(path, name, "HDF5_EXTFILE_PREFIX"); !f.empty()) {
+    if (std::string f = special_candidate(path, name, Named::kRaw); !f.empty()) {
       return absl::StrCat("its external raw-data file '", name, "' is ", f,
                           ", not a regular file: refused, as libhdf5 would wait on it");
     }
@@ -116,23 +198,7 @@ std::string special_storage_file(const std::string& path, hid_t dcpl) {
   size_t mappings = 0;
   if (H5Pget_layout(dcpl) == H5D_VIRTUAL && H5Pget_virtual_count(dcpl, &mappings) >= 0) {
     for (size_t i = 0; i < mappings; ++i) {
-      const ssize_t n = H5Pget_virtual_filename(dcpl, i, nullptr, 0);
-      if (n <= 0) continue;
-      std::string name(static_cast<size_t>(n), '\0');
-      H5Pget_virtual_filename(dcpl, i, name.data(), name.size() + 1);
-      if (name == ".") continue;  // the dataset's own file
-      if (is_object_url(path)) {
-        return absl::StrCat("its virtual source file '", name,
-                            "' is not read from a store (libhdf5 opens source files from the local file system)");
-      }
-      // A name with printf-style fields (%b) is a pattern over many files;
-      // "%%" is a literal percent sign.
-      const std::string literal = absl::StrReplaceAll(name, {{"%%", "%"}});
-      if (absl::StrContains(absl::StrReplaceAll(name, {{"%%", ""}}), '%')) continue;
-      if (std::string f = special_candidate(path, literal, "HDF5_VDS_PREFIX"); !f.empty()) {
-        return absl::StrCat("its virtual source file '", name, "' is ", f,
-                            ", not a regular file: refused, as libhdf5 would wait on it");
-      }
+      if (std::string why = virtual_source_problem(path, file, dcpl, i); !why.empty()) return why;
     }
   }
   H5Eclear2(H5E_DEFAULT);

@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& pa
 /// external raw-data file, a virtual dataset's source file), cannot be
 /// opened: it is not a regular file (a FIFO would hold libhdf5's open()
 /// forever). Empty when each is a regular file or absent (hdf5_links.cc).
-std::string special_storage_file(const std::string& path, hid_t dcpl);
+std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl);
 /// A dataset-access list (also a link-access list, for H5Oopen) whose
 /// external-link callback refuses a target that is not a regular file,
 /// writing why into `*refused`, which must outlive the list's use.

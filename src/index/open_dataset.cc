@@ -136,14 +136,15 @@ absl::StatusOr<SampleIndex> open_listed_file(const std::string& path, const Form
     case FileFormat::kNpy: return open_npy(path, options);
     case FileFormat::kNpz: return open_npz(path, options);
     case FileFormat::kHdf5: {
-      // HDF5 datasets are read on axis 0 (or whole): as DLIO writes its HDF5 files, so its layout
-      // (axis last) reads them so; elsewhere "last" asked for is not what would be read.
-      if (options.axis == SampleAxis::kLast && !detail::in_dlio_layout(path)) {
+      // HDF5 datasets are read on axis 0 (or whole): DLIO writes its HDF5 files so, and its layout
+      // (axis last, layout "dlio") reads its files ({prefix}_{i}_of_{n}.h5, wherever they were
+      // copied) so; another file's "last" asked for is not what would be read.
+      if (options.axis == SampleAxis::kLast && !detail::dlio_file_name(path)) {
         return absl::InvalidArgumentError(
             absl::StrCat(path,
-                         ": axis 'last' reads NPY and NPZ arrays on their last axis (DLIO's layout); an HDF5 dataset "
-                         "is read on axis 0 (samples first) or whole (axis 'none'), and on axis 0 in DLIO's layout "
-                         "({data}/train/{prefix}_{i}_of_{n}.h5): pass axis 'first' or 'none'"));
+                         ": axis 'last' (also layout 'dlio') reads NPY and NPZ arrays on their last axis; an HDF5 "
+                         "dataset is read on axis 0 (samples first) or whole (axis 'none'), and DLIO's HDF5 files "
+                         "({prefix}_{i}_of_{n}.h5) on axis 0: pass axis 'first' or 'none'"));
       }
       DLFEED_ASSIGN_OR_RETURN(SampleIndex index, open_hdf5(path, options));
       if (options.axis == SampleAxis::kNone) {

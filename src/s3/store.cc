@@ -58,7 +58,7 @@ std::string url_decoded(absl::string_view s) {
 
 // Pages in a row that give no key and say there is more: a server that would
 // list for ever is an error, not a wait.
-constexpr uint64_t kMaxEmptyPages = 100;
+constexpr uint64_t kMaxEmptyPages = 1000;
 
 // The connections of a loader: DLFEED_S3_CONNECTIONS (read at each loader,
 // so a process may set it between them), else the options'.

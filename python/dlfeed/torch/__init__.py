@@ -66,15 +66,18 @@ def to_torch(batch: Any, index: Union[int, str]) -> Any:
     """Field ``index`` of a dlfeed.Batch as a torch tensor sharing its memory (a list of
     tensors for a ragged field). A big-endian field (torch has no such type) is a copy in
     the machine's byte order."""
-    a = batch[index]
-    if _non_native(a):
+    t = batch.tensor(index)
+    try:
+        if isinstance(t, list):
+            return [torch.from_dlpack(s) for s in t]
+        return torch.from_dlpack(t)
+    except BufferError:  # a big-endian field: DLPack has no such type
+        a = batch[index]
+        if not _non_native(a):
+            raise
         if isinstance(a, list):
             return [torch.from_numpy(_native(s)) for s in a]
         return torch.from_numpy(_native(a))
-    t = batch.tensor(index)
-    if isinstance(t, list):
-        return [torch.from_dlpack(s) for s in t]
-    return torch.from_dlpack(t)
 
 
 def _distributed() -> Optional[tuple]:
@@ -185,8 +188,12 @@ class _EpochRecord:
         others went on to a later iteration, joins an iteration already given
         up (its batches are dropped by the DataLoader): it takes no epoch."""
         def change(v: List[int]) -> int:
-            if v[self.VALID] and v[self.KEY_SEED] == seed and iteration < v[self.KEY_ITER]:
-                return v[self.GEN_EPOCH]  # a given-up iteration of persistent workers: no epoch of its own
+            if (v[self.VALID] and v[self.KEY_SEED] == seed and iteration < v[self.KEY_ITER]
+                    and v[self.WORKERS] == num_workers and v[self.JOINED] < num_workers):
+                # A given-up iteration of persistent workers whose later one still waits for this worker:
+                # no epoch of its own. (A new DataLoader's workers, iteration 0 again, find the last
+                # generation whole and start a new one.)
+                return v[self.GEN_EPOCH]
             same = (v[self.VALID] and v[self.KEY_SEED] == seed and v[self.KEY_ITER] == iteration
                     and v[self.WORKERS] == num_workers)
             if same and v[self.JOINED] < num_workers:

@@ -187,3 +187,23 @@ def test_a_checkpoint_before_the_first_step_after_an_elastic_resume_keeps_the_re
     again = ds(0, 3)
     again.load_state_dict(second)
     assert sum(1 for _ in again) == 2
+
+
+def test_a_persistent_dataloader_made_again_reads_new_epochs(data):
+    # The rule for a late worker of a given-up iteration (an iteration number below the running one)
+    # also caught a new DataLoader's workers, whose count starts again at 0: they re-read the old
+    # loader's last epoch.
+    torch = pytest.importorskip("torch")
+    import dlfeed.torch
+    ds = dlfeed.torch.Dataset(data, batch_size=4, seed=5, strategy="global_shuffle")
+    firsts = []
+    for _ in range(2):
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True,
+                                         generator=torch.Generator().manual_seed(0))
+        for _ in range(3):
+            batches = list(dl)
+            assert counts(batches) == (0, 0)
+            firsts.append([int(v) for v in batches[0]])
+        del dl
+    assert ds.epoch == 6 and len({tuple(f) for f in firsts}) == 6
+

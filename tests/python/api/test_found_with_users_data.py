@@ -298,15 +298,17 @@ def test_axis_last_on_an_hdf5_dataset_outside_dlios_layout_is_refused(tmp_path):
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     with h5py.File(tmp_path / "f.h5", "w") as f:
         f["data"] = x
-    with pytest.raises(dlfeed.InvalidArgumentError, match=r"f\.h5: axis 'last' reads NPY and NPZ arrays"):
+    with pytest.raises(dlfeed.InvalidArgumentError, match=r"f\.h5: axis 'last' \(also layout 'dlio'\) reads NPY and NPZ"):
         dlfeed.Loader(tmp_path / "f.h5", axis="last")
-    # In DLIO's layout (its HDF5 samples on axis 0) layout="dlio" reads them so.
-    (tmp_path / "train").mkdir()
-    with h5py.File(tmp_path / "train" / "img_0_of_1.h5", "w") as f:
-        f["records"] = x
-    loader = dlfeed.Loader(tmp_path / "train", layout="dlio", batch_size=2)
-    (b,) = list(loader)
-    assert np.array_equal(np.array(b[0]), x)
+    # DLIO's files (its HDF5 samples on axis 0), in its folders or copied elsewhere: layout="dlio"
+    # reads them so.
+    for folder in ("train", "copy"):
+        (tmp_path / folder).mkdir()
+        with h5py.File(tmp_path / folder / "img_0_of_1.h5", "w") as f:
+            f["records"] = x
+        loader = dlfeed.Loader(tmp_path / folder, layout="dlio", batch_size=2)
+        (b,) = list(loader)
+        assert np.array_equal(np.array(b[0]), x)
 
 
 def test_inspect_says_what_run_would_refuse(tmp_path):

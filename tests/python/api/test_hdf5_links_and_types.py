@@ -132,3 +132,45 @@ def test_a_file_libhdf5_opens_itself_that_is_a_fifo_is_refused_not_waited_on(tmp
     out = run_isolated(READ_OR_SAY, tmp_path / "v.h5")
     assert f"v.h5: dataset 'records': its virtual source file '{tmp_path}/src.h5' is {tmp_path}/src.h5 (a FIFO)" \
         in out, out
+
+
+def test_the_link_check_follows_libhdf5s_search(tmp_path, monkeypatch):
+    # From review: an absolute link target that is missing is tried by its name in the working
+    # directory, where a FIFO hung; a VDS source dataset behind an external link to a FIFO hung
+    # (libhdf5 opens it without the link check); a directory of the link's name in the working
+    # directory, which libhdf5 never reaches (the file beside the parent comes first), was refused.
+    import os
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with h5py.File(tmp_path / "abs.h5", "w") as f:
+        f["x"] = x
+        f["ext"] = h5py.ExternalLink("/nonexistent/dir/other.h5", "/x")
+    os.mkfifo(work / "other.h5")
+    assert run_isolated(READ_OR_SAY, tmp_path / "abs.h5", "x").startswith("read [6.0]")
+    out = run_isolated(READ_OR_SAY, tmp_path / "abs.h5", "ext")
+    assert "external link to '/x' in other.h5 (a FIFO)" in out, out
+
+    with h5py.File(tmp_path / "target.h5", "w") as f:
+        f["x"] = x
+    with h5py.File(tmp_path / "src.h5", "w") as f:
+        f["data"] = h5py.ExternalLink("target.h5", "/x")
+    layout = h5py.VirtualLayout(shape=(2, 2), dtype="<f4")
+    layout[:] = h5py.VirtualSource(str(tmp_path / "src.h5"), "data", shape=(2, 2))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("records", layout)
+    assert run_isolated(READ_OR_SAY, tmp_path / "v.h5").startswith("read [6.0]")
+    os.remove(tmp_path / "target.h5")
+    os.mkfifo(tmp_path / "target.h5")
+    out = run_isolated(READ_OR_SAY, tmp_path / "v.h5")
+    assert "dataset 'data' is an external link to '/x' in " in out and "target.h5 (a FIFO)" in out, out
+
+    d = tmp_path / "d"
+    d.mkdir()
+    with h5py.File(d / "shard.h5", "w") as f:
+        f["x"] = x
+    with h5py.File(d / "a.h5", "w") as f:
+        f["records"] = h5py.ExternalLink("shard.h5", "/x")
+    (work / "shard.h5").mkdir()
+    assert run_isolated(READ_OR_SAY, d / "a.h5").startswith("read [6.0]")

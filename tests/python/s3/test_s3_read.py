@@ -643,7 +643,7 @@ def test_a_listing_that_repeats_a_key_or_never_ends_is_an_error(s3_server, s3_pr
     proxy = s3_proxy(listing_body=listing)
     proxy.apply_env(monkeypatch)
     want = "gives s3://[^ ]*dup/a.npy twice" if misbehaviour == "a key twice" else \
-        "100 listing pages in a row give no key and say IsTruncated"
+        "1000 listing pages in a row give no key and say IsTruncated"
     start = time.monotonic()
     with pytest.raises(dlfeed.DataError, match=want):
         dlfeed.Loader(f"s3://{BUCKET}/dup/", batch_size=4)
