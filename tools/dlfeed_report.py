@@ -200,12 +200,23 @@ def main():
             summary = json.load(f)
         if summary.get("schema") != "dlfeed.counters/1":
             sys.exit(f"dlfeed report: {a.summary}: not a dlfeed summary (schema dlfeed.counters/1)")
-    meta = trace_meta(a.trace) if a.trace else {}
+    neither = (f"dlfeed report: {a.trace}: neither a dlfeed summary (dlfeed run --summary-json) nor a trace "
+               "(dlfeed run --trace: Chrome JSON or DFTracer lines)")
+    try:
+        meta = trace_meta(a.trace) if a.trace else {}
+        events = load_trace(a.trace) if a.trace else []
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        sys.exit(f"{neither}: {e}")
     label = run_label(summary, meta, a.summary or a.trace)
     if summary:
-        print(breakdown(summary, a.out, plt, label))
+        if summary.get("epochs"):
+            print(breakdown(summary, a.out, plt, label))
+        else:
+            print(f"dlfeed report: {a.summary}: no epochs in the summary (a run of --epochs 0): no breakdown")
     if a.trace:
-        print(timeline(load_trace(a.trace), a.out, plt, label))
+        if not events:
+            sys.exit(f"{neither}: no trace events in it")
+        print(timeline(events, a.out, plt, label))
 
 
 if __name__ == "__main__":

@@ -4,14 +4,59 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 namespace dlfeed::inline DLFEED_ABI::detail {
+
+namespace {
+
+// The length of the well-formed UTF-8 sequence at p (at most `left` bytes),
+// or 0: a stray continuation byte, a cut sequence, an overlong form, a
+// surrogate or a code point above U+10FFFF.
+size_t utf8_length(const unsigned char* p, size_t left) {
+  const unsigned char c = p[0];
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2, cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3, cp = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4, cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (n > left) return 0;
+  for (size_t i = 1; i < n; ++i) {
+    if ((p[i] & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (p[i] & 0x3F);
+  }
+  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
 
 void json_append_quoted(std::string& out, absl::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.reserve(out.size() + s.size() + 2);
   out += '"';
-  for (const char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      // JSON is UTF-8: a byte that is not (a file name in another encoding) is
+      // written as U+FFFD, so the document stays readable.
+      const size_t n = utf8_length(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i);
+      if (n == 0) {
+        out += "\\ufffd";
+      } else {
+        out.append(s.data() + i, n);
+        i += n - 1;
+      }
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -26,7 +28,15 @@ class PreadBackend final : public IoBackend {
   PreadBackend(std::shared_ptr<FileTable> files, const IoOptions& options, uint32_t threads)
       : files_(std::move(files)), direct_(options.direct) {
     for (uint32_t i = 0; i < threads; ++i) {
-      workers_.emplace_back([this] { work(); });
+      try {
+        workers_.emplace_back([this] { work(); });
+      } catch (const std::system_error& e) {
+        // The system gives no more threads (a process or memory limit): read with
+        // those started, or synchronously without any; never abort.
+        std::fprintf(stderr, "dlfeed: note: %u of %u pread threads started (%s); reading with those\n", i, threads,
+                     e.what());
+        break;
+      }
       detail::name_thread(workers_.back(), "dlfeed-pread");
     }
   }

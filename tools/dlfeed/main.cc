@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <new>
 #include <optional>
 #include <set>
 #include <string>
@@ -284,6 +285,12 @@ int main(int argc, char** argv) {
     return command.run(args);
   } catch (const dlfeed::Error& e) {
     std::fprintf(stderr, "dlfeed %s: error: %s\n", name.c_str(), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "dlfeed %s: error: out of memory (std::bad_alloc): a size given by a flag (--batch-size, "
+                 "--trace-max-events, --memory-budget, --shape) may be larger than this machine holds\n",
+                 name.c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlfeed %s: error: %s\n", name.c_str(), e.what());

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "command.h"
 
 ABSL_FLAG(std::string, out_dir, ".", "Folder for the PNG files");
@@ -70,10 +72,18 @@ int run_report(const std::vector<std::string>& args) {
       std::fprintf(stderr, "dlfeed report: error: %s: cannot open\n", a.c_str());
       return 1;
     }
-    std::string head(64, '\0');
+    std::string head(512, '\0');
     f.read(head.data(), static_cast<std::streamsize>(head.size()));
     head.resize(static_cast<size_t>(f.gcount()));
-    (head.rfind("{\"schema\":\"dlfeed.counters/", 0) == 0 ? summary : trace) = a;
+    // A summary begins with its schema, laid out compact or pretty-printed (jq, json.tool).
+    head.erase(std::remove_if(head.begin(), head.end(), [](char c) { return absl::ascii_isspace(c); }), head.end());
+    std::string& slot = head.rfind("{\"schema\":\"dlfeed.counters/", 0) == 0 ? summary : trace;
+    if (!slot.empty()) {
+      std::fprintf(stderr, "dlfeed report: error: two %s files (%s, %s): give one of each at most\n",
+                   &slot == &summary ? "summary" : "trace", slot.c_str(), a.c_str());
+      return 2;
+    }
+    slot = a;
   }
   if (summary.empty() && trace.empty()) {
     std::fprintf(stderr,

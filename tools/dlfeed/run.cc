@@ -15,6 +15,7 @@
 // Trainer::step() the per-step hook; report_epoch() and final_report() print
 // and write the results.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -186,13 +187,34 @@ void apply_field_flags(LoaderOptions& o) {
   }
 }
 
+/// An output the run writes at its end, checked before it: a folder that is
+/// missing or not writable is an error now, not after the epochs.
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw Error(absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": is a folder; give a file name")));
+  }
+  const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::is_directory(folder, ec)) {
+    throw Error(
+        absl::NotFoundError(absl::StrCat(flag, " ", path, ": the folder ", folder.string(), " does not exist")));
+  }
+  if (::access(folder.c_str(), W_OK) != 0 && !fs::exists(path, ec)) {
+    throw Error(absl::PermissionDeniedError(
+        absl::StrCat(flag, " ", path, ": the folder ", folder.string(), " is not writable: ", std::strerror(errno))));
+  }
+}
+
 RunConfig configure(const std::vector<std::string>& args) {
   RunConfig c;
   LoaderOptions& o = c.loader;
   c.compute_mean_s = absl::GetFlag(FLAGS_compute_ms) * 1e-3;
   c.compute_stdev_s = absl::GetFlag(FLAGS_compute_stdev_ms) * 1e-3;
-  if (!(c.compute_mean_s >= 0) || !(c.compute_stdev_s >= 0)) {
-    throw Error(absl::InvalidArgumentError("--compute-ms and --compute-stdev-ms must be at least 0"));
+  if (!(c.compute_mean_s >= 0) || !(c.compute_stdev_s >= 0) || !std::isfinite(c.compute_mean_s) ||
+      !std::isfinite(c.compute_stdev_s)) {
+    throw Error(absl::InvalidArgumentError("--compute-ms and --compute-stdev-ms must be finite and at least 0"));
   }
   std::vector<std::string> fields = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
   if (workload_given()) {
@@ -215,7 +237,11 @@ RunConfig configure(const std::vector<std::string>& args) {
     }
   }
   // A preset supplies the batch, compute and strategy a flag does not.
-  o.batch_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_batch_size));
+  if (const uint64_t b = absl::GetFlag(FLAGS_batch_size); b > UINT32_MAX) {
+    throw Error(absl::InvalidArgumentError(absl::StrCat("--batch-size ", b, ": at most ", UINT32_MAX)));
+  } else {
+    o.batch_size = static_cast<uint32_t>(b);
+  }
   o.order = value_or_throw(order_spec_from_flags());
   c.evict = absl::GetFlag(FLAGS_evict);
   if (c.workload) {
@@ -245,6 +271,8 @@ RunConfig configure(const std::vector<std::string>& args) {
   c.quiet = absl::GetFlag(FLAGS_quiet);
   c.calibration_flag = absl::GetFlag(FLAGS_calibration);
   c.json_path = absl::GetFlag(FLAGS_summary_json);
+  check_output_path("--summary-json", c.json_path);
+  check_output_path("--trace", c.trace_path);
   return c;
 }
 
