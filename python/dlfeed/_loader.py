@@ -206,7 +206,8 @@ class Loader:
 
         reshape: List[Optional[List[int]]] = []
         if shapes:
-            names = [f.split("=", 1)[0] for f in o.fields] if o.fields else None  # "x=*_data.npy": field x
+            # "x=*_data.npy": field x; "x=y" (no '*'): a plain name
+            names = [f.split("=", 1)[0] if "*" in f.partition("=")[2] else f for f in o.fields] if o.fields else None
             for key, shape in shapes.items():
                 if names is None:
                     if len(shapes) != 1:

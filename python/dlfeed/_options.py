@@ -51,7 +51,16 @@ def _fields(v: Any) -> List[str]:
         return [v]
     if isinstance(v, Mapping):
         # {name: file pattern}: the C++ loader's "NAME=PATTERN" fields, paired by what '*' matched.
-        return [f"{name}={os.fspath(pattern)}" for name, pattern in v.items()]
+        out = []
+        for name, pattern in v.items():
+            p = os.fspath(pattern)
+            if "*" not in p:
+                # Without its '*' the C++ loader would take "NAME=PATTERN" for one plain name.
+                raise _dlfeed.InvalidArgumentError(
+                    f"field '{name}={p}': expected {{name: file pattern}} with exactly one '*' in the file name "
+                    "({'x': '*_data.npy'}, or '*_data.h5:climate/data' with a member): files pair by what it matched")
+            out.append(f"{name}={p}")
+        return out
     return list(v)
 
 
