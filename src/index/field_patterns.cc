@@ -18,8 +18,12 @@ namespace fs = std::filesystem;
 absl::StatusOr<FieldEntry> parse_field_entry(const std::string& entry) {
   const size_t eq = entry.find('=');
   // Without a '*' after it, '=' is part of a plain name (an HDF5 dataset "x=y"):
-  // every NAME=PATTERN has one.
-  if (eq == std::string::npos || entry.find('*', eq) == std::string::npos) return FieldEntry{entry, "", ""};
+  // every NAME=PATTERN has one; but a data file's name after it (x=data.npy)
+  // is a pattern missing its '*', refused below.
+  if (eq == std::string::npos ||
+      (entry.find('*', eq) == std::string::npos && !detect_format(entry.substr(eq + 1)).ok())) {
+    return FieldEntry{entry, "", ""};
+  }
   FieldEntry f{entry.substr(0, eq), entry.substr(eq + 1), ""};
   // PATTERN:MEMBER: the pattern is a file name (no '/') with a data file's
   // extension, so the first ':' after its '*' that follows one ends it (a
