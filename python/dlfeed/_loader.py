@@ -471,19 +471,22 @@ class Loader:
                 f"{o.batch_size}, strategy {o.order.strategy}, rank {o.order.rank}/{o.order.world_size}>")
 
 
+_LIVE_LOADERS: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+def _fresh_locks_in_child() -> None:
+    for loader in list(_LIVE_LOADERS):
+        loader._order_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    # A child of fork() gets unlocked _order_locks (a thread of the parent may have held one), so that
+    # using a loader there raises its "created before fork()" error, not a hang.
+    os.register_at_fork(after_in_child=_fresh_locks_in_child)
+
+
 def _fresh_lock_after_fork(loader: "Loader") -> None:
-    """A child of fork() gets its own unlocked _order_lock (a thread of the parent may have held it),
-    so that using the loader there raises its "created before fork()" error, not a hang."""
-    if not hasattr(os, "register_at_fork"):
-        return
-    ref = weakref.ref(loader)
-
-    def reset() -> None:
-        alive = ref()
-        if alive is not None:
-            alive._order_lock = threading.Lock()
-
-    os.register_at_fork(after_in_child=reset)
+    _LIVE_LOADERS.add(loader)
 
 
 class EpochIterator:
