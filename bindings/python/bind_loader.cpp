@@ -21,8 +21,9 @@ namespace {
 struct PyLoader {
   std::unique_ptr<Loader> loader;
   std::shared_ptr<const Reshape> reshape;
-  uint64_t remaining = 0;  // batches left in the running epoch
-  uint32_t h2d_lane = 0;   // the trace lane of copies to the device (0: none yet)
+  uint64_t remaining = 0;    // batches left in the running epoch
+  bool pending_end = false;  // an epoch started whose end (next() giving None) was not taken yet
+  uint32_t h2d_lane = 0;     // the trace lane of copies to the device (0: none yet)
   pid_t pid = getpid();
 
   PyLoader() = default;
@@ -115,6 +116,7 @@ void bind_loader_epochs(py::class_<PyLoader>& cls) {
            // Batches left: all of them, those after a restored position, or this rank's share of what an
            // elastic restore left.
            self.remaining = left;
+           self.pending_end = true;
          },
          py::arg("epoch"), py::arg("position") = 0)
       .def(
@@ -126,6 +128,7 @@ void bind_loader_epochs(py::class_<PyLoader>& cls) {
             std::shared_ptr<const Batch> b = unwrap(self.without_gil([](Loader& l) { return l.next(); }));
             if (!b) {
               self.remaining = 0;
+              self.pending_end = false;
               return py::none();
             }
             if (self.remaining > 0) --self.remaining;
@@ -142,6 +145,7 @@ void bind_loader_state(py::class_<PyLoader>& cls) {
           [](PyLoader& self, const py::bytes& state) {
             std::string s(state);
             check(self.without_gil([&](Loader& l) { return l.restore(s); }));
+            self.pending_end = false;  // the running epoch, if any, is given up
           },
           py::arg("state"));
 }
@@ -151,6 +155,9 @@ void bind_loader_properties(py::class_<PyLoader>& cls) {
   cls.def_property_readonly("num_samples", [](PyLoader& self) { return self.get().num_samples(); })
       .def_property_readonly("samples_per_epoch", [](PyLoader& self) { return self.get().samples_per_epoch(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& self) { return self.get().batches_per_epoch(); })
+      .def_property_readonly(
+          "epoch_pending_end", [](PyLoader& self) { return self.pending_end; },
+          "Whether the running epoch's end (next() giving None) is still to be taken.")
       .def_property_readonly(
           "batches_left", [](PyLoader& self) { return self.remaining; },
           "Batches the running epoch has still to deliver (all of them after start_epoch, fewer after a "

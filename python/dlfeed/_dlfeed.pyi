@@ -481,6 +481,9 @@ class Loader:
     @property
     def batches_per_epoch(self) -> int: ...
     @property
+    def epoch_pending_end(self) -> bool:
+        """Whether the running epoch's end (next() giving None) is still to be taken."""
+    @property
     def batches_left(self) -> int:
         """Batches the running epoch has still to deliver (all of them after start_epoch, fewer after a mid-epoch restore; 0 at its end)."""
     @property

@@ -256,8 +256,18 @@ class Loader:
         return self.iter_epoch(self._next_epoch)
 
     def _started(self) -> int:
+        self._take_end()
         self._generation += 1
         return self._generation
+
+    def _take_end(self) -> None:
+        """Takes the running epoch's end when all its batches were taken but not its end (a caller
+        that took exactly len(loader) batches): with overlap_epochs, a start of the next epoch then
+        keeps what was read ahead of it. Taken here, not with the last batch, whose hand-over would
+        otherwise wait for the next epoch's order."""
+        if self._core.batches_left == 0 and self._core.epoch_pending_end:
+            with contextlib.suppress(Exception):  # an error of the epoch given up is not the next one's
+                self._core.next()
 
     def iter_epoch(self, epoch: int) -> Any:
         """Starts ``epoch`` (from its beginning, or from a restored position in it). An
@@ -497,7 +507,6 @@ class EpochIterator:
         self._loader = loader
         self.epoch = epoch
         self._done = False
-        self._held: Optional["_dlfeed.Batch"] = None
         self._generation = loader._generation
 
     def __iter__(self) -> "EpochIterator":
@@ -518,20 +527,11 @@ class EpochIterator:
                 raise RuntimeError(f"dlfeed: this iterator of epoch {self.epoch} was superseded: another epoch was "
                                    "started on its loader since (iter_epoch, iter(loader) or restore); iterate one "
                                    "epoch at a time, or use a loader per stream")
-            if self._held is not None:
-                batch, self._held = self._held, None
-            else:
-                batch = loader._core.next()
+            batch = loader._core.next()
             # The epoch's last batch taken (or its end seen): the next `for batch in loader` runs the next
-            # epoch, also when the caller took exactly len(loader) batches and never asked for the end.
-            # The end is taken now too, so that the next epoch read ahead (overlap_epochs) is kept.
-            if batch is not None and loader._core.batches_left == 0:
-                end = loader._core.next()
-                if end is None:
-                    self._done = True
-                else:  # not the end after all: handed out next
-                    self._held = end
-            if (batch is None or self._done) and loader._next_epoch <= self.epoch:
+            # epoch, also when the caller took exactly len(loader) batches and never asked for the end
+            # (the next start takes that end, _take_end, so that the epoch read ahead is kept).
+            if (batch is None or loader._core.batches_left == 0) and loader._next_epoch <= self.epoch:
                 loader._next_epoch = self.epoch + 1
         if batch is None:
             self._done = True

@@ -47,10 +47,14 @@ void json_append_quoted(std::string& out, absl::string_view s) {
     const char c = s[i];
     if (static_cast<unsigned char>(c) >= 0x80) {
       // JSON is UTF-8: a byte that is not (a file name in another encoding) is
-      // written as U+FFFD, so the document stays readable.
+      // written as the lone surrogate U+DC80 + byte, as Python's
+      // surrogateescape reads it (os.fsencode gives the bytes back), so the
+      // document stays readable and two such names stay two.
       const size_t n = utf8_length(reinterpret_cast<const unsigned char*>(s.data()) + i, s.size() - i);
       if (n == 0) {
-        out += "\\ufffd";
+        out += "\\udc";
+        out += kHex[static_cast<unsigned char>(c) >> 4];
+        out += kHex[static_cast<unsigned char>(c) & 0xf];
       } else {
         out.append(s.data() + i, n);
         i += n - 1;

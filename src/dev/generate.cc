@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dev/generate.h"
 
-#include <sys/stat.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -203,17 +201,6 @@ absl::StatusOr<std::vector<std::string>> write_dataset(const DatasetSpec& spec) 
 namespace dlfeed::inline DLFEED_ABI::gen {
 
 absl::Status write_file(const std::string& path, absl::string_view bytes) {
-  // A device, a pipe or a symbolic link (/dev/stdout, >(jq .), a link to a
-  // results folder) is written through, as a shell's `>` does: renaming a
-  // file over it would replace it.
-  if (struct stat st{}; ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) return io_error(path, "open for writing", errno);
-    const size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
-    const int err = errno;
-    if (std::fclose(f) != 0 || n != bytes.size()) return io_error(path, n, "write", err != 0 ? err : errno);
-    return absl::OkStatus();
-  }
   // Write to a temporary name and rename, so a reader never sees half a file.
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");

@@ -4,10 +4,13 @@
 // source files). libhdf5 opens them with a plain open(), which waits forever
 // on a FIFO with no writer; dlfeed refuses any of them that is not a regular
 // file before libhdf5 gets there (hdf5_source.h).
+#include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,26 +78,46 @@ const char* kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-// The path libhdf5 opens for `name`: the first candidate that is a regular
-// file (where its search stops), or "" when none is.
+// Whether libhdf5 opens `path` as an HDF5 file (where its search stops): a
+// regular file we may read with HDF5's signature at 0 or at 512 * 2^k (after
+// a user block). A file it cannot open (not HDF5, unreadable) it passes over.
+bool opens_as_hdf5(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool found = false;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    static constexpr char kSignature[8] = {'\211', 'H', 'D', 'F', '\r', '\n', '\032', '\n'};
+    for (off_t at = 0; !found && at + 8 <= st.st_size; at = at == 0 ? 512 : at * 2) {
+      char head[8];
+      found = ::pread(fd, head, sizeof head, at) == 8 && std::memcmp(head, kSignature, 8) == 0;
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+// The path libhdf5 opens for `name`: the first candidate it opens as HDF5
+// (where its search stops), or "" when none is.
 std::string opened_path(const std::string& parent, const std::string& name, Named what) {
   for (const std::string& path : candidate_paths(parent, name, what)) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return path;
+    if (opens_as_hdf5(path)) return path;
   }
   return "";
 }
 
-// "PATH (a FIFO)" for a candidate libhdf5 reaches before any regular file
-// whose open() would wait (a FIFO with no writer, a terminal); empty when its
-// search stops at a regular file first, or finds none. Directories, sockets
-// and missing paths fail to open at once: libhdf5 moves on past them.
+// "PATH (a FIFO)" for a candidate libhdf5 reaches, before one it opens as
+// HDF5, whose open() would wait (a FIFO with no writer, a terminal); empty
+// when its search stops first. Directories, sockets, missing paths and files
+// that are not HDF5 (or not readable) fail at once: libhdf5 moves on past
+// them. External raw-data files are opened whatever they hold: there a
+// regular file ends the search.
 std::string special_candidate(const std::string& parent, const std::string& name, Named what) {
   for (const std::string& path : candidate_paths(parent, name, what)) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) continue;
-    if (S_ISREG(st.st_mode)) return "";
     if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) return absl::StrCat(path, " (", kind_of(st.st_mode), ")");
+    if (S_ISREG(st.st_mode) && (what == Named::kRaw || opens_as_hdf5(path))) return "";
   }
   return "";
 }

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -29,12 +30,22 @@ class PreadBackend final : public IoBackend {
       : files_(std::move(files)), direct_(options.direct) {
     for (uint32_t i = 0; i < threads; ++i) {
       try {
-        workers_.emplace_back([this] { work(); });
+        workers_.emplace_back([this, i] { work(i); });
       } catch (const std::system_error& e) {
         // The system gives no more threads (a process or memory limit): read with
         // those started, or synchronously without any; never abort.
-        std::fprintf(stderr, "dlfeed: note: %u of %u pread threads started (%s); reading with those\n", i, threads,
-                     e.what());
+        // Half of those started are kept: the rest leave room for the threads the
+        // loader still starts (its engines, decode).
+        const size_t keep = workers_.size() / 2;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          limit_ = keep;  // workers from `keep` on return
+        }
+        work_cv_.notify_all();
+        for (size_t k = keep; k < workers_.size(); ++k) workers_[k].join();
+        workers_.resize(keep);
+        std::fprintf(stderr, "dlfeed: note: the system gave %u of %u pread threads (%s); reading with %zu\n", i,
+                     threads, e.what(), keep);
         break;
       }
       detail::name_thread(workers_.back(), "dlfeed-pread");
@@ -136,11 +147,11 @@ class PreadBackend final : public IoBackend {
     return op.finish(&pool_, stats_);
   }
 
-  void work() {
+  void work(size_t index) {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
+      work_cv_.wait(lock, [&] { return stop_ || index >= limit_ || !queue_.empty(); });
+      if (stop_ || index >= limit_) return;
       ReadRequest r = queue_.front();
       queue_.pop_front();
       lock.unlock();
@@ -163,6 +174,7 @@ class PreadBackend final : public IoBackend {
   std::deque<ReadCompletion> ready_;
   size_t in_flight_ = 0;
   bool stop_ = false;
+  size_t limit_ = SIZE_MAX;           // workers with an index from here on return (the system gave too few threads)
   std::vector<std::thread> workers_;  // last: started after everything above exists
 };
 

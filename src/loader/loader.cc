@@ -12,6 +12,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -198,10 +199,17 @@ struct Loader::Impl {
       if (!backend) return absl::InvalidArgumentError("loader: AdvancedOptions::io_factory returned no backend");
       if (o.advanced.io_factory) backend = make_checked_backend(std::move(backend), files);
       if (resident) backend = detail::make_resident_backend(std::move(backend), resident);
-      engines.add(std::make_unique<detail::IoEngine>(
-          std::move(backend), counters.get(), max_piece, k, split_above, o.advanced.coalesce.split_piece,
-          o.advanced.coalesce.split_piece_cold, o.io.direct ? 0 : o.advanced.coalesce.large_above,
-          o.advanced.coalesce.large_piece));
+      try {
+        engines.add(std::make_unique<detail::IoEngine>(
+            std::move(backend), counters.get(), max_piece, k, split_above, o.advanced.coalesce.split_piece,
+            o.advanced.coalesce.split_piece_cold, o.io.direct ? 0 : o.advanced.coalesce.large_above,
+            o.advanced.coalesce.large_piece));
+      } catch (const std::system_error& e) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("loader: the system gave no thread for I/O engine ", k + 1, " of ", n_engines, " (", e.what(),
+                         "): fewer io_engines (--io-engines) or io.threads (--io-threads, now ", o.io.threads,
+                         "), or a higher process limit (ulimit -u)"));
+      }
     }
     return absl::OkStatus();
   }

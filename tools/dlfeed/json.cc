@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "json.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -296,6 +299,26 @@ absl::StatusOr<std::string> read_text_file(const std::string& path) {
   return ss.str();
 }
 
-absl::Status write_text_file(const std::string& path, absl::string_view text) { return gen::write_file(path, text); }
+absl::Status write_text_file(const std::string& given, absl::string_view text) {
+  // A report's path that is a symbolic link is kept: what it points at is
+  // written (whole, by gen::write_file). A device, a pipe or a socket
+  // (/dev/stdout, >(jq .), /dev/full) is written through, as a shell's `>`
+  // does: renaming a file over it would replace it.
+  std::string path = given;
+  std::error_code ec;
+  if (std::filesystem::is_symlink(given, ec)) {
+    const std::filesystem::path to = std::filesystem::weakly_canonical(given, ec);
+    if (!ec) path = to.string();
+  }
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return io_error(path, "open for writing", errno);
+    const size_t n = std::fwrite(text.data(), 1, text.size(), f);
+    const int err = errno;
+    if (std::fclose(f) != 0 || n != text.size()) return io_error(path, n, "write", err != 0 ? err : errno);
+    return absl::OkStatus();
+  }
+  return gen::write_file(path, text);
+}
 
 }  // namespace dlfeed::cli

@@ -24,6 +24,7 @@
 #include <optional>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
@@ -201,9 +202,16 @@ void check_output_path(const char* flag, const std::string& path) {
     throw Error(
         absl::NotFoundError(absl::StrCat(flag, " ", path, ": the folder ", folder.string(), " does not exist")));
   }
-  if (::access(folder.c_str(), W_OK) != 0 && !fs::exists(path, ec)) {
-    throw Error(absl::PermissionDeniedError(
-        absl::StrCat(flag, " ", path, ": the folder ", folder.string(), " is not writable: ", std::strerror(errno))));
+  // A file is written beside its path and renamed over it (a device or a pipe
+  // is written through): its folder must take a new file.
+  if (::access(folder.c_str(), W_OK) != 0) {
+    const int err = errno;
+    struct stat st {};
+    const bool through = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    if (!through) {
+      throw Error(absl::PermissionDeniedError(
+          absl::StrCat(flag, " ", path, ": the folder ", folder.string(), " is not writable: ", std::strerror(err))));
+    }
   }
 }
 

@@ -13,7 +13,8 @@
 namespace dlfeed::inline DLFEED_ABI::detail {
 
 /// Appends `s` as a JSON string literal, quotes included: '"', '\\' and the
-/// control characters escaped, every other byte as it is (UTF-8 passes through).
+/// control characters escaped, well-formed UTF-8 as it is, and each byte that
+/// is not as \\udcXX (U+DC80 + byte: Python's surrogateescape gives it back).
 DLFEED_EXPORT void json_append_quoted(std::string& out, absl::string_view s);
 /// `s` as a JSON string literal, quotes included.
 DLFEED_EXPORT std::string json_quote(absl::string_view s);

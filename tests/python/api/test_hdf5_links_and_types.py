@@ -174,3 +174,14 @@ def test_the_link_check_follows_libhdf5s_search(tmp_path, monkeypatch):
         f["records"] = h5py.ExternalLink("shard.h5", "/x")
     (work / "shard.h5").mkdir()
     assert run_isolated(READ_OR_SAY, d / "a.h5").startswith("read [6.0]")
+
+    # A regular file that is not HDF5 does not end libhdf5's search: a FIFO after it is reached.
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "t.h5").write_bytes(b"not hdf5")
+    e = tmp_path / "e"
+    e.mkdir()
+    with h5py.File(e / "p.h5", "w") as f:
+        f["x"] = h5py.ExternalLink(str(tmp_path / "other" / "t.h5"), "/d")
+    os.mkfifo(e / "t.h5")
+    out = run_isolated(READ_OR_SAY, e / "p.h5", "x")
+    assert f"{e}/t.h5 (a FIFO)" in out, out

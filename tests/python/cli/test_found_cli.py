@@ -60,7 +60,7 @@ def test_json_with_a_file_name_that_is_not_utf8_parses(dlfeed, tmp_path):
         np.save(f, np.zeros((3, 2), np.float32))
     proc = dlfeed.run("inspect", "--json", d)
     info = json.loads(proc.stdout)
-    assert any("img_\ufffd.npy" in f for f in json.dumps(info, ensure_ascii=False).split('"'))
+    assert [os.fsencode(f) for f in info["files"]] == [name]  # the bytes back, as surrogateescape gives them
     dlfeed.run("run", "--quiet", "--trace", tmp_path / "t.json", d)
     json.loads((tmp_path / "t.json").read_text())
 
