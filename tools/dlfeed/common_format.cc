@@ -47,6 +47,12 @@ ABSL_FLAG(std::string, index_cache_check, dlfeed::FormatOptions{}.index_cache_ch
 namespace dlfeed::cli {
 
 absl::StatusOr<Shape> parse_shape(absl::string_view text) {
+  // Every part a number: "3x" or "3,,4" is a typo, not (3,) or (3, 4); "" is a scalar.
+  for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(",x"))) {
+    if (part.empty() && !text.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("bad shape '", text, "': expected dimensions like 64,64"));
+    }
+  }
   Shape s;
   for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(",x"), absl::SkipEmpty())) {
     int64_t d = 0;

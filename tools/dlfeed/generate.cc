@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // dlfeed generate: synthetic datasets in every format, deterministic from a
 // seed, optionally in the DLIO benchmark's exact on-disk layout.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +28,27 @@ ABSL_FLAG(std::string, prefix, "img", "File name prefix");
 
 namespace dlfeed::cli {
 namespace {
+
+// Data files under `dir` this run did not write (an earlier generate's, with
+// more files): a loader of the folder reads them too, so say so.
+void note_other_files(const std::string& dir, const std::vector<std::string>& written) {
+  namespace fs = std::filesystem;
+  std::set<std::string> ours;
+  for (const std::string& f : written) ours.insert(fs::weakly_canonical(f).string());
+  std::vector<std::string> others;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec) || !detect_format(it->path().string()).ok()) continue;
+    if (ours.count(fs::weakly_canonical(it->path()).string()) == 0) others.push_back(it->path().string());
+  }
+  if (others.empty()) return;
+  std::sort(others.begin(), others.end());
+  std::printf(
+      "note: %s also holds %zu data files this run did not write (%s%s); a loader of the folder reads them "
+      "too: remove them, or generate into an empty folder\n",
+      dir.c_str(), others.size(), others.front().c_str(), others.size() > 1 ? ", ..." : "");
+}
 
 int run_generate(const std::vector<std::string>& args) {
   gen::DatasetSpec spec;
@@ -74,6 +100,7 @@ int run_generate(const std::vector<std::string>& args) {
   std::printf("wrote %zu %s files (%llu samples each, shape %s %s, layout %s) under %s\n", files.size(),
               format_name(spec.format).c_str(), static_cast<unsigned long long>(spec.samples_per_file),
               shape_str(spec.sample_shape).c_str(), spec.dtype.name().c_str(), layout.c_str(), spec.dir.c_str());
+  note_other_files(spec.dir, files);
   return 0;
 }
 

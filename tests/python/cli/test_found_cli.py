@@ -87,3 +87,14 @@ def test_report_says_what_it_cannot_draw(dlfeed, data, tmp_path):
     assert proc.returncode == 1 and "neither a dlfeed summary" in proc.stderr and "Traceback" not in proc.stderr
     proc = report(tmp_path / "e1.json", pretty)
     assert proc.returncode == 2 and "two summary files" in proc.stderr
+
+
+def test_generate_refuses_shape_typos_and_names_files_it_did_not_write(dlfeed, tmp_path):
+    # "--shape 3x" was (3,); generating 2 files where 4 were left a 4-file dataset in silence.
+    for typo in ("3x", "3,,4", ",3"):
+        proc = dlfeed.run("generate", "--format", "npy", "--dir", tmp_path / "s", "--shape", typo, check=False)
+        assert proc.returncode == 1 and f"bad shape '{typo}'" in proc.stderr
+    args = ("generate", "--format", "npy", "--dir", tmp_path / "g", "--samples-per-file", 2, "--shape", 2)
+    assert "note:" not in dlfeed.run(*args, "--files", 4).stdout
+    out = dlfeed.run(*args, "--files", 2).stdout
+    assert "also holds 2 data files this run did not write" in out and "img_2.npy" in out
