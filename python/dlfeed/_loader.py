@@ -508,6 +508,7 @@ class EpochIterator:
         self.epoch = epoch
         self._done = False
         self._generation = loader._generation
+        self._left = loader._core.batches_left  # made right after its start: counted down per batch
 
     def __iter__(self) -> "EpochIterator":
         return self
@@ -528,10 +529,12 @@ class EpochIterator:
                                    "started on its loader since (iter_epoch, iter(loader) or restore); iterate one "
                                    "epoch at a time, or use a loader per stream")
             batch = loader._core.next()
+            if batch is not None:
+                self._left -= 1
             # The epoch's last batch taken (or its end seen): the next `for batch in loader` runs the next
             # epoch, also when the caller took exactly len(loader) batches and never asked for the end
             # (the next start takes that end, _take_end, so that the epoch read ahead is kept).
-            if (batch is None or loader._core.batches_left == 0) and loader._next_epoch <= self.epoch:
+            if (batch is None or self._left <= 0) and loader._next_epoch <= self.epoch:
                 loader._next_epoch = self.epoch + 1
         if batch is None:
             self._done = True
