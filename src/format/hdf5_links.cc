@@ -2,8 +2,10 @@
 // HDF5: files that libhdf5 opens by itself, named inside a file (an external
 // link's target, a dataset's external raw-data files, a virtual dataset's
 // source files). libhdf5 opens them with a plain open(), which waits forever
-// on a FIFO with no writer; dlfeed refuses any of them that is not a regular
-// file before libhdf5 gets there (hdf5_source.h).
+// on a FIFO with no writer: dlfeed walks the paths libhdf5 would try, in its
+// order, and refuses a FIFO or a character device it would reach before the
+// file it opens (hdf5_source.h). Files of an object store name objects beside
+// them, never local files.
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
