@@ -61,7 +61,7 @@ std::shared_ptr<batch::Work> Planner::next(OrderCursor& cursor, uint64_t epoch, 
   w->epoch = epoch;
   w->index = batch_index;
   w->position = cursor.position();
-  w->ids.resize(B);
+  w->ids.resize(static_cast<size_t>(std::min<uint64_t>(B, cursor.remaining())));  // not B for a few samples
   const size_t n = cursor.next(std::span<uint64_t>(w->ids));
   w->ids.resize(n);
   if (n == 0 || (n < B && options_.drop_last_batch)) return nullptr;

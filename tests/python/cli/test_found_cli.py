@@ -98,3 +98,12 @@ def test_generate_refuses_shape_typos_and_names_files_it_did_not_write(dlfeed, t
     assert "note:" not in dlfeed.run(*args, "--files", 4).stdout
     out = dlfeed.run(*args, "--files", 2).stdout
     assert "also holds 2 data files this run did not write" in out and "img_2.npy" in out
+
+
+def test_a_batch_size_far_above_the_samples_costs_the_samples_not_the_batch(dlfeed, data, tmp_path):
+    # --batch-size 1000000000 on 20 samples took 7.8 GB: each batch's id list was sized by the batch.
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    dlfeed.run("run", "--quiet", "--batch-size", 1_000_000_000, "--summary-json", tmp_path / "s.json", data)
+    assert json.loads((tmp_path / "s.json").read_text())["total"]["samples"] == 20
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < max(before, 1) + 2_000_000  # KiB: under 2 GiB
