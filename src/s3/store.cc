@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -127,8 +128,22 @@ class Backend final : public IoBackend {
         store_(std::move(store)),
         cache_(std::move(cache)) {
     for (uint32_t i = 0; i < n; ++i) cancels_.push_back(std::make_unique<std::atomic<bool>>(false));
-    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { work(*cancels_[i]); });
+    try {
+      for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { work(*cancels_[i]); });
+    } catch (const std::system_error& e) {  // the system gives no more threads: an error, not an abort
+      const size_t got = threads_.size();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      wake_.notify_all();
+      for (std::thread& t : threads_) t.join();
+      threads_.clear();
+      start_error_ = absl::StrCat("s3: the system gave ", got, " of the ", n, " threads of the loader's connections (",
+                                  e.what(), "): fewer DLFEED_S3_CONNECTIONS, or a higher process limit (ulimit -u)");
+    }
   }
+  const std::string& start_error() const { return start_error_; }
   ~Backend() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -313,6 +328,7 @@ class Backend final : public IoBackend {
   IoStats stats_;
   absl::flat_hash_map<uint32_t, ObjectInfo> infos_;  // by file id, checked (under mu_)
   std::vector<std::thread> threads_;
+  std::string start_error_;  // why the connections' threads could not all start
 };
 
 class Store final : public ObjectStore, public std::enable_shared_from_this<Store> {
@@ -479,7 +495,10 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
                                                           IoOptions /*options*/) override {
     DLFEED_ASSIGN_OR_RETURN(Config c, current_config(o_));
     DLFEED_ASSIGN_OR_RETURN(const uint32_t n, connections_of(o_));
-    return std::unique_ptr<IoBackend>(new Backend(std::move(files), o_, std::move(c), shared_from_this(), cache(), n));
+    auto backend =
+        std::unique_ptr<Backend>(new Backend(std::move(files), o_, std::move(c), shared_from_this(), cache(), n));
+    if (!backend->start_error().empty()) return absl::ResourceExhaustedError(backend->start_error());
+    return std::unique_ptr<IoBackend>(std::move(backend));
   }
 
  private:
