@@ -196,14 +196,8 @@ class LibrarySource final : public Hdf5Source {
       DLFEED_ASSIGN_OR_RETURN(Hid fapl, file_access_for(g_.path));
       file_ = Hid(H5Fopen(g_.path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
       if (!file_.ok()) return h5_fail(g_.path, "an HDF5 file libhdf5 can open");
-      refused_.clear();
-      DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(g_.path, &refused_));
-      dset_ = Hid(H5Dopen2(file_.get(), g_.name.c_str(), access.get()), H5Dclose);
-      if (!dset_.ok() && !refused_.empty()) {
-        H5Eclear2(H5E_DEFAULT);
-        return absl::InvalidArgumentError(absl::StrCat(g_.path, ": dataset '", g_.name, "' is ", refused_));
-      }
-      if (!dset_.ok()) return h5_fail(g_.path, absl::StrCat("dataset '", g_.name, "'"));
+      DLFEED_ASSIGN_OR_RETURN(dset_, detail::h5::open_checked_dataset(g_.path, file_.get(), g_.name, &refused_,
+                                                                      absl::StrCat("dataset '", g_.name, "'")));
     }
     Hid type(H5Dget_type(dset_.get()), H5Tclose);
     Hid fspace(H5Dget_space(dset_.get()), H5Sclose);
@@ -504,14 +498,10 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
   DLFEED_ASSIGN_OR_RETURN(Hid file, open_file(path, file_size));
   std::vector<std::string> names;
   DLFEED_ASSIGN_OR_RETURN(std::string name, pick_dataset(path, file.get(), options.name, names));
-  std::string refused;
-  DLFEED_ASSIGN_OR_RETURN(Hid access, detail::h5::guarded_access(path, &refused));
-  Hid dset(H5Dopen2(file.get(), name.c_str(), access.get()), H5Dclose);
-  if (!dset.ok() && !refused.empty()) {
-    H5Eclear2(H5E_DEFAULT);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name, "' is ", refused));
-  }
-  if (!dset.ok()) return h5_fail(path, absl::StrCat("dataset '", name, "' that libhdf5 can open"));
+  std::string refused;  // outlives dset
+  DLFEED_ASSIGN_OR_RETURN(Hid dset,
+                          detail::h5::open_checked_dataset(path, file.get(), name, &refused,
+                                                           absl::StrCat("dataset '", name, "' that libhdf5 can open")));
   Hid type(H5Dget_type(dset.get()), H5Tclose);
   if (!type.ok()) return h5_fail(path, absl::StrCat("the type of dataset '", name, "'"));
   DLFEED_ASSIGN_OR_RETURN(DatasetGeometry g, read_geometry(path, name, dset.get(), type.get(), options.axis));

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/error.h"
 #include "dlfeed/io/object_store.h"
 #include "hdf5_source.h"
 #include "hdf5_util.h"
@@ -202,6 +203,19 @@ absl::StatusOr<Hid> guarded_access(const std::string& path, std::string* refused
     return h5_fail(path, "a link-access property list with the object's folder as its external-link prefix");
   }
   return dapl;
+}
+
+absl::StatusOr<Hid> open_checked_dataset(const std::string& path, hid_t file, const std::string& name,
+                                         std::string* refused, absl::string_view expected) {
+  refused->clear();
+  DLFEED_ASSIGN_OR_RETURN(Hid access, guarded_access(path, refused));
+  Hid dset(H5Dopen2(file, name.c_str(), access.get()), H5Dclose);
+  if (!dset.ok() && !refused->empty()) {
+    H5Eclear2(H5E_DEFAULT);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": dataset '", name, "' is ", *refused));
+  }
+  if (!dset.ok()) return h5_fail(path, expected);
+  return dset;
 }
 
 std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl) {

@@ -126,6 +126,11 @@ std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl
 /// external-link callback refuses a target that is not a regular file,
 /// writing why into `*refused`, which must outlive the list's use.
 absl::StatusOr<Hid> guarded_access(const std::string& path, std::string* refused);
+/// Dataset `name` of `file` opened through guarded_access: InvalidArgument
+/// naming the link the check refused, or h5_fail(path, `expected`) when
+/// libhdf5 cannot open it. `refused` must outlive the dataset.
+absl::StatusOr<Hid> open_checked_dataset(const std::string& path, hid_t file, const std::string& name,
+                                         std::string* refused, absl::string_view expected);
 /// The filters dlfeed undoes itself, in the dataset's pipeline order.
 enum class Filter : uint8_t { kShuffle, kDeflate };
 struct FilterPipeline {

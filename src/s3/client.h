@@ -69,6 +69,8 @@ struct Response {
 absl::StatusOr<Response> perform(Connection& conn, Config& c, const Options& o, const Request& r,
                                  const std::atomic<bool>* cancel = nullptr);
 
+/// Code point `c` (at most U+10FFFF) appended as UTF-8.
+void append_utf8(std::string& out, uint32_t c);
 /// The text of each <tag>...</tag> in `xml` (entities decoded), in order.
 std::vector<std::string> xml_values(absl::string_view xml, absl::string_view tag);
 /// The blocks <tag>...</tag> (inner text, raw) in `xml`.

@@ -92,6 +92,14 @@ READ_OR_SAY = ("import sys, dlfeed, numpy as np\n"
                "except dlfeed.Error as e:\n    print('error', e)\n")
 
 
+def write_vds(path, source, shape):
+    """`path`'s float32 dataset "records": a virtual dataset of `source`'s "data", whole."""
+    layout = h5py.VirtualLayout(shape=shape, dtype="<f4")
+    layout[:] = h5py.VirtualSource(str(source), "data", shape=shape)
+    with h5py.File(path, "w") as f:
+        f.create_virtual_dataset("records", layout)
+
+
 def test_a_file_libhdf5_opens_itself_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
     # An external link's target, an external raw-data file and a virtual dataset's source are
     # opened by libhdf5 with a plain open(), which waits on a FIFO: refused first, naming it.
@@ -122,10 +130,7 @@ def test_a_file_libhdf5_opens_itself_that_is_a_fifo_is_refused_not_waited_on(tmp
 
     with h5py.File(tmp_path / "src.h5", "w") as f:
         f["data"] = x
-    layout = h5py.VirtualLayout(shape=(3, 4), dtype="<f4")
-    layout[:] = h5py.VirtualSource(str(tmp_path / "src.h5"), "data", shape=(3, 4))
-    with h5py.File(tmp_path / "v.h5", "w") as f:
-        f.create_virtual_dataset("records", layout)
+    write_vds(tmp_path / "v.h5", tmp_path / "src.h5", (3, 4))
     assert run_isolated(READ_OR_SAY, tmp_path / "v.h5").startswith("read [66.0]")
     os.remove(tmp_path / "src.h5")
     os.mkfifo(tmp_path / "src.h5")
@@ -156,10 +161,7 @@ def test_the_link_check_follows_libhdf5s_search(tmp_path, monkeypatch):
         f["x"] = x
     with h5py.File(tmp_path / "src.h5", "w") as f:
         f["data"] = h5py.ExternalLink("target.h5", "/x")
-    layout = h5py.VirtualLayout(shape=(2, 2), dtype="<f4")
-    layout[:] = h5py.VirtualSource(str(tmp_path / "src.h5"), "data", shape=(2, 2))
-    with h5py.File(tmp_path / "v.h5", "w") as f:
-        f.create_virtual_dataset("records", layout)
+    write_vds(tmp_path / "v.h5", tmp_path / "src.h5", (2, 2))
     assert run_isolated(READ_OR_SAY, tmp_path / "v.h5").startswith("read [6.0]")
     os.remove(tmp_path / "target.h5")
     os.mkfifo(tmp_path / "target.h5")
