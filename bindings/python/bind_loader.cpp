@@ -80,6 +80,41 @@ struct PyLoader {
   std::mutex call_mu;  // held by a call working on `loader` without the GIL
 };
 
+/// shapes= views that cannot fit: refused when the loader is made, not at its
+/// first batch. A field whose samples' shape is known from the index must have
+/// as many elements as the view; one known only after decode is checked per
+/// batch (with_sample_shape).
+absl::Status check_views(const Loader& l, const Reshape& reshape) {
+  const auto& names = l.field_names();
+  for (size_t f = 0; f < reshape.size() && f < names.size(); ++f) {
+    if (!reshape[f]) continue;
+    const Shape& view = *reshape[f];
+    int64_t want = 1;
+    for (int64_t d : view) {
+      if (d < 0) {
+        return absl::InvalidArgumentError("shapes: field '" + names[f] + "': sample shape " + shape_str(view) +
+                                          " has a negative dimension");
+      }
+      want *= d;
+    }
+    const FieldSpec& spec = l.field_specs()[f];
+    if (spec.rank_varies) continue;
+    int64_t have = 1;
+    bool known = true;
+    for (int64_t d : spec.shape) {
+      known = known && d >= 0;
+      have *= d;
+    }
+    if (known && have != want) {
+      return absl::InvalidArgumentError("shapes: field '" + names[f] + "': its samples have shape " +
+                                        shape_str(spec.shape) + " (" + std::to_string(have) +
+                                        " elements), which cannot be viewed with sample shape " + shape_str(view) +
+                                        " (" + std::to_string(want) + ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
 /// Loader(options, shapes): the C++ loader, made with the GIL released.
 void bind_loader_create(py::class_<PyLoader>& cls) {
   cls.def(py::init([](const LoaderOptions& options, const std::vector<std::optional<std::vector<int64_t>>>& shapes) {
@@ -98,6 +133,13 @@ void bind_loader_create(py::class_<PyLoader>& cls) {
               made = Loader::create(options);
             }
             self->loader = unwrap(std::move(made));
+            if (absl::Status views = check_views(*self->loader, *self->reshape); !views.ok()) {
+              {
+                py::gil_scoped_release nogil;  // its threads end as at close()
+                self->loader.reset();
+              }
+              check(views);
+            }
             return self;
           }),
           py::arg("options"), py::arg("shapes") = std::vector<std::optional<std::vector<int64_t>>>{});

@@ -240,6 +240,7 @@ class Loader:
             _dlfeed._mpi_attach(o, _comm_handle(options.get("mpi_comm")))
         self._core = _dlfeed.Loader(o, reshape)
         self._next_epoch = 0
+        self._restored = False  # a restore() that no start took yet
         # Counts the starts of epochs (and restores): an iterator of an earlier one is superseded.
         self._generation = 0
         # Held by a start (and the iterator it makes) and by each next(): another thread's start falls
@@ -252,8 +253,27 @@ class Loader:
 
     # -- iteration ---------------------------------------------------------
     def __iter__(self) -> "EpochIterator":
-        """One epoch: the next one (or the epoch of a restore()d state)."""
-        return self.iter_epoch(self._next_epoch)
+        """One epoch: the next one (or the epoch of a restore()d state; when the state was taken at
+        its epoch's end, the next epoch, whole)."""
+        with self._order_lock:
+            it = self._start(self._next_epoch, next_if_spent=True)
+        if self._device is not None:
+            return self._device_epoch(it)  # type: ignore[return-value]
+        return it
+
+    def _start(self, epoch: int, next_if_spent: bool = False) -> "EpochIterator":
+        """Starts `epoch` (the caller holds _order_lock). With next_if_spent, a restore()d state that
+        left nothing of its epoch (taken after the epoch's last batch: a checkpoint at an epoch's end)
+        starts the next epoch instead of an empty pass, as the uninterrupted loader would run next."""
+        restored, self._restored = self._restored, False
+        self._started()
+        self._core.start_epoch(epoch)
+        if next_if_spent and restored and self._core.batches_left == 0 and self._core.batches_per_epoch > 0:
+            epoch = _epoch_number(epoch + 1)
+            self._next_epoch = epoch
+            self._started()  # takes the spent epoch's end
+            self._core.start_epoch(epoch)
+        return EpochIterator(self, int(epoch))
 
     def _started(self) -> int:
         self._take_end()
@@ -274,9 +294,7 @@ class Loader:
         iterator of an epoch started earlier on this loader raises once this one starts."""
         epoch = _epoch_number(epoch)
         with self._order_lock:
-            self._started()
-            self._core.start_epoch(epoch)
-            it = EpochIterator(self, int(epoch))
+            it = self._start(epoch)
         if self._device is not None:
             return self._device_epoch(it)
         return it
@@ -315,12 +333,12 @@ class Loader:
         self._core.set_overlap_epochs(True)
 
         def epochs() -> Iterator[Any]:
-            e = start
-            while stop is None or e < stop:
+            e, end = start, stop
+            while end is None or e < end:
                 with self._order_lock:
-                    self._started()
-                    self._core.start_epoch(_epoch_number(e))
-                    it = EpochIterator(self, e)
+                    it = self._start(_epoch_number(e), next_if_spent=first is None and e == start)
+                if it.epoch != e:  # a spent restored epoch gave way to the next: still `count` epochs
+                    e, end = it.epoch, None if end is None else end + 1
                 yield from it
                 e += 1
 
@@ -338,6 +356,7 @@ class Loader:
     def _iter_epoch_at(self, epoch: int, position: int) -> "EpochIterator":
         """``epoch`` from this rank's sample ``position`` on (a multiple of batch_size)."""
         with self._order_lock:
+            self._restored = False
             self._started()
             self._core.start_epoch(int(epoch), int(position))
             return EpochIterator(self, int(epoch))
@@ -365,6 +384,7 @@ class Loader:
             self._started()  # the epoch running, if any, is given up
             self._core.restore(bytes(state))
             self._next_epoch = int(_dlfeed.decode_state(bytes(state))["epoch"])
+            self._restored = True
 
     # -- information -------------------------------------------------------
     @property

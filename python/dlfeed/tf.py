@@ -158,13 +158,7 @@ class _Feed:
         with self.lock:
             self.pass_id += 1
             self.epoch = iter(self.loader)
-            count = operator.length_hint(self.epoch)
-            if count == 0 and self.loader.batches_per_epoch > 0:
-                # Restored at the end of an epoch: that one is over, and this pass is the
-                # next, whole (as many batches as the dataset's cardinality says).
-                self.epoch.next()
-                self.epoch = iter(self.loader)
-                count = operator.length_hint(self.epoch)
+            count = operator.length_hint(self.epoch)  # restored at an epoch's end: the next, whole
             if count == 0:
                 self.epoch.next()  # an empty epoch: over now
             return np.int64(self.pass_id), np.int64(count)

@@ -148,44 +148,59 @@ std::string paths_in(absl::string_view key) {
 void Job::share_index(LoaderOptions& options, int root) const {
   options.advanced.index_opener = [this, root](const std::vector<std::string>& paths,
                                                const FormatOptions& format) -> absl::StatusOr<SampleIndex> {
-    // The root's index as bytes, or its error: a status code byte, the
-    // length of the root's paths_key and the key, then the encoded index or
-    // the message.
-    absl::StatusOr<SampleIndex> mine = absl::UnknownError("not the root");
-    std::string msg;
-    if (rank_ == root) {
-      mine = open_dataset(paths, format);
-      msg.push_back(static_cast<char>(mine.status().code()));
-      const std::string key = paths_key(paths);
-      absl::StrAppend(&msg, key.size(), ";", key);
-      msg += mine.ok() ? encode_index(*mine, format) : std::string(mine.status().message());
-    }
-    auto got = broadcast(msg, root);
-    if (!got.ok()) return got.status();
-    if (rank_ == root) return mine;
-    if (got->empty()) return absl::DataLossError("MPI share_index: an empty message from the root");
-    const auto code = static_cast<absl::StatusCode>(static_cast<unsigned char>((*got)[0]));
-    const size_t semi = got->find(';', 1);
-    uint64_t key_size = 0;
-    if (semi == std::string::npos || !absl::SimpleAtoi(absl::string_view(*got).substr(1, semi - 1), &key_size) ||
-        key_size > got->size() - semi - 1) {
-      return absl::DataLossError("MPI share_index: a message from the root without its paths");
-    }
-    // Every rank reads the dataset the root indexed: a rank that names
-    // another would otherwise read the root's files as if they were its own.
-    const absl::string_view roots = absl::string_view(*got).substr(semi + 1, key_size);
-    if (roots != paths_key(paths)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank_, " names the dataset ", absl::StrJoin(paths, ", "), ", but rank ", root,
-                       " (indexing for the job) names ", paths_in(roots),
-                       ": every rank of a job that shares one index reads the same paths"));
-    }
-    const std::string rest = got->substr(semi + 1 + key_size);
-    if (code != absl::StatusCode::kOk) {
-      return absl::Status(code, absl::StrCat("rank ", root, " (indexing for the job): ", rest));
-    }
-    return decode_index(rest, format);
+    absl::StatusOr<SampleIndex> got = take_shared_index(paths, format, root);
+    // Every rank learns whether every rank took the index, so a rank that
+    // failed alone (it names other paths; the message did not decode) fails
+    // the job's create on every rank: a caller that catches the error and
+    // goes on finds its peers at the same point, not waiting in a
+    // collective it will not join.
+    const uint64_t failed = allreduce(got.ok() ? UINT64_MAX : static_cast<uint64_t>(rank_), MPI_MIN, comm_);
+    if (!got.ok() || failed == UINT64_MAX) return got;
+    return absl::FailedPreconditionError(absl::StrCat("rank ", failed,
+                                                      " could not take the job's shared index (its own error says "
+                                                      "why); every rank's loader create fails with it"));
   };
+}
+
+absl::StatusOr<SampleIndex> Job::take_shared_index(const std::vector<std::string>& paths, const FormatOptions& format,
+                                                   int root) const {
+  // The root's index as bytes, or its error: a status code byte, the length
+  // of the root's paths_key and the key, then the encoded index or the
+  // message.
+  absl::StatusOr<SampleIndex> mine = absl::UnknownError("not the root");
+  std::string msg;
+  if (rank_ == root) {
+    mine = open_dataset(paths, format);
+    msg.push_back(static_cast<char>(mine.status().code()));
+    const std::string key = paths_key(paths);
+    absl::StrAppend(&msg, key.size(), ";", key);
+    msg += mine.ok() ? encode_index(*mine, format) : std::string(mine.status().message());
+  }
+  auto got = broadcast(msg, root);
+  if (!got.ok()) return got.status();
+  if (rank_ == root) return mine;
+  if (got->empty()) return absl::DataLossError("MPI share_index: an empty message from the root");
+  const auto code = static_cast<absl::StatusCode>(static_cast<unsigned char>((*got)[0]));
+  const size_t semi = got->find(';', 1);
+  uint64_t key_size = 0;
+  if (semi == std::string::npos || !absl::SimpleAtoi(absl::string_view(*got).substr(1, semi - 1), &key_size) ||
+      key_size > got->size() - semi - 1) {
+    return absl::DataLossError("MPI share_index: a message from the root without its paths");
+  }
+  // Every rank reads the dataset the root indexed: a rank that names another
+  // would otherwise read the root's files as if they were its own.
+  const absl::string_view roots = absl::string_view(*got).substr(semi + 1, key_size);
+  if (roots != paths_key(paths)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, " names the dataset ", absl::StrJoin(paths, ", "),
+                                                   ", but rank ", root, " (indexing for the job) names ",
+                                                   paths_in(roots),
+                                                   ": every rank of a job that shares one index reads the same paths"));
+  }
+  const std::string rest = got->substr(semi + 1 + key_size);
+  if (code != absl::StatusCode::kOk) {
+    return absl::Status(code, absl::StrCat("rank ", root, " (indexing for the job): ", rest));
+  }
+  return decode_index(rest, format);
 }
 
 absl::StatusOr<std::string> Job::broadcast(const std::string& bytes, int root) const {

@@ -3,6 +3,7 @@
 // dlfeed's settings (see dlio_config.h; the YAML parser is yaml_subset.cc).
 #include "dlio_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -58,6 +59,17 @@ absl::Status get_int(const YamlNode& n, const std::string& key, int64_t* out) {
     std::string v;
     for (char c : n.scalar) {
       if (c != '_') v += c;
+    }
+    // YAML 1.1, as DLIO's reader (PyYAML under OmegaConf) takes it: 010 is
+    // octal 8 and 09 a string. Neither is read as the decimal it looks like.
+    absl::string_view digits = v;
+    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
+    if (digits.size() > 1 && digits[0] == '0' && std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
+      const bool octal = digits.find_first_of("89") == absl::string_view::npos;
+      return error_at(
+          n.origin,
+          absl::StrCat(key, ": ", n.scalar, " has a leading zero, which YAML 1.1 (DLIO's reader) ",
+                       octal ? "takes as an octal number" : "takes as a string", "; write the number without it"));
     }
     if (absl::SimpleAtoi(v, out)) return absl::OkStatus();
   }

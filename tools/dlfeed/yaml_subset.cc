@@ -402,6 +402,9 @@ std::string YamlNode::text() const {
 }
 
 absl::StatusOr<YamlNode> parse_yaml(absl::string_view text, const std::string& file) {
+  // A byte order mark (as Windows editors write) starts the stream, not its
+  // first key, as for YAML's readers.
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");
   std::vector<Line> lines;
   int number = 0;
   bool seen_content = false;

@@ -72,7 +72,8 @@ class DLFEED_EXPORT Job {
   /// (every rank creates its loader with the same paths and fields), and
   /// the job must outlive the loaders' create calls (the opener refers to
   /// it). An error on `root` (a missing file, a bad header) is every rank's
-  /// error.
+  /// error, and so is one rank's failure to take the index (other paths): the
+  /// ranks leave create together, at the same collective.
   void share_index(LoaderOptions& options, int root = 0) const;
   /// MPI_Barrier.
   absl::Status barrier() const;
@@ -96,6 +97,9 @@ class DLFEED_EXPORT Job {
 
  private:
   Job() = default;
+  // share_index's broadcast and this rank's check of what it got.
+  absl::StatusOr<SampleIndex> take_shared_index(const std::vector<std::string>& paths, const FormatOptions& format,
+                                                int root) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;

@@ -288,6 +288,9 @@ class Dataset(torch.utils.data.IterableDataset):
         self._record = _EpochRecord(0)
         self._worker_iterations = 0  # in a worker process: iterations it made (persistent workers)
         self._pending: Optional[bytes] = None
+        # Counts set_epoch() and load_state_dict() calls: a direct iteration moves the record to its
+        # next epoch only when neither chose another since it began.
+        self._epoch_sets = 0
         self._loader: Optional[Loader] = None
         self._loader_key: Optional[tuple] = None
         self._length: Optional[tuple] = None  # (loader key, batches per epoch) that __len__ counted
@@ -380,6 +383,7 @@ class Dataset(torch.utils.data.IterableDataset):
         """The epoch the next iteration runs (like DistributedSampler.set_epoch);
         DataLoader workers, persistent ones too, follow it."""
         self._record.set_next(int(epoch))
+        self._epoch_sets += 1
         self._pending = None
 
     # -- iteration ------------------------------------------------------------
@@ -429,20 +433,27 @@ class Dataset(torch.utils.data.IterableDataset):
             self._record.set_next(loader.epoch)
             self._pending = None
         if info is None:
-            return self._epoch(loader, self._record.next_epoch, rank, world, in_worker, direct=True)
+            return self._epoch(loader, self._record.next_epoch, rank, world, in_worker, direct=True,
+                               sets=self._epoch_sets)
         # A worker process: every worker of one DataLoader iteration takes the
         # same epoch, the next one, from the shared record.
         epoch = self._record.join(info.seed - info.id, self._worker_iterations, info.num_workers)
         self._worker_iterations += 1
         return self._epoch(loader, epoch, rank, world, in_worker, direct=False)
 
+    def _advance(self, epoch: int, sets: int) -> None:
+        """A direct iteration of `epoch` is ending: the next one runs epoch + 1, unless set_epoch() or
+        load_state_dict() chose another since it began (counted by `sets`), which wins."""
+        if self._epoch_sets == sets:
+            self._record.set_next(epoch + 1)
+
     def _epoch(self, loader: Loader, epoch: int, rank: int, world: int, in_worker: bool,
-               direct: bool) -> Iterator[Any]:
+               direct: bool, sets: int = 0) -> Iterator[Any]:
         if self.device is not None:
             if in_worker:
                 raise ValueError("dlfeed.torch.Dataset(device=...): the copies to the GPU run in the training "
                                  "process; use num_workers=0 (dlfeed's own threads read and decode)")
-            yield from self._device_epoch(loader, epoch, direct)
+            yield from self._device_epoch(loader, epoch, direct, sets)
             return
         # Pinned pool buffers: a copy the trainer issues itself (x.cuda(non_blocking=True))
         # reads the batch's buffer after the tensor may be dropped; keep the last two
@@ -478,26 +489,26 @@ class Dataset(torch.utils.data.IterableDataset):
             if direct and not advanced and left <= 0:
                 # The last batch: the next iteration runs the next epoch, also when the trainer takes
                 # exactly len(ds) steps (zip(range(steps), ds)) and never asks for the end.
-                self._record.set_next(epoch + 1)
+                self._advance(epoch, sets)
                 advanced = True
             yield self._convert(batch, copy_to_pin)
             del batch
         if direct and not advanced:  # a worker generation took its epoch when it started
-            self._record.set_next(epoch + 1)
+            self._advance(epoch, sets)
 
-    def _device_epoch(self, loader: Loader, epoch: int, direct: bool) -> Iterator[Any]:
+    def _device_epoch(self, loader: Loader, epoch: int, direct: bool, sets: int) -> Iterator[Any]:
         batches = loader.iter_epoch(epoch)
         left = loader._core.batches_left
         advanced = False
         for d in batches:
             left -= 1
             if direct and not advanced and left <= 0:
-                self._record.set_next(epoch + 1)  # the last batch: as _epoch
+                self._advance(epoch, sets)  # the last batch: as _epoch
                 advanced = True
             yield self._pack(d, [d[n] for n in d.keys()])
             del d
         if direct and not advanced:
-            self._record.set_next(epoch + 1)
+            self._advance(epoch, sets)
 
     # -- resume ---------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -514,4 +525,5 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self._record.set_next(int(state_dict["epoch"]))
+        self._epoch_sets += 1
         self._pending = state_dict.get("loader_state")

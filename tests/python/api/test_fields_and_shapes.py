@@ -159,3 +159,28 @@ def test_a_dtype_asked_for_a_field_whose_files_give_another_is_an_error(tmp_path
         dl.Loader(str(tmp_path), fields=["x", "y"], dtypes={"x": "int32"}, batch_size=2)
     loader = dl.Loader(str(tmp_path), fields=["x", "y"], dtypes={"x": "float32"}, batch_size=2)
     assert loader.field_specs()[0][1] == np.dtype("float32")
+
+
+def test_a_view_that_does_not_fit_the_samples_is_refused_when_the_loader_is_made(tmp_path):
+    """shapes= views samples whose shape the index knows (NPY, HDF5): a view with another element count, or
+    a negative dimension, is an error when the loader is made, naming the field and both shapes, not at
+    the first batch after set-up (or in a DataLoader worker); a view that fits reads the values."""
+    x = np.arange(6 * 12, dtype=np.float32).reshape(6, 12)
+    (tmp_path / "npy").mkdir()
+    np.save(tmp_path / "npy" / "x.npy", x)
+    np.save(tmp_path / "npy" / "y.npy", np.arange(6, dtype=np.int64))
+    with pytest.raises(dl.InvalidArgumentError, match=r"shapes: field 'x': its samples have shape \(12,\) "
+                                                      r"\(12 elements\), which cannot be viewed with sample "
+                                                      r"shape \(5, 2\) \(10\)"):
+        dl.Loader(tmp_path / "npy", fields=["x", "y"], shapes={"x": (5, 2)}, batch_size=2)
+    with pytest.raises(dl.InvalidArgumentError, match=r"shapes: field 'x': sample shape \(-1, 3\) has a negative"):
+        dl.Loader(tmp_path / "npy", fields=["x", "y"], shapes={"x": (-1, 3)}, batch_size=2)
+    (tmp_path / "h5").mkdir()
+    with h5py.File(tmp_path / "h5" / "d.h5", "w") as f:
+        f["images"] = x
+    with pytest.raises(dl.InvalidArgumentError, match=r"field '\w+': its samples have shape \(12,\)"):
+        dl.Loader(tmp_path / "h5" / "d.h5", shapes={"images": (13,)}, batch_size=2)
+    loader = dl.Loader(tmp_path / "npy", fields=["x", "y"], shapes={"x": (3, 4)}, batch_size=3, strategy="sequential")
+    assert loader.field_specs()[0][2] == (3, 4)
+    got = np.concatenate([np.array(b["x"]) for b in loader])
+    np.testing.assert_array_equal(got, x.reshape(6, 3, 4))

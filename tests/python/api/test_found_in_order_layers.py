@@ -74,6 +74,48 @@ def test_taking_exactly_an_epochs_batches_moves_on_to_the_next_epoch(data):
         assert ds.epoch == e + 1
 
 
+def test_a_state_taken_at_an_epochs_end_resumes_with_the_next_epoch_whole(data):
+    # A checkpoint after `for b in loader` (or len(loader) steps) restored into a new loader: its first
+    # pass was an empty remainder of the spent epoch, so `for epoch in range(start, E): for b in loader`
+    # trained one epoch less, each on the previous epoch's order.
+    for take in (lambda lo: list(lo), lambda lo: list(itertools.islice(lo, len(lo)))):
+        old = loader(data)
+        take(old)
+        state = old.state()
+        new = loader(data)
+        new.restore(state)
+        assert new.epoch == 0
+        assert ids(new) == ids(loader(data).iter_epoch(1)) and new.epoch == 2
+        assert ids(new) == ids(loader(data).iter_epoch(2))
+        again = loader(data)
+        again.restore(state)
+        assert [b.epoch for b in again.iter_epochs(count=2)] == [1] * 14 + [2] * 14
+    mid = loader(data)
+    next(iter(mid))
+    state = mid.state()
+    mid.close()
+    new = loader(data)
+    new.restore(state)  # mid-epoch: the rest of epoch 0, as before
+    assert ids(new) == ids(loader(data).iter_epoch(0))[4:]
+    new.restore(state)
+    assert list(new.iter_epoch(0)) != []  # iter_epoch(e) runs the epoch asked for
+
+
+def test_set_epoch_during_a_direct_iteration_wins_over_the_count(data):
+    # set_epoch(4) at a batch before the last was overwritten by the epoch's end (the next
+    # iteration ran epoch 1); dlfeed.Loader's `epoch = 4` at the same point wins.
+    import dlfeed.torch
+    ds = dlfeed.torch.Dataset(data, batch_size=4, seed=3, strategy="global_shuffle")
+    for k, _ in enumerate(ds):
+        if k == 2:
+            ds.set_epoch(4)
+    assert ds.epoch == 4
+    got = sorted(int(v) for y in ds for v in y)
+    assert got == list(range(N)) and ds.epoch == 5
+    first = list(itertools.islice(ds, len(ds)))[0]  # the whole epoch: no epoch left running
+    assert [int(v) for v in first] == ids(loader(data).iter_epoch(5))[:4]
+
+
 def test_indices_without_the_explicit_strategy_are_refused(data):
     with pytest.raises(dlfeed.InvalidArgumentError, match="strategy 'sequential' does not read one"):
         loader(data, strategy="sequential", indices=[3, 1, 4])
@@ -89,8 +131,7 @@ def test_local_shuffle_resumes_on_another_world_size_from_a_state_at_an_epochs_e
     for r in range(3):
         new = loader(data, r, 3, strategy="local_shuffle")
         new.restore(state)  # was refused: "cannot start at global position 76"
-        assert list(new) == []  # epoch 0 was read whole by the old job
-        epoch1 = ids(new)
+        epoch1 = ids(new)  # epoch 0 was read whole by the old job: the next pass is epoch 1
         assert epoch1 == ids(loader(data, r, 3, strategy="local_shuffle").iter_epoch(1))  # as a fresh job's
         got += epoch1
     assert set(got) == set(range(N))

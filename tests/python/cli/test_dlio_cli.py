@@ -290,11 +290,26 @@ metric: {au: 0.5}
     ("model: a\nworkflow:\n  train: maybe\n", 3, "expected True or False"),
     ("model: a\nreader: 4\n", 2, "workload.reader: expected a section"),
     ("- a\n- b\n", 1, "must be a mapping"),
+    ("model: a\nreader:\n  batch_size: 010\n", 3,
+     "workload.reader.batch_size: 010 has a leading zero, which YAML 1.1 (DLIO's reader) takes as an octal number"),
+    ("model: a\nreader:\n  batch_size: 09\n", 3, "09 has a leading zero, which YAML 1.1 (DLIO's reader) takes as a "
+                                                  "string"),
 ])
 def test_yaml_errors_name_file_and_line(dlfeed, tmp_path, text, line, msg):
     cfg = write(tmp_path, text, "bad.yaml")
     err = dlfeed.error("dlio", cfg, "--dry-run")
     assert f"{cfg}:{line}: " in err and msg in err, err
+
+
+def test_a_byte_order_mark_starts_the_file_not_its_first_key(dlfeed, tmp_path):
+    """A YAML file saved with a UTF-8 byte order mark (Windows editors) reads as YAML's readers (DLIO's) read
+    it: its first key is the key, not a key with the mark in it that was passed over as an unknown setting
+    (here the whole dataset section, and the run went on with defaults)."""
+    cfg = tmp_path / "bom.yaml"
+    cfg.write_bytes("\ufeffdataset:\n  format: hdf5\n  num_files_train: 2\nmodel: m\n".encode())
+    out = dlfeed.run("dlio", cfg, "--dry-run").stdout
+    assert "honoured: workload.dataset.format = hdf5 (" in out, out
+    assert "ignored" not in out, out
 
 
 def test_usage_errors(dlfeed, workloads, tmp_path):

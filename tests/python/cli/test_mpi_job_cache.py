@@ -701,6 +701,37 @@ def test_a_rank_naming_another_dataset_than_the_root_is_refused(mpirun, tmp_path
         proc.stderr[-3000:]
 
 
+CAUGHT = """
+import os, sys, numpy as np, dlfeed
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+for name in ("a", "b"):
+    os.makedirs(os.path.join(sys.argv[1], name), exist_ok=True)
+    np.save(os.path.join(sys.argv[1], name, "x.npy"), np.arange(12, dtype=np.float32).reshape(6, 2))
+kw = {"job_cache": "16M"} if sys.argv[2] == "cache" else {"mpi": True}
+try:
+    loader = dlfeed.Loader(os.path.join(sys.argv[1], "a" if rank == 0 else "b"), batch_size=3, **kw)
+except Exception as e:
+    print(f"rank {rank} caught: {e}", file=sys.stderr)
+    loader = dlfeed.Loader(os.path.join(sys.argv[1], "a"), batch_size=3, **kw)
+total = sum(float(np.asarray(b[0]).sum()) for b in loader.iter_epoch(0))
+print(f"rank {rank} total {total}")
+"""
+
+
+@pytest.mark.parametrize("mode", ["mpi", "cache"])
+def test_a_rank_that_cannot_take_the_index_fails_every_ranks_create(mpirun, tmp_path, mode):  # noqa: F811
+    """When one rank cannot take the shared index (it names other paths), every rank's create fails: a
+    trainer that catches the error and makes the loader again finds its peers doing the same, where the
+    root alone succeeding went on to read while the other rank waited for it in a second create."""
+    proc = two_ranks_run(mpirun, tmp_path / "caught.py", CAUGHT, [tmp_path, mode],
+                         hung="the ranks' collectives got out of step after a caught error")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank 1 caught: rank 1 names the dataset" in proc.stderr, proc.stderr[-3000:]
+    assert "rank 0 caught: rank 1 could not take the job's shared index" in proc.stderr, proc.stderr[-3000:]
+    totals = [float(line.split()[-1]) for line in proc.stdout.splitlines() if " total " in line]
+    assert len(totals) == 2 and sum(totals) == 66.0, proc.stdout  # a/x.npy's 0..11 once across the ranks
+
+
 WORKERS = """
 import sys, torch, dlfeed.torch
 ds = dlfeed.torch.Dataset(sys.argv[1], batch_size=4, fields=["x", "y"], job_cache="64M")
