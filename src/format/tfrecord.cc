@@ -340,6 +340,12 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
                               absl::StrCat("one value in bytes_list feature '", feature_, "' of record ", item),
                               "an empty list");
         }
+        if (values.size() > 1) {  // the sample is one value: the others would be dropped in silence
+          return format_error(where_, ctx.base + slice.offset,
+                              absl::StrCat("one value in bytes_list feature '", feature_, "' of record ", item,
+                                           " (as tf.io.FixedLenFeature([], tf.string) reads it)"),
+                              absl::StrCat(values.size(), " values"));
+        }
         const std::span<const std::byte> v = values[0];
         if (v.size() % dtype_.size != 0) {
           return format_error(where_, ctx.base + slice.offset,

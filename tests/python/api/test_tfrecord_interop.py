@@ -288,3 +288,31 @@ def test_a_feature_with_two_value_lists_is_an_error(tmp_path, case):
     with pytest.raises(dl.Error, match=r"crafted\.tfrecord.*(one value list in a tf\.train\.Feature|one "
                                        r"tf\.train\.Feature per feature map entry).*a second one"):
         list(dl.Loader(path, fields=["x"], batch_size=2))
+
+
+def test_a_bytes_feature_of_several_values_is_an_error_naming_the_record(tmp_path):
+    """A bytes_list of two values gave its first in silence (the second dropped); TensorFlow's
+    FixedLenFeature([], tf.string) refuses such a record. It is an error naming the file, the record and
+    the count, in a record after the first (read at the batch) and in the first (read at open)."""
+    import dlfeed as dl
+    tf = pytest.importorskip("tensorflow")
+
+    def write(path, lists):
+        with tf.io.TFRecordWriter(str(path)) as w:
+            for vals in lists:
+                e = tf.train.Example()
+                e.features.feature["image"].bytes_list.value.extend(vals)
+                w.write(e.SerializeToString())
+
+    write(tmp_path / "later.tfrecord", [[b"ab"], [b"c", b"dd"], [b"ef"]])
+    with pytest.raises(dl.Error, match=r"later\.tfrecord.*one value in bytes_list feature 'image' of record 1 "
+                                       r".*found 2 values"):
+        list(dl.Loader(tmp_path / "later.tfrecord", fields=["image"], batch_size=3, ragged=True,
+                       strategy="sequential"))
+    write(tmp_path / "first.tfrecord", [[b"c", b"dd", b"e"], [b"ab"]])
+    with pytest.raises(dl.Error, match=r"first\.tfrecord.*of record 0 .*found 3 values"):
+        dl.Loader(tmp_path / "first.tfrecord", fields=["image"], batch_size=2, ragged=True)
+    write(tmp_path / "one.tfrecord", [[b"ab"], [b"cd"]])
+    got = [bytes(np.asarray(b[0])) for b in dl.Loader(tmp_path / "one.tfrecord", fields=["image"], batch_size=2,
+                                                      strategy="sequential")]
+    assert got == [b"abcd"]
