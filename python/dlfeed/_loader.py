@@ -219,7 +219,11 @@ class Loader:
                     raise ValueError(f"shapes: no field {key!r} among {names}")
                 while len(reshape) <= idx:
                     reshape.append(None)
-                reshape[idx] = [int(d) for d in shape]
+                view = [int(d) for d in shape]
+                if min(view, default=0) < 0:  # before any indexing or collective
+                    raise _dlfeed.InvalidArgumentError(
+                        f"shapes: field '{key}': sample shape {tuple(view)} has a negative dimension")
+                reshape[idx] = view
             # Named fields: the C++ loader reads a TFRecord feature in that shape (its bytes straight into
             # the batch); the view above is then the shape the samples already have.
             if names is not None:
@@ -265,9 +269,9 @@ class Loader:
         """Starts `epoch` (the caller holds _order_lock). With next_if_spent, a restore()d state that
         left nothing of its epoch (taken after the epoch's last batch: a checkpoint at an epoch's end)
         starts the next epoch instead of an empty pass, as the uninterrupted loader would run next."""
-        restored, self._restored = self._restored, False
         self._started()
-        self._core.start_epoch(epoch)
+        self._core.start_epoch(epoch)  # one that fails keeps a restore pending for the next start
+        restored, self._restored = self._restored, False
         if next_if_spent and restored and self._core.batches_left == 0 and self._core.batches_per_epoch > 0:
             epoch = _epoch_number(epoch + 1)
             self._next_epoch = epoch
@@ -323,9 +327,11 @@ class Loader:
 
     def iter_epochs(self, first: Optional[int] = None, count: Optional[int] = None) -> Iterator[Any]:
         """The batches of ``count`` epochs (None: without end) from ``first`` (None: the
-        next one) as one stream: each epoch's reads start while the last one's batches
-        are consumed (overlap_epochs is turned on), and with ``device=`` the copies go on
-        across the epochs' ends. ``batch.epoch`` says which epoch a batch is of."""
+        next one, as ``iter(loader)`` runs it: after a restore at an epoch's end, the epoch
+        after; a ``first`` given runs as ``iter_epoch`` runs it) as one stream: each epoch's
+        reads start while the last one's batches are consumed (overlap_epochs is turned on),
+        and with ``device=`` the copies go on across the epochs' ends. ``batch.epoch`` says
+        which epoch a batch is of."""
         start = _epoch_number(self._next_epoch if first is None else first)
         stop = None if count is None else start + operator.index(count)
         if stop is not None:

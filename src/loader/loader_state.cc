@@ -92,8 +92,19 @@ absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayo
   old.world_size = os.spec.world_size;
   old.epoch = os.spec.epoch;
   old.global_start = os.spec.global_start;
-  if (auto before = OrderCursor::create(layout, old);
-      before.ok() && !before->global_order().rank_bounds().empty() && os.position >= before->size()) {
+  if (auto before = OrderCursor::create(layout, old); before.ok() && !before->global_order().rank_bounds().empty()) {
+    if (os.position > 0 && os.position < before->size()) {
+      // Mid-epoch: k steps of W ranks are no global position of such an
+      // order (each rank's part is padded to the largest), and G + k*W may
+      // pass its size while samples are left: refused, never read as spent.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "loader state: saved by rank ", os.spec.rank, " of ", os.spec.world_size, ", restored on rank ", want.rank,
+          " of ", want.world_size, ": strategy '", want.strategy,
+          "' partitions samples by rank (its order depends on the world size), so it resumes on another world size "
+          "from an epoch's start or end only; this state is at position ",
+          os.position, " of ", before->size(), " in epoch ", os.spec.epoch,
+          " (elastic restarts mid-epoch need a strided order)"));
+    }
     r.global_start = std::max<uint64_t>(1, before->global_order().size());
   }
   OrderSpec spec = want;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "dlfeed/error.h"
 
 namespace dlfeed::cli::dlio {
 namespace {
@@ -54,23 +55,25 @@ absl::Status get_bool(const YamlNode& n, const std::string& key, bool* out) {
   return expected(n, key, "True or False");
 }
 
+// YAML 1.1, as DLIO's reader (PyYAML under OmegaConf) takes a plain scalar:
+// 010 is octal 8 and 09 a string. Neither is read as the decimal it looks
+// like. `v`: the scalar without its '_'s.
+absl::Status no_leading_zero(const YamlNode& n, const std::string& key, absl::string_view v) {
+  if (!v.empty() && (v[0] == '+' || v[0] == '-')) v.remove_prefix(1);
+  if (v.size() < 2 || v[0] != '0' || !std::all_of(v.begin(), v.end(), absl::ascii_isdigit)) return absl::OkStatus();
+  const bool octal = v.find_first_of("89") == absl::string_view::npos;
+  return error_at(n.origin, absl::StrCat(key, ": ", n.scalar, " has a leading zero, which YAML 1.1 (DLIO's reader) ",
+                                         octal ? "takes as an octal number" : "takes as a string",
+                                         "; write the number without it"));
+}
+
 absl::Status get_int(const YamlNode& n, const std::string& key, int64_t* out) {
   if (n.kind == YamlNode::Kind::kScalar && !n.quoted) {
     std::string v;
     for (char c : n.scalar) {
       if (c != '_') v += c;
     }
-    // YAML 1.1, as DLIO's reader (PyYAML under OmegaConf) takes it: 010 is
-    // octal 8 and 09 a string. Neither is read as the decimal it looks like.
-    absl::string_view digits = v;
-    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
-    if (digits.size() > 1 && digits[0] == '0' && std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
-      const bool octal = digits.find_first_of("89") == absl::string_view::npos;
-      return error_at(
-          n.origin,
-          absl::StrCat(key, ": ", n.scalar, " has a leading zero, which YAML 1.1 (DLIO's reader) ",
-                       octal ? "takes as an octal number" : "takes as a string", "; write the number without it"));
-    }
+    DLFEED_RETURN_IF_ERROR(no_leading_zero(n, key, v));
     if (absl::SimpleAtoi(v, out)) return absl::OkStatus();
   }
   return expected(n, key, "an integer");
@@ -82,6 +85,7 @@ absl::Status get_double(const YamlNode& n, const std::string& key, double* out) 
     for (char c : n.scalar) {
       if (c != '_') v += c;
     }
+    DLFEED_RETURN_IF_ERROR(no_leading_zero(n, key, v));
     if (absl::SimpleAtod(v, out) && std::isfinite(*out)) return absl::OkStatus();
   }
   return expected(n, key, "a number");
@@ -100,7 +104,10 @@ absl::Status get_int_list(const YamlNode& n, const std::string& key, std::vector
   std::vector<int64_t> v;
   for (const YamlNode& e : n.list) {
     int64_t x;
-    if (auto st = get_int(e, key, &x); !st.ok()) return expected(n, key, "a sequence of integers like [1, 2]");
+    if (auto st = get_int(e, key, &x); !st.ok()) {
+      if (absl::StrContains(st.message(), "leading zero")) return st;
+      return expected(n, key, "a sequence of integers like [1, 2]");
+    }
     v.push_back(x);
   }
   *out = std::move(v);

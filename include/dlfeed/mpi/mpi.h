@@ -72,8 +72,11 @@ class DLFEED_EXPORT Job {
   /// (every rank creates its loader with the same paths and fields), and
   /// the job must outlive the loaders' create calls (the opener refers to
   /// it). An error on `root` (a missing file, a bad header) is every rank's
-  /// error, and so is one rank's failure to take the index (other paths): the
-  /// ranks leave create together, at the same collective.
+  /// error, and so is one rank's failure to take the index (it names other
+  /// paths; the message does not decode): all ranks leave the index's
+  /// collectives together. An error of one rank's own later in create (its
+  /// staging folder) is that rank's alone: ranks that go on after it must not
+  /// make loaders again on that rank only.
   void share_index(LoaderOptions& options, int root = 0) const;
   /// MPI_Barrier.
   absl::Status barrier() const;

@@ -137,6 +137,21 @@ def test_local_shuffle_resumes_on_another_world_size_from_a_state_at_an_epochs_e
     assert set(got) == set(range(N))
 
 
+def test_local_shuffle_mid_epoch_on_another_world_size_is_refused_late_in_the_epoch_too(data):
+    # A rank's part is padded to the largest, so 9 steps of 2 ranks (global position 72 of 55) passed
+    # the epoch's size with samples left: the restore took the epoch as spent, and samples 21 and 37
+    # were never read. Refused at every step inside the epoch, as at its first steps.
+    for steps in (1, 5, 9):
+        old = loader(data, 0, 2, strategy="local_shuffle")
+        it = iter(old)
+        for _ in range(steps):
+            next(it)
+        new = loader(data, 0, 3, strategy="local_shuffle")
+        with pytest.raises(dlfeed.Error, match="partitions samples by rank"):
+            new.restore(old.state())
+        old.close()
+
+
 def test_an_iterator_of_an_older_epoch_never_returns_a_batch_of_a_newer_one(data):
     # Thread A iterates epoch 0 while thread B starts epoch 1: between A's check that its epoch is
     # still the running one and its batch, B's start could fall.

@@ -65,3 +65,4 @@ def test_staging_keywords_same_batches_and_copies_read_later(data, tmp_path):
     assert st["done"] and st["staged"] == st["files"] == 8 and st["files_read_staged"] == 8
     e1 = staged.counters()["epochs"][1]
     assert e1["bytes_read_staged"] == e1["bytes_read"] > 0
+

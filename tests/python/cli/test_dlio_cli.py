@@ -294,6 +294,9 @@ metric: {au: 0.5}
      "workload.reader.batch_size: 010 has a leading zero, which YAML 1.1 (DLIO's reader) takes as an octal number"),
     ("model: a\nreader:\n  batch_size: 09\n", 3, "09 has a leading zero, which YAML 1.1 (DLIO's reader) takes as a "
                                                   "string"),
+    ("model: a\ntrain:\n  computation_time: 010\n", 3, "workload.train.computation_time: 010 has a leading zero"),
+    ("model: a\ncheckpoint:\n  layer_parameters: [010, 20]\n", 3,
+     "workload.checkpoint.layer_parameters: 010 has a leading zero"),
 ])
 def test_yaml_errors_name_file_and_line(dlfeed, tmp_path, text, line, msg):
     cfg = write(tmp_path, text, "bad.yaml")
