@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -150,13 +151,16 @@ absl::StatusOr<uint64_t> parse_latency(absl::string_view s) {
   for (const Unit& u : {Unit{"ns", 1}, Unit{"us", 1e3}, Unit{"ms", 1e6}, Unit{"s", 1e9}}) {
     if (absl::EndsWith(s, u.suffix)) {
       double v = 0;
-      if (absl::SimpleAtod(s.substr(0, s.size() - std::strlen(u.suffix)), &v) && v >= 0) {
+      // Finite and at most an hour: beyond, the nanoseconds would not fit
+      // (1e20s read as no latency at all).
+      if (absl::SimpleAtod(s.substr(0, s.size() - std::strlen(u.suffix)), &v) && std::isfinite(v) && v >= 0 &&
+          v * u.ns <= 3600e9) {
         return static_cast<uint64_t>(v * u.ns);
       }
       break;
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("'", s, "' is not a latency (e.g. 500us, 1ms)"));
+  return absl::InvalidArgumentError(absl::StrCat("'", s, "' is not a latency from 0 to 1 hour (e.g. 500us, 1ms)"));
 }
 
 }  // namespace
@@ -173,9 +177,13 @@ absl::StatusOr<SourceThrottle> parse_source_throttle(const std::string& text) {
     if (mult != 1) bw.pop_back();
   }
   double v = 0;
-  if (parts.size() > 2 || !absl::SimpleAtod(bw, &v) || v <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--source-throttle '", text, "': expected BANDWIDTH[:LATENCY], e.g. 200M or 200M:1ms"));
+  // A bandwidth from 1 B/s to 1 PB/s: NaN waited forever, and rates past
+  // these bounds overflowed a read's cost in nanoseconds (no throttle).
+  if (parts.size() > 2 || !absl::SimpleAtod(bw, &v) || !std::isfinite(v * mult) || v * mult < 1 ||
+      v * mult > 1e15) {
+    return absl::InvalidArgumentError(absl::StrCat("--source-throttle '", text,
+                                                   "': expected BANDWIDTH[:LATENCY], the bandwidth from 1 B/s to "
+                                                   "1 PB/s, e.g. 200M or 200M:1ms"));
   }
   t.bytes_per_s = v * mult;
   if (parts.size() == 2) {

@@ -323,9 +323,18 @@ def test_cache_without_mpi_is_a_clear_error(dlfeed, h5_data):
     assert "--cache" in err and "mpirun" in err
 
 
-def test_bad_throttle_is_a_clear_error(dlfeed, h5_data):
-    err = dlfeed.error("run", "--fields", "x", "--source-throttle", "fast", h5_data)
-    assert "--source-throttle 'fast'" in err and "200M:1ms" in err
+@pytest.mark.parametrize("value,says", [
+    ("fast", "--source-throttle 'fast': expected BANDWIDTH[:LATENCY]"),
+    ("nan", "the bandwidth from 1 B/s to 1 PB/s"),  # was taken, and the run waited forever
+    ("NaN:1ms", "the bandwidth from 1 B/s to 1 PB/s"),
+    ("1e-300", "the bandwidth from 1 B/s to 1 PB/s"),  # these four overflowed to no throttle at all
+    ("1e25", "the bandwidth from 1 B/s to 1 PB/s"),
+    ("64M:infs", "is not a latency from 0 to 1 hour"),
+    ("64M:1e20s", "is not a latency from 0 to 1 hour"),
+])
+def test_bad_throttle_is_a_clear_error(dlfeed, h5_data, value, says):
+    err = dlfeed.error("run", "--fields", "x", "--source-throttle", value, h5_data)  # (a hang: 300 s, then fails)
+    assert says in err, err
 
 
 # Python under mpirun: dlfeed.Loader(job_cache=...) and dlfeed.torch.Dataset pass it on.
