@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
@@ -32,6 +33,16 @@ class ScaleOut {
   int size() const { return size_; }
   bool is_root() const { return rank_ == 0; }
 
+  /// Under MPI, collective: every rank's `settings` (name, value; the
+  /// command's) and the scale-out flags the ranks must share (--cache,
+  /// --source-throttle, --barrier-per-step, ...) compared on rank 0; a
+  /// difference is an error on every rank naming the setting and two
+  /// ranks' values, not a job whose ranks wait for each other in different
+  /// collectives. The first collective after begin() (root_first aside).
+  void agree(std::vector<std::pair<std::string, std::string>> settings) const;
+  /// agree() with the loader's settings that make collectives (fields, batch
+  /// size, order, drop_last) and `more`.
+  void agree(const LoaderOptions& o, std::vector<std::pair<std::string, std::string>> more) const;
   /// Rank, world size and the trace's pid from MPI; staging from --stage-to,
   /// --stage-limit, --stage-sync.
   void configure(LoaderOptions& o) const;

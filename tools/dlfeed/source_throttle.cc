@@ -179,8 +179,7 @@ absl::StatusOr<SourceThrottle> parse_source_throttle(const std::string& text) {
   double v = 0;
   // A bandwidth from 1 B/s to 1 PB/s: NaN waited forever, and rates past
   // these bounds overflowed a read's cost in nanoseconds (no throttle).
-  if (parts.size() > 2 || !absl::SimpleAtod(bw, &v) || !std::isfinite(v * mult) || v * mult < 1 ||
-      v * mult > 1e15) {
+  if (parts.size() > 2 || !absl::SimpleAtod(bw, &v) || !std::isfinite(v * mult) || v * mult < 1 || v * mult > 1e15) {
     return absl::InvalidArgumentError(absl::StrCat("--source-throttle '", text,
                                                    "': expected BANDWIDTH[:LATENCY], the bandwidth from 1 B/s to "
                                                    "1 PB/s, e.g. 200M or 200M:1ms"));

@@ -211,3 +211,30 @@ def test_staging_copies_are_exact_and_later_epochs_read_them(mpirun, dlfeed, dat
     plain = mpi_run(mpirun, dlfeed, "--fields", "x", "--strategy", strategy, "--epochs", 3, "--batch-size", 4,
                     "--checksum", data)
     assert checksum(out) == checksum(plain)
+
+
+@pytest.mark.parametrize("common,rank1", [
+    (["--epochs", "2"], ["--batch-size", "9"]),
+    (["--epochs", "2"], ["--cache", "64M"]),
+    (["--epochs", "2", "--fields", "x,y"], ["--fields", "x"]),
+    (["--epochs", "2"], ["--epochs", "3"]),
+    (["--epochs", "2", "--cache", "64M"], ["--source-throttle", "100M:1ms"]),
+])
+def test_ranks_given_other_settings_are_an_error_on_every_rank_not_a_hang(mpirun, dlfeed, data, common, rank1):
+    """A rank started with other flags (a batch size, the job cache, fields, epochs, a throttle) waited for
+    its peers in collectives they never made (each case hung until killed). The ranks compare their
+    settings first: an error on every rank naming the setting and the two values."""
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    base = [dlfeed.binary, "run", "--mpi=on", "--batch-size", "4", *common]
+    try:
+        proc = subprocess.run([*mpirun, "-np", "1", *base, data, ":", "-np", "2", *base, *rank1, data],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the job hung with {rank1} on ranks 1 and 2 only")
+    if "built without MPI" in proc.stderr:
+        pytest.skip("this dlfeed was built without MPI")
+    assert proc.returncode != 0
+    name = rank1[0]
+    for r in range(3):
+        assert f"error on rank {r}: {name}" in proc.stderr and "on rank 0 but" in proc.stderr, proc.stderr[-3000:]
+    assert "every rank of a job runs with the same settings" in proc.stderr
