@@ -237,6 +237,7 @@ void bind_advanced_options(py::module_& m) {
                             {{"io_factory", "a C++ callback making I/O backends"},
                              {"index_opener", "a C++ callback opening the index (mpi::Job::share_index)"},
                              {"before_first_epoch", "a C++ callback at the first epoch's start (mpi::JobCache)"},
+                             {"reindex_changed_files", "set by mpi::JobCache (job_cache=), which needs it off"},
                              {"prefetch_policy", "a C++ plug-in object (prefetch::PrefetchPolicy); use prefetch"}});
   py::class_<AdvancedOptions>(m, "AdvancedOptions",
                               "The engines, read-ahead, read merging (C++ AdvancedOptions): the defaults follow the "

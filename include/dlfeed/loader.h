@@ -107,6 +107,12 @@ struct DLFEED_EXPORT AdvancedOptions {
   /// start_epoch, and the next one calls it again. mpi::JobCache plans from
   /// it which rank keeps which bytes.
   std::function<absl::Status(const OrderSpec& order, uint64_t position)> before_first_epoch;
+  /// A file held open whose change time alone is new at an epoch's start
+  /// (rewritten with its mtime put back, or a chmod) is indexed again and
+  /// read on when its samples are where they were (true, the default). False:
+  /// an error naming it, as a file with a new size or mtime is. mpi::JobCache
+  /// sets false: bytes it kept from the file would be served unchanged.
+  bool reindex_changed_files = true;
   /// Files kept open at once (0: the FileTable default).
   size_t max_open_files = 0;
   /// How far to read ahead of the consumer (prefetch::Prefetch, in

@@ -516,8 +516,9 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   // A file whose change time alone is new (chmod, or bytes rewritten with
   // the mtime set back) is indexed again: it reads on only if its samples
   // are where they were.
-  DLFEED_RETURN_IF_ERROR(
-      m.files->check_open_files(detail::still_indexed_by_id(m.indices, m.file_ids, m.field_formats)));
+  DLFEED_RETURN_IF_ERROR(m.files->check_open_files(
+      m.options.advanced.reindex_changed_files ? detail::still_indexed_by_id(m.indices, m.file_ids, m.field_formats)
+                                               : std::function<absl::Status(uint32_t)>()));
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;

@@ -310,6 +310,10 @@ absl::Status JobCache::attach(LoaderOptions& options) {
     std::lock_guard<std::mutex> lock(s.fields_mu);
     s.fields.clear();
   }
+  // Bytes kept from a file are served unchanged: a file rewritten in place
+  // with its mtime put back is an error, not indexed again and read on
+  // (new bytes from the file beside old ones from the cache).
+  options.advanced.reindex_changed_files = false;
   auto inner = std::move(options.advanced.index_opener);
   options.advanced.index_opener = [state = state_, inner](const std::vector<std::string>& paths,
                                                           const FormatOptions& format) -> absl::StatusOr<SampleIndex> {

@@ -741,6 +741,47 @@ def test_a_rank_that_cannot_take_the_index_fails_every_ranks_create(mpirun, tmp_
     assert len(totals) == 2 and sum(totals) == 66.0, proc.stdout  # a/x.npy's 0..11 once across the ranks
 
 
+REWRITTEN = """
+import os, sys, time, numpy as np, dlfeed
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+d = sys.argv[1]
+def wait_for(name):
+    while not os.path.exists(os.path.join(d, name)):
+        time.sleep(0.01)
+loader = dlfeed.Loader(d, batch_size=2, job_cache="16M", resident="off", strategy="global_shuffle")
+list(loader)
+open(os.path.join(d, f"done{rank}"), "w").close()
+if rank == 0:
+    wait_for("done1")
+    p = os.path.join(d, "x_001.npy")
+    st = os.stat(p)
+    with open(p, "r+b") as f:  # new bytes, the same size, then the mtime put back (cp -p, rsync -t)
+        f.seek(-8 * 8, 2)
+        f.write(np.full(8, 99.0).tobytes())
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    open(os.path.join(d, "rewritten"), "w").close()
+wait_for("rewritten")
+try:
+    vals = sorted({float(v) for b in loader for v in np.asarray(b[0]).ravel()})
+    print(f"rank {rank} read {vals}")
+except Exception as e:
+    print(f"rank {rank} error: {e}")
+"""
+
+
+def test_a_file_rewritten_with_its_mtime_put_back_is_an_error_with_the_job_cache(mpirun, tmp_path):  # noqa: F811
+    """Without the cache such a file is indexed again and read on; with it, bytes the cache kept from epoch 0
+    were served beside the file's new ones (a mix of 1.0 and 99.0, or only old values), in silence. An
+    error naming the file instead."""
+    for f in range(3):
+        np.save(tmp_path / f"x_{f:03d}.npy", np.full((8, 1), float(f)))
+    proc = two_ranks_run(mpirun, tmp_path / "rewritten.py", REWRITTEN, [tmp_path], hung="the job hung")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        assert f"rank {r} error: " in proc.stdout and "x_001.npy" in proc.stdout, proc.stdout
+    assert "change time" in proc.stdout and " read " not in proc.stdout, proc.stdout
+
+
 WORKERS = """
 import sys, torch, dlfeed.torch
 ds = dlfeed.torch.Dataset(sys.argv[1], batch_size=4, fields=["x", "y"], job_cache="64M")
