@@ -277,10 +277,10 @@ DLFEED_INLINE absl::StatusOr<OrderCursor> OrderCursor::create(const FileLayout& 
     c.size_ = spec.drop_last ? lo : hi;
     if (c.size_ > 0 && lo == 0) {  // refused on every rank alike
       return absl::InvalidArgumentError(
-          absl::StrCat("order: strategy '", spec.strategy,
-                       "' gives some rank no samples, so its shard cannot be padded; use drop_last or fewer ranks "
-                       "(world_size ",
-                       w, ")"));
+          absl::StrCat("order: strategy '", spec.strategy, "' gives some rank no samples (world_size ", w,
+                       ": fewer parts than ranks), so its shard cannot be padded; use fewer ranks or a strided "
+                       "strategy (global_shuffle). drop_last would make every rank's epoch as short as the "
+                       "shortest: empty"));
     }
   }
   c.global_ = std::move(global);
