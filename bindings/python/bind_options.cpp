@@ -108,7 +108,7 @@ void bind_format_options(py::module_& m) {
                      "TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/")
       .def_readwrite("index_cache", &FormatOptions::index_cache,
                      "Persistent dataset index: '' or 'off', 'auto' (in the dataset folder, or ~/.cache/dlfeed), "
-                     "or the cache file's path")
+                     "or the cache file's path (PATH.FIELD for each of several fields)")
       .def_readwrite("index_cache_check", &FormatOptions::index_cache_check,
                      "How a reopen from the cache knows the files are unchanged: 'files' (a stat each) or "
                      "'folders' (a stat per folder; files checked at their first read)");

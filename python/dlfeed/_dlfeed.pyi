@@ -51,7 +51,7 @@ class FormatOptions:
     index_dir: str
     """TFRecord: where sidecars live; empty: next to the file, or DLIO's {data}/index/{train|valid}/"""
     index_cache: str
-    """Persistent dataset index: '' or 'off', 'auto' (in the dataset folder, or ~/.cache/dlfeed), or the cache file's path"""
+    """Persistent dataset index: '' or 'off', 'auto' (in the dataset folder, or ~/.cache/dlfeed), or the cache file's path (PATH.FIELD for each of several fields)"""
     index_cache_check: str
     """How a reopen from the cache knows the files are unchanged: 'files' (a stat each) or 'folders' (a stat per folder; files checked at their first read)"""
 

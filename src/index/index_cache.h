@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_tfrecord_source(const std::st
 /// Where the cache for `paths` (open_dataset's arguments) lives, or "" when
 /// options.index_cache is off. "auto": DIR/.dlfeed/index-HASH when `paths`
 /// is one folder that is writable, else under $XDG_CACHE_HOME/dlfeed (or
-/// ~/.cache/dlfeed); any other value is the cache file's path.
+/// ~/.cache/dlfeed); any other value is the cache file's path (the loader
+/// adds .FIELD for each of several fields).
 std::string index_cache_path(const std::vector<std::string>& paths, const FormatOptions& options);
 
 /// A folder open_dataset listed, as stat found it before it was read. Its

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dlfeed/detail/error.h"
@@ -87,6 +88,16 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     const std::string& call = called[entries.size()];
     if (auto it = shapes.find(call); it != shapes.end()) fo.feature_shape = it->second;
     if (auto it = dtypes.find(call); it != dtypes.end()) fo.feature_dtype = it->second;
+    // A cache file the user named holds one field's index: with several
+    // fields each has its own beside it (PATH.FIELD), as "auto" names one per
+    // field; else each field's open wrote over the other's and none was used.
+    if (parsed.size() > 1 && !fo.index_cache.empty() && fo.index_cache != "off" && fo.index_cache != "auto") {
+      std::string suffix = call;
+      for (char& ch : suffix) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') ch = '_';
+      }
+      absl::StrAppend(&fo.index_cache, ".", suffix);
+    }
     counters::Span open_span(&cnt, counters::kOpenSpan);
     DLFEED_ASSIGN_OR_RETURN(SampleIndex idx, options.advanced.index_opener
                                                  ? options.advanced.index_opener(options.paths, fo)

@@ -37,7 +37,8 @@ ABSL_FLAG(bool, no_index_files, false, "TFRecord: ignore .idx sidecars and scan 
 ABSL_FLAG(bool, write_index, false, "TFRecord: write .idx sidecars after scanning");
 ABSL_FLAG(std::string, index_cache, "",
           "Persistent dataset index: off (default), auto (.dlfeed/index-HASH in the dataset folder, or under "
-          "~/.cache/dlfeed when that is not writable), or the cache file's path. Reopening reads unchanged "
+          "~/.cache/dlfeed when that is not writable), or the cache file's path (PATH.FIELD for each of several "
+          "fields). Reopening reads unchanged "
           "files' indexes from it");
 ABSL_FLAG(std::string, index_cache_check, dlfeed::FormatOptions{}.index_cache_check,
           "How a reopen from --index-cache knows the files are unchanged: files (a stat per file; changed "

@@ -142,3 +142,25 @@ def test_a_closed_file_rewritten_between_epochs_with_its_mtime_put_back_is_index
     rewrite_keeping_mtime(tmp_path / "x_0.npy", np.full((8, 4), 5, dtype=np.int32))  # same shape, another dtype
     with pytest.raises(dlfeed.DataError, match=r"x_0\.npy.*indexed again, its samples are not where they were"):
         all_samples(loader)
+
+
+def test_a_cache_path_given_for_several_fields_keeps_one_file_per_field(tmp_path, capfd):
+    """index_cache=PATH with fields x and y: each field's open wrote PATH over the other's (other format
+    options), so every run said the cache was not used and wrote it twice. Each field now has PATH.FIELD,
+    and a second run uses both, unchanged."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for f in range(3):
+        np.savez(d / f"p{f}.npz", x=np.arange(f * 10, f * 10 + 10, dtype=np.float32).repeat(3).reshape(10, 3),
+                 y=np.arange(f * 10, f * 10 + 10, dtype=np.int64))
+    cache = tmp_path / "c.idx"
+    kw = dict(fields=["x", "y"], batch_size=4, index_cache=str(cache), strategy="sequential")
+    for run in range(2):
+        got = [(np.asarray(b["x"])[:, 0], np.asarray(b["y"])) for b in dlfeed.Loader(d, **kw)]
+        np.testing.assert_array_equal(np.concatenate([x for x, _ in got]), np.arange(30))
+        np.testing.assert_array_equal(np.concatenate([y for _, y in got]), np.arange(30))
+        if run == 0:
+            stamps = {p: os.stat(p).st_mtime_ns for p in (f"{cache}.x", f"{cache}.y")}
+    assert "is not used" not in capfd.readouterr().err
+    assert {p: os.stat(p).st_mtime_ns for p in stamps} == stamps  # read, not written again
+    assert not cache.exists()
