@@ -276,10 +276,15 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
     return FileStatus::kReused;
   }
   if (src.size > options_.limit_bytes || used + src.size > options_.limit_bytes) return FileStatus::kSkippedLimit;
+  // Room for the copy's blocks and one more (its metadata): a small folder
+  // (a 2 MiB tmpfs) takes the files that fit. A write that still finds the
+  // folder full fails that copy, which is then read from the source.
   struct statvfs vfs {};
-  if (::statvfs(options_.dir.c_str(), &vfs) == 0 &&
-      static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < src.size + kChunk) {
-    return FileStatus::kSkippedSpace;
+  if (::statvfs(options_.dir.c_str(), &vfs) == 0 && vfs.f_frsize > 0) {
+    const uint64_t block = vfs.f_frsize;
+    if (static_cast<uint64_t>(vfs.f_bavail) * block < (src.size + block - 1) / block * block + block) {
+      return FileStatus::kSkippedSpace;
+    }
   }
   const std::string final_path = (std::filesystem::path(options_.dir) / staged_name(src)).string();
   const std::string tmp_path = temporary_name(options_.dir, staged_name(src));
