@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common.h"
 #if DLFEED_WITH_MPI
 #include "dlfeed/mpi/job_cache.h"
@@ -37,11 +38,30 @@ MpiState& mpi_state() {
   return *s;
 }
 
+// Collective: the settings that decide a loader's collectives (its create's,
+// one per field, the job cache's, the epochs') compared across the job's
+// ranks; a rank that differs is an error on every rank, not ranks waiting in
+// different collectives (a rank with another number of fields hung in create).
+void agree(const mpi::Job& job, const char* what, const LoaderOptions& o, const std::string& extra) {
+  const std::string mine = absl::StrCat(what, extra, ", fields [", absl::StrJoin(o.fields, ", "), "], batch_size ",
+                                        o.batch_size, ", strategy ", o.order.strategy, " seed ", o.order.seed,
+                                        " drop_last ", o.order.drop_last, " drop_last_batch ", o.drop_last_batch);
+  const std::vector<std::string> all = value_or_throw(job.gather(mine));
+  std::string verdict;
+  for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
+    if (all[r] == all[0]) continue;
+    verdict = absl::StrCat("rank ", r, " makes its loader with ", all[r], "; rank 0 with ", all[0],
+                           ": every rank of the job makes the same loaders, in the same order");
+  }
+  verdict = value_or_throw(job.broadcast(verdict));
+  if (!verdict.empty()) check(absl::InvalidArgumentError(verdict));
+}
+
 // The process's mpi::Job over communicator `comm` (a Fortran handle, -1:
 // MPI_COMM_WORLD), started on first use (`what`: the keyword, for errors);
 // `o` then takes the job's rank and world size, and rank 0 lists and
 // indexes the files for the job (a collective in the loader's create).
-mpi::Job& job_for(LoaderOptions& o, const char* what, int comm) {
+mpi::Job& job_for(LoaderOptions& o, const char* what, int comm, const std::string& extra = "") {
   MpiState& s = mpi_state();
   if (!s.jobs.empty() && s.pid != ::getpid()) {
     check(absl::FailedPreconditionError(
@@ -83,6 +103,7 @@ mpi::Job& job_for(LoaderOptions& o, const char* what, int comm) {
         absl::StrCat(what, ": world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
   }
   job->configure(o);
+  agree(*job, what, o, extra);
   job->share_index(o);
   return *job;
 }
@@ -97,7 +118,9 @@ void bind_mpi(py::module_& m) {
       "_job_cache_attach",
       [](LoaderOptions& o, uint64_t bytes_per_node, int ranks_per_node, const std::string& folder, int comm) {
         MpiState& s = mpi_state();
-        mpi::Job& job = job_for(o, "job_cache=", comm);
+        mpi::Job& job = job_for(o, "job_cache=", comm,
+                                absl::StrCat(" ", bytes_per_node, " B per node, ranks_per_node ", ranks_per_node,
+                                             folder.empty() ? "" : ", a folder"));
         mpi::JobCacheOptions co;
         co.bytes_per_node = bytes_per_node;
         co.ranks_per_node = ranks_per_node;

@@ -782,6 +782,28 @@ def test_a_file_rewritten_with_its_mtime_put_back_is_an_error_with_the_job_cache
     assert "change time" in proc.stdout and " read " not in proc.stdout, proc.stdout
 
 
+OTHER_FIELDS = """
+import os, sys, dlfeed
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+kw = {"job_cache": "16M"} if sys.argv[2] == "cache" else {"mpi": True}
+try:
+    dlfeed.Loader(sys.argv[1], fields=["x", "y"] if rank == 0 else ["x"], batch_size=4, **kw)
+except dlfeed.InvalidArgumentError as e:
+    print(f"rank {rank} caught: {e}")
+"""
+
+
+@pytest.mark.parametrize("mode", ["mpi", "cache"])
+def test_ranks_making_other_loaders_are_an_error_on_every_rank(mpirun, h5_data, tmp_path, mode):  # noqa: F811
+    """A rank whose loader had other fields than rank 0's hung in create (one index broadcast per field). The
+    ranks compare the loader's settings first: an error on every rank naming both."""
+    proc = two_ranks_run(mpirun, tmp_path / "other_fields.py", OTHER_FIELDS, [h5_data, mode], hung="the job hung")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        assert f"rank {r} caught: rank 1 makes its loader with " in proc.stdout, proc.stdout
+    assert "fields [x]" in proc.stdout and "rank 0 with " in proc.stdout and "fields [x, y]" in proc.stdout
+
+
 WORKERS = """
 import sys, torch, dlfeed.torch
 ds = dlfeed.torch.Dataset(sys.argv[1], batch_size=4, fields=["x", "y"], job_cache="64M")
