@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common.h"
@@ -42,10 +43,16 @@ MpiState& mpi_state() {
 // one per field, the job cache's, the epochs') compared across the job's
 // ranks; a rank that differs is an error on every rank, not ranks waiting in
 // different collectives (a rank with another number of fields hung in create).
-void agree(const mpi::Job& job, const char* what, const LoaderOptions& o, const std::string& extra) {
-  const std::string mine = absl::StrCat(what, extra, ", fields [", absl::StrJoin(o.fields, ", "), "], batch_size ",
-                                        o.batch_size, ", strategy ", o.order.strategy, " seed ", o.order.seed,
-                                        " drop_last ", o.order.drop_last, " drop_last_batch ", o.drop_last_batch);
+void agree(const mpi::Job& job, const char* what, const LoaderOptions& o, const std::string& extra,
+           const absl::Status& local) {
+  std::vector<std::string> fields;  // quoted: ["a, b"] is not ["a", "b"]
+  for (const std::string& f : o.fields) fields.push_back(absl::StrCat("'", absl::CEscape(f), "'"));
+  std::string mine = absl::StrCat(what, extra, ", fields [", absl::StrJoin(fields, ", "), "], batch_size ",
+                                  o.batch_size, ", strategy ", o.order.strategy, " seed ", o.order.seed, " drop_last ",
+                                  o.order.drop_last, " drop_last_batch ", o.drop_last_batch);
+  // A rank's own error (its world_size=) fails every rank here, not that rank
+  // alone while the others wait for it.
+  if (!local.ok()) absl::StrAppend(&mine, " (", local.message(), ")");
   const std::vector<std::string> all = value_or_throw(job.gather(mine));
   std::string verdict;
   for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
@@ -98,12 +105,14 @@ mpi::Job& job_for(LoaderOptions& o, const char* what, int comm, const std::strin
     job = s.jobs.back().get();
   }
   const auto size = static_cast<uint32_t>(job->size());
+  absl::Status local;
   if (o.order.world_size != 1 && o.order.world_size != size) {
-    check(absl::InvalidArgumentError(
-        absl::StrCat(what, ": world_size=", o.order.world_size, " but the MPI job has ", size, " ranks")));
+    local = absl::InvalidArgumentError(
+        absl::StrCat(what, ": world_size=", o.order.world_size, " but the MPI job has ", size, " ranks"));
   }
+  agree(*job, what, o, extra, local);
+  check(local);
   job->configure(o);
-  agree(*job, what, o, extra);
   job->share_index(o);
   return *job;
 }

@@ -100,6 +100,7 @@ struct FileTable::Impl {
     std::vector<std::pair<int, uint32_t>> retired;  // (fd, pins)
     int8_t direct = -1;                             // O_DIRECT for this file: -1 the table's, else 0/1
     bool recheck = false;  // a reopen found only its change time new: check_open_files asks whether it is still indexed
+    bool opened = false;   // opened before (its bytes may have been read)
     std::list<uint32_t>::iterator lru_it;
   };
 
@@ -143,6 +144,12 @@ struct FileTable::Impl {
   // check_open_files (`recheck_later`). Under mu.
   static absl::Status accept(Entry& e, const std::string& path, const Identity& expect, const Identity& found,
                              const absl::Status& reindexed, bool recheck_later) {
+    if (!reindexed.ok() && reindexed.code() == absl::StatusCode::kAborted) {  // reindex_reopened(false)
+      return file_error(path, "the file as it was registered",
+                        absl::StrCat("a new change time: changed in place since it was read (or its metadata "
+                                     "changed); not indexed again: ",
+                                     reindexed.message()));
+    }
     if (!reindexed.ok()) {
       return file_error(path, "the file as it was registered",
                         absl::StrCat("a new change time: changed in place since it was indexed; indexed again, its "
@@ -155,6 +162,7 @@ struct FileTable::Impl {
                         absl::StrCat(d, ": replaced or modified while being read"));
     }
     if (e.path != path) return absl::OkStatus();  // redirected meanwhile: its entry is the copy's
+    e.opened = true;
     if (ctime_only && !recheck_later) e.identity.ctime_ns = found.ctime_ns;  // indexed again: still indexed
     if (!e.identity.known || !e.identity.dev_known || e.identity.ctime_ns == 0) e.identity = found;
     if (recheck_later) e.recheck = true;
@@ -437,6 +445,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   std::string path;
   Impl::Identity expect;  // what `path` must be (a redirect may change both meanwhile)
   bool direct = direct_;
+  bool reopened = false;
   {
     std::lock_guard<std::mutex> lock(im.mu);
     if (id >= im.entries.size()) {
@@ -466,6 +475,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     ++im.opening;
     path = e.path;
     expect = e.identity;
+    reopened = e.opened;
     if (e.direct >= 0) direct = e.direct != 0;
   }
   close_all(to_close);
@@ -481,8 +491,12 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   // way (check_reopens_with), else it is read on and the next epoch's check
   // (check_open_files) indexes it again.
   const bool ctime_only = fd >= 0 && expect.known && expect.only_ctime_differs(found);
-  const bool recheck_later = ctime_only && !reopen_check_;
-  const absl::Status reindexed = ctime_only && reopen_check_ ? reopen_check_(id) : absl::OkStatus();
+  const bool refused = ctime_only && reopened && !reindex_reopened_;
+  const bool recheck_later = ctime_only && !reopen_check_ && !refused;
+  const absl::Status reindexed =
+      refused ? absl::AbortedError("its bytes read before may be served from elsewhere (the MPI job cache)")
+      : ctime_only && reopen_check_ ? reopen_check_(id)
+                                    : absl::OkStatus();
 
   std::lock_guard<std::mutex> lock(im.mu);
   --im.opening;

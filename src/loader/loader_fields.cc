@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
@@ -92,9 +93,14 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
     // fields each has its own beside it (PATH.FIELD), as "auto" names one per
     // field; else each field's open wrote over the other's and none was used.
     if (parsed.size() > 1 && !fo.index_cache.empty() && fo.index_cache != "off" && fo.index_cache != "auto") {
-      std::string suffix = call;
-      for (char& ch : suffix) {
-        if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') ch = '_';
+      std::string suffix;  // the name, other bytes than [A-Za-z0-9_-] as %XX: one file per name
+      for (const char ch : call) {
+        const auto u = static_cast<unsigned char>(ch);
+        if (absl::ascii_isalnum(u) || ch == '_' || ch == '-') {
+          suffix.push_back(ch);
+        } else {
+          absl::StrAppendFormat(&suffix, "%%%02X", u);
+        }
       }
       absl::StrAppend(&fo.index_cache, ".", suffix);
     }
@@ -216,6 +222,7 @@ std::shared_ptr<FileTable> make_file_table(const LoaderOptions& options, const s
   // the mtime set back, or an identity an index cache recorded earlier) is
   // indexed again before any of it is read.
   files->check_reopens_with(still_indexed_by_id(indices, file_ids, formats));
+  files->reindex_reopened(options.advanced.reindex_changed_files);
   return files;
 }
 

@@ -376,10 +376,6 @@ int run_phases(const DlioConfig& c, const std::string& config_path, const OrderM
   r.order = order;
   r.start_ts = timestamp();
   const auto t_run = Clock::now();
-  // DLIO's StatsCounter refuses a total_training_steps the configured data
-  // cannot give when it is made (in DLIOBenchmark.__init__, whatever the
-  // workflow), before generate_data writes anything.
-  check_training_steps(c, static_cast<uint64_t>(c.num_files_train), scale.size());
   // The keys that decide the collectives (generation's barrier, the steps,
   // evaluations and checkpoints): the same on every rank.
   scale.agree({{"workload.dataset", absl::StrCat(c.format, " ", c.num_files_train, "+", c.num_files_eval, " files x ",
@@ -389,7 +385,12 @@ int run_phases(const DlioConfig& c, const std::string& config_path, const OrderM
                {"workload.workflow", absl::StrCat(c.generate_data, c.generate_only, c.do_eval, c.do_checkpoint)},
                {"workload evaluation and checkpoint epochs",
                 absl::StrCat(c.eval_after_epoch, ",", c.epochs_between_evals, ",", c.checkpoint_after_epoch, ",",
-                             c.epochs_between_checkpoints, ",", c.steps_between_checkpoints)}});
+                             c.epochs_between_checkpoints, ",", c.steps_between_checkpoints)},
+               {"the order", absl::StrCat(order.strategy, " seed ", order.seed)}});
+  // DLIO's StatsCounter refuses a total_training_steps the configured data
+  // cannot give when it is made (in DLIOBenchmark.__init__, whatever the
+  // workflow), before generate_data writes anything.
+  check_training_steps(c, static_cast<uint64_t>(c.num_files_train), scale.size());
   if (c.generate_data && c.storage_type == "s3") {
     throw Error(absl::UnimplementedError(absl::StrCat(
         "workload.workflow.generate_data with storage_type s3: dlfeed generates into local files only; generate "

@@ -611,6 +611,7 @@ int run_run(const std::vector<std::string>& args) {
 }
 
 int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
+  scale->agree(workload_settings());  // before rank 0 makes a preset's dataset and the others look at it
   RunConfig config = scale->root_first([&] { return configure(args); });  // a preset's dataset: made once
   scale->agree(config.loader, {{"--epochs", absl::StrCat(config.epochs)}, {"--checksum", config.checksum ? "1" : "0"}});
   scale->configure(config.loader);

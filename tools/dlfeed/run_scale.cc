@@ -151,12 +151,16 @@ void ScaleOut::agree([[maybe_unused]] std::vector<std::pair<std::string, std::st
   if (!job_) return;
   // Per-rank paths may differ (a node's own --stage-to or --cache-folder);
   // whether one is given may not (the cache's windows, the stage wait).
-  settings.emplace_back("--cache", absl::GetFlag(FLAGS_cache));
+  const std::string cache = absl::GetFlag(FLAGS_cache);
+  const absl::StatusOr<uint64_t> cache_bytes = parse_bytes(cache);  // 64G and 65536M alike
+  settings.emplace_back("--cache", cache_bytes.ok() && !cache.empty() ? absl::StrCat(*cache_bytes, " bytes") : cache);
   settings.emplace_back("--cache-ranks-per-node", absl::StrCat(absl::GetFlag(FLAGS_cache_ranks_per_node)));
   settings.emplace_back("--cache-folder (given)", absl::GetFlag(FLAGS_cache_folder).empty() ? "no" : "yes");
-  settings.emplace_back("--source-throttle", absl::GetFlag(FLAGS_source_throttle));
-  settings.emplace_back("--stage-to (given)", absl::GetFlag(FLAGS_stage_to).empty() ? "no" : "yes");
+  settings.emplace_back("--source-throttle (given)", absl::GetFlag(FLAGS_source_throttle).empty() ? "no" : "yes");
   settings.emplace_back("--stage-wait", absl::GetFlag(FLAGS_stage_wait) ? "true" : "false");
+  if (absl::GetFlag(FLAGS_stage_wait)) {  // its wait is collective; staging alone is a rank's own
+    settings.emplace_back("--stage-to (given)", absl::GetFlag(FLAGS_stage_to).empty() ? "no" : "yes");
+  }
   settings.emplace_back("--barrier-per-step", absl::GetFlag(FLAGS_barrier_per_step) ? "true" : "false");
   std::string mine;
   for (const auto& [name, value] : settings) absl::StrAppend(&mine, name.size(), ":", name, value.size(), ":", value);

@@ -307,6 +307,12 @@ absl::StatusOr<ScaledWorkload> workload_from_flags() {
 
 bool workload_given() { return !absl::GetFlag(FLAGS_workload).empty(); }
 
+std::vector<std::pair<std::string, std::string>> workload_settings() {
+  return {{"--workload", absl::GetFlag(FLAGS_workload)},
+          {"--scale", absl::StrCat(absl::GetFlag(FLAGS_scale))},
+          {"--data-dir", absl::GetFlag(FLAGS_data_dir)}};
+}
+
 FlagGroup workload_flags() { return flag_group("Workload preset flags", FLAGS_workload, FLAGS_scale, FLAGS_data_dir); }
 
 absl::StatusOr<std::string> workload_dataset_from_flags(const ScaledWorkload& w, bool quiet, FormatOptions* format) {

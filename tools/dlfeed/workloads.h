@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -123,6 +124,9 @@ absl::StatusOr<DatasetAction> ensure_dataset(const ScaledWorkload& w, const std:
 
 /// Whether --workload was given.
 bool workload_given();
+/// --workload, --scale and --data-dir as given (ScaleOut::agree compares
+/// them before rank 0 makes the preset's dataset).
+std::vector<std::pair<std::string, std::string>> workload_settings();
 /// The preset --workload at --scale (0: its default scale).
 absl::StatusOr<ScaledWorkload> workload_from_flags();
 /// Makes sure the dataset of `w` is in --data-dir (default w.default_dir()),

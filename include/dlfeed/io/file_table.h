@@ -159,6 +159,11 @@ class DLFEED_EXPORT FileTable {
   /// the pin is the error naming the file. Without it such a file is read on
   /// and asked about at the next check_open_files.
   void check_reopens_with(std::function<absl::Status(uint32_t id)> still_indexed);
+  /// False: a file opened before in this table (its bytes read, and maybe
+  /// kept elsewhere: the MPI job cache) whose reopen finds only its change
+  /// time new is an error naming it, not indexed again (the first open of a
+  /// file still asks check_reopens_with's function). True by default.
+  void reindex_reopened(bool on) { reindex_reopened_ = on; }
   size_t max_open() const { return max_open_; }
   bool direct() const { return direct_; }
   FileTableStats stats() const;
@@ -173,6 +178,7 @@ class DLFEED_EXPORT FileTable {
 
   size_t max_open_;
   std::function<absl::Status(uint32_t id)> reopen_check_;  // check_reopens_with's (set before reads)
+  bool reindex_reopened_ = true;                           // reindex_reopened's (set before reads)
   std::atomic<uint64_t> redirections_{0};
   bool direct_;
   std::unique_ptr<Impl> impl_;

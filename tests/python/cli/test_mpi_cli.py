@@ -238,3 +238,14 @@ def test_ranks_given_other_settings_are_an_error_on_every_rank_not_a_hang(mpirun
     for r in range(3):
         assert f"error on rank {r}: {name}" in proc.stderr and "on rank 0 but" in proc.stderr, proc.stderr[-3000:]
     assert "every rank of a job runs with the same settings" in proc.stderr
+
+
+def test_settings_that_mean_the_same_are_the_same(mpirun, dlfeed, data):
+    """--cache 64M on one rank and 65536K on the others is one cache size: the job runs."""
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    base = [dlfeed.binary, "run", "--mpi=on", "--batch-size", "4", "--cache-ranks-per-node", "1"]
+    proc = subprocess.run([*mpirun, "-np", "1", *base, "--cache", "64M", data, ":", "-np", "1", *base, "--cache",
+                           "65536K", data], capture_output=True, text=True, timeout=120, env=env)
+    if "built without MPI" in proc.stderr:
+        pytest.skip("this dlfeed was built without MPI")
+    assert proc.returncode == 0, proc.stderr[-3000:]

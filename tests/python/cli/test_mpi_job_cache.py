@@ -748,7 +748,8 @@ d = sys.argv[1]
 def wait_for(name):
     while not os.path.exists(os.path.join(d, name)):
         time.sleep(0.01)
-loader = dlfeed.Loader(d, batch_size=2, job_cache="16M", resident="off", strategy="global_shuffle")
+loader = dlfeed.Loader(d, batch_size=2, job_cache=sys.argv[3], resident="off", strategy="global_shuffle",
+                       max_open_files=int(sys.argv[2]))
 list(loader)
 open(os.path.join(d, f"done{rank}"), "w").close()
 if rank == 0:
@@ -756,8 +757,8 @@ if rank == 0:
     p = os.path.join(d, "x_001.npy")
     st = os.stat(p)
     with open(p, "r+b") as f:  # new bytes, the same size, then the mtime put back (cp -p, rsync -t)
-        f.seek(-8 * 8, 2)
-        f.write(np.full(8, 99.0).tobytes())
+        f.seek(-8 * 64 * 8, 2)
+        f.write(np.full(8 * 64, 99.0).tobytes())
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     open(os.path.join(d, "rewritten"), "w").close()
 wait_for("rewritten")
@@ -769,17 +770,21 @@ except Exception as e:
 """
 
 
-def test_a_file_rewritten_with_its_mtime_put_back_is_an_error_with_the_job_cache(mpirun, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("max_open,cache", [(0, "16M"), (1, "8K")])
+def test_a_file_rewritten_with_its_mtime_put_back_is_an_error_with_the_job_cache(mpirun, tmp_path,  # noqa: F811
+                                                                                 max_open, cache):
     """Without the cache such a file is indexed again and read on; with it, bytes the cache kept from epoch 0
     were served beside the file's new ones (a mix of 1.0 and 99.0, or only old values), in silence. An
-    error naming the file instead."""
+    error naming the file instead: at the epoch's start for a file held open, at its reopen for one closed
+    meanwhile (max_open_files=1, a cache of a third of the files: the rest is read from them again)."""
     for f in range(3):
-        np.save(tmp_path / f"x_{f:03d}.npy", np.full((8, 1), float(f)))
-    proc = two_ranks_run(mpirun, tmp_path / "rewritten.py", REWRITTEN, [tmp_path], hung="the job hung")
+        np.save(tmp_path / f"x_{f:03d}.npy", np.full((8, 64), float(f)))
+    proc = two_ranks_run(mpirun, tmp_path / "rewritten.py", REWRITTEN, [tmp_path, max_open, cache],
+                         hung="the job hung")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(2):
         assert f"rank {r} error: " in proc.stdout and "x_001.npy" in proc.stdout, proc.stdout
-    assert "change time" in proc.stdout and " read " not in proc.stdout, proc.stdout
+    assert "change time" in proc.stdout and " read [" not in proc.stdout, proc.stdout
 
 
 OTHER_FIELDS = """
@@ -790,6 +795,10 @@ try:
     dlfeed.Loader(sys.argv[1], fields=["x", "y"] if rank == 0 else ["x"], batch_size=4, **kw)
 except dlfeed.InvalidArgumentError as e:
     print(f"rank {rank} caught: {e}")
+try:  # a rank's own error before the job's collectives: every rank's
+    dlfeed.Loader(sys.argv[1], fields=["x"], batch_size=4, world_size=3 if rank == 1 else 2, **kw)
+except dlfeed.InvalidArgumentError as e:
+    print(f"rank {rank} caught again: {e}")
 """
 
 
@@ -801,7 +810,10 @@ def test_ranks_making_other_loaders_are_an_error_on_every_rank(mpirun, h5_data, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(2):
         assert f"rank {r} caught: rank 1 makes its loader with " in proc.stdout, proc.stdout
-    assert "fields [x]" in proc.stdout and "rank 0 with " in proc.stdout and "fields [x, y]" in proc.stdout
+    assert "fields ['x']" in proc.stdout and "rank 0 with " in proc.stdout and "fields ['x', 'y']" in proc.stdout
+    for r in range(2):
+        assert f"rank {r} caught again: rank 1 makes its loader with " in proc.stdout, proc.stdout
+    assert "world_size=3 but the MPI job has 2 ranks" in proc.stdout
 
 
 WORKERS = """
