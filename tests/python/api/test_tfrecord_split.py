@@ -313,4 +313,4 @@ def test_the_index_cache_keeps_the_split_layout(tmp_path):
             np.testing.assert_array_equal(img, want[sid][0])
             assert int(label.reshape(-1)[0]) == want[sid][1]
         assert loader.stats().split_records == len(want) and loader.stats().split_records_whole == 0
-    assert cache.exists()
+    assert (tmp_path / "index.cache.image").exists() and (tmp_path / "index.cache.label").exists()  # one a field
