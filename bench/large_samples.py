@@ -23,7 +23,9 @@ alternating rounds:
 before each; a VM's host may still cache them), and fio when installed
 (`apt-get install fio`): io_uring, buffered, 2 MiB reads (dlfeed's large
 pieces; 1 MiB for 1 MiB samples) with 2 per core in flight (as many as dlfeed hands its kernel
-workers), over the same files.
+workers), over the same files; --cold-rounds N repeats the three N times in a
+rotated order (medians; the table gives each round's dlfeed / fio too), and
+--rounds 0 skips the warm rounds.
 
     .venv/bin/python bench/large_samples.py                  # 1,4,16,64,256 MiB, ~1 GiB each
     .venv/bin/python bench/large_samples.py --sizes 64 --rounds 3 --torch
@@ -141,6 +143,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=4, help="dlfeed epochs per run (the first is reported apart)")
     ap.add_argument("--cold", action="store_true")
+    ap.add_argument("--cold-rounds", type=int, default=1,
+                    help="cold rounds per case (yardstick, dlfeed and fio in a rotated order each; medians)")
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--data", default=str(ROOT / "data" / "bench" / "large"))
     ap.add_argument("--out", default="")
@@ -173,11 +177,21 @@ def main() -> None:
                 case["rounds"].append(one)
                 print(json.dumps({"format": fmt, "mib": mib, "round": r, **one}), flush=True)
             if a.cold:
-                bl.evict([folder])
-                case["cold_yard"] = json.loads(bl.sh([YARD, "--rounds", 1, *files]))["median_gb_per_s"]
-                bl.evict([folder])
-                case["cold_off"] = dlfeed_run(folder, batch, 1, ["--resident", "off"], tmp)["first_gb_per_s"]
-                case["cold_fio"] = fio_rate(folder, mib, cores)
+                got: dict = {"yard": [], "off": [], "fio": []}
+                for r in range(a.cold_rounds):
+                    for name in bl.rotated(["yard", "off", "fio"], r):
+                        bl.evict([folder])
+                        if name == "yard":
+                            got["yard"].append(json.loads(bl.sh([YARD, "--rounds", 1, *files]))["median_gb_per_s"])
+                        elif name == "off":
+                            run = dlfeed_run(folder, batch, 1, ["--resident", "off"], tmp)
+                            got["off"].append(run["first_gb_per_s"])
+                        else:
+                            got["fio"].append(fio_rate(folder, mib, cores))
+                case["cold_rounds"] = got
+                case["cold_yard"] = bl.median(got["yard"])
+                case["cold_off"] = bl.median(got["off"])
+                case["cold_fio"] = None if None in got["fio"] else bl.median(got["fio"])
                 bl.warm([folder])
             results["cases"].append(case)
     out = pathlib.Path(a.out or tmp / f"large_samples-{int(time.time())}.json")
@@ -186,7 +200,7 @@ def main() -> None:
     print("| format | sample | batch | yardstick GB/s | dlfeed read (later epochs) | / yardstick | first epoch / later "
           "| index s | first step s | I/O ops per sample | dlfeed default | PyTorch + h5py |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for c in results["cases"]:
+    for c in (c for c in results["cases"] if c["rounds"]):  # (--rounds 0: the cold rounds only)
         def med(f, rounds=c["rounds"]):
             return bl.median([f(r) for r in rounds])
         y = med(lambda r: r["yard"])
@@ -202,14 +216,17 @@ def main() -> None:
               f"{'' if tor is None else f'{tor:.2f}'} |")
     cold = [c for c in results["cases"] if "cold_off" in c]
     if cold:
-        print("\n| format | sample | cold: yardstick GB/s | fio GB/s | dlfeed GB/s | dlfeed / fio |")
-        print("|---|---|---|---|---|---|")
+        print("\n| format | sample | cold: yardstick GB/s | fio GB/s | dlfeed GB/s | dlfeed / fio | rounds "
+              "(medians) | dlfeed / fio, each round |")
+        print("|---|---|---|---|---|---|---|---|")
         for c in cold:
             fio = c.get("cold_fio")
             fio_txt = "" if fio is None else f"{fio:.2f}"
             ratio = "" if fio is None else f"{c['cold_off'] / fio:.2f}"
+            each = "" if fio is None else ", ".join(
+                f"{d / f:.2f}" for d, f in zip(c["cold_rounds"]["off"], c["cold_rounds"]["fio"]))
             print(f"| {c['format']} | {c['mib']} MiB | {c['cold_yard']:.2f} | {fio_txt} | {c['cold_off']:.2f} "
-                  f"| {ratio} |")
+                  f"| {ratio} | {len(c['cold_rounds']['off'])} | {each} |")
 
 if __name__ == "__main__":
     main()
