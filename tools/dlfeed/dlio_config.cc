@@ -55,10 +55,22 @@ absl::Status get_bool(const YamlNode& n, const std::string& key, bool* out) {
   return expected(n, key, "True or False");
 }
 
+// A plain scalar as a number's text: without its '_'s (4_096 is 4096).
+std::string without_underscores(const std::string& scalar) {
+  std::string v;
+  for (char c : scalar) {
+    if (c != '_') v += c;
+  }
+  return v;
+}
+
 // YAML 1.1, as DLIO's reader (PyYAML under OmegaConf) takes a plain scalar:
 // 010 is octal 8 and 09 a string. Neither is read as the decimal it looks
-// like. `v`: the scalar without its '_'s.
-absl::Status no_leading_zero(const YamlNode& n, const std::string& key, absl::string_view v) {
+// like. Quoted scalars and other nodes pass.
+absl::Status no_leading_zero(const YamlNode& n, const std::string& key) {
+  if (n.kind != YamlNode::Kind::kScalar || n.quoted) return absl::OkStatus();
+  const std::string plain = without_underscores(n.scalar);
+  absl::string_view v = plain;
   if (!v.empty() && (v[0] == '+' || v[0] == '-')) v.remove_prefix(1);
   if (v.size() < 2 || v[0] != '0' || !std::all_of(v.begin(), v.end(), absl::ascii_isdigit)) return absl::OkStatus();
   const bool octal = v.find_first_of("89") == absl::string_view::npos;
@@ -68,25 +80,18 @@ absl::Status no_leading_zero(const YamlNode& n, const std::string& key, absl::st
 }
 
 absl::Status get_int(const YamlNode& n, const std::string& key, int64_t* out) {
-  if (n.kind == YamlNode::Kind::kScalar && !n.quoted) {
-    std::string v;
-    for (char c : n.scalar) {
-      if (c != '_') v += c;
-    }
-    DLFEED_RETURN_IF_ERROR(no_leading_zero(n, key, v));
-    if (absl::SimpleAtoi(v, out)) return absl::OkStatus();
+  DLFEED_RETURN_IF_ERROR(no_leading_zero(n, key));
+  if (n.kind == YamlNode::Kind::kScalar && !n.quoted && absl::SimpleAtoi(without_underscores(n.scalar), out)) {
+    return absl::OkStatus();
   }
   return expected(n, key, "an integer");
 }
 
 absl::Status get_double(const YamlNode& n, const std::string& key, double* out) {
-  if (n.kind == YamlNode::Kind::kScalar && !n.quoted) {
-    std::string v;
-    for (char c : n.scalar) {
-      if (c != '_') v += c;
-    }
-    DLFEED_RETURN_IF_ERROR(no_leading_zero(n, key, v));
-    if (absl::SimpleAtod(v, out) && std::isfinite(*out)) return absl::OkStatus();
+  DLFEED_RETURN_IF_ERROR(no_leading_zero(n, key));
+  if (n.kind == YamlNode::Kind::kScalar && !n.quoted && absl::SimpleAtod(without_underscores(n.scalar), out) &&
+      std::isfinite(*out)) {
+    return absl::OkStatus();
   }
   return expected(n, key, "a number");
 }
@@ -104,10 +109,8 @@ absl::Status get_int_list(const YamlNode& n, const std::string& key, std::vector
   std::vector<int64_t> v;
   for (const YamlNode& e : n.list) {
     int64_t x;
-    if (auto st = get_int(e, key, &x); !st.ok()) {
-      if (absl::StrContains(st.message(), "leading zero")) return st;
-      return expected(n, key, "a sequence of integers like [1, 2]");
-    }
+    DLFEED_RETURN_IF_ERROR(no_leading_zero(e, key));  // its own message, not the list's
+    if (!get_int(e, key, &x).ok()) return expected(n, key, "a sequence of integers like [1, 2]");
     v.push_back(x);
   }
   *out = std::move(v);
