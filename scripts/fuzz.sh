@@ -3,20 +3,21 @@
 # Fuzzes every parser dlfeed owns (tests/fuzz, docs/reliability.md): builds
 # the libFuzzer targets with clang + ASan + UBSan into build-fuzz/, writes seed
 # corpora with numpy, h5py, TensorFlow and dlfeed's generator, then runs each
-# target for DLFEED_FUZZ_SECONDS (default 30), DLFEED_FUZZ_JOBS (default 2)
+# target for DLFEED_FUZZ_SECONDS (default 15), DLFEED_FUZZ_JOBS (default 2)
 # targets at a time. Fails on any finding (crash, sanitizer report, violated
 # property, timeout, out of memory), leaving the input in
 # build-fuzz/findings/<target>/; add it to tests/fuzz/regressions/<target>/ with
 # the fix. New inputs that found coverage stay in build-fuzz/corpus/<target>/ and
 # seed the next run.
-#   scripts/fuzz.sh                        # all targets, 30 s each (CI)
+#   scripts/fuzz.sh                        # all targets, 15 s each (CI)
+#   DLFEED_FUZZ_BUILD_ONLY=1 scripts/fuzz.sh   # build the targets, run none
 #   DLFEED_FUZZ_SECONDS=3600 scripts/fuzz.sh npz hdf5   # by hand: an hour each
 # Needs clang and libFuzzer (Debian: clang, libclang-rt-14-dev; installed here
 # when missing) and .venv from scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SECONDS_EACH=${DLFEED_FUZZ_SECONDS:-30}
+SECONDS_EACH=${DLFEED_FUZZ_SECONDS:-15}
 JOBS=${DLFEED_FUZZ_JOBS:-2}
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=(npy npz tfrecord tfrecord_idx example hdf5 index_cache indexed_binary deflate)
@@ -42,6 +43,7 @@ if [ ! -f "$B/CMakeCache.txt" ]; then
     -DDLFEED_INSTALL=OFF >/dev/null
 fi
 cmake --build "$B" -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}"
+[ "${DLFEED_FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # Seeds from the real writers (and dlfeed's generator when it is built).
 rm -rf "$B/seeds"

@@ -9,8 +9,13 @@
 # fuzzes every parser for a bounded time (scripts/fuzz.sh; docs/reliability.md).
 # With Open MPI installed (setup.sh installs it) ctest includes the mpirun
 # tests (label mpi).
+# The wheel, the sanitizer and the fuzz builds run in the background at the
+# lowest CPU priority from the start (scripts/background_builds.sh; their logs
+# in build/ci-logs/): they take the cores that the checks, ctest and pytest
+# leave idle, and each later phase waits for its build.
 # DLFEED_SKIP_SANITIZERS=1 skips the two sanitizer builds, DLFEED_SKIP_FUZZ=1
-# the fuzzing; DLFEED_FUZZ_SECONDS (default 30) is the time per fuzz target.
+# the fuzzing, DLFEED_TEST_WHEEL=0 the wheel; DLFEED_FUZZ_SECONDS (default 15)
+# is the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase's wall time, printed as it ends and again at the end (CI shows
@@ -47,6 +52,36 @@ slowest_ctest() {
 # configured by this command; an existing build/ keeps its settings).
 CMAKE_ARGS="-DDLFEED_WERROR=ON -DDLFEED_LINE_TABLES_ONLY=ON ${CMAKE_ARGS:-}" scripts/setup.sh
 
+LOGS=build/ci-logs
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+# In a session of its own (its process group is its pid), so that an early
+# exit here stops it and every compiler it started.
+setsid nice -n 19 scripts/background_builds.sh "$LOGS" &
+BUILDS_PID=$!
+stop_builds() {
+  kill -0 "$BUILDS_PID" 2>/dev/null && kill -TERM -- "-$BUILDS_PID" 2>/dev/null
+  return 0
+}
+# Waits for background build $1; on its failure, its log's end and exit.
+wait_for_build() {
+  local name=$1
+  while [ ! -f "$LOGS/$name.rc" ]; do
+    if ! kill -0 "$BUILDS_PID" 2>/dev/null && [ ! -f "$LOGS/$name.rc" ]; then
+      echo "test: the background builds (scripts/background_builds.sh) ended without building $name" >&2
+      exit 1
+    fi
+    sleep 1
+  done
+  if [ "$(cat "$LOGS/$name.rc")" != 0 ]; then
+    echo "test: the $name build failed; the end of $LOGS/$name.log:" >&2
+    tail -n 80 "$LOGS/$name.log" >&2
+    exit 1
+  fi
+  echo "-- $name build: done (log $LOGS/$name.log)"
+}
+trap 'stop_builds; report_phases' EXIT
+
 # Format, Python lint and types, SPDX lines (scripts/check.sh).
 phase "checks (scripts/check.sh)"
 scripts/check.sh
@@ -67,23 +102,15 @@ DLFEED_BIN="$PWD/build/tools/dlfeed" PYTHONPATH="$PWD/python:$PWD/build/python${
   .venv/bin/python -m pytest -q --durations=15 tests/python
 
 if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
-  phase "build-asan/ (ASan+UBSan)"
-  # Tests only (no tools, examples or benches), line tables rather than full
-  # debug info (-g1: reports still name file and line): CI's time goes to
-  # compiling, twice over for the two sanitizers.
-  BUILD_DIR=build-asan CMAKE_ARGS="-DDLFEED_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug -DDLFEED_LINE_TABLES_ONLY=ON -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_EXAMPLES=OFF -DDLFEED_BUILD_TOOLS=OFF" \
-    scripts/setup.sh
+  phase "waiting for build-asan/ (ASan+UBSan)"
+  wait_for_build asan
   phase "ctest under ASan+UBSan (build-asan/)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE package
   slowest_ctest build-asan
 
-  # No MPI here: ThreadSanitizer needs every library instrumented and Open
-  # MPI's is not; the MPI tests run in build/ and under ASan.
-  phase "build-tsan/ (TSan)"
-  BUILD_DIR=build-tsan \
-    CMAKE_ARGS="-DDLFEED_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug -DDLFEED_LINE_TABLES_ONLY=ON -DDLFEED_BUILD_BENCH=OFF -DDLFEED_BUILD_EXAMPLES=OFF -DDLFEED_BUILD_TOOLS=OFF -DDLFEED_MPI=OFF" \
-    scripts/setup.sh
+  phase "waiting for build-tsan/ (TSan)"
+  wait_for_build tsan
   phase "ctest under TSan (build-tsan/)"
   TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -LE package
@@ -91,6 +118,8 @@ if [ "${DLFEED_SKIP_SANITIZERS:-0}" != 1 ]; then
 fi
 
 if [ "${DLFEED_SKIP_FUZZ:-0}" != 1 ]; then
-  phase "fuzz (build-fuzz/, clang + libFuzzer, ${DLFEED_FUZZ_SECONDS:-30} s per target)"
+  phase "waiting for build-fuzz/"
+  wait_for_build fuzz
+  phase "fuzz (build-fuzz/, clang + libFuzzer, ${DLFEED_FUZZ_SECONDS:-15} s per target)"
   scripts/fuzz.sh
 fi

@@ -26,6 +26,11 @@ if ! "$PY" -c 'import auditwheel' 2>/dev/null || ! command -v patchelf >/dev/nul
 fi
 TAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 BUILD_DIR=$(realpath -m "${BUILD_DIR:-build-wheel/$TAG}")
+# One build in a folder at a time: a second run waits for the first (scripts/test.sh
+# starts one in the background that the wheel test's own run then finds done).
+mkdir -p "$BUILD_DIR"
+exec 9>"$BUILD_DIR.lock"
+flock 9
 
 # The build's own Python packages when this Python has them (no download),
 # else pip fetches scikit-build-core and pybind11 into an isolated build env.

@@ -20,6 +20,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 os.environ.setdefault("DLFEED_PYTHON", sys.executable)
 
 
+def pytest_collection_modifyitems(items):
+    """The wheel's tests run last: scripts/test.sh builds the wheel in the background meanwhile
+    (test_wheel.py's own build then finds it done)."""
+    items.sort(key=lambda item: item.path.name == "test_wheel.py")
+
+
 def dlfeed_binary() -> str:
     path = os.environ.get("DLFEED_BIN", str(ROOT / "build" / "tools" / "dlfeed"))
     if not os.path.exists(path):
