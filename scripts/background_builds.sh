@@ -14,6 +14,12 @@
 # DLFEED_SKIP_SANITIZERS=1 and DLFEED_SKIP_FUZZ=1 as scripts/test.sh does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# setsid (scripts/test.sh) made this a session, and with the scheduler's
+# autogroups (sched_autogroup_enabled) a session shares the CPU with the
+# others as a whole, whatever its processes' nice: its autogroup gets nice 19 too.
+echo 19 >/proc/self/autogroup 2>/dev/null || true
+# Builds of cores-many jobs (ninja's default is more), beside pytest's.
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 LOGS=${1:?usage: scripts/background_builds.sh LOG_DIR}
 mkdir -p "$LOGS"
 

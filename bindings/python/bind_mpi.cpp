@@ -46,22 +46,17 @@ MpiState& mpi_state() {
 void agree(const mpi::Job& job, const char* what, const LoaderOptions& o, const std::string& extra,
            const absl::Status& local) {
   std::vector<std::string> fields;  // quoted: ["a, b"] is not ["a", "b"]
-  for (const std::string& f : o.fields) fields.push_back(absl::StrCat("'", absl::CEscape(f), "'"));
-  std::string mine = absl::StrCat(what, extra, ", fields [", absl::StrJoin(fields, ", "), "], batch_size ",
-                                  o.batch_size, ", strategy ", o.order.strategy, " seed ", o.order.seed, " drop_last ",
-                                  o.order.drop_last, " drop_last_batch ", o.drop_last_batch);
-  // A rank's own error (its world_size=) fails every rank here, not that rank
-  // alone while the others wait for it.
-  if (!local.ok()) absl::StrAppend(&mine, " (", local.message(), ")");
-  const std::vector<std::string> all = value_or_throw(job.gather(mine));
-  std::string verdict;
-  for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
-    if (all[r] == all[0]) continue;
-    verdict = absl::StrCat("rank ", r, " makes its loader with ", all[r], "; rank 0 with ", all[0],
-                           ": every rank of the job makes the same loaders, in the same order");
-  }
-  verdict = value_or_throw(job.broadcast(verdict));
-  if (!verdict.empty()) check(absl::InvalidArgumentError(verdict));
+  for (const std::string& f : o.fields) fields.push_back(absl::StrCat("\"", absl::CEscape(f), "\""));
+  std::vector<std::pair<std::string, std::string>> settings = {
+      // A rank's own error (its world_size=) fails every rank here, not that
+      // rank alone while the others wait for it; named first.
+      {"this rank's error", local.ok() ? "none" : std::string(local.message())},
+      {"the loader", absl::StrCat(what, extra)},
+      {"fields", absl::StrCat("[", absl::StrJoin(fields, ", "), "]")},
+      {"batch_size", absl::StrCat(o.batch_size)},
+      {"order", absl::StrCat("strategy ", o.order.strategy, " seed ", o.order.seed, " drop_last ", o.order.drop_last)},
+      {"drop_last_batch", absl::StrCat(o.drop_last_batch)}};
+  check(job.agree(settings, "every rank of the job makes the same loaders, in the same order"));
 }
 
 // The process's mpi::Job over communicator `comm` (a Fortran handle, -1:

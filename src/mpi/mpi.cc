@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dlfeed/error.h"
 #include "dlfeed/format/format.h"
 #include "mpi_error.h"
 
@@ -212,6 +213,60 @@ absl::StatusOr<std::string> Job::broadcast(const std::string& bytes, int root) c
   std::string out = rank_ == root ? bytes : std::string(n, '\0');
   DLFEED_MPI_CALL(MPI_Bcast(out.data(), static_cast<int>(n), MPI_BYTE, root, comm_));
   return out;
+}
+
+namespace {
+// Settings as one string: each name and value as <length>:<bytes>.
+std::string encode_settings(const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::string out;
+  for (const auto& [name, value] : settings) absl::StrAppend(&out, name.size(), ":", name, value.size(), ":", value);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> decode_settings(absl::string_view rest) {
+  auto take = [&rest]() {
+    const size_t colon = rest.find(':');
+    size_t n = 0;
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, colon), &n) ||
+        n > rest.size() - colon - 1) {
+      rest = {};
+      return std::string();
+    }
+    std::string out(rest.substr(colon + 1, n));
+    rest.remove_prefix(colon + 1 + n);
+    return out;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!rest.empty()) {
+    std::string name = take();
+    out.emplace_back(std::move(name), take());
+  }
+  return out;
+}
+}  // namespace
+
+absl::Status Job::agree(const std::vector<std::pair<std::string, std::string>>& settings,
+                        absl::string_view advice) const {
+  DLFEED_ASSIGN_OR_RETURN(const std::vector<std::string> all, gather(encode_settings(settings)));
+  std::string verdict;
+  for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
+    if (all[r] == all[0]) continue;
+    // Rank 0's settings are these: this is rank 0 (gather's root).
+    const std::vector<std::pair<std::string, std::string>> theirs = decode_settings(all[r]);
+    verdict = absl::StrCat("rank ", r, " runs with other settings than rank 0");
+    for (size_t i = 0; i < settings.size(); ++i) {
+      const std::string* their =
+          i < theirs.size() && theirs[i].first == settings[i].first ? &theirs[i].second : nullptr;
+      if (their != nullptr && *their == settings[i].second) continue;
+      verdict = absl::StrCat(settings[i].first, " is '", settings[i].second, "' on rank 0 but ",
+                             their != nullptr ? absl::StrCat("'", *their, "'") : "another setting", " on rank ", r);
+      break;
+    }
+    absl::StrAppend(&verdict, ": ", advice);
+  }
+  DLFEED_ASSIGN_OR_RETURN(verdict, broadcast(verdict));
+  if (!verdict.empty()) return absl::InvalidArgumentError(verdict);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<counters::Snapshot> Job::reduce(const counters::Snapshot& mine, int root) const {

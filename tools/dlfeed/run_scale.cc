@@ -162,43 +162,8 @@ void ScaleOut::agree([[maybe_unused]] std::vector<std::pair<std::string, std::st
     settings.emplace_back("--stage-to (given)", absl::GetFlag(FLAGS_stage_to).empty() ? "no" : "yes");
   }
   settings.emplace_back("--barrier-per-step", absl::GetFlag(FLAGS_barrier_per_step) ? "true" : "false");
-  std::string mine;
-  for (const auto& [name, value] : settings) absl::StrAppend(&mine, name.size(), ":", name, value.size(), ":", value);
-  const std::vector<std::string> all = value_or_throw(job_->job->gather(mine));
-  std::string verdict;
-  for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
-    if (all[r] == all[0]) continue;
-    // Which setting: the first whose values differ (the same names, in the
-    // same order, on every rank of one command).
-    std::vector<std::pair<std::string, std::string>> theirs;
-    absl::string_view rest = all[r];
-    auto take = [&rest]() {
-      const size_t colon = rest.find(':');
-      size_t n = 0;
-      if (colon == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, colon), &n) ||
-          n > rest.size() - colon - 1) {
-        rest = {};
-        return std::string();
-      }
-      std::string out(rest.substr(colon + 1, n));
-      rest.remove_prefix(colon + 1 + n);
-      return out;
-    };
-    while (!rest.empty()) {
-      std::string name = take();
-      theirs.emplace_back(std::move(name), take());
-    }
-    verdict = absl::StrCat("rank ", r, " runs with other settings than rank 0");
-    for (size_t i = 0; i < settings.size() && i < theirs.size(); ++i) {
-      if (settings[i] == theirs[i]) continue;
-      verdict = absl::StrCat(settings[i].first, " is '", settings[i].second, "' on rank 0 but '", theirs[i].second,
-                             "' on rank ", r);
-      break;
-    }
-    absl::StrAppend(&verdict, ": every rank of a job runs with the same settings (give each rank the same flags)");
-  }
-  verdict = value_or_throw(job_->job->broadcast(verdict));
-  if (!verdict.empty()) throw_if_error(absl::InvalidArgumentError(verdict));
+  throw_if_error(
+      job_->job->agree(settings, "every rank of a job runs with the same settings (give each rank the same flags)"));
 #endif
 }
 

@@ -29,9 +29,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/loader.h"
@@ -93,6 +95,13 @@ class DLFEED_EXPORT Job {
   absl::StatusOr<std::vector<std::string>> gather(const std::string& mine, int root = 0) const;
   /// Collective: `root`'s bytes on every rank.
   absl::StatusOr<std::string> broadcast(const std::string& bytes, int root = 0) const;
+  /// Collective: compares `settings` (name and value pairs, the same names in
+  /// the same order on every rank) across the ranks, so that ranks set up
+  /// differently fail together instead of waiting in different collectives.
+  /// OK when every rank gives the same; else, on every rank, InvalidArgument
+  /// naming the first setting that differs, its value on rank 0 and on the
+  /// first rank that differs, then `advice`.
+  absl::Status agree(const std::vector<std::pair<std::string, std::string>>& settings, absl::string_view advice) const;
   /// Collective sums, minimum and maximum over the ranks (on every rank).
   uint64_t sum(uint64_t v) const;
   uint64_t min(uint64_t v) const;
