@@ -17,12 +17,20 @@
 // queue depth, so then there are none.
 //
 // Reads marked ReadRequest::hand_off (pieces of large extents) go in with
-// IOSQE_ASYNC: a kernel worker (io-wq) does each, so the copies of one
-// batch's page-cache hits run on many cores rather than on the engine thread
-// that submits. The ring lets at most as many workers run as the process has
-// cores, keeps at most twice that many handed-off reads in the kernel, and
-// leaves them out of max_bytes_in_flight (the workers, not the bytes, are
-// what bounds them; the bytes are the batch's own slots).
+// IOSQE_ASYNC while the page cache holds them: a kernel worker (io-wq) does
+// each, so the copies of one batch's page-cache hits run on many cores rather
+// than on the engine thread that submits. The ring lets at most as many
+// workers run as the process has cores, keeps at most twice that many
+// handed-off reads in the kernel, and leaves them out of max_bytes_in_flight
+// (the workers, not the bytes, are what bounds them; the bytes are the
+// batch's own slots). While the cache does not hold them they go in as plain
+// reads instead, which the kernel serves asynchronously with its read-ahead,
+// as many at once as max_bytes_in_flight allows: a worker blocks on the
+// device for its whole read, so the workers would bound the reads in flight
+// to the cores (2 MiB pieces of 64 MiB samples on a 2-core VM read cold at
+// 0.64 of the rate of plain reads). Which of the two: the last submit that
+// held large pieces in the ring (while warm, one piece in kProbeEvery probes
+// the cache there), all of its plain reads complete at submit or not.
 //
 // Files are pinned when a read is put in the ring (not at submit), with
 // FileTable::try_pin, so a ring with many requests for many files keeps no
@@ -276,7 +284,8 @@ class UringBackend final : public IoBackend {
         }
       }
       const uint64_t len = op.next_length();
-      const bool hand_off = op.req.hand_off && !op.direct && op.fixed < 0 && !op.scattered();
+      const bool large = op.req.hand_off && !op.direct && op.fixed < 0 && !op.scattered();
+      const bool hand_off = large && !large_cold_ && large_seen_ % kProbeEvery != 0;
       if (hand_off ? handed_in_ring_ >= 2 * workers_
                    : max_bytes_ > 0 && in_ring_ > handed_in_ring_ && bytes_in_ring_ + len > max_bytes_) {
         break;  // in order: wait
@@ -306,10 +315,13 @@ class UringBackend final : public IoBackend {
       if (hand_off) {
         sqe->flags |= IOSQE_ASYNC;
         ++handed_in_ring_;
+        ++handed_unsubmitted_;
         StatsCounters::add(stats_.handed_off);
       } else {
         bytes_in_ring_ += len;
+        if (large) ++large_unsubmitted_;
       }
+      if (large) ++large_seen_;
       if (checksum) checksum_in_ring_ += len;
       if (bytes_in_ring_ > stats_.peak_bytes_in_kernel.load(std::memory_order_relaxed)) {
         stats_.peak_bytes_in_kernel.store(bytes_in_ring_, std::memory_order_relaxed);  // one writer: this thread
@@ -334,6 +346,11 @@ class UringBackend final : public IoBackend {
       const unsigned at_submit = ready_after > ready_before ? std::min<unsigned>(ready_after - ready_before, ret) : 0;
       if (at_submit > 0) StatsCounters::add(stats_.completed_at_submit, at_submit);
       warm_ = at_submit == static_cast<unsigned>(ret);
+      // Handed-off reads never complete at submit: of the rest, did all?
+      const unsigned plain = static_cast<unsigned>(ret) - std::min<unsigned>(handed_unsubmitted_, ret);
+      if (large_unsubmitted_ > 0) large_cold_ = at_submit < plain;
+      large_unsubmitted_ = 0;
+      handed_unsubmitted_ = 0;
     }
     // ret < 0 (EAGAIN, EBUSY, EINTR): the SQEs stay queued; the next flush
     // hands them over.
@@ -378,6 +395,14 @@ class UringBackend final : public IoBackend {
   uint64_t checksum_round_;        // bytes of checksum reads per round while warm (0: no rounds)
   uint64_t checksum_in_ring_ = 0;  // bytes of checksum reads in the ring now
   bool warm_ = false;              // the last submit's reads all completed in it
+  // Large pieces (ReadRequest::hand_off): whether the cache did not hold the
+  // last ones put in the ring as plain reads; those seen so far; and, since
+  // the last submit, those put in as plain reads and all handed-off reads.
+  static constexpr uint64_t kProbeEvery = 16;
+  bool large_cold_ = false;
+  uint64_t large_seen_ = 0;
+  uint32_t large_unsubmitted_ = 0;
+  uint32_t handed_unsubmitted_ = 0;
   bool want_registered_;
   std::vector<bool> registered_;                 // file id -> in the ring's file table (empty: not used)
   std::vector<FileTable::Pin> registered_pins_;  // ... held open until the backend goes

@@ -6,6 +6,8 @@
 // Also the factory: auto picks io_uring or says why not.
 #include "io_fixture.h"
 
+#include "dev/raw_read.h"
+
 namespace dlfeed {
 namespace {
 
@@ -610,6 +612,45 @@ TEST_P(IoTest, ChecksumReadsGoInRoundsWhileWarm) {
   // after the first submit, about 96 more.
   EXPECT_LE(calls[0], 12u);
   EXPECT_GE(calls[1], calls[0] + 48) << "no rounds";
+}
+
+// Large pieces (ReadRequest::hand_off) go to kernel workers while the page
+// cache holds them, and in the ring as plain reads while it does not (a
+// worker blocks on the device for its whole read: the workers, as many as
+// the cores, would bound the reads in flight). Cold: after the first submit
+// (a probe and at most twice the workers handed off) none is handed off;
+// warm: all but the probes are.
+TEST_P(IoTest, LargePiecesGoToKernelWorkersOnlyWhileThePageCacheHoldsThem) {
+  if (GetParam().kind != IoKind::kIoUring) GTEST_SKIP() << "hand-off is io_uring's";
+  auto table = std::make_shared<FileTable>();
+  const uint64_t piece = 2 << 20, pieces = 32, size = piece * pieces;
+  const std::string path = write_file(dir_, 0, size);
+  table->add(path);
+  std::vector<std::byte> buf(size);
+  std::vector<ReadRequest> reqs;
+  for (uint64_t i = 0; i < pieces; ++i) {
+    reqs.push_back({0, i * piece, piece, buf.data() + i * piece, i});
+    reqs.back().hand_off = true;
+  }
+  auto read_once = [&]() -> IoStats {
+    std::fill(buf.begin(), buf.end(), std::byte{0});
+    auto io = make(table, {.queue_depth = 64});
+    if (!io) return {};
+    EXPECT_TRUE(io->submit(reqs).ok());
+    auto done = reap_all(*io);
+    EXPECT_EQ(done.size(), reqs.size());
+    for (const auto& c : done) EXPECT_TRUE(c.status.ok()) << c.status;
+    EXPECT_TRUE(matches(0, 0, buf.data(), size));
+    return io->stats();
+  };
+  const uint64_t workers = std::max(1u, std::thread::hardware_concurrency());
+  const IoStats warm = read_once();  // just written: in the page cache
+  EXPECT_GE(warm.handed_off, pieces - 2) << "warm: all but the probes (1 in 16) to kernel workers";
+  ASSERT_TRUE(evict_pages(path).ok());
+  const absl::StatusOr<uint64_t> left = resident_bytes(path);
+  if (!left.ok() || *left > size / 2) GTEST_SKIP() << "this file system keeps the pages (tmpfs?)";
+  const IoStats cold = read_once();
+  EXPECT_LE(cold.handed_off, 2 * workers) << "cold: in the ring once the first submit missed the cache";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoTest,
