@@ -27,10 +27,10 @@
 // reads instead, which the kernel serves asynchronously with its read-ahead,
 // as many at once as max_bytes_in_flight allows: a worker blocks on the
 // device for its whole read, so the workers would bound the reads in flight
-// to the cores (2 MiB pieces of 64 MiB samples on a 2-core VM read cold at
-// 0.64 of the rate of plain reads). Which of the two: the last submit that
-// held large pieces in the ring (while warm, one piece in kProbeEvery probes
-// the cache there), all of its plain reads complete at submit or not.
+// to the cores (bench/results/vm-2026-11-30-cold-plain). Which of the two: cold from a submit
+// that held large pieces in the ring and not all of its plain reads
+// completed in it (while warm, one piece in kProbeEvery probes the cache
+// there); warm again after kWarmAfter such submits in a row that all did.
 //
 // Files are pinned when a read is put in the ring (not at submit), with
 // FileTable::try_pin, so a ring with many requests for many files keeps no
@@ -348,7 +348,16 @@ class UringBackend final : public IoBackend {
       warm_ = at_submit == static_cast<unsigned>(ret);
       // Handed-off reads never complete at submit: of the rest, did all?
       const unsigned plain = static_cast<unsigned>(ret) - std::min<unsigned>(handed_unsubmitted_, ret);
-      if (large_unsubmitted_ > 0) large_cold_ = at_submit < plain;
+      if (large_unsubmitted_ > 0) {
+        // Cold at the first miss; warm again only after kWarmAfter submits
+        // in a row that all hit (a cold file's read-ahead makes some hit).
+        if (at_submit < plain) {
+          large_cold_ = true;
+          large_hits_in_row_ = 0;
+        } else if (large_cold_ && ++large_hits_in_row_ >= kWarmAfter) {
+          large_cold_ = false;
+        }
+      }
       large_unsubmitted_ = 0;
       handed_unsubmitted_ = 0;
     }
@@ -399,7 +408,9 @@ class UringBackend final : public IoBackend {
   // last ones put in the ring as plain reads; those seen so far; and, since
   // the last submit, those put in as plain reads and all handed-off reads.
   static constexpr uint64_t kProbeEvery = 16;
+  static constexpr uint32_t kWarmAfter = 4;
   bool large_cold_ = false;
+  uint32_t large_hits_in_row_ = 0;
   uint64_t large_seen_ = 0;
   uint32_t large_unsubmitted_ = 0;
   uint32_t handed_unsubmitted_ = 0;
