@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 import json, subprocess, sys, statistics
 sys.path.insert(0, "/work/main/bench")
 import _benchlib as bl  # bench/_benchlib.py

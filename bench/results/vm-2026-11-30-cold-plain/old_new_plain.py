@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Cold 64 MiB: dlfeed variants vs fio, rotated rounds; medians.
 import json, pathlib, subprocess, sys, statistics, os
 sys.path.insert(0, "/work/main/bench")
