@@ -25,9 +25,10 @@
 // (the workers, not the bytes, are what bounds them; the bytes are the
 // batch's own slots). While the cache does not hold them they go in as plain
 // reads instead, which the kernel serves asynchronously with its read-ahead,
-// as many at once as max_bytes_in_flight allows: a worker blocks on the
-// device for its whole read, so the workers would bound the reads in flight
-// to the cores (bench/results/vm-2026-11-30-cold-plain). Which of the two: cold from a submit
+// as many at once as max_bytes_in_flight allows and at least twice the
+// workers: a worker blocks on the device for its whole read, so the workers
+// would bound the reads in flight to the cores
+// (bench/results/vm-2026-11-30-cold-plain). Which of the two: cold from a submit
 // that held large pieces in the ring and not all of its plain reads
 // completed in it (while warm, one piece in kProbeEvery probes the cache
 // there); warm again after kWarmAfter such submits in a row that all did.
@@ -286,8 +287,11 @@ class UringBackend final : public IoBackend {
       const uint64_t len = op.next_length();
       const bool large = op.req.hand_off && !op.direct && op.fixed < 0 && !op.scattered();
       const bool hand_off = large && !large_cold_ && large_seen_ % kProbeEvery != 0;
+      // Large pieces as plain reads (cold): at least as many in flight as
+      // handed off (twice the workers), whatever max_bytes_in_flight.
+      const uint64_t cap = large ? std::max<uint64_t>(max_bytes_, uint64_t{2} * workers_ * len) : max_bytes_;
       if (hand_off ? handed_in_ring_ >= 2 * workers_
-                   : max_bytes_ > 0 && in_ring_ > handed_in_ring_ && bytes_in_ring_ + len > max_bytes_) {
+                   : cap > 0 && in_ring_ > handed_in_ring_ && bytes_in_ring_ + len > cap) {
         break;  // in order: wait
       }
       const bool checksum = op.req.checksum && !op.direct;
@@ -346,11 +350,13 @@ class UringBackend final : public IoBackend {
       const unsigned at_submit = ready_after > ready_before ? std::min<unsigned>(ready_after - ready_before, ret) : 0;
       if (at_submit > 0) StatsCounters::add(stats_.completed_at_submit, at_submit);
       warm_ = at_submit == static_cast<unsigned>(ret);
-      // Handed-off reads never complete at submit: of the rest, did all?
+      // Handed-off reads do not complete at submit (but rarely, on another
+      // core, during a long one): of the rest, did all?
       const unsigned plain = static_cast<unsigned>(ret) - std::min<unsigned>(handed_unsubmitted_, ret);
-      if (large_unsubmitted_ > 0) {
+      // A partial submit (an SQE the kernel refused) says nothing reliable.
+      if (large_unsubmitted_ > 0 && unsubmitted_ == 0) {
         // Cold at the first miss; warm again only after kWarmAfter submits
-        // in a row that all hit (a cold file's read-ahead makes some hit).
+        // in a row that all hit (a cold file's read-ahead makes many hit).
         if (at_submit < plain) {
           large_cold_ = true;
           large_hits_in_row_ = 0;
@@ -408,7 +414,7 @@ class UringBackend final : public IoBackend {
   // last ones put in the ring as plain reads; those seen so far; and, since
   // the last submit, those put in as plain reads and all handed-off reads.
   static constexpr uint64_t kProbeEvery = 16;
-  static constexpr uint32_t kWarmAfter = 4;
+  static constexpr uint32_t kWarmAfter = 16;
   bool large_cold_ = false;
   uint32_t large_hits_in_row_ = 0;
   uint64_t large_seen_ = 0;

@@ -152,8 +152,9 @@ void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, 
   const bool large = large_above_ != 0 && large_piece_ != 0 && r.length >= large_above_ && r.piece_count == 0;
   if (large) {
     // Copies of this size outweigh a hand-off to a kernel worker many times
-    // over (a 2 MiB copy is ~0.3 ms, a hand-off some microseconds), warm or
-    // cold: each worker's blocking read also starts the kernel's read-ahead.
+    // over (a 2 MiB copy is ~0.3 ms, a hand-off some microseconds). Marked
+    // warm or cold: the io_uring backend hands them off only while the page
+    // cache holds them (src/io/uring_backend.cc).
     piece = max_piece_ ? std::min(large_piece_, max_piece_) : large_piece_;  // max_read still bounds a read
   } else if (split_above_ != 0 && split_piece_ != 0 && r.length > split_above_) {
     // Cold (the last window's reads mostly waited on the device, or none
