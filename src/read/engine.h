@@ -114,8 +114,8 @@ class IoEngine {
   /// (BusyMeter::last_hits_permille); reads of at least `large_above` (when
   /// not 0) in pieces of `large_piece` marked ReadRequest::hand_off, warm or
   /// cold (CoalesceOptions::large_above; the backend decides whether to hand
-  /// them off). `number` names the thread (0: the
-  /// first engine, which is always used). `counters` outlives the engine.
+  /// them off). `number` names the thread (0: the first engine, which is
+  /// always used). `counters` outlives the engine.
   IoEngine(std::unique_ptr<IoBackend> backend, counters::Counters* counters, uint64_t max_piece, uint32_t number,
            uint64_t split_above = 0, uint64_t split_piece = 0, uint64_t split_piece_cold = 0, uint64_t large_above = 0,
            uint64_t large_piece = 0);
