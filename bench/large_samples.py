@@ -22,8 +22,8 @@ alternating rounds:
 --cold adds one cold epoch per system (pages dropped with posix_fadvise
 before each; a VM's host may still cache them), and fio when installed
 (`apt-get install fio`): io_uring, buffered, 2 MiB reads (dlfeed's large
-pieces; 1 MiB for 1 MiB samples) with 2 per core in flight (as many as dlfeed hands its kernel
-workers), over the same files; --cold-rounds N repeats the three N times in a
+pieces; 1 MiB for 1 MiB samples) with 2 per core in flight (the fewest dlfeed keeps in flight
+cold), over the same files; --cold-rounds N repeats the three N times in a
 rotated order (medians; the table gives each round's dlfeed / fio too), and
 --rounds 0 skips the warm rounds.
 
