@@ -249,41 +249,53 @@ class UringBackend final : public IoBackend {
     release_slot(slot);
   }
 
+  enum class Prep { kReady, kDone, kWait };
+  // Sets up the front pending read `slot` once: its file pinned (or its
+  // registered index) and its target. kDone: it completed instead (empty, or
+  // its file failed) and left the queue; kWait: the descriptor cap is
+  // reached (a completion of ours frees one).
+  Prep prepare_front(uint32_t slot) {
+    ReadOp& op = *ops_[slot];
+    if (op.prepared) return Prep::kReady;
+    if (op.req.length == 0) {
+      pending_.pop_front();
+      complete(slot, op.finish(nullptr, stats_));
+      return Prep::kDone;
+    }
+    op.fixed_file = registered_file(op.req.file);
+    if (op.fixed_file < 0) {
+      // With reads of ours in the ring we can wait for their fds; with
+      // none, go over the cap rather than stall.
+      auto pin = in_ring_ > 0 ? files_->try_pin(op.req.file) : files_->pin(op.req.file);
+      if (!pin.ok()) {
+        pending_.pop_front();
+        complete(slot, failed_completion(op.req, *files_, std::move(pin).status(), stats_));
+        return Prep::kDone;
+      }
+      if (!*pin) return Prep::kWait;  // fd cap reached: wait for a completion
+      op.pin = *std::move(pin);
+    }
+    op.prepared = true;
+    if (!free_fixed_.empty()) {
+      const int f = free_fixed_.back();
+      if (op.prepare(direct_, &pool_, fixed_[f].data(), kFixedBytes)) {
+        op.fixed = f;
+        free_fixed_.pop_back();
+      }
+    } else {
+      op.prepare(direct_, &pool_);
+    }
+    return Prep::kReady;
+  }
+
   // Moves pending reads into SQEs while the ring has room.
   void fill() {
     while (!pending_.empty() && in_ring_ < depth_) {
       uint32_t slot = pending_.front();
       ReadOp& op = *ops_[slot];
-      if (!op.prepared) {
-        if (op.req.length == 0) {
-          pending_.pop_front();
-          complete(slot, op.finish(nullptr, stats_));
-          continue;
-        }
-        op.fixed_file = registered_file(op.req.file);
-        if (op.fixed_file < 0) {
-          // With reads of ours in the ring we can wait for their fds; with
-          // none, go over the cap rather than stall.
-          auto pin = in_ring_ > 0 ? files_->try_pin(op.req.file) : files_->pin(op.req.file);
-          if (!pin.ok()) {
-            pending_.pop_front();
-            complete(slot, failed_completion(op.req, *files_, std::move(pin).status(), stats_));
-            continue;
-          }
-          if (!*pin) break;  // fd cap reached: wait for a completion
-          op.pin = *std::move(pin);
-        }
-        op.prepared = true;
-        if (!free_fixed_.empty()) {
-          const int f = free_fixed_.back();
-          if (op.prepare(direct_, &pool_, fixed_[f].data(), kFixedBytes)) {
-            op.fixed = f;
-            free_fixed_.pop_back();
-          }
-        } else {
-          op.prepare(direct_, &pool_);
-        }
-      }
+      const Prep prep = prepare_front(slot);
+      if (prep == Prep::kDone) continue;
+      if (prep == Prep::kWait) break;
       const uint64_t len = op.next_length();
       const bool large = op.req.hand_off && !op.direct && op.fixed < 0 && !op.scattered();
       const bool hand_off = large && !large_cold_ && large_seen_ % kProbeEvery != 0;
