@@ -155,6 +155,7 @@ class IoEngine {
   void loop();
   void start_batch(const std::shared_ptr<ReadBatch>& b, std::vector<ReadRequest>& reqs);
   void add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, uint64_t user_data, uint64_t rest) const;
+  void interleave_large(std::vector<ReadRequest>& reqs);
 
   struct Active {
     std::shared_ptr<ReadBatch> batch;
@@ -172,6 +173,12 @@ class IoEngine {
   // the kernel read ahead), so the bar is high: a warm cache hits ~100%.
   static constexpr uint32_t kWarmHits = 950;
   uint32_t number_;
+  // start_batch's: the [begin, end) in its requests of each large read's
+  // pieces, and the requests reordered (interleave_large) in turns of
+  // kInterleaveBytes of each large read.
+  static constexpr uint64_t kInterleaveBytes = 8u << 20;
+  std::vector<std::pair<size_t, size_t>> large_runs_;
+  std::vector<ReadRequest> scratch_;
   const std::atomic<uint8_t>* staged_ = nullptr;
   size_t staged_n_ = 0;
   std::mutex mu_;

@@ -5,10 +5,13 @@
 
 #include "read/engine.h"
 
+#include <algorithm>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -269,6 +272,69 @@ TEST(IoEngine, AnEmptyBatchCompletesAtOnce) {
   Rig rig(make_file(dir, 10));
   auto engine = rig.engine(0);
   EXPECT_TRUE(run_batch(*engine, std::vector<ReadRequest>{}).ok());
+}
+
+// The sync backend, noting each request it is given (file offset and
+// whether it is handed off) in submit order.
+class Recording : public IoBackend {
+ public:
+  Recording(std::unique_ptr<IoBackend> inner, std::vector<std::pair<uint64_t, bool>>* seen)
+      : inner_(std::move(inner)), seen_(seen) {}
+  absl::Status submit(std::span<const ReadRequest> requests) override {
+    for (const ReadRequest& r : requests) seen_->emplace_back(r.offset, r.hand_off);
+    return inner_->submit(requests);
+  }
+  size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
+    return inner_->reap(out, min_completions, timeout);
+  }
+  size_t in_flight() const override { return inner_->in_flight(); }
+  std::string name() const override { return inner_->name(); }
+  IoStats stats() const override { return inner_->stats(); }
+
+ private:
+  std::unique_ptr<IoBackend> inner_;
+  std::vector<std::pair<uint64_t, bool>>* seen_;
+};
+
+// A batch's large reads (at least large_above) go to the backend in turns of
+// 8 MiB from each (IoEngine::kInterleaveBytes), after its small reads, so
+// that the files' reads run side by side; every byte lands where it belongs.
+TEST(IoEngine, InterleavesTheLargeReadsOfABatchInTurnsOfEightMebibytes) {
+  const std::string dir = testing::scratch_dir();
+  constexpr uint64_t kMiB = 1 << 20, kPiece = 2 * kMiB;
+  Rig rig(make_file(dir, 60 * kMiB));
+  std::vector<std::pair<uint64_t, bool>> seen;
+  IoOptions o;
+  o.kind = IoKind::kSync;
+  auto inner = make_io_backend(rig.files, o);
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  IoEngine engine(std::make_unique<Recording>(std::move(*inner), &seen), &rig.counters, /*max_piece=*/0, 0,
+                  /*split_above=*/0, 0, 0, /*large_above=*/4 * kMiB, /*large_piece=*/kPiece);
+  // Two large reads of 20 and 11 MiB (10 and 6 pieces, the last of 1 MiB), a
+  // small one between them.
+  std::vector<std::byte> a(20 * kMiB), small(4096), b(11 * kMiB);
+  const uint64_t at_a = 0, at_small = 25 * kMiB, at_b = 40 * kMiB;
+  ASSERT_TRUE(run_batch(engine, {{rig.id, at_a, a.size(), a.data(), 0},
+                                 {rig.id, at_small, small.size(), small.data(), 0},
+                                 {rig.id, at_b, b.size(), b.data(), 0}})
+                  .ok());
+  ASSERT_TRUE(has_file_bytes(a, at_a));
+  ASSERT_TRUE(has_file_bytes(small, at_small));
+  ASSERT_TRUE(has_file_bytes(b, at_b));
+  std::vector<uint64_t> want = {at_small};
+  auto turn = [&](uint64_t base, uint64_t from, uint64_t length) {
+    for (uint64_t at = from; at < std::min(from + 8 * kMiB, length); at += kPiece) want.push_back(base + at);
+  };
+  for (uint64_t from = 0; from < 20 * kMiB; from += 8 * kMiB) {
+    turn(at_a, from, 20 * kMiB);
+    turn(at_b, from, 11 * kMiB);
+  }
+  std::vector<uint64_t> offsets;
+  for (const auto& [offset, hand_off] : seen) {
+    offsets.push_back(offset);
+    EXPECT_EQ(hand_off, offset != at_small) << "offset " << offset;
+  }
+  EXPECT_EQ(offsets, want);
 }
 
 TEST(EngineSet, SpreadsRoundTheEnginesWhenAskedAndAddsTheirStats) {
