@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -50,6 +51,7 @@
 #endif
 #include "loader_flags.h"
 #include "run_scale.h"
+#include "run_util.h"
 #include "workloads.h"
 
 ABSL_FLAG(uint64_t, epochs, 1, "Epochs to run");
@@ -97,23 +99,6 @@ using Clock = std::chrono::steady_clock;
 
 bool given(const std::string& flag) { return flag_given(flag); }
 
-// A fast 64-bit hash of a byte string (8 bytes at a time), stable across
-// runs and machines of the same endianness.
-uint64_t hash_bytes(std::span<const std::byte> b, uint64_t seed) {
-  uint64_t h = seed ^ (b.size() * 0x9E3779B97F4A7C15ull);
-  size_t i = 0;
-  for (; i + 8 <= b.size(); i += 8) {
-    uint64_t v;
-    std::memcpy(&v, b.data() + i, 8);
-    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-  }
-  uint64_t tail = 0;
-  if (i < b.size()) std::memcpy(&tail, b.data() + i, b.size() - i);
-  h = (h ^ tail) * 0x94D049BB133111EBull;
-  return h ^ (h >> 31);
-}
-
 /// Everything a run is made of, resolved from the flags (and the preset).
 struct RunConfig {
   LoaderOptions loader;
@@ -145,20 +130,11 @@ struct Efficiency {
   }
 };
 
-/// This process's resident bytes now (0 where /proc is not there).
-uint64_t resident_bytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  unsigned long long size = 0, resident = 0;
-  const bool ok = std::fscanf(f, "%llu %llu", &size, &resident) == 2;
-  std::fclose(f);
-  return ok ? resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
-}
-
 /// What one epoch delivered, as the consumer saw it.
 struct EpochResult {
   uint64_t epoch = 0, batches = 0, samples = 0, bytes = 0;
   double secs = 0, stall_s = 0;
+  bool interrupted = false;  // stopped by Ctrl-C after `batches`
   LoaderStats before, after;
 };
 
@@ -245,11 +221,11 @@ RunConfig configure(const std::vector<std::string>& args) {
     }
   }
   // A preset supplies the batch, compute and strategy a flag does not.
-  if (const uint64_t b = absl::GetFlag(FLAGS_batch_size); b > UINT32_MAX) {
-    throw Error(absl::InvalidArgumentError(absl::StrCat("--batch-size ", b, ": at most ", UINT32_MAX)));
-  } else {
-    o.batch_size = static_cast<uint32_t>(b);
+  const uint64_t batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (batch_size > UINT32_MAX) {
+    throw Error(absl::InvalidArgumentError(absl::StrCat("--batch-size ", batch_size, ": at most ", UINT32_MAX)));
   }
+  o.batch_size = static_cast<uint32_t>(batch_size);
   o.order = value_or_throw(order_spec_from_flags());
   c.evict = absl::GetFlag(FLAGS_evict);
   if (c.workload) {
@@ -349,6 +325,10 @@ class Trainer {
       r.samples += b->size();
       r.bytes += b->nbytes();
       step(*b);
+      if (interrupt_requested()) {
+        r.interrupted = interrupted_ = true;
+        break;
+      }
     }
     r.secs = std::chrono::duration<double>(Clock::now() - t0).count();
     r.after = loader_.stats();
@@ -377,6 +357,8 @@ class Trainer {
   }
 
   uint64_t checksum() const { return checksum_; }
+  /// Whether Ctrl-C stopped an epoch (the last one run).
+  bool interrupted() const { return interrupted_; }
   const ComputeModel& compute() const { return compute_; }
   const Moments& measured() const { return measured_; }
   /// Resident bytes at the end of each epoch (the summary JSON's rss_bytes).
@@ -389,6 +371,7 @@ class Trainer {
   ComputeModel compute_;
   Moments measured_;
   uint64_t checksum_ = 0;
+  bool interrupted_ = false;
   std::vector<uint64_t> rss_;
 };
 
@@ -509,9 +492,10 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
       "],\"strategy\":", json_quote(c.loader.order.strategy),
       ",\"pattern\":", json_quote(eff ? eff->limit.pattern : pattern_class(c.loader.order.strategy)),
       ",\"batch_size\":", c.loader.batch_size, ",\"epochs_run\":", snap.epochs.size(),
-      ",\"evict\":", c.evict ? "true" : "false", ",\"io_backend\":", json_quote(loader.stats().io_backend),
-      ",\"io_engines\":", loader.stats().io_engines, ",\"threads\":", loader.stats().threads,
-      ",\"cores\":", loader.stats().cores, ",\"autotune\":", loader.stats().autotune ? "true" : "false",
+      ",\"interrupted\":", t.interrupted() ? "true" : "false", ",\"evict\":", c.evict ? "true" : "false",
+      ",\"io_backend\":", json_quote(loader.stats().io_backend), ",\"io_engines\":", loader.stats().io_engines,
+      ",\"threads\":", loader.stats().threads, ",\"cores\":", loader.stats().cores,
+      ",\"autotune\":", loader.stats().autotune ? "true" : "false",
       ",\"autotune_changes\":", loader.stats().autotune_changes, ",\"prefetch\":", json_quote(loader.stats().prefetch),
       ",\"memory_budget\":{\"bytes\":", loader.stats().memory_budget,
       ",\"why\":", json_quote(loader.stats().memory_budget_reason), "}",
@@ -660,19 +644,28 @@ int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
     }
   }
 
+  // One process: Ctrl-C stops after the step it is in and reports what ran
+  // (under MPI it ends the job as before: the ranks would stop at different
+  // steps of their collectives).
+  if (!scale->distributed()) catch_interrupt();
   Trainer trainer(*loader, c, *scale);
   uint64_t total_samples = 0;
   double total_s = 0;
-  for (uint64_t e = 0; e < c.epochs; ++e) {
+  for (uint64_t e = 0; e < c.epochs && !trainer.interrupted(); ++e) {
     const EpochResult r = trainer.run_epoch(e);
     total_samples += r.samples;
     total_s += r.secs;
     // This epoch's report only: a whole snapshot per epoch costs O(epochs).
     report_epoch(c, r, loader->counters().last_epoch().value_or(counters::EpochReport{}), eff);
-    scale->end_epoch(*loader, e);
+    if (r.interrupted) {
+      std::printf("interrupted (SIGINT) in epoch %llu after %llu batches; the summary covers what ran\n",
+                  static_cast<unsigned long long>(e), static_cast<unsigned long long>(r.batches));
+    } else {
+      scale->end_epoch(*loader, e);
+    }
   }
   final_report(c, *loader, trainer, total_samples, total_s, eff, *scale);
-  return 0;
+  return trainer.interrupted() ? 128 + SIGINT : 0;
 }
 
 std::vector<FlagGroup> run_flags() {

@@ -4,6 +4,7 @@ is recomputed here from the files with numpy/h5py, independently of dlfeed."""
 import json
 import os
 import re
+import signal
 import subprocess
 
 import h5py
@@ -120,6 +121,36 @@ def test_multiple_epochs_and_emulated_compute(dlfeed, hdf5_dataset):
                      hdf5_dataset).stdout
     assert len(re.findall(r"^epoch \d: 10 batches, 100 samples", out, re.M)) == 3
     assert "total: 300 samples" in out
+
+
+def test_ctrl_c_stops_the_run_and_still_writes_the_summary(dlfeed, hdf5_dataset, tmp_path):
+    """SIGINT (Ctrl-C) during `dlfeed run`: it stops after the step it is in, prints and writes the summary of
+    what ran (the stopped epoch marked not complete) and exits with 130; without it the summary says not
+    interrupted."""
+    summary = tmp_path / "s.json"
+    proc = subprocess.Popen([dlfeed.binary, "run", "--epochs", "1000", "--compute-ms", "5", "--batch-size", "10",
+                             "--summary-json", str(summary), str(hdf5_dataset)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        for line in proc.stdout:  # the first epoch's line: the run is in its epoch loop
+            if line.startswith("epoch 0:"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    m = re.search(r"^interrupted \(SIGINT\) in epoch (\d+) after (\d+) batches", out, re.M)
+    assert m, out
+    run = json.loads(summary.read_text())
+    epochs = run["epochs"]
+    assert run["run"]["interrupted"] is True
+    assert len(epochs) == int(m.group(1)) + 1 < 1000
+    assert all(e["complete"] for e in epochs[:-1]) and not epochs[-1]["complete"]
+    assert epochs[-1]["batches"] == int(m.group(2)) <= 10
+    assert run["total"]["samples"] == 100 * (len(epochs) - 1) + 10 * int(m.group(2))
+    dlfeed.run("run", "--summary-json", summary, hdf5_dataset)
+    assert json.loads(summary.read_text())["run"]["interrupted"] is False
 
 
 def test_errors_name_the_file(dlfeed, tmp_path):
