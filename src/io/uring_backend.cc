@@ -4,7 +4,8 @@
 // most queue_depth reads are in the kernel, so the completion queue, twice
 // that size, never overflows); a batch is handed over with one
 // io_uring_submit. Reads also wait while `max_bytes_in_flight` bytes are in
-// the kernel, so large reads go in file order a few at a time. Completions
+// the kernel, so a large read's pieces go in a few at a time (in the order
+// the I/O engine gives: IoEngine::interleave_large). Completions
 // are turned into done / again / failed by the shared ReadOp step, so a short
 // read goes back to the front of `pending_` for its remainder.
 //

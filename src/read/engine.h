@@ -107,7 +107,8 @@ void accumulate(IoStats& a, const IoStats& b);
 class IoEngine {
  public:
   /// Reads longer than `max_piece` are issued as pieces of that size (in file
-  /// order), so the backend can keep several in flight (0: never split);
+  /// order; a batch's large reads of several files in turns across them:
+  /// interleave_large), so the backend can keep several in flight (0: never split);
   /// reads longer than `split_above` (when not 0) in pieces of `split_piece`
   /// (CoalesceOptions::split_above), or of `split_piece_cold` (when not 0)
   /// while fewer than 95% of the engine's recent reads were page-cache hits
@@ -174,10 +175,16 @@ class IoEngine {
   static constexpr uint32_t kWarmHits = 950;
   uint32_t number_;
   // start_batch's: the [begin, end) in its requests of each large read's
-  // pieces, and the requests reordered (interleave_large) in turns of
-  // kInterleaveBytes of each large read.
+  // pieces; interleave_large's: the files' streams of them and the requests
+  // reordered, in turns of kInterleaveBytes of each file.
   static constexpr uint64_t kInterleaveBytes = 8u << 20;
   std::vector<std::pair<size_t, size_t>> large_runs_;
+  struct Stream {
+    uint32_t file = 0;
+    std::vector<std::pair<size_t, size_t>> runs;
+    size_t pieces = 0;
+  };
+  std::vector<Stream> streams_;
   std::vector<ReadRequest> scratch_;
   const std::atomic<uint8_t>* staged_ = nullptr;
   size_t staged_n_ = 0;

@@ -6,6 +6,7 @@
 #include "read/engine.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <span>
@@ -274,14 +275,19 @@ TEST(IoEngine, AnEmptyBatchCompletesAtOnce) {
   EXPECT_TRUE(run_batch(*engine, std::vector<ReadRequest>{}).ok());
 }
 
-// The sync backend, noting each request it is given (file offset and
-// whether it is handed off) in submit order.
+// The sync backend, noting each request it is given (file, offset, whether
+// handed off) in submit order.
+struct Seen {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  bool hand_off = false;
+  bool operator==(const Seen&) const = default;
+};
 class Recording : public IoBackend {
  public:
-  Recording(std::unique_ptr<IoBackend> inner, std::vector<std::pair<uint64_t, bool>>* seen)
-      : inner_(std::move(inner)), seen_(seen) {}
+  Recording(std::unique_ptr<IoBackend> inner, std::vector<Seen>* seen) : inner_(std::move(inner)), seen_(seen) {}
   absl::Status submit(std::span<const ReadRequest> requests) override {
-    for (const ReadRequest& r : requests) seen_->emplace_back(r.offset, r.hand_off);
+    for (const ReadRequest& r : requests) seen_->push_back({r.file, r.offset, r.hand_off});
     return inner_->submit(requests);
   }
   size_t reap(std::vector<ReadCompletion>& out, size_t min_completions, std::chrono::nanoseconds timeout) override {
@@ -293,48 +299,72 @@ class Recording : public IoBackend {
 
  private:
   std::unique_ptr<IoBackend> inner_;
-  std::vector<std::pair<uint64_t, bool>>* seen_;
+  std::vector<Seen>* seen_;
 };
 
-// A batch's large reads (at least large_above) go to the backend in turns of
-// 8 MiB from each (IoEngine::kInterleaveBytes), after its small reads, so
-// that the files' reads run side by side; every byte lands where it belongs.
-TEST(IoEngine, InterleavesTheLargeReadsOfABatchInTurnsOfEightMebibytes) {
-  const std::string dir = testing::scratch_dir();
+// A batch's large reads (at least large_above, in large_piece pieces) of two
+// or more files go to the backend after its other reads, in turns of 8 MiB
+// (IoEngine::kInterleaveBytes) from each file, a file's large reads one
+// stream in their order; every byte lands where it belongs. Large reads of
+// one file only keep their order.
+TEST(IoEngine, InterleavesTheLargeReadsOfABatchAcrossItsFilesInTurnsOfEightMebibytes) {
   constexpr uint64_t kMiB = 1 << 20, kPiece = 2 * kMiB;
+  const std::string dir = testing::scratch_dir();
+  std::filesystem::create_directories(dir + "/two");
   Rig rig(make_file(dir, 60 * kMiB));
-  std::vector<std::pair<uint64_t, bool>> seen;
+  const uint32_t f1 = rig.id, f2 = rig.files->add(make_file(dir + "/two", 30 * kMiB));
+  std::vector<Seen> seen;
   IoOptions o;
   o.kind = IoKind::kSync;
   auto inner = make_io_backend(rig.files, o);
   ASSERT_TRUE(inner.ok()) << inner.status();
   IoEngine engine(std::make_unique<Recording>(std::move(*inner), &seen), &rig.counters, /*max_piece=*/0, 0,
                   /*split_above=*/0, 0, 0, /*large_above=*/4 * kMiB, /*large_piece=*/kPiece);
-  // Two large reads of 20 and 11 MiB (10 and 6 pieces, the last of 1 MiB), a
-  // small one between them.
-  std::vector<std::byte> a(20 * kMiB), small(4096), b(11 * kMiB);
-  const uint64_t at_a = 0, at_small = 25 * kMiB, at_b = 40 * kMiB;
-  ASSERT_TRUE(run_batch(engine, {{rig.id, at_a, a.size(), a.data(), 0},
-                                 {rig.id, at_small, small.size(), small.data(), 0},
-                                 {rig.id, at_b, b.size(), b.data(), 0}})
+  // f1: a small read, 20 MiB (10 pieces) and 11 MiB (6, the last of 1 MiB);
+  // f2: 12 MiB (6 pieces), then a small read last.
+  std::vector<std::byte> small1(4096), a(20 * kMiB), b(12 * kMiB), c(11 * kMiB), small2(100);
+  const uint64_t at_small1 = 25 * kMiB, at_a = 0, at_b = 2 * kMiB, at_c = 40 * kMiB, at_small2 = 29 * kMiB;
+  ASSERT_TRUE(run_batch(engine, {{f1, at_small1, small1.size(), small1.data(), 0},
+                                 {f1, at_a, a.size(), a.data(), 0},
+                                 {f2, at_b, b.size(), b.data(), 0},
+                                 {f1, at_c, c.size(), c.data(), 0},
+                                 {f2, at_small2, small2.size(), small2.data(), 0}})
                   .ok());
+  ASSERT_TRUE(has_file_bytes(small1, at_small1));
   ASSERT_TRUE(has_file_bytes(a, at_a));
-  ASSERT_TRUE(has_file_bytes(small, at_small));
   ASSERT_TRUE(has_file_bytes(b, at_b));
-  std::vector<uint64_t> want = {at_small};
-  auto turn = [&](uint64_t base, uint64_t from, uint64_t length) {
-    for (uint64_t at = from; at < std::min(from + 8 * kMiB, length); at += kPiece) want.push_back(base + at);
-  };
-  for (uint64_t from = 0; from < 20 * kMiB; from += 8 * kMiB) {
-    turn(at_a, from, 20 * kMiB);
-    turn(at_b, from, 11 * kMiB);
+  ASSERT_TRUE(has_file_bytes(c, at_c));
+  ASSERT_TRUE(has_file_bytes(small2, at_small2));
+  // The files' streams of pieces: f1 a then c, f2 b.
+  std::vector<Seen> s1, s2;
+  for (uint64_t at = 0; at < a.size(); at += kPiece) s1.push_back({f1, at_a + at, true});
+  for (uint64_t at = 0; at < c.size(); at += kPiece) s1.push_back({f1, at_c + at, true});
+  for (uint64_t at = 0; at < b.size(); at += kPiece) s2.push_back({f2, at_b + at, true});
+  std::vector<Seen> want = {{f1, at_small1, false}, {f2, at_small2, false}};
+  for (size_t k = 0; k < s1.size(); k += 4) {
+    want.insert(want.end(), s1.begin() + static_cast<ptrdiff_t>(k),
+                s1.begin() + static_cast<ptrdiff_t>(std::min(k + 4, s1.size())));
+    if (k < s2.size()) {
+      want.insert(want.end(), s2.begin() + static_cast<ptrdiff_t>(k),
+                  s2.begin() + static_cast<ptrdiff_t>(std::min(k + 4, s2.size())));
+    }
   }
-  std::vector<uint64_t> offsets;
-  for (const auto& [offset, hand_off] : seen) {
-    offsets.push_back(offset);
-    EXPECT_EQ(hand_off, offset != at_small) << "offset " << offset;
+  ASSERT_EQ(seen.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_TRUE(seen[k] == want[k]) << "request " << k << ": file " << seen[k].file << " offset " << seen[k].offset
+                                    << ", wanted file " << want[k].file << " offset " << want[k].offset;
   }
-  EXPECT_EQ(offsets, want);
+  // One file's large reads: as they came.
+  seen.clear();
+  ASSERT_TRUE(run_batch(engine, {{f1, at_a, a.size(), a.data(), 0},
+                                 {f1, at_small1, small1.size(), small1.data(), 0},
+                                 {f1, at_c, c.size(), c.data(), 0}})
+                  .ok());
+  want.clear();
+  for (uint64_t at = 0; at < a.size(); at += kPiece) want.push_back({f1, at_a + at, true});
+  want.push_back({f1, at_small1, false});
+  for (uint64_t at = 0; at < c.size(); at += kPiece) want.push_back({f1, at_c + at, true});
+  EXPECT_TRUE(seen == want);
 }
 
 TEST(EngineSet, SpreadsRoundTheEnginesWhenAskedAndAddsTheirStats) {
