@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -34,94 +35,25 @@ namespace {
 constexpr unsigned kMaxLoadThreads = 16;
 constexpr size_t kFilesPerLoadThread = 64;
 
-// Objects are read in pieces of at most this, many at once: a large object
-// is several requests in flight (each within its time limit, each retried
-// alone), a small one a GET.
-constexpr uint64_t kObjectPiece = 8u << 20;
+// Objects, and files whose size the table knows, are read in pieces of at
+// most this, many at once: a large object is several requests in flight
+// (each within its time limit, each retried alone), a large file several
+// threads' reads (one thread copies a few GB/s from the page cache); a small
+// one a read.
+constexpr uint64_t kPiece = 8u << 20;
 
+// One item of the load: `length` bytes at `offset` of file or object `id`,
+// or (`whole`) a file of a size found when it is read.
 struct Piece {
   uint32_t id = 0;
   uint64_t offset = 0, length = 0;
+  bool whole = false;
 };
-}  // namespace
 
-absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
-                                                                         const std::vector<uint32_t>& ids) {
-  auto r = std::make_shared<ResidentFiles>();
-  const size_t n = files.size();
-  r->held_.assign(n, 0);
-  r->buffers_.resize(n);
-  r->sizes_.assign(n, 0);
-  r->paths_.resize(n);
-  std::vector<uint32_t> todo;  // each id once, in the order given
-  todo.reserve(ids.size());
-  std::vector<uint8_t> seen(n, 0);
-  for (uint32_t id : ids) {
-    if (id < n && !seen[id]) {
-      seen[id] = 1;
-      todo.push_back(id);
-    }
-  }
-  // Objects (a loader reads files or objects, not both): each one opened
-  // (its size from the store's listing) and its buffer made now, its bytes
-  // read in pieces below.
-  std::vector<File> objects_open(n);
-  std::vector<Piece> pieces;
-  bool objects = false;
-  for (uint32_t id : todo) {
-    const std::string path = files.path(id);
-    if (!is_object_url(path)) continue;
-    objects = true;
-    DLFEED_ASSIGN_OR_RETURN(objects_open[id], File::open(path));
-    if (const std::optional<FileIdentity> indexed = files.identity(id)) {
-      DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, objects_open[id].identity()));
-    }
-    const uint64_t size = files.known_size(id).value_or(objects_open[id].size());
-    r->buffers_[id].resize(size);  // not touched: the pieces' reads write it, in parallel
-    r->sizes_[id] = size;
-    r->paths_[id] = path;
-    for (uint64_t at = 0; at < size; at += kObjectPiece) pieces.push_back({id, at, std::min(kObjectPiece, size - at)});
-  }
-  // Reads item k (file todo[k], or object piece k) into its buffer; each k is one thread's.
-  auto read_one = [&](size_t k) -> absl::Status {
-    if (objects) {
-      const Piece& p = pieces[k];
-      return objects_open[p.id].read_exact(p.offset,
-                                           std::span<std::byte>(r->buffers_[p.id].data() + p.offset, p.length),
-                                           "bytes of the object held in memory");
-    }
-    const uint32_t id = todo[k];
-    const std::string path = files.path(id);
-    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
-    // The size the table checked the open against (no fstat of ours).
-    uint64_t size = 0;
-    if (const std::optional<uint64_t> known = files.known_size(id)) {
-      size = *known;
-    } else {
-      struct stat st;
-      if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
-      size = static_cast<uint64_t>(st.st_size);
-    }
-    ByteBuffer& buf = r->buffers_[id];
-    buf.resize(size);
-    DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), std::span<std::byte>(buf.data(), size), 0, path));
-    if (got != size) {
-      return format_error(path, got, absl::StrCat(size - got, " more bytes (the size fstat gave)"),
-                          "the end of the file (file shrank while it was read)");
-    }
-    r->sizes_[id] = size;
-    r->paths_[id] = path;
-    return absl::OkStatus();
-  };
-  // Several threads for many files: on a cold cache (or a parallel file
-  // system) each open and read is a round trip. The error reported is the
-  // first failing item's in the order given, as a serial loop would.
-  // Objects: a thread per piece up to the most, each GET a round trip.
-  const size_t items = objects ? pieces.size() : todo.size();
-  const unsigned threads =
-      static_cast<unsigned>(objects ? std::clamp<size_t>(items, 1, kMaxLoadThreads)
-                                    : std::clamp<size_t>(items / kFilesPerLoadThread, 1,
-                                                         std::min<size_t>(kMaxLoadThreads, files.max_open())));
+// Runs fn(k) for k in [0, items) on up to `threads` threads (fewer if the
+// system gives fewer); the error returned is the first failing item's in
+// order, as a serial loop would give; items after a failure are skipped.
+absl::Status run_in_parallel(size_t items, unsigned threads, const std::function<absl::Status(size_t)>& fn) {
   std::vector<absl::Status> failed(threads);
   std::vector<size_t> failed_at(threads, SIZE_MAX);
   std::atomic<size_t> next{0};
@@ -129,7 +61,7 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
   auto work = [&](unsigned t) {
     try {
       for (size_t k = next.fetch_add(1); k < items && k < first_failure.load(); k = next.fetch_add(1)) {
-        absl::Status st = read_one(k);
+        absl::Status st = fn(k);
         if (!st.ok()) {
           failed[t] = std::move(st);
           failed_at[t] = k;
@@ -161,6 +93,111 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
       status = failed[t];
     }
   }
+  return status;
+}
+// Each of `ids` below `n` once, in the order given.
+std::vector<uint32_t> once_each(const std::vector<uint32_t>& ids, size_t n) {
+  std::vector<uint32_t> out;
+  out.reserve(ids.size());
+  std::vector<uint8_t> seen(n, 0);
+  for (uint32_t id : ids) {
+    if (id < n && !seen[id]) {
+      seen[id] = 1;
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
+// Reads the file open as `pin` whole into `buf`: `known` bytes (the size the
+// table checked the open against), else as many as fstat gives. Its size.
+absl::StatusOr<uint64_t> read_whole(const FileTable::Pin& pin, const std::string& path, std::optional<uint64_t> known,
+                                    ByteBuffer& buf) {
+  uint64_t size = 0;
+  if (known) {
+    size = *known;
+  } else {
+    struct stat st;
+    if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
+    size = static_cast<uint64_t>(st.st_size);
+  }
+  buf.resize(size);
+  DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), std::span<std::byte>(buf.data(), size), 0, path));
+  if (got != size) {
+    return format_error(path, got, absl::StrCat(size - got, " more bytes (the size fstat gave)"),
+                        "the end of the file (file shrank while it was read)");
+  }
+  return size;
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
+                                                                         const std::vector<uint32_t>& ids) {
+  auto r = std::make_shared<ResidentFiles>();
+  const size_t n = files.size();
+  r->held_.assign(n, 0);
+  r->buffers_.resize(n);
+  r->sizes_.assign(n, 0);
+  r->paths_.resize(n);
+  const std::vector<uint32_t> todo = once_each(ids, n);
+  // Objects (a loader reads files or objects, not both): each one opened
+  // (its size from the store's listing) and its buffer made now, its bytes
+  // read in pieces below. Files of a known size over one piece: their
+  // buffers made now, read in pieces; any other file whole, as one item.
+  std::vector<File> objects_open(n);
+  std::vector<Piece> pieces;
+  bool objects = false;
+  size_t whole_files = 0;
+  for (uint32_t id : todo) {
+    const std::string path = files.path(id);
+    std::optional<uint64_t> size = files.known_size(id);
+    if (is_object_url(path)) {
+      objects = true;
+      DLFEED_ASSIGN_OR_RETURN(objects_open[id], File::open(path));
+      if (const std::optional<FileIdentity> indexed = files.identity(id)) {
+        DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, objects_open[id].identity()));
+      }
+      size = size.value_or(objects_open[id].size());
+    } else if (!size || *size <= kPiece) {
+      pieces.push_back({id, 0, 0, /*whole=*/true});
+      ++whole_files;
+      continue;
+    }
+    r->buffers_[id].resize(*size);  // not touched: the pieces' reads write it, in parallel
+    r->sizes_[id] = *size;
+    r->paths_[id] = path;
+    for (uint64_t at = 0; at < *size; at += kPiece) pieces.push_back({id, at, std::min(kPiece, *size - at)});
+  }
+  // Reads item k (a whole file, or a piece of a file or object) into its buffer; each k is one thread's.
+  auto read_one = [&](size_t k) -> absl::Status {
+    const Piece& p = pieces[k];
+    const std::span<std::byte> to(r->buffers_[p.id].data() + p.offset, p.length);
+    if (objects) return objects_open[p.id].read_exact(p.offset, to, "bytes of the object held in memory");
+    const uint32_t id = p.id;
+    const std::string path = files.path(id);
+    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
+    if (!p.whole) {
+      DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), to, p.offset, path));
+      if (got != p.length) {
+        return format_error(path, p.offset + got, absl::StrCat(p.length - got, " more bytes (the size indexed)"),
+                            "the end of the file (file shrank while it was read)");
+      }
+      return absl::OkStatus();
+    }
+    DLFEED_ASSIGN_OR_RETURN(r->sizes_[id], read_whole(pin, path, files.known_size(id), r->buffers_[id]));
+    r->paths_[id] = path;
+    return absl::OkStatus();
+  };
+  // Several threads for many files: on a cold cache (or a parallel file
+  // system) each open and read is a round trip. The error reported is the
+  // first failing item's in the order given, as a serial loop would.
+  // Pieces (objects, large files): a thread per piece up to the most, each
+  // GET a round trip, each file's piece a copy of its own.
+  const size_t items = pieces.size();
+  const size_t want = whole_files / kFilesPerLoadThread + (items - whole_files);
+  const unsigned threads = static_cast<unsigned>(
+      std::clamp<size_t>(want, 1, objects ? kMaxLoadThreads : std::min<size_t>(kMaxLoadThreads, files.max_open())));
+  const absl::Status status = run_in_parallel(items, threads, read_one);
   if (!status.ok()) return status;
   for (uint32_t id : todo) {
     r->held_[id] = 1;

@@ -74,6 +74,57 @@ TEST(Loader, ResidentLoadOfManyFilesReportsTheFirstFailingFile) {
   EXPECT_NE(std::string(failed.status().message()).find(gone[1]), std::string::npos) << failed.status();
 }
 
+// Files over 8 MiB whose size the index knows are held in pieces read by
+// several threads: every byte as written, and a file cut short after it was
+// indexed is an error naming it and what changed, never a sample of zeros.
+TEST(Loader, LargeHeldFilesAreReadInPiecesByteExact) {
+  const std::string root = scratch_dir();
+  const Shape shape{1000, 1000};  // 4 MB float32 samples, 3 a file: 12 MB, not a whole number of 8 MiB pieces
+  gen::DatasetSpec spec = testing::dataset_spec(root + "/npy", FileFormat::kNpy, 3, 3, shape, DType::f32(), kSeed);
+  auto written = testing::write_generated(spec);
+  ASSERT_TRUE(written.ok()) << written.status();
+  LoaderOptions o;
+  o.paths = {written->path};
+  o.batch_size = 2;
+  o.threads = 2;
+  o.order.strategy = "global_shuffle";
+  o.order.seed = 1;
+  o.resident = Mode::kOn;
+  {
+    auto held = Loader::create(o);
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_GT((**held).stats().resident_bytes, 9u * 4'000'000);
+    ASSERT_TRUE((**held).start_epoch(0).ok());
+    uint64_t samples = 0;
+    while (true) {
+      auto b = (**held).next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (!*b) break;
+      for (size_t i = 0; i < (**b).size(); ++i, ++samples) {
+        const auto data = (**b).fields[0].sample(i);
+        ASSERT_TRUE(std::string(reinterpret_cast<const char*>(data.data()), data.size()) ==
+                    testing::expected_sample(kSeed, (**b).sample_ids[i], DType::f32(), shape))
+            << "sample " << (**b).sample_ids[i];
+      }
+    }
+    EXPECT_EQ(samples, 9u);
+  }
+  std::string cut;
+  o.advanced.index_opener = [&](const std::vector<std::string>& paths,
+                                const FormatOptions& f) -> absl::StatusOr<SampleIndex> {
+    auto index = open_dataset(paths, f);
+    if (!index.ok()) return index;
+    cut = index->files[1];
+    std::filesystem::resize_file(cut, 10 << 20);  // after indexing: its last 2 MB gone
+    return index;
+  };
+  auto failed = Loader::create(o);
+  ASSERT_FALSE(failed.ok());
+  const std::string message(failed.status().message());
+  EXPECT_NE(message.find(cut), std::string::npos) << message;
+  EXPECT_NE(message.find("12000128 -> 10485760 bytes"), std::string::npos) << message;
+}
+
 TEST(Loader, ResidentSaysWhyNot) {
   const std::string root = scratch_dir();
   const DatasetCase& c = kDatasets[3];  // hdf5
