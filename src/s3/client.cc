@@ -87,14 +87,25 @@ bool parse_content_range(absl::string_view v, uint64_t& first, uint64_t& last) {
   return absl::SimpleAtoi(v.substr(0, dash), &first) && absl::SimpleAtoi(v.substr(dash + 1, slash - dash - 1), &last);
 }
 
-// Whether the response carries exactly the bytes asked: a 206 of that
-// range, or a 200 of the whole object when the range starts at 0 and is it.
+// The object's size a Content-Range gives after its '/' (none: "*" or absent).
+std::optional<uint64_t> content_range_total(absl::string_view v) {
+  const size_t slash = v.rfind('/');
+  uint64_t total = 0;
+  if (slash == absl::string_view::npos || !absl::SimpleAtoi(v.substr(slash + 1), &total)) return std::nullopt;
+  return total;
+}
+
+// Whether the response carries exactly the bytes asked, of an object of the
+// size it was listed with (when the request says): a 206 of that range, or a
+// 200 of the whole object when the range starts at 0 and is it.
 bool right_range(const Request& r, long code, const Response& resp) {
   if (code == 206) {
     uint64_t first = 0, last = 0;
-    return parse_content_range(resp.content_range, first, last) && first == r.offset && last == r.offset + r.length - 1;
+    const std::optional<uint64_t> total = content_range_total(resp.content_range);
+    return parse_content_range(resp.content_range, first, last) && first == r.offset &&
+           last == r.offset + r.length - 1 && (!r.object_size || !total || *total == *r.object_size);
   }
-  return r.offset == 0 && resp.content_length == r.length;
+  return r.offset == 0 && resp.content_length == r.length && (!r.object_size || *r.object_size == r.length);
 }
 
 size_t on_body(char* p, size_t size, size_t n, void* user) {
@@ -319,13 +330,16 @@ absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const 
                      uint32_t tries) {
   const std::string what = what_of(r);
   const std::string after = tries > 1 ? absl::StrCat(" (after ", tries, " tries)") : "";
-  const size_t slash = resp.content_range.rfind('/');
-  uint64_t total = 0;
-  if (sink.wrong_range && slash != std::string::npos &&
-      absl::SimpleAtoi(absl::string_view(resp.content_range).substr(slash + 1), &total) &&
-      total < r.offset + r.length) {
+  const std::optional<uint64_t> total = content_range_total(resp.content_range);
+  if (sink.wrong_range && total && r.object_size && *total != *r.object_size) {
+    return absl::DataLossError(absl::StrCat(what, ": the object is now ", *total, " bytes, listed with ",
+                                            *r.object_size,
+                                            ": it changed since it was listed; open the dataset "
+                                            "again; no bytes taken"));
+  }
+  if (sink.wrong_range && total && *total < r.offset + r.length) {
     return absl::DataLossError(
-        absl::StrCat(what, ": the object is now ", total, " bytes (changed since it was listed?); no bytes taken"));
+        absl::StrCat(what, ": the object is now ", *total, " bytes (changed since it was listed?); no bytes taken"));
   }
   if (other_version(r, resp)) {
     return absl::DataLossError(absl::StrCat(what, ": the server answered with ETag ", resp.etag,

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,9 +43,10 @@ struct Request {
   std::string query;   // canonical: parameters sorted, values uri_encode'd ("" for none)
   std::string listed;  // a listing's prefix (for messages)
   bool ranged = false;
-  uint64_t offset = 0, length = 0;  // the Range, when ranged
-  std::span<std::byte> dest;        // a ranged GET's bytes go here (length of them)
-  std::string if_match;             // the ETag the object must still have ("": any)
+  uint64_t offset = 0, length = 0;      // the Range, when ranged
+  std::span<std::byte> dest;            // a ranged GET's bytes go here (length of them)
+  std::string if_match;                 // the ETag the object must still have ("": any)
+  std::optional<uint64_t> object_size;  // the size it was listed with: a ranged answer of another is refused
 };
 
 struct Response {

@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/crc32c.h"
@@ -61,6 +62,25 @@ std::string url_decoded(absl::string_view s) {
 // list for ever is an error, not a wait.
 constexpr uint64_t kMaxEmptyPages = 1000;
 
+// Times a listing page cut short is asked for before it is an error.
+constexpr int kListPageAttempts = 3;
+
+// Why a ListObjectsV2 page with `entries` <Contents> was cut short, or ""
+// when it is whole: the document ends with its root's end tag, says
+// IsTruncated, and its KeyCount (where given) counts the entries it holds.
+std::string listing_page_cut(absl::string_view body, size_t entries) {
+  if (!absl::EndsWith(absl::StripTrailingAsciiWhitespace(body), "</ListBucketResult>")) {
+    return absl::StrCat("ends (", body.size(), " bytes) before </ListBucketResult>");
+  }
+  if (xml_values(body, "IsTruncated").empty()) return "has no IsTruncated";
+  const std::vector<std::string> count = xml_values(body, "KeyCount");
+  uint64_t n = 0;
+  if (!count.empty() && (!absl::SimpleAtoi(count[0], &n) || n != entries)) {
+    return absl::StrCat("says KeyCount ", count[0], " but holds ", entries, " entries");
+  }
+  return "";
+}
+
 // The connections of a loader: DLFEED_S3_CONNECTIONS (read at each loader,
 // so a process may set it between them), else the options'.
 absl::StatusOr<uint32_t> connections_of(const Options& o) {
@@ -92,7 +112,8 @@ absl::Status fetch(Connection& conn, Config& c, const Options& o, PieceCache* ca
   Request q;
   q.loc = loc;
   q.ranged = true;
-  q.if_match = info.etag;  // bytes of the version indexed, or an error
+  q.if_match = info.etag;     // bytes of the version indexed, or an error
+  q.object_size = info.size;  // without an ETag, at least the size it was indexed with
   if (cache != nullptr && offset + dest.size() <= info.size) {
     constexpr uint64_t kPiece = PieceCache::kPiece;
     const uint64_t first = offset / kPiece * kPiece;
@@ -352,12 +373,27 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
       r.listed = loc.key;
       r.query = absl::StrCat(token.empty() ? "" : absl::StrCat("continuation-token=", uri_encode(token, false), "&"),
                              "encoding-type=url&list-type=2&prefix=", uri_encode(loc.key, false));
-      absl::StatusOr<Response> resp = perform(*conn, c, o_, r);
-      counters().lists.fetch_add(1, std::memory_order_relaxed);
-      if (!resp.ok()) return annotate(resp.status(), prefix, c);
+      absl::StatusOr<Response> resp;
+      std::vector<absl::string_view> items;
+      std::string why_cut;
+      // A page cut short (a body that ends before the document does, under a
+      // length that matches it) would drop its last keys without a word:
+      // asked again, then an error.
+      for (int attempt = 1;; ++attempt) {
+        resp = perform(*conn, c, o_, r);
+        counters().lists.fetch_add(1, std::memory_order_relaxed);
+        if (!resp.ok()) return annotate(resp.status(), prefix, c);
+        items = xml_blocks(resp->body, "Contents");
+        why_cut = listing_page_cut(resp->body, items.size());
+        if (why_cut.empty()) break;
+        if (attempt == kListPageAttempts) {
+          return absl::DataLossError(absl::StrCat(prefix, ": listing page ", pages + 1, " ", why_cut, " (", attempt,
+                                                  " tries): the listing would be incomplete"));
+        }
+        counters().retries.fetch_add(1, std::memory_order_relaxed);
+      }
       const std::vector<std::string> encoding = xml_values(resp->body, "EncodingType");
       const bool url_encoded = !encoding.empty() && absl::AsciiStrToLower(encoding[0]) == "url";
-      const std::vector<absl::string_view> items = xml_blocks(resp->body, "Contents");
       empty_pages = items.empty() ? empty_pages + 1 : 0;
       for (absl::string_view item : items) {
         std::vector<std::string> key = xml_values(item, "Key"), size = xml_values(item, "Size"),

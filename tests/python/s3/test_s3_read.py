@@ -637,7 +637,8 @@ def test_a_listing_that_repeats_a_key_or_never_ends_is_an_error(s3_server, s3_pr
             more, contents = True, ""
         token = f"<NextContinuationToken>t{n}</NextContinuationToken>" if more else ""
         return (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>{BUCKET}</Name>"
-                f"<Prefix>dup/</Prefix><KeyCount>1</KeyCount><IsTruncated>{'true' if more else 'false'}"
+                f"<Prefix>dup/</Prefix><KeyCount>{1 if contents else 0}</KeyCount>"
+                f"<IsTruncated>{'true' if more else 'false'}"
                 f"</IsTruncated>{token}{contents}</ListBucketResult>").encode()
 
     proxy = s3_proxy(listing_body=listing)
