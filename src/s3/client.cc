@@ -80,6 +80,10 @@ struct Sink {
 };
 
 // "bytes FIRST-LAST/TOTAL" (TOTAL may be "*").
+// The slowest a request may receive, over the stall timeout, before it is
+// given up; a GET's whole-request limit grows by its bytes at this rate.
+constexpr uint64_t kSlowestBytesPerSecond = 1024;
+
 bool parse_content_range(absl::string_view v, uint64_t& first, uint64_t& last) {
   if (!absl::ConsumePrefix(&v, "bytes ")) return false;
   const size_t dash = v.find('-'), slash = v.find('/');
@@ -248,9 +252,14 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.connect_timeout_ms));
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.request_timeout_ms));
-  // Nothing received for the stall timeout (below 1 byte a second over it): given up.
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  // A GET may take its bytes at the slowest rate kept below: a slow link
+  // (a shared uplink, another region) is slow, not failed; the whole-request
+  // limit alone gave up an 8 MiB piece below 140 KB/s.
+  const uint64_t at_slowest_ms = r.ranged ? r.length * 1000 / kSlowestBytesPerSecond : 0;
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.request_timeout_ms + at_slowest_ms));
+  // Below kSlowestBytesPerSecond over the stall timeout (a server that stopped
+  // answering, or one that trickles): given up.
+  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(kSlowestBytesPerSecond));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
                    static_cast<long>(std::max<uint32_t>(1, (o.stall_timeout_ms + 999) / 1000)));
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);

@@ -43,13 +43,15 @@ struct DLFEED_EXPORT Options {
   uint32_t max_attempts = 8;
   uint32_t backoff_ms = 25;
   uint32_t backoff_max_ms = 4000;
-  /// Per request: connecting, and the whole request.
+  /// Per request: connecting, and the whole request (a GET's: this plus a
+  /// second for each KiB it asks, so that a slow link is not a failure).
   uint32_t connect_timeout_ms = 5000;
   uint32_t request_timeout_ms = 60000;
-  /// A request that receives nothing for this long (rounded up to seconds)
-  /// is given up, as a server that stopped answering; a request that timed
-  /// out (this, or request_timeout_ms) is tried at most 3 times, so a
-  /// frozen server is an error in about 3 x this, not minutes.
+  /// A request that receives under 1 KiB a second over this long (rounded
+  /// up to seconds) is given up, as a server that stopped answering or
+  /// trickles; a request that timed out (this, or request_timeout_ms) is
+  /// tried at most 3 times, so a frozen server is an error in under a
+  /// minute, not minutes.
   /// DLFEED_S3_STALL_TIMEOUT_MS overrides it.
   uint32_t stall_timeout_ms = 10000;
   /// Most requests started per second by this process (0: no bound), tries
