@@ -75,7 +75,8 @@ bool digits(absl::string_view s) {
 
 bool dlio_file_name(const std::string& path) {
   namespace fs = std::filesystem;
-  // {prefix}_{i}_of_{n}, i below n and written with n's digit count.
+  // {prefix}_{i}_of_{n}, i below n and written with n's digit count, or
+  // without leading zeros (DLIO's releases before it padded them: img_3_of_12).
   const fs::path p(path);
   const std::string name = p.stem().string();
   const size_t of = name.rfind("_of_");
@@ -85,8 +86,10 @@ bool dlio_file_name(const std::string& path) {
   if (us == std::string::npos || us == 0 || of == 0) return false;
   const absl::string_view i_text = absl::string_view(name).substr(us + 1, of - us - 1);
   uint64_t i = 0, n = 0;
-  return digits(n_text) && digits(i_text) && i_text.size() == n_text.size() && absl::SimpleAtoi(i_text, &i) &&
-         absl::SimpleAtoi(n_text, &n) && i < n;
+  const bool width =
+      i_text.size() == n_text.size() || (i_text.size() < n_text.size() && (i_text.size() == 1 || i_text[0] != '0'));
+  return digits(n_text) && digits(i_text) && width && absl::SimpleAtoi(i_text, &i) && absl::SimpleAtoi(n_text, &n) &&
+         i < n;
 }
 
 bool in_dlio_layout(const std::string& path) {

@@ -612,6 +612,32 @@ absl::StatusOr<SampleIndex> open_cached(const std::vector<std::string>& files, c
 
 }  // namespace
 
+namespace {
+// With the axis left to the data, DLIO's layout (a name {prefix}_{i}_of_{n}
+// under train/ or valid/) is found file by file; a dataset where it holds
+// for some of its NPY, NPZ or TFRecord files and not for others would read
+// them on different axes (or as different shapes): refused, naming one of each.
+absl::Status one_layout_rule(const std::vector<std::string>& files, const FormatOptions& options) {
+  if (options.axis != SampleAxis::kAuto) return absl::OkStatus();
+  const std::string* dlio = nullptr;
+  const std::string* plain = nullptr;
+  for (const std::string& f : files) {
+    const absl::StatusOr<FileFormat> format = options.format == FileFormat::kAuto ? detect_format(f) : options.format;
+    if (!format.ok() ||
+        (*format != FileFormat::kNpy && *format != FileFormat::kNpz && *format != FileFormat::kTfRecord)) {
+      continue;
+    }
+    (detail::in_dlio_layout(f) ? dlio : plain) = &f;
+    if (dlio != nullptr && plain != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          *dlio, " is in DLIO's layout (its name and folder: arrays read on their last axis) but ", *plain,
+          " of the same dataset is not (read on their first): pass axis 'last' (layout 'dlio') or 'first'"));
+    }
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, const FormatOptions& options) {
   // Glob patterns (*, ?, [...]) expand to the paths they match, sorted.
   const std::string cache = detail::index_cache_path(paths, options);
@@ -649,6 +675,7 @@ absl::StatusOr<SampleIndex> open_dataset(const std::vector<std::string>& paths, 
   } else if (!options.name.empty()) {
     DLFEED_RETURN_IF_ERROR(keep_npy_column(files, options, expanded));
   }
+  DLFEED_RETURN_IF_ERROR(one_layout_rule(files, options));
   DLFEED_ASSIGN_OR_RETURN(SampleIndex all, open_cached(files, options, cache, folders_only, g));
   DLFEED_RETURN_IF_ERROR(detail::one_kind_rule(all, options));
   // After the cache is written: its entries keep each file's own verdict.

@@ -245,8 +245,9 @@ TEST(NpyFile, TheDlioPlaceAndNameDefaultToTheLastAxis) {
   spec.sample_shape = {4, 4};
   spec.num_samples = 5;
   spec.axis = SampleAxis::kLast;
-  // Where and as DLIO's generator writes: train/ (or a numbered subfolder), i zero-padded to n's digits.
-  for (const std::string name : {"/train/img_03_of_16.npy", "/train/3/img_03_of_16.npy"}) {
+  // Where and as DLIO's generator writes: train/ (or a numbered subfolder), i zero-padded to n's digits,
+  // or (its releases before the padding) i without leading zeros.
+  for (const std::string name : {"/train/img_03_of_16.npy", "/train/3/img_03_of_16.npy", "/train/img_3_of_16.npy"}) {
     spec.path = dir + name;
     ASSERT_TRUE(gen::write_npy_file(spec).ok());
     auto index = open_file(spec.path, {});
@@ -257,7 +258,7 @@ TEST(NpyFile, TheDlioPlaceAndNameDefaultToTheLastAxis) {
     EXPECT_NE(index->sources[0]->describe().find("last axis (the DLIO layout"), std::string::npos);
   }
   // The name alone, or a name DLIO would not write, keeps the first axis: 4 samples of (4, 5).
-  for (const std::string name : {"/img_03_of_16.npy", "/train/img_3_of_16.npy", "/train/img_16_of_16.npy"}) {
+  for (const std::string name : {"/img_03_of_16.npy", "/train/img_03_of_160.npy", "/train/img_16_of_16.npy"}) {
     spec.path = dir + name;
     ASSERT_TRUE(gen::write_npy_file(spec).ok());
     auto index = open_file(spec.path, {});

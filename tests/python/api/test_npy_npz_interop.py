@@ -92,6 +92,28 @@ def test_dlio_style_npz_samples_on_last_axis(dlfeed, tmp_path):
         assert dlfeed.dump_sample(path, k, tmp_path) == records[..., k].tobytes()
 
 
+def test_older_dlio_names_without_padding_read_as_one_layout(tmp_path):
+    # DLIO's releases before it padded the index wrote img_3_of_12.npz: img_10 and img_11 (the index at
+    # n's width) were read on the last axis and img_0..img_9 on the first, one dataset in two layouts; with
+    # cube-shaped records 60 of DLIO's 72 samples never came, without an error.
+    import dlfeed as api
+    train = tmp_path / "data" / "train"
+    train.mkdir(parents=True)
+    want = []
+    for i in range(12):
+        records = make_array((6, 6, 6), "|u1", seed=i)  # (d1, d2, samples): each sample is records[..., k]
+        np.savez(train / f"img_{i}_of_12.npz", x=records, y=np.zeros(6, dtype=np.int64))
+        want += [records[..., k].tobytes() for k in range(6)]
+    loader = api.Loader(train, batch_size=8)
+    got = [np.ascontiguousarray(b["data"][i]).tobytes() for b in loader for i in range(len(b.sample_ids))]
+    assert sorted(got) == sorted(want)
+    # A dataset whose files are partly in DLIO's layout and partly not is refused, naming one of each.
+    np.savez(train / "extra.npz", x=make_array((6, 6, 6), "|u1", seed=99))
+    with pytest.raises(api.InvalidArgumentError, match=r"img_0_of_12.npz is in DLIO's layout .* but .*extra.npz"):
+        api.Loader(train, batch_size=8)
+    assert len(list(api.Loader(train, batch_size=8, layout="dlio", ragged=True))) > 0
+
+
 @pytest.mark.parametrize("fmt,layout", [("npy", "flat"), ("npy", "dlio"), ("npz", "flat"), ("npz", "dlio")])
 @pytest.mark.parametrize("dtype", ["uint8", "float32", "float16", "int64", "bool"])
 def test_generated_datasets_read_by_numpy(dlfeed, tmp_path, fmt, layout, dtype):
