@@ -119,13 +119,13 @@ class CoalesceOptions:
     split_above: int
     """Buffered reads longer than this go in split_piece pieces (0: no such split)"""
     split_piece: int
-    """The piece size of split_above"""
+    """The piece size of split_above (at least 4096)"""
     split_piece_cold: int
-    """The piece size of split_above while most reads miss the page cache (0: split_piece)"""
+    """The piece size of split_above while most reads miss the page cache (0: split_piece; else at least 4096)"""
     large_above: int
     """Reads of at least this many bytes go in large_piece pieces that kernel workers copy, so one batch's large samples spread over the cores (0: no such route)"""
     large_piece: int
-    """The piece size of large_above"""
+    """The piece size of large_above (at least 4096)"""
 
 class TraceOptions:
     """Trace events of the counters (C++ counters::TraceOptions)."""

@@ -14,7 +14,6 @@
 #include <optional>
 #include <system_error>
 #include <thread>
-#include <tuple>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -391,15 +390,7 @@ std::string fill_memory_budget(LoaderOptions& options) {
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
-  // Threads beyond what any machine runs: a clear error, not a process the
-  // system cannot give its threads (an abort, or a hang in oneTBB).
-  for (auto [value, name, most] : {std::tuple{options.threads, "threads (--threads)", 1024u},
-                                   std::tuple{options.io.threads, "io.threads (--io-threads)", 1024u},
-                                   std::tuple{options.advanced.io_engines, "io_engines (--io-engines)", 256u}}) {
-    if (value > most) {
-      return absl::InvalidArgumentError(absl::StrCat("loader: ", name, " is at most ", most, ", not ", value));
-    }
-  }
+  DLFEED_RETURN_IF_ERROR(detail::check_limits(options));
   auto impl = std::make_unique<Impl>();
   impl->memory_budget_reason = fill_memory_budget(options);
   impl->counters = std::make_shared<Counters>(options.trace);

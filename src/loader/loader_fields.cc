@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -348,6 +349,31 @@ uint64_t mean_batch_bytes(const std::vector<SampleIndex>& indices, uint32_t batc
     if (n > 0) bytes += index.total_read_bytes() / n * batch_size;
   }
   return bytes;
+}
+
+absl::Status check_limits(const LoaderOptions& options) {
+  // Threads beyond what any machine runs: a clear error, not a process the
+  // system cannot give its threads (an abort, or a hang in oneTBB).
+  for (auto [value, name, most] : {std::tuple{options.threads, "threads (--threads)", 1024u},
+                                   std::tuple{options.io.threads, "io.threads (--io-threads)", 1024u},
+                                   std::tuple{options.advanced.io_engines, "io_engines (--io-engines)", 256u}}) {
+    if (value > most) {
+      return absl::InvalidArgumentError(absl::StrCat("loader: ", name, " is at most ", most, ", not ", value));
+    }
+  }
+  // Read pieces below a page: a request (and its buffer) per byte or few
+  // (a large_piece of 1 read 7 MB in minutes, at gigabytes of memory).
+  const prefetch::CoalesceOptions& co = options.advanced.coalesce;
+  for (auto [value, on, name] :
+       {std::tuple{co.max_read, true, "max_read (--max-read)"},
+        std::tuple{co.split_piece, co.split_above != 0, "split_piece (--split-piece)"},
+        std::tuple{co.split_piece_cold, co.split_above != 0, "split_piece_cold (--split-piece-cold)"},
+        std::tuple{co.large_piece, co.large_above != 0, "large_piece (--large-piece)"}}) {
+    if (on && value != 0 && value < 4096) {
+      return absl::InvalidArgumentError(absl::StrCat("loader: ", name, " is 0 or at least 4096 bytes, not ", value));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dlfeed::inline DLFEED_ABI::detail

@@ -99,4 +99,8 @@ bool any_split_sources(const std::vector<SampleIndex>& indices);
 /// average over the dataset (0 for an empty one).
 uint64_t mean_batch_bytes(const std::vector<SampleIndex>& indices, uint32_t batch_size);
 
+/// Options no machine could run, refused with what they are and may be:
+/// thread counts beyond any machine's, read pieces below a page.
+absl::Status check_limits(const LoaderOptions& options);
+
 }  // namespace dlfeed::inline DLFEED_ABI::detail

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The loader under failure: read errors reach the consumer naming the file and
-// offset; a loader destroyed mid-epoch leaves no thread or descriptor behind.
+// offset; a loader destroyed mid-epoch leaves no thread or descriptor behind;
+// options no machine could run are refused.
+#include <functional>
+
 #include "loader_fixture.h"
 
 namespace dlfeed {
@@ -127,6 +130,44 @@ TEST(Loader, DestroyedMidEpochLeavesNoThreadOrDescriptor) {
   }
   EXPECT_EQ(settle(), 0) << dlfeed_thread_names();  // no thread of dlfeed's left behind
   EXPECT_EQ(count_fds(), fds);
+}
+
+// Options no machine could run are refused at create, naming the option and
+// what it may be: thread counts beyond any machine's, and read pieces below a
+// page (large_piece 1 read 7 MB of records in minutes at gigabytes of memory,
+// a request and a buffer per byte).
+TEST(Loader, OptionsNoMachineCouldRunAreRefusedNamingThem) {
+  const std::string root = scratch_dir();
+  const DatasetCase& c = kDatasets[3];  // hdf5
+  const std::string path = make_dataset(c, root);
+  LoaderOptions o = options_for(c, path);
+  ASSERT_TRUE(Loader::create(o).ok());
+  struct Case {
+    std::function<void(LoaderOptions&)> set;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](LoaderOptions& x) { x.threads = 5000; }, "loader: threads (--threads) is at most 1024, not 5000"},
+      {[](LoaderOptions& x) { x.advanced.coalesce.large_piece = 1; },
+       "loader: large_piece (--large-piece) is 0 or at least 4096 bytes, not 1"},
+      {[](LoaderOptions& x) { x.advanced.coalesce.split_piece_cold = 512; },
+       "loader: split_piece_cold (--split-piece-cold) is 0 or at least 4096 bytes, not 512"},
+      {[](LoaderOptions& x) { x.advanced.coalesce.max_read = 100; },
+       "loader: max_read (--max-read) is 0 or at least 4096 bytes, not 100"},
+  };
+  for (const Case& k : cases) {
+    LoaderOptions bad = o;
+    k.set(bad);
+    auto made = Loader::create(bad);
+    ASSERT_FALSE(made.ok()) << k.message;
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(made.status().message(), k.message);
+  }
+  // A piece is not looked at where its route is off.
+  LoaderOptions off = o;
+  off.advanced.coalesce.large_above = 0;
+  off.advanced.coalesce.large_piece = 1;
+  EXPECT_TRUE(Loader::create(off).ok());
 }
 
 }  // namespace
