@@ -43,8 +43,9 @@ ABSL_FLAG(uint64_t, split_above, kCoalesce.split_above,
           "Buffered reads longer than this go in --split-piece pieces (more reads in flight fill more of the "
           "kernel's read-ahead on a cold cache; 0: no such split)");
 ABSL_FLAG(uint64_t, split_piece, kCoalesce.split_piece, "The piece size of --split-above (at least 4096)");
-ABSL_FLAG(uint64_t, split_piece_cold, kCoalesce.split_piece_cold,
-          "The piece size of --split-above while most reads miss the page cache (0: --split-piece; else at least 4096)");
+ABSL_FLAG(
+    uint64_t, split_piece_cold, kCoalesce.split_piece_cold,
+    "The piece size of --split-above while most reads miss the page cache (0: --split-piece; else at least 4096)");
 ABSL_FLAG(uint64_t, large_above, kCoalesce.large_above,
           "Reads of at least this many bytes go in --large-piece pieces that kernel workers copy, so one batch's "
           "large samples spread over the cores (0: no such route)");
