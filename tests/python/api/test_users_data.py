@@ -105,9 +105,11 @@ def test_the_dlio_place_and_name_read_the_last_axis(tmp_path):
     got = all_samples(loader)
     for k in range(6):
         np.testing.assert_array_equal(got[k], arr[..., k])
-    # Not zero-padded to n's digits: not DLIO's name, so not its layout.
-    np.save(train / "img_0_of_1.npy", arr)
+    # Not zero-padded, as DLIO's releases before the padding wrote it: DLIO's name still.
     os.rename(train / "img_0_of_1.npy", train / "img_0_of_10.npy")
+    assert dlfeed.Loader(train, batch_size=6).num_samples == 6
+    # Zero-padded to another width than n's: not a name DLIO writes, so not its layout.
+    os.rename(train / "img_0_of_10.npy", train / "img_00_of_100.npy")
     assert dlfeed.Loader(train, batch_size=6).num_samples == 4
 
 
