@@ -71,14 +71,26 @@ bool write_whole(const std::string& path, const void* data, size_t n) {
 }
 
 // Writes `data` to `path` whole: under a name of this thread's, then renamed.
-bool publish(const std::string& path, const void* a, size_t na, const void* b, size_t nb) {
+bool publish(const std::string& path, const void* a, size_t na, const void* b, size_t nb, bool replace = true) {
   std::ostringstream tid;
   tid << std::this_thread::get_id();
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", tid.str());
   std::vector<char> all(na + nb);
   if (na) std::memcpy(all.data(), a, na);
   if (nb) std::memcpy(all.data() + na, b, nb);
-  if (!write_whole(tmp, all.data(), all.size()) || ::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!write_whole(tmp, all.data(), all.size())) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  // Not replacing: link() refuses a name that is there (another connection
+  // or process kept the piece first: its bytes stay, counted once); a file
+  // system without hard links takes the rename.
+  if (!replace && ::link(tmp.c_str(), path.c_str()) == 0) {
+    ::unlink(tmp.c_str());
+    return true;
+  }
+  const bool taken = !replace && errno == EEXIST;
+  if (taken || ::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     return false;
   }
@@ -227,7 +239,7 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
     if (::access(path.c_str(), F_OK) == 0) continue;
     if (!reserve(len + 4)) break;
     const uint32_t crc = piece_crc(o, k, bytes.data() + rel, len);
-    if (publish(path, bytes.data() + rel, len, &crc, 4)) {
+    if (publish(path, bytes.data() + rel, len, &crc, 4, /*replace=*/false)) {
       counters().cache_kept.fetch_add(len, std::memory_order_relaxed);
     } else {
       used_.fetch_sub(len + 4, std::memory_order_relaxed);  // not written: its room back

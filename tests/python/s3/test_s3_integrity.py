@@ -93,3 +93,31 @@ def test_an_object_rewritten_at_another_size_is_an_error_without_an_etag(s3_serv
     got = np.concatenate(delivered) if delivered else np.zeros((0, 16), np.int32)
     np.testing.assert_array_equal(got, np.concatenate(arrays)[: len(got)])  # what came before is the old bytes
     assert len(got) == 8, "part_0's samples, then the error at part_1's first read"
+
+
+def test_a_cache_bound_just_above_the_dataset_keeps_it_all(s3_server, tmp_path, monkeypatch):
+    # Two connections fetching the same piece at once both kept it (the second replacing the first) and
+    # both counted it against cache_limit: with the bound just above the dataset, 11-22% of it stayed out
+    # of the cache and was fetched again every epoch.
+    s3_server.apply_env(monkeypatch)
+    client = s3_server.client()
+    s3_server.ensure_bucket(BUCKET, client)
+    want = []
+    for i in range(6):
+        a = (np.arange(48, dtype=np.int32)[:, None] + i * 48).repeat(16384, axis=1)  # 48 rows of 64 KiB
+        np.save(tmp_path / f"{i}.npy", a)
+        client.upload_file(str(tmp_path / f"{i}.npy"), BUCKET, f"bound/x_{i}.npy")
+        want.append(a)
+    total = sum(o["Size"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="bound/")["Contents"])
+    loader = dlfeed.Loader(f"s3://{BUCKET}/bound/", batch_size=8, resident="off", strategy="global_shuffle",
+                           seed=1, cache_dir=tmp_path / "cache", cache_limit=total + (256 << 10))
+    ids = []
+    for b in loader:
+        ids += list(b.sample_ids)
+        np.testing.assert_array_equal(np.array(b[0])[:, 0], np.asarray(b.sample_ids, np.int32))
+    assert sorted(ids) == list(range(288))
+    before = dlfeed._dlfeed.s3_stats()
+    assert sum(len(b) for b in loader) == 288
+    fetched = dlfeed._dlfeed.s3_stats()["bytes"] - before["bytes"]
+    # (What is still fetched, about 2%: the 128-byte last piece of some objects, not kept: an open point.)
+    assert fetched < total // 20, f"the second epoch fetched {fetched} of {total} bytes again"
