@@ -322,15 +322,29 @@ absl::StatusOr<SampleIndex> open_files(const std::vector<std::string>& files, co
 
 /// A DLIO data_folder (subfolders train/ and valid/, as DLIO's generator
 /// leaves them) is read as its training split, DIR/train, with a note: its
-/// valid/ is the evaluation split. Any other folder is itself.
+/// valid/ is the evaluation split, and what else it holds (but hidden names)
+/// is named as not read. Any other folder is itself.
 std::string training_split(const std::string& dir) {
   std::error_code ec;
   const fs::path train = fs::path(dir) / "train";
   if (!fs::is_directory(train, ec) || !fs::is_directory(fs::path(dir) / "valid", ec)) return dir;
+  std::vector<std::string> others;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name != "train" && name != "valid" && !name.empty() && name[0] != '.') others.push_back(name);
+  }
+  std::sort(others.begin(), others.end());
+  std::string also;
+  if (!others.empty()) {
+    const size_t shown = std::min<size_t>(others.size(), 4);
+    also = absl::StrCat("; not read either: ", absl::StrJoin(others.begin(), others.begin() + shown, ", "),
+                        others.size() > shown ? absl::StrCat(" and ", others.size() - shown, " more") : "");
+  }
   std::fprintf(stderr,
                "dlfeed: note: %s holds train/ and valid/ (a DLIO data folder): reading %s, the training split; "
-               "name %s to read the evaluation split\n",
-               dir.c_str(), train.lexically_normal().c_str(), (fs::path(dir) / "valid").lexically_normal().c_str());
+               "name %s to read the evaluation split%s\n",
+               dir.c_str(), train.lexically_normal().c_str(), (fs::path(dir) / "valid").lexically_normal().c_str(),
+               also.c_str());
   return train.string();
 }
 

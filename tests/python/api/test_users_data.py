@@ -433,5 +433,13 @@ def test_a_dlio_data_folder_is_read_as_its_training_split(tmp_path):
     assert "a DLIO data folder" in proc.stderr and str(valid) in proc.stderr, proc.stderr
     assert "6 samples" in proc.stdout, proc.stdout
     assert "2 samples" in inspect(valid).stdout  # named, valid/ is read
+    assert "not read either" not in proc.stderr
+    # What else the folder holds is not read either, and the note names it (hidden names aside).
+    np.save(tmp_path / "data" / "c.npy", np.zeros((3, 2)))
+    (tmp_path / "data" / "test").mkdir()
+    (tmp_path / "data" / ".cache").mkdir()
+    proc = inspect(tmp_path / "data")
+    assert "6 samples" in proc.stdout, proc.stdout
+    assert "; not read either: c.npy, test\n" in proc.stderr, proc.stderr
     # A folder without valid/ is itself, with no note.
     assert "DLIO data folder" not in inspect(train).stderr
