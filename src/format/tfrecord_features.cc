@@ -85,6 +85,10 @@ absl::Status missing_feature(const std::string& where, const std::string& featur
   std::string present;
   if (names->empty()) {
     present = "an Example with no features";
+  } else if (std::find(names->begin(), names->end(), feature) != names->end()) {
+    // There, but with no value list set (tf.train.Feature(), which
+    // TensorFlow's VarLenFeature reads as []): not a list of any kind.
+    present = absl::StrCat("feature '", feature, "' with no value list set (an empty tf.train.Feature)");
   } else {
     present = absl::StrCat("only features '", absl::StrJoin(*names, "', '"), "'");
   }

@@ -629,18 +629,16 @@ absl::StatusOr<SampleIndex> open_cached(const std::vector<std::string>& files, c
 namespace {
 // With the axis left to the data, DLIO's layout (a name {prefix}_{i}_of_{n}
 // under train/ or valid/) is found file by file; a dataset where it holds
-// for some of its NPY, NPZ or TFRecord files and not for others would read
-// them on different axes (or as different shapes): refused, naming one of each.
+// for some of its NPY or NPZ files and not for others would read them on
+// different axes: refused, naming one of each. (TFRecord files of two
+// layouts differ in shape, which the field's shape check refuses.)
 absl::Status one_layout_rule(const std::vector<std::string>& files, const FormatOptions& options) {
   if (options.axis != SampleAxis::kAuto) return absl::OkStatus();
   const std::string* dlio = nullptr;
   const std::string* plain = nullptr;
   for (const std::string& f : files) {
     const absl::StatusOr<FileFormat> format = options.format == FileFormat::kAuto ? detect_format(f) : options.format;
-    if (!format.ok() ||
-        (*format != FileFormat::kNpy && *format != FileFormat::kNpz && *format != FileFormat::kTfRecord)) {
-      continue;
-    }
+    if (!format.ok() || (*format != FileFormat::kNpy && *format != FileFormat::kNpz)) continue;
     (detail::in_dlio_layout(f) ? dlio : plain) = &f;
     if (dlio != nullptr && plain != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -79,11 +79,13 @@ struct Sink {
   bool wrong_range = false;
 };
 
-// "bytes FIRST-LAST/TOTAL" (TOTAL may be "*").
 // The slowest a request may receive, over the stall timeout, before it is
-// given up; a GET's whole-request limit grows by its bytes at this rate.
+// given up; a GET's whole-request limit grows by its bytes at this rate, up
+// to kLongestGetMs (a server trickling just above it is given up then).
 constexpr uint64_t kSlowestBytesPerSecond = 1024;
+constexpr uint64_t kLongestGetMs = 10 * 60 * 1000;
 
+// "bytes FIRST-LAST/TOTAL" (TOTAL may be "*").
 bool parse_content_range(absl::string_view v, uint64_t& first, uint64_t& last) {
   if (!absl::ConsumePrefix(&v, "bytes ")) return false;
   const size_t dash = v.find('-'), slash = v.find('/');
@@ -256,7 +258,9 @@ CURLcode try_once(Connection& conn, const Config& c, const Options& o, const Req
   // (a shared uplink, another region) is slow, not failed; the whole-request
   // limit alone gave up an 8 MiB piece below 140 KB/s.
   const uint64_t at_slowest_ms = r.ranged ? r.length * 1000 / kSlowestBytesPerSecond : 0;
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(o.request_timeout_ms + at_slowest_ms));
+  const uint64_t limit_ms =
+      std::max<uint64_t>(o.request_timeout_ms, std::min<uint64_t>(o.request_timeout_ms + at_slowest_ms, kLongestGetMs));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(limit_ms));
   // Below kSlowestBytesPerSecond over the stall timeout (a server that stopped
   // answering, or one that trickles): given up.
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(kSlowestBytesPerSecond));

@@ -357,8 +357,9 @@ class Trainer {
   }
 
   uint64_t checksum() const { return checksum_; }
-  /// Whether Ctrl-C stopped an epoch (the last one run).
+  /// Whether Ctrl-C stopped the run (in an epoch, the last one run, or between two).
   bool interrupted() const { return interrupted_; }
+  void stop() { interrupted_ = true; }
   const ComputeModel& compute() const { return compute_; }
   const Moments& measured() const { return measured_; }
   /// Resident bytes at the end of each epoch (the summary JSON's rss_bytes).
@@ -652,6 +653,12 @@ int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
   uint64_t total_samples = 0;
   double total_s = 0;
   for (uint64_t e = 0; e < c.epochs && !trainer.interrupted(); ++e) {
+    if (interrupt_requested()) {  // between epochs (or while staging waited): no new one
+      std::printf("interrupted (SIGINT) before epoch %llu; the summary covers what ran\n",
+                  static_cast<unsigned long long>(e));
+      trainer.stop();
+      break;
+    }
     const EpochResult r = trainer.run_epoch(e);
     total_samples += r.samples;
     total_s += r.secs;

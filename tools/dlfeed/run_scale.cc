@@ -24,6 +24,7 @@
 #include "dlfeed/mpi/job_cache.h"
 #include "dlfeed/mpi/mpi.h"
 #endif
+#include "run_util.h"
 #include "source_throttle.h"
 
 ABSL_FLAG(std::string, mpi, "auto",
@@ -256,7 +257,10 @@ void ScaleOut::end_epoch(const Loader& loader, uint64_t epoch) {
   report_cache(epoch);
   if (epoch != 0 || !absl::GetFlag(FLAGS_stage_wait) || loader.options().stage.dir.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
-  while (!loader.stats().stage.done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // One process stops waiting at Ctrl-C (run_util.h); under MPI none is caught.
+  while (!loader.stats().stage.done && !interrupt_requested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 #if DLFEED_WITH_MPI
   if (job_) throw_if_error(job_->job->barrier());
 #endif

@@ -44,7 +44,8 @@ struct DLFEED_EXPORT Options {
   uint32_t backoff_ms = 25;
   uint32_t backoff_max_ms = 4000;
   /// Per request: connecting, and the whole request (a GET's: this plus a
-  /// second for each KiB it asks, so that a slow link is not a failure).
+  /// second for each KiB it asks, at most 10 minutes, so that a slow link
+  /// is not a failure).
   uint32_t connect_timeout_ms = 5000;
   uint32_t request_timeout_ms = 60000;
   /// A request that receives under 1 KiB a second over this long (rounded

@@ -316,3 +316,15 @@ def test_a_bytes_feature_of_several_values_is_an_error_naming_the_record(tmp_pat
     got = [bytes(np.asarray(b[0])) for b in dl.Loader(tmp_path / "one.tfrecord", fields=["image"], batch_size=2,
                                                       strategy="sequential")]
     assert got == [b"abcd"]
+
+
+def test_a_feature_with_no_value_list_is_named_as_such(tmp_path):
+    # tf.train.Feature() (no list set; TensorFlow's VarLenFeature reads it as []) in one record: the error
+    # said feature 'a' was missing, "found only features 'a'".
+    import dlfeed as api
+    with tf.io.TFRecordWriter(str(tmp_path / "a.tfrecord")) as w:
+        for i in range(3):
+            f = tf.train.Feature() if i == 1 else tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))
+            w.write(tf.train.Example(features=tf.train.Features(feature={"a": f})).SerializeToString())
+    with pytest.raises(api.NotFoundError, match=r"record 1, found feature 'a' with no value list set"):
+        list(api.Loader(tmp_path, fields=["a"], batch_size=3, ragged=True))

@@ -140,15 +140,20 @@ def test_ctrl_c_stops_the_run_and_still_writes_the_summary(dlfeed, hdf5_dataset,
     finally:
         proc.kill()
     assert proc.returncode == 128 + signal.SIGINT, err
-    m = re.search(r"^interrupted \(SIGINT\) in epoch (\d+) after (\d+) batches", out, re.M)
-    assert m, out
     run = json.loads(summary.read_text())
     epochs = run["epochs"]
     assert run["run"]["interrupted"] is True
-    assert len(epochs) == int(m.group(1)) + 1 < 1000
-    assert all(e["complete"] for e in epochs[:-1]) and not epochs[-1]["complete"]
-    assert epochs[-1]["batches"] == int(m.group(2)) <= 10
-    assert run["total"]["samples"] == 100 * (len(epochs) - 1) + 10 * int(m.group(2))
+    m = re.search(r"^interrupted \(SIGINT\) in epoch (\d+) after (\d+) batches", out, re.M)
+    if m:  # in an epoch: it is the last, not complete
+        assert len(epochs) == int(m.group(1)) + 1 < 1000
+        assert all(e["complete"] for e in epochs[:-1]) and not epochs[-1]["complete"]
+        assert epochs[-1]["batches"] == int(m.group(2)) <= 10
+        assert run["total"]["samples"] == 100 * (len(epochs) - 1) + 10 * int(m.group(2))
+    else:  # between two epochs: none more is started
+        m = re.search(r"^interrupted \(SIGINT\) before epoch (\d+);", out, re.M)
+        assert m, out
+        assert len(epochs) == int(m.group(1)) and all(e["complete"] for e in epochs)
+        assert run["total"]["samples"] == 100 * len(epochs)
     dlfeed.run("run", "--summary-json", summary, hdf5_dataset)
     assert json.loads(summary.read_text())["run"]["interrupted"] is False
 
