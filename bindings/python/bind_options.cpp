@@ -179,13 +179,14 @@ void bind_io_options(py::module_& m) {
                      "Extents of a file at most this many bytes apart are read as one")
       .def_readwrite("adaptive_gap", &prefetch::CoalesceOptions::adaptive_gap,
                      "A batch merges across gaps no longer than its mean extent (at most max_gap); False: max_gap")
-      .def_readwrite("max_read", &prefetch::CoalesceOptions::max_read,
-                     "Largest merged read in bytes (longer extents are read in pieces of this size)")
+      .def_readwrite(
+          "max_read", &prefetch::CoalesceOptions::max_read,
+          "Largest merged read in bytes (longer extents are read in pieces of this size; 0 or at least 4096)")
       .def_readwrite("enabled", &prefetch::CoalesceOptions::enabled, "False: one read per extent")
       .def_readwrite("split_above", &prefetch::CoalesceOptions::split_above,
                      "Buffered reads longer than this go in split_piece pieces (0: no such split)")
       .def_readwrite("split_piece", &prefetch::CoalesceOptions::split_piece,
-                     "The piece size of split_above (at least 4096)")
+                     "The piece size of split_above (0 or at least 4096)")
       .def_readwrite(
           "split_piece_cold", &prefetch::CoalesceOptions::split_piece_cold,
           "The piece size of split_above while most reads miss the page cache (0: split_piece; else at least 4096)")
@@ -193,7 +194,7 @@ void bind_io_options(py::module_& m) {
                      "Reads of at least this many bytes go in large_piece pieces that kernel workers copy, so one "
                      "batch's large samples spread over the cores (0: no such route)")
       .def_readwrite("large_piece", &prefetch::CoalesceOptions::large_piece,
-                     "The piece size of large_above (at least 4096)");
+                     "The piece size of large_above (0 or at least 4096)");
 }
 
 /// The structs LoaderOptions holds besides the I/O, order and format options:

@@ -113,19 +113,19 @@ class CoalesceOptions:
     adaptive_gap: bool
     """A batch merges across gaps no longer than its mean extent (at most max_gap); False: max_gap"""
     max_read: int
-    """Largest merged read in bytes (longer extents are read in pieces of this size)"""
+    """Largest merged read in bytes (longer extents are read in pieces of this size; 0 or at least 4096)"""
     enabled: bool
     """False: one read per extent"""
     split_above: int
     """Buffered reads longer than this go in split_piece pieces (0: no such split)"""
     split_piece: int
-    """The piece size of split_above (at least 4096)"""
+    """The piece size of split_above (0 or at least 4096)"""
     split_piece_cold: int
     """The piece size of split_above while most reads miss the page cache (0: split_piece; else at least 4096)"""
     large_above: int
     """Reads of at least this many bytes go in large_piece pieces that kernel workers copy, so one batch's large samples spread over the cores (0: no such route)"""
     large_piece: int
-    """The piece size of large_above (at least 4096)"""
+    """The piece size of large_above (0 or at least 4096)"""
 
 class TraceOptions:
     """Trace events of the counters (C++ counters::TraceOptions)."""

@@ -37,19 +37,19 @@ ABSL_FLAG(uint64_t, max_gap, kCoalesce.max_gap,
           "batch's mean extent (a read carries at most about as many bytes nobody asked for as it was asked for); "
           "given: this gap for every batch");
 ABSL_FLAG(uint64_t, max_read, kCoalesce.max_read,
-          "Largest read in bytes: merged reads stop growing here, longer ones go in pieces");
+          "Largest read in bytes: merged reads stop growing here, longer ones go in pieces (0 or at least 4096)");
 ABSL_FLAG(bool, no_coalesce, false, "One read per extent (for measuring coalescing)");
 ABSL_FLAG(uint64_t, split_above, kCoalesce.split_above,
           "Buffered reads longer than this go in --split-piece pieces (more reads in flight fill more of the "
           "kernel's read-ahead on a cold cache; 0: no such split)");
-ABSL_FLAG(uint64_t, split_piece, kCoalesce.split_piece, "The piece size of --split-above (at least 4096)");
+ABSL_FLAG(uint64_t, split_piece, kCoalesce.split_piece, "The piece size of --split-above (0 or at least 4096)");
 ABSL_FLAG(
     uint64_t, split_piece_cold, kCoalesce.split_piece_cold,
     "The piece size of --split-above while most reads miss the page cache (0: --split-piece; else at least 4096)");
 ABSL_FLAG(uint64_t, large_above, kCoalesce.large_above,
           "Reads of at least this many bytes go in --large-piece pieces that kernel workers copy, so one batch's "
           "large samples spread over the cores (0: no such route)");
-ABSL_FLAG(uint64_t, large_piece, kCoalesce.large_piece, "The piece size of --large-above (at least 4096)");
+ABSL_FLAG(uint64_t, large_piece, kCoalesce.large_piece, "The piece size of --large-above (0 or at least 4096)");
 ABSL_FLAG(bool, fadvise, dlfeed::AdvancedOptions{}.fadvise_willneed,
           "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(std::string, resident, std::string(dlfeed::mode_name(dlfeed::LoaderOptions{}.resident)),
