@@ -13,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -95,6 +96,7 @@ absl::Status run_in_parallel(size_t items, unsigned threads, const std::function
   }
   return status;
 }
+
 // Each of `ids` below `n` once, in the order given.
 std::vector<uint32_t> once_each(const std::vector<uint32_t>& ids, size_t n) {
   std::vector<uint32_t> out;
@@ -163,7 +165,12 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
       ++whole_files;
       continue;
     }
-    r->buffers_[id].resize(*size);  // not touched: the pieces' reads write it, in parallel
+    try {
+      r->buffers_[id].resize(*size);  // not touched: the pieces' reads write it, in parallel
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("holding the dataset in memory: no memory for the ", *size, " bytes of ", path));
+    }
     r->sizes_[id] = *size;
     r->paths_[id] = path;
     for (uint64_t at = 0; at < *size; at += kPiece) pieces.push_back({id, at, std::min(kPiece, *size - at)});
