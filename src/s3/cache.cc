@@ -174,6 +174,20 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
 
 bool PieceCache::has_room(uint64_t bytes) const { return max_ == 0 || used() + bytes <= max_; }
 
+uint64_t PieceCache::smallest_missing(const ObjectInfo& o, uint64_t start, uint64_t end) {
+  const std::string folder = folder_of(o);
+  if (folder.empty()) return 0;
+  uint64_t smallest = 0;
+  for (uint64_t k = start / kPiece; k * kPiece < end; ++k) {
+    const uint64_t len = piece_length(o, k);
+    if (len == 0) break;
+    if (::access(absl::StrCat(folder, "/", k).c_str(), F_OK) != 0 && (smallest == 0 || len + 4 < smallest)) {
+      smallest = len + 4;
+    }
+  }
+  return smallest;
+}
+
 bool PieceCache::reserve(uint64_t bytes) {
   uint64_t now = used_.load(std::memory_order_relaxed);
   do {

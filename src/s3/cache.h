@@ -36,6 +36,9 @@ class PieceCache {
   bool read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest);
   /// Whether `bytes` more fit under the bound (a hint: keep() reserves).
   bool has_room(uint64_t bytes) const;
+  /// The room the smallest piece of `o` in [start, end) that is not here
+  /// takes (its bytes and CRC), or 0 when every one is.
+  uint64_t smallest_missing(const ObjectInfo& o, uint64_t start, uint64_t end);
   /// Keeps the whole pieces of `o` inside `bytes`, which start at `start`
   /// (a multiple of kPiece), as far as they fit.
   void keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes);

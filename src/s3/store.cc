@@ -118,7 +118,10 @@ absl::Status fetch(Connection& conn, Config& c, const Options& o, PieceCache* ca
     constexpr uint64_t kPiece = PieceCache::kPiece;
     const uint64_t first = offset / kPiece * kPiece;
     const uint64_t end = std::min<uint64_t>(info.size, (offset + dest.size() + kPiece - 1) / kPiece * kPiece);
-    if (cache->has_room(end - first)) {
+    // Whole pieces are fetched while one missing here fits (keep() takes
+    // those that do): asking room for the whole span left a bound just
+    // above the dataset without the pieces read last, fetched every epoch.
+    if (const uint64_t missing = cache->smallest_missing(info, first, end); missing > 0 && cache->has_room(missing)) {
       scratch.resize(end - first);
       q.offset = first;
       q.length = end - first;
