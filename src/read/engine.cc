@@ -216,10 +216,7 @@ void IoEngine::interleave_large(std::vector<ReadRequest>& reqs) {
   // but each read's last.
   const size_t turn = std::max<size_t>(1, kInterleaveBytes / std::max<uint64_t>(1, reqs[large_runs_[0].first].length));
   size_t longest = 0;
-  for (Stream& st : streams_) {
-    longest = std::max(longest, st.pieces);
-    st.pieces = 0;  // now: taken so far
-  }
+  for (const Stream& st : streams_) longest = std::max(longest, st.pieces);
   for (size_t step = 0; step < longest; step += turn) {
     for (Stream& st : streams_) {
       // The stream's next `turn` pieces, across its runs.
