@@ -393,7 +393,9 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
           return absl::DataLossError(absl::StrCat(prefix, ": listing page ", pages + 1, " ", why_cut, " (", attempt,
                                                   " tries): the listing would be incomplete"));
         }
+        // A body shorter than the document: counted as perform() counts a short body.
         counters().retries.fetch_add(1, std::memory_order_relaxed);
+        counters().retry_short.fetch_add(1, std::memory_order_relaxed);
       }
       const std::vector<std::string> encoding = xml_values(resp->body, "EncodingType");
       const bool url_encoded = !encoding.empty() && absl::AsciiStrToLower(encoding[0]) == "url";
