@@ -323,8 +323,9 @@ void bind_loader_options(py::module_& m) {
       .def_property(
           "resident", [](const LoaderOptions& o) { return mode_name(o.resident); },
           [](LoaderOptions& o, const std::string& s) { o.resident = unwrap(parse_mode(s, "resident")); },
-          "Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at "
-          "create, then copies from memory), on (or fail saying why not), off")
+          "Hold the dataset in memory: auto (when its files fit in half of memory_budget: each read once, "
+          "from create on, in the order the first epoch uses them, then copies from memory), on (all read "
+          "at create, or fail saying why not), off")
       .def_property(
           "unpack", [](const LoaderOptions& o) { return mode_name(o.unpack); },
           [](LoaderOptions& o, const std::string& s) { o.unpack = unwrap(parse_mode(s, "unpack")); },

@@ -212,13 +212,19 @@ struct DLFEED_EXPORT LoaderOptions {
   std::shared_ptr<const BufferAllocator> buffer_allocator;
   /// Hold the dataset in memory. "auto" (the default): when all its files
   /// together fit in half of memory_budget, and nothing asks for the device
-  /// itself (io.direct, stage, io_factory), create() reads each file once,
-  /// whole (an object of a store: one GET), and every later read is a copy
-  /// from memory, with no system call or request per sample (small samples then go at memory speed, and a strided or
+  /// itself (io.direct, stage, io_factory), each file is read once, whole
+  /// (an object of a store: in 8 MiB ranged GETs), from create() on, on
+  /// threads of the loader's own, in the order the first epoch first uses
+  /// them: a batch waits only for its own files, not for the whole dataset.
+  /// Every later read is a copy from memory, with no system call or request
+  /// per sample (small samples then go at memory speed, and a strided or
   /// scattered layout is read once, not once per sample). Those bytes come
   /// out of memory_budget; the rest is for batches in flight. The copy is a
-  /// snapshot: a file changed after create() is not seen. kOn: the same, or
-  /// create() fails saying why not; kOff: always read the files.
+  /// snapshot of each file as it was read. A file that cannot be read whole
+  /// is read from its source instead (LoaderStats::resident_reason says
+  /// why), where its error, if any, is reported. kOn: every file read before
+  /// create() returns (a read that fails is its error), or create() fails
+  /// saying why not; kOff: always read the files.
   /// LoaderStats::resident_bytes says what was chosen.
   Mode resident = Mode::kAuto;
   /// Unpack arrays that are costly to read per sample: a deflated NPZ member

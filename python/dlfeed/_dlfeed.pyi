@@ -209,7 +209,7 @@ class LoaderOptions:
     memory_budget: int
     """Most bytes of batches in flight (read buffers and decoded batches, held ones included); 0: a quarter of the memory the process may use (MemAvailable, cgroup memory.max), shared by the job's ranks on the node, at least 256 MiB"""
     resident: str
-    """Hold the dataset in memory: auto (when its files fit in half of memory_budget: read once at create, then copies from memory), on (or fail saying why not), off"""
+    """Hold the dataset in memory: auto (when its files fit in half of memory_budget: each read once, from create on, in the order the first epoch uses them, then copies from memory), on (all read at create, or fail saying why not), off"""
     unpack: str
     """Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half of memory_budget less the held files are read once whole per epoch, inflated once, kept and gathered from memory), off (read per sample)"""
     threads: int

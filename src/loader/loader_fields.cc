@@ -376,4 +376,37 @@ absl::Status check_limits(const LoaderOptions& options) {
   return absl::OkStatus();
 }
 
+std::vector<uint32_t> first_use_order(OrderCursor cursor, const FileLayout& layout,
+                                      const std::vector<std::vector<uint32_t>>& file_ids) {
+  const uint64_t files = layout.file_begin.empty() ? 0 : layout.file_begin.size() - 1;
+  std::vector<uint8_t> seen(files, 0);
+  std::vector<uint32_t> out;
+  uint64_t left = files;
+  std::vector<uint64_t> ids(4096);
+  while (left > 0 && !cursor.done()) {
+    const size_t n = cursor.next(std::span<uint64_t>(ids));
+    if (n == 0) break;
+    for (size_t i = 0; i < n && left > 0; ++i) {
+      const uint64_t file = layout.file_of(ids[i]);
+      if (file >= files || seen[file]) continue;
+      seen[file] = 1;
+      --left;
+      for (const std::vector<uint32_t>& field : file_ids) {
+        if (file < field.size()) out.push_back(field[file]);
+      }
+    }
+  }
+  return out;
+}
+
+std::string resident_reason_now(const std::string& reason, const ResidentFiles* held) {
+  if (held == nullptr) return reason;
+  std::string out = reason;
+  if (!held->complete()) absl::StrAppend(&out, " (", held->files_held(), " of ", held->files(), " held so far)");
+  if (const absl::Status why = held->failure(); !why.ok() && !absl::IsCancelled(why)) {
+    absl::StrAppend(&out, "; some are read from their source instead: ", why.message());
+  }
+  return out;
+}
+
 }  // namespace dlfeed::inline DLFEED_ABI::detail

@@ -15,9 +15,11 @@
 #include "dlfeed/counters/counters.h"
 #include "dlfeed/io/file_table.h"
 #include "dlfeed/loader.h"
+#include "dlfeed/order/order.h"
 #include "dlfeed/sample.h"
 #include "dlfeed/staging/staging.h"
 #include "pipeline/cores.h"
+#include "read/resident.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
 
@@ -98,6 +100,15 @@ bool any_split_sources(const std::vector<SampleIndex>& indices);
 /// The bytes read for a batch of `batch_size` samples of every field, on
 /// average over the dataset (0 for an empty one).
 uint64_t mean_batch_bytes(const std::vector<SampleIndex>& indices, uint32_t batch_size);
+
+/// The FileTable ids of every field's files in the order `cursor` (a copy,
+/// run to its end or until every file is seen) first uses them.
+std::vector<uint32_t> first_use_order(OrderCursor cursor, const FileLayout& layout,
+                                      const std::vector<std::vector<uint32_t>>& file_ids);
+
+/// LoaderStats::resident_reason now: `reason` and, while the files are
+/// being held, how many are, and why any is read from its source instead.
+std::string resident_reason_now(const std::string& reason, const ResidentFiles* held);
 
 /// Options no machine could run, refused with what they are and may be:
 /// thread counts beyond any machine's, read pieces below a page.

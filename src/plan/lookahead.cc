@@ -125,6 +125,7 @@ void Lookahead::add_split_read(batch::Work& w, const batch::Work::DirectRead& d,
   // reads are, its value's CRC taken as it is copied, rather than copied here
   // on this one thread and checked later from memory. When its CRCs are
   // checked, the value's is asked of the engine, taken as it lands.
+  if (parts_.resident != nullptr) parts_.resident->wait(s.file, parts_.stop);  // then a copy, if it is held
   if (s.want_crc) crc_reads.emplace_back(d.split, static_cast<uint32_t>(batch.reads.size()));
   batch.reads.push_back({s.file, s.offset, s.before + s.value + s.after, p[1].dest, 0, s.want_crc, p, 3, 1});
 }
@@ -156,9 +157,12 @@ void Lookahead::issue_reads(batch::Work& w) {
   absl::Status copy_status;
   uint64_t copies = 0, copied = 0;
   [[maybe_unused]] const uint64_t t0 = held != nullptr && c != nullptr ? detail::now_of(*c) : 0;
-  // A read of a held file is a copy, here and now; any other goes to the engine.
+  // A read of a held file is a copy, here and now; any other goes to the
+  // engine. A file still being held is waited for (the hold reads files in
+  // the order the first epoch first uses them).
   auto read = [&](uint32_t file, uint64_t offset, uint64_t length, std::byte* dest) {
-    if (held == nullptr || !held->has(file)) {
+    const bool is_held = parts_.resident != nullptr && parts_.resident->wait(file, parts_.stop);
+    if (held == nullptr || !is_held) {  // while tracing, the engine copies it
       batch->reads.push_back({file, offset, length, dest, 0});
       return;
     }

@@ -66,6 +66,11 @@ class Planner {
   /// (coalesced and direct).
   uint64_t extents() const { return extents_.load(std::memory_order_relaxed); }
   uint64_t planned_reads() const { return planned_reads_.load(std::memory_order_relaxed); }
+  /// Carries the totals of the planner this one replaces.
+  void carry_totals(const Planner& from) {
+    extents_.fetch_add(from.extents(), std::memory_order_relaxed);
+    planned_reads_.fetch_add(from.planned_reads(), std::memory_order_relaxed);
+  }
 
  private:
   // Which (sample, field) slots are read directly: raw samples (one extent,

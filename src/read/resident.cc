@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread_name.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
@@ -42,14 +43,6 @@ constexpr size_t kFilesPerLoadThread = 64;
 // threads' reads (one thread copies a few GB/s from the page cache); a small
 // one a read.
 constexpr uint64_t kPiece = 8u << 20;
-
-// One item of the load: `length` bytes at `offset` of file or object `id`,
-// or (`whole`) a file of a size found when it is read.
-struct Piece {
-  uint32_t id = 0;
-  uint64_t offset = 0, length = 0;
-  bool whole = false;
-};
 
 // Runs fn(k) for k in [0, items) on up to `threads` threads (fewer if the
 // system gives fewer); the error returned is the first failing item's in
@@ -133,36 +126,89 @@ absl::StatusOr<uint64_t> read_whole(const FileTable::Pin& pin, const std::string
 }
 }  // namespace
 
+bool ResidentFiles::wait(uint32_t id, const std::atomic<bool>* stop) const {
+  if (id >= n_) return false;
+  uint8_t st = state_[id].load(std::memory_order_acquire);
+  if (st != kPending) return st == kHeld;
+  std::unique_lock<std::mutex> lock(mu_);
+  // Timed, to see `stop` (a flag of the caller's, set without this mutex).
+  while ((st = state_[id].load(std::memory_order_acquire)) == kPending) {
+    if (stop != nullptr && stop->load(std::memory_order_relaxed)) return false;
+    changed_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+  return st == kHeld;
+}
+
+absl::Status ResidentFiles::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void ResidentFiles::finish(uint32_t id, bool held, const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint8_t pending = kPending;
+    if (!state_[id].compare_exchange_strong(pending, held ? kHeld : kGivenUp, std::memory_order_acq_rel)) return;
+    if (held) held_files_.fetch_add(1, std::memory_order_acq_rel);
+    if (!held && failure_.ok()) failure_ = why;
+  }
+  changed_.notify_all();
+}
+
 absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTable& files,
                                                                          const std::vector<uint32_t>& ids) {
+  // The table outlives the hold, which ends before this returns.
+  DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<ResidentHold> hold,
+                          ResidentHold::start(std::shared_ptr<FileTable>(std::shared_ptr<void>(), &files), ids));
+  hold->join();
+  std::shared_ptr<const ResidentFiles> held = hold->files();
+  DLFEED_RETURN_IF_ERROR(held->failure());
+  return held;
+}
+
+absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::start(std::shared_ptr<FileTable> table,
+                                                                  const std::vector<uint32_t>& ids) {
+  std::unique_ptr<ResidentHold> h(new ResidentHold());
+  FileTable& files = *table;
+  h->table_ = std::move(table);
   auto r = std::make_shared<ResidentFiles>();
   const size_t n = files.size();
-  r->held_.assign(n, 0);
+  r->n_ = n;
+  r->state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
+  r->pieces_left_ = std::make_unique<std::atomic<uint32_t>[]>(n);
   r->buffers_.resize(n);
   r->sizes_.assign(n, 0);
   r->paths_.resize(n);
   const std::vector<uint32_t> todo = once_each(ids, n);
   // Objects (a loader reads files or objects, not both): each one opened
   // (its size from the store's listing) and its buffer made now, its bytes
-  // read in pieces below. Files of a known size over one piece: their
-  // buffers made now, read in pieces; any other file whole, as one item.
-  std::vector<File> objects_open(n);
-  std::vector<Piece> pieces;
-  bool objects = false;
-  size_t whole_files = 0;
+  // read in pieces. Files of a known size over one piece: their buffers made
+  // now, read in pieces; any other file whole, as one item (its size, until
+  // read, the one stat gives).
+  h->objects_.resize(n);
   for (uint32_t id : todo) {
     const std::string path = files.path(id);
+    r->paths_[id] = path;
     std::optional<uint64_t> size = files.known_size(id);
     if (is_object_url(path)) {
-      objects = true;
-      DLFEED_ASSIGN_OR_RETURN(objects_open[id], File::open(path));
+      h->objects_held_ = true;
+      DLFEED_ASSIGN_OR_RETURN(h->objects_[id], File::open(path));
       if (const std::optional<FileIdentity> indexed = files.identity(id)) {
-        DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, objects_open[id].identity()));
+        DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, h->objects_[id].identity()));
       }
-      size = size.value_or(objects_open[id].size());
+      size = size.value_or(h->objects_[id].size());
     } else if (!size || *size <= kPiece) {
-      pieces.push_back({id, 0, 0, /*whole=*/true});
-      ++whole_files;
+      if (!size) {
+        struct stat st {};
+        if (detail::stat_path(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+        size = static_cast<uint64_t>(st.st_size);
+      }
+      h->pieces_.push_back({id, 0, 0, /*whole=*/true});
+      ++h->whole_files_;
+      r->pieces_left_[id].store(1, std::memory_order_relaxed);
+      r->state_[id].store(ResidentFiles::kPending, std::memory_order_relaxed);
+      r->planned_bytes_ += *size;
+      ++r->planned_files_;
       continue;
     }
     try {
@@ -172,49 +218,94 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
           absl::StrCat("holding the dataset in memory: no memory for the ", *size, " bytes of ", path));
     }
     r->sizes_[id] = *size;
-    r->paths_[id] = path;
-    for (uint64_t at = 0; at < *size; at += kPiece) pieces.push_back({id, at, std::min(kPiece, *size - at)});
+    uint32_t count = 0;
+    for (uint64_t at = 0; at < *size; at += kPiece, ++count) {
+      h->pieces_.push_back({id, at, std::min(kPiece, *size - at)});
+    }
+    if (count == 0) {  // an empty file: held as it is
+      r->state_[id].store(ResidentFiles::kHeld, std::memory_order_relaxed);
+      r->held_files_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      r->pieces_left_[id].store(count, std::memory_order_relaxed);
+      r->state_[id].store(ResidentFiles::kPending, std::memory_order_relaxed);
+    }
+    r->planned_bytes_ += *size;
+    ++r->planned_files_;
   }
-  // Reads item k (a whole file, or a piece of a file or object) into its buffer; each k is one thread's.
-  auto read_one = [&](size_t k) -> absl::Status {
-    const Piece& p = pieces[k];
-    const std::span<std::byte> to(r->buffers_[p.id].data() + p.offset, p.length);
-    if (objects) return objects_open[p.id].read_exact(p.offset, to, "bytes of the object held in memory");
-    const uint32_t id = p.id;
-    const std::string path = files.path(id);
-    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(id));
-    if (!p.whole) {
-      DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), to, p.offset, path));
-      if (got != p.length) {
-        return format_error(path, p.offset + got, absl::StrCat(p.length - got, " more bytes (the size indexed)"),
-                            "the end of the file (file shrank while it was read)");
-      }
+  h->held_ = std::move(r);
+  try {
+    h->thread_ = std::thread([p = h.get()] { p->run(); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("holding the dataset in memory: the system gave no thread to read it (", e.what(), ")"));
+  }
+  name_thread(h->thread_, "dlfeed-hold");
+  return h;
+}
+
+void ResidentHold::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+ResidentHold::~ResidentHold() {
+  stop_.store(true, std::memory_order_relaxed);
+  join();
+}
+
+void ResidentHold::run() {
+  ResidentFiles& r = *held_;
+  FileTable& files = *table_;
+  // Reads item k (a whole file, or a piece of a file or object) into its
+  // buffer; each k is one thread's. A failed item gives its file up (it is
+  // read from its source, where the read fails again or not) and the hold
+  // goes on.
+  auto read_item = [&](size_t k) -> absl::Status {
+    const Piece& p = pieces_[k];
+    const std::string& path = r.paths_[p.id];
+    const std::span<std::byte> to(r.buffers_[p.id].data() + p.offset, p.length);
+    if (objects_held_) return objects_[p.id].read_exact(p.offset, to, "bytes of the object held in memory");
+    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(p.id));
+    if (p.whole) {
+      DLFEED_ASSIGN_OR_RETURN(r.sizes_[p.id], read_whole(pin, path, files.known_size(p.id), r.buffers_[p.id]));
       return absl::OkStatus();
     }
-    DLFEED_ASSIGN_OR_RETURN(r->sizes_[id], read_whole(pin, path, files.known_size(id), r->buffers_[id]));
-    r->paths_[id] = path;
+    DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), to, p.offset, path));
+    if (got != p.length) {
+      return format_error(path, p.offset + got, absl::StrCat(p.length - got, " more bytes (the size indexed)"),
+                          "the end of the file (file shrank while it was read)");
+    }
+    return absl::OkStatus();
+  };
+  auto one = [&](size_t k) -> absl::Status {
+    if (stop_.load(std::memory_order_relaxed)) return absl::CancelledError("the hold stopped");
+    const uint32_t id = pieces_[k].id;
+    if (r.state_[id].load(std::memory_order_acquire) != ResidentFiles::kPending) return absl::OkStatus();
+    const absl::Status st = read_item(k);
+    if (!st.ok()) {
+      r.finish(id, false, st);
+    } else if (r.pieces_left_[id].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      r.finish(id, true, st);
+    }
     return absl::OkStatus();
   };
   // Several threads for many files: on a cold cache (or a parallel file
-  // system) each open and read is a round trip. The error reported is the
-  // first failing item's in the order given, as a serial loop would.
-  // Pieces (objects, large files): a thread per piece up to the most, each
-  // GET a round trip, each file's piece a copy of its own.
-  const size_t items = pieces.size();
-  const size_t want = whole_files / kFilesPerLoadThread + (items - whole_files);
-  const unsigned threads = static_cast<unsigned>(
-      std::clamp<size_t>(want, 1, objects ? kMaxLoadThreads : std::min<size_t>(kMaxLoadThreads, files.max_open())));
-  const absl::Status status = run_in_parallel(items, threads, read_one);
-  if (!status.ok()) return status;
-  for (uint32_t id : todo) {
-    r->held_[id] = 1;
-    r->bytes_ += r->sizes_[id];
-    ++r->files_;
-  }
-  return std::shared_ptr<const ResidentFiles>(std::move(r));
+  // system) each open and read is a round trip. Pieces (objects, large
+  // files): a thread per piece up to the most, each GET a round trip, each
+  // file's piece a copy of its own.
+  const size_t items = pieces_.size();
+  const size_t want = whole_files_ / kFilesPerLoadThread + (items - whole_files_);
+  const unsigned threads = static_cast<unsigned>(std::clamp<size_t>(
+      want, 1, objects_held_ ? kMaxLoadThreads : std::min<size_t>(kMaxLoadThreads, files.max_open())));
+  absl::Status stopped = run_in_parallel(items, threads, one);
+  // What is not held now never will be (memory ran out, or the hold stopped).
+  if (stopped.ok()) stopped = absl::CancelledError("the hold stopped");
+  for (const Piece& p : pieces_) r.finish(p.id, false, stopped);
+  for (File& f : objects_) f = File();  // the connections, closed on this thread
 }
 
-absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable& files, bool objects) {
+absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std::shared_ptr<FileTable>& table,
+                                               bool objects, const std::vector<uint32_t>& first_use) {
+  FileTable& files = *table;
   ResidentChoice out;
   if (o.resident != Mode::kAuto && o.resident != Mode::kOn && o.resident != Mode::kOff) {
     return absl::InvalidArgumentError(
@@ -262,11 +353,20 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, FileTable
     out.reason = absl::StrCat("not held in memory: ", why_not);
     return out;
   }
-  std::vector<uint32_t> ids(files.size());
-  for (uint32_t id = 0; id < ids.size(); ++id) ids[id] = id;
-  DLFEED_ASSIGN_OR_RETURN(out.files, ResidentFiles::load(files, ids));
+  std::vector<uint32_t> ids = first_use;
+  for (uint32_t id = 0; id < files.size(); ++id) ids.push_back(id);  // once_each keeps the first
+  DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::start(table, ids));
+  out.files = out.hold->files();
   out.reason = absl::StrCat("held in memory: ", out.files->files(), objects ? " objects, " : " files, ",
-                            out.files->bytes(), " bytes, read once at create");
+                            out.files->bytes(), " bytes, read ");
+  if (o.resident == Mode::kOn) {  // asked for: all of it before create returns, or an error
+    out.hold->join();
+    out.hold.reset();
+    DLFEED_RETURN_IF_ERROR(out.files->failure());
+    absl::StrAppend(&out.reason, "once at create");
+  } else {
+    absl::StrAppend(&out.reason, "once, from create on, in the order the first epoch uses them");
+  }
   return out;
 }
 
@@ -281,10 +381,14 @@ class ResidentBackend final : public IoBackend {
 
   absl::Status submit(std::span<const ReadRequest> requests) override {
     // Copies first, in place; the rest go to the inner backend in one call.
+    // Whether each is a copy, asked once: a file may become held meanwhile.
     std::vector<ReadRequest> rest;
+    std::vector<uint8_t> copy(requests.size());
     size_t copied = 0;
-    for (const ReadRequest& r : requests) {
-      if (!held_->has(r.file)) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      copy[i] = held_->has(r.file) ? 1 : 0;
+      if (!copy[i]) {
         rest.push_back(r);
         continue;
       }
@@ -296,8 +400,9 @@ class ResidentBackend final : public IoBackend {
     }
     if (!rest.empty()) DLFEED_RETURN_IF_ERROR(inner_->submit(rest));
     std::lock_guard<std::mutex> lock(mu_);
-    for (const ReadRequest& r : requests) {
-      if (!held_->has(r.file)) continue;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadRequest& r = requests[i];
+      if (!copy[i]) continue;
       ReadCompletion c;
       c.user_data = r.user_data;
       const uint64_t size = held_->size(r.file);

@@ -36,8 +36,8 @@ absl::StatusOr<std::shared_ptr<UnpackedFiles::Loaded>> UnpackedFiles::load(Entry
   const std::string path = table_->path(e.table_id);
   [[maybe_unused]] const uint64_t t0 = counters_ ? now_of(*counters_) : 0;
   std::span<const std::byte> raw;
-  if (held_ && held_->has(e.table_id)) {
-    // Held in memory: the bytes are there already (no copy).
+  if (held_ && held_->wait(e.table_id)) {
+    // Held in memory: the bytes are there already (no copy), or soon.
     const uint64_t size = held_->size(e.table_id);
     if (ext.offset > size || ext.length > size - ext.offset) {
       const uint64_t available = ext.offset < size ? size - ext.offset : 0;
@@ -122,7 +122,7 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
       if (src == nullptr || src->num_samples() == 0 || !src->unpack_pays()) continue;
       const uint32_t id = file_ids[f][k];
       // A raw array in a held file is gathered from the held bytes (no copy).
-      const bool view = src->unpack_inflated_bytes() == 0 && held && held->has(id);
+      const bool view = src->unpack_inflated_bytes() == 0 && held && held->will_hold(id);
       want.push_back({f, k, src,
                       src->unpack_inflated_bytes() > 0 ? src->unpack_inflated_bytes()
                       : view                           ? 0

@@ -53,8 +53,9 @@ ABSL_FLAG(uint64_t, large_piece, kCoalesce.large_piece, "The piece size of --lar
 ABSL_FLAG(bool, fadvise, dlfeed::AdvancedOptions{}.fadvise_willneed,
           "posix_fadvise(WILLNEED) each batch's reads when planned");
 ABSL_FLAG(std::string, resident, std::string(dlfeed::mode_name(dlfeed::LoaderOptions{}.resident)),
-          "Hold the dataset in memory: auto (when its files fit in half the memory budget: read once at start, "
-          "then copies from memory), on (or fail saying why not), off");
+          "Hold the dataset in memory: auto (when its files fit in half the memory budget: each read once, "
+          "from the start on, in the order the first epoch uses them, then copies from memory), on (all read "
+          "at the start, or fail saying why not), off");
 ABSL_FLAG(std::string, unpack, std::string(dlfeed::mode_name(dlfeed::LoaderOptions{}.unpack)),
           "Deflated NPZ members and strided (DLIO-layout) arrays: auto (those that fit in half the memory budget, "
           "less the held files, are read once whole per epoch, inflated once, and gathered from memory), on (all of "
