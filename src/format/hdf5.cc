@@ -7,6 +7,7 @@
 // metadata and holds the contiguous and library sources; chunked storage is
 // in hdf5_chunks.cc, what the storage properties allow in hdf5_storage.cc.
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -177,7 +178,11 @@ class ContiguousSource final : public Hdf5Source {
 // Anything else: H5Dread of row k through libhdf5.
 class LibrarySource final : public Hdf5Source {
  public:
-  explicit LibrarySource(DatasetGeometry g) : Hdf5Source(std::move(g)) {}
+  // `external`: the external files of its data (H5Pset_external) found at
+  // indexing, each with what stat said then.
+  LibrarySource(DatasetGeometry g, const FileIdentity& indexed,
+                std::vector<std::pair<std::string, FileIdentity>> external)
+      : Hdf5Source(std::move(g)), indexed_(indexed), external_(std::move(external)) {}
   ~LibrarySource() override {
     H5Lock lock;
     dset_.reset();
@@ -199,6 +204,7 @@ class LibrarySource final : public Hdf5Source {
       DLFEED_ASSIGN_OR_RETURN(dset_, detail::h5::open_checked_dataset(g_.path, file_.get(), g_.name, &refused_,
                                                                       absl::StrCat("dataset '", g_.name, "'")));
     }
+    DLFEED_RETURN_IF_ERROR(check_unchanged());
     Hid type(H5Dget_type(dset_.get()), H5Tclose);
     Hid fspace(H5Dget_space(dset_.get()), H5Sclose);
     const size_t rank = g_.dims.size();
@@ -219,10 +225,76 @@ class LibrarySource final : public Hdf5Source {
   }
 
  private:
+  // The file libhdf5 has open is the one indexed, as FileTable checks the
+  // files read by extents: a file truncated, rewritten or appended to since
+  // reads as zeros or from libhdf5's caches, so it is an error naming what
+  // changed. Asked of the descriptor before each read (a read here is an
+  // H5Dread, far dearer than an fstat); files of a driver with no
+  // descriptor (an object store's) are not asked.
+  absl::Status check_unchanged() const {
+    for (const auto& [name, was] : external_) {
+      struct stat st {};
+      if (::stat(name.c_str(), &st) != 0) return io_error(name, "stat (an external file of its data)", errno);
+      if (std::string what = changes(was, detail::identity_of(st)); !what.empty()) {
+        return file_error(name, absl::StrCat("the external data file of '", g_.name, "' in ", g_.path, " as indexed"),
+                          absl::StrCat(what, ": changed (rewritten, truncated or appended to) while being read"));
+      }
+    }
+    void* handle = nullptr;
+    Hid fapl(H5Fget_access_plist(file_.get()), H5Pclose);
+    if (indexed_.mtime_ns == 0 || !fapl.ok() || H5Pget_driver(fapl.get()) != H5FD_SEC2 ||
+        H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+      return absl::OkStatus();
+    }
+    struct stat st {};
+    if (::fstat(*static_cast<int*>(handle), &st) != 0) return io_error(g_.path, "fstat", errno);
+    const std::string what = changes(indexed_, detail::identity_of(st));
+    if (what.empty()) return absl::OkStatus();
+    return file_error(g_.path, "the file as it was indexed",
+                      absl::StrCat(what,
+                                   ": changed in place (rewritten, truncated or appended to) while the loader "
+                                   "read it through libhdf5"));
+  }
+
+  // What differs between two identities of a file ("" if nothing).
+  static std::string changes(const FileIdentity& was, const FileIdentity& now) {
+    std::string what;
+    if (now.size != was.size) absl::StrAppend(&what, "size ", was.size, " -> ", now.size, " bytes; ");
+    if (now.inode != was.inode && was.inode != 0) absl::StrAppend(&what, "another inode; ");
+    if (now.mtime_ns != was.mtime_ns) absl::StrAppend(&what, "a new modification time; ");
+    if (now.ctime_ns != was.ctime_ns && was.ctime_ns != 0) absl::StrAppend(&what, "a new change time; ");
+    if (!what.empty()) what.resize(what.size() - 2);
+    return what;
+  }
+
+  FileIdentity indexed_;
+  std::vector<std::pair<std::string, FileIdentity>> external_;
   mutable std::string refused_;  // the link check's answer: outlives the access list libhdf5 may keep
   mutable Hid file_;             // opened on first decode; guarded by the HDF5 lock
   mutable Hid dset_;
 };
+
+// The external files of a dataset's data (H5Pset_external) with what stat
+// says of them now: a relative name where libhdf5 may look for it (the
+// working directory, the HDF5 file's folder; those that exist).
+std::vector<std::pair<std::string, FileIdentity>> external_files(const std::string& path, hid_t dcpl) {
+  std::vector<std::pair<std::string, FileIdentity>> out;
+  const int n = H5Pget_external_count(dcpl);
+  for (int i = 0; i < n; ++i) {
+    char name[4096] = {};
+    off_t offset = 0;
+    hsize_t size = 0;
+    if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof name, name, &offset, &size) < 0) continue;
+    std::vector<std::string> where{name};
+    const size_t slash = path.rfind('/');
+    if (name[0] != '/' && slash != std::string::npos) where.push_back(path.substr(0, slash + 1) + name);
+    for (const std::string& w : where) {
+      struct stat st {};
+      if (::stat(w.c_str(), &st) == 0) out.emplace_back(w, detail::identity_of(st));
+    }
+  }
+  return out;
+}
 
 void warn_fallback_once(const std::string& path, const std::string& name, const std::string& reason) {
   static std::atomic<bool> warned{false};
@@ -547,7 +619,7 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
 
   // Fallback: H5Dread through libhdf5 (g.reason says why).
   warn_fallback_once(path, name, g.reason);
-  index.add_file(path, std::make_unique<LibrarySource>(std::move(g)));
+  index.add_file(path, std::make_unique<LibrarySource>(std::move(g), identity, external_files(path, dcpl.get())));
   index.identities.assign(1, identity);
   return index;
 }

@@ -491,6 +491,30 @@ absl::StatusOr<ChunkGrid> chunk_grid(const DatasetGeometry& g) {
   return grid;
 }
 
+// Why the chunk index of `dset` (of `rank` dimensions) cannot be listed,
+// or empty: libhdf5 (1.10 to 1.14 at least) keeps an extensible-array index
+// (one unlimited dimension, libver "latest" or "v110") with the unlimited
+// dimension moved first, and H5Dget_chunk_info, H5Dchunk_iter and
+// H5Dget_chunk_info_by_coord report such a chunk's coordinates in that
+// moved order when the unlimited dimension is not the first: a chunk at
+// rows 4-7 is reported at columns 4-7. H5Dread places them right.
+std::string swapped_chunk_coordinates(hid_t dset, size_t rank) {
+  H5D_chunk_index_t kind{};
+  if (H5Dget_chunk_index_type(dset, &kind) < 0 || kind != H5D_CHUNK_IDX_EARRAY || rank < 2) return "";
+  Hid space(H5Dget_space(dset), H5Sclose);
+  std::vector<hsize_t> dims(rank), max(rank);
+  if (!space.ok() || H5Sget_simple_extent_dims(space.get(), dims.data(), max.data()) != static_cast<int>(rank)) {
+    return "its extent could not be read";
+  }
+  for (size_t d = 1; d < rank; ++d) {
+    if (max[d] == H5S_UNLIMITED) {
+      return absl::StrCat("its one unlimited dimension is ", d,
+                          ", not 0, and libhdf5 reports the chunks of such an index at swapped coordinates");
+    }
+  }
+  return "";
+}
+
 // The stored chunk of every cell of the grid (C order), each checked to be
 // on the grid and inside the file, an unfiltered one exactly one chunk long.
 // Sets `why` (and places nothing) when the table is too costly to list.
@@ -498,6 +522,8 @@ absl::StatusOr<std::vector<ChunkEntry>> chunk_table(hid_t dset, const DatasetGeo
                                                     size_t nfilters, uint64_t file_size, std::string& why) {
   std::vector<ChunkEntry> table(grid.cells);
   const size_t r = g.dims.size();
+  why = swapped_chunk_coordinates(dset, r);
+  if (!why.empty()) return table;
   std::vector<StoredChunk> stored;
   DLFEED_RETURN_IF_ERROR(list_chunks(g.path, g.name, dset, r, stored, why));
   if (!why.empty()) return table;
@@ -515,6 +541,11 @@ absl::StatusOr<std::vector<ChunkEntry>> chunk_table(hid_t dset, const DatasetGeo
     }
     if (sc.addr == HADDR_UNDEF || sc.size == 0) continue;
     ChunkEntry& e = table[c];
+    if (e.stored) {  // two chunks listed at one place: the index is not what it says
+      return format_error(g.path, sc.addr, absl::StrCat("one chunk of '", g.name, "' at each place of the chunk grid"),
+                          absl::StrCat("a second chunk at element offset ", absl::StrJoin(sc.coord, ","),
+                                       " (the first at file offset ", e.addr, ")"));
+    }
     e.addr = sc.addr;
     e.size = sc.size;
     e.mask = sc.mask;

@@ -49,7 +49,7 @@ constexpr char kMagic[8] = {'D', 'L', 'F', 'I', 'D', 'X', '\r', '\n'};
 // (a cached listing may hold them). 6: HDF5 datasets behind external links, non-IEEE floats and unwritten storage
 // without a fill value are no longer indexed as extents, and an NPZ member named as asked wins over one with .npy (5: a
 // file's change time; 4: a TFRecord entry keeps its split layout; 3: the shape feature's 1-D verdict).
-constexpr uint32_t kCacheVersion = 8;
+constexpr uint32_t kCacheVersion = 9;
 constexpr size_t kHeaderBytes = 16;  // magic, version, crc
 
 #define DLFEED_STR2(x) #x

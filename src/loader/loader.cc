@@ -199,9 +199,19 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   // A file whose change time alone is new (chmod, or bytes rewritten with
   // the mtime set back) is indexed again: it reads on only if its samples
   // are where they were.
-  DLFEED_RETURN_IF_ERROR(m.files->check_open_files(
-      m.options.advanced.reindex_changed_files ? detail::still_indexed_by_id(m.indices, m.file_ids, m.field_formats)
-                                               : std::function<absl::Status(uint32_t)>()));
+  // A held file's copy is then old: it is read from the file from now on.
+  std::function<absl::Status(uint32_t)> still;
+  if (m.options.advanced.reindex_changed_files)
+    still = detail::still_indexed_by_id(m.indices, m.file_ids, m.field_formats);
+  if (still && m.resident) {
+    still = [still, held = m.resident.get()](uint32_t id) {
+      absl::Status s = still(id);
+      if (s.ok()) held->drop(id);
+      return s;
+    };
+  }
+  DLFEED_RETURN_IF_ERROR(m.files->check_open_files(still));
+  if (m.resident && m.resident->files_dropped() != m.planned_drops) m.make_planner();  // no strided batch of it
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;

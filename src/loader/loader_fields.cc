@@ -403,6 +403,9 @@ std::string resident_reason_now(const std::string& reason, const ResidentFiles* 
   if (held == nullptr) return reason;
   std::string out = reason;
   if (!held->complete()) absl::StrAppend(&out, " (", held->files_held(), " of ", held->files(), " held so far)");
+  if (const size_t n = held->files_dropped(); n > 0) {
+    absl::StrAppend(&out, "; ", n, " changed in place since they were read, read from their source since");
+  }
   if (const absl::Status why = held->failure(); !why.ok() && !absl::IsCancelled(why)) {
     absl::StrAppend(&out, "; some are read from their source instead: ", why.message());
   }

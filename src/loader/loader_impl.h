@@ -14,7 +14,6 @@
 #include <system_error>
 #include <thread>
 
-#include "dlfeed/loader.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/tbb.h"
@@ -27,6 +26,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/file_table.h"
+#include "dlfeed/loader.h"
 #include "dlfeed/plan/policy.h"
 #include "loader/loader_fields.h"
 #include "loader/loader_state.h"
@@ -65,6 +65,7 @@ struct Loader::Impl {
   std::shared_ptr<const detail::ResidentFiles> resident;
   std::unique_ptr<detail::ResidentHold> hold;  // reading `resident` in (stopped and joined first)
   bool planned_held = false;                   // the planner was made with every file held
+  size_t planned_drops = 0;                    // ... and with these dropped (ResidentFiles::drop)
   std::string resident_reason;
   std::string memory_budget_reason;          // LoaderStats::memory_budget_reason
   std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
@@ -149,6 +150,7 @@ struct Loader::Impl {
     prefetch::CoalesceOptions coalesce = options.advanced.coalesce;
     if (resident) coalesce.enabled = false;
     planned_held = resident && resident->complete();
+    planned_drops = resident ? resident->files_dropped() : 0;
     auto made = std::make_unique<plan::Planner>(
         indices, file_ids,
         plan::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.advanced.coalesce.enabled},

@@ -139,6 +139,14 @@ bool ResidentFiles::wait(uint32_t id, const std::atomic<bool>* stop) const {
   return st == kHeld;
 }
 
+void ResidentFiles::drop(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint8_t held = kHeld;
+  if (id >= n_ || !state_[id].compare_exchange_strong(held, kGivenUp, std::memory_order_acq_rel)) return;
+  held_files_.fetch_sub(1, std::memory_order_acq_rel);
+  dropped_.fetch_add(1, std::memory_order_acq_rel);
+}
+
 absl::Status ResidentFiles::failure() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failure_;

@@ -51,8 +51,15 @@ class ResidentFiles {
   /// Whether file `id` is held, waiting while it is being read: until it is
   /// held or given up (a read failed, or the hold stopped), or `*stop`.
   bool wait(uint32_t id, const std::atomic<bool>* stop = nullptr) const;
-  /// Whether every file to hold is held.
-  bool complete() const { return held_files_.load(std::memory_order_acquire) == planned_files_; }
+  /// Whether the hold is over: every file to hold held, or changed since.
+  bool complete() const {
+    return held_files_.load(std::memory_order_acquire) + dropped_.load(std::memory_order_acquire) == planned_files_;
+  }
+  /// File `id` changed in place since it was read (a new change time alone,
+  /// its samples where they were): it is read from its source from now on,
+  /// as it is now. Only while nothing reads from this copy (between epochs).
+  void drop(uint32_t id) const;
+  size_t files_dropped() const { return dropped_.load(std::memory_order_acquire); }
   const std::byte* data(uint32_t id) const { return buffers_[id].data(); }
   uint64_t size(uint32_t id) const { return sizes_[id]; }
   const std::string& path(uint32_t id) const { return paths_[id]; }
@@ -78,7 +85,8 @@ class ResidentFiles {
   std::vector<std::string> paths_;
   uint64_t planned_bytes_ = 0;
   size_t planned_files_ = 0;
-  std::atomic<size_t> held_files_{0};
+  mutable std::atomic<size_t> held_files_{0};
+  mutable std::atomic<size_t> dropped_{0};
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   absl::Status failure_;  // under mu_

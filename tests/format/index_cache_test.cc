@@ -208,13 +208,13 @@ TEST(IndexCacheFiles, ADamagedCacheIsNotUsedAndSaysWhy) {
   std::string flipped = good;
   flipped[flipped.size() / 2] ^= 0x20;
   std::string version = good;
-  version[8] = 9;
+  version[8] = 99;  // a version no release wrote
   const Damage damages[] = {
       {good.substr(0, good.size() / 2), "checksum"},
       {flipped, "checksum"},
       {"not a cache at all", "bad magic"},
       {"", "bad magic"},
-      {version, "version 9"},
+      {version, "version 99"},
   };
   for (const Damage& d : damages) {
     write_all(o.index_cache, d.bytes);

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """HDF5 interop: files written by h5py read by dlfeed, and files written by
 `dlfeed generate` read by h5py, byte for byte."""
+import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -135,6 +137,40 @@ def test_h5py_partially_written_chunks_are_fill(dlfeed, tmp_path):
     assert info["samples"][9]["extents"] == []
 
 
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+@pytest.mark.parametrize("shape,chunks,maxshape", [
+    ((8, 8), (4, 4), (8, None)),  # the one unlimited dimension not the first
+    ((4, 3, 8), (2, 3, 4), (4, 3, None)),
+    ((4, 6, 8), (2, 3, 4), (4, None, 8)),
+    ((8, 8), (4, 4), (None, 8)),
+    ((8, 8), (4, 4), (None, None)),
+])
+def test_h5py_growable_datasets_with_unwritten_chunks(dlfeed, tmp_path, libver, shape, chunks, maxshape):
+    # libhdf5 lists the chunks of an extensible-array index whose unlimited
+    # dimension is not the first at swapped coordinates: read as listed, the
+    # rows written came out as the fill value and others' bytes moved.
+    path = tmp_path / "grow.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        d = f.create_dataset("records", shape=shape, dtype="<i4", chunks=chunks, maxshape=maxshape, fillvalue=-1)
+        a = np.arange(np.prod(shape), dtype="<i4").reshape(shape)
+        if len(shape) == 2:
+            d[:, 0:4] = a[:, 0:4]
+        else:
+            d[2:4] = a[2:4]
+        arr = d[()]
+    _check_all(dlfeed, path, arr, tmp_path, "records")
+    import dlfeed as dlfeed_py  # the fixture `dlfeed` is the command line
+
+    loader = dlfeed_py.Loader(str(path), batch_size=3, strategy="global_shuffle", seed=1)
+    got = {}
+    for b in loader:
+        for i, k in enumerate(b.sample_ids.tolist()):
+            got[k] = b[0][i].copy()
+    assert sorted(got) == list(range(shape[0]))
+    for k, v in got.items():
+        np.testing.assert_array_equal(v, arr[k])
+
+
 def test_h5py_errors(dlfeed, tmp_path):
     path = tmp_path / "bad.h5"
     with h5py.File(path, "w") as f:
@@ -235,3 +271,35 @@ def test_h5py_gzip_shuffle_large_chunks(dlfeed, tmp_path, dtype, level):
         np.testing.assert_array_equal(t, arr[np.asarray(b.sample_ids)])
         seen += len(t)
     assert seen == 6
+
+
+@pytest.mark.parametrize("layout", ["fletcher32", "scaleoffset", "external"])
+@pytest.mark.parametrize("change", ["truncate", "zero_fill"])
+def test_datasets_read_through_libhdf5_refuse_a_file_changed_under_the_loader(tmp_path, layout, change):
+    # Read by H5Dread (no byte extents), a truncated file gave zeros (which
+    # pass fletcher32) and a rewritten one libhdf5's cached old values.
+    import dlfeed as dlfeed_py
+
+    path, raw = tmp_path / "lib.h5", tmp_path / "lib.raw"
+    arr = (np.random.default_rng(0).random((16, 64, 64)) + 1).astype("<f4")
+    with h5py.File(path, "w") as f:
+        if layout == "fletcher32":
+            f.create_dataset("x", data=arr, chunks=(1, 64, 64), fletcher32=True)
+        elif layout == "scaleoffset":
+            arr = np.arange(16 * 64 * 64, dtype="<i4").reshape(16, 64, 64)
+            f.create_dataset("x", data=arr, chunks=(1, 64, 64), scaleoffset=0)
+        else:
+            f.create_dataset("x", data=arr, external=[(str(raw), 0, h5py.h5f.UNLIMITED)])
+    loader = dlfeed_py.Loader(str(path), fields=["x"], batch_size=4, strategy="sequential", resident="off")
+    assert loader.stats()["route"] == "pipeline"
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in loader]), arr)
+    changed = raw if layout == "external" else path
+    if change == "truncate":
+        os.truncate(changed, changed.stat().st_size // 2)
+    else:
+        with open(changed, "r+b") as f:
+            f.seek(changed.stat().st_size // 2)
+            f.write(bytes(4096))
+    with pytest.raises(dlfeed_py.DataError, match=re.escape(str(changed)) + r".*(size|modification time)"):
+        for _ in loader:
+            pass
