@@ -10,11 +10,7 @@ void bind_io(py::module_& m) {
   m.def(
       "io_uring_available",
       []() {
-        absl::Status s;
-        {
-          py::gil_scoped_release nogil;
-          s = io_uring_available();
-        }
+        const absl::Status s = without_gil_call([] { return io_uring_available(); });
         return py::make_tuple(s.ok(), std::string(s.message()));
       },
       "(True, '') when io_uring works in this process, else (False, why).");

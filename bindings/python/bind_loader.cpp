@@ -127,17 +127,9 @@ void bind_loader_create(py::class_<PyLoader>& cls) {
                 reshape->push_back(std::nullopt);
             }
             self->reshape = std::move(reshape);
-            absl::StatusOr<std::unique_ptr<Loader>> made;
-            {
-              py::gil_scoped_release nogil;
-              made = Loader::create(options);
-            }
-            self->loader = unwrap(std::move(made));
+            self->loader = unwrap(without_gil_call([&] { return Loader::create(options); }));
             if (absl::Status views = check_views(*self->loader, *self->reshape); !views.ok()) {
-              {
-                py::gil_scoped_release nogil;  // its threads end as at close()
-                self->loader.reset();
-              }
+              without_gil_call([&] { self->loader.reset(); });  // its threads end as at close()
               check(views);
             }
             return self;

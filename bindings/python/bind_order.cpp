@@ -39,11 +39,8 @@ void bind_order(py::module_& m) {
   m.def(
       "rank_order",
       [](const std::vector<uint64_t>& samples_per_file, const OrderSpec& spec) {
-        std::vector<uint64_t> ids;
-        {
-          py::gil_scoped_release nogil;
-          ids = unwrap(rank_order(FileLayout::from_sizes(samples_per_file), spec));
-        }
+        std::vector<uint64_t> ids =
+            unwrap(without_gil_call([&] { return rank_order(FileLayout::from_sizes(samples_per_file), spec); }));
         return py::array_t<uint64_t>(ids.size(), ids.data());
       },
       py::arg("samples_per_file"), py::arg("spec"),

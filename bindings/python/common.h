@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,5 +43,34 @@ absl::StatusOr<OrderState> order_state_of(const std::string& state);
 /// A Python sequence of ints as a Shape, and back.
 Shape shape_from_py(const py::handle& seq);
 py::tuple shape_to_py(const Shape& shape);
+
+/// fn() with the GIL released, taken back outside any destructor: a daemon
+/// thread that the interpreter's exit ends as it takes the GIL back
+/// (pthread_exit) unwinds through here, where gil_scoped_release's
+/// destructor, being noexcept, would end the process (std::terminate).
+template <typename F>
+auto without_gil_call(F&& fn) -> decltype(fn()) {
+  using T = decltype(fn());
+  PyThreadState* ts = PyEval_SaveThread();
+  if constexpr (std::is_void_v<T>) {
+    try {
+      fn();
+    } catch (...) {
+      PyEval_RestoreThread(ts);
+      throw;
+    }
+    PyEval_RestoreThread(ts);  // outside the try: an exit's unwind from here is not caught
+  } else {
+    std::optional<T> out;
+    try {
+      out.emplace(fn());
+    } catch (...) {
+      PyEval_RestoreThread(ts);
+      throw;
+    }
+    PyEval_RestoreThread(ts);
+    return std::move(*out);
+  }
+}
 
 }  // namespace dlfeed::python

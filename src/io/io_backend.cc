@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <utility>
@@ -33,8 +34,18 @@ absl::StatusOr<IoKind> parse_io_kind(absl::string_view name) {
 }
 
 absl::Status io_uring_available() {
-  static const absl::Status status = detail::probe_io_uring();
-  return status;
+  // Probed once per process, with no lock: a function-local static's guard,
+  // held by a thread probing (a ring made and closed, about 1 ms) when
+  // another forks, is held in the child for good, and the child's first
+  // loader would wait on it forever. A thread that finds no answer probes
+  // itself; the first answer is kept (and never freed).
+  static std::atomic<const absl::Status*> answer{nullptr};  // constant-initialized: no guard
+  if (const absl::Status* known = answer.load(std::memory_order_acquire)) return *known;
+  auto* mine = new absl::Status(detail::probe_io_uring());
+  const absl::Status* first = nullptr;
+  if (answer.compare_exchange_strong(first, mine, std::memory_order_acq_rel)) return *mine;
+  delete mine;
+  return *first;
 }
 
 absl::StatusOr<std::unique_ptr<IoBackend>> make_io_backend(std::shared_ptr<FileTable> files, IoOptions options) {

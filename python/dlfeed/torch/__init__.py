@@ -28,6 +28,7 @@ import os
 import struct
 import sys
 import tempfile
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -98,6 +99,28 @@ def _remove(path: str, owner_pid: int) -> None:
             pass
 
 
+def _boottime_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def _process_start_ns() -> Optional[int]:
+    """When this process began (fork or clone), on CLOCK_BOOTTIME, rounded
+    down to the kernel's tick; None where /proc does not say."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _began_before(t_ns: int) -> bool:
+    """Whether this process began before t_ns (CLOCK_BOOTTIME): a tick
+    earlier at least, as /proc counts in ticks."""
+    start = _process_start_ns()
+    return start is not None and start + 1_000_000_000 // os.sysconf("SC_CLK_TCK") <= t_ns
+
+
 class _EpochRecord:
     """The epoch counter of a Dataset, shared with its DataLoader workers' copies.
 
@@ -112,12 +135,12 @@ class _EpochRecord:
     same in all its workers and drawn anew per iteration, and how many
     iterations the worker process made, for persistent workers whose seed
     stays), its epoch, how many workers joined it, whether it is valid, and
-    its number of workers.
+    its number of workers; then when set_next() was last called.
     """
 
     _FORMAT = "<8q"
     _SIZE = struct.calcsize(_FORMAT)
-    NEXT, KEY_SEED, KEY_ITER, GEN_EPOCH, JOINED, VALID, WORKERS = range(7)
+    NEXT, KEY_SEED, KEY_ITER, GEN_EPOCH, JOINED, VALID, WORKERS, SET_AT = range(8)
 
     def __init__(self, epoch: int = 0) -> None:
         fd, self.path = tempfile.mkstemp(prefix="dlfeed-torch-epoch-")
@@ -176,6 +199,7 @@ class _EpochRecord:
         def change(v: List[int]) -> None:
             v[self.NEXT] = epoch
             v[self.VALID] = 0
+            v[self.SET_AT] = _boottime_ns()
 
         self.update(change)
 
@@ -194,8 +218,13 @@ class _EpochRecord:
                 # no epoch of its own. (A new DataLoader's workers, iteration 0 again, find the last
                 # generation whole and start a new one.)
                 return v[self.GEN_EPOCH]
-            same = (v[self.VALID] and v[self.KEY_SEED] == seed and v[self.KEY_ITER] == iteration
-                    and v[self.WORKERS] == num_workers)
+            key = v[self.KEY_SEED] == seed and v[self.KEY_ITER] == iteration and v[self.WORKERS] == num_workers
+            # set_epoch() during an iteration leaves it to its own workers still starting (a slow
+            # worker_init_fn, spawn): begun before that call, they belong to it. A new DataLoader's
+            # workers, begun after, start the epoch it set even with the same seed.
+            late = (not v[self.VALID] and v[self.SET_AT] > 0 and v[self.JOINED] < num_workers
+                    and _began_before(v[self.SET_AT]))
+            same = (v[self.VALID] or late) and key
             if same and v[self.JOINED] < num_workers:
                 v[self.JOINED] += 1
             else:

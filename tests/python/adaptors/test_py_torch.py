@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -288,6 +289,29 @@ def test_workers_continue_from_direct_iteration_and_set_epoch_wins(odd):
     ds.set_epoch(1)
     assert epoch_orders(ds, dl, 2) == [reference_order(odd, e, 2) for e in (1, 2)]
     assert ds.epoch == 3
+
+
+def _slow_second_worker(worker_id):
+    if worker_id == 1:
+        time.sleep(1.0)  # still starting when the first batch arrives (as spawn, or a slow worker_init_fn)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_set_epoch_during_an_iteration_leaves_it_to_its_late_workers(odd, persistent):
+    # A worker that joined after set_epoch() took the epoch set, not the
+    # running one: half the batches came from each, 65 samples twice.
+    ds = shuffled(odd)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=persistent,
+                                     worker_init_fn=_slow_second_worker, multiprocessing_context="fork")
+    ids = []
+    for k, b in enumerate(dl):
+        if k == 0:
+            ds.set_epoch(5)
+        ids.extend(b["sample_ids"].tolist())
+    assert sorted(ids) == list(range(N_EPOCH_TEST))
+    assert ids == reference_order(odd, 0, 2)
+    assert epoch_orders(ds, dl, 1) == [reference_order(odd, 5, 2)]  # the one set, next
+    assert ds.epoch == 6
 
 
 def test_set_epoch_reaches_persistent_workers(odd):

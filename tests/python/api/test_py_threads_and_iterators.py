@@ -81,6 +81,28 @@ def test_a_daemon_thread_inside_next_at_exit_does_not_abort(data):
         assert "main done" in proc.stdout
 
 
+DAEMON_CREATOR = r"""
+import sys, threading, time
+import dlfeed
+def creator():  # making loaders (and asking io_uring) as the interpreter exits
+    while True:
+        dlfeed.Loader(sys.argv[1], fields=["x", "y"], batch_size=4).close()
+        dlfeed.io_uring_available()
+threading.Thread(target=creator, daemon=True).start()
+time.sleep(0.2)
+print("main done", flush=True)
+"""
+
+
+def test_a_daemon_thread_making_a_loader_at_exit_does_not_abort(data):
+    # Loader() took the GIL back in a destructor: at exit, ending the thread
+    # there ended the process (std::terminate), about half the runs.
+    for _ in range(6):
+        proc = run(DAEMON_CREATOR, data)
+        assert proc.returncode == 0 and "terminate called" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+        assert "main done" in proc.stdout
+
+
 def test_an_iterator_superseded_by_a_newer_epoch_raises(data):
     loader = dlfeed.Loader(str(data), fields=["y"], batch_size=8, strategy="global_shuffle", seed=1)
     a = loader.iter_epoch(0)
