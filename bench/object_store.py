@@ -27,7 +27,8 @@ MB/s (10^6 bytes) of sample bytes delivered, medians over --repeats:
 - dlfeed: `dlfeed.Loader("s3://bench/<set>", strategy="global_shuffle")`, the
   time from creating the loader (listing, headers) to the epoch's end: by
   default a set within half the memory budget is held in memory, each object
-  read whole once at create ("dlfeed"); "dlfeed ranged" (`resident="off"`)
+  read whole once, from create on, in the order the first epoch uses them
+  ("dlfeed"); "dlfeed ranged" (`resident="off"`)
   reads each batch's extents as ranged GETs, with DLFEED_S3_CONNECTIONS unset
   (16 a loader engine) and, "dlfeed cN", set to each of --connections;
 - s3torchconnector (when importable): S3MapDataset over the same objects,

@@ -271,8 +271,8 @@ def section(rows, args, repeats, m, png_rel):
         f"{MIN_BATCH} samples, the same for every system.",
         "",
         "- *read*: `dlfeed run --resident off` (a read request per sample or coalesced run); *held*: `dlfeed run "
-        "--resident auto` (the files, within half the 1024 MiB memory budget, read once at create; every read "
-        "a copy from memory). Rates from `dlfeed run`'s `epoch N:` lines (create not counted).",
+        "--resident auto` (the files, within half the 1024 MiB memory budget, read once, from create on; every "
+        "read then a copy from memory). Rates from `dlfeed run`'s `epoch N:` lines (create not counted).",
         "- *Python*: `dlfeed.Loader(path, fields=[\"records\"], batch_size=B, strategy=\"global_shuffle\", "
         "seed=S, resident=\"auto\")` in a fresh interpreter, `for batch in loader: batch[\"records\"]` per epoch; "
         "the rates time the iteration only; create (index and the held read) is timed apart: *create s*.",

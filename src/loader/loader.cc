@@ -155,6 +155,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     detail::prefill_batch_buffers(*impl->pool, impl->field_specs, impl->options.batch_size, impl->samples_per_epoch,
                                   *impl->policy, impl->source.rule.memory_budget);
   }
+  // Last, so that the hold's reads do not slow create's own work.
+  if (impl->hold) DLFEED_RETURN_IF_ERROR(impl->hold->begin());
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
@@ -211,7 +213,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
     };
   }
   DLFEED_RETURN_IF_ERROR(m.files->check_open_files(still));
-  if (m.resident && m.resident->files_dropped() != m.planned_drops) m.make_planner();  // no strided batch of it
+  if (m.resident && m.resident->files_dropped() != m.planned_drops) m.plan_for_held();  // no strided batch of it
   OrderSpec spec = m.options.order;
   spec.epoch = epoch;
   const bool resuming = m.resume && m.resume->epoch == epoch;
@@ -232,7 +234,7 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.first_epoch_called = true;
   if (resuming) m.resume.reset();
   if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
-  if (m.resident && !m.planned_held && m.resident->complete()) m.make_planner();
+  if (m.resident && !m.planned_held && m.resident->complete()) m.plan_for_held();
   m.epoch = epoch;
   m.start_position = start;
   m.delivered_samples = 0;

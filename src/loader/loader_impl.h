@@ -143,26 +143,25 @@ struct Loader::Impl {
     if (files) files->check_reopens_with(nullptr);  // it asks about this loader's indices; no read is left
   }
 
-  // Made again at an epoch's start once the files are all held: its
-  // strided batches are for held files only.
-  void make_planner() {
-    // From memory, reading across a gap only copies bytes nobody asked for.
-    prefetch::CoalesceOptions coalesce = options.advanced.coalesce;
-    if (resident) coalesce.enabled = false;
+  // At an epoch's start (no batch planned), once the held files are all
+  // held, or one is let go: strided batches are for held files only.
+  void plan_for_held() {
     planned_held = resident && resident->complete();
     planned_drops = resident ? resident->files_dropped() : 0;
-    auto made = std::make_unique<plan::Planner>(
-        indices, file_ids,
-        plan::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.advanced.coalesce.enabled},
-        counters.get(), unpacked.get(), planned_held ? resident.get() : nullptr);
-    if (planner) made->carry_totals(*planner);
-    planner = std::move(made);
-    source.planner = planner.get();
+    planner->set_held(planned_held ? resident.get() : nullptr);
   }
 
   void build_stages(uint32_t threads) {
     Counters* c = counters.get();
-    make_planner();
+    // From memory, reading across a gap only copies bytes nobody asked for.
+    prefetch::CoalesceOptions coalesce = options.advanced.coalesce;
+    if (resident) coalesce.enabled = false;
+    planner = std::make_unique<plan::Planner>(
+        indices, file_ids,
+        plan::PlannerOptions{options.batch_size, options.drop_last_batch, coalesce, options.advanced.coalesce.enabled},
+        c, unpacked.get());
+    plan_for_held();
+    source.planner = planner.get();
     source.budget = budget;
     const uint64_t held = (resident ? resident->bytes() : 0) + (unpacked ? unpacked->reserved_bytes() : 0);
     source.rule = {policy.get(), options.memory_budget > held ? options.memory_budget - held : 0, pool.get()};

@@ -18,6 +18,12 @@ Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std:
                  const detail::ResidentFiles* held)
     : indices_(indices), file_ids_(file_ids), options_(options), counters_(counters), unpacked_(unpacked) {
   split_src_ = detail::split_sources(indices_);
+  set_held(held);
+}
+
+void Planner::set_held(const detail::ResidentFiles* held) {
+  strided_on_.store(false, std::memory_order_release);
+  strided_.clear();
   if (held == nullptr) return;
   // Strided batches: every file held and not unpacked, every source strided,
   // of one sample spec per field with exactly the layout's bytes.
@@ -51,6 +57,7 @@ Planner::Planner(const std::vector<SampleIndex>& indices, const std::vector<std:
     if (even && begin.back() - begin[begin.size() - 2] <= per) fields[f].per_file = per;
   }
   strided_ = std::move(fields);
+  strided_on_.store(!strided_.empty(), std::memory_order_release);
 }
 
 std::shared_ptr<batch::Work> Planner::next(OrderCursor& cursor, uint64_t epoch, uint64_t& batch_index) {

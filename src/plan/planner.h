@@ -49,9 +49,14 @@ class Planner {
           PlannerOptions options, counters::Counters* counters, const detail::UnpackedFiles* unpacked = nullptr,
           const detail::ResidentFiles* held = nullptr);
 
+  /// Plans strided batches from now on when `held` (may be null) holds
+  /// every file as the constructor says, else no longer. Only while no batch
+  /// is planned (between epochs).
+  void set_held(const detail::ResidentFiles* held);
+
   /// True when every batch is a strided one: its reads are copies from held
-  /// files straight into the batch, and it has nothing to decode.
-  bool copies_only() const { return !strided_.empty(); }
+  /// files straight into the batch, and it has nothing to decode. Any thread.
+  bool copies_only() const { return strided_on_.load(std::memory_order_acquire); }
 
   /// The next batch of `cursor` (batch `batch_index` of `epoch`, which then
   /// counts up), planned; null when the cursor is done or only a short last
@@ -66,11 +71,6 @@ class Planner {
   /// (coalesced and direct).
   uint64_t extents() const { return extents_.load(std::memory_order_relaxed); }
   uint64_t planned_reads() const { return planned_reads_.load(std::memory_order_relaxed); }
-  /// Carries the totals of the planner this one replaces.
-  void carry_totals(const Planner& from) {
-    extents_.fetch_add(from.extents(), std::memory_order_relaxed);
-    planned_reads_.fetch_add(from.planned_reads(), std::memory_order_relaxed);
-  }
 
  private:
   // Which (sample, field) slots are read directly: raw samples (one extent,
@@ -91,6 +91,7 @@ class Planner {
     uint64_t per_file = 0;
   };
   std::vector<StridedField> strided_;
+  std::atomic<bool> strided_on_{false};  // !strided_.empty(), for copies_only() on any thread
   // Per field and source: the source as detail::SplitRecords (split_reads.h).
   std::vector<std::vector<const detail::SplitRecords*>> split_src_;
 

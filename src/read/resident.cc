@@ -167,15 +167,16 @@ absl::StatusOr<std::shared_ptr<const ResidentFiles>> ResidentFiles::load(FileTab
                                                                          const std::vector<uint32_t>& ids) {
   // The table outlives the hold, which ends before this returns.
   DLFEED_ASSIGN_OR_RETURN(std::unique_ptr<ResidentHold> hold,
-                          ResidentHold::start(std::shared_ptr<FileTable>(std::shared_ptr<void>(), &files), ids));
+                          ResidentHold::plan(std::shared_ptr<FileTable>(std::shared_ptr<void>(), &files), ids));
+  DLFEED_RETURN_IF_ERROR(hold->begin());
   hold->join();
   std::shared_ptr<const ResidentFiles> held = hold->files();
   DLFEED_RETURN_IF_ERROR(held->failure());
   return held;
 }
 
-absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::start(std::shared_ptr<FileTable> table,
-                                                                  const std::vector<uint32_t>& ids) {
+absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr<FileTable> table,
+                                                                 const std::vector<uint32_t>& ids) {
   std::unique_ptr<ResidentHold> h(new ResidentHold());
   FileTable& files = *table;
   h->table_ = std::move(table);
@@ -241,14 +242,19 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::start(std::shared_pt
     ++r->planned_files_;
   }
   h->held_ = std::move(r);
+  return h;
+}
+
+absl::Status ResidentHold::begin() {
+  if (thread_.joinable()) return absl::OkStatus();
   try {
-    h->thread_ = std::thread([p = h.get()] { p->run(); });
+    thread_ = std::thread([this] { run(); });
   } catch (const std::system_error& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat("holding the dataset in memory: the system gave no thread to read it (", e.what(), ")"));
   }
-  name_thread(h->thread_, "dlfeed-hold");
-  return h;
+  name_thread(thread_, "dlfeed-hold");
+  return absl::OkStatus();
 }
 
 void ResidentHold::join() {
@@ -363,11 +369,12 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std
   }
   std::vector<uint32_t> ids = first_use;
   for (uint32_t id = 0; id < files.size(); ++id) ids.push_back(id);  // once_each keeps the first
-  DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::start(table, ids));
+  DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::plan(table, ids));
   out.files = out.hold->files();
   out.reason = absl::StrCat("held in memory: ", out.files->files(), objects ? " objects, " : " files, ",
                             out.files->bytes(), " bytes, read ");
   if (o.resident == Mode::kOn) {  // asked for: all of it before create returns, or an error
+    DLFEED_RETURN_IF_ERROR(out.hold->begin());
     out.hold->join();
     out.hold.reset();
     DLFEED_RETURN_IF_ERROR(out.files->failure());

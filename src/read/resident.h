@@ -98,11 +98,12 @@ class ResidentFiles {
 /// then is read from its source) and joins its threads.
 class ResidentHold {
  public:
-  /// Plans the hold of `ids` (each file's buffer made, untouched) and starts
-  /// it. `known_bytes`: the files' bytes as counted to choose the hold, for
-  /// files whose size the table does not know.
-  static absl::StatusOr<std::unique_ptr<ResidentHold>> start(std::shared_ptr<FileTable> table,
-                                                             const std::vector<uint32_t>& ids);
+  /// Plans the hold of `ids` (each file's buffer made, untouched); begin()
+  /// starts it.
+  static absl::StatusOr<std::unique_ptr<ResidentHold>> plan(std::shared_ptr<FileTable> table,
+                                                            const std::vector<uint32_t>& ids);
+  /// Starts reading, on a thread of its own (once).
+  absl::Status begin();
   ~ResidentHold();
   ResidentHold(const ResidentHold&) = delete;
   ResidentHold& operator=(const ResidentHold&) = delete;
@@ -136,12 +137,12 @@ struct ResidentChoice {
 };
 /// Decides (auto: every file of `files` together within half of
 /// memory_budget, and no io.direct, stage or io_factory other than the
-/// object store's own, `objects`) and, if so, starts holding the files
+/// object store's own, `objects`) and, if so, plans holding the files
 /// (objects whole, through their store) in the order `first_use` gives
-/// (table ids; files it lacks follow in id order): auto goes on while the
-/// loader runs, on holds every file before it returns (a read that fails is
-/// its error). `on` that cannot be is FailedPrecondition saying why; a value
-/// other than auto, on, off is InvalidArgument.
+/// (table ids; files it lacks follow in id order): auto returns the hold
+/// for the caller to begin() (a batch waits for its files until then), on
+/// holds every file before it returns (a read that fails is its error). `on` that cannot be is FailedPrecondition
+/// saying why; a value other than auto, on, off is InvalidArgument.
 absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std::shared_ptr<FileTable>& table,
                                                bool objects, const std::vector<uint32_t>& first_use);
 
