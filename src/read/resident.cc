@@ -209,7 +209,10 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
     } else if (!size || *size <= kPiece) {
       if (!size) {
         struct stat st {};
-        if (detail::stat_path(path.c_str(), &st) != 0) return io_error(path, "stat", errno);
+        if (detail::stat_path(path.c_str(), &st) != 0) {  // not held: its reads say what is wrong
+          if (r->failure_.ok()) r->failure_ = io_error(path, "stat", errno);
+          continue;
+        }
         size = static_cast<uint64_t>(st.st_size);
       }
       h->pieces_.push_back({id, 0, 0, /*whole=*/true});
@@ -264,6 +267,8 @@ void ResidentHold::join() {
 ResidentHold::~ResidentHold() {
   stop_.store(true, std::memory_order_relaxed);
   join();
+  // Never begun: no file is left to wait for.
+  for (const Piece& p : pieces_) held_->finish(p.id, false, absl::CancelledError("the hold stopped"));
 }
 
 void ResidentHold::run() {
