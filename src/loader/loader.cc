@@ -103,12 +103,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   DLFEED_ASSIGN_OR_RETURN(const bool objects, detail::use_object_store(options, impl->indices));
   impl->files = detail::make_file_table(options, impl->indices, impl->field_formats, impl->file_ids, impl->file_names);
   cnt.set_file_names(impl->file_names);
-  DLFEED_ASSIGN_OR_RETURN(
-      detail::ResidentChoice held,
-      detail::choose_resident(options, impl->files, objects,
-                              options.resident == Mode::kOff
-                                  ? std::vector<uint32_t>()
-                                  : detail::first_use_order(checked, impl->layout, impl->file_ids)));
+  DLFEED_ASSIGN_OR_RETURN(detail::ResidentChoice held, detail::choose_resident(options, impl->files, objects, [&] {
+                            return detail::first_use_order(checked, impl->layout, impl->file_ids);
+                          }));
   impl->resident = std::move(held.files);
   impl->hold = std::move(held.hold);
   impl->resident_reason = std::move(held.reason);
@@ -155,8 +152,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
     detail::prefill_batch_buffers(*impl->pool, impl->field_specs, impl->options.batch_size, impl->samples_per_epoch,
                                   *impl->policy, impl->source.rule.memory_budget);
   }
-  // Last, so that the hold's reads do not slow create's own work.
-  if (impl->hold) DLFEED_RETURN_IF_ERROR(impl->hold->begin());
+  // Last, so that the hold's reads do not slow create's own work. Without
+  // a thread for it, the files are read (resident_reason says why).
+  if (impl->hold) (void)impl->hold->begin();
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 

@@ -402,7 +402,7 @@ std::vector<uint32_t> first_use_order(OrderCursor cursor, const FileLayout& layo
 std::string resident_reason_now(const std::string& reason, const ResidentFiles* held) {
   if (held == nullptr) return reason;
   std::string out = reason;
-  if (!held->complete()) absl::StrAppend(&out, " (", held->files_held(), " of ", held->files(), " held so far)");
+  if (!held->over()) absl::StrAppend(&out, " (", held->files_held(), " of ", held->files(), " held so far)");
   if (const size_t n = held->files_dropped(); n > 0) {
     absl::StrAppend(&out, "; ", n, " changed in place since they were read, read from their source since");
   }

@@ -135,7 +135,8 @@ struct Loader::Impl {
   std::atomic<uint64_t> batches{0}, samples{0}, bytes_delivered{0};
 
   ~Impl() {
-    cancel_epoch();  // first: a pipeline thread reading ahead may be taking an order (chain_order)
+    if (hold) hold->stop();  // a decode waiting for a held file waits for the pieces being read only
+    cancel_epoch();          // first: a pipeline thread reading ahead may be taking an order (chain_order)
     hold.reset();
     abandon_if_forked();
     engines.clear();                                // each drains its reads in flight and joins its thread

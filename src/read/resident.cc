@@ -141,10 +141,14 @@ bool ResidentFiles::wait(uint32_t id, const std::atomic<bool>* stop) const {
 
 void ResidentFiles::drop(uint32_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (id >= n_) return;
   uint8_t held = kHeld;
-  if (id >= n_ || !state_[id].compare_exchange_strong(held, kGivenUp, std::memory_order_acq_rel)) return;
-  held_files_.fetch_sub(1, std::memory_order_acq_rel);
-  dropped_.fetch_add(1, std::memory_order_acq_rel);
+  if (state_[id].compare_exchange_strong(held, kGivenUp, std::memory_order_acq_rel)) {
+    held_files_.fetch_sub(1, std::memory_order_acq_rel);
+    dropped_.fetch_add(1, std::memory_order_acq_rel);
+  } else if (held == kPending) {
+    stale_[id] = 1;  // being read: some pieces may be old bytes; given up when done (finish)
+  }
 }
 
 absl::Status ResidentFiles::failure() const {
@@ -155,10 +159,19 @@ absl::Status ResidentFiles::failure() const {
 void ResidentFiles::finish(uint32_t id, bool held, const absl::Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const bool stale = held && stale_[id] != 0;  // changed while it was read (drop)
     uint8_t pending = kPending;
-    if (!state_[id].compare_exchange_strong(pending, held ? kHeld : kGivenUp, std::memory_order_acq_rel)) return;
-    if (held) held_files_.fetch_add(1, std::memory_order_acq_rel);
-    if (!held && failure_.ok()) failure_ = why;
+    if (!state_[id].compare_exchange_strong(pending, held && !stale ? kHeld : kGivenUp, std::memory_order_acq_rel)) {
+      return;
+    }
+    if (stale) {
+      dropped_.fetch_add(1, std::memory_order_acq_rel);
+    } else if (held) {
+      held_files_.fetch_add(1, std::memory_order_acq_rel);
+    } else {
+      given_up_.fetch_add(1, std::memory_order_acq_rel);
+      if (failure_.ok()) failure_ = why;
+    }
   }
   changed_.notify_all();
 }
@@ -181,10 +194,12 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
   FileTable& files = *table;
   h->table_ = std::move(table);
   auto r = std::make_shared<ResidentFiles>();
+  h->held_ = r;  // first: the destructor gives up what was planned if planning fails
   const size_t n = files.size();
   r->n_ = n;
   r->state_ = std::make_unique<std::atomic<uint8_t>[]>(n);
   r->pieces_left_ = std::make_unique<std::atomic<uint32_t>[]>(n);
+  r->stale_.assign(n, 0);
   r->buffers_.resize(n);
   r->sizes_.assign(n, 0);
   r->paths_.resize(n);
@@ -244,7 +259,6 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
     r->planned_bytes_ += *size;
     ++r->planned_files_;
   }
-  h->held_ = std::move(r);
   return h;
 }
 
@@ -253,8 +267,10 @@ absl::Status ResidentHold::begin() {
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::system_error& e) {
-    return absl::ResourceExhaustedError(
+    absl::Status no = absl::ResourceExhaustedError(
         absl::StrCat("holding the dataset in memory: the system gave no thread to read it (", e.what(), ")"));
+    for (const Piece& p : pieces_) held_->finish(p.id, false, no);  // read from their sources
+    return no;
   }
   name_thread(thread_, "dlfeed-hold");
   return absl::OkStatus();
@@ -323,7 +339,7 @@ void ResidentHold::run() {
 }
 
 absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std::shared_ptr<FileTable>& table,
-                                               bool objects, const std::vector<uint32_t>& first_use) {
+                                               bool objects, const std::function<std::vector<uint32_t>()>& first_use) {
   FileTable& files = *table;
   ResidentChoice out;
   if (o.resident != Mode::kAuto && o.resident != Mode::kOn && o.resident != Mode::kOff) {
@@ -372,7 +388,7 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std
     out.reason = absl::StrCat("not held in memory: ", why_not);
     return out;
   }
-  std::vector<uint32_t> ids = first_use;
+  std::vector<uint32_t> ids = first_use();
   for (uint32_t id = 0; id < files.size(); ++id) ids.push_back(id);  // once_each keeps the first
   DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::plan(table, ids));
   out.files = out.hold->files();

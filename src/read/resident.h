@@ -60,6 +60,12 @@ class ResidentFiles {
   /// as it is now. Only while nothing reads from this copy (between epochs).
   void drop(uint32_t id) const;
   size_t files_dropped() const { return dropped_.load(std::memory_order_acquire); }
+  /// Whether no file is being read any more (held, given up or dropped).
+  bool over() const {
+    return held_files_.load(std::memory_order_acquire) + dropped_.load(std::memory_order_acquire) +
+               given_up_.load(std::memory_order_acquire) >=
+           planned_files_;
+  }
   const std::byte* data(uint32_t id) const { return buffers_[id].data(); }
   uint64_t size(uint32_t id) const { return sizes_[id]; }
   const std::string& path(uint32_t id) const { return paths_[id]; }
@@ -87,6 +93,8 @@ class ResidentFiles {
   size_t planned_files_ = 0;
   mutable std::atomic<size_t> held_files_{0};
   mutable std::atomic<size_t> dropped_{0};
+  std::atomic<size_t> given_up_{0};
+  mutable std::vector<uint8_t> stale_;  // under mu_: drop()ped while pending
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   absl::Status failure_;  // under mu_
@@ -102,8 +110,13 @@ class ResidentHold {
   /// starts it.
   static absl::StatusOr<std::unique_ptr<ResidentHold>> plan(std::shared_ptr<FileTable> table,
                                                             const std::vector<uint32_t>& ids);
-  /// Starts reading, on a thread of its own (once).
+  /// Starts reading, on a thread of its own (once). When the system gives
+  /// no thread, every file is given up (read from its source) and the error
+  /// returned.
   absl::Status begin();
+  /// Reads no further piece (the destructor then waits only for the pieces
+  /// being read).
+  void stop() { stop_.store(true, std::memory_order_relaxed); }
   ~ResidentHold();
   ResidentHold(const ResidentHold&) = delete;
   ResidentHold& operator=(const ResidentHold&) = delete;
@@ -138,13 +151,13 @@ struct ResidentChoice {
 /// Decides (auto: every file of `files` together within half of
 /// memory_budget, and no io.direct, stage or io_factory other than the
 /// object store's own, `objects`) and, if so, plans holding the files
-/// (objects whole, through their store) in the order `first_use` gives
-/// (table ids; files it lacks follow in id order): auto returns the hold
+/// (objects whole, through their store) in the order `first_use()` gives,
+/// asked only then (table ids; files it lacks follow in id order): auto returns the hold
 /// for the caller to begin() (a batch waits for its files until then), on
 /// holds every file before it returns (a read that fails is its error). `on` that cannot be is FailedPrecondition
 /// saying why; a value other than auto, on, off is InvalidArgument.
 absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std::shared_ptr<FileTable>& table,
-                                               bool objects, const std::vector<uint32_t>& first_use);
+                                               bool objects, const std::function<std::vector<uint32_t>()>& first_use);
 
 /// A backend that serves reads of held files by copying from `held`, and
 /// hands every other read to `inner`. Completions of copies are ready at

@@ -127,5 +127,23 @@ TEST(ReadOpStep, HeldFilesCheckAndCopyScatteredReadsAlike) {
   EXPECT_CONTAINS(std::string(st.message()), "its pieces add up to 307 bytes");
 }
 
+// A hold whose plan fails after it planned some files (an object that
+// cannot be opened) is an error, its planned files given up; it crashed
+// (the files were not yet made when the plan was let go).
+TEST(ResidentHold, APlanThatFailsPartwayIsAnError) {
+  const std::string dir = testing::scratch_dir();
+  ::setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1", 1);  // nothing listens: refused at once
+  ::setenv("AWS_ACCESS_KEY_ID", "none", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "none", 1);
+  ::setenv("AWS_REGION", "us-east-1", 1);
+  auto table = std::make_shared<FileTable>();
+  table->add(write_file(dir, 0, 5000));
+  table->add("s3://no-bucket/no-object");
+  auto held = detail::ResidentFiles::load(*table, {0, 1});
+  EXPECT_FALSE(held.ok());
+  EXPECT_NE(std::string(held.status().message()).find("no-object"), std::string::npos) << held.status();
+  for (const char* v : {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}) ::unsetenv(v);
+}
+
 }  // namespace
 }  // namespace dlfeed

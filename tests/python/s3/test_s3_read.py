@@ -509,17 +509,19 @@ def test_a_piece_copied_to_another_place_is_damaged_not_read(s3_server, uploaded
 
 def test_a_dataset_that_fits_is_held_each_object_read_whole_once(s3_server, uploaded, monkeypatch):
     """By default (resident="auto") a dataset within half the memory budget is held, as files are:
-    each object is one GET at create, and the epochs send none."""
+    each object is one GET, from create on, and the epochs send no other."""
     s3_server.apply_env(monkeypatch)
     root, url, x, y = uploaded["npz"]
     objects = len(list(root.glob("*.npz")))
     before = gets()
     loader = dlfeed.Loader(url, batch_size=16, strategy="global_shuffle", seed=6, fields=["x", "y"])
-    made = gets()
     assert loader.stats()["resident_reason"].startswith(f"held in memory: {objects} objects")
-    for _ in range(2):
-        ids, xs = read_epoch(loader)
-        np.testing.assert_array_equal(xs, x[ids])
+    ids, xs = read_epoch(loader)  # it waits for the objects it needs
+    np.testing.assert_array_equal(xs, x[ids])
+    made = gets()
+    assert "so far" not in loader.stats()["resident_reason"]  # all held by the epoch's end
+    ids, xs = read_epoch(loader)
+    np.testing.assert_array_equal(xs, x[ids])
     assert gets() == made
     loader.close()
     # Beside the indexing's GETs (what a loader reading per batch sends at create), one whole
