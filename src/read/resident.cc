@@ -156,7 +156,7 @@ absl::Status ResidentFiles::failure() const {
   return failure_;
 }
 
-void ResidentFiles::finish(uint32_t id, bool held, const absl::Status& why) {
+void ResidentFiles::finish(uint32_t id, bool held, const absl::Status& why, size_t item) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool stale = held && stale_[id] != 0;  // changed while it was read (drop)
@@ -170,7 +170,10 @@ void ResidentFiles::finish(uint32_t id, bool held, const absl::Status& why) {
       held_files_.fetch_add(1, std::memory_order_acq_rel);
     } else {
       given_up_.fetch_add(1, std::memory_order_acq_rel);
-      if (failure_.ok()) failure_ = why;
+      if (failure_.ok() || (item < failure_item_ && !why.ok())) {
+        failure_ = why;
+        failure_item_ = item;
+      }
     }
   }
   changed_.notify_all();
@@ -225,7 +228,10 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
       if (!size) {
         struct stat st {};
         if (detail::stat_path(path.c_str(), &st) != 0) {  // not held: its reads say what is wrong
-          if (r->failure_.ok()) r->failure_ = io_error(path, "stat", errno);
+          if (r->failure_.ok()) {
+            r->failure_ = io_error(path, "stat", errno);
+            r->failure_item_ = h->pieces_.size();  // where it would have been read
+          }
           continue;
         }
         size = static_cast<uint64_t>(st.st_size);
@@ -317,7 +323,7 @@ void ResidentHold::run() {
     if (r.state_[id].load(std::memory_order_acquire) != ResidentFiles::kPending) return absl::OkStatus();
     const absl::Status st = read_item(k);
     if (!st.ok()) {
-      r.finish(id, false, st);
+      r.finish(id, false, st, k);
     } else if (r.pieces_left_[id].fetch_sub(1, std::memory_order_acq_rel) == 1) {
       r.finish(id, true, st);
     }

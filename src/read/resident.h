@@ -81,7 +81,9 @@ class ResidentFiles {
  private:
   friend class ResidentHold;
   static constexpr uint8_t kNotHeld = 0, kPending = 1, kHeld = 2, kGivenUp = 3;
-  void finish(uint32_t id, bool held, const absl::Status& why);
+  // `item`: the failed piece's place in the hold's order (failure() is the
+  // first one's in that order, as a serial read would report).
+  void finish(uint32_t id, bool held, const absl::Status& why, size_t item = SIZE_MAX);
 
   size_t n_ = 0;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
@@ -98,6 +100,7 @@ class ResidentFiles {
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   absl::Status failure_;  // under mu_
+  size_t failure_item_ = SIZE_MAX;
 };
 
 /// Holds files in memory on threads of its own, in the order given (the
