@@ -124,6 +124,24 @@ absl::StatusOr<uint64_t> read_whole(const FileTable::Pin& pin, const std::string
   }
   return size;
 }
+// After a read: the file is still as the table registered it. A read
+// racing a truncation can come back whole with the cut page's tail zeroed
+// (or a rewrite half old, half new); such bytes are not held: the file is
+// given up, and read from its source, which names the change.
+absl::Status unchanged_since_registered(const FileTable::Pin& pin, const std::string& path,
+                                        const std::optional<FileIdentity>& registered) {
+  if (!registered) return absl::OkStatus();
+  struct stat st {};
+  if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
+  const FileIdentity now = identity_of(st);
+  if (now.size == registered->size && now.mtime_ns == registered->mtime_ns &&
+      (registered->ctime_ns == 0 || now.ctime_ns == registered->ctime_ns)) {
+    return absl::OkStatus();
+  }
+  return file_error(path, "the file as it was registered",
+                    absl::StrCat("size ", registered->size, " -> ", now.size,
+                                 " bytes or new modification or change times: changed while it was held in memory"));
+}
 }  // namespace
 
 bool ResidentFiles::wait(uint32_t id, const std::atomic<bool>* stop) const {
@@ -308,14 +326,14 @@ void ResidentHold::run() {
     DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, files.pin(p.id));
     if (p.whole) {
       DLFEED_ASSIGN_OR_RETURN(r.sizes_[p.id], read_whole(pin, path, files.known_size(p.id), r.buffers_[p.id]));
-      return absl::OkStatus();
+    } else {
+      DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), to, p.offset, path));
+      if (got != p.length) {
+        return format_error(path, p.offset + got, absl::StrCat(p.length - got, " more bytes (the size indexed)"),
+                            "the end of the file (file shrank while it was read)");
+      }
     }
-    DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), to, p.offset, path));
-    if (got != p.length) {
-      return format_error(path, p.offset + got, absl::StrCat(p.length - got, " more bytes (the size indexed)"),
-                          "the end of the file (file shrank while it was read)");
-    }
-    return absl::OkStatus();
+    return unchanged_since_registered(pin, path, files.identity(p.id));
   };
   auto one = [&](size_t k) -> absl::Status {
     if (stop_.load(std::memory_order_relaxed)) return absl::CancelledError("the hold stopped");

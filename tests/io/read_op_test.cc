@@ -145,5 +145,27 @@ TEST(ResidentHold, APlanThatFailsPartwayIsAnError) {
   for (const char* v : {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}) ::unsetenv(v);
 }
 
+// A file changed after it was registered is not held: its bytes are not
+// the file's as registered (a read racing a truncation came back whole, the
+// cut page's tail zeroed, and was held). Here rewritten in place, same size.
+TEST(ResidentHold, AFileChangedSinceRegisteredIsNotHeld) {
+  const std::string dir = testing::scratch_dir();
+  const std::string path = write_file(dir, 0, 5000);
+  auto f = detail::File::open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const FileIdentity registered = f->identity();
+  auto table = std::make_shared<FileTable>();
+  table->add(path, registered);
+  ASSERT_TRUE(table->pin(0).ok());  // open: its descriptor is kept, and not checked again when pinned
+  {
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(100);
+    out.write("changed", 7);
+  }
+  auto held = detail::ResidentFiles::load(*table, {0});
+  ASSERT_FALSE(held.ok());
+  EXPECT_NE(std::string(held.status().message()).find(path), std::string::npos) << held.status();
+}
+
 }  // namespace
 }  // namespace dlfeed
