@@ -235,7 +235,7 @@ class LibrarySource final : public Hdf5Source {
     for (const auto& [name, was] : external_) {
       struct stat st {};
       if (::stat(name.c_str(), &st) != 0) return io_error(name, "stat (an external file of its data)", errno);
-      if (std::string what = changes(was, detail::identity_of(st)); !what.empty()) {
+      if (std::string what = detail::file_changes(was, detail::identity_of(st)); !what.empty()) {
         return file_error(name, absl::StrCat("the external data file of '", g_.name, "' in ", g_.path, " as indexed"),
                           absl::StrCat(what, ": changed (rewritten, truncated or appended to) while being read"));
       }
@@ -248,23 +248,12 @@ class LibrarySource final : public Hdf5Source {
     }
     struct stat st {};
     if (::fstat(*static_cast<int*>(handle), &st) != 0) return io_error(g_.path, "fstat", errno);
-    const std::string what = changes(indexed_, detail::identity_of(st));
+    const std::string what = detail::file_changes(indexed_, detail::identity_of(st));
     if (what.empty()) return absl::OkStatus();
     return file_error(g_.path, "the file as it was indexed",
                       absl::StrCat(what,
                                    ": changed in place (rewritten, truncated or appended to) while the loader "
                                    "read it through libhdf5"));
-  }
-
-  // What differs between two identities of a file ("" if nothing).
-  static std::string changes(const FileIdentity& was, const FileIdentity& now) {
-    std::string what;
-    if (now.size != was.size) absl::StrAppend(&what, "size ", was.size, " -> ", now.size, " bytes; ");
-    if (now.inode != was.inode && was.inode != 0) absl::StrAppend(&what, "another inode; ");
-    if (now.mtime_ns != was.mtime_ns) absl::StrAppend(&what, "a new modification time; ");
-    if (now.ctime_ns != was.ctime_ns && was.ctime_ns != 0) absl::StrAppend(&what, "a new change time; ");
-    if (!what.empty()) what.resize(what.size() - 2);
-    return what;
   }
 
   FileIdentity indexed_;
@@ -273,28 +262,6 @@ class LibrarySource final : public Hdf5Source {
   mutable Hid file_;             // opened on first decode; guarded by the HDF5 lock
   mutable Hid dset_;
 };
-
-// The external files of a dataset's data (H5Pset_external) with what stat
-// says of them now: a relative name where libhdf5 may look for it (the
-// working directory, the HDF5 file's folder; those that exist).
-std::vector<std::pair<std::string, FileIdentity>> external_files(const std::string& path, hid_t dcpl) {
-  std::vector<std::pair<std::string, FileIdentity>> out;
-  const int n = H5Pget_external_count(dcpl);
-  for (int i = 0; i < n; ++i) {
-    char name[4096] = {};
-    off_t offset = 0;
-    hsize_t size = 0;
-    if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof name, name, &offset, &size) < 0) continue;
-    std::vector<std::string> where{name};
-    const size_t slash = path.rfind('/');
-    if (name[0] != '/' && slash != std::string::npos) where.push_back(path.substr(0, slash + 1) + name);
-    for (const std::string& w : where) {
-      struct stat st {};
-      if (::stat(w.c_str(), &st) == 0) out.emplace_back(w, detail::identity_of(st));
-    }
-  }
-  return out;
-}
 
 void warn_fallback_once(const std::string& path, const std::string& name, const std::string& reason) {
   static std::atomic<bool> warned{false};
@@ -619,7 +586,8 @@ absl::StatusOr<SampleIndex> open_hdf5(const std::string& path, const FormatOptio
 
   // Fallback: H5Dread through libhdf5 (g.reason says why).
   warn_fallback_once(path, name, g.reason);
-  index.add_file(path, std::make_unique<LibrarySource>(std::move(g), identity, external_files(path, dcpl.get())));
+  index.add_file(
+      path, std::make_unique<LibrarySource>(std::move(g), identity, detail::h5::external_data_files(path, dcpl.get())));
   index.identities.assign(1, identity);
   return index;
 }

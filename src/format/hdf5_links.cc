@@ -15,12 +15,14 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
 #include "dlfeed/io/object_store.h"
 #include "hdf5_source.h"
@@ -125,6 +127,20 @@ std::string special_candidate(const std::string& parent, const std::string& name
   return "";
 }
 
+// The names of a dataset's external raw-data files (H5Pset_external), as
+// stored.
+std::vector<std::string> external_names(hid_t dcpl) {
+  std::vector<std::string> out;
+  const int n = H5Pget_external_count(dcpl);
+  for (int i = 0; i < n; ++i) {
+    char name[4096] = {};
+    off_t offset = 0;
+    hsize_t size = 0;
+    if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof name, name, &offset, &size) >= 0) out.emplace_back(name);
+  }
+  return out;
+}
+
 herr_t refuse_special_target(const char* parent_file, const char* /*parent_group*/, const char* child_file,
                              const char* child_object, unsigned* /*flags*/, hid_t /*fapl*/, void* op_data) {
   if (is_object_url(parent_file)) return 0;  // the object driver opens objects of the store only
@@ -219,12 +235,7 @@ absl::StatusOr<Hid> open_checked_dataset(const std::string& path, hid_t file, co
 }
 
 std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl) {
-  const int external = H5Pget_external_count(dcpl);
-  for (int i = 0; i < external; ++i) {
-    char name[4096] = {};
-    off_t offset = 0;
-    hsize_t size = 0;
-    if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof name, name, &offset, &size) < 0) continue;
+  for (const std::string& name : external_names(dcpl)) {
     if (is_object_url(path)) {  // libhdf5 would read it from the local file system
       return absl::StrCat("its external raw-data file '", name,
                           "' is not read from a store (libhdf5 reads such files from the local file system)");
@@ -242,6 +253,20 @@ std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl
   }
   H5Eclear2(H5E_DEFAULT);
   return "";
+}
+
+std::vector<std::pair<std::string, FileIdentity>> external_data_files(const std::string& path, hid_t dcpl) {
+  std::vector<std::pair<std::string, FileIdentity>> out;
+  if (is_object_url(path)) return out;
+  for (const std::string& name : external_names(dcpl)) {
+    for (const std::string& candidate : candidate_paths(path, name, Named::kRaw)) {
+      struct stat st {};
+      if (::stat(candidate.c_str(), &st) != 0) continue;
+      if (S_ISREG(st.st_mode)) out.emplace_back(candidate, identity_of(st));  // where libhdf5's search ends
+      break;
+    }
+  }
+  return out;
 }
 
 }  // namespace dlfeed::inline DLFEED_ABI::detail::h5

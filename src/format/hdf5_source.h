@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -122,6 +123,10 @@ absl::StatusOr<std::unique_ptr<SampleSource>> load_chunked(const std::string& pa
 /// opened: it is not a regular file (a FIFO would hold libhdf5's open()
 /// forever). Empty when each is a regular file or absent (hdf5_links.cc).
 std::string special_storage_file(const std::string& path, hid_t file, hid_t dcpl);
+/// The external raw-data files of a dataset's storage (H5Pset_external),
+/// each where libhdf5 finds it (the paths special_storage_file walks), with
+/// what stat says of it now; none for a file of an object store.
+std::vector<std::pair<std::string, FileIdentity>> external_data_files(const std::string& path, hid_t dcpl);
 /// A dataset-access list (also a link-access list, for H5Oopen) whose
 /// external-link callback refuses a target that is not a regular file,
 /// writing why into `*refused`, which must outlive the list's use.

@@ -50,6 +50,17 @@ bool same_file_as_known(const FileIdentity& known, const FileIdentity& now) {
          (known.device == 0 || known.device == now.device) && (known.ctime_ns == 0 || known.ctime_ns == now.ctime_ns);
 }
 
+std::string file_changes(const FileIdentity& known, const FileIdentity& now) {
+  std::string what;
+  if (now.size != known.size) absl::StrAppend(&what, "size ", known.size, " -> ", now.size, " bytes; ");
+  if (known.device != 0 && now.device != known.device) absl::StrAppend(&what, "another device; ");
+  if (now.inode != known.inode) absl::StrAppend(&what, "another inode; ");
+  if (now.mtime_ns != known.mtime_ns) absl::StrAppend(&what, "a new modification time; ");
+  if (known.ctime_ns != 0 && now.ctime_ns != known.ctime_ns) absl::StrAppend(&what, "a new change time; ");
+  if (!what.empty()) what.resize(what.size() - 2);
+  return what;
+}
+
 // An object's bytes, read a block at a time: parsing a header asks for a
 // few bytes here and there, each of which would be a request.
 struct File::Remote {

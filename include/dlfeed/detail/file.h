@@ -41,6 +41,10 @@ FileIdentity identity_of(const struct stat& st);
 /// modification time and inode, and the same device and change time where
 /// `known` has them (0: recorded without it, on another host).
 bool same_file_as_known(const FileIdentity& known, const FileIdentity& now);
+/// What differs between `known` and `now` by same_file_as_known's rules,
+/// in words ("size 100 -> 104 bytes; a new modification time"); empty when
+/// it is the same file.
+std::string file_changes(const FileIdentity& known, const FileIdentity& now);
 /// The identity of an object of a store (a URL): its size, and in place of
 /// the inode a 64-bit hash of its ETag (never 0; 0 when the store gives no
 /// ETag, and then nothing may be cached by it), so that a new version of it,
