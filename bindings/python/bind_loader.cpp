@@ -48,17 +48,13 @@ struct PyLoader {
   /// through here, where gil_scoped_release's destructor would terminate.
   template <class F>
   auto without_gil(F&& fn) -> decltype(fn(std::declval<Loader&>())) {
+    using R = decltype(fn(std::declval<Loader&>()));
     get();  // closed, or made before fork(): the error now, with the GIL
-    std::optional<decltype(fn(std::declval<Loader&>()))> out;
-    PyThreadState* ts = PyEval_SaveThread();
-    try {
+    std::optional<R> out = without_gil_call([&]() -> std::optional<R> {
       std::lock_guard<std::mutex> lock(call_mu);
-      if (loader) out.emplace(fn(*loader));
-    } catch (...) {
-      PyEval_RestoreThread(ts);
-      throw;
-    }
-    PyEval_RestoreThread(ts);
+      if (!loader) return std::nullopt;
+      return fn(*loader);
+    });
     if (!out) throw py::value_error("the loader is closed");
     return std::move(*out);
   }
@@ -66,14 +62,10 @@ struct PyLoader {
   /// Lets go of the loader and joins its threads, after a call in progress
   /// on another thread returns.
   void close() {
-    PyThreadState* ts = PyEval_SaveThread();
-    call_mu.lock();
-    PyEval_RestoreThread(ts);
+    without_gil_call([&] { call_mu.lock(); });
     std::unique_ptr<Loader> l = std::move(loader);  // with the GIL and call_mu: seen by get() and without_gil()
     call_mu.unlock();
-    ts = PyEval_SaveThread();
-    l.reset();
-    PyEval_RestoreThread(ts);
+    without_gil_call([&] { l.reset(); });
   }
 
  private:

@@ -133,14 +133,10 @@ absl::Status unchanged_since_registered(const FileTable::Pin& pin, const std::st
   if (!registered) return absl::OkStatus();
   struct stat st {};
   if (::fstat(pin.fd(), &st) != 0) return io_error(path, "fstat", errno);
-  const FileIdentity now = identity_of(st);
-  if (now.size == registered->size && now.mtime_ns == registered->mtime_ns &&
-      (registered->ctime_ns == 0 || now.ctime_ns == registered->ctime_ns)) {
-    return absl::OkStatus();
-  }
+  const std::string what = file_changes(*registered, identity_of(st));
+  if (what.empty()) return absl::OkStatus();
   return file_error(path, "the file as it was registered",
-                    absl::StrCat("size ", registered->size, " -> ", now.size,
-                                 " bytes or new modification or change times: changed while it was held in memory"));
+                    absl::StrCat(what, ": changed while it was read into memory"));
 }
 }  // namespace
 
@@ -414,19 +410,16 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std
   }
   std::vector<uint32_t> ids = first_use();
   for (uint32_t id = 0; id < files.size(); ++id) ids.push_back(id);  // once_each keeps the first
-  DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::plan(table, ids));
-  out.files = out.hold->files();
-  out.reason = absl::StrCat("held in memory: ", out.files->files(), objects ? " objects, " : " files, ",
-                            out.files->bytes(), " bytes, read ");
-  if (o.resident == Mode::kOn) {  // asked for: all of it before create returns, or an error
-    DLFEED_RETURN_IF_ERROR(out.hold->begin());
-    out.hold->join();
-    out.hold.reset();
-    DLFEED_RETURN_IF_ERROR(out.files->failure());
-    absl::StrAppend(&out.reason, "once at create");
+  const bool now = o.resident == Mode::kOn;  // asked for: all of it before create returns, or an error
+  if (now) {
+    DLFEED_ASSIGN_OR_RETURN(out.files, ResidentFiles::load(files, ids));
   } else {
-    absl::StrAppend(&out.reason, "once, from create on, in the order the first epoch uses them");
+    DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::plan(table, ids));
+    out.files = out.hold->files();
   }
+  out.reason = absl::StrCat("held in memory: ", out.files->files(), objects ? " objects, " : " files, ",
+                            out.files->bytes(), " bytes, read ",
+                            now ? "once at create" : "once, from create on, in the order the first epoch uses them");
   return out;
 }
 

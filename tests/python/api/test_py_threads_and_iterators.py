@@ -74,13 +74,6 @@ print("main done", flush=True)
 """
 
 
-def test_a_daemon_thread_inside_next_at_exit_does_not_abort(data):
-    for _ in range(3):
-        proc = run(DAEMON_PRODUCER, data)
-        assert proc.returncode == 0 and "terminate called" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
-        assert "main done" in proc.stdout
-
-
 DAEMON_CREATOR = r"""
 import sys, threading, time
 import dlfeed
@@ -94,11 +87,13 @@ print("main done", flush=True)
 """
 
 
-def test_a_daemon_thread_making_a_loader_at_exit_does_not_abort(data):
-    # Loader() took the GIL back in a destructor: at exit, ending the thread
-    # there ended the process (std::terminate), about half the runs.
-    for _ in range(6):
-        proc = run(DAEMON_CREATOR, data)
+# A daemon thread inside next(), or making a loader (Loader() took the GIL
+# back in a destructor: at exit, ending the thread there ended the process
+# with std::terminate, about half the runs), as the interpreter exits.
+@pytest.mark.parametrize("script,runs", [(DAEMON_PRODUCER, 3), (DAEMON_CREATOR, 6)], ids=["next", "create"])
+def test_a_daemon_thread_at_exit_does_not_abort(data, script, runs):
+    for _ in range(runs):
+        proc = run(script, data)
         assert proc.returncode == 0 and "terminate called" not in proc.stderr, (proc.returncode, proc.stderr[-2000:])
         assert "main done" in proc.stdout
 
