@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dlfeed/batch/batch.h"
 
+#include "batch/huge_pages.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -19,8 +21,6 @@ constexpr size_t kHugeAtLeast = 4 << 20;
 constexpr size_t kHuge = 2 << 20;
 constexpr std::align_val_t kAlignment{64};
 
-size_t huge_length(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
-
 // Whether the kernel gives MADV_HUGEPAGE mappings huge pages on a fault:
 // transparent huge pages "always" or "madvise", not "never" (read once).
 bool huge_pages_on() {
@@ -34,16 +34,20 @@ bool huge_pages_on() {
   }();
   return on;
 }
+}  // namespace
 
-// A huge-page aligned mapping of huge_length(bytes), advised MADV_HUGEPAGE:
-// a 128 MiB batch buffer is then 64 page faults, not 32,768, and copies into
+namespace detail {
+size_t huge_length(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
+
+// A 128 MiB batch buffer is then 64 page faults, not 32,768, and copies into
 // it miss the TLB far less. With huge pages it is not populated here: its
 // few faults are taken by whatever first writes it (the reads that fill it,
 // a decode or copy), while other reads are in flight. Populating first held
 // the look-ahead thread, and with it every read of the batch, for as long as
 // this VM took to back the fresh memory (6-224 ms for 46 MB). Without huge
-// pages it is populated: thousands of small faults cost more one by one.
-void* map_huge(size_t bytes) {
+// pages a batch buffer is populated: thousands of small faults cost more one
+// by one.
+void* map_huge(size_t bytes, bool populate) {
   const size_t length = huge_length(bytes);
   void* raw = ::mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
@@ -54,17 +58,21 @@ void* map_huge(size_t bytes) {
   char* const p = static_cast<char*>(raw) + (aligned - start);
   if (end > aligned + length) ::munmap(p + length, end - (aligned + length));
   const bool advised = ::madvise(p, length, MADV_HUGEPAGE) == 0;  // refused: small pages, still correct
-  if (advised && huge_pages_on()) return p;
+  if ((advised && huge_pages_on()) || !populate) return p;
 #ifdef MADV_POPULATE_WRITE
   if (::madvise(p, length, MADV_POPULATE_WRITE) == 0) return p;
 #endif
   for (size_t i = 0; i < length; i += 4096) static_cast<volatile char*>(p)[i] = 0;
   return p;
 }
-}  // namespace
+
+void unmap_huge(void* p, size_t bytes) noexcept {
+  if (p != nullptr) ::munmap(p, huge_length(bytes));
+}
+}  // namespace detail
 
 void* allocate_buffer(size_t bytes) {
-  if (bytes >= kHugeAtLeast) return map_huge(bytes);
+  if (bytes >= kHugeAtLeast) return detail::map_huge(bytes, /*populate=*/true);
   if (bytes >= kMapAtLeast) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
@@ -76,7 +84,7 @@ void* allocate_buffer(size_t bytes) {
 void free_buffer(void* p, size_t bytes) noexcept {
   if (p == nullptr) return;
   if (bytes >= kHugeAtLeast) {
-    ::munmap(p, huge_length(bytes));
+    detail::unmap_huge(p, bytes);
   } else if (bytes >= kMapAtLeast) {
     ::munmap(p, bytes);
   } else {

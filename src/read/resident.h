@@ -66,7 +66,7 @@ class ResidentFiles {
                given_up_.load(std::memory_order_acquire) >=
            planned_files_;
   }
-  const std::byte* data(uint32_t id) const { return buffers_[id].data(); }
+  const std::byte* data(uint32_t id) const { return data_[id]; }
   uint64_t size(uint32_t id) const { return sizes_[id]; }
   const std::string& path(uint32_t id) const { return paths_[id]; }
   /// Bytes and files held once every file to hold is: what the hold takes
@@ -84,12 +84,19 @@ class ResidentFiles {
   // `item`: the failed piece's place in the hold's order (failure() is the
   // first one's in that order, as a serial read would report).
   void finish(uint32_t id, bool held, const absl::Status& why, size_t item = SIZE_MAX);
+  // Memory for files `ids` (in the hold's order), sizes_ bytes each.
+  absl::Status place(const std::vector<uint32_t>& ids);
+  struct Unmap {
+    size_t bytes = 0;
+    void operator()(std::byte* p) const noexcept;
+  };
 
   size_t n_ = 0;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
   std::unique_ptr<std::atomic<uint32_t>[]> pieces_left_;
-  std::vector<ByteBuffer> buffers_;
-  std::vector<uint64_t> sizes_;
+  std::vector<std::byte*> data_;                           // each file's bytes, in memory_
+  std::vector<std::unique_ptr<std::byte, Unmap>> memory_;  // huge pages where the kernel gives them
+  std::vector<uint64_t> sizes_;                            // as planned, and held
   std::vector<std::string> paths_;
   uint64_t planned_bytes_ = 0;
   size_t planned_files_ = 0;
