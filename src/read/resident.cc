@@ -215,19 +215,21 @@ void ResidentFiles::Unmap::operator()(std::byte* p) const noexcept { unmap_huge(
 absl::Status ResidentFiles::place(const std::vector<uint32_t>& ids) {
   std::vector<std::pair<uint32_t, uint64_t>> packed;  // file, offset in the mapping being packed
   uint64_t used = 0;
-  auto map = [&](uint64_t bytes) -> absl::StatusOr<std::byte*> {
+  auto map = [&](uint64_t bytes, const std::string& of) -> absl::StatusOr<std::byte*> {
     try {
       auto* p = static_cast<std::byte*>(map_huge(bytes, /*populate=*/false));
       memory_.emplace_back(p, Unmap{bytes});
       return p;
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("holding the dataset in memory: no memory for ", bytes, " bytes of ", paths_[ids.front()]));
+          absl::StrCat("holding the dataset in memory: no memory for the ", bytes, " bytes of ", of));
     }
   };
   auto flush = [&]() -> absl::Status {
     if (packed.empty()) return absl::OkStatus();
-    DLFEED_ASSIGN_OR_RETURN(std::byte * p, map(used));
+    const std::string of = packed.size() == 1 ? paths_[packed[0].first]
+                                              : absl::StrCat(packed.size(), " files from ", paths_[packed[0].first]);
+    DLFEED_ASSIGN_OR_RETURN(std::byte * p, map(used, of));
     for (const auto& [id, at] : packed) data_[id] = p + at;
     packed.clear();
     used = 0;
@@ -236,7 +238,7 @@ absl::Status ResidentFiles::place(const std::vector<uint32_t>& ids) {
   for (uint32_t id : ids) {
     const uint64_t size = sizes_[id];
     if (size >= kOwnMapping) {
-      DLFEED_ASSIGN_OR_RETURN(data_[id], map(size));
+      DLFEED_ASSIGN_OR_RETURN(data_[id], map(size, paths_[id]));
       continue;
     }
     const uint64_t at = (used + kAlign - 1) / kAlign * kAlign;
