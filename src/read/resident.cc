@@ -299,6 +299,7 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
         DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, h->objects_[id].identity()));
       }
       size = size.value_or(h->objects_[id].size());
+      for (uint64_t at = 0; at < *size; at += kPiece) h->pieces_.push_back({id, at, std::min(kPiece, *size - at)});
     } else if (!size || *size <= kPiece) {
       if (!size) {
         struct stat st {};
@@ -322,12 +323,17 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
     planned.push_back(id);
   }
   DLFEED_RETURN_IF_ERROR(r->place(planned));
-  // Pending once placed (a failed placement leaves them not held: read from their sources).
+  // Pending once placed (a failed placement leaves them not held: read from
+  // their sources). Only an object of no bytes has no piece to read: held.
   for (const Piece& p : h->pieces_) r->pieces_left_[p.id].fetch_add(1, std::memory_order_relaxed);
   for (uint32_t id : planned) {
-    const bool empty = r->pieces_left_[id].load(std::memory_order_relaxed) == 0;  // an object of 0 bytes
-    r->state_[id].store(empty ? ResidentFiles::kHeld : ResidentFiles::kPending, std::memory_order_relaxed);
-    if (empty) r->held_files_.fetch_add(1, std::memory_order_relaxed);
+    const bool pending = r->pieces_left_[id].load(std::memory_order_relaxed) > 0;
+    if (!pending && r->sizes_[id] > 0) {
+      return absl::InternalError(absl::StrCat(r->paths_[id], ": planned for the hold with no read of its ",
+                                              r->sizes_[id], " bytes"));
+    }
+    r->state_[id].store(pending ? ResidentFiles::kPending : ResidentFiles::kHeld, std::memory_order_relaxed);
+    if (!pending) r->held_files_.fetch_add(1, std::memory_order_relaxed);
   }
   return h;
 }
