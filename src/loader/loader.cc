@@ -132,7 +132,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
   }
   DLFEED_ASSIGN_OR_RETURN(detail::UnpackChoice unpack,
                           detail::choose_unpacked(options, impl->indices, impl->file_ids, *impl->files, impl->resident,
-                                                  impl->counters.get()));
+                                                  objects, impl->counters.get()));
   impl->unpacked = std::move(unpack.files);
   impl->unpacked_reason = std::move(unpack.reason);
   DLFEED_RETURN_IF_ERROR(impl->add_engines(options, machine, tune_engines));

@@ -9,6 +9,7 @@
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
+#include "dlfeed/io/object_store.h"
 #include "format/array_source.h"
 
 namespace dlfeed::inline DLFEED_ABI::detail {
@@ -46,14 +47,23 @@ absl::StatusOr<std::shared_ptr<UnpackedFiles::Loaded>> UnpackedFiles::load(Entry
     }
     raw = std::span<const std::byte>(held_->data(e.table_id) + ext.offset, ext.length);
   } else {
-    DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, table_->pin(e.table_id));
     if (deflated) l.raw = take_read_buffer();
     l.raw.resize(ext.length);
-    DLFEED_ASSIGN_OR_RETURN(size_t got,
-                            pread_full(pin.fd(), std::span<std::byte>(l.raw.data(), ext.length), ext.offset, path));
-    if (got != ext.length) {
-      return format_error(path, ext.offset + got, absl::StrCat(ext.length - got, " more bytes"),
-                          "the end of the file (truncated)");
+    const std::span<std::byte> to(l.raw.data(), ext.length);
+    if (is_object_url(path)) {
+      // The version indexed, or an error naming the object.
+      DLFEED_ASSIGN_OR_RETURN(File object, File::open(path));
+      if (const std::optional<FileIdentity> indexed = table_->identity(e.table_id)) {
+        DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, object.identity()));
+      }
+      DLFEED_RETURN_IF_ERROR(object.read_exact(ext.offset, to, "array to unpack"));
+    } else {
+      DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, table_->pin(e.table_id));
+      DLFEED_ASSIGN_OR_RETURN(size_t got, pread_full(pin.fd(), to, ext.offset, path));
+      if (got != ext.length) {
+        return format_error(path, ext.offset + got, absl::StrCat(ext.length - got, " more bytes"),
+                            "the end of the file (truncated)");
+      }
     }
     raw = std::span<const std::byte>(l.raw.data(), ext.length);
   }
@@ -102,7 +112,8 @@ void UnpackedFiles::reset() {
 
 absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::vector<SampleIndex>& indices,
                                              const std::vector<std::vector<uint32_t>>& file_ids, FileTable& table,
-                                             std::shared_ptr<const ResidentFiles> held, counters::Counters* counters) {
+                                             std::shared_ptr<const ResidentFiles> held, bool objects,
+                                             counters::Counters* counters) {
   UnpackChoice out;
   if (o.unpack != Mode::kAuto && o.unpack != Mode::kOn && o.unpack != Mode::kOff) {
     return absl::InvalidArgumentError(
@@ -138,7 +149,7 @@ absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& o, const std::
         absl::StrCat("not unpacked: unpack is off (", want.size(), " deflated or strided arrays read per sample)");
     return out;
   }
-  if (o.io.direct || !o.stage.dir.empty() || o.advanced.io_factory) {
+  if (o.io.direct || !o.stage.dir.empty() || (o.advanced.io_factory && !objects)) {
     const char* why = o.io.direct            ? "io.direct asks for the device"
                       : !o.stage.dir.empty() ? "staging copies the files to stage.dir"
                                              : "io_factory makes the backend";

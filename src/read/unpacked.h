@@ -45,12 +45,14 @@ struct UnpackChoice {
 };
 /// Decides (auto: every deflated or strided array source, in field and file
 /// order, while their bytes fit in half of memory_budget less `held`'s; not
-/// with io.direct, stage or io_factory, which want every read to go to the
-/// files or the given backend). `unpack` other than auto or off is
-/// InvalidArgument. Nothing is read here.
+/// with io.direct, stage or an io_factory other than the object store's own,
+/// `objects`, which want every read to go to the files or the given
+/// backend). `unpack` other than auto or off is InvalidArgument. Nothing is
+/// read here.
 absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions& options, const std::vector<SampleIndex>& indices,
                                              const std::vector<std::vector<uint32_t>>& file_ids, FileTable& table,
-                                             std::shared_ptr<const ResidentFiles> held, counters::Counters* counters);
+                                             std::shared_ptr<const ResidentFiles> held, bool objects,
+                                             counters::Counters* counters);
 
 /// The unpacked arrays of a loader's fields: which (field, file) are, and
 /// their data once loaded. Thread-safe; a file's array is loaded once (the
@@ -84,7 +86,7 @@ class UnpackedFiles {
  private:
   friend absl::StatusOr<UnpackChoice> choose_unpacked(const LoaderOptions&, const std::vector<SampleIndex>&,
                                                       const std::vector<std::vector<uint32_t>>&, FileTable&,
-                                                      std::shared_ptr<const ResidentFiles>, counters::Counters*);
+                                                      std::shared_ptr<const ResidentFiles>, bool, counters::Counters*);
   // One load's bytes: decodes hold a reference while they gather, so
   // reset() never frees bytes a decode still reads.
   struct Loaded {
