@@ -54,7 +54,7 @@ void agree(const mpi::Job& job, const char* what, const LoaderOptions& o, const 
       {"the loader", absl::StrCat(what, extra)},
       {"fields", absl::StrCat("[", absl::StrJoin(fields, ", "), "]")},
       {"batch_size", absl::StrCat(o.batch_size)},
-      {"order", absl::StrCat("strategy ", o.order.strategy, " seed ", o.order.seed, " drop_last ", o.order.drop_last)},
+      {"order", describe_order(o.order, indices_fingerprint(o.order.params.indices.get()))},
       {"drop_last_batch", absl::StrCat(o.drop_last_batch)}};
   check(job.agree(settings, "every rank of the job makes the same loaders, in the same order"));
 }

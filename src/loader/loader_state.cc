@@ -57,13 +57,12 @@ std::string loader_state_at(const FileLayout& layout, const OrderSpec& spec, con
 absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayout& layout, const OrderSpec& want) {
   DLFEED_ASSIGN_OR_RETURN(LoaderState ls, decode_loader_state(state));
   const OrderState& os = ls.order;
-  if (os.spec.strategy != want.strategy || os.spec.seed != want.seed || os.spec.drop_last != want.drop_last ||
-      os.spec.params.buffer_size != want.params.buffer_size || os.spec.params.block_size != want.params.block_size ||
-      os.spec.params.window != want.params.window) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loader state: saved with strategy ", os.spec.strategy, " seed ", os.spec.seed, " drop_last ",
-                     os.spec.drop_last, ", but this loader has ", want.strategy, " seed ", want.seed, " drop_last ",
-                     want.drop_last, " (or other strategy parameters differ)"));
+  // The parameters the strategy reads (not those it ignores), and an
+  // explicit order's index array.
+  const std::string saved = describe_order(os.spec, os.indices_fingerprint);
+  const std::string here = describe_order(want, indices_fingerprint(want.params.indices.get()));
+  if (saved != here) {
+    return absl::InvalidArgumentError(absl::StrCat("loader state: saved with ", saved, ", but this loader has ", here));
   }
   ResumePoint r{os.spec.epoch, os.spec.global_start, os.position};
   if (os.spec.rank == want.rank && os.spec.world_size == want.world_size) {
@@ -77,10 +76,6 @@ absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayo
   if (os.layout_fingerprint != layout.fingerprint()) {
     return absl::FailedPreconditionError(
         "loader state: saved for a different file layout (dataset changed since the state was saved)");
-  }
-  if (os.indices_fingerprint != indices_fingerprint(want.params.indices.get())) {
-    return absl::FailedPreconditionError(
-        "loader state: the explicit index array differs from the one the state was saved with");
   }
   r.global_start = os.spec.global_start + os.position * os.spec.world_size;
   r.position = 0;

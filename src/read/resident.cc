@@ -329,8 +329,8 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
   for (uint32_t id : planned) {
     const bool pending = r->pieces_left_[id].load(std::memory_order_relaxed) > 0;
     if (!pending && r->sizes_[id] > 0) {
-      return absl::InternalError(absl::StrCat(r->paths_[id], ": planned for the hold with no read of its ",
-                                              r->sizes_[id], " bytes"));
+      return absl::InternalError(
+          absl::StrCat(r->paths_[id], ": planned for the hold with no read of its ", r->sizes_[id], " bytes"));
     }
     r->state_[id].store(pending ? ResidentFiles::kPending : ResidentFiles::kHeld, std::memory_order_relaxed);
     if (!pending) r->held_files_.fetch_add(1, std::memory_order_relaxed);

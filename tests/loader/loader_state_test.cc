@@ -113,7 +113,18 @@ TEST(LoaderState, ResumePointOnTheSameRank) {
   auto other = detail::resume_point(bytes, layout, spec_of("sequential", 0));
   ASSERT_FALSE(other.ok());
   EXPECT_CONTAINS(other.status().message(), "saved with strategy block_shuffle");
-  EXPECT_CONTAINS(other.status().message(), "this loader has sequential");
+  EXPECT_CONTAINS(other.status().message(), "this loader has strategy sequential");
+  // Another parameter the strategy reads: refused, naming it; one it
+  // ignores: read on.
+  OrderSpec blocks = spec_of("block_shuffle", 0);
+  blocks.params.block_size = 5;
+  auto other_block = detail::resume_point(bytes, layout, blocks);
+  ASSERT_FALSE(other_block.ok());
+  EXPECT_CONTAINS(other_block.status().message(), "block_size 64 window 16, but this loader has");
+  EXPECT_CONTAINS(other_block.status().message(), "block_size 5 window 16");
+  OrderSpec ignored = spec_of("block_shuffle", 0);
+  ignored.params.buffer_size = 7;
+  EXPECT_TRUE(detail::resume_point(bytes, layout, ignored).ok());
   // Another dataset layout: refused.
   EXPECT_FALSE(detail::resume_point(bytes, layout_of({10, 21}), spec_of("block_shuffle", 0)).ok());
 }

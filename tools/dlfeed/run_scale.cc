@@ -171,9 +171,8 @@ void ScaleOut::agree([[maybe_unused]] std::vector<std::pair<std::string, std::st
 void ScaleOut::agree(const LoaderOptions& o, std::vector<std::pair<std::string, std::string>> more) const {
   more.emplace_back("--fields", absl::StrJoin(o.fields, ","));
   more.emplace_back("--batch-size", absl::StrCat(o.batch_size));
-  more.emplace_back("--strategy", o.order.strategy);
-  more.emplace_back("--seed", absl::StrCat(o.order.seed));
-  more.emplace_back("--drop-last", o.order.drop_last ? "true" : "false");
+  // --strategy, --seed, --drop-last and what the strategy reads (--block-size, ...).
+  more.emplace_back("the order", describe_order(o.order, indices_fingerprint(o.order.params.indices.get())));
   more.emplace_back("--drop-last-batch", o.drop_last_batch ? "true" : "false");
   agree(std::move(more));
 }

@@ -131,6 +131,13 @@ using StrategyResolver = std::function<StrategyFactory(absl::string_view name)>;
 DLFEED_EXPORT StrategyFactory builtin_strategy(absl::string_view name);
 /// The built-in names, sorted. Header tier.
 DLFEED_EXPORT std::vector<std::string> builtin_strategy_names();
+/// What decides an order besides rank, world size and epoch, as text:
+/// "strategy block_shuffle seed 21 drop_last 0 block_size 4 window 16". It
+/// names the parameters the strategy reads (a built-in one's; a registered
+/// strategy's: all of them), explicit's index array by `indices_fp`
+/// (indices_fingerprint). Ranks of a job compare it; a restore compares the
+/// state's with the loader's.
+DLFEED_EXPORT std::string describe_order(const OrderSpec& spec, uint64_t indices_fp);
 /// OK when `layout` is valid and spec.rank < spec.world_size. Header tier.
 DLFEED_EXPORT absl::Status check_order_spec(const FileLayout& layout, const OrderSpec& spec);
 /// The global order of spec.epoch made by `factory` (NotFound when it is

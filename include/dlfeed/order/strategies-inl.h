@@ -268,4 +268,18 @@ DLFEED_INLINE std::vector<std::string> builtin_strategy_names() {
           "global_feistel", "global_shuffle",   "local_shuffle", "sequential"};
 }
 
+DLFEED_INLINE std::string describe_order(const OrderSpec& spec, uint64_t indices_fp) {
+  const bool builtin = static_cast<bool>(builtin_strategy(spec.strategy));
+  std::string out =
+      absl::StrCat("strategy ", spec.strategy, " seed ", spec.seed, " drop_last ", spec.drop_last ? 1 : 0);
+  if (!builtin || spec.strategy == "buffered_shuffle") absl::StrAppend(&out, " buffer_size ", spec.params.buffer_size);
+  if (!builtin || spec.strategy == "block_shuffle") {
+    absl::StrAppend(&out, " block_size ", spec.params.block_size, " window ", spec.params.window);
+  }
+  if (!builtin || spec.strategy == "explicit") {
+    absl::StrAppend(&out, " indices ", indices_fp == 0 ? "none" : absl::StrCat("fingerprint ", absl::Hex(indices_fp)));
+  }
+  return out;
+}
+
 }  // namespace dlfeed

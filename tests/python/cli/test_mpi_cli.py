@@ -240,6 +240,22 @@ def test_ranks_given_other_settings_are_an_error_on_every_rank_not_a_hang(mpirun
     assert "every rank of a job runs with the same settings" in proc.stderr
 
 
+def test_ranks_given_another_order_parameter_are_an_error_on_every_rank(mpirun, dlfeed, data):
+    """A rank given another --block-size ran, and the job read samples twice or never in an epoch (its
+    checksum was not one process's): the ranks compare every parameter their strategy reads."""
+    env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    base = [dlfeed.binary, "run", "--mpi=on", "--batch-size", "4", "--strategy", "block_shuffle"]
+    proc = subprocess.run([*mpirun, "-np", "1", *base, "--block-size", "64", data, ":", "-np", "2", *base,
+                           "--block-size", "8", data], capture_output=True, text=True, timeout=120, env=env)
+    if "built without MPI" in proc.stderr:
+        pytest.skip("this dlfeed was built without MPI")
+    assert proc.returncode != 0
+    for r in range(3):
+        assert f"error on rank {r}: the order is 'strategy block_shuffle seed 42 drop_last 0 block_size 64 window " \
+               "16' on rank 0 but 'strategy block_shuffle seed 42 drop_last 0 block_size 8 window 16' on rank 1" \
+               in proc.stderr, proc.stderr[-3000:]
+
+
 def test_settings_that_mean_the_same_are_the_same(mpirun, dlfeed, data):
     """--cache 64M on one rank and 65536K on the others is one cache size: the job runs."""
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none")

@@ -800,6 +800,11 @@ try:  # a rank's own error before the job's collectives: every rank's
     dlfeed.Loader(sys.argv[1], fields=["x"], batch_size=4, world_size=3 if rank == 1 else 2, **kw)
 except dlfeed.InvalidArgumentError as e:
     print(f"rank {rank} caught again: {e}")
+try:  # another parameter the order reads: samples read twice or never, before the ranks compared it
+    dlfeed.Loader(sys.argv[1], fields=["x"], batch_size=4, strategy="block_shuffle",
+                  block_size=8 if rank == 1 else 4, **kw)
+except dlfeed.InvalidArgumentError as e:
+    print(f"rank {rank} caught a third time: {e}")
 """
 
 
@@ -815,6 +820,10 @@ def test_ranks_making_other_loaders_are_an_error_on_every_rank(mpirun, h5_data, 
     for r in range(2):
         assert f"rank {r} caught again: this rank's error is 'none' on rank 0 but " in proc.stdout, proc.stdout
     assert "world_size=3 but the MPI job has 2 ranks' on rank 1" in proc.stdout
+    for r in range(2):
+        assert f"rank {r} caught a third time: order is 'strategy block_shuffle seed 0 drop_last 0 block_size 4 " \
+               "window 16' on rank 0 but 'strategy block_shuffle seed 0 drop_last 0 block_size 8 window 16' on " \
+               "rank 1" in proc.stdout, proc.stdout
 
 
 WORKERS = """
