@@ -79,19 +79,18 @@ absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayo
   }
   r.global_start = os.spec.global_start + os.position * os.spec.world_size;
   r.position = 0;
-  // A state taken at its epoch's end: the old job read that epoch whole. An
-  // order partitioned by rank has no global positions to resume from, but
-  // that point is one: the epoch with nothing left, then the next one whole.
   OrderSpec old = want;
   old.rank = os.spec.rank;
   old.world_size = os.spec.world_size;
   old.epoch = os.spec.epoch;
   old.global_start = os.spec.global_start;
-  if (auto before = OrderCursor::create(layout, old); before.ok() && !before->global_order().rank_bounds().empty()) {
-    if (os.position > 0 && os.position < before->size()) {
-      // Mid-epoch: k steps of W ranks are no global position of such an
-      // order (each rank's part is padded to the largest), and G + k*W may
-      // pass its size while samples are left: refused, never read as spent.
+  if (auto before = OrderCursor::create(layout, old); before.ok()) {
+    const bool partitioned = !before->global_order().rank_bounds().empty();
+    if (partitioned && os.position > 0 && os.position < before->size()) {
+      // Mid-epoch: k steps of W ranks are no global position of an order
+      // partitioned by rank (each rank's part is padded to the largest),
+      // and G + k*W may pass its size while samples are left: refused,
+      // never read as spent.
       return absl::FailedPreconditionError(absl::StrCat(
           "loader state: saved by rank ", os.spec.rank, " of ", os.spec.world_size, ", restored on rank ", want.rank,
           " of ", want.world_size, ": strategy '", want.strategy,
@@ -100,7 +99,15 @@ absl::StatusOr<ResumePoint> resume_point(absl::string_view state, const FileLayo
           os.position, " of ", before->size(), " in epoch ", os.spec.epoch,
           " (elastic restarts mid-epoch need a strided order)"));
     }
-    r.global_start = std::max<uint64_t>(1, before->global_order().size());
+    // A state taken at its epoch's end: the old job read that epoch whole
+    // (what shard_drop_last dropped to keep the shards equal included), so
+    // nothing of it is left on any world size, and the next epoch is read
+    // whole. (G + k*W alone left the dropped tail, a step of the finished
+    // epoch on fewer ranks.) An order partitioned by rank has no global
+    // positions to resume from mid-epoch; its start (G = 0) is one.
+    if (os.position >= before->size() && before->size() > 0) {
+      r.global_start = std::max<uint64_t>(1, before->global_order().size());
+    }
   }
   OrderSpec spec = want;
   spec.epoch = os.spec.epoch;

@@ -146,6 +146,35 @@ TEST(LoaderState, ResumePointOnAnotherWorldSizeIsElastic) {
   EXPECT_CONTAINS(moved.status().message(), "different file layout");
 }
 
+// A state taken at its epoch's end leaves nothing of that epoch on another
+// world size either: with drop_last, 73 samples on 5 ranks read 70 (the
+// last 3 dropped); restored on 2 ranks, G + k*W = 70 left those 3, a step
+// of the finished epoch before the next one.
+TEST(LoaderState, AnEpochsEndLeavesNothingOfItOnAnotherWorldSize) {
+  const FileLayout layout = layout_of({73});
+  OrderSpec five = spec_of("global_shuffle", 1, 0, 5);
+  five.drop_last = true;
+  auto c = OrderCursor::create(layout, five);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 14u);
+  const std::string end = detail::loader_state_at(layout, five, &*c, 14);
+  OrderSpec two = spec_of("global_shuffle", 0, 1, 2);
+  two.drop_last = true;
+  auto r = detail::resume_point(end, layout, two);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->epoch, 1u);
+  two.epoch = r->epoch;
+  two.global_start = r->global_start;
+  auto rest = OrderCursor::create(layout, two);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->size(), 0u) << "global_start " << r->global_start;
+  // Mid-epoch, the rest of it is read: 7 steps of 5 are positions [0, 35).
+  const std::string mid = detail::loader_state_at(layout, five, &*c, 7);
+  auto m = detail::resume_point(mid, layout, two);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->global_start, 35u);
+}
+
 TEST(LoaderState, ALoadersStateReadsBackThroughThePublicDecoder) {
   const std::string dir = testing::scratch_dir();
   gen::FileSpec f;
