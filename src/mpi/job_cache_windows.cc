@@ -87,6 +87,25 @@ int window_over_parts(JobCache::State& s, uint64_t capacity) {
   return rc;
 }
 
+// A node's shared window is a file in /dev/shm (Open MPI's and MPICH's),
+// and MPI ends the job when it has no room for it: checked first, on every
+// rank together, and an error naming the sizes on every rank.
+absl::Status shared_memory_has_room(const JobCache::State& s, uint64_t node_bytes) {
+  struct statvfs v {};
+  const bool known = ::statvfs("/dev/shm", &v) == 0;
+  const uint64_t free_bytes = known ? static_cast<uint64_t>(v.f_bavail) * v.f_frsize : 0;
+  const bool fits = !known || node_bytes <= free_bytes;
+  DLFEED_ASSIGN_OR_RETURN(const Ranks where, ranks_where(s, fits));
+  if (where == Ranks::kAll) return absl::OkStatus();
+  const std::string why = fits ? "another node's /dev/shm has no room for its share"
+                               : absl::StrCat("this node's ranks share ", node_bytes,
+                                              " bytes of memory windows, and /dev/shm has ", free_bytes, " bytes free");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "MPI job cache: ", why,
+      ": give the cache fewer bytes (job_cache=, --cache), or a node-local folder for it (job_cache_folder=, "
+      "--cache-folder)"));
+}
+
 // Memory parts. When a group has more than one rank (`shared`, the same on
 // every rank), every group allocates them as one MPI shared-memory window
 // (a group of one too: the collectives below are the job's); the window
@@ -96,11 +115,14 @@ int window_over_parts(JobCache::State& s, uint64_t capacity) {
 // ranks do.
 absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vector<int>& members, bool shared) {
   if (shared) {
+    DLFEED_RETURN_IF_ERROR(shared_memory_has_room(s, capacity * members.size()));
     MPI_Info info = MPI_INFO_NULL;
     DLFEED_JC_CALL(MPI_Info_create(&info));
     MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
+    MPI_Comm_set_errhandler(s.group, MPI_ERRORS_RETURN);  // an error of create's, not the job's end
     const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity), 1, info, s.group, &base, &s.shared_win);
+    MPI_Comm_set_errhandler(s.group, MPI_ERRORS_ARE_FATAL);
     MPI_Info_free(&info);
     if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Win_allocate_shared", rc);
     s.base = static_cast<std::byte*>(base);

@@ -205,6 +205,8 @@ std::string xml_unescape(absl::string_view s) {
   return out;
 }
 
+constexpr char kNoS3Error[] = "is the endpoint an S3 server?";
+
 std::string what_of(const Request& r) {
   std::string s = absl::StrCat("s3://", r.loc.bucket, "/", r.query.empty() ? r.loc.key : r.listed);
   if (r.ranged && r.length > 0) absl::StrAppend(&s, " bytes ", r.offset, "-", r.offset + r.length - 1);
@@ -212,13 +214,18 @@ std::string what_of(const Request& r) {
   return s;
 }
 
-// The server's <Code> and <Message>, or what a HEAD (no body) can tell.
-std::string server_says(const Response& resp) {
+// The server's <Code> and <Message>, or what a HEAD (no body) can tell. An
+// error with no S3 <Code> is likely from no S3 server at all (another
+// service at the endpoint's port, a web server): said so.
+std::string server_says(const Response& resp, bool head) {
   std::vector<std::string> code = xml_values(resp.body, "Code");
   std::vector<std::string> message = xml_values(resp.body, "Message");
   std::string s = absl::StrCat("HTTP ", resp.code);
   if (!code.empty()) absl::StrAppend(&s, " ", code[0]);
   if (!message.empty()) absl::StrAppend(&s, ": ", message[0]);
+  if (code.empty() && !head && resp.code >= 400) {
+    absl::StrAppend(&s, " with no S3 error in the answer (", kNoS3Error, ")");
+  }
   return s;
 }
 
@@ -375,7 +382,7 @@ absl::Status failure(const Request& r, CURLcode rc, const Response& resp, const 
     return absl::DataLossError(
         absl::StrCat(what, ": the server sent ", resp.placed, " bytes of the ", r.length, " asked", after));
   }
-  std::string says = server_says(resp);
+  std::string says = server_says(resp, r.method == Method::kHead);
   if (r.method == Method::kHead && resp.body.empty() && resp.code == 403) {
     absl::StrAppend(&says, " (a HEAD has no body to say why: wrong credentials, or no permission on the object)");
   }

@@ -582,8 +582,9 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
                           c.access_key.substr(c.access_key.size() > 4 ? c.access_key.size() - 4 : 0));
     } else if (absl::IsUnavailable(st)) {
       hint = absl::StrCat("; the endpoint is ", c.endpoint, " (AWS_ENDPOINT_URL)");
-    } else if (absl::IsNotFound(st) && st.message().find("NoSuchBucket") != absl::string_view::npos) {
-      hint = absl::StrCat("; at ", c.endpoint);
+    } else if (st.message().find("NoSuchBucket") != absl::string_view::npos ||
+               st.message().find("with no S3 error in the answer") != absl::string_view::npos) {
+      hint = absl::StrCat("; at ", c.endpoint, " (AWS_ENDPOINT_URL)");
     }
     (void)url;
     return absl::Status(st.code(), absl::StrCat(st.message(), hint));

@@ -912,3 +912,26 @@ def test_dlio_under_mpirun_caches_its_training_reads(mpirun, dlfeed, tmp_path): 
     for _, files, peers in lines[1:]:
         assert float(files) == 0 and float(peers) > 0, proc.stdout
     assert (tmp_path / "out" / "summary.json").exists()
+
+
+SHM_TOO_SMALL = """
+import os, sys, dlfeed
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+try:
+    dlfeed.Loader(sys.argv[1], fields=["x"], batch_size=4, job_cache="64T")
+    print(f"rank {rank} made it")
+except dlfeed.Error as e:
+    print(f"rank {rank} caught {type(e).__name__}: {e}")
+"""
+
+
+def test_a_cache_larger_than_dev_shm_is_an_error_on_every_rank(mpirun, h5_data, tmp_path):  # noqa: F811
+    """job_cache="64G" on a node whose /dev/shm had 24 GB free ended the job inside MPI_Win_allocate_shared
+    (MPI_ERRORS_ARE_FATAL) with no dlfeed error: the room is checked first, an error on every rank naming
+    the sizes and what to do."""
+    proc = two_ranks_run(mpirun, tmp_path / "shm.py", SHM_TOO_SMALL, [h5_data], hung="the job hung")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        assert f"rank {r} caught ResourceError: MPI job cache: this node's ranks share " in proc.stdout, proc.stdout
+    assert "bytes of memory windows, and /dev/shm has " in proc.stdout
+    assert "job_cache_folder=" in proc.stdout

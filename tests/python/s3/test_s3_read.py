@@ -197,6 +197,42 @@ def test_unreachable_endpoint_fails_within_seconds(s3_server, uploaded, monkeypa
     assert "s3://" in str(e.value) and "http://127.0.0.1:9" in str(e.value)
 
 
+def test_an_endpoint_that_is_no_s3_server_is_said_to_be_so(s3_server, uploaded, monkeypatch):
+    """A web server at AWS_ENDPOINT_URL (a wrong port, another service) answered 404 to the listing, and the
+    error read "HTTP 404" as a missing prefix would: it says the answer held no S3 error, and names the
+    endpoint."""
+    import http.server
+    import threading
+
+    class NotS3(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b"<html><body><h1>404 Not Found</h1></body></html>"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotS3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        s3_server.apply_env(monkeypatch, endpoint=endpoint)
+        with pytest.raises(dlfeed.Error) as e:
+            dlfeed.Loader(uploaded["npz"][1], batch_size=8, fields=["x", "y"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    msg = str(e.value)
+    assert "HTTP 404 with no S3 error in the answer (is the endpoint an S3 server?)" in msg, msg
+    assert f"at {endpoint} (AWS_ENDPOINT_URL)" in msg, msg
+
+
 def test_a_server_that_stops_answering_mid_run_is_an_error_within_seconds(s3_proxy, uploaded):
     """A server that stops answering (frozen, or a proxy holding every response) between epochs: each
     request is given up after the stall timeout with nothing received and tried at most 3 times, so the
