@@ -5,6 +5,7 @@
 //   NotFound                                   -> dlfeed.NotFoundError(dlfeed.Error, FileNotFoundError)
 //   InvalidArgument, OutOfRange, FailedPrecondition, AlreadyExists
 //                                              -> dlfeed.InvalidArgumentError(dlfeed.Error, ValueError)
+//   ResourceExhausted                          -> dlfeed.ResourceError(dlfeed.Error, MemoryError)
 //   everything else (DataLoss, Unavailable...) -> dlfeed.DataError(dlfeed.Error, OSError)
 // Every instance has .code, the absl status code name ("DATA_LOSS").
 #include <Python.h>
@@ -19,6 +20,7 @@ PyObject* g_error = nullptr;
 PyObject* g_not_found = nullptr;
 PyObject* g_invalid = nullptr;
 PyObject* g_data = nullptr;
+PyObject* g_resource = nullptr;
 
 PyObject* new_class(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   std::string qual = std::string("dlfeed.") + name;
@@ -35,6 +37,7 @@ PyObject* class_for(absl::StatusCode code) {
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kAlreadyExists: return g_invalid;
+    case absl::StatusCode::kResourceExhausted: return g_resource;
     default: return g_data;
   }
 }
@@ -71,6 +74,9 @@ void bind_error(py::module_& m) {
                         "A bad option, or a file whose structure is not what dlfeed expects.");
   py::tuple data = py::make_tuple(py::handle(g_error), py::handle(PyExc_OSError));
   g_data = new_class(m, "DataError", data.ptr(), "A read or decode failure (corrupt data, CRC mismatch, I/O error).");
+  py::tuple resource = py::make_tuple(py::handle(g_error), py::handle(PyExc_MemoryError));
+  g_resource = new_class(m, "ResourceError", resource.ptr(),
+                         "The system gave the loader no more memory (or address space) or threads.");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

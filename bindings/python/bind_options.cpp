@@ -316,10 +316,11 @@ void bind_loader_options(py::module_& m) {
           "on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while "
           "it runs, within the memory budget (an explicit value is never moved); off; auto (the default): "
           "on with 4 cores or more")
-      .def_readwrite("memory_budget", &LoaderOptions::memory_budget,
-                     "Most bytes of batches in flight (read buffers and decoded batches, held ones included); 0: a "
-                     "quarter of the memory the process may use (MemAvailable, cgroup memory.max), shared by the "
-                     "job's ranks on the node, at least 256 MiB")
+      .def_readwrite(
+          "memory_budget", &LoaderOptions::memory_budget,
+          "Most bytes of batches in flight (read buffers and decoded batches, held ones included); 0: a "
+          "quarter of the memory the process may use (MemAvailable, cgroup memory.max, ulimit -v), shared by the "
+          "job's ranks on the node, at least 256 MiB")
       .def_property(
           "resident", [](const LoaderOptions& o) { return mode_name(o.resident); },
           [](LoaderOptions& o, const std::string& s) { o.resident = unwrap(parse_mode(s, "resident")); },

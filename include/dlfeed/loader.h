@@ -435,6 +435,9 @@ class DLFEED_EXPORT Loader {
  private:
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
+  // create() less its catch: memory or threads the system refuses are
+  // create's error (ResourceExhausted), not an exception.
+  static absl::StatusOr<std::unique_ptr<Loader>> create_or_throw(LoaderOptions options);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -21,6 +21,9 @@ class InvalidArgumentError(Error, ValueError):
 class DataError(Error, OSError):
     """A read or decode failure (corrupt data, CRC mismatch, I/O error)."""
 
+class ResourceError(Error, MemoryError):
+    """The system gave the loader no more memory (or address space) or threads."""
+
 def _raise_status(arg0: typing.SupportsInt | typing.SupportsIndex, arg1: str) -> None: ...
 
 class FormatOptions:
@@ -207,7 +210,7 @@ class LoaderOptions:
     autotune: str
     """on: move what is left to the machine (io_engines 0, prefetch auto) toward the best rate while it runs, within the memory budget (an explicit value is never moved); off; auto (the default): on with 4 cores or more"""
     memory_budget: int
-    """Most bytes of batches in flight (read buffers and decoded batches, held ones included); 0: a quarter of the memory the process may use (MemAvailable, cgroup memory.max), shared by the job's ranks on the node, at least 256 MiB"""
+    """Most bytes of batches in flight (read buffers and decoded batches, held ones included); 0: a quarter of the memory the process may use (MemAvailable, cgroup memory.max, ulimit -v), shared by the job's ranks on the node, at least 256 MiB"""
     resident: str
     """Hold the dataset in memory: auto (when its files fit in half of memory_budget: each read once, from create on, in the order the first epoch uses them, then copies from memory), on (all read at create, or fail saying why not), off"""
     unpack: str

@@ -43,10 +43,21 @@ struct Slab {
 // record takes it and adds to them. So the slabs are as many as the threads
 // that ever recorded at once, however many threads come and go (the loader
 // starts a pipeline thread per epoch).
+//
+// Recording never throws (it runs in destructors, a Span's): `idle` has room
+// for every slab of `all`, so handing one back allocates nothing, and a
+// thread that finds no memory for a slab of its own records into `spare`,
+// which such threads share (their counts may then be lost to races, never
+// the process to an exception).
 struct SlabPool {
+  SlabPool() {
+    all.push_back(std::make_unique<Slab>());
+    spare = all.back().get();
+  }
   std::mutex mu;
   std::vector<std::unique_ptr<Slab>> all;  // summed by read_raw
-  std::vector<Slab*> idle;                 // held by no thread
+  std::vector<Slab*> idle;                 // held by no thread (capacity: all.size())
+  Slab* spare = nullptr;                   // in `all`, never in a thread's cache or `idle`
 };
 
 struct TraceSlot {

@@ -4,6 +4,7 @@
 // slab at once (read_raw). What each counter is and the histograms are in the
 // header tier (dlfeed/counters/snapshot-inl.h).
 #include <algorithm>
+#include <new>
 #include <utility>
 
 #include "internal.h"
@@ -143,8 +144,15 @@ detail::Slab& Counters::slab() {
       s = pool_->idle.back();
       pool_->idle.pop_back();
     } else {
-      pool_->all.push_back(std::make_unique<detail::Slab>());
-      s = pool_->all.back().get();
+      try {
+        auto fresh = std::make_unique<detail::Slab>();
+        pool_->all.reserve(pool_->all.size() + 1);
+        pool_->idle.reserve(pool_->all.size() + 1);  // release() never allocates
+        pool_->all.push_back(std::move(fresh));
+        s = pool_->all.back().get();
+      } catch (const std::bad_alloc&) {
+        return *pool_->spare;  // not cached: a later call may find memory for its own
+      }
     }
   }
   SlabCache::Entry& e = cache.entries[cache.victim];

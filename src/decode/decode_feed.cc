@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_status.h"
 #include "base/tbb.h"
 #include "base/thread_name.h"
 
@@ -57,7 +58,7 @@ void DecodeFeed::run(batch::Work& w) {
   try {
     decode_(w);
   } catch (const std::exception& e) {
-    w.error = absl::InternalError(absl::StrCat("loader pipeline: ", e.what()));
+    w.error = base::exception_status("loader pipeline", e);
     w.batch.reset();
   } catch (...) {
     w.error = absl::InternalError("loader pipeline: an unknown exception in decode");

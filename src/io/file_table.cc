@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <deque>
-#include <list>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -101,35 +101,53 @@ struct FileTable::Impl {
     int8_t direct = -1;                             // O_DIRECT for this file: -1 the table's, else 0/1
     bool recheck = false;  // a reopen found only its change time new: check_open_files asks whether it is still indexed
     bool opened = false;   // opened before (its bytes may have been read)
-    std::list<uint32_t>::iterator lru_it;
+    // Neighbours in `lru` (kNone at its ends): an intrusive list, so that
+    // unpinning (a Pin's destructor) allocates nothing and cannot fail.
+    uint32_t lru_prev = kNone, lru_next = kNone;
   };
+  static constexpr uint32_t kNone = UINT32_MAX;
 
   mutable std::mutex mu;
   std::deque<Entry> entries;
   absl::flat_hash_map<std::string, uint32_t> ids;
-  std::list<uint32_t> lru;                 // front: least recently used
-  absl::flat_hash_set<uint32_t> open_ids;  // entries whose fd >= 0 (check_open_files asks these only)
+  uint32_t lru_front = kNone, lru_back = kNone;  // lru: front least recently used
+  absl::flat_hash_set<uint32_t> open_ids;        // entries whose fd >= 0 (check_open_files asks these only)
   size_t open = 0;
   size_t opening = 0;
   FileTableStats stats;
 
   void lru_remove(Entry& e) {
-    if (e.in_lru) {
-      lru.erase(e.lru_it);
-      e.in_lru = false;
-    }
-  }
-  // Closes (later, outside the lock: appended to `to_close`) the least
-  // recently used unpinned fd. False when every open fd is pinned.
-  bool evict_one(std::vector<int>& to_close) {
-    if (lru.empty()) return false;
-    Entry& e = entries[lru.front()];
-    open_ids.erase(lru.front());
-    lru.pop_front();
+    if (!e.in_lru) return;
+    (e.lru_prev == kNone ? lru_front : entries[e.lru_prev].lru_next) = e.lru_next;
+    (e.lru_next == kNone ? lru_back : entries[e.lru_next].lru_prev) = e.lru_prev;
+    e.lru_prev = e.lru_next = kNone;
     e.in_lru = false;
-    to_close.push_back(std::exchange(e.fd, -1));
+  }
+  void lru_push_back(uint32_t id) {
+    Entry& e = entries[id];
+    e.lru_prev = lru_back;
+    e.lru_next = kNone;
+    (lru_back == kNone ? lru_front : entries[lru_back].lru_next) = id;
+    lru_back = id;
+    e.in_lru = true;
+  }
+  // Takes the least recently used unpinned fd from its entry, for the
+  // caller to close (outside the lock); -1 when every open fd is pinned.
+  int evict_fd() {
+    if (lru_front == kNone) return -1;
+    const uint32_t id = lru_front;
+    Entry& e = entries[id];
+    lru_remove(e);
+    open_ids.erase(id);
     --open;
     ++stats.evictions;
+    return std::exchange(e.fd, -1);
+  }
+  // evict_fd(), appended to `to_close`. False when every open fd is pinned.
+  bool evict_one(std::vector<int>& to_close) {
+    if (lru_front == kNone) return false;
+    to_close.reserve(to_close.size() + 1);  // before the entry lets go of it
+    to_close.push_back(evict_fd());
     return true;
   }
   void note_open() {
@@ -222,7 +240,7 @@ FileTable::Pin& FileTable::Pin::operator=(Pin&& o) noexcept {
   return *this;
 }
 
-void FileTable::Pin::reset() {
+void FileTable::Pin::reset() noexcept {
   if (table_ != nullptr) table_->unpin(id_, fd_);
   table_ = nullptr;
   fd_ = -1;
@@ -526,9 +544,19 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   return pin;
 }
 
-void FileTable::unpin(uint32_t id, int fd) {
+void FileTable::unpin(uint32_t id, int fd) noexcept {
+  // Allocates nothing (a Pin's destructor calls it): descriptors to close
+  // wait in a fixed array; any past it are closed under the lock.
   Impl& im = *impl_;
-  std::vector<int> to_close;
+  std::array<int, 8> to_close{};
+  size_t closing = 0;
+  auto close_later = [&](int d) {
+    if (closing < to_close.size()) {
+      to_close[closing++] = d;
+    } else {
+      ::close(d);
+    }
+  };
   {
     std::lock_guard<std::mutex> lock(im.mu);
     Impl::Entry& e = im.entries[id];
@@ -536,7 +564,7 @@ void FileTable::unpin(uint32_t id, int fd) {
       for (auto it = e.retired.begin(); it != e.retired.end(); ++it) {
         if (it->first != fd) continue;
         if (--it->second == 0) {
-          to_close.push_back(it->first);
+          close_later(it->first);
           e.retired.erase(it);
           --im.open;
         }
@@ -545,17 +573,16 @@ void FileTable::unpin(uint32_t id, int fd) {
     } else if (--e.pins == 0 && e.stale) {
       // Redirected while this read held it: the next pin opens the new path.
       e.stale = false;
-      to_close.push_back(std::exchange(e.fd, -1));
+      close_later(std::exchange(e.fd, -1));
       im.open_ids.erase(id);
       --im.open;
     } else if (e.pins == 0) {
-      e.lru_it = im.lru.insert(im.lru.end(), id);
-      e.in_lru = true;
+      im.lru_push_back(id);
       // Over the cap (pin() exceeded it while everything was pinned): shrink.
-      while (im.open > max_open_ && im.evict_one(to_close)) {}
+      for (int d = 0; im.open > max_open_ && (d = im.evict_fd()) >= 0;) close_later(d);
     }
   }
-  close_all(to_close);
+  for (size_t k = 0; k < closing; ++k) ::close(to_close[k]);
 }
 
 }  // namespace dlfeed

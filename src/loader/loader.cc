@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/exception_status.h"
 #include "base/tbb.h"
 #include "base/thread_name.h"
 #include "batch/budget.h"
@@ -74,6 +75,16 @@ std::string fill_memory_budget(LoaderOptions& options) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::create(LoaderOptions options) {
+  try {
+    return create_or_throw(std::move(options));
+  } catch (const std::bad_alloc& e) {
+    return base::exception_status("loader: create", e);
+  } catch (const std::system_error& e) {
+    return base::exception_status("loader: create", e);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::create_or_throw(LoaderOptions options) {
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
   DLFEED_RETURN_IF_ERROR(detail::check_limits(options));
@@ -245,8 +256,15 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   const uint64_t first_batch = start / m.options.batch_size;
   m.prepare_order(epoch + 1);  // before the pipeline thread may take it (chain_order)
   m.chain_to = epoch + 1;
-  m.pipeline_thread =
-      std::thread([&m, cursor, epoch, first_batch]() mutable { m.run_epochs(std::move(cursor), epoch, first_batch); });
+  try {
+    m.pipeline_thread = std::thread(
+        [&m, cursor, epoch, first_batch]() mutable { m.run_epochs(std::move(cursor), epoch, first_batch); });
+  } catch (const std::system_error& e) {  // the system gives no thread (memory, a limit): an error, as any start's
+    m.running = false;
+    m.chain_to = 0;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("loader: start_epoch(", epoch, "): the system gave no thread for the pipeline: ", e.what()));
+  }
   detail::name_thread(m.pipeline_thread, "dlfeed-pipeline");
   return absl::OkStatus();
 }

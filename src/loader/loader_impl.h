@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/exception_status.h"
 #include "base/tbb.h"
 #include "base/thread_name.h"
 #include "batch/budget.h"
@@ -245,8 +246,14 @@ struct Loader::Impl {
         next = chain_order(e + 1);
         return next.has_value();
       };
-      plan::Lookahead lookahead(source, std::move(cursor), e, first_batch);
-      if (!runner->run(lookahead, *decoder, *collator, stop, planner->copies_only(), then)) return;
+      try {
+        plan::Lookahead lookahead(source, std::move(cursor), e, first_batch);
+        if (!runner->run(lookahead, *decoder, *collator, stop, planner->copies_only(), then)) return;
+      } catch (const std::exception& x) {  // outside the pipeline's own catch: its making, the next order
+        collator->fail(base::exception_status("loader pipeline", x));
+        collator->end();
+        return;
+      }
       cursor = *std::move(next);
       ++e;
       first_batch = 0;
@@ -355,7 +362,11 @@ struct Loader::Impl {
     if (!small_order()) return;
     OrderSpec spec = options.order;
     spec.epoch = epoch;
-    ahead = std::async(std::launch::async, [this, spec] { return OrderCursor::create(layout, spec); });
+    try {
+      ahead = std::async(std::launch::async, [this, spec] { return OrderCursor::create(layout, spec); });
+    } catch (const std::system_error&) {
+      return;  // no thread for it: the start made later makes the order itself
+    }
     ahead_pid = ::getpid();
   }
 

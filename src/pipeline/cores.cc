@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "pipeline/cores.h"
 
+#include <sys/resource.h>
+
 #include <sched.h>
 
 #include <algorithm>
@@ -187,13 +189,14 @@ uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget, ui
 }
 
 namespace {
-// "MemAvailable:   23456789 kB" -> bytes.
-std::optional<uint64_t> mem_available(absl::string_view meminfo) {
-  for (absl::string_view line : absl::StrSplit(meminfo, '\n', absl::SkipWhitespace())) {
-    if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
+// The field `key` of a /proc file ("MemAvailable:   23456789 kB" of
+// /proc/meminfo, "VmSize:   170172 kB" of /proc/self/status) -> bytes.
+std::optional<uint64_t> proc_bytes(absl::string_view text, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
+    if (!absl::ConsumePrefix(&line, key)) continue;
     line = absl::StripAsciiWhitespace(line);
     const bool kb = absl::ConsumeSuffix(&line, "kB");
-    const std::optional<int64_t> v = parse_int(line);
+    const std::optional<int64_t> v = parse_int(absl::StripAsciiWhitespace(line));
     if (!v || *v < 0) return std::nullopt;
     return static_cast<uint64_t>(*v) * (kb ? 1024 : 1);
   }
@@ -227,7 +230,16 @@ std::string gib(uint64_t bytes) { return absl::StrFormat("%.1f GiB", static_cast
 UsableMemory usable_memory(const MemorySources& from) {
   UsableMemory out;
   if (const auto text = read_text(from.meminfo)) {
-    if (const auto avail = mem_available(*text)) out = {*avail, "MemAvailable"};
+    if (const auto avail = proc_bytes(*text, "MemAvailable:")) out = {*avail, "MemAvailable"};
+  }
+  // Under an address space limit (ulimit -v) what the process maps counts,
+  // reserved or not (thread stacks, malloc's arenas): its room is the limit
+  // less VmSize.
+  if (const std::optional<uint64_t> limit = from.address_space_limit ? from.address_space_limit() : std::nullopt) {
+    uint64_t mapped = 0;
+    if (const auto status = read_text(from.proc_self_status)) mapped = proc_bytes(*status, "VmSize:").value_or(0);
+    const uint64_t room = *limit > mapped ? *limit - mapped : 1;  // none left: the least budget (0 is "not known")
+    if (out.bytes == 0 || room < out.bytes) out = {room, "the address space limit (ulimit -v) less VmSize"};
   }
   const std::optional<std::string> self = read_text(from.proc_self_cgroup);
   if (!self) return out;
@@ -240,6 +252,12 @@ UsableMemory usable_memory(const MemorySources& from) {
   cap(paths.v2, false, "cgroup memory.max less memory.current");
   cap(paths.v1_memory, true, "cgroup memory.limit_in_bytes less memory.usage_in_bytes");
   return out;
+}
+
+std::optional<uint64_t> MemorySources::rlimit_address_space() {
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  return static_cast<uint64_t>(rl.rlim_cur);
 }
 
 uint32_t ranks_on_node(const std::function<const char*(const char*)>& getenv) {

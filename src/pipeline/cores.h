@@ -74,7 +74,11 @@ uint64_t read_budget_within(const MachineDefaults& d, uint64_t memory_budget, ui
 struct MemorySources {
   std::string meminfo = "/proc/meminfo";
   std::string proc_self_cgroup = "/proc/self/cgroup";
-  std::string cgroup_root = "/sys/fs/cgroup";  // v2 unified; v1's "memory" controller under it
+  std::string cgroup_root = "/sys/fs/cgroup";          // v2 unified; v1's "memory" controller under it
+  std::string proc_self_status = "/proc/self/status";  // VmSize: the address space the process maps
+  /// The process's address space limit (`ulimit -v`, RLIMIT_AS); none: no limit.
+  std::function<std::optional<uint64_t>()> address_space_limit = rlimit_address_space;
+  static std::optional<uint64_t> rlimit_address_space();
 };
 /// Memory the process may still take, and where that number came from.
 struct UsableMemory {
@@ -83,7 +87,8 @@ struct UsableMemory {
 };
 /// MemAvailable of /proc/meminfo, capped by the room left under the memory
 /// limit of the process's cgroup and of each parent: v2 memory.max less
-/// memory.current, v1 memory.limit_in_bytes less memory.usage_in_bytes.
+/// memory.current, v1 memory.limit_in_bytes less memory.usage_in_bytes; and
+/// by the room under its address space limit (RLIMIT_AS less VmSize).
 UsableMemory usable_memory(const MemorySources& from);
 /// Processes of this job on this node, from what launchers set
 /// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, MV2_COMM_WORLD_LOCAL_SIZE,

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_status.h"
 #include "base/tbb.h"
 #include "base/thread_name.h"
 #include "decode/decode_feed.h"
@@ -168,7 +169,7 @@ bool Pipeline::run(plan::Lookahead& source, const decode::Decoder& decoder, batc
     }
   } catch (const std::exception& e) {
     source.drop();
-    collator.fail(absl::InternalError(absl::StrCat("loader pipeline: ", e.what())));
+    collator.fail(base::exception_status("loader pipeline", e));
     threw = true;
   }
   source.drop();

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/exception_status.h"
 #include "base/thread_name.h"
 #include "batch/huge_pages.h"
 #include "dlfeed/detail/error.h"
@@ -71,6 +72,11 @@ absl::Status run_in_parallel(size_t items, unsigned threads, const std::function
     }
   };
   std::vector<std::thread> pool;
+  try {
+    pool.reserve(threads);  // no growth (and no throw) once threads run
+  } catch (const std::bad_alloc&) {
+    threads = 1;
+  }
   for (unsigned t = 1; t < threads; ++t) {
     try {
       pool.emplace_back(work, t);
@@ -407,7 +413,12 @@ void ResidentHold::run() {
   const size_t want = whole_files_ / kFilesPerLoadThread + (items - whole_files_);
   const unsigned threads = static_cast<unsigned>(std::clamp<size_t>(
       want, 1, objects_held_ ? kMaxLoadThreads : std::min<size_t>(kMaxLoadThreads, files.max_open())));
-  absl::Status stopped = run_in_parallel(items, threads, one);
+  absl::Status stopped;
+  try {
+    stopped = run_in_parallel(items, threads, one);
+  } catch (const std::exception& e) {  // no memory for its own threads' bookkeeping: what is not held is read
+    stopped = base::exception_status("holding the dataset in memory", e);
+  }
   // What is not held now never will be (memory ran out, or the hold stopped).
   if (stopped.ok()) stopped = absl::CancelledError("the hold stopped");
   for (const Piece& p : pieces_) r.finish(p.id, false, stopped);
@@ -470,7 +481,13 @@ absl::StatusOr<ResidentChoice> choose_resident(const LoaderOptions& o, const std
   if (now) {
     DLFEED_ASSIGN_OR_RETURN(out.files, ResidentFiles::load(files, ids));
   } else {
-    DLFEED_ASSIGN_OR_RETURN(out.hold, ResidentHold::plan(table, ids));
+    absl::StatusOr<std::unique_ptr<ResidentHold>> hold = ResidentHold::plan(table, ids);
+    if (!hold.ok() && hold.status().code() == absl::StatusCode::kResourceExhausted) {
+      out.reason = absl::StrCat("not held in memory: ", hold.status().message());  // no memory for it: read
+      return out;
+    }
+    if (!hold.ok()) return hold.status();
+    out.hold = *std::move(hold);
     out.files = out.hold->files();
   }
   out.reason = absl::StrCat("held in memory: ", out.files->files(), objects ? " objects, " : " files, ",

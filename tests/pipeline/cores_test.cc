@@ -138,6 +138,8 @@ TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
   s.meminfo = root + "/meminfo";
   s.proc_self_cgroup = root + "/proc_self_cgroup";
   s.cgroup_root = root + "/sys";
+  s.proc_self_status = root + "/status";
+  s.address_space_limit = [] { return std::nullopt; };
   EXPECT_EQ(usable_memory(s).bytes, 0u);  // nothing to read: not known
   write(s.meminfo, "MemTotal:       24683656 kB\nMemFree:        1000 kB\nMemAvailable:   20971520 kB\n");
   UsableMemory m = usable_memory(s);
@@ -158,6 +160,29 @@ TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
   write(s.cgroup_root + "/memory/docker/abc/memory.limit_in_bytes", std::to_string(4 * kGiB));
   write(s.cgroup_root + "/memory/docker/abc/memory.usage_in_bytes", std::to_string(1 * kGiB));
   EXPECT_EQ(usable_memory(s).bytes, 3 * kGiB);
+}
+
+// Under an address space limit (ulimit -v), what the process maps counts:
+// its room is the limit less VmSize, where that is the least.
+TEST(Memory, TheRoomUnderTheAddressSpaceLimitCaps) {
+  const std::string root = testing::scratch_dir() + "/memory";
+  std::filesystem::remove_all(root);
+  MemorySources s;
+  s.meminfo = root + "/meminfo";
+  s.proc_self_cgroup = root + "/proc_self_cgroup";
+  s.cgroup_root = root + "/sys";
+  s.proc_self_status = root + "/status";
+  write(s.meminfo, "MemAvailable:   20971520 kB\n");
+  write(s.proc_self_status, "Name:\tpython\nVmPeak:\t 3000000 kB\nVmSize:\t 1048576 kB\nVmRSS:\t 1000 kB\n");
+  s.address_space_limit = [] { return std::optional<uint64_t>(5 * kGiB); };
+  UsableMemory m = usable_memory(s);
+  EXPECT_EQ(m.bytes, 4 * kGiB);
+  EXPECT_EQ(m.source, "the address space limit (ulimit -v) less VmSize");
+  s.address_space_limit = [] { return std::optional<uint64_t>(64 * kGiB); };
+  EXPECT_EQ(usable_memory(s).bytes, 20 * kGiB);  // MemAvailable is less
+  s.address_space_limit = [] { return std::optional<uint64_t>(kGiB / 2); };
+  EXPECT_EQ(usable_memory(s).bytes, 1u) << "mapped past the limit: no room (the least budget follows)";
+  EXPECT_EQ(usable_memory(s).source, "the address space limit (ulimit -v) less VmSize");
 }
 
 TEST(Memory, RanksOnTheNodeFromTheLaunchersEnvironment) {

@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, prefetch, dlfeed::AdvancedOptions{}.prefetch.str(),
           "are held in memory), off, depth:N (batches), budget:BYTES (e.g. budget:256M), or both joined by a comma");
 ABSL_FLAG(uint64_t, memory_budget_mb, dlfeed::LoaderOptions{}.memory_budget >> 20,
           "Most MiB of batches in flight (reads and decoded batches); 0: a quarter of the memory the process may "
-          "use (MemAvailable, cgroup memory.max), shared by the job's ranks on this node, at least 256");
+          "use (MemAvailable, cgroup memory.max, ulimit -v), shared by the job's ranks on this node, at least 256");
 ABSL_FLAG(uint64_t, max_gap, kCoalesce.max_gap,
           "Coalesce extents of a file at most this many bytes apart. Not given: at most 64 KiB and at most the "
           "batch's mean extent (a read carries at most about as many bytes nobody asked for as it was asked for); "

@@ -63,7 +63,7 @@ class DLFEED_EXPORT FileTable {
     uint32_t id() const { return id_; }
     explicit operator bool() const { return fd_ >= 0; }
     /// Unpins now (the fd may be closed by the table afterwards).
-    void reset();
+    void reset() noexcept;
 
    private:
     friend class FileTable;
@@ -174,7 +174,7 @@ class DLFEED_EXPORT FileTable {
  private:
   struct Impl;
   absl::StatusOr<Pin> pin_impl(uint32_t id, bool may_exceed);
-  void unpin(uint32_t id, int fd);
+  void unpin(uint32_t id, int fd) noexcept;
 
   size_t max_open_;
   std::function<absl::Status(uint32_t id)> reopen_check_;  // check_reopens_with's (set before reads)
