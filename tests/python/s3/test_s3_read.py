@@ -708,3 +708,28 @@ def test_bad_settings_say_what_is_wrong(s3_server, uploaded, tmp_path, monkeypat
     (tmp_path / "cache").symlink_to(tmp_path / "missing" / "dir")
     with pytest.raises(dlfeed.Error, match=r"cache: a symbolic link to .*missing/dir, which does not exist"):
         dlfeed.Loader(url, batch_size=8, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("resident", ["off", "auto"])
+def test_deflated_npz_objects_are_unpacked_as_files_are(s3_server, tmp_path, monkeypatch, resident):
+    """np.savez_compressed objects: each member is read whole once an epoch and inflated, its samples
+    gathered from memory (held: a view of the held object; not held: one ranged GET of the member), as
+    for files. unpack="on" refused them ("io_factory makes the backend")."""
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "deflated"
+    root.mkdir()
+    x = np.arange(4 * 30 * 12, dtype=np.float32).reshape(4 * 30, 12) * 0.5
+    for f in range(4):
+        np.savez_compressed(root / f"part_{f}.npz", x=x[f * 30:(f + 1) * 30])
+    s3_server.upload_dir(root, BUCKET, f"deflated-{resident}/")
+    loader = dlfeed.Loader(f"s3://{BUCKET}/deflated-{resident}", batch_size=7, strategy="global_shuffle", seed=2,
+                           fields=["x"], unpack="on", resident=resident)
+    s = loader.stats()
+    assert "unpacked: 4 " in s["unpacked_reason"], s["unpacked_reason"]
+    for _ in range(2):
+        seen = []
+        for b in loader:
+            np.testing.assert_array_equal(np.asarray(b["x"]), x[b.sample_ids])
+            seen.extend(b.sample_ids.tolist())
+        assert sorted(seen) == list(range(len(x)))
+    loader.close()
