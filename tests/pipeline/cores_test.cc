@@ -131,8 +131,8 @@ TEST(Cores, DefaultsKeepTwoCoresAsTheyWereAndGrowWithMore) {
 
 constexpr uint64_t kGiB = 1ull << 30;
 
-TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
-  const std::string root = testing::scratch_dir() + "/memory";
+// Every source under `root` (empty), and no address space limit.
+MemorySources sources_in(const std::string& root) {
   std::filesystem::remove_all(root);
   MemorySources s;
   s.meminfo = root + "/meminfo";
@@ -140,6 +140,12 @@ TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
   s.cgroup_root = root + "/sys";
   s.proc_self_status = root + "/status";
   s.address_space_limit = [] { return std::nullopt; };
+  return s;
+}
+
+TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
+  const std::string root = testing::scratch_dir() + "/memory";
+  MemorySources s = sources_in(root);
   EXPECT_EQ(usable_memory(s).bytes, 0u);  // nothing to read: not known
   write(s.meminfo, "MemTotal:       24683656 kB\nMemFree:        1000 kB\nMemAvailable:   20971520 kB\n");
   UsableMemory m = usable_memory(s);
@@ -165,13 +171,7 @@ TEST(Memory, MemAvailableCappedByTheRoomUnderTheCgroupsLimits) {
 // Under an address space limit (ulimit -v), what the process maps counts:
 // its room is the limit less VmSize, where that is the least.
 TEST(Memory, TheRoomUnderTheAddressSpaceLimitCaps) {
-  const std::string root = testing::scratch_dir() + "/memory";
-  std::filesystem::remove_all(root);
-  MemorySources s;
-  s.meminfo = root + "/meminfo";
-  s.proc_self_cgroup = root + "/proc_self_cgroup";
-  s.cgroup_root = root + "/sys";
-  s.proc_self_status = root + "/status";
+  MemorySources s = sources_in(testing::scratch_dir() + "/memory");
   write(s.meminfo, "MemAvailable:   20971520 kB\n");
   write(s.proc_self_status, "Name:\tpython\nVmPeak:\t 3000000 kB\nVmSize:\t 1048576 kB\nVmRSS:\t 1000 kB\n");
   s.address_space_limit = [] { return std::optional<uint64_t>(5 * kGiB); };
