@@ -21,7 +21,8 @@ inline absl::Status exception_status(absl::string_view where, const std::excepti
         absl::StrCat(where, ": out of memory (", e.what(), "): the process's memory or address space limit"));
   }
   if (dynamic_cast<const std::system_error*>(&e) != nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(where, ": the system refused a resource: ", e.what()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(where, ": the system gave no thread or resource (", e.what(), ")"));
   }
   return absl::InternalError(absl::StrCat(where, ": ", e.what()));
 }

@@ -12,6 +12,7 @@
 #include <climits>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -143,11 +144,17 @@ struct FileTable::Impl {
     ++stats.evictions;
     return std::exchange(e.fd, -1);
   }
-  // evict_fd(), appended to `to_close`. False when every open fd is pinned.
+  // evict_fd(), appended to `to_close` (closed now, under the lock, when
+  // there is no memory to keep it for later). False when every open fd is
+  // pinned.
   bool evict_one(std::vector<int>& to_close) {
     if (lru_front == kNone) return false;
-    to_close.reserve(to_close.size() + 1);  // before the entry lets go of it
-    to_close.push_back(evict_fd());
+    const int fd = evict_fd();
+    try {
+      to_close.push_back(fd);
+    } catch (const std::bad_alloc&) {
+      ::close(fd);
+    }
     return true;
   }
   void note_open() {

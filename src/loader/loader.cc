@@ -241,7 +241,6 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
     DLFEED_RETURN_IF_ERROR(m.options.advanced.before_first_epoch(spec, start));
   }
   m.first_epoch_called = true;
-  if (resuming) m.resume.reset();
   if (m.unpacked) m.unpacked->reset();  // each epoch reads every unpacked array once (no decode runs now)
   if (m.resident && !m.planned_held && m.resident->complete()) m.plan_for_held();
   m.epoch = epoch;
@@ -250,21 +249,24 @@ absl::Status Loader::start_epoch(uint64_t epoch) {
   m.stop = false;
   m.failed = false;
   m.finished = false;
-  m.running = true;
   if (m.tuner) m.tuner->restart();
-  DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
   const uint64_t first_batch = start / m.options.batch_size;
-  m.prepare_order(epoch + 1);  // before the pipeline thread may take it (chain_order)
-  m.chain_to = epoch + 1;
+  // The pipeline's thread last: a start that finds no memory or thread for
+  // it is an error that leaves the loader not running, its restore pending
+  // (not running with nothing to feed next()). An epoch begun in the
+  // counters is closed, incomplete, by the next start.
   try {
+    DLFEED_REC(m.counters->begin_epoch(epoch, m.counters->now()));
+    m.prepare_order(epoch + 1);  // before the pipeline thread may take it (chain_order)
+    m.chain_to = epoch + 1;
     m.pipeline_thread = std::thread(
         [&m, cursor, epoch, first_batch]() mutable { m.run_epochs(std::move(cursor), epoch, first_batch); });
-  } catch (const std::system_error& e) {  // the system gives no thread (memory, a limit): an error, as any start's
-    m.running = false;
+  } catch (const std::exception& e) {
     m.chain_to = 0;
-    return absl::ResourceExhaustedError(
-        absl::StrCat("loader: start_epoch(", epoch, "): the system gave no thread for the pipeline: ", e.what()));
+    return base::exception_status(absl::StrCat("loader: start_epoch(", epoch, "): the pipeline's thread"), e);
   }
+  if (resuming) m.resume.reset();
+  m.running = true;
   detail::name_thread(m.pipeline_thread, "dlfeed-pipeline");
   return absl::OkStatus();
 }

@@ -364,8 +364,8 @@ struct Loader::Impl {
     spec.epoch = epoch;
     try {
       ahead = std::async(std::launch::async, [this, spec] { return OrderCursor::create(layout, spec); });
-    } catch (const std::system_error&) {
-      return;  // no thread for it: the start made later makes the order itself
+    } catch (const std::exception&) {  // no memory or thread for it: the later start makes the order itself
+      return;
     }
     ahead_pid = ::getpid();
   }

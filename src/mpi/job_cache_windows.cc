@@ -124,7 +124,16 @@ absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vect
     const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity), 1, info, s.group, &base, &s.shared_win);
     MPI_Comm_set_errhandler(s.group, MPI_ERRORS_ARE_FATAL);
     MPI_Info_free(&info);
+    // Every rank learns whether every node made its window: ranks that did
+    // would otherwise wait in the job's next collective for those that did
+    // not. A window made where another was not is left, not freed (that is
+    // collective over its node, whose ranks all go on to the error).
+    DLFEED_ASSIGN_OR_RETURN(const Ranks made, ranks_where(s, rc == MPI_SUCCESS));
     if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Win_allocate_shared", rc);
+    if (made != Ranks::kAll) {
+      s.shared_win = MPI_WIN_NULL;
+      return absl::ResourceExhaustedError("MPI job cache: MPI_Win_allocate_shared failed on another node");
+    }
     s.base = static_cast<std::byte*>(base);
     for (size_t g = 0; g < members.size(); ++g) {
       MPI_Aint bytes = 0;

@@ -136,9 +136,10 @@ absl::Status read_whole(const FileTable::Pin& pin, const std::string& path, std:
   return absl::OkStatus();
 }
 
-// Files of this size or more get a mapping of their own; smaller ones are
-// packed back to back into mappings of up to kPack bytes.
-constexpr uint64_t kOwnMapping = 4u << 20;
+// Files of kPack or more get a mapping of their own; smaller ones are
+// packed back to back into mappings of up to kPack bytes. A mapping's last
+// huge page is backed whole once written: at most 2 MiB more than its
+// files, a few percent of what it holds.
 constexpr uint64_t kPack = 64u << 20;
 constexpr uint64_t kAlign = 64;
 
@@ -213,7 +214,7 @@ void ResidentFiles::finish(uint32_t id, bool held, const absl::Status& why, size
 
 void ResidentFiles::Unmap::operator()(std::byte* p) const noexcept { unmap_huge(p, bytes); }
 
-// Files of kOwnMapping or more get a mapping each; smaller ones are packed
+// Files of kPack or more get a mapping each; smaller ones are packed
 // (64-byte aligned) in the hold's order, so the reads fill consecutive huge
 // pages: 2,000 files of 147 KiB are 150 faults, not one per 4 KiB (0.2 s on
 // this VM, most of their hold). Nothing is populated here (create): the
@@ -223,8 +224,10 @@ absl::Status ResidentFiles::place(const std::vector<uint32_t>& ids) {
   uint64_t used = 0;
   auto map = [&](uint64_t bytes, const std::string& of) -> absl::StatusOr<std::byte*> {
     try {
-      auto* p = static_cast<std::byte*>(map_huge(bytes, /*populate=*/false));
-      memory_.emplace_back(p, Unmap{bytes});
+      std::unique_ptr<std::byte, Unmap> owned(static_cast<std::byte*>(map_huge(bytes, /*populate=*/false)),
+                                              Unmap{bytes});
+      std::byte* p = owned.get();
+      memory_.push_back(std::move(owned));  // a throw here unmaps it
       return p;
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(
@@ -243,7 +246,7 @@ absl::Status ResidentFiles::place(const std::vector<uint32_t>& ids) {
   };
   for (uint32_t id : ids) {
     const uint64_t size = sizes_[id];
-    if (size >= kOwnMapping) {
+    if (size >= kPack) {
       DLFEED_ASSIGN_OR_RETURN(data_[id], map(size, paths_[id]));
       continue;
     }

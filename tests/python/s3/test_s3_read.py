@@ -726,6 +726,7 @@ def test_deflated_npz_objects_are_unpacked_as_files_are(s3_server, tmp_path, mon
                            fields=["x"], unpack="on", resident=resident)
     s = loader.stats()
     assert "unpacked: 4 " in s["unpacked_reason"], s["unpacked_reason"]
+    assert s["resident_reason"].startswith("held in memory" if resident == "auto" else "not held"), s
     for _ in range(2):
         seen = []
         for b in loader:
