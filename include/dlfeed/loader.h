@@ -284,7 +284,7 @@ struct DLFEED_EXPORT LoaderStats {
   uint64_t bytes_delivered = 0;  // decoded bytes handed out
   uint64_t bytes_read = 0;       // bytes read from files
   uint64_t planned_reads = 0;    // reads planned after coalescing (one per merged run of extents)
-  uint64_t io_operations = 0;    // reads the I/O engines completed: planned reads, large ones in pieces
+  uint64_t io_operations = 0;    // reads the I/O engines completed (large ones in pieces), and copies from held files
   uint64_t extents = 0;          // extents asked for before coalescing
   uint64_t peak_in_flight_bytes = 0;
   uint64_t pool_allocations = 0;

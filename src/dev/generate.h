@@ -35,6 +35,9 @@ struct FileSpec {
   int level = 4;  // deflate level
   /// HDF5: samples per chunk along axis 0 (0: contiguous layout).
   uint64_t chunk_samples = 0;
+  /// HDF5 with chunks: a chunk's extent along each axis after the first,
+  /// at most the sample's there (0: the whole sample), as DLIO's (1, c, c).
+  uint64_t chunk_inner = 0;
   bool hdf5_shuffle = false;  // HDF5: add the shuffle filter before deflate
   /// NPZ member / HDF5 dataset holding the samples, and the labels' name.
   /// DLIO: NPZ "x"/"y"; HDF5 "records_0".."records_{k-1}" and "labels".

@@ -89,6 +89,9 @@ absl::Status write_hdf5_file(const FileSpec& spec) {
   if (chunk_samples > 0) {
     std::vector<hsize_t> chunk(dims);
     chunk[0] = chunk_samples;
+    for (size_t i = 1; i < chunk.size() && spec.chunk_inner > 0; ++i) {
+      chunk[i] = std::min<hsize_t>(chunk[i], spec.chunk_inner);
+    }
     if (H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()) < 0) {
       return write_failed(spec.path, absl::StrCat("setting chunks of ", chunk_samples, " samples"));
     }

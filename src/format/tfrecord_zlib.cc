@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -127,8 +128,36 @@ uint64_t CompressedIndex::window_bytes() const {
   return n;
 }
 
+namespace {
+// When a file read as compressed begins with a valid plain TFRecord header
+// whose payload passes the file's end (what made it read as compressed: its
+// first bytes also look like a ZLIB or GZIP header), its error says so: a
+// plain file cut inside its first record, not only a corrupt stream.
+absl::Status with_plain_cut_note(const detail::File& file, absl::Status st) {
+  if (st.ok() || absl::IsResourceExhausted(st) || absl::IsCancelled(st) || file.size() < kHeaderSize) return st;
+  std::array<std::byte, kHeaderSize> head{};
+  if (!file.read_exact(0, head, "TFRecord header").ok()) return st;
+  const uint64_t length = load_le(head.data(), 8);
+  if (static_cast<uint32_t>(load_le(head.data() + 8, 4)) != masked_crc32c(std::span(head).first(8))) return st;
+  return absl::Status(st.code(), absl::StrCat(st.message(), "; or a plain TFRecord file cut inside its first record: ",
+                                              "its first 12 bytes are a valid record header whose ", length,
+                                              "-byte payload passes the end of the ", file.size(), "-byte file"));
+}
+
+absl::StatusOr<CompressedIndex> scan_stream(const detail::File& file, Compression c, bool verify_crc,
+                                            const RecordVisitor& visit, uint64_t span);
+}  // namespace
+
 absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compression c, bool verify_crc,
                                                 const RecordVisitor& visit, uint64_t span) {
+  absl::StatusOr<CompressedIndex> out = scan_stream(file, c, verify_crc, visit, span);
+  if (out.ok()) return out;
+  return with_plain_cut_note(file, out.status());
+}
+
+namespace {
+absl::StatusOr<CompressedIndex> scan_stream(const detail::File& file, Compression c, bool verify_crc,
+                                            const RecordVisitor& visit, uint64_t span) {
   const std::string& path = file.path();
   const uint64_t size = file.size();
   const char* name = compression_name(c);
@@ -249,6 +278,7 @@ absl::StatusOr<CompressedIndex> scan_compressed(const detail::File& file, Compre
   ix.inflated_size = out;
   return ix;
 }
+}  // namespace
 
 uint64_t new_stream_id() {
   static std::atomic<uint64_t> next{1};

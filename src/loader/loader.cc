@@ -411,7 +411,7 @@ LoaderStats Loader::stats() const {
   s.bytes_read = (io.device_bytes ? io.device_bytes : io.bytes) + m.resident_copied.load(std::memory_order_relaxed) +
                  (m.unpacked ? m.unpacked->bytes_read() : 0);
   s.planned_reads = m.planner->planned_reads();
-  s.io_operations = io.completions;
+  s.io_operations = io.completions + m.resident_copies.load(std::memory_order_relaxed);
   s.extents = m.planner->extents();
   s.peak_in_flight_bytes = m.budget->peak();
   s.pool_allocations = m.pool->allocations();

@@ -70,6 +70,7 @@ struct Loader::Impl {
   std::string resident_reason;
   std::string memory_budget_reason;          // LoaderStats::memory_budget_reason
   std::atomic<uint64_t> resident_copied{0};  // bytes of held files copied by the look-ahead
+  std::atomic<uint64_t> resident_copies{0};  // ... and the copies (each counted as an I/O operation)
   // LoaderOptions::unpack: arrays read once whole (null: none).
   std::shared_ptr<detail::UnpackedFiles> unpacked;
   std::string unpacked_reason;
@@ -171,6 +172,7 @@ struct Loader::Impl {
     source.fadvise = options.advanced.fadvise_willneed && !resident ? files.get() : nullptr;
     source.resident = resident.get();
     source.copied_bytes = &resident_copied;
+    source.copied_reads = &resident_copies;
     source.engines = &engines;
     source.counters = c;
     source.stop = &stop;

@@ -209,6 +209,7 @@ void Lookahead::issue_reads(batch::Work& w) {
   }
   if (defer) flush_copies(copied);
   if (copies > 0 && parts_.copied_bytes != nullptr) parts_.copied_bytes->fetch_add(copied, std::memory_order_relaxed);
+  if (copies > 0 && parts_.copied_reads != nullptr) parts_.copied_reads->fetch_add(copies, std::memory_order_relaxed);
   DLFEED_REC({
     if (copies > 0 && c != nullptr) detail::record_reads(*c, t0, detail::now_of(*c), copies, copied);  // as the engine
   });

@@ -42,9 +42,11 @@ struct SourceParts {
   // Non-null: the files held in memory (LoaderOptions::resident). Reads of
   // them are copied here, a batch at a time, instead of going through an I/O
   // engine one request per extent (unless tracing, whose read events come
-  // from the engine); `copied_bytes` counts them for LoaderStats::bytes_read.
+  // from the engine); `copied_bytes` and `copied_reads` count them for
+  // LoaderStats::bytes_read and io_operations.
   const detail::ResidentFiles* resident = nullptr;
   std::atomic<uint64_t>* copied_bytes = nullptr;
+  std::atomic<uint64_t>* copied_reads = nullptr;
   // More than 1: a batch's copies from held files (1 MiB and more of them)
   // are spread over up to this many threads by `spread` (body(0) ..
   // body(n - 1) in parallel, returning when all are done: the pipeline's

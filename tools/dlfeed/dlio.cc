@@ -63,9 +63,11 @@ class Phase {
     auto block_t0 = Clock::now();
     throw_if_error(loader_.start_epoch(order_epoch));
     auto t0 = Clock::now();
+    uint64_t steps = 0;
     for (uint64_t step = 1; step <= cap; ++step) {
       std::shared_ptr<const Batch> batch = value_or_throw(loader_.next());
       if (!batch) break;
+      steps = step;
       double t = 0;
       if (compute_.active()) {
         t = compute_.next();
@@ -88,6 +90,9 @@ class Phase {
       }
       t0 = Clock::now();
     }
+    // The cap reached at the epoch's last batch: its end is taken too, so
+    // that the counters close the epoch complete, not cut short.
+    if (steps == cap && cap >= loader_.batches_per_epoch()) (void)value_or_throw(loader_.next());
     b->secs = since(block_t0);
     b->end = timestamp();
     if (b->compute.empty() && blocks.size() > 1) blocks.pop_back();  // a checkpoint on the last step

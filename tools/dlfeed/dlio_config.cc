@@ -131,6 +131,17 @@ absl::Status get_choice(const YamlNode& n, const std::string& key, std::initiali
   return expected(n, key, absl::StrCat("one of ", absl::StrJoin(choices, ", ")));
 }
 
+// A shuffle setting: off, seed or random; a YAML 1.1 false (`off`, `no`,
+// `False`: the same value to YAML's readers) is off. A true names none.
+absl::Status get_shuffle(const YamlNode& n, const std::string& key, std::string* out) {
+  bool b = true;
+  if (!n.quoted && get_bool(n, key, &b).ok() && !b) {
+    *out = "off";
+    return absl::OkStatus();
+  }
+  return get_choice(n, key, {"off", "seed", "random"}, out);
+}
+
 // --- the key table ----------------------------------------------------------
 
 using Setter = absl::Status (*)(DlioConfig&, const YamlNode&, const std::string&);
@@ -149,7 +160,7 @@ struct Rule {
 #define DLIO_LIST(f) [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_int_list(n, k, &c.f); }
 #define DLIO_CHOICE(f, ...) \
   [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_choice(n, k, {__VA_ARGS__}, &c.f); }
-#define DLIO_SHUFFLE(f) DLIO_CHOICE(f, "off", "seed", "random")
+#define DLIO_SHUFFLE(f) [](DlioConfig& c, const YamlNode& n, const std::string& k) { return get_shuffle(n, k, &c.f); }
 
 /// The keys of the top level and of the storage: and dataset: sections.
 void add_dataset_rules(std::vector<Rule>& r) {
@@ -181,8 +192,8 @@ void add_dataset_rules(std::vector<Rule>& r) {
       {"dataset", "num_subfolders_eval", DLIO_INT(num_subfolders_eval), "generated as valid/I/ round-robin; read"},
       {"dataset", "enable_chunking", DLIO_BOOL(enable_chunking), "hdf5 generation: chunks of one sample"},
       {"dataset", "chunk_size", DLIO_INT(chunk_size),
-       "hdf5 generation: chunks are whole samples (DLIO's (1, c, c) with c = ceil(sqrt(chunk_size)) when c "
-       "covers the sample)"},
+       "hdf5 generation: chunks of (1, c, c) with c = ceil(sqrt(chunk_size)), at most the sample's side, as DLIO "
+       "writes them (0: whole samples)"},
       {"dataset", "compression", DLIO_CHOICE(compression, "none", "gzip", "zip", "lzf", "bz2", "xz"),
        "generation: gzip (hdf5) and zip (npz) as deflate; others are refused when generating"},
       {"dataset", "compression_level", DLIO_INT(compression_level), "generation: deflate level"},

@@ -130,6 +130,10 @@ void generate(const DlioConfig& c, bool quiet) {
         f.data_names = {"records"};  // DLIO 2.0.0's dataset names
         f.label_name = "labels";
         f.chunk_samples = c.enable_chunking ? 1 : 0;
+        // DLIO's (1, c, c), c = ceil(sqrt(chunk_size)), at most the sample's side.
+        if (c.enable_chunking && c.chunk_size > 0) {
+          f.chunk_inner = static_cast<uint64_t>(std::ceil(std::sqrt(static_cast<double>(c.chunk_size))));
+        }
         st = gen::write_hdf5_file(f);
       } else if (c.format == "indexed_binary" || c.format == "mmap_indexed_binary") {
         st = gen::write_indexed_binary_file(f);  // NAME.EXT + .off.idx + .sz.idx, as DLIO's generator

@@ -665,6 +665,8 @@ int run_job(const std::vector<std::string>& args, ScaleOut* scale) {
     // This epoch's report only: a whole snapshot per epoch costs O(epochs).
     report_epoch(c, r, loader->counters().last_epoch().value_or(counters::EpochReport{}), eff);
     if (r.interrupted) {
+      // Closed, incomplete, now: the trace then has its epoch span and start.
+      loader->counters().end_epoch(loader->counters().now(), false);
       std::printf("interrupted (SIGINT) in epoch %llu after %llu batches; the summary covers what ran\n",
                   static_cast<unsigned long long>(e), static_cast<unsigned long long>(r.batches));
     } else {

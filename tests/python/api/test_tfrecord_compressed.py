@@ -143,6 +143,23 @@ def test_truncated_gzip_is_an_error_naming_file_and_offset(tmp_path, cut):
     assert f"{path}: at offset {n}" in msg and "truncated" in msg, msg
 
 
+def test_a_plain_file_cut_inside_a_first_record_that_looks_compressed_says_both(tmp_path):
+    """A plain file whose first record's payload is 376 bytes begins 78 01 00 00, a valid ZLIB header; cut
+    inside that record, its length no longer fits the file and it was read as ZLIB, the error only a corrupt
+    stream's. It also says what the bytes are as a plain file: a first record cut short."""
+    path = tmp_path / "plain.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for k in range(3):
+            w.write(bytes([k]) * 376)
+    data = path.read_bytes()
+    assert data[:2] == b"\x78\x01"
+    path.write_bytes(data[:200])
+    msg = _open_error(path)
+    assert str(path) in msg and "ZLIB" in msg, msg
+    assert "or a plain TFRecord file cut inside its first record: its first 12 bytes are a valid record header " \
+           "whose 376-byte payload passes the end of the 200-byte file" in msg, msg
+
+
 def test_wrong_gzip_crc_is_an_error(tmp_path):
     path, data = _gzip_file(tmp_path)
     bad = bytearray(data)

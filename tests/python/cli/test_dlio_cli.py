@@ -7,6 +7,7 @@ and override errors name the file and line."""
 import json
 import math
 import pathlib
+import re
 import struct
 import subprocess
 import sys
@@ -190,6 +191,10 @@ def test_evaluation_reads_valid_and_training_reads_train_only(dlfeed, workloads,
     assert s["dlfeed"]["train_counters"]["epochs"][0]["samples"] == 6
     assert s["dlfeed"]["eval_counters"]["epochs"][0]["samples"] == 3
     assert all(e["eval_s"] is not None for e in s["dlfeed"]["epochs"])
+    # Every epoch read whole is complete, with its every step (they were cut short by one, never ended).
+    for counters in (s["dlfeed"]["train_counters"], s["dlfeed"]["eval_counters"]):
+        assert all(e["complete"] for e in counters["epochs"]), counters["epochs"]
+    assert [e["steps"] for e in s["dlfeed"]["train_counters"]["epochs"]] == [3, 3]
     # Without evaluation the same folder trains on train/ only, and says valid/ is not read.
     proc = dlio(dlfeed, workloads / "default.yaml", tmp_path, *common, "workload.workflow.evaluation=False")
     assert "valid/ is not read" in proc.stdout
@@ -392,3 +397,23 @@ def test_all_fourteen_shipped_workloads_are_accepted(dlfeed, workloads):
     # bert checkpoints with TensorFlow: the one difference from DLIO kept on purpose is said.
     out = dlfeed.run("dlio", workloads / "bert_v100.yaml", "--dry-run").stdout
     assert "DLIO 2.0.0's tf.train.Checkpoint saves none of its tensors" in out, out
+
+
+def test_hdf5_chunks_and_yaml_false_shuffles_are_dlios(dlfeed, workloads, tmp_path):
+    """enable_chunking with a chunk_size under a sample's bytes: DLIO writes chunks of (1, c, c), c =
+    ceil(sqrt(chunk_size)); dlfeed wrote whole samples and said it honoured the key. A file_shuffle of
+    `no` or `False` (YAML 1.1 reads them as `off` is read) was refused where `off` was read as no shuffle."""
+    proc = dlio(dlfeed, workloads / "default.yaml", tmp_path, "++workload.workflow.generate_data=True",
+                "++workload.workflow.train=False", "workload.dataset.format=hdf5", "workload.dataset.num_files_train=2",
+                "workload.dataset.num_files_eval=0", "workload.workflow.evaluation=False",
+                "workload.dataset.record_length=4096",
+                "++workload.dataset.enable_chunking=True", "++workload.dataset.chunk_size=1000")
+    import h5py
+    files = sorted((tmp_path / "data" / "train").rglob("*.hdf5"))
+    assert files, proc.stdout
+    with h5py.File(files[0]) as f:
+        assert f["records"].shape[1:] == (64, 64) and f["records"].chunks == (1, 32, 32)
+    for value in ("off", "no", "False"):
+        out = dlfeed.run("dlio", workloads / "default.yaml", "--dry-run", f"++workload.reader.file_shuffle={value}",
+                         f"++workload.reader.sample_shuffle={value}").stdout
+        assert re.search(r"^order: sequential ", out, re.M), (value, out)

@@ -127,10 +127,10 @@ def test_ctrl_c_stops_the_run_and_still_writes_the_summary(dlfeed, hdf5_dataset,
     """SIGINT (Ctrl-C) during `dlfeed run`: it stops after the step it is in, prints and writes the summary of
     what ran (the stopped epoch marked not complete) and exits with 130; without it the summary says not
     interrupted."""
-    summary = tmp_path / "s.json"
+    summary, trace = tmp_path / "s.json", tmp_path / "t.json"
     proc = subprocess.Popen([dlfeed.binary, "run", "--epochs", "1000", "--compute-ms", "5", "--batch-size", "10",
-                             "--summary-json", str(summary), str(hdf5_dataset)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--summary-json", str(summary), "--trace", str(trace), str(hdf5_dataset)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:  # the first epoch's line: the run is in its epoch loop
             if line.startswith("epoch 0:"):
@@ -149,6 +149,10 @@ def test_ctrl_c_stops_the_run_and_still_writes_the_summary(dlfeed, hdf5_dataset,
         assert all(e["complete"] for e in epochs[:-1]) and not epochs[-1]["complete"]
         assert epochs[-1]["batches"] == int(m.group(2)) <= 10
         assert run["total"]["samples"] == 100 * (len(epochs) - 1) + 10 * int(m.group(2))
+        # The trace has the stopped epoch's span too (it had none: its steps were after every epoch's end).
+        events = json.loads(trace.read_text())["traceEvents"]
+        spans = {e["args"]["epoch"]: e["args"]["complete"] for e in events if e["name"] == "epoch"}
+        assert spans == {e["epoch"]: e["complete"] for e in epochs}, spans
     else:  # between two epochs: none more is started
         m = re.search(r"^interrupted \(SIGINT\) before epoch (\d+);", out, re.M)
         assert m, out
@@ -214,3 +218,15 @@ def test_the_read_ahead_follows_the_cores_within_half_the_memory_budget(dlfeed, 
     env = dict(os.environ, DLFEED_CORES=cores)  # the machine's defaults for that many cores
     subprocess.run(args + [str(hdf5_dataset)], check=True, capture_output=True, env=env, timeout=120)
     assert json.loads(summary.read_text())["run"]["prefetch"] == want
+
+
+def test_the_epoch_line_counts_copies_from_held_files_as_the_summary_does(dlfeed, hdf5_dataset, tmp_path):
+    """A held dataset's epoch line said "0 I/O operations" where the summary JSON (and the final table)
+    counted each copy from memory as one: the line takes them from the same count."""
+    summary = tmp_path / "s.json"
+    out = dlfeed.run("run", "--epochs", 2, "--batch-size", 10, "--resident", "on", "--summary-json", summary,
+                     hdf5_dataset).stdout
+    lines = re.findall(r"^epoch (\d+):.*, (\d+) I/O operations\)", out, re.M)
+    epochs = json.loads(summary.read_text())["epochs"]
+    assert [int(n) for _, n in lines] == [e["io_operations"] for e in epochs], (lines, out)
+    assert all(e["io_operations"] > 0 for e in epochs)
