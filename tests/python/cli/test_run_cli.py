@@ -230,3 +230,10 @@ def test_the_epoch_line_counts_copies_from_held_files_as_the_summary_does(dlfeed
     epochs = json.loads(summary.read_text())["epochs"]
     assert [int(n) for _, n in lines] == [e["io_operations"] for e in epochs], (lines, out)
     assert all(e["io_operations"] > 0 for e in epochs)
+
+
+def test_a_trace_cap_of_zero_is_refused(dlfeed, hdf5_dataset):
+    """--trace-max-events 0 became a cap of 1, silently: it is an error, as --trace-io-sample 0 is."""
+    for flag in ("--trace-max-events", "--trace-io-sample"):
+        err = dlfeed.error("run", "--trace", "/dev/null", flag, 0, hdf5_dataset)
+        assert f"{flag} is at least 1, not 0" in err, err
