@@ -102,6 +102,9 @@ struct FileTable::Impl {
     int8_t direct = -1;                             // O_DIRECT for this file: -1 the table's, else 0/1
     bool recheck = false;  // a reopen found only its change time new: check_open_files asks whether it is still indexed
     bool opened = false;   // opened before (its bytes may have been read)
+    // A copy the file was redirected to (staging): it must hold the bytes
+    // indexed, so a new change time alone is a change, not a reindex.
+    bool copy = false;
     // Neighbours in `lru` (kNone at its ends): an intrusive list, so that
     // unpinning (a Pin's destructor) allocates nothing and cannot fail.
     uint32_t lru_prev = kNone, lru_next = kNone;
@@ -358,6 +361,7 @@ absl::Status FileTable::redirect(uint32_t id, absl::string_view path, std::optio
     }
     Impl::Entry& e = impl_->entries[id];
     e.path = std::string(path);
+    e.copy = true;
     e.direct = direct ? static_cast<int8_t>(*direct) : int8_t{-1};
     // From now on opens must find the copy as it is now (or, if it cannot be
     // stat'ed yet, as the first open finds it).
@@ -419,7 +423,7 @@ absl::Status FileTable::check_open_files(const std::function<absl::Status(uint32
           e.recheck = false;
           continue;
         }
-        if (still_indexed) {
+        if (still_indexed && !e.copy) {
           ask.emplace_back(id, found);
           continue;
         }
@@ -471,6 +475,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   Impl::Identity expect;  // what `path` must be (a redirect may change both meanwhile)
   bool direct = direct_;
   bool reopened = false;
+  bool copy = false;
   {
     std::lock_guard<std::mutex> lock(im.mu);
     if (id >= im.entries.size()) {
@@ -501,6 +506,7 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
     path = e.path;
     expect = e.identity;
     reopened = e.opened;
+    copy = e.copy;
     if (e.direct >= 0) direct = e.direct != 0;
   }
   close_all(to_close);
@@ -516,10 +522,11 @@ absl::StatusOr<FileTable::Pin> FileTable::pin_impl(uint32_t id, bool may_exceed)
   // way (check_reopens_with), else it is read on and the next epoch's check
   // (check_open_files) indexes it again.
   const bool ctime_only = fd >= 0 && expect.known && expect.only_ctime_differs(found);
-  const bool refused = ctime_only && reopened && !reindex_reopened_;
+  const bool refused = ctime_only && ((reopened && !reindex_reopened_) || copy);
   const bool recheck_later = ctime_only && !reopen_check_ && !refused;
   const absl::Status reindexed =
-      refused ? absl::AbortedError("its bytes read before may be served from elsewhere (the MPI job cache)")
+      refused ? absl::AbortedError(copy ? "a staged copy must hold the bytes indexed from its source"
+                                        : "its bytes read before may be served from elsewhere (the MPI job cache)")
       : ctime_only && reopen_check_ ? reopen_check_(id)
                                     : absl::OkStatus();
 

@@ -88,6 +88,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create_or_throw(LoaderOptions op
   if (options.paths.empty()) return absl::InvalidArgumentError("loader: no paths given");
   if (options.batch_size == 0) return absl::InvalidArgumentError("loader: batch_size must be at least 1");
   DLFEED_RETURN_IF_ERROR(detail::check_limits(options));
+  if (!options.stage.dir.empty())
+    DLFEED_RETURN_IF_ERROR(staging::stage_dir_outside_data(options.stage.dir, options.paths));
   auto impl = std::make_unique<Impl>();
   impl->memory_budget_reason = fill_memory_budget(options);
   impl->counters = std::make_shared<Counters>(options.trace);

@@ -115,12 +115,44 @@ const char* status_name(FileStatus s) {
   return "?";
 }
 
+namespace {
+// Gives the copy open as `fd` its source's modified time (find_copy checks
+// it); 0, or -1 with errno.
+int source_mtime(int fd, const Source& source) {
+  if (source.identity.mtime_ns == 0) return 0;
+  const struct timespec times[2] = {{0, UTIME_OMIT},
+                                    {static_cast<time_t>(source.identity.mtime_ns / 1000000000u),
+                                     static_cast<long>(source.identity.mtime_ns % 1000000000u)}};
+  return ::futimens(fd, times);
+}
+}  // namespace
+
 std::string staged_name(const Source& source) {
   const std::string base = std::filesystem::path(source.path).filename().string();
   const FileIdentity& i = source.identity;
   const std::string id =
       absl::StrCat(source.path, "\n", i.size, ":", i.mtime_ns, ":", i.ctime_ns, ":", i.inode, ":", i.device);
   return absl::StrFormat("%016x-%d-%s", hash_path(id), source.size, base);
+}
+
+absl::Status stage_dir_outside_data(const std::string& dir, const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path stage = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  if (ec) return absl::OkStatus();  // Stager::create says what is wrong with it
+  for (const std::string& p : paths) {
+    if (!fs::is_directory(p, ec)) continue;
+    const fs::path data = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    if (ec) continue;
+    auto d = data.begin(), s = stage.begin();
+    while (d != data.end() && s != stage.end() && *d == *s) ++d, ++s;
+    if (d == data.end() || (std::next(d) == data.end() && d->empty())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage.dir ", dir, " is inside the data folder ", p,
+          ": its copies would be read as data by the next loader over that folder; give a staging folder outside it"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<uint64_t> owned_files(const FileLayout& layout, const OrderCursor& cursor) {
@@ -213,7 +245,12 @@ std::string Stager::find_copy(const std::string& dir, const Source& source) {
   const std::string p = (std::filesystem::path(dir) / staged_name(source)).string();
   struct stat st {};
   if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
-  return static_cast<uint64_t>(st.st_size) == source.size ? p : "";
+  // A copy is given its source's modified time when it is placed: one
+  // written since (damaged, or half-written by a crash without stage_sync)
+  // has another, and is copied again.
+  if (static_cast<uint64_t>(st.st_size) != source.size) return "";
+  if (source.identity.mtime_ns != 0 && detail::mtime_ns_of(st) != source.identity.mtime_ns) return "";
+  return p;
 }
 
 bool Stager::supports_direct(const std::string& dir) {
@@ -335,6 +372,7 @@ FileStatus Stager::copy_one(size_t i, uint64_t& used) {
   }
   // A rewrite while it was copied moves the change time: the copy is not the indexed file's.
   if (absl::Status same = still_as_indexed(in.fd, src); !same.ok()) return fail(same);
+  if (source_mtime(out.fd, src) != 0) return fail(io_error(tmp_path, "set the staging copy's modified time", errno));
   if (options_.sync && ::fsync(out.fd) != 0) return fail(io_error(tmp_path, "fsync the staging copy", errno));
   if (::close(std::exchange(out.fd, -1)) != 0) return fail(io_error(tmp_path, "close the staging copy", errno));
   const Placed placed =

@@ -128,6 +128,40 @@ TEST(Stager, ReusesCompleteCopiesAndIgnoresWrongSizedOnes) {
   EXPECT_EQ(read_all(b_name), read_all(src[1].path));
 }
 
+// `s` with the identity its file has now, as a loader indexes it.
+Source indexed(Source s) {
+  struct stat st {};
+  EXPECT_EQ(::stat(s.path.c_str(), &st), 0);
+  s.identity = detail::identity_of(st);
+  return s;
+}
+
+// A copy written since it was placed (damaged; half-written by a crash
+// without stage_sync) keeps its size but not its source's modified time:
+// a later run copies it again rather than reading it (it read zeros).
+TEST(Stager, ACopyWrittenSinceItWasPlacedIsCopiedAgain) {
+  const std::string root = scratch_dir();
+  const Source src = indexed(write_file(root + "/a", 5000, 1));
+  {
+    auto first = Stager::create({root + "/stage", UINT64_MAX, false}, {src});
+    ASSERT_TRUE(first.ok());
+    (*first)->start();
+    (*first)->wait();
+    ASSERT_EQ((*first)->status(0), FileStatus::kStaged);
+  }
+  const std::string copy = root + "/stage/" + staged_name(src);
+  ASSERT_EQ(Stager::find_copy(root + "/stage", src), copy);
+  std::ofstream(copy, std::ios::binary | std::ios::in | std::ios::out) << std::string(5000, '\0');
+  ASSERT_EQ(fs::file_size(copy), 5000u);
+  EXPECT_EQ(Stager::find_copy(root + "/stage", src), "");
+  auto again = Stager::create({root + "/stage", UINT64_MAX, false}, {src});
+  ASSERT_TRUE(again.ok());
+  (*again)->start();
+  (*again)->wait();
+  EXPECT_EQ((*again)->status(0), FileStatus::kStaged);
+  EXPECT_EQ(read_all(copy), read_all(src.path));
+}
+
 TEST(Stager, SourceShorterThanItsIndexedSizeFailsAndPublishesNothing) {
   const std::string root = scratch_dir();
   Source s = write_file(root + "/a", 100, 1);
@@ -142,14 +176,6 @@ TEST(Stager, SourceShorterThanItsIndexedSizeFailsAndPublishesNothing) {
   EXPECT_NE(stats.first_error.find(root + "/a: at offset 100: expected 200 bytes"), std::string::npos)
       << stats.first_error;
   EXPECT_TRUE(files_in(root + "/stage").empty());  // the temporary is gone too
-}
-
-// `s` with the identity its file has now, as a loader indexes it.
-Source indexed(Source s) {
-  struct stat st {};
-  EXPECT_EQ(::stat(s.path.c_str(), &st), 0);
-  s.identity = detail::identity_of(st);
-  return s;
 }
 
 uint64_t inode_of(const std::string& path) {
@@ -209,6 +235,7 @@ TEST(Stager, ACopyPutInPlaceMeanwhileByAnotherProcessIsKeptNotReplaced) {
   obs.on_bytes = [&](uint64_t) {  // while this stager copies, another publishes the same file's copy
     if (theirs != 0) return;
     fs::copy_file(src.path, final_path + ".other");
+    fs::last_write_time(final_path + ".other", fs::last_write_time(src.path));  // as a stager places it
     fs::rename(final_path + ".other", final_path);
     theirs = inode_of(final_path);
   };

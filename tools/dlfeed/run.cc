@@ -251,8 +251,8 @@ RunConfig configure(const std::vector<std::string>& args) {
   o.trace.max_events = absl::GetFlag(FLAGS_trace_max_events);
   o.trace.io_sample_every = absl::GetFlag(FLAGS_trace_io_sample);
   if (o.trace.max_events == 0 || o.trace.io_sample_every == 0) {
-    throw Error(absl::InvalidArgumentError(absl::StrCat(
-        o.trace.max_events == 0 ? "--trace-max-events" : "--trace-io-sample", " is at least 1, not 0")));
+    throw Error(absl::InvalidArgumentError(
+        absl::StrCat(o.trace.max_events == 0 ? "--trace-max-events" : "--trace-io-sample", " is at least 1, not 0")));
   }
   c.epochs = absl::GetFlag(FLAGS_epochs);
   c.checksum = absl::GetFlag(FLAGS_checksum);

@@ -99,6 +99,11 @@ DLFEED_EXPORT std::string staged_name(const Source& source);
 /// uses), so ranks of a node that share a folder stage disjoint files.
 DLFEED_EXPORT std::vector<uint64_t> owned_files(const FileLayout& layout, const OrderCursor& cursor);
 
+/// OK unless the staging folder `dir` is one of the data folders in `paths`
+/// or inside one: its copies would be read as data files by the next
+/// loader over that folder (every sample twice, then three times...).
+DLFEED_EXPORT absl::Status stage_dir_outside_data(const std::string& dir, const std::vector<std::string>& paths);
+
 /// Copies files into a staging folder on its own thread, one at a time.
 class DLFEED_EXPORT Stager {
  public:
