@@ -89,6 +89,10 @@ size_t field_index(const PyBatch& b, const py::handle& key) {
     if (i < 0 || i >= static_cast<int64_t>(fields.size())) throw py::index_error("field index out of range");
     return static_cast<size_t>(i);
   }
+  if (!py::isinstance<py::str>(key)) {
+    throw py::type_error(std::string("batch[...]: a field's name (str) or index (int), not ") +
+                         std::string(py::str(py::type::of(key).attr("__name__"))));
+  }
   std::string name = key.cast<std::string>();
   for (size_t f = 0; f < fields.size(); ++f)
     if (fields[f].name == name) return f;

@@ -133,6 +133,18 @@ def _epoch_number(epoch: Any) -> int:
     return e
 
 
+def _shape_of(key: str, shape: Any) -> List[int]:
+    """shapes=' value for `key` as a list of ints: a sequence of ints (a str, a float or a bool is none)."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"shapes: field '{key}': {shape!r}: expected a sequence of ints, e.g. (3, 224, 224)")
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not hasattr(d, "__index__"):
+            raise TypeError(f"shapes: field '{key}': {tuple(shape)!r}: expected ints, found {d!r}")
+        out.append(int(d.__index__()))
+    return out
+
+
 def _paths(paths: Union[PathLike, Iterable[PathLike]]) -> List[str]:
     if isinstance(paths, (str, bytes, os.PathLike)):
         return [os.fsdecode(paths)]
@@ -219,7 +231,7 @@ class Loader:
                     raise ValueError(f"shapes: no field {key!r} among {names}")
                 while len(reshape) <= idx:
                     reshape.append(None)
-                view = [int(d) for d in shape]
+                view = _shape_of(key, shape)
                 if min(view, default=0) < 0:  # before any indexing or collective
                     raise _dlfeed.InvalidArgumentError(
                         f"shapes: field '{key}': sample shape {tuple(view)} has a negative dimension")
@@ -227,9 +239,9 @@ class Loader:
             # Named fields: the C++ loader reads a TFRecord feature in that shape (its bytes straight into
             # the batch); the view above is then the shape the samples already have.
             if names is not None:
-                o.field_shapes = {key: tuple(int(d) for d in shape) for key, shape in shapes.items()}
+                o.field_shapes = {key: tuple(_shape_of(key, shape)) for key, shape in shapes.items()}
             elif len(shapes) == 1 and next(iter(shapes)) in (o.format.feature, o.format.name, "data"):
-                o.field_shapes = {k: tuple(int(d) for d in s) for k, s in shapes.items()}  # the one field, by its name
+                o.field_shapes = {k: tuple(_shape_of(k, s)) for k, s in shapes.items()}  # the one field, by its name
 
         self._job_cache: Optional[int] = None
         if options.get("job_cache") is not None:  # a rank of the MPI job too (mpi=True is implied)
@@ -260,7 +272,7 @@ class Loader:
         """One epoch: the next one (or the epoch of a restore()d state; when the state was taken at
         its epoch's end, the next epoch, whole)."""
         with self._order_lock:
-            it = self._start(self._next_epoch, next_if_spent=True)
+            it = self._start(_epoch_number(self._next_epoch), next_if_spent=True)
         if self._device is not None:
             return self._device_epoch(it)  # type: ignore[return-value]
         return it

@@ -305,6 +305,8 @@ def build_options(paths: List[str], kwargs: Mapping[str, Any], where: str = "dlf
         set_by[k.field] = (keyword, value, converted)
         obj, attr = _resolve(o, k.field)
         try:
+            if isinstance(converted, bool) and _is_int(getattr(obj, attr)):
+                raise TypeError  # True is no batch size (pybind11 takes it as 1)
             setattr(obj, attr, converted)
         except TypeError:
             top = _unsigned_top(k.field) if _is_int(converted) and _is_int(getattr(obj, attr)) else None

@@ -349,3 +349,28 @@ def test_counters_compute_regions_and_trace(learnable, tmp_path):
     assert set(phases) <= {"X", "M"} and phases.count("X") > 0
     with pytest.raises(ValueError):
         loader.write_trace(tmp_path / "x", format="nope")
+
+
+def test_wrong_types_in_shapes_batch_size_and_batch_keys_are_named(tmp_path):
+    """shapes={"x": "32"} was read as the dims 3 and 2, (3.9, 2) as (3, 2), batch_size=True as 1, and
+    batch[1.0] raised pybind11's internal cast error: each is a TypeError naming what it expected. An epoch
+    past the last one a loader takes is refused, as iter_epoch refuses it."""
+    np.save(tmp_path / "x.npy", np.zeros((4, 6), np.float32))
+    for kw, want in [({"shapes": {"x": "32"}}, "expected a sequence of ints"),
+                     ({"shapes": {"x": (3.9, 2)}}, "expected ints, found 3.9"),
+                     ({"shapes": {"x": 6}}, "expected a sequence of ints"),
+                     ({"batch_size": True}, "batch_size=True: expected int")]:
+        with pytest.raises(TypeError) as e:
+            dlfeed.Loader(tmp_path, **{"batch_size": 2, **kw})
+        assert want in str(e.value), (kw, e.value)
+    loader = dlfeed.Loader(tmp_path, batch_size=2, shapes={"x": (3, 2)})
+    b = next(iter(loader))
+    assert np.asarray(b[0]).shape == (2, 3, 2)
+    for key in (1.0, None):
+        with pytest.raises(TypeError, match="a field's name .str. or index .int., not"):
+            b[key]
+    loader.close()
+    loader = dlfeed.Loader(tmp_path, batch_size=2)
+    list(loader.iter_epoch(2**64 - 2))
+    with pytest.raises(ValueError, match="expected an int from 0 to"):
+        iter(loader)
