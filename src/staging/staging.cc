@@ -242,7 +242,7 @@ StageStats Stager::stats() const {
 }
 
 std::string Stager::find_copy(const std::string& dir, const Source& source) {
-  const std::string p = (std::filesystem::path(dir) / staged_name(source)).string();
+  std::string p = (std::filesystem::path(dir) / staged_name(source)).string();
   struct stat st {};
   if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
   // A copy is given its source's modified time when it is placed: one
