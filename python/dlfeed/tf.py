@@ -306,12 +306,15 @@ def _tf_device(device: Optional[str]) -> Optional[str]:
     if device is None or str(device).lower() in ("cpu", "/cpu:0"):
         return None
     d = str(device)
-    if d.startswith("cuda"):
-        index = int(d.split(":", 1)[1]) if ":" in d else 0
-    elif d.upper().startswith("/GPU") or d.upper().startswith("GPU"):
-        index = int(d.rsplit(":", 1)[1]) if ":" in d else 0
-    else:
-        raise ValueError(f"device={device!r}: expected 'cuda', 'cuda:N' or '/GPU:N'")
+    try:
+        if d.startswith("cuda"):
+            index = int(d.split(":", 1)[1]) if ":" in d else 0
+        elif d.upper().startswith("/GPU") or d.upper().startswith("GPU"):
+            index = int(d.rsplit(":", 1)[1]) if ":" in d else 0
+        else:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"device={device!r}: expected 'cuda', 'cuda:N' or '/GPU:N'") from None
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         raise RuntimeError(f"device={device!r}: CUDA is not available to TensorFlow (it sees no GPU: "

@@ -82,6 +82,25 @@ int run_generate(const std::vector<std::string>& args) {
   else
     throw Error(absl::InvalidArgumentError(absl::StrCat("bad --compression '", comp, "': expected none or deflate")));
   spec.level = absl::GetFlag(FLAGS_level);
+  if (spec.compression != gen::Compression::kNone && (spec.level < 1 || spec.level > 9)) {
+    throw Error(absl::InvalidArgumentError(absl::StrCat("--level ", spec.level, ": a deflate level is 1 to 9")));
+  }
+  // Samples dlfeed reads: at least one element, and a file's bytes within 64 bits (an overflowing shape
+  // wrote a header alone, and said it wrote the files).
+  unsigned __int128 file_bytes =
+      spec.dtype.size * static_cast<unsigned __int128>(std::max<uint64_t>(1, spec.samples_per_file));
+  for (int64_t d : spec.sample_shape) {
+    if (d <= 0) {
+      throw Error(absl::InvalidArgumentError(absl::StrCat(
+          "--shape ", absl::GetFlag(FLAGS_shape), ": every dimension is at least 1 (dlfeed reads no empty samples)")));
+    }
+    file_bytes *= static_cast<uint64_t>(d);
+    if (file_bytes >> 63 != 0) {
+      throw Error(
+          absl::InvalidArgumentError(absl::StrCat("--shape ", absl::GetFlag(FLAGS_shape), " with --samples-per-file ",
+                                                  spec.samples_per_file, ": a file of more than 2^63 bytes")));
+    }
+  }
   spec.chunk_samples = absl::GetFlag(FLAGS_chunk_samples);
   spec.hdf5_shuffle = absl::GetFlag(FLAGS_hdf5_shuffle);
   spec.hdf5_datasets = absl::GetFlag(FLAGS_hdf5_datasets);

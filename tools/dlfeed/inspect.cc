@@ -170,6 +170,12 @@ int run_inspect(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dlfeed inspect: give a file or folder (see --help)\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_dump_sample) < -1 || absl::GetFlag(FLAGS_limit) < -1) {
+    throw Error(absl::InvalidArgumentError(
+        absl::StrCat(absl::GetFlag(FLAGS_limit) < -1 ? "--limit " : "--dump-sample ",
+                     absl::GetFlag(FLAGS_limit) < -1 ? absl::GetFlag(FLAGS_limit) : absl::GetFlag(FLAGS_dump_sample),
+                     ": 0 or more (-1: none)")));
+  }
   FormatOptions options = value_or_throw(format_options_from_flags());
   const std::vector<std::string> entries = absl::StrSplit(absl::GetFlag(FLAGS_fields), ',', absl::SkipEmpty());
   if (!entries.empty() && absl::GetFlag(FLAGS_dump_sample) < 0) return inspect_each_field(args, entries, options);

@@ -56,7 +56,10 @@ int run_order(const std::vector<std::string>& args) {
 
   uint64_t n = cursor.size();
   const int64_t limit = absl::GetFlag(FLAGS_limit);
-  if (limit > 0 && static_cast<uint64_t>(limit) < n) n = static_cast<uint64_t>(limit);
+  if (limit < -1) {
+    throw dlfeed::Error(absl::InvalidArgumentError(absl::StrCat("--limit ", limit, ": 0 or more, or -1 for all")));
+  }
+  if (limit >= 0 && static_cast<uint64_t>(limit) < n) n = static_cast<uint64_t>(limit);
 
   if (absl::GetFlag(FLAGS_stats)) {
     std::vector<uint64_t> ids(n);

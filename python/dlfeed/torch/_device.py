@@ -51,7 +51,14 @@ def cuda_device(device: Any) -> Optional[Any]:
     if device is None:
         return None
     torch = _torch()
-    dev = torch.device(device)
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"device={device!r}: expected 'cuda', 'cuda:N', N or a torch.device (or 'cpu')")
+    if isinstance(device, int):
+        device = f"cuda:{device}"  # torch's meaning of an index
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device={device!r}: expected 'cuda', 'cuda:N' or 'cpu' ({e})") from None
     if dev.type == "cpu":
         return None
     if dev.type != "cuda":

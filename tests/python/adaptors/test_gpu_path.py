@@ -62,6 +62,15 @@ def test_device_cuda_without_cuda_is_a_clear_error(images, device):
             make()
     with pytest.raises(ValueError, match="cuda"):
         dlfeed.Loader(root, device="meta", **KW)
+    # Other values name device= (they were torch's or Python's own errors).
+    with pytest.raises(ValueError, match="device='GPU': expected 'cuda', 'cuda:N' or 'cpu'"):
+        dlfeed.Loader(root, device="GPU", **KW)
+    with pytest.raises(TypeError, match="device=True: expected"):
+        dlfeed.Loader(root, device=True, **KW)
+    with pytest.raises(RuntimeError, match="device='cuda:0': CUDA is not available"):
+        dlfeed.Loader(root, device=0, **KW)  # an index, as torch reads one
+    with pytest.raises(ValueError, match="device='cuda:x': expected"):
+        dlfeed.tf.dataset(root, device="cuda:x", **KW)
     # device="cpu" is host memory, as without device=.
     b = next(iter(dlfeed.Loader(root, device="cpu", **KW)))
     assert isinstance(b["image"], np.ndarray)

@@ -55,3 +55,24 @@ def test_errors(dlfeed):
                                                     "--strategy", "nope")
     assert "rank" in dlfeed.error("order", "--files", 2, "--samples-per-file", 2,
                                   "--rank", 3, "--world-size", 2)
+
+
+def test_limits_and_generated_shapes_that_cannot_be_are_errors(dlfeed, tmp_path):
+    """--limit 0 printed every id (as -1 does), -7 too; inspect --dump-sample -2 was ignored; generate wrote a
+    header-only file and said it wrote the files for a shape whose file passes 2^64 bytes, wrote empty
+    samples dlfeed then refuses, and failed --level 99 as "zlib deflateInit2 failed"."""
+    base = ["order", "--files", 2, "--samples-per-file", 4]
+    assert dlfeed.run(*base, "--limit", 0).stdout == ""
+    assert len(dlfeed.run(*base, "--limit", 3).stdout.split()) == 3
+    assert "--limit -7: 0 or more, or -1 for all" in dlfeed.error(*base, "--limit", -7)
+    gen = ["generate", "--files", 1, "--samples-per-file", 2]
+    dlfeed.run(*gen, "--format", "npy", "--shape", "4,4", "--dir", tmp_path / "ok")
+    err = dlfeed.error("inspect", tmp_path / "ok", "--dump-sample", -2, "--out", tmp_path / "o.bin")
+    assert "--dump-sample -2: 0 or more (-1: none)" in err
+    for fmt in ("npy", "npz", "tfrecord", "indexed_binary", "hdf5"):
+        err = dlfeed.error(*gen, "--format", fmt, "--shape", "4294967296,4294967296", "--dir", tmp_path / fmt)
+        assert "a file of more than 2^63 bytes" in err, (fmt, err)
+    assert "every dimension is at least 1" in dlfeed.error(*gen, "--format", "npy", "--shape", "4,0", "--dir",
+                                                           tmp_path / "z")
+    assert "--level 99: a deflate level is 1 to 9" in dlfeed.error(*gen, "--format", "npz", "--compression",
+                                                                   "deflate", "--level", 99, "--dir", tmp_path / "l")
