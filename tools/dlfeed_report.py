@@ -220,4 +220,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (OSError, EOFError) as e:  # a folder or a cut .gz given, an --out that cannot be made: said, not traced
+        sys.exit(f"dlfeed report: {e}")

@@ -73,3 +73,15 @@ def test_report_command_draws_both_from_a_gz_dftracer_trace(dlfeed, runs):
     for name in ("breakdown.png", "timeline.png"):
         assert (tmp / "pics" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert name in proc.stdout
+
+
+def test_report_of_a_folder_or_a_cut_trace_is_an_error_not_a_traceback(dlfeed, runs, tmp_path):
+    """A folder, or a .pfw.gz cut short, gave a Python traceback (IsADirectoryError, EOFError)."""
+    pytest.importorskip("matplotlib")
+    _, _, out = runs
+    path, _ = out["t.pfw.gz"]
+    cut = tmp_path / "cut.pfw.gz"
+    cut.write_bytes(path.read_bytes()[:200])
+    for args in ([tmp_path], [cut]):
+        err = dlfeed.error("report", "--out-dir", tmp_path / "pics", *args)  # no "Traceback" (dlfeed.error checks)
+        assert err.startswith("dlfeed report: "), err
