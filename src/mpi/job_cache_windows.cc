@@ -160,8 +160,28 @@ absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vect
     DLFEED_JC_CALL(MPI_Win_free(&s.shared_win));
     s.load_base.assign(static_cast<size_t>(s.size), nullptr);
   }
+  // A job on one node (emulated nodes of --cache-ranks-per-node included):
+  // MPI makes this window in /dev/shm too, every rank's part in it.
+  MPI_Comm local = MPI_COMM_NULL;
+  DLFEED_JC_CALL(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
+  int on_node = 0;
+  MPI_Comm_size(local, &on_node);
+  MPI_Comm_free(&local);
+  if (on_node == s.size) {
+    uint64_t all = 0;
+    for (uint64_t c : s.capacity_of) all += c;
+    DLFEED_RETURN_IF_ERROR(shared_memory_has_room(s, all));
+  }
   void* base = nullptr;
-  DLFEED_JC_CALL(MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s.comm, &base, &s.win));
+  MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN);  // an error of create's, not the job's end
+  const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(capacity), 1, MPI_INFO_NULL, s.comm, &base, &s.win);
+  MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_ARE_FATAL);
+  DLFEED_ASSIGN_OR_RETURN(const Ranks made, ranks_where(s, rc == MPI_SUCCESS));
+  if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Win_allocate", rc);
+  if (made != Ranks::kAll) {
+    s.win = MPI_WIN_NULL;  // made here, not freed: that is collective, and some ranks have none
+    return absl::ResourceExhaustedError("MPI job cache: MPI_Win_allocate failed on another rank");
+  }
   s.base = static_cast<std::byte*>(base);
   s.load_base[static_cast<size_t>(s.rank)] = s.base;
   return absl::OkStatus();

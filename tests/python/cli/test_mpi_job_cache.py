@@ -918,18 +918,21 @@ SHM_TOO_SMALL = """
 import os, sys, dlfeed
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 try:
-    dlfeed.Loader(sys.argv[1], fields=["x"], batch_size=4, job_cache="64T")
+    kw = {"job_cache_ranks_per_node": int(sys.argv[2])} if len(sys.argv) > 2 else {}
+    dlfeed.Loader(sys.argv[1], fields=["x"], batch_size=4, job_cache="64T", **kw)
     print(f"rank {rank} made it")
 except dlfeed.Error as e:
     print(f"rank {rank} caught {type(e).__name__}: {e}")
 """
 
 
-def test_a_cache_larger_than_dev_shm_is_an_error_on_every_rank(mpirun, h5_data, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("per_node", [[], [1]])
+def test_a_cache_larger_than_dev_shm_is_an_error_on_every_rank(mpirun, h5_data, tmp_path, per_node):  # noqa: F811
     """job_cache="64G" on a node whose /dev/shm had 24 GB free ended the job inside MPI_Win_allocate_shared
-    (MPI_ERRORS_ARE_FATAL) with no dlfeed error: the room is checked first, an error on every rank naming
-    the sizes and what to do."""
-    proc = two_ranks_run(mpirun, tmp_path / "shm.py", SHM_TOO_SMALL, [h5_data], hung="the job hung")
+    (MPI_ERRORS_ARE_FATAL) with no dlfeed error; with nodes of one rank (MPI_Win_allocate, in /dev/shm too
+    when the job is on one node) rank 0 failed and the others never came back: the room is checked first,
+    an error on every rank naming the sizes and what to do."""
+    proc = two_ranks_run(mpirun, tmp_path / "shm.py", SHM_TOO_SMALL, [h5_data, *per_node], hung="the job hung")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for r in range(2):
         assert f"rank {r} caught ResourceError: MPI job cache: this node's ranks share " in proc.stdout, proc.stdout
