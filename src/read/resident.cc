@@ -301,6 +301,7 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
     const std::string path = files.path(id);
     r->paths_[id] = path;
     std::optional<uint64_t> size = files.known_size(id);
+    bool whole = false;  // read as one item, else in pieces
     if (is_object_url(path)) {
       h->objects_held_ = true;
       DLFEED_ASSIGN_OR_RETURN(h->objects_[id], File::open(path));
@@ -308,7 +309,6 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
         DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, h->objects_[id].identity()));
       }
       size = size.value_or(h->objects_[id].size());
-      for (uint64_t at = 0; at < *size; at += kPiece) h->pieces_.push_back({id, at, std::min(kPiece, *size - at)});
     } else if (!size || *size <= kPiece) {
       if (!size) {
         struct stat st {};
@@ -321,9 +321,12 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
         }
         size = static_cast<uint64_t>(st.st_size);
       }
+      whole = true;
+    }
+    if (whole) {
       h->pieces_.push_back({id, 0, *size, /*whole=*/true});
       ++h->whole_files_;
-    } else {
+    } else {  // an object, or a file of a known size over one piece
       for (uint64_t at = 0; at < *size; at += kPiece) h->pieces_.push_back({id, at, std::min(kPiece, *size - at)});
     }
     r->sizes_[id] = *size;
