@@ -76,6 +76,8 @@ struct JobCache::State {
   std::vector<std::pair<std::byte*, uint64_t>> peer_maps;
   /// The ranks of a node read each other's parts with plain loads.
   bool node_loads = false;
+  /// Every rank of the job shares memory with every other (one machine).
+  bool one_machine = false;
   int rank = 0;
   int size = 1;
   std::vector<int> node_of;           // per rank

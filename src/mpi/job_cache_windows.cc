@@ -35,6 +35,9 @@ constexpr const char* kSingleCopy =
 absl::StatusOr<std::vector<int>> make_group(JobCache::State& s) {
   MPI_Comm local = MPI_COMM_NULL;
   DLFEED_JC_CALL(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
+  int sharing = 0;
+  MPI_Comm_size(local, &sharing);
+  s.one_machine = sharing == s.size;
   const int rc = MPI_Comm_split(local, s.node_of[static_cast<size_t>(s.rank)], s.rank, &s.group);
   MPI_Comm_free(&local);
   if (rc != MPI_SUCCESS) return mpi_error("MPI job cache", "MPI_Comm_split", rc);
@@ -160,14 +163,9 @@ absl::Status memory_parts(JobCache::State& s, uint64_t capacity, const std::vect
     DLFEED_JC_CALL(MPI_Win_free(&s.shared_win));
     s.load_base.assign(static_cast<size_t>(s.size), nullptr);
   }
-  // A job on one node (emulated nodes of --cache-ranks-per-node included):
-  // MPI makes this window in /dev/shm too, every rank's part in it.
-  MPI_Comm local = MPI_COMM_NULL;
-  DLFEED_JC_CALL(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local));
-  int on_node = 0;
-  MPI_Comm_size(local, &on_node);
-  MPI_Comm_free(&local);
-  if (on_node == s.size) {
+  // A job on one machine (emulated nodes of --cache-ranks-per-node
+  // included): MPI makes this window in /dev/shm too, every rank's part in it.
+  if (s.one_machine) {
     uint64_t all = 0;
     for (uint64_t c : s.capacity_of) all += c;
     DLFEED_RETURN_IF_ERROR(shared_memory_has_room(s, all));
