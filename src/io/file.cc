@@ -111,6 +111,12 @@ absl::Status check_object_version(const std::string& url, const FileIdentity& in
   return object_version_error(url, indexed, now, "");
 }
 
+absl::StatusOr<File> open_object_version(const std::string& url, const std::optional<FileIdentity>& indexed) {
+  DLFEED_ASSIGN_OR_RETURN(File object, File::open(url));
+  if (indexed) DLFEED_RETURN_IF_ERROR(check_object_version(url, *indexed, object.identity()));
+  return object;
+}
+
 absl::StatusOr<File> File::open_remote(const std::string& url) {
   DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(url));
   DLFEED_ASSIGN_OR_RETURN(ObjectInfo info, store->head(url));

@@ -304,10 +304,7 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
     bool whole = false;  // read as one item, else in pieces
     if (is_object_url(path)) {
       h->objects_held_ = true;
-      DLFEED_ASSIGN_OR_RETURN(h->objects_[id], File::open(path));
-      if (const std::optional<FileIdentity> indexed = files.identity(id)) {
-        DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, h->objects_[id].identity()));
-      }
+      DLFEED_ASSIGN_OR_RETURN(h->objects_[id], open_object_version(path, files.identity(id)));
       size = size.value_or(h->objects_[id].size());
     } else if (!size || *size <= kPiece) {
       if (!size) {

@@ -51,11 +51,7 @@ absl::StatusOr<std::shared_ptr<UnpackedFiles::Loaded>> UnpackedFiles::load(Entry
     l.raw.resize(ext.length);
     const std::span<std::byte> to(l.raw.data(), ext.length);
     if (is_object_url(path)) {
-      // The version indexed, or an error naming the object.
-      DLFEED_ASSIGN_OR_RETURN(File object, File::open(path));
-      if (const std::optional<FileIdentity> indexed = table_->identity(e.table_id)) {
-        DLFEED_RETURN_IF_ERROR(check_object_version(path, *indexed, object.identity()));
-      }
+      DLFEED_ASSIGN_OR_RETURN(File object, open_object_version(path, table_->identity(e.table_id)));
       DLFEED_RETURN_IF_ERROR(object.read_exact(ext.offset, to, "array to unpack"));
     } else {
       DLFEED_ASSIGN_OR_RETURN(FileTable::Pin pin, table_->pin(e.table_id));

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -100,6 +101,11 @@ class DLFEED_EXPORT File {
   FileIdentity identity_;
   std::string path_;
 };
+
+/// The object at `url` opened (File::open), as the version indexed when
+/// `indexed` is known: else check_object_version's error naming it.
+DLFEED_EXPORT absl::StatusOr<File> open_object_version(const std::string& url,
+                                                       const std::optional<FileIdentity>& indexed);
 
 /// pread until `out` is full; retries EINTR and short reads. Returns bytes
 /// read (fewer only at end of file).
