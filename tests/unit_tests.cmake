@@ -25,7 +25,7 @@ foreach(src ${DLFEED_TEST_SOURCES})
     continue()
   endif()
   add_executable(${name} ${src})
-  if(name STREQUAL "s3_fork_test")
+  if(name STREQUAL "s3_fork_test" OR name STREQUAL "s3_cache_test")
     # Not with it: there GCC 12 reports its false -Warray-bounds inside
     # <string> (bits/char_traits.h) as if the precompiled headers were ours.
   elseif(_pch_from)
@@ -48,6 +48,7 @@ endforeach()
 if(TARGET dlfeed_s3_internal)
   target_link_libraries(s3_config_test PRIVATE dlfeed_s3_internal)
   target_link_libraries(s3_fork_test PRIVATE dlfeed_s3_internal)
+  target_link_libraries(s3_cache_test PRIVATE dlfeed_s3_internal)
 endif()
 
 # The HDF5 tests write fixtures with libhdf5 directly (tests/format/hdf5_fixture.cc).

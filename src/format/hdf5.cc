@@ -469,8 +469,16 @@ absl::StatusOr<DatasetGeometry> read_geometry(const std::string& path, const std
                            : "a 0-dimensional (scalar) dataset (axis=\"none\", --axis none, reads it as one sample "
                              "of shape ())"));
   }
-  std::vector<hsize_t> hdims(static_cast<size_t>(rank));
-  if (rank > 0) H5Sget_simple_extent_dims(space.get(), hdims.data(), nullptr);
+  std::vector<hsize_t> hdims(static_cast<size_t>(rank)), hmax(static_cast<size_t>(rank));
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), hdims.data(), hmax.data());
+  // A dimension above its maximum is a damaged header (libhdf5 1.12 and
+  // later refuse it; 1.10 reads the samples past the maximum as fill).
+  for (size_t d = 0; d < hdims.size(); ++d) {
+    if (hmax[d] != H5S_UNLIMITED && hdims[d] > hmax[d]) {
+      return file_error(path, absl::StrCat("dimension ", d, " of dataset '", name, "' at most its maximum, ", hmax[d]),
+                        absl::StrCat(hdims[d], " (a damaged dataspace)"));
+    }
+  }
   g.dims.assign(hdims.begin(), hdims.end());
   if (g.scalar) g.dims = {1};
   g.sample_elems = 1;

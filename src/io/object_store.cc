@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dlfeed/io/object_store.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -32,6 +33,41 @@ absl::string_view scheme_of(absl::string_view path) {
   return s;
 }
 }  // namespace
+
+ObjectUses::ObjectUses(std::vector<std::string> urls, uint64_t epoch) : epoch_(epoch) {
+  for (size_t i = 0; i < urls.size(); ++i) index_.emplace(std::move(urls[i]), static_cast<uint32_t>(i));
+}
+
+void ObjectUses::add(uint32_t object, uint64_t offset, uint64_t length, uint64_t batch) {
+  if (length == 0) return;
+  const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(batch, 0xffffffffu));
+  for (uint64_t k = offset / kObjectCachePiece; k <= (offset + length - 1) / kObjectCachePiece; ++k) {
+    const uint64_t key = (uint64_t{object} << 32) | (k & 0xffffffffu);
+    // A batch's samples of one piece, one after another: one use.
+    if (!uses_.empty() && uses_.back().first == key && uses_.back().second == b) continue;
+    uses_.emplace_back(key, b);
+  }
+}
+
+void ObjectUses::finish() {
+  std::sort(uses_.begin(), uses_.end());
+  uses_.erase(std::unique(uses_.begin(), uses_.end()), uses_.end());
+  uses_.shrink_to_fit();
+}
+
+uint64_t ObjectUses::next_use(absl::string_view url, uint64_t piece, uint64_t from) const {
+  const auto it = index_.find(url);
+  if (it == index_.end() || piece > 0xffffffffu) return kNever;
+  const uint64_t key = (uint64_t{it->second} << 32) | piece;
+  // Steps of another epoch: every use of this one is after an earlier
+  // epoch's step, and none after a later one's (or kNever).
+  const uint64_t epoch = from >> 32;
+  if (epoch > epoch_) return kNever;
+  const uint64_t batch = epoch < epoch_ ? 0 : from & 0xffffffffu;
+  const auto at = std::lower_bound(uses_.begin(), uses_.end(), std::make_pair(key, static_cast<uint32_t>(batch)));
+  if (at == uses_.end() || at->first != key) return kNever;
+  return step(epoch_, at->second);
+}
 
 void register_object_store(std::shared_ptr<ObjectStore> store) {
   if (!store) return;

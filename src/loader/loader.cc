@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create_or_throw(LoaderOptions op
   } else if (!options.advanced.prefetch.is_auto()) {
     DLFEED_ASSIGN_OR_RETURN(impl->policy, options.advanced.prefetch.policy());
   }
-  DLFEED_RETURN_IF_ERROR(detail::use_object_cache(options));
+  DLFEED_ASSIGN_OR_RETURN(impl->cache_stores, detail::use_object_cache(options));
   DLFEED_RETURN_IF_ERROR(
       detail::open_fields(options, cnt, impl->field_names, impl->field_specs, impl->indices, impl->field_formats));
   impl->layout = FileLayout::of(impl->indices[0]);

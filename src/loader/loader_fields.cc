@@ -10,6 +10,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -265,14 +266,59 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
   }
 }
 
-absl::Status use_object_cache(const LoaderOptions& options) {
+absl::StatusOr<std::vector<std::shared_ptr<ObjectStore>>> use_object_cache(const LoaderOptions& options) {
+  std::vector<std::shared_ptr<ObjectStore>> bounded;
   // Set either way: a loader without a cache uses none, whatever an earlier one did.
   for (const std::string& p : options.paths) {
     if (!is_object_url(p)) continue;
     DLFEED_ASSIGN_OR_RETURN(std::shared_ptr<ObjectStore> store, object_store_for(p));
     DLFEED_RETURN_IF_ERROR(store->use_cache(options.object_cache));
+    if (options.object_cache.max_bytes == 0 || options.object_cache.dir.empty()) continue;
+    if (std::find(bounded.begin(), bounded.end(), store) == bounded.end()) bounded.push_back(std::move(store));
   }
-  return absl::OkStatus();
+  return bounded;
+}
+
+std::shared_ptr<ObjectUses> object_uses(OrderCursor cursor, uint64_t epoch, uint64_t first_batch, uint32_t batch_size,
+                                        const std::vector<SampleIndex>& indices, size_t max_uses) {
+  // Each field's files as objects (numbered over all fields), or none.
+  constexpr uint32_t kFile = ~0u;
+  std::vector<std::string> urls;
+  absl::flat_hash_map<std::string, uint32_t> numbers;
+  std::vector<std::vector<uint32_t>> object_of(indices.size());
+  for (size_t f = 0; f < indices.size(); ++f) {
+    for (const std::string& path : indices[f].files) {
+      if (!is_object_url(path)) {
+        object_of[f].push_back(kFile);
+        continue;
+      }
+      const auto [it, added] = numbers.emplace(path, static_cast<uint32_t>(urls.size()));
+      if (added) urls.push_back(path);
+      object_of[f].push_back(it->second);
+    }
+  }
+  if (urls.empty() || cursor.remaining() * indices.size() > max_uses || batch_size == 0) return nullptr;
+  auto uses = std::make_shared<ObjectUses>(std::move(urls), epoch);
+  const uint64_t start = cursor.position();
+  std::vector<uint64_t> ids(4096);
+  SampleRef ref;
+  while (!cursor.done()) {
+    const uint64_t at = cursor.position();
+    const size_t n = cursor.next(std::span<uint64_t>(ids));
+    if (n == 0) break;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t batch = first_batch + (at + i - start) / batch_size;
+      for (size_t f = 0; f < indices.size(); ++f) {
+        indices[f].ref(ids[i], ref);
+        const uint32_t object = ref.file < object_of[f].size() ? object_of[f][ref.file] : kFile;
+        if (object == kFile) continue;
+        for (const Extent& e : ref.extents) uses->add(object, e.offset, e.length, batch);
+      }
+    }
+    if (uses->size() > max_uses) return nullptr;
+  }
+  uses->finish();
+  return uses;
 }
 
 absl::StatusOr<bool> use_object_store(LoaderOptions& options, const std::vector<SampleIndex>& indices) {

@@ -68,7 +68,16 @@ absl::Status staging_sources(const std::vector<std::string>& file_names, const F
 
 /// The object cache (LoaderOptions::object_cache) for the stores of the
 /// paths that are URLs, before they are indexed: headers read from it too.
-absl::Status use_object_cache(const LoaderOptions& options);
+/// Returns the stores whose cache is bounded (max_bytes), which keep by the
+/// loader's ObjectUses (plan_uses).
+absl::StatusOr<std::vector<std::shared_ptr<ObjectStore>>> use_object_cache(const LoaderOptions& options);
+
+/// When each piece of each object of the fields' files is used over the
+/// epoch `cursor` starts, its first batch `first_batch` (batches of
+/// `batch_size`); null when no file is an object, or when the uses would
+/// pass `max_uses`.
+std::shared_ptr<ObjectUses> object_uses(OrderCursor cursor, uint64_t epoch, uint64_t first_batch, uint32_t batch_size,
+                                        const std::vector<SampleIndex>& indices, size_t max_uses);
 
 /// When the fields' files are objects of a store (URLs): its backend reads
 /// them (AdvancedOptions::io_factory, unless one is given), with no

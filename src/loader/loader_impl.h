@@ -74,6 +74,10 @@ struct Loader::Impl {
   // LoaderOptions::unpack: arrays read once whole (null: none).
   std::shared_ptr<detail::UnpackedFiles> unpacked;
   std::string unpacked_reason;
+  // Stores with a bounded cache (LoaderOptions::object_cache): they keep by
+  // `uses`, this epoch's uses of the objects' pieces (the pipeline thread's).
+  std::vector<std::shared_ptr<ObjectStore>> cache_stores;
+  std::shared_ptr<const ObjectUses> uses;
 
   // The stages, in flow order (built at the end of create()).
   std::unique_ptr<plan::Planner> planner;
@@ -185,6 +189,27 @@ struct Loader::Impl {
     // a whole record to the value's slot): it gets plain reads only.
     source.scattered_reads = !options.advanced.io_factory;
     source.spread = [r = runner.get()](size_t n, const std::function<void(size_t)>& body) { r->parallel(n, body); };
+    if (!cache_stores.empty()) {
+      source.on_epoch = [this](const OrderCursor& cursor, uint64_t epoch, uint64_t first_batch) {
+        plan_object_uses(cursor, epoch, first_batch);
+      };
+    }
+  }
+
+  // The caches of the objects keep by this epoch's uses, made on the
+  // pipeline thread as the epoch starts; the uses take at most 1/16 of the
+  // memory budget (16 bytes each). Held objects are read from memory: none.
+  void plan_object_uses(const OrderCursor& cursor, uint64_t epoch, uint64_t first_batch) {
+    std::shared_ptr<const ObjectUses> made;
+    if (!planned_held) {
+      try {
+        made = detail::object_uses(cursor, epoch, first_batch, options.batch_size, indices,
+                                   static_cast<size_t>(options.memory_budget / 16 / 16));
+      } catch (const std::bad_alloc&) {  // no memory for them: the caches keep what they keep first
+      }
+    }
+    for (const auto& store : cache_stores) store->plan_uses(made);
+    uses = std::move(made);
   }
 
   // One engine per backend (ring, pread pool), all over the same files.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dlfeed/detail/error.h"
+#include "dlfeed/io/object_store.h"
 #include "io/stream_copy.h"
 
 #include "counters/record.h"
@@ -18,7 +19,9 @@ constexpr uint64_t kBytesPerThread = 256 << 10;  // and one with more gets at mo
 }  // namespace
 
 Lookahead::Lookahead(const SourceParts& parts, OrderCursor cursor, uint64_t epoch, uint64_t first_batch)
-    : parts_(parts), cursor_(std::move(cursor)), epoch_(epoch), batch_index_(first_batch) {}
+    : parts_(parts), cursor_(std::move(cursor)), epoch_(epoch), batch_index_(first_batch) {
+  if (parts_.on_epoch) parts_.on_epoch(cursor_, epoch_, batch_index_);
+}
 
 batch::Work* Lookahead::next() {
   const std::atomic<bool>& stop = *parts_.stop;
@@ -218,6 +221,7 @@ void Lookahead::issue_reads(batch::Work& w) {
     return;
   }
   if (parts_.fadvise != nullptr) advise_willneed(*parts_.fadvise, batch->reads);
+  for (ReadRequest& r : batch->reads) r.use_at = ObjectUses::step(epoch_, w.index);
   // The engine keeps the work (and so the buffers the reads land in) alive
   // until its reads are done.
   batch->done = [keep = w.self, copy_status, b = batch.get(), crc_reads = std::move(crc_reads)](const absl::Status& s) {

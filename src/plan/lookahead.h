@@ -57,6 +57,9 @@ struct SourceParts {
   // when true, else three plain reads (a backend from AdvancedOptions::io_factory,
   // which may not know pieces), whose value's CRC the check takes itself.
   bool scattered_reads = true;
+  // Set: called as each epoch's look-ahead is made, with the cursor where
+  // the epoch starts and its first batch (the loader's ObjectUses).
+  std::function<void(const OrderCursor& cursor, uint64_t epoch, uint64_t first_batch)> on_epoch;
 };
 
 /// One epoch's source: batches of `cursor` from `first_batch` on.

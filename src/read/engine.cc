@@ -175,6 +175,7 @@ void IoEngine::add_pieces(std::vector<ReadRequest>& reqs, const ReadRequest& r, 
     const uint64_t n = std::min(piece, r.length - at);
     reqs.push_back({r.file, r.offset + at, n, r.dest + at, at == 0 ? user_data : rest, checksum});
     reqs.back().hand_off = large;
+    reqs.back().use_at = r.use_at;
     at += n;
   } while (at < r.length);
 }

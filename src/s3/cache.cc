@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "dlfeed/detail/crc32c.h"
 #include "s3/client.h"
 
@@ -134,25 +136,109 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   }
   // What the folder holds counts against the bound, but for folders of an
   // earlier format (their `id` says another), which are never read.
+  // Its pieces (named by their number) are known from now on, to be let go
+  // by their next use.
   uint64_t used = 0;
+  struct Found {
+    std::string folder, url;
+    uint64_t k, bytes;
+  };
+  std::vector<Found> found;
+  std::string folder, url;
   for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (it.depth() == 0 && it->is_directory(ec)) {
       const std::string id = read_small((it->path() / "id").string());
       if (id.substr(0, id.find('\n')) != kFormatLine) it.disable_recursion_pending();
+      const std::vector<std::string> lines = absl::StrSplit(id, '\n');
+      folder = it->path().string();
+      url = lines.size() > 1 ? lines[1] : "";
       continue;
     }
-    if (it->is_regular_file(ec)) used += it->file_size(ec);
+    if (!it->is_regular_file(ec)) continue;
+    const uint64_t bytes = it->file_size(ec);
+    used += bytes;
+    uint64_t k = 0;
+    if (it.depth() == 1 && absl::SimpleAtoi(it->path().filename().string(), &k) && it->path().parent_path() == folder) {
+      found.push_back({folder, url, k, bytes});
+    }
   }
-  return std::shared_ptr<PieceCache>(new PieceCache(o.dir, o.max_bytes, used));
+  std::shared_ptr<PieceCache> cache(new PieceCache(o.dir, o.max_bytes, used));
+  std::lock_guard<std::mutex> lock(cache->evict_mu_);
+  for (const Found& f : found) {
+    const uint32_t number = cache->folder_number(f.folder, f.url);
+    cache->known_[key_of(number, f.k)] = Known{number, f.bytes, ObjectUses::kNever, false, true};
+  }
+  return cache;
 }
 
 PieceCache::PieceCache(std::string dir, uint64_t max_bytes, uint64_t used)
     : dir_(std::move(dir)), max_(max_bytes), used_(used) {
   fork_guard(&mu_);
+  fork_guard(&evict_mu_);
 }
 
-PieceCache::~PieceCache() { fork_unguard(&mu_); }
+PieceCache::~PieceCache() {
+  fork_unguard(&evict_mu_);
+  fork_unguard(&mu_);
+}
+
+uint32_t PieceCache::folder_number(const std::string& folder, const std::string& url) {
+  // By the folder's name: the same folder whatever the path to it is spelled as.
+  const std::string name = fs::path(folder).filename().string();
+  const auto [it, added] = folder_numbers_.emplace(name, static_cast<uint32_t>(folder_list_.size()));
+  if (added) folder_list_.emplace_back(folder, url);
+  return it->second;
+}
+
+std::shared_ptr<const ObjectUses> PieceCache::uses() const {
+  std::lock_guard<std::mutex> lock(evict_mu_);
+  return uses_.lock();
+}
+
+void PieceCache::set_uses(const std::shared_ptr<const ObjectUses>& uses) {
+  std::lock_guard<std::mutex> lock(evict_mu_);
+  uses_ = uses;
+  by_next_.clear();
+  for (auto& [key, p] : known_) {
+    const std::string& url = folder_list_[p.folder].second;
+    p.ranked = p.counted && uses != nullptr && uses->reads(url);
+    p.next = p.ranked ? uses->next_use(url, key & 0xffffffffu, ObjectUses::step(uses->epoch(), 0)) : ObjectUses::kNever;
+    if (p.ranked) by_next_.emplace(p.next, key);
+  }
+}
+
+void PieceCache::note(uint32_t folder, uint64_t k, uint64_t bytes, bool counted, uint64_t at, const ObjectUses* uses) {
+  const uint64_t key = key_of(folder, k);
+  auto [it, added] = known_.try_emplace(key, Known{folder, bytes, ObjectUses::kNever, false, counted});
+  Known& p = it->second;
+  p.counted = p.counted || counted;                // kept here after another process's was let go
+  if (!added && at == ObjectUses::kNever) return;  // no step: its rank stays
+  if (p.ranked) by_next_.erase({p.next, key});
+  // Only what this process counts against its bound is let go for room:
+  // a piece another process kept meanwhile is under that one's.
+  const std::string& url = folder_list_[folder].second;
+  p.ranked = p.counted && uses != nullptr && uses->reads(url);
+  if (!p.ranked) return;
+  const uint64_t from = at == ObjectUses::kNever ? ObjectUses::step(uses->epoch(), 0) : at + 1;
+  p.next = uses->next_use(url, k, from);
+  by_next_.emplace(p.next, key);
+}
+
+bool PieceCache::let_go_one(uint64_t next) {
+  if (by_next_.empty() || std::prev(by_next_.end())->first <= next) return false;
+  const auto last = std::prev(by_next_.end());
+  const uint64_t key = last->second;
+  by_next_.erase(last);
+  const auto it = known_.find(key);
+  if (it == known_.end()) return true;
+  const Known p = it->second;
+  known_.erase(it);
+  ::unlink(absl::StrCat(folder_list_[p.folder].first, "/", key & 0xffffffffu).c_str());
+  used_.fetch_sub(std::min(p.bytes, used_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+  counters().cache_let_go.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
 
 std::string PieceCache::folder_of(const ObjectInfo& o) {
   const std::string id = id_of(o);
@@ -174,18 +260,28 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
 
 bool PieceCache::has_room(uint64_t bytes) const { return max_ == 0 || used() + bytes <= max_; }
 
-uint64_t PieceCache::smallest_missing(const ObjectInfo& o, uint64_t start, uint64_t end) {
+bool PieceCache::wants(const ObjectInfo& o, uint64_t start, uint64_t end, uint64_t at) {
   const std::string folder = folder_of(o);
-  if (folder.empty()) return 0;
-  uint64_t smallest = 0;
+  if (folder.empty()) return false;
+  const std::shared_ptr<const ObjectUses> u = at == ObjectUses::kNever ? nullptr : uses();
+  std::lock_guard<std::mutex> lock(evict_mu_);
+  const uint32_t number = folder_number(folder, o.url);
+  bool wanted = false;
   for (uint64_t k = start / kPiece; k * kPiece < end; ++k) {
     const uint64_t len = piece_length(o, k);
     if (len == 0) break;
-    if (::access(absl::StrCat(folder, "/", k).c_str(), F_OK) != 0 && (smallest == 0 || len + 4 < smallest)) {
-      smallest = len + 4;
+    if (::access(absl::StrCat(folder, "/", k).c_str(), F_OK) == 0) {
+      note(number, k, len + 4, false, at, u.get());  // used now: ranked by its next use
+      continue;
     }
+    if (wanted) continue;
+    // Whole pieces are fetched while one missing here is kept: asking room
+    // for the whole span left a bound just above the dataset without the
+    // pieces read last, fetched every epoch.
+    wanted = has_room(len + 4) ||
+             (u != nullptr && !by_next_.empty() && u->next_use(o.url, k, at + 1) < std::prev(by_next_.end())->first);
   }
-  return smallest;
+  return wanted;
 }
 
 bool PieceCache::reserve(uint64_t bytes) {
@@ -196,15 +292,15 @@ bool PieceCache::reserve(uint64_t bytes) {
   return true;
 }
 
-bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest) {
+bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest, uint64_t at) {
   if (dest.empty() || offset + dest.size() > o.size) return false;
   const std::string folder = folder_of(o);
   if (folder.empty()) return false;
   thread_local std::vector<std::byte> piece;
-  uint64_t at = offset;
+  uint64_t from = offset;
   size_t done = 0;
   while (done < dest.size()) {
-    const uint64_t k = at / kPiece;
+    const uint64_t k = from / kPiece;
     const uint64_t len = piece_length(o, k);
     const std::string path = absl::StrCat(folder, "/", k);
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO: not waited on
@@ -232,32 +328,68 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
       counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    const uint64_t in_piece = at - k * kPiece;
+    const uint64_t in_piece = from - k * kPiece;
     const size_t n = static_cast<size_t>(std::min<uint64_t>(len - in_piece, dest.size() - done));
     std::memcpy(dest.data() + done, piece.data() + in_piece, n);
     done += n;
-    at += n;
+    from += n;
+  }
+  // Used now: ranked by the next use.
+  const std::shared_ptr<const ObjectUses> u = at == ObjectUses::kNever ? nullptr : uses();
+  if (u == nullptr) return true;
+  std::lock_guard<std::mutex> lock(evict_mu_);
+  const uint32_t number = folder_number(folder, o.url);
+  for (uint64_t k = offset / kPiece; k * kPiece < offset + dest.size(); ++k) {
+    note(number, k, piece_length(o, k) + 4, false, at, u.get());
   }
   return true;
 }
 
-void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes) {
+void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes, uint64_t at) {
   if (start % kPiece != 0) return;
   const std::string folder = folder_of(o);
   if (folder.empty()) return;
+  const std::shared_ptr<const ObjectUses> u = at == ObjectUses::kNever ? nullptr : uses();
   for (uint64_t k = start / kPiece;; ++k) {
     const uint64_t len = piece_length(o, k);
     const uint64_t rel = k * kPiece - start;
     if (len == 0 || rel + len > bytes.size()) break;
     const std::string path = absl::StrCat(folder, "/", k);
     if (::access(path.c_str(), F_OK) == 0) continue;
-    if (!reserve(len + 4)) break;
-    const uint32_t crc = piece_crc(o, k, bytes.data() + rel, len);
-    if (publish(path, bytes.data() + rel, len, &crc, 4, /*replace=*/false)) {
-      counters().cache_kept.fetch_add(len, std::memory_order_relaxed);
-    } else {
-      used_.fetch_sub(len + 4, std::memory_order_relaxed);  // not written: its room back
+    // One connection keeps a piece at a time: another fetching it at once
+    // neither takes room for it nor lets a piece go for it.
+    uint64_t key = 0;
+    {
+      std::lock_guard<std::mutex> lock(evict_mu_);
+      key = key_of(folder_number(folder, o.url), k);
+      if (!keeping_.insert(key).second) continue;
     }
+    keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get());
+    std::lock_guard<std::mutex> lock(evict_mu_);
+    keeping_.erase(key);
+    if (u == nullptr && !has_room(len + 4)) break;  // the pieces after it do not fit either
+  }
+}
+
+void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
+                          std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u) {
+  const uint64_t room = bytes.size() + 4;
+  if (!reserve(room)) {
+    if (u == nullptr) return;
+    // Full: in place of the piece used last, when used before it.
+    std::lock_guard<std::mutex> lock(evict_mu_);
+    const uint64_t next = u->next_use(o.url, k, at + 1);
+    bool fits = false;
+    while (!(fits = reserve(room)) && let_go_one(next)) {}
+    if (!fits) return;
+  }
+  const uint32_t crc = piece_crc(o, k, bytes.data(), bytes.size());
+  if (publish(path, bytes.data(), bytes.size(), &crc, 4, /*replace=*/false)) {
+    counters().cache_kept.fetch_add(bytes.size(), std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(evict_mu_);
+    note(folder, k, room, true, at, u);
+  } else {
+    used_.fetch_sub(room, std::memory_order_relaxed);  // not written: its room back
   }
 }
 

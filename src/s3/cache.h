@@ -7,10 +7,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "dlfeed/io/object_store.h"
 
@@ -32,16 +36,20 @@ class PieceCache {
   PieceCache& operator=(const PieceCache&) = delete;
 
   /// Fills `dest` with bytes [offset, offset + dest.size()) of `o` when
-  /// every piece they lie in is here and sound.
-  bool read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest);
-  /// Whether `bytes` more fit under the bound (a hint: keep() reserves).
-  bool has_room(uint64_t bytes) const;
-  /// The room the smallest piece of `o` in [start, end) that is not here
-  /// takes (its bytes and CRC), or 0 when every one is.
-  uint64_t smallest_missing(const ObjectInfo& o, uint64_t start, uint64_t end);
+  /// every piece they lie in is here and sound. `at`: the step of the
+  /// loader's order the read is for (ReadRequest::use_at).
+  bool read(const ObjectInfo& o, uint64_t offset, std::span<std::byte> dest, uint64_t at = ObjectUses::kNever);
+  /// Whether a piece of `o` in [start, end) that is not here would be kept
+  /// if fetched for step `at`: it fits under the bound, or it is used
+  /// before a piece kept (set_uses).
+  bool wants(const ObjectInfo& o, uint64_t start, uint64_t end, uint64_t at);
   /// Keeps the whole pieces of `o` inside `bytes`, which start at `start`
-  /// (a multiple of kPiece), as far as they fit.
-  void keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes);
+  /// (a multiple of kPiece), as far as they fit: once full, each in place
+  /// of the piece kept that is used last, when it is used before it.
+  void keep(const ObjectInfo& o, uint64_t start, std::span<const std::byte> bytes, uint64_t at = ObjectUses::kNever);
+  /// From now on, pieces are let go by their next use in `uses` (held
+  /// weakly; null or expired: none is let go).
+  void set_uses(const std::shared_ptr<const ObjectUses>& uses);
 
   const std::string& dir() const { return dir_; }
   uint64_t max_bytes() const { return max_; }
@@ -57,12 +65,45 @@ class PieceCache {
   // when they do not fit: one step, so that connections keeping pieces at
   // once never pass the bound together.
   bool reserve(uint64_t bytes);
+  // Whether `bytes` more fit under the bound (a hint: keep() reserves).
+  bool has_room(uint64_t bytes) const;
+  // The pieces known here (kept, read, or found at open): by folder and
+  // number, their room and next use; those of objects the uses read are in
+  // `by_next_`, to be let go latest first. Under evict_mu_.
+  struct Known {
+    uint32_t folder;
+    uint64_t bytes;
+    uint64_t next;  // ObjectUses::kNever: no use left (or not known)
+    bool ranked;    // in by_next_
+    bool counted;   // in used_ (found at open, or kept here)
+  };
+  static uint64_t key_of(uint32_t folder, uint64_t k) { return (uint64_t{folder} << 32) | k; }
+  uint32_t folder_number(const std::string& folder, const std::string& url);
+  // Knows piece `k` of `folder` (`bytes` of room, `counted` in used_ when
+  // new) and ranks it by its next use after step `at`.
+  void note(uint32_t folder, uint64_t k, uint64_t bytes, bool counted, uint64_t at, const ObjectUses* uses);
+  // Lets go of the piece used last when it is used after `next`: true when
+  // one was let go.
+  bool let_go_one(uint64_t next);
+  // keep() of piece `k` of folder number `folder` (its `bytes`, to `path`),
+  // by one connection at a time.
+  void keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
+                std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u);
+  std::shared_ptr<const ObjectUses> uses() const;
 
   const std::string dir_;
   const uint64_t max_;
   std::atomic<uint64_t> used_;
   std::mutex mu_;  // fork_guard()ed: held while a version's folder is made and checked
   absl::flat_hash_map<std::string, std::string> folders_;  // id text -> folder ("" if unusable)
+
+  mutable std::mutex evict_mu_;  // fork_guard()ed
+  std::weak_ptr<const ObjectUses> uses_;
+  std::vector<std::pair<std::string, std::string>> folder_list_;  // number -> (folder, URL)
+  absl::flat_hash_map<std::string, uint32_t> folder_numbers_;
+  absl::flat_hash_map<uint64_t, Known> known_;
+  std::set<std::pair<uint64_t, uint64_t>> by_next_;  // (next use, key)
+  absl::flat_hash_set<uint64_t> keeping_;            // pieces a connection is keeping now
 };
 
 }  // namespace dlfeed::s3::detail

@@ -99,12 +99,12 @@ absl::StatusOr<uint32_t> connections_of(const Options& o) {
 // them (kept) while the cache has room.
 absl::Status fetch(Connection& conn, Config& c, const Options& o, PieceCache* cache, const ObjectInfo& info,
                    const Location& loc, uint64_t offset, std::span<std::byte> dest, std::vector<std::byte>& scratch,
-                   const std::atomic<bool>* cancel = nullptr) {
+                   const std::atomic<bool>* cancel = nullptr, uint64_t use_at = ObjectUses::kNever) {
   Counters& n = counters();
   // Without an ETag nothing tells a rewritten object of the same size from
   // the one whose pieces are kept: such objects are never cached.
   if (info.etag.empty()) cache = nullptr;
-  if (cache != nullptr && cache->read(info, offset, dest)) {
+  if (cache != nullptr && cache->read(info, offset, dest, use_at)) {
     n.cache_hits.fetch_add(1, std::memory_order_relaxed);
     n.cache_bytes.fetch_add(dest.size(), std::memory_order_relaxed);
     return absl::OkStatus();
@@ -118,17 +118,14 @@ absl::Status fetch(Connection& conn, Config& c, const Options& o, PieceCache* ca
     constexpr uint64_t kPiece = PieceCache::kPiece;
     const uint64_t first = offset / kPiece * kPiece;
     const uint64_t end = std::min<uint64_t>(info.size, (offset + dest.size() + kPiece - 1) / kPiece * kPiece);
-    // Whole pieces are fetched while one missing here fits (keep() takes
-    // those that do): asking room for the whole span left a bound just
-    // above the dataset without the pieces read last, fetched every epoch.
-    if (const uint64_t missing = cache->smallest_missing(info, first, end); missing > 0 && cache->has_room(missing)) {
+    if (cache->wants(info, first, end, use_at)) {  // keep() takes those it wants
       scratch.resize(end - first);
       q.offset = first;
       q.length = end - first;
       q.dest = std::span<std::byte>(scratch);
       DLFEED_RETURN_IF_ERROR(perform(conn, c, o, q, cancel).status());
       std::memcpy(dest.data(), scratch.data() + (offset - first), dest.size());
-      cache->keep(info, first, scratch);
+      cache->keep(info, first, scratch, use_at);
       return absl::OkStatus();
     }
   }
@@ -309,7 +306,8 @@ class Backend final : public IoBackend {
       c.status = info.status();
       return c;
     }
-    if (absl::Status st = fetch(conn, config, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel);
+    if (absl::Status st =
+            fetch(conn, config, o_, cache_.get(), *info, *loc, r.offset, dest, fetched, &cancel, r.use_at);
         !st.ok()) {
       c.status = st;
       return c;
@@ -527,6 +525,10 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
     return absl::OkStatus();  // the cache let go of here, after the lock (its destructor takes fork_unguard's)
   }
 
+  void plan_uses(const std::shared_ptr<const ObjectUses>& uses) override {
+    if (std::shared_ptr<PieceCache> c = cache()) c->set_uses(uses);
+  }
+
   std::shared_ptr<PieceCache> cache() {
     std::lock_guard<std::mutex> lock(mu_);
     return cache_;
@@ -665,6 +667,7 @@ Stats stats() {
   s.cache_bytes = c.cache_bytes.load();
   s.cache_kept = c.cache_kept.load();
   s.cache_damaged = c.cache_damaged.load();
+  s.cache_let_go = c.cache_let_go.load();
   return s;
 }
 
@@ -676,7 +679,7 @@ std::string stats_json(const Stats& s) {
                       ", \"credentials_reread\": ", s.credentials_reread, ", \"failures\": ", s.failures,
                       ", \"request_seconds\": ", s.request_ns / 1e9, ", \"cache_hits\": ", s.cache_hits,
                       ", \"cache_bytes\": ", s.cache_bytes, ", \"cache_kept\": ", s.cache_kept,
-                      ", \"cache_damaged\": ", s.cache_damaged, "}");
+                      ", \"cache_damaged\": ", s.cache_damaged, ", \"cache_let_go\": ", s.cache_let_go, "}");
 }
 
 }  // namespace dlfeed::s3

@@ -543,9 +543,12 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
                   static_cast<unsigned long long>(store.credentials_reread));
     }
     if (store.cache_hits + store.cache_kept > 0) {
-      std::printf("object cache: %llu reads from it (%.1f MiB), %.1f MiB kept, %llu damaged pieces fetched again\n",
-                  static_cast<unsigned long long>(store.cache_hits), store.cache_bytes / 1048576.0,
-                  store.cache_kept / 1048576.0, static_cast<unsigned long long>(store.cache_damaged));
+      std::printf(
+          "object cache: %llu reads from it (%.1f MiB), %.1f MiB kept, %llu pieces let go for ones used sooner, %llu "
+          "damaged pieces fetched again\n",
+          static_cast<unsigned long long>(store.cache_hits), store.cache_bytes / 1048576.0,
+          store.cache_kept / 1048576.0, static_cast<unsigned long long>(store.cache_let_go),
+          static_cast<unsigned long long>(store.cache_damaged));
     }
   }
 #endif

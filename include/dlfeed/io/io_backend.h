@@ -87,6 +87,10 @@ struct DLFEED_EXPORT ReadRequest {
   /// give it to kernel workers instead (IOSQE_ASYNC), so the pieces of one
   /// batch copy on many cores at once. Backends may ignore it.
   bool hand_off = false;
+  /// The step of the loader's known order this read is for
+  /// (ObjectUses::step(epoch, batch)), so that an object store's bounded
+  /// cache keeps what is used soonest; ~0: not known. Backends may ignore it.
+  uint64_t use_at = ~uint64_t{0};
 };
 
 /// The outcome of one ReadRequest.

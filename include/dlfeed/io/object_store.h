@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,11 +41,52 @@ struct DLFEED_EXPORT ObjectCacheOptions {
   /// The folder ("": no cache). Made if missing; shared by runs and by the
   /// processes of a node (pieces are written whole, then renamed).
   std::string dir;
-  /// Most bytes kept in it (0: no bound). Once full, what it holds stays and
-  /// what is not in it is fetched as asked, not kept: under a shuffled
-  /// order every sample is used once an epoch, so the bytes kept are bytes
-  /// not fetched again, each epoch.
+  /// Most bytes kept in it (0: no bound). Once full, a piece fetched is kept
+  /// in place of the one used last in the loader's known order when it is
+  /// used before that one (ObjectStore::plan_uses), else fetched as asked
+  /// and not kept: under a shuffled order every sample is used once an
+  /// epoch, so what is kept stays, and the bytes kept are bytes not fetched
+  /// again, each epoch.
   uint64_t max_bytes = 0;
+};
+
+/// The size of the pieces an ObjectCacheOptions cache keeps objects in.
+inline constexpr uint64_t kObjectCachePiece = uint64_t{1} << 20;
+
+/// When a loader uses each piece (kObjectCachePiece bytes) of the objects it
+/// reads, over one epoch of its known order: what lets a bounded cache keep
+/// the pieces used soonest (Belady's choice) rather than the ones kept
+/// first. A use is a step, `step(epoch, batch)`; ReadRequest::use_at is the
+/// step a read is for. Built by add() then finish(); const after.
+class DLFEED_EXPORT ObjectUses {
+ public:
+  /// No use left in the epoch.
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  static constexpr uint64_t step(uint64_t epoch, uint64_t batch) { return (epoch << 32) | (batch & 0xffffffffu); }
+
+  /// The uses of `urls` (an object's index in it is its number in add())
+  /// in epoch `epoch`.
+  ObjectUses(std::vector<std::string> urls, uint64_t epoch);
+  /// Bytes [offset, offset + length) of object `object` are read for
+  /// batch `batch` of the epoch.
+  void add(uint32_t object, uint64_t offset, uint64_t length, uint64_t batch);
+  /// Sorts the uses; call once, after the last add().
+  void finish();
+
+  uint64_t epoch() const { return epoch_; }
+  /// Whether `url` is one of the objects.
+  bool reads(absl::string_view url) const { return index_.find(url) != index_.end(); }
+  /// The first step at or after `from` at which piece `piece` of `url` is
+  /// used, or kNever (none left in the epoch, or an object not read).
+  uint64_t next_use(absl::string_view url, uint64_t piece, uint64_t from) const;
+  /// The uses kept (pieces times batches).
+  size_t size() const { return uses_.size(); }
+
+ private:
+  uint64_t epoch_;
+  std::map<std::string, uint32_t, std::less<>> index_;
+  // (object << 32 | piece, batch), sorted after finish().
+  std::vector<std::pair<uint64_t, uint32_t>> uses_;
 };
 
 /// A store of objects addressed by URLs of one scheme. Thread-safe.
@@ -81,6 +123,11 @@ class DLFEED_EXPORT ObjectStore {
   /// made, from LoaderOptions::object_cache; a backend keeps the cache it
   /// was made with.
   virtual absl::Status use_cache(const ObjectCacheOptions& cache) = 0;
+  /// From now on, a bounded cache (ObjectCacheOptions::max_bytes) keeps and
+  /// lets go of pieces by their next use in `uses` (the loader's epoch, held
+  /// weakly: once the loader lets it go, by what it keeps first, as without).
+  /// The default ignores it.
+  virtual void plan_uses(const std::shared_ptr<const ObjectUses>& uses) { (void)uses; }
 };
 
 /// Makes `store` the one for its scheme (replacing an earlier one).

@@ -85,6 +85,7 @@ struct DLFEED_EXPORT Stats {
   uint64_t cache_bytes = 0;    // ... their bytes
   uint64_t cache_kept = 0;     // bytes fetched and kept in it
   uint64_t cache_damaged = 0;  // pieces found damaged (length or CRC), removed and fetched again
+  uint64_t cache_let_go = 0;   // pieces removed for one used sooner in the known order (cache_limit)
 };
 
 /// Registers the s3:// store with libdlfeed (replacing an earlier one).

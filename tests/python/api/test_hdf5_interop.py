@@ -303,3 +303,24 @@ def test_datasets_read_through_libhdf5_refuse_a_file_changed_under_the_loader(tm
     with pytest.raises(dlfeed_py.DataError, match=re.escape(str(changed)) + r".*(size|modification time)"):
         for _ in loader:
             pass
+
+
+def test_a_dimension_above_its_maximum_is_a_damaged_file_not_fill_samples(tmp_path):
+    """One flipped bit in the dataspace message: 37 samples now say 293 while the maximum stays 37.
+    h5py (libhdf5 1.14) refuses the dataset; libhdf5 1.10 would give samples 37-292 as the fill
+    value, 256 samples the file never held."""
+    import struct
+
+    import dlfeed
+    path = tmp_path / "damaged.h5"
+    a = np.random.default_rng(0).standard_normal((37, 5, 6)).astype("f4")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("records", data=a, chunks=(3, 2, 5), compression="gzip", shuffle=True)
+    raw = bytearray(path.read_bytes())
+    at = raw.find(struct.pack("<QQQ", 37, 5, 6) * 2)  # the dims, then the maximum dims
+    assert at >= 0
+    raw[at:at + 8] = struct.pack("<Q", 37 + 256)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(dlfeed.DataError, match=r"damaged.h5.*dimension 0 of dataset 'records' at most its "
+                                               r"maximum, 37.*293"):
+        dlfeed.Loader(str(path), batch_size=4)

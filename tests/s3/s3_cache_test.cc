@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// The node-local cache's choice by next use (ObjectUses, PieceCache::set_uses):
+// once full, a piece is kept in place of the one used last when it is used
+// before it, never otherwise; pieces are checked by what they read back.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dlfeed/io/object_store.h"
+#include "s3/cache.h"
+#include "s3/client.h"
+
+namespace dlfeed::s3::detail {
+namespace {
+
+constexpr uint64_t kPiece = kObjectCachePiece;
+
+TEST(ObjectUses, NextUseIsTheFirstStepFromByPieceAndEpoch) {
+  ObjectUses u({"s3://b/a", "s3://b/c"}, /*epoch=*/2);
+  u.add(0, 10, 100, 0);                 // piece 0 of a at batch 0
+  u.add(0, kPiece - 10, 20, 3);         // pieces 0 and 1 of a at batch 3
+  u.add(1, 5 * kPiece, 1, 1);           // piece 5 of c at batch 1
+  u.add(0, 10, 100, 3);                 // the same batch again: one use
+  u.finish();
+  EXPECT_EQ(u.size(), 4u);
+  EXPECT_TRUE(u.reads("s3://b/a"));
+  EXPECT_FALSE(u.reads("s3://b/x"));
+  const uint64_t start = ObjectUses::step(2, 0);
+  EXPECT_EQ(u.next_use("s3://b/a", 0, start), ObjectUses::step(2, 0));
+  EXPECT_EQ(u.next_use("s3://b/a", 0, start + 1), ObjectUses::step(2, 3));
+  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(2, 3)), ObjectUses::step(2, 3));
+  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(2, 4)), ObjectUses::kNever);
+  EXPECT_EQ(u.next_use("s3://b/a", 1, start), ObjectUses::step(2, 3));
+  EXPECT_EQ(u.next_use("s3://b/c", 5, start), ObjectUses::step(2, 1));
+  EXPECT_EQ(u.next_use("s3://b/c", 4, start), ObjectUses::kNever);
+  EXPECT_EQ(u.next_use("s3://b/x", 0, start), ObjectUses::kNever);
+  // A step of an earlier epoch: from the start of this one; of a later one (or unknown): none.
+  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(1, 7)), ObjectUses::step(2, 0));
+  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(3, 0)), ObjectUses::kNever);
+  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::kNever), ObjectUses::kNever);
+}
+
+// Objects of one piece each, their bytes their number.
+ObjectInfo object(int i) { return {"s3://b/o" + std::to_string(i), 1000, "\"e" + std::to_string(i) + "\""}; }
+std::vector<std::byte> bytes_of(int i) { return std::vector<std::byte>(1000, std::byte(i)); }
+
+class PieceCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(DLFEED_TEST_TMPDIR) + "/s3_cache_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+  }
+  std::shared_ptr<PieceCache> open(uint64_t pieces) {
+    ObjectCacheOptions o;
+    o.dir = dir_;
+    o.max_bytes = pieces * 1004;  // room for `pieces` pieces (bytes and CRC)
+    absl::StatusOr<std::shared_ptr<PieceCache>> c = PieceCache::open(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  }
+  // Whether object i reads back from the cache, and with its own bytes.
+  static bool holds(PieceCache& c, int i) {
+    std::vector<std::byte> got(1000);
+    if (!c.read(object(i), 0, got)) return false;
+    EXPECT_EQ(got, bytes_of(i)) << "object " << i;
+    return true;
+  }
+  std::string dir_;
+};
+
+TEST_F(PieceCacheTest, FullItKeepsAPieceUsedSoonerInPlaceOfTheOneUsedLast) {
+  std::shared_ptr<PieceCache> c = open(2);
+  // Epoch 0: o0 at batches 0 and 5, o1 at 1 and 2, o2 at 3 and 4.
+  std::vector<std::string> urls;
+  for (int i = 0; i < 3; ++i) urls.push_back(object(i).url);
+  auto uses = std::make_shared<ObjectUses>(urls, 0);
+  for (auto [o, b] : {std::pair{0, 0}, {0, 5}, {1, 1}, {1, 2}, {2, 3}, {2, 4}}) uses->add(o, 0, 1000, b);
+  uses->finish();
+  c->set_uses(uses);
+  const uint64_t let_go = counters().cache_let_go.load();
+  c->keep(object(0), 0, bytes_of(0), ObjectUses::step(0, 0));
+  c->keep(object(1), 0, bytes_of(1), ObjectUses::step(0, 1));
+  EXPECT_TRUE(holds(*c, 0));
+  EXPECT_TRUE(holds(*c, 1));
+  // Full at batch 2: o2 (next at 4 after batch 3) would go in place of o0 (next at 5).
+  EXPECT_TRUE(c->wants(object(2), 0, 1000, ObjectUses::step(0, 2)));
+  std::vector<std::byte> got(1000);
+  ASSERT_TRUE(c->read(object(1), 0, got, ObjectUses::step(0, 2)));  // o1's last use
+  // At batch 3 o2 goes in place of o1, which has no use left, not of o0 (next at 5).
+  c->keep(object(2), 0, bytes_of(2), ObjectUses::step(0, 3));
+  EXPECT_TRUE(holds(*c, 2));
+  EXPECT_EQ(counters().cache_let_go.load() - let_go, 1u);
+  EXPECT_TRUE(holds(*c, 0));
+  EXPECT_FALSE(holds(*c, 1));
+  // At batch 4 o0 is not here; fetched for batch 5 it has no use after it: never kept in place of o2.
+  EXPECT_FALSE(c->wants(object(0), 0, 1000, ObjectUses::step(0, 5)));
+  // Without uses (or once they are let go) nothing is let go.
+  uses.reset();
+  c->keep(object(1), 0, bytes_of(1), ObjectUses::step(0, 1));
+  EXPECT_FALSE(holds(*c, 1));
+  EXPECT_EQ(counters().cache_let_go.load() - let_go, 1u);
+}
+
+TEST_F(PieceCacheTest, PiecesFoundAtOpenAreRankedAndLetGo) {
+  {
+    std::shared_ptr<PieceCache> c = open(2);
+    c->keep(object(0), 0, bytes_of(0));
+    c->keep(object(1), 0, bytes_of(1));
+  }
+  std::shared_ptr<PieceCache> c = open(2);  // a new run: its folder full
+  auto uses = std::make_shared<ObjectUses>(std::vector<std::string>{object(0).url, object(1).url, object(2).url}, 4);
+  uses->add(2, 0, 1000, 0);
+  uses->add(1, 0, 1000, 1);
+  uses->add(0, 0, 1000, 2);
+  uses->finish();
+  c->set_uses(uses);
+  EXPECT_TRUE(c->wants(object(2), 0, 1000, ObjectUses::step(4, 0)) == false);  // used no more after batch 0
+  c->keep(object(2), 0, bytes_of(2), ObjectUses::step(4, 0));
+  EXPECT_FALSE(holds(*c, 2));
+  EXPECT_TRUE(holds(*c, 0));
+  EXPECT_TRUE(holds(*c, 1));
+}
+
+}  // namespace
+}  // namespace dlfeed::s3::detail
