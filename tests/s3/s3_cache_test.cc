@@ -22,10 +22,10 @@ constexpr uint64_t kPiece = kObjectCachePiece;
 
 TEST(ObjectUses, NextUseIsTheFirstStepFromByPieceAndEpoch) {
   ObjectUses u({"s3://b/a", "s3://b/c"}, /*epoch=*/2);
-  u.add(0, 10, 100, 0);                 // piece 0 of a at batch 0
-  u.add(0, kPiece - 10, 20, 3);         // pieces 0 and 1 of a at batch 3
-  u.add(1, 5 * kPiece, 1, 1);           // piece 5 of c at batch 1
-  u.add(0, 10, 100, 3);                 // the same batch again: one use
+  u.add(0, 10, 100, 0);          // piece 0 of a at batch 0
+  u.add(0, kPiece - 10, 20, 3);  // pieces 0 and 1 of a at batch 3
+  u.add(1, 5 * kPiece, 1, 1);    // piece 5 of c at batch 1
+  u.add(0, 10, 100, 3);          // the same batch again: one use
   u.finish();
   EXPECT_EQ(u.size(), 4u);
   EXPECT_TRUE(u.reads("s3://b/a"));
@@ -52,7 +52,8 @@ std::vector<std::byte> bytes_of(int i) { return std::vector<std::byte>(1000, std
 class PieceCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::string(DLFEED_TEST_TMPDIR) + "/s3_cache_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = std::string(DLFEED_TEST_TMPDIR) + "/s3_cache_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
   }
   std::shared_ptr<PieceCache> open(uint64_t pieces) {
