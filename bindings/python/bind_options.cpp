@@ -225,9 +225,10 @@ void bind_loader_option_structs(py::module_& m) {
                                  "ObjectCacheOptions).")
       .def(py::init<>())
       .def_readwrite("dir", &ObjectCacheOptions::dir, "The folder; empty: no cache")
-      .def_readwrite("max_bytes", &ObjectCacheOptions::max_bytes,
-                     "Most bytes kept (0: no bound); once full, a piece used sooner in the known order takes the place "
-                     "of the one used last");
+      .def_readwrite(
+          "max_bytes", &ObjectCacheOptions::max_bytes,
+          "Most bytes kept (0: no bound); once full, what it holds stays (by next use in the known order when "
+          "the order uses samples again)");
 
   describe<LoaderTuning>("LoaderTuning");
   py::class_<LoaderTuning>(m, "LoaderTuning",

@@ -34,13 +34,14 @@ absl::string_view scheme_of(absl::string_view path) {
 }
 }  // namespace
 
-ObjectUses::ObjectUses(std::vector<std::string> urls, uint64_t epoch) : epoch_(epoch) {
+ObjectUses::ObjectUses(std::vector<std::string> urls, uint64_t epoch, uint64_t batches)
+    : epoch_(epoch), batches_(batches) {
   for (size_t i = 0; i < urls.size(); ++i) index_.emplace(std::move(urls[i]), static_cast<uint32_t>(i));
 }
 
 void ObjectUses::add(uint32_t object, uint64_t offset, uint64_t length, uint64_t batch) {
   if (length == 0) return;
-  const uint32_t b = static_cast<uint32_t>(std::min<uint64_t>(batch, 0xffffffffu));
+  const uint32_t b = static_cast<uint32_t>(step(0, batch));
   for (uint64_t k = offset / kObjectCachePiece; k <= (offset + length - 1) / kObjectCachePiece; ++k) {
     const uint64_t key = (uint64_t{object} << 32) | (k & 0xffffffffu);
     // A batch's samples of one piece, one after another: one use.
@@ -64,9 +65,11 @@ uint64_t ObjectUses::next_use(absl::string_view url, uint64_t piece, uint64_t fr
   const uint64_t epoch = from >> 32;
   if (epoch > epoch_) return kNever;
   const uint64_t batch = epoch < epoch_ ? 0 : from & 0xffffffffu;
-  const auto at = std::lower_bound(uses_.begin(), uses_.end(), std::make_pair(key, static_cast<uint32_t>(batch)));
-  if (at == uses_.end() || at->first != key) return kNever;
-  return step(epoch_, at->second);
+  const auto first = std::lower_bound(uses_.begin(), uses_.end(), std::make_pair(key, uint32_t{0}));
+  if (first == uses_.end() || first->first != key) return kNever;
+  const auto at = std::lower_bound(first, uses_.end(), std::make_pair(key, static_cast<uint32_t>(batch)));
+  if (at != uses_.end() && at->first == key) return step(epoch_, at->second);
+  return step(epoch_, first->second + std::max<uint64_t>(batches_, uint64_t{first->second} + 1));
 }
 
 void register_object_store(std::shared_ptr<ObjectStore> store) {

@@ -298,9 +298,31 @@ std::shared_ptr<ObjectUses> object_uses(OrderCursor cursor, uint64_t epoch, uint
     }
   }
   if (urls.empty() || cursor.remaining() * indices.size() > max_uses || batch_size == 0) return nullptr;
-  auto uses = std::make_shared<ObjectUses>(std::move(urls), epoch);
-  const uint64_t start = cursor.position();
+  // Only for an order that uses samples again within the epoch (more than
+  // its padding, 1 in 100): when each is used once, what is kept once full
+  // is the least any cache fetches again (in bytes, each epoch), and ranking
+  // 1 MiB pieces by the next of their samples' uses would let go of pieces
+  // the next epoch reads for pieces read once more in this one.
+  const uint64_t samples = indices.empty() ? 0 : indices[0].size();
   std::vector<uint64_t> ids(4096);
+  {
+    OrderCursor look = cursor;
+    std::vector<bool> seen(samples, false);
+    uint64_t again = 0;
+    while (!look.done()) {
+      const size_t n = look.next(std::span<uint64_t>(ids));
+      if (n == 0) break;
+      for (size_t i = 0; i < n; ++i) {
+        if (ids[i] >= samples) continue;
+        again += seen[ids[i]] ? 1 : 0;
+        seen[ids[i]] = true;
+      }
+      if (again * 100 > cursor.remaining()) break;
+    }
+    if (again * 100 <= cursor.remaining()) return nullptr;
+  }
+  auto uses = std::make_shared<ObjectUses>(std::move(urls), epoch, (cursor.size() + batch_size - 1) / batch_size);
+  const uint64_t start = cursor.position();
   SampleRef ref;
   while (!cursor.done()) {
     const uint64_t at = cursor.position();

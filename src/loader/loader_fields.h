@@ -74,8 +74,9 @@ absl::StatusOr<std::vector<std::shared_ptr<ObjectStore>>> use_object_cache(const
 
 /// When each piece of each object of the fields' files is used over the
 /// epoch `cursor` starts, its first batch `first_batch` (batches of
-/// `batch_size`); null when no file is an object, or when the uses would
-/// pass `max_uses`.
+/// `batch_size`); null when no file is an object, when the order uses no
+/// sample again within the epoch (but for 1 in 100), or when the uses
+/// would pass `max_uses`.
 std::shared_ptr<ObjectUses> object_uses(OrderCursor cursor, uint64_t epoch, uint64_t first_batch, uint32_t batch_size,
                                         const std::vector<SampleIndex>& indices, size_t max_uses);
 

@@ -197,8 +197,9 @@ struct Loader::Impl {
   }
 
   // The caches of the objects keep by this epoch's uses, made on the
-  // pipeline thread as the epoch starts; the uses take at most 1/16 of the
-  // memory budget (16 bytes each). Held objects are read from memory: none.
+  // pipeline thread as the epoch starts, when the order uses samples again;
+  // the uses take at most 1/16 of the memory budget (16 bytes each). Held
+  // objects are read from memory: none.
   void plan_object_uses(const OrderCursor& cursor, uint64_t epoch, uint64_t first_batch) {
     std::shared_ptr<const ObjectUses> made;
     if (!planned_held) {
@@ -208,7 +209,7 @@ struct Loader::Impl {
       } catch (const std::bad_alloc&) {  // no memory for them: the caches keep what they keep first
       }
     }
-    for (const auto& store : cache_stores) store->plan_uses(made);
+    for (const auto& store : cache_stores) store->plan_uses(options.object_cache, made);
     uses = std::move(made);
   }
 

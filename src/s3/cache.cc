@@ -159,7 +159,8 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     const uint64_t bytes = it->file_size(ec);
     used += bytes;
     uint64_t k = 0;
-    if (it.depth() == 1 && absl::SimpleAtoi(it->path().filename().string(), &k) && it->path().parent_path() == folder) {
+    if (o.max_bytes != 0 && it.depth() == 1 && absl::SimpleAtoi(it->path().filename().string(), &k) &&
+        it->path().parent_path() == folder) {
       found.push_back({folder, url, k, bytes});
     }
   }
@@ -167,7 +168,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   std::lock_guard<std::mutex> lock(cache->evict_mu_);
   for (const Found& f : found) {
     const uint32_t number = cache->folder_number(f.folder, f.url);
-    cache->known_[key_of(number, f.k)] = Known{number, f.bytes, ObjectUses::kNever, false, true};
+    cache->known_[key_of(number, f.k)] = Known{number, f.bytes, 0, false, true, ObjectUses::kNever};
   }
   return cache;
 }
@@ -201,28 +202,49 @@ void PieceCache::set_uses(const std::shared_ptr<const ObjectUses>& uses) {
   uses_ = uses;
   by_next_.clear();
   for (auto& [key, p] : known_) {
-    const std::string& url = folder_list_[p.folder].second;
-    p.ranked = p.counted && uses != nullptr && uses->reads(url);
-    p.next = p.ranked ? uses->next_use(url, key & 0xffffffffu, ObjectUses::step(uses->epoch(), 0)) : ObjectUses::kNever;
-    if (p.ranked) by_next_.emplace(p.next, key);
+    p.ranked = false;
+    p.last = ObjectUses::kNever;  // steps of the uses before (another loader's, maybe): not these
+    rank(key, p, uses.get());
   }
 }
 
+void PieceCache::rank(uint64_t key, Known& p, const ObjectUses* uses) {
+  if (!p.counted || uses == nullptr) return;
+  const std::string& url = folder_list_[p.folder].second;
+  if (!uses->reads(url)) return;
+  const uint64_t start = ObjectUses::step(uses->epoch(), 0);
+  const uint64_t from = p.last == ObjectUses::kNever ? start : std::max(start, p.last + 1);
+  p.next = uses->next_use(url, key & 0xffffffffu, from);
+  // A piece the loader never uses is another's (a rank of the node): never let go here.
+  if (p.next == ObjectUses::kNever) return;
+  p.ranked = true;
+  by_next_.emplace(p.next, key);
+}
+
 void PieceCache::note(uint32_t folder, uint64_t k, uint64_t bytes, bool counted, uint64_t at, const ObjectUses* uses) {
+  if (max_ == 0) return;  // no bound: nothing is let go
   const uint64_t key = key_of(folder, k);
-  auto [it, added] = known_.try_emplace(key, Known{folder, bytes, ObjectUses::kNever, false, counted});
+  auto [it, added] = known_.try_emplace(key, Known{folder, bytes, 0, false, counted, ObjectUses::kNever});
   Known& p = it->second;
   p.counted = p.counted || counted;                // kept here after another process's was let go
-  if (!added && at == ObjectUses::kNever) return;  // no step: its rank stays
+  if (at == ObjectUses::kNever && !added) return;  // no step: its rank stays
+  if (at != ObjectUses::kNever) p.last = p.last == ObjectUses::kNever ? at : std::max(p.last, at);
   if (p.ranked) by_next_.erase({p.next, key});
-  // Only what this process counts against its bound is let go for room:
-  // a piece another process kept meanwhile is under that one's.
-  const std::string& url = folder_list_[folder].second;
-  p.ranked = p.counted && uses != nullptr && uses->reads(url);
-  if (!p.ranked) return;
-  const uint64_t from = at == ObjectUses::kNever ? ObjectUses::step(uses->epoch(), 0) : at + 1;
-  p.next = uses->next_use(url, k, from);
-  by_next_.emplace(p.next, key);
+  p.ranked = false;
+  rank(key, p, uses);
+}
+
+void PieceCache::forget(const std::string& folder, const ObjectInfo& o, uint64_t k) {
+  if (max_ == 0) return;
+  std::lock_guard<std::mutex> lock(evict_mu_);
+  const uint64_t key = key_of(folder_number(folder, o.url), k);
+  const auto it = known_.find(key);
+  if (it == known_.end()) return;
+  if (it->second.ranked) by_next_.erase({it->second.next, key});
+  if (it->second.counted) {
+    used_.fetch_sub(std::min(it->second.bytes, used_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+  }
+  known_.erase(it);
 }
 
 bool PieceCache::let_go_one(uint64_t next) {
@@ -308,6 +330,7 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
     if (struct stat kind{}; ::fstat(fd, &kind) != 0 || !S_ISREG(kind.st_mode)) {
       ::close(fd);
       ::unlink(path.c_str());  // not a piece: fetched again
+      forget(folder, o, k);
       counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -325,6 +348,7 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
     if (total == piece.size()) std::memcpy(&crc, piece.data() + len, 4);
     if (!sized || total != piece.size() || piece_crc(o, k, piece.data(), len) != crc) {
       ::unlink(path.c_str());  // damaged: fetched again
+      forget(folder, o, k);
       counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
@@ -359,12 +383,15 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
     // One connection keeps a piece at a time: another fetching it at once
     // neither takes room for it nor lets a piece go for it.
     uint64_t key = 0;
+    bool counted = false;  // its room already counted (found at open, then let go by another process)
     {
       std::lock_guard<std::mutex> lock(evict_mu_);
       key = key_of(folder_number(folder, o.url), k);
       if (!keeping_.insert(key).second) continue;
+      const auto it = known_.find(key);
+      counted = it != known_.end() && it->second.counted;
     }
-    keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get());
+    keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get(), counted);
     std::lock_guard<std::mutex> lock(evict_mu_);
     keeping_.erase(key);
     if (u == nullptr && !has_room(len + 4)) break;  // the pieces after it do not fit either
@@ -372,9 +399,11 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
 }
 
 void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
-                          std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u) {
+                          std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u, bool counted) {
+  // Kept by another connection since this one looked: nothing to take room for.
+  if (::access(path.c_str(), F_OK) == 0) return;
   const uint64_t room = bytes.size() + 4;
-  if (!reserve(room)) {
+  if (!counted && !reserve(room)) {
     if (u == nullptr) return;
     // Full: in place of the piece used last, when used before it.
     std::lock_guard<std::mutex> lock(evict_mu_);
@@ -388,7 +417,7 @@ void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, cons
     counters().cache_kept.fetch_add(bytes.size(), std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(evict_mu_);
     note(folder, k, room, true, at, u);
-  } else {
+  } else if (!counted) {
     used_.fetch_sub(room, std::memory_order_relaxed);  // not written: its room back
   }
 }

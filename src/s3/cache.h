@@ -73,22 +73,28 @@ class PieceCache {
   struct Known {
     uint32_t folder;
     uint64_t bytes;
-    uint64_t next;  // ObjectUses::kNever: no use left (or not known)
-    bool ranked;    // in by_next_
+    uint64_t next;  // its next use when ranked
+    bool ranked;    // in by_next_: counted here, and used by the uses
     bool counted;   // in used_ (found at open, or kept here)
+    uint64_t last;  // the latest step it was read or kept for (ObjectUses::kNever: none)
   };
   static uint64_t key_of(uint32_t folder, uint64_t k) { return (uint64_t{folder} << 32) | k; }
   uint32_t folder_number(const std::string& folder, const std::string& url);
-  // Knows piece `k` of `folder` (`bytes` of room, `counted` in used_ when
-  // new) and ranks it by its next use after step `at`.
+  // Knows piece `k` of `folder` (`bytes` of room, `counted` in used_) and
+  // ranks it by its next use after step `at` (and any later step it was
+  // used for: reads complete out of order). Only with a bound.
   void note(uint32_t folder, uint64_t k, uint64_t bytes, bool counted, uint64_t at, const ObjectUses* uses);
+  // Ranks `p` (piece `key`) by its next use in `uses` from step `from`.
+  void rank(uint64_t key, Known& p, const ObjectUses* uses);
+  // Forgets piece `k` of `o` in `folder`, gone from the folder (damaged).
+  void forget(const std::string& folder, const ObjectInfo& o, uint64_t k);
   // Lets go of the piece used last when it is used after `next`: true when
   // one was let go.
   bool let_go_one(uint64_t next);
   // keep() of piece `k` of folder number `folder` (its `bytes`, to `path`),
   // by one connection at a time.
   void keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
-                std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u);
+                std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u, bool counted);
   std::shared_ptr<const ObjectUses> uses() const;
 
   const std::string dir_;

@@ -521,12 +521,26 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
       DLFEED_ASSIGN_OR_RETURN(cache, PieceCache::open(o));
     }
     std::lock_guard<std::mutex> lock(mu_);
+    if (cache) {
+      std::erase_if(opened_, [](const std::weak_ptr<PieceCache>& c) { return c.expired(); });
+      opened_.push_back(cache);
+    }
     cache_.swap(cache);
     return absl::OkStatus();  // the cache let go of here, after the lock (its destructor takes fork_unguard's)
   }
 
-  void plan_uses(const std::shared_ptr<const ObjectUses>& uses) override {
-    if (std::shared_ptr<PieceCache> c = cache()) c->set_uses(uses);
+  // To the caches of that folder and bound, current or not: a loader's
+  // backend keeps the cache it was made with, whatever a later loader uses.
+  void plan_uses(const ObjectCacheOptions& o, const std::shared_ptr<const ObjectUses>& uses) override {
+    std::vector<std::shared_ptr<PieceCache>> to;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::weak_ptr<PieceCache>& w : opened_) {
+        std::shared_ptr<PieceCache> c = w.lock();
+        if (c && c->dir() == o.dir && c->max_bytes() == o.max_bytes) to.push_back(std::move(c));
+      }
+    }
+    for (const auto& c : to) c->set_uses(uses);  // outside mu_ (fork-guarded mutexes never nest)
   }
 
   std::shared_ptr<PieceCache> cache() {
@@ -595,6 +609,7 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   const Options o_;
   std::mutex mu_;
   std::shared_ptr<PieceCache> cache_;
+  std::vector<std::weak_ptr<PieceCache>> opened_;  // every cache opened that is still used
   absl::flat_hash_map<std::string, ObjectInfo> known_;
   absl::flat_hash_map<std::string, std::shared_ptr<std::mutex>> heading_;  // one HEAD in flight per object
   pid_t heading_pid_ = ::getpid();

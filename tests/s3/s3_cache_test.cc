@@ -20,8 +20,8 @@ namespace {
 
 constexpr uint64_t kPiece = kObjectCachePiece;
 
-TEST(ObjectUses, NextUseIsTheFirstStepFromByPieceAndEpoch) {
-  ObjectUses u({"s3://b/a", "s3://b/c"}, /*epoch=*/2);
+TEST(ObjectUses, NextUseIsTheFirstStepFromByPieceAndEpochThenTheNextEpochs) {
+  ObjectUses u({"s3://b/a", "s3://b/c"}, /*epoch=*/2, /*batches=*/6);
   u.add(0, 10, 100, 0);          // piece 0 of a at batch 0
   u.add(0, kPiece - 10, 20, 3);  // pieces 0 and 1 of a at batch 3
   u.add(1, 5 * kPiece, 1, 1);    // piece 5 of c at batch 1
@@ -34,15 +34,20 @@ TEST(ObjectUses, NextUseIsTheFirstStepFromByPieceAndEpoch) {
   EXPECT_EQ(u.next_use("s3://b/a", 0, start), ObjectUses::step(2, 0));
   EXPECT_EQ(u.next_use("s3://b/a", 0, start + 1), ObjectUses::step(2, 3));
   EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(2, 3)), ObjectUses::step(2, 3));
-  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(2, 4)), ObjectUses::kNever);
+  // No use left this epoch: where it was first used, one epoch (6 batches) on.
+  EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(2, 4)), ObjectUses::step(2, 6));
+  EXPECT_EQ(u.next_use("s3://b/a", 1, ObjectUses::step(2, 4)), ObjectUses::step(2, 9));
   EXPECT_EQ(u.next_use("s3://b/a", 1, start), ObjectUses::step(2, 3));
   EXPECT_EQ(u.next_use("s3://b/c", 5, start), ObjectUses::step(2, 1));
+  // A piece or object the epoch never uses.
   EXPECT_EQ(u.next_use("s3://b/c", 4, start), ObjectUses::kNever);
   EXPECT_EQ(u.next_use("s3://b/x", 0, start), ObjectUses::kNever);
   // A step of an earlier epoch: from the start of this one; of a later one (or unknown): none.
   EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(1, 7)), ObjectUses::step(2, 0));
   EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::step(3, 0)), ObjectUses::kNever);
   EXPECT_EQ(u.next_use("s3://b/a", 0, ObjectUses::kNever), ObjectUses::kNever);
+  // Batches past 2^32 - 1 are the last one, in step() as in add().
+  EXPECT_EQ(ObjectUses::step(2, uint64_t{1} << 40), ObjectUses::step(2, 0xffffffffu));
 }
 
 // Objects of one piece each, their bytes their number.
@@ -79,7 +84,7 @@ TEST_F(PieceCacheTest, FullItKeepsAPieceUsedSoonerInPlaceOfTheOneUsedLast) {
   // Epoch 0: o0 at batches 0 and 5, o1 at 1 and 2, o2 at 3 and 4.
   std::vector<std::string> urls;
   for (int i = 0; i < 3; ++i) urls.push_back(object(i).url);
-  auto uses = std::make_shared<ObjectUses>(urls, 0);
+  auto uses = std::make_shared<ObjectUses>(urls, 0, 6);
   for (auto [o, b] : {std::pair{0, 0}, {0, 5}, {1, 1}, {1, 2}, {2, 3}, {2, 4}}) uses->add(o, 0, 1000, b);
   uses->finish();
   c->set_uses(uses);
@@ -98,8 +103,8 @@ TEST_F(PieceCacheTest, FullItKeepsAPieceUsedSoonerInPlaceOfTheOneUsedLast) {
   EXPECT_EQ(counters().cache_let_go.load() - let_go, 1u);
   EXPECT_TRUE(holds(*c, 0));
   EXPECT_FALSE(holds(*c, 1));
-  // At batch 4 o0 is not here; fetched for batch 5 it has no use after it: never kept in place of o2.
-  EXPECT_FALSE(c->wants(object(0), 0, 1000, ObjectUses::step(0, 5)));
+  // o1 fetched for batch 5 is used next in the next epoch (batch 1 + 6), after o0 (5) and o2 (4).
+  EXPECT_FALSE(c->wants(object(1), 0, 1000, ObjectUses::step(0, 5)));
   // Without uses (or once they are let go) nothing is let go.
   uses.reset();
   c->keep(object(1), 0, bytes_of(1), ObjectUses::step(0, 1));
@@ -114,13 +119,14 @@ TEST_F(PieceCacheTest, PiecesFoundAtOpenAreRankedAndLetGo) {
     c->keep(object(1), 0, bytes_of(1));
   }
   std::shared_ptr<PieceCache> c = open(2);  // a new run: its folder full
-  auto uses = std::make_shared<ObjectUses>(std::vector<std::string>{object(0).url, object(1).url, object(2).url}, 4);
+  auto uses = std::make_shared<ObjectUses>(std::vector<std::string>{object(0).url, object(1).url, object(2).url}, 4, 3);
   uses->add(2, 0, 1000, 0);
   uses->add(1, 0, 1000, 1);
   uses->add(0, 0, 1000, 2);
   uses->finish();
   c->set_uses(uses);
-  EXPECT_TRUE(c->wants(object(2), 0, 1000, ObjectUses::step(4, 0)) == false);  // used no more after batch 0
+  // o2 is used next one epoch on (batch 3), after o0 (2) and o1 (1): not kept in place of either.
+  EXPECT_FALSE(c->wants(object(2), 0, 1000, ObjectUses::step(4, 0)));
   c->keep(object(2), 0, bytes_of(2), ObjectUses::step(4, 0));
   EXPECT_FALSE(holds(*c, 2));
   EXPECT_TRUE(holds(*c, 0));

@@ -44,8 +44,8 @@ ABSL_FLAG(std::string, cache_dir, "",
           "s3:// datasets: a node-local folder keeping the bytes fetched, so later epochs and runs read them from it "
           "(docs/object-storage.md)");
 ABSL_FLAG(std::string, cache_limit, "",
-          "Most bytes kept in --cache-dir, e.g. 64G (default: no limit); once full, a piece used sooner in the known "
-          "order takes the place of the one used last");
+          "Most bytes kept in --cache-dir, e.g. 64G (default: no limit); once full, what it holds stays (by next use "
+          "in the known order when the order uses samples again)");
 ABSL_FLAG(std::string, cache, "",
           "Under MPI: the job cache, this many bytes per node (e.g. 64G): the first epoch keeps what it reads, "
           "spread over the ranks' memory, and later epochs read it from there, not the files (docs/distributed.md)");

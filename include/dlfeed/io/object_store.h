@@ -41,12 +41,13 @@ struct DLFEED_EXPORT ObjectCacheOptions {
   /// The folder ("": no cache). Made if missing; shared by runs and by the
   /// processes of a node (pieces are written whole, then renamed).
   std::string dir;
-  /// Most bytes kept in it (0: no bound). Once full, a piece fetched is kept
-  /// in place of the one used last in the loader's known order when it is
-  /// used before that one (ObjectStore::plan_uses), else fetched as asked
-  /// and not kept: under a shuffled order every sample is used once an
-  /// epoch, so what is kept stays, and the bytes kept are bytes not fetched
-  /// again, each epoch.
+  /// Most bytes kept in it (0: no bound). Once full, what is not in it is
+  /// fetched as asked and not kept: under a shuffled order every sample is
+  /// used once an epoch, so what is kept stays, and the bytes kept are bytes
+  /// not fetched again, each epoch. Under an order that uses samples again
+  /// within an epoch, a piece fetched is kept in place of the one used last
+  /// in the loader's known order, when it is used before it
+  /// (ObjectStore::plan_uses).
   uint64_t max_bytes = 0;
 };
 
@@ -56,17 +57,20 @@ inline constexpr uint64_t kObjectCachePiece = uint64_t{1} << 20;
 /// When a loader uses each piece (kObjectCachePiece bytes) of the objects it
 /// reads, over one epoch of its known order: what lets a bounded cache keep
 /// the pieces used soonest (Belady's choice) rather than the ones kept
-/// first. A use is a step, `step(epoch, batch)`; ReadRequest::use_at is the
-/// step a read is for. Built by add() then finish(); const after.
+/// first, for orders that use samples again within an epoch. A use is a
+/// step, `step(epoch, batch)`; ReadRequest::use_at is the step a read is
+/// for. Built by add() then finish(); const after.
 class DLFEED_EXPORT ObjectUses {
  public:
-  /// No use left in the epoch.
+  /// No use at all.
   static constexpr uint64_t kNever = ~uint64_t{0};
-  static constexpr uint64_t step(uint64_t epoch, uint64_t batch) { return (epoch << 32) | (batch & 0xffffffffu); }
+  static constexpr uint64_t step(uint64_t epoch, uint64_t batch) {
+    return (epoch << 32) | (batch < 0xffffffffu ? batch : 0xffffffffu);
+  }
 
   /// The uses of `urls` (an object's index in it is its number in add())
-  /// in epoch `epoch`.
-  ObjectUses(std::vector<std::string> urls, uint64_t epoch);
+  /// in epoch `epoch`, of `batches` batches in all.
+  ObjectUses(std::vector<std::string> urls, uint64_t epoch, uint64_t batches);
   /// Bytes [offset, offset + length) of object `object` are read for
   /// batch `batch` of the epoch.
   void add(uint32_t object, uint64_t offset, uint64_t length, uint64_t batch);
@@ -77,13 +81,16 @@ class DLFEED_EXPORT ObjectUses {
   /// Whether `url` is one of the objects.
   bool reads(absl::string_view url) const { return index_.find(url) != index_.end(); }
   /// The first step at or after `from` at which piece `piece` of `url` is
-  /// used, or kNever (none left in the epoch, or an object not read).
+  /// used. A piece whose uses this epoch are all before `from` is taken to
+  /// be used next where it was first used this epoch, one epoch on (a step
+  /// past the epoch's last batch): the next epoch's order is another, but
+  /// uses it too. kNever: a piece the epoch never uses.
   uint64_t next_use(absl::string_view url, uint64_t piece, uint64_t from) const;
   /// The uses kept (pieces times batches).
   size_t size() const { return uses_.size(); }
 
  private:
-  uint64_t epoch_;
+  uint64_t epoch_, batches_;
   std::map<std::string, uint32_t, std::less<>> index_;
   // (object << 32 | piece, batch), sorted after finish().
   std::vector<std::pair<uint64_t, uint32_t>> uses_;
@@ -123,11 +130,15 @@ class DLFEED_EXPORT ObjectStore {
   /// made, from LoaderOptions::object_cache; a backend keeps the cache it
   /// was made with.
   virtual absl::Status use_cache(const ObjectCacheOptions& cache) = 0;
-  /// From now on, a bounded cache (ObjectCacheOptions::max_bytes) keeps and
-  /// lets go of pieces by their next use in `uses` (the loader's epoch, held
-  /// weakly: once the loader lets it go, by what it keeps first, as without).
-  /// The default ignores it.
-  virtual void plan_uses(const std::shared_ptr<const ObjectUses>& uses) { (void)uses; }
+  /// From now on, the bounded cache `cache` (the folder and bound a loader
+  /// gave use_cache()) keeps and lets go of pieces by their next use in
+  /// `uses` (the loader's epoch, held weakly: once the loader lets it go, or
+  /// another loader's replace it, by what it keeps first, as without; null:
+  /// none). The default ignores it.
+  virtual void plan_uses(const ObjectCacheOptions& cache, const std::shared_ptr<const ObjectUses>& uses) {
+    (void)cache;
+    (void)uses;
+  }
 };
 
 /// Makes `store` the one for its scheme (replacing an earlier one).

@@ -83,3 +83,29 @@ def test_an_order_that_uses_each_sample_once_keeps_what_it_kept(s3_server, phase
         assert sorted(ids) == list(range(OBJECTS))
         assert gets == OBJECTS - 8 and let_go == 0
     loader.close()
+
+
+def test_a_shuffled_order_of_small_samples_lets_no_piece_go(s3_server, tmp_path, monkeypatch):
+    """Samples of 32 KiB, 32 to a 1 MiB piece: a shuffled epoch uses each piece in many batches, but
+    each sample once, so nothing is ranked by next use (which let pieces the next epoch reads go for
+    pieces read once more in this one, fetching 1.4 times the set each epoch instead of half); the
+    cache at half the set keeps what it kept, and later epochs fetch about the other half."""
+    s3_server.apply_env(monkeypatch)
+    root = tmp_path / "small"
+    root.mkdir()
+    x = np.arange(8 * 32 * 8192, dtype=np.float32).reshape(8, 32, 8192)
+    for i in range(8):
+        np.save(root / f"s_{i}.npy", x[i])  # 1 MiB + 128 bytes: two pieces
+    s3_server.upload_dir(root, BUCKET, "small/")
+    total = sum(p.stat().st_size for p in root.iterdir())
+    loader = dlfeed.Loader(f"s3://{BUCKET}/small", batch_size=8, strategy="global_shuffle", seed=5, resident="off",
+                           cache_dir=tmp_path / "cache", cache_limit=total // 2)
+    flat = x.reshape(256, 8192)
+    epoch(loader, flat)
+    for _ in range(2):
+        before = dlfeed._dlfeed.s3_stats()
+        ids, _, let_go = epoch(loader, flat)
+        fetched = dlfeed._dlfeed.s3_stats()["bytes"] - before["bytes"]
+        assert sorted(ids) == list(range(256)) and let_go == 0
+        assert fetched <= 0.6 * total, f"an epoch fetched {fetched / total:.2f} of the set"
+    loader.close()
