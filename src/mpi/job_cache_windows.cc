@@ -11,7 +11,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -107,6 +109,35 @@ absl::Status shared_memory_has_room(const JobCache::State& s, uint64_t node_byte
       "MPI job cache: ", why,
       ": give the cache fewer bytes (job_cache=, --cache), or a node-local folder for it (job_cache_folder=, "
       "--cache-folder)"));
+}
+
+// Open MPI before 5 names the node-local shared memory of a one-sided
+// window it makes with its RDMA component (MPI_Win_allocate, MPI_Win_create)
+// by the node, the job and the communicator's context id, and communicators
+// split together share that id: two groups' windows on one machine then
+// map the same memory, and each reads the other's bytes
+// (open-mpi/ompi#9492). Refused, on every rank alike, for a job over such
+// a communicator; a job over MPI_COMM_WORLD (or a copy of it) has no twin.
+absl::Status one_sided_windows_are_safe(const JobCache::State& s) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  if (MPI_Get_library_version(version, &len) != MPI_SUCCESS) return absl::OkStatus();
+  const std::string v(version, static_cast<size_t>(std::max(len, 0)));
+  const std::string kOpenMpi = "Open MPI v";
+  const size_t at = v.find(kOpenMpi);
+  if (at == std::string::npos || at + kOpenMpi.size() >= v.size()) return absl::OkStatus();
+  const int major = std::atoi(v.c_str() + at + kOpenMpi.size());
+  if (major >= 5) return absl::OkStatus();
+  int same = MPI_UNEQUAL;
+  DLFEED_JC_CALL(MPI_Comm_compare(s.comm, MPI_COMM_WORLD, &same));
+  if (same == MPI_IDENT || same == MPI_CONGRUENT) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "MPI job cache: a job over a communicator other than MPI_COMM_WORLD (mpi_comm=) needs windows across its "
+      "nodes (or job_cache_ranks_per_node=1), and ",
+      v.substr(at, v.find_first_of(",\n", at) - at),
+      " maps the windows of communicators split together on one machine to the same memory (open-mpi/ompi#9492): "
+      "each group would read the other's bytes. Run the job over MPI_COMM_WORLD, keep each group on one machine "
+      "with job_cache_ranks_per_node=0 (one shared window, which is not affected), or use Open MPI 5"));
 }
 
 // Memory parts. When a group has more than one rank (`shared`, the same on
@@ -340,7 +371,12 @@ absl::Status make_windows(JobCache::State& s, uint64_t capacity, const std::stri
   if (st.ok()) st = shared.status();
   if (st.ok()) {
     const bool any = *shared != Ranks::kNone;
-    st = folder.empty() ? memory_parts(s, capacity, *members, any) : folder_parts(s, capacity, folder, *members, any);
+    // Windows of MPI's one-sided component unless every rank shares one node's memory.
+    const bool all_here = members->size() == static_cast<size_t>(s.size);
+    if (folder.empty() ? !(any && all_here) : !all_here) st = one_sided_windows_are_safe(s);
+    if (st.ok()) {
+      st = folder.empty() ? memory_parts(s, capacity, *members, any) : folder_parts(s, capacity, folder, *members, any);
+    }
   }
   if (st.ok()) st = lock_windows(s);
   if (!st.ok()) release(s);
