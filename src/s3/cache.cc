@@ -286,13 +286,17 @@ bool PieceCache::wants(const ObjectInfo& o, uint64_t start, uint64_t end, uint64
   const std::string folder = folder_of(o);
   if (folder.empty()) return false;
   const std::shared_ptr<const ObjectUses> u = at == ObjectUses::kNever ? nullptr : uses();
+  // Which pieces are here: a file system call each, made before the lock.
+  std::vector<std::pair<uint64_t, bool>> pieces;  // (number, here)
+  for (uint64_t k = start / kPiece; k * kPiece < end && piece_length(o, k) > 0; ++k) {
+    pieces.emplace_back(k, ::access(absl::StrCat(folder, "/", k).c_str(), F_OK) == 0);
+  }
   std::lock_guard<std::mutex> lock(evict_mu_);
   const uint32_t number = folder_number(folder, o.url);
   bool wanted = false;
-  for (uint64_t k = start / kPiece; k * kPiece < end; ++k) {
+  for (const auto& [k, here] : pieces) {
     const uint64_t len = piece_length(o, k);
-    if (len == 0) break;
-    if (::access(absl::StrCat(folder, "/", k).c_str(), F_OK) == 0) {
+    if (here) {
       note(number, k, len + 4, false, at, u.get());  // used now: ranked by its next use
       continue;
     }
