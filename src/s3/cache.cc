@@ -333,7 +333,8 @@ bool PieceCache::read(const ObjectInfo& o, uint64_t offset, std::span<std::byte>
     if (fd < 0) return false;
     if (struct stat kind{}; ::fstat(fd, &kind) != 0 || !S_ISREG(kind.st_mode)) {
       ::close(fd);
-      ::unlink(path.c_str());  // not a piece: fetched again
+      std::error_code ec;
+      fs::remove_all(path, ec);  // not a piece (a folder too): fetched again, and kept in its place
       forget(folder, o, k);
       counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
       return false;

@@ -121,3 +121,23 @@ def test_a_cache_bound_just_above_the_dataset_keeps_it_all(s3_server, tmp_path, 
     assert sum(len(b) for b in loader) == 288
     fetched = dlfeed._dlfeed.s3_stats()["bytes"] - before["bytes"]
     assert fetched == 0, f"the second epoch fetched {fetched} of {total} bytes again"
+
+
+def test_a_folder_in_place_of_a_piece_is_replaced_by_the_piece(s3_server, tmp_path, monkeypatch):
+    # A folder (or any non-file) where a piece goes: a damaged piece, fetched again and kept in its
+    # place, not a name the cache can never use again (found by outside testing).
+    s3_server.apply_env(monkeypatch)
+    arrays, _ = upload_arrays(s3_server, tmp_path, "folder-piece", 2)
+    kw = dict(batch_size=4, resident="off", cache_dir=tmp_path / "cache")
+    loader = dlfeed.Loader(f"s3://{BUCKET}/folder-piece/", **kw)
+    assert sum(len(b) for b in loader) == 16
+    loader.close()
+    piece = sorted(p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != "id")[0]
+    piece.unlink()
+    (piece / "junk").mkdir(parents=True)
+    for _ in range(2):
+        loader = dlfeed.Loader(f"s3://{BUCKET}/folder-piece/", **kw)
+        got = np.concatenate([np.array(b[0]) for b in loader])
+        loader.close()
+        np.testing.assert_array_equal(got, np.concatenate(arrays))  # sequential: in the files' order
+    assert piece.is_file()
