@@ -168,7 +168,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   std::lock_guard<std::mutex> lock(cache->evict_mu_);
   for (const Found& f : found) {
     const uint32_t number = cache->folder_number(f.folder, f.url);
-    cache->known_[key_of(number, f.k)] = Known{number, f.bytes, 0, false, true, ObjectUses::kNever};
+    cache->known_[key_of(number, f.k)] = Known{number, f.bytes, 0, false, true, ObjectUses::kNever, false};
   }
   return cache;
 }
@@ -215,8 +215,10 @@ void PieceCache::rank(uint64_t key, Known& p, const ObjectUses* uses) {
   const uint64_t start = ObjectUses::step(uses->epoch(), 0);
   const uint64_t from = p.last == ObjectUses::kNever ? start : std::max(start, p.last + 1);
   p.next = uses->next_use(url, key & 0xffffffffu, from);
-  // A piece the loader never uses is another's (a rank of the node): never let go here.
-  if (p.next == ObjectUses::kNever) return;
+  // A piece the epoch never uses: let go first when this process kept it
+  // (an earlier phase's); one found in the folder may be another's in use.
+  if (p.next == ObjectUses::kNever && !p.mine) return;
+  if (p.next == ObjectUses::kNever) p.next = ObjectUses::kNever - 1;
   p.ranked = true;
   by_next_.emplace(p.next, key);
 }
@@ -224,9 +226,10 @@ void PieceCache::rank(uint64_t key, Known& p, const ObjectUses* uses) {
 void PieceCache::note(uint32_t folder, uint64_t k, uint64_t bytes, bool counted, uint64_t at, const ObjectUses* uses) {
   if (max_ == 0) return;  // no bound: nothing is let go
   const uint64_t key = key_of(folder, k);
-  auto [it, added] = known_.try_emplace(key, Known{folder, bytes, 0, false, counted, ObjectUses::kNever});
+  auto [it, added] = known_.try_emplace(key, Known{folder, bytes, 0, false, counted, ObjectUses::kNever, counted});
   Known& p = it->second;
-  p.counted = p.counted || counted;                // kept here after another process's was let go
+  p.counted = p.counted || counted;
+  p.mine = p.mine || counted;                      // counted when kept here
   if (at == ObjectUses::kNever && !added) return;  // no step: its rank stays
   if (at != ObjectUses::kNever) p.last = p.last == ObjectUses::kNever ? at : std::max(p.last, at);
   if (p.ranked) by_next_.erase({p.next, key});
@@ -237,7 +240,10 @@ void PieceCache::note(uint32_t folder, uint64_t k, uint64_t bytes, bool counted,
 void PieceCache::forget(const std::string& folder, const ObjectInfo& o, uint64_t k) {
   if (max_ == 0) return;
   std::lock_guard<std::mutex> lock(evict_mu_);
-  const uint64_t key = key_of(folder_number(folder, o.url), k);
+  drop_known(key_of(folder_number(folder, o.url), k));
+}
+
+void PieceCache::drop_known(uint64_t key) {
   const auto it = known_.find(key);
   if (it == known_.end()) return;
   if (it->second.ranked) by_next_.erase({it->second.next, key});
@@ -388,15 +394,18 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
     // One connection keeps a piece at a time: another fetching it at once
     // neither takes room for it nor lets a piece go for it.
     uint64_t key = 0;
-    bool counted = false;  // its room already counted (found at open, then let go by another process)
     {
       std::lock_guard<std::mutex> lock(evict_mu_);
       key = key_of(folder_number(folder, o.url), k);
       if (!keeping_.insert(key).second) continue;
-      const auto it = known_.find(key);
-      counted = it != known_.end() && it->second.counted;
+      // Known but not there (another process let it go, or it was damaged):
+      // its room given back, and taken again below.
+      drop_known(key);
     }
-    keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get(), counted);
+    try {
+      keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get());
+    } catch (const std::bad_alloc&) {  // no memory to write it: not kept
+    }
     std::lock_guard<std::mutex> lock(evict_mu_);
     keeping_.erase(key);
     if (u == nullptr && !has_room(len + 4)) break;  // the pieces after it do not fit either
@@ -404,11 +413,11 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
 }
 
 void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
-                          std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u, bool counted) {
+                          std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u) {
   // Kept by another connection since this one looked: nothing to take room for.
   if (::access(path.c_str(), F_OK) == 0) return;
   const uint64_t room = bytes.size() + 4;
-  if (!counted && !reserve(room)) {
+  if (!reserve(room)) {
     if (u == nullptr) return;
     // Full: in place of the piece used last, when used before it.
     std::lock_guard<std::mutex> lock(evict_mu_);
@@ -422,7 +431,7 @@ void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, cons
     counters().cache_kept.fetch_add(bytes.size(), std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(evict_mu_);
     note(folder, k, room, true, at, u);
-  } else if (!counted) {
+  } else {
     used_.fetch_sub(room, std::memory_order_relaxed);  // not written: its room back
   }
 }

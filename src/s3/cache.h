@@ -77,6 +77,7 @@ class PieceCache {
     bool ranked;    // in by_next_: counted here, and used by the uses
     bool counted;   // in used_ (found at open, or kept here)
     uint64_t last;  // the latest step it was read or kept for (ObjectUses::kNever: none)
+    bool mine;      // kept by this process (not found in the folder)
   };
   static uint64_t key_of(uint32_t folder, uint64_t k) { return (uint64_t{folder} << 32) | k; }
   uint32_t folder_number(const std::string& folder, const std::string& url);
@@ -94,7 +95,9 @@ class PieceCache {
   // keep() of piece `k` of folder number `folder` (its `bytes`, to `path`),
   // by one connection at a time.
   void keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
-                std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u, bool counted);
+                std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u);
+  // Forgets piece `key` (its room given back when counted). Under evict_mu_.
+  void drop_known(uint64_t key);
   std::shared_ptr<const ObjectUses> uses() const;
 
   const std::string dir_;

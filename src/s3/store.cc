@@ -532,15 +532,16 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   // To the caches of that folder and bound, current or not: a loader's
   // backend keeps the cache it was made with, whatever a later loader uses.
   void plan_uses(const ObjectCacheOptions& o, const std::shared_ptr<const ObjectUses>& uses) override {
-    std::vector<std::shared_ptr<PieceCache>> to;
+    std::vector<std::shared_ptr<PieceCache>> open;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const std::weak_ptr<PieceCache>& w : opened_) {
-        std::shared_ptr<PieceCache> c = w.lock();
-        if (c && c->dir() == o.dir && c->max_bytes() == o.max_bytes) to.push_back(std::move(c));
-      }
+      for (const std::weak_ptr<PieceCache>& w : opened_) open.push_back(w.lock());
     }
-    for (const auto& c : to) c->set_uses(uses);  // outside mu_ (fork-guarded mutexes never nest)
+    // Outside mu_: a cache let go of here (its last user gone meanwhile) is
+    // destroyed here, and its destructor takes fork_unguard's mutex.
+    for (const auto& c : open) {
+      if (c && c->dir() == o.dir && c->max_bytes() == o.max_bytes) c->set_uses(uses);
+    }
   }
 
   std::shared_ptr<PieceCache> cache() {

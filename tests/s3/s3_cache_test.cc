@@ -133,5 +133,47 @@ TEST_F(PieceCacheTest, PiecesFoundAtOpenAreRankedAndLetGo) {
   EXPECT_TRUE(holds(*c, 1));
 }
 
+TEST_F(PieceCacheTest, PiecesKeptForAnEarlierPhaseGoFirstAndRoomIsCountedOnce) {
+  std::shared_ptr<PieceCache> c = open(2);
+  std::vector<std::string> urls;
+  for (int i = 0; i < 4; ++i) urls.push_back(object(i).url);
+  // Epoch 0 uses o0 and o1 twice each; epoch 1 uses o2 and o3 twice each (a curriculum's phases).
+  auto phase = [&](uint64_t epoch, int a, int b) {
+    auto u = std::make_shared<ObjectUses>(urls, epoch, 2);
+    for (uint64_t batch = 0; batch < 2; ++batch) {
+      u->add(static_cast<uint32_t>(a), 0, 1000, batch);
+      u->add(static_cast<uint32_t>(b), 0, 1000, batch);
+    }
+    u->finish();
+    return u;
+  };
+  auto first = phase(0, 0, 1);
+  c->set_uses(first);
+  c->keep(object(0), 0, bytes_of(0), ObjectUses::step(0, 0));
+  c->keep(object(1), 0, bytes_of(1), ObjectUses::step(0, 0));
+  auto second = phase(1, 2, 3);
+  c->set_uses(second);
+  // o0 and o1 are not used this epoch: o2 and o3 take their places.
+  EXPECT_TRUE(c->wants(object(2), 0, 1000, ObjectUses::step(1, 0)));
+  c->keep(object(2), 0, bytes_of(2), ObjectUses::step(1, 0));
+  c->keep(object(3), 0, bytes_of(3), ObjectUses::step(1, 0));
+  EXPECT_TRUE(holds(*c, 2));
+  EXPECT_TRUE(holds(*c, 3));
+  EXPECT_FALSE(holds(*c, 0));
+  EXPECT_EQ(c->used(), 2u * 1004);
+  // A piece removed by another process (o2's or o3's, the first found) and kept again takes its room once.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (e.path().filename() == "0") {
+      std::filesystem::remove(e.path());
+      break;
+    }
+  }
+  const int gone = holds(*c, 2) ? 3 : 2;
+  EXPECT_FALSE(holds(*c, gone));
+  c->keep(object(gone), 0, bytes_of(gone), ObjectUses::step(1, 1));
+  EXPECT_TRUE(holds(*c, gone));
+  EXPECT_EQ(c->used(), 2u * 1004);
+}
+
 }  // namespace
 }  // namespace dlfeed::s3::detail
