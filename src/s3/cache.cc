@@ -155,14 +155,16 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
       url = lines.size() > 1 ? lines[1] : "";
       continue;
     }
-    if (!it->is_regular_file(ec)) continue;
+    // Pieces count (their bytes and CRC), as the pieces kept later do; the
+    // `id` files and another process's pieces being written do not.
+    uint64_t k = 0;
+    if (!it->is_regular_file(ec) || it.depth() != 1 || !absl::SimpleAtoi(it->path().filename().string(), &k) ||
+        it->path().parent_path() != folder) {
+      continue;
+    }
     const uint64_t bytes = it->file_size(ec);
     used += bytes;
-    uint64_t k = 0;
-    if (o.max_bytes != 0 && it.depth() == 1 && absl::SimpleAtoi(it->path().filename().string(), &k) &&
-        it->path().parent_path() == folder) {
-      found.push_back({folder, url, k, bytes});
-    }
+    if (o.max_bytes != 0) found.push_back({folder, url, k, bytes});
   }
   std::shared_ptr<PieceCache> cache(new PieceCache(o.dir, o.max_bytes, used));
   std::lock_guard<std::mutex> lock(cache->evict_mu_);
@@ -306,6 +308,9 @@ bool PieceCache::wants(const ObjectInfo& o, uint64_t start, uint64_t end, uint64
       note(number, k, len + 4, false, at, u.get());  // used now: ranked by its next use
       continue;
     }
+    // Known but gone from the folder (removed by hand, or by another
+    // process): its room back. Not while a connection keeps it.
+    if (!keeping_.contains(key_of(number, k))) drop_known(key_of(number, k));
     if (wanted) continue;
     // Whole pieces are fetched while one missing here is kept: asking room
     // for the whole span left a bound just above the dataset without the
@@ -398,24 +403,27 @@ void PieceCache::keep(const ObjectInfo& o, uint64_t start, std::span<const std::
       std::lock_guard<std::mutex> lock(evict_mu_);
       key = key_of(folder_number(folder, o.url), k);
       if (!keeping_.insert(key).second) continue;
-      // Known but not there (another process let it go, or it was damaged):
-      // its room given back, and taken again below.
-      drop_known(key);
     }
-    try {
-      keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get());
-    } catch (const std::bad_alloc&) {  // no memory to write it: not kept
+    // Looked at once this connection keeps it (another may have just kept it).
+    if (::access(path.c_str(), F_OK) != 0) {
+      {
+        // Known but not there (another process let it go, or it was
+        // damaged): its room given back, and taken again below.
+        std::lock_guard<std::mutex> lock(evict_mu_);
+        drop_known(key);
+      }
+      try {
+        keep_one(o, static_cast<uint32_t>(key >> 32), k, path, bytes.subspan(rel, len), at, u.get());
+      } catch (const std::bad_alloc&) {  // no memory to write it: not kept
+      }
     }
     std::lock_guard<std::mutex> lock(evict_mu_);
-    keeping_.erase(key);
-    if (u == nullptr && !has_room(len + 4)) break;  // the pieces after it do not fit either
+    keeping_.erase(key);  // a piece after it may be smaller (an object's last), and fit
   }
 }
 
 void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
                           std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u) {
-  // Kept by another connection since this one looked: nothing to take room for.
-  if (::access(path.c_str(), F_OK) == 0) return;
   const uint64_t room = bytes.size() + 4;
   if (!reserve(room)) {
     if (u == nullptr) return;

@@ -141,3 +141,26 @@ def test_a_folder_in_place_of_a_piece_is_replaced_by_the_piece(s3_server, tmp_pa
         loader.close()
         np.testing.assert_array_equal(got, np.concatenate(arrays))  # sequential: in the files' order
     assert piece.is_file()
+
+
+def test_a_cache_folder_emptied_by_hand_fills_again(s3_server, tmp_path, monkeypatch):
+    # A later loader of the same folder and bound took over the first one's count of what it kept:
+    # with the folder deleted in between, it never kept a piece again (found by outside testing).
+    import shutil
+    s3_server.apply_env(monkeypatch)
+    arrays, _ = upload_arrays(s3_server, tmp_path, "emptied", 4, rows=64)  # 4 KiB objects
+    kw = dict(batch_size=8, resident="off", cache_dir=tmp_path / "cache", cache_limit=12 << 10)
+
+    def pieces():
+        return [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.name != "id"]
+
+    loader = dlfeed.Loader(f"s3://{BUCKET}/emptied/", **kw)
+    assert sum(len(b) for b in loader) == 256
+    loader.close()
+    assert len(pieces()) == 2  # 12 KiB: two objects and their CRCs
+    shutil.rmtree(tmp_path / "cache")
+    loader = dlfeed.Loader(f"s3://{BUCKET}/emptied/", **kw)
+    got = np.concatenate([np.array(b[0]) for b in loader])
+    loader.close()
+    np.testing.assert_array_equal(got, np.concatenate(arrays))
+    assert len(pieces()) == 2
