@@ -134,10 +134,9 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     return absl::FailedPreconditionError(
         absl::StrCat("object cache ", o.dir, ": cannot make the folder: ", ec ? ec.message() : "not a folder"));
   }
-  // What the folder holds counts against the bound, but for folders of an
-  // earlier format (their `id` says another), which are never read.
-  // Its pieces (named by their number) are known from now on, to be let go
-  // by their next use.
+  // The pieces the folder holds count against the bound, but for folders
+  // of an earlier format (their `id` says another), which are never read.
+  // They are known from now on, to be let go by their next use.
   uint64_t used = 0;
   struct Found {
     std::string folder, url;
@@ -309,8 +308,12 @@ bool PieceCache::wants(const ObjectInfo& o, uint64_t start, uint64_t end, uint64
       continue;
     }
     // Known but gone from the folder (removed by hand, or by another
-    // process): its room back. Not while a connection keeps it.
-    if (!keeping_.contains(key_of(number, k))) drop_known(key_of(number, k));
+    // process): its room back. Not while a connection keeps it, nor when
+    // one kept it since it was looked at.
+    const uint64_t key = key_of(number, k);
+    if (!keeping_.contains(key) && known_.contains(key) && ::access(absl::StrCat(folder, "/", k).c_str(), F_OK) != 0) {
+      drop_known(key);
+    }
     if (wanted) continue;
     // Whole pieces are fetched while one missing here is kept: asking room
     // for the whole span left a bound just above the dataset without the
