@@ -258,13 +258,14 @@ bool PieceCache::let_go_one(uint64_t next) {
   if (by_next_.empty() || std::prev(by_next_.end())->first <= next) return false;
   const auto last = std::prev(by_next_.end());
   const uint64_t key = last->second;
-  by_next_.erase(last);
   const auto it = known_.find(key);
-  if (it == known_.end()) return true;
-  const Known p = it->second;
-  known_.erase(it);
-  ::unlink(absl::StrCat(folder_list_[p.folder].first, "/", key & 0xffffffffu).c_str());
-  used_.fetch_sub(std::min(p.bytes, used_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+  if (it == known_.end()) {  // never (a ranked piece is known): not a piece to let go
+    by_next_.erase(last);
+    return true;
+  }
+  // Removed, then forgotten with its room back (a ranked piece is counted).
+  ::unlink(absl::StrCat(folder_list_[it->second.folder].first, "/", key & 0xffffffffu).c_str());
+  drop_known(key);
   counters().cache_let_go.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
