@@ -227,8 +227,8 @@ void bind_loader_option_structs(py::module_& m) {
       .def_readwrite("dir", &ObjectCacheOptions::dir, "The folder; empty: no cache")
       .def_readwrite(
           "max_bytes", &ObjectCacheOptions::max_bytes,
-          "Most bytes kept (0: no bound); once full, what it holds stays (by next use in the known order when "
-          "the order uses samples again)");
+          "Most bytes kept in the cache_dir folder (0: no bound; needs cache_dir); once full, what it holds stays "
+          "(by next use in the known order when the order uses samples again)");
 
   describe<LoaderTuning>("LoaderTuning");
   py::class_<LoaderTuning>(m, "LoaderTuning",

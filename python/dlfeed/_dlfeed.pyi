@@ -160,7 +160,7 @@ class ObjectCacheOptions:
     dir: str
     """The folder; empty: no cache"""
     max_bytes: int
-    """Most bytes kept (0: no bound); once full, what it holds stays (by next use in the known order when the order uses samples again)"""
+    """Most bytes kept in the cache_dir folder (0: no bound; needs cache_dir); once full, what it holds stays (by next use in the known order when the order uses samples again)"""
 
 class LoaderTuning:
     """Knobs for dlfeed's tests and benches (C++ LoaderTuning); not a stable API."""

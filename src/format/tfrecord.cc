@@ -316,6 +316,14 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
       counters::StepTimer crc(counters::Id::kDecodeCrc);  // the framing check is the CRCs
       unframed = tfrecord::unframe_record(framed, verify_ && verify, where_, rec_off);
     }
+    if (!unframed.ok() && !idx_.empty()) {  // the extent may be the sidecar's fault, not the file's
+      return absl::Status(
+          unframed.status().code(),
+          absl::StrCat(unframed.status().message(), " (record ", item, "'s extent is line ", item + 1,
+                       " of the idx sidecar ", idx_,
+                       "; if the sidecar does not match the file, remove it: the record headers are then "
+                       "scanned)"));
+    }
     DLFEED_ASSIGN_OR_RETURN(std::span<const std::byte> payload, std::move(unframed));
     const example::Context ctx{where_, rec_off + tfrecord::kHeaderSize};
     absl::StatusOr<detail::tfr::Found> finding;

@@ -129,9 +129,21 @@ absl::Status open_fields(const LoaderOptions& options, counters::Counters& cnt, 
         }
       }
       if (idx.file_begin != first.file_begin) {
+        // The first pair of files that differ, by name: the totals alone
+        // may agree (9 and 11 rows in two files), and name no file.
+        std::string where;
+        for (size_t k = 0; k < idx.num_files() && k < first.num_files(); ++k) {
+          const uint64_t a = idx.file_begin[k + 1] - idx.file_begin[k];
+          const uint64_t b = first.file_begin[k + 1] - first.file_begin[k];
+          if (a == b) continue;
+          where = absl::StrCat("; in file ", k + 1, " of ", idx.num_files(), ", ", idx.files[k], " gives '", name, "' ",
+                               a, " samples and ", idx.files[k] == first.files[k] ? "" : first.files[k] + " gives ",
+                               "'", field_names[0], "' ", b);
+          break;
+        }
         return absl::InvalidArgumentError(absl::StrCat(
             "loader: field '", name, "' has ", idx.size(), " samples in ", idx.num_files(), " files but field '",
-            field_names[0], "' has ", first.size(), " in ", first.num_files(),
+            field_names[0], "' has ", first.size(), " in ", first.num_files(), where,
             "; every field needs the same samples per file (", name, ": ", samples_per_file_str(idx), "; ",
             field_names[0], ": ", samples_per_file_str(first), "; axis none reads each array as one sample)"));
       }
@@ -268,6 +280,11 @@ void add_files(const std::vector<SampleIndex>& indices, FileTable& files, std::v
 
 absl::StatusOr<std::vector<std::shared_ptr<ObjectStore>>> use_object_cache(const LoaderOptions& options) {
   std::vector<std::shared_ptr<ObjectStore>> bounded;
+  if (options.object_cache.max_bytes != 0 && options.object_cache.dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("cache_limit ", options.object_cache.max_bytes,
+                                                   " bounds the folder of cache_dir, which is not given: give "
+                                                   "cache_dir (--cache-dir DIR) too, or no cache_limit"));
+  }
   // Set either way: a loader without a cache uses none, whatever an earlier one did.
   for (const std::string& p : options.paths) {
     if (!is_object_url(p)) continue;

@@ -2,12 +2,14 @@
 #include "s3/cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -121,6 +123,50 @@ uint64_t piece_length(const ObjectInfo& o, uint64_t k) {
   return at >= o.size ? 0 : std::min<uint64_t>(PieceCache::kPiece, o.size - at);
 }
 
+std::string folder_name(const std::string& url, const std::string& id) {
+  return absl::StrFormat("%016x-%016x", fnv1a(url), fnv1a(id));
+}
+
+// What a folder of the cache's is: a version's folder (its name the hashes
+// of its id's URL and whole id), one damaged (a name of ours over an id that
+// is not its own, or none a minute after it was made: every piece of it
+// unreadable, uncounted, and never let go), or another's (left alone).
+enum class FolderState { kOurs, kDamaged, kOther };
+
+FolderState folder_state(const fs::path& folder, std::string& url) {
+  const std::string name = folder.filename().string();
+  const bool ours = name.size() == 33 && name[16] == '-' && std::all_of(name.begin(), name.end(), [](char c) {
+                      return c == '-' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                    });
+  if (!ours) return FolderState::kOther;
+  const std::string id = read_small((folder / "id").string());
+  const std::vector<std::string> lines = absl::StrSplit(id, '\n');
+  if (lines.size() > 1 && lines[0] == kFormatLine && name == folder_name(lines[1], id)) {
+    url = lines[1];
+    return FolderState::kOurs;
+  }
+  if (!id.empty()) return FolderState::kDamaged;
+  // No id yet: another process may have just made the folder.
+  struct stat st {};
+  return ::stat(folder.c_str(), &st) == 0 && st.st_mtime + 60 < ::time(nullptr) ? FolderState::kDamaged
+                                                                                : FolderState::kOther;
+}
+
+// A piece or id being written (NAME.tmp.PID.THREAD) by a process that is
+// gone (killed while writing it), or written over an hour ago (its PID may
+// be another's now): never renamed, and removed.
+bool stale_temporary(const fs::path& path) {
+  const std::string name = path.filename().string();
+  const size_t at = name.find(".tmp.");
+  if (at == std::string::npos) return false;
+  const size_t dot = name.find('.', at + 5);
+  int64_t pid = 0;
+  if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(at + 5, dot - at - 5), &pid) || pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && st.st_mtime + 3600 < ::time(nullptr);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOptions& o) {
@@ -143,15 +189,23 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     uint64_t k, bytes;
   };
   std::vector<Found> found;
+  std::vector<fs::path> damaged;
   std::string folder, url;
   for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (it.depth() == 0 && it->is_directory(ec)) {
-      const std::string id = read_small((it->path() / "id").string());
-      if (id.substr(0, id.find('\n')) != kFormatLine) it.disable_recursion_pending();
-      const std::vector<std::string> lines = absl::StrSplit(id, '\n');
       folder = it->path().string();
-      url = lines.size() > 1 ? lines[1] : "";
+      url.clear();
+      switch (folder_state(it->path(), url)) {
+        case FolderState::kOurs: break;
+        case FolderState::kDamaged: damaged.push_back(it->path()); [[fallthrough]];
+        case FolderState::kOther: it.disable_recursion_pending(); break;
+      }
+      continue;
+    }
+    if (it.depth() == 1 && stale_temporary(it->path())) {
+      fs::remove(it->path(), ec);
+      ec.clear();
       continue;
     }
     // Pieces count (their bytes and CRC), as the pieces kept later do; the
@@ -164,6 +218,10 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     const uint64_t bytes = it->file_size(ec);
     used += bytes;
     if (o.max_bytes != 0) found.push_back({folder, url, k, bytes});
+  }
+  for (const fs::path& d : damaged) {
+    fs::remove_all(d, ec);
+    counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
   }
   std::shared_ptr<PieceCache> cache(new PieceCache(o.dir, o.max_bytes, used));
   std::lock_guard<std::mutex> lock(cache->evict_mu_);
@@ -274,12 +332,33 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
   const std::string id = id_of(o);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = folders_.find(id); it != folders_.end()) return it->second;
-  const std::string folder = absl::StrFormat("%s/%016x-%016x", dir_, fnv1a(o.url), fnv1a(id));
+  const std::string folder = absl::StrCat(dir_, "/", folder_name(o.url, id));
   std::string usable;
   std::error_code ec;
   fs::create_directories(folder, ec);
   const std::string id_path = folder + "/id";
-  const std::string have = read_small(id_path);  // "" also for a FIFO or other non-file, which publish replaces
+  std::string have = read_small(id_path);  // "" also for a FIFO or other non-file, which publish replaces
+  if (!have.empty() && have != id) {
+    // Another id under this version's name (which is the id's hash): the
+    // id is damaged. Its pieces are removed (their room back) and it is
+    // written again: else the object was never kept, and its pieces never
+    // counted nor let go.
+    for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+      if (e.path().filename() != "id") fs::remove_all(e.path(), ec);
+    }
+    ec.clear();
+    {
+      std::lock_guard<std::mutex> evict(evict_mu_);
+      const uint32_t number = folder_number(folder, o.url);
+      std::vector<uint64_t> gone;
+      for (const auto& [key, p] : known_) {
+        if (p.folder == number) gone.push_back(key);
+      }
+      for (uint64_t key : gone) drop_known(key);
+    }
+    counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
+    have.clear();
+  }
   if (have == id || (have.empty() && publish(id_path, id.data(), id.size(), nullptr, 0))) {
     // Written by another process meanwhile: it is the same id, or it is not ours.
     if (read_small(id_path) == id) usable = folder;

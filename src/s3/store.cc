@@ -518,33 +518,48 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
 
   absl::Status use_cache(const ObjectCacheOptions& o) override {
     // Opened again for each loader, the same folder and bound too: it counts
-    // what the folder holds now (a folder emptied by hand has room again).
+    // what the folder holds now (a folder emptied by hand has room again);
+    // but one another loader's backend uses (held beyond `open` and the
+    // store's current one) is shared: one count under the bound a process.
     std::shared_ptr<PieceCache> cache;
-    if (!o.dir.empty()) {
+    const PieceCache* current = nullptr;
+    const std::vector<std::shared_ptr<PieceCache>> open = caches_open(&current);
+    for (const std::shared_ptr<PieceCache>& c : open) {
+      if (!o.dir.empty() && c && c->dir() == o.dir && c->max_bytes() == o.max_bytes &&
+          c.use_count() > (c.get() == current ? 2 : 1)) {
+        cache = c;
+        break;
+      }
+    }
+    if (!o.dir.empty() && !cache) {
       DLFEED_ASSIGN_OR_RETURN(cache, PieceCache::open(o));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (cache) {
+    if (cache && std::find(open.begin(), open.end(), cache) == open.end()) {
       std::erase_if(opened_, [](const std::weak_ptr<PieceCache>& c) { return c.expired(); });
       opened_.push_back(cache);
     }
     cache_.swap(cache);
-    return absl::OkStatus();  // the cache let go of here, after the lock (its destructor takes fork_unguard's)
+    return absl::OkStatus();  // the caches let go of here, after the lock (see caches_open)
   }
 
   // To the caches of that folder and bound, current or not: a loader's
   // backend keeps the cache it was made with, whatever a later loader uses.
   void plan_uses(const ObjectCacheOptions& o, const std::shared_ptr<const ObjectUses>& uses) override {
-    std::vector<std::shared_ptr<PieceCache>> open;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const std::weak_ptr<PieceCache>& w : opened_) open.push_back(w.lock());
-    }
-    // Outside mu_: a cache let go of here (its last user gone meanwhile) is
-    // destroyed here, and its destructor takes fork_unguard's mutex.
-    for (const auto& c : open) {
+    for (const auto& c : caches_open()) {
       if (c && c->dir() == o.dir && c->max_bytes() == o.max_bytes) c->set_uses(uses);
     }
+  }
+
+  // The caches opened that are still used (and the current one). The caller
+  // lets them go outside mu_: one whose last user went meanwhile is
+  // destroyed then, and its destructor takes fork_unguard's mutex.
+  std::vector<std::shared_ptr<PieceCache>> caches_open(const PieceCache** current = nullptr) {
+    std::vector<std::shared_ptr<PieceCache>> open;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::weak_ptr<PieceCache>& w : opened_) open.push_back(w.lock());
+    if (current != nullptr) *current = cache_.get();
+    return open;
   }
 
   std::shared_ptr<PieceCache> cache() {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dlfeed order`: prints one rank's sample order for one epoch, or its
 // shuffle-quality figures (--stats).
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -41,7 +43,19 @@ dlfeed::FileLayout layout_from_flags() {
     throw dlfeed::Error(
         absl::InvalidArgumentError("give --dataset PATH, or --files N and --samples-per-file M (both >= 1)"));
   }
-  return dlfeed::FileLayout::uniform(files, per);
+  if (per > (UINT64_MAX - 1) / files) {
+    throw dlfeed::Error(absl::InvalidArgumentError(absl::StrCat("--files ", files, " x --samples-per-file ", per,
+                                                                ": more samples than a 64-bit id counts (at most ",
+                                                                UINT64_MAX - 1, ")")));
+  }
+  try {
+    return dlfeed::FileLayout::uniform(files, per);
+  } catch (const std::exception&) {  // the layout keeps each file's first id: bad_alloc, length_error
+    throw dlfeed::Error(
+        absl::ResourceExhaustedError(absl::StrCat("--files ", files, ": the layout keeps 8 bytes a file (", files,
+                                                  " files), more than this machine gave; "
+                                                  "give fewer --files (and more --samples-per-file)")));
+  }
 }
 
 int run_order(const std::vector<std::string>& args) {

@@ -77,6 +77,21 @@ int run_report(const std::vector<std::string>& args) {
     head.resize(static_cast<size_t>(f.gcount()));
     // A summary begins with its schema, laid out compact or pretty-printed (jq, json.tool).
     head.erase(std::remove_if(head.begin(), head.end(), [](char c) { return absl::ascii_isspace(c); }), head.end());
+    // Another file with a schema of ours (a calibration, a state) is neither:
+    // said as what it is, not as JSON the trace reader cannot parse.
+    const std::string schema_key = "{\"schema\":\"";
+    if (head.rfind(schema_key, 0) == 0 && head.rfind("{\"schema\":\"dlfeed.counters/", 0) != 0) {
+      const std::string schema = head.substr(schema_key.size(), head.find('"', schema_key.size()) - schema_key.size());
+      std::fprintf(stderr,
+                   "dlfeed report: error: %s: a %s file, not a summary (dlfeed run --summary-json) or a trace "
+                   "(dlfeed run --trace)%s\n",
+                   a.c_str(), schema.c_str(),
+                   schema.rfind("dlfeed.calibration/", 0) == 0
+                       ? "; a calibration is read by `dlfeed run --calibration FILE`, which reports efficiency "
+                         "against it"
+                       : "");
+      return 2;
+    }
     std::string& slot = head.rfind("{\"schema\":\"dlfeed.counters/", 0) == 0 ? summary : trace;
     if (!slot.empty()) {
       std::fprintf(stderr, "dlfeed report: error: two %s files (%s, %s): give one of each at most\n",

@@ -41,10 +41,11 @@ struct DLFEED_EXPORT ObjectCacheOptions {
   /// The folder ("": no cache). Made if missing; shared by runs and by the
   /// processes of a node (pieces are written whole, then renamed).
   std::string dir;
-  /// Most bytes kept in it (0: no bound). Once full, what is not in it is
-  /// fetched as asked and not kept: under a shuffled order every sample is
-  /// used once an epoch, so what is kept stays, and the bytes kept are bytes
-  /// not fetched again, each epoch. Under an order that uses samples again
+  /// Most bytes kept in it (0: no bound; a bound without a `dir` is
+  /// refused). Once full, what is not in it is fetched as asked and not
+  /// kept: under a shuffled order every sample is used once an epoch, so
+  /// what is kept stays, and the bytes kept are bytes not fetched again,
+  /// each epoch. Under an order that uses samples again
   /// within an epoch, a piece fetched is kept in place of the one used last
   /// in the loader's known order, when it is used before it
   /// (ObjectStore::plan_uses).

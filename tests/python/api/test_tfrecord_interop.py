@@ -183,6 +183,21 @@ def test_truncated_file_is_reported(dlfeed, tmp_path):
     assert str(path) in err and f"at offset {offsets[1][0]}" in err and "truncated" in err
 
 
+def test_a_sidecar_line_of_two_records_names_the_sidecar(tmp_path):
+    # Its first and last lines pass the checks at open; the read's error named only the data file.
+    import dlfeed
+    path = tmp_path / "a.tfrecord"
+    _tf_fixture(path, n=8)
+    lines = _record_offsets(path)
+    merged = lines[:3] + [(lines[3][0], lines[3][1] + lines[4][1])] + lines[5:]
+    (tmp_path / "a.tfrecord.idx").write_text("".join(f"{o} {n}\n" for o, n in merged))
+    loader = dlfeed.Loader(tmp_path, fields=["ints"], batch_size=1)
+    with pytest.raises(dlfeed.DataError) as e:
+        list(loader)
+    assert f"{path}: at offset {lines[3][0]}" in str(e.value), str(e.value)
+    assert f"record 3's extent is line 4 of the idx sidecar {path}.idx" in str(e.value), str(e.value)
+
+
 def test_records_of_different_sizes_batch_byte_exact_and_the_first_error_wins(tmp_path):
     """Without a shape a record's size is known only once decoded: batches
     whose samples all have the first one's size, batches where some differ,

@@ -264,6 +264,26 @@ def test_columns_of_different_lengths_are_refused(tmp_path):
         dlfeed.Loader(tmp_path, fields=["x", "y"])
 
 
+def test_columns_of_different_lengths_name_the_first_files_that_differ(tmp_path):
+    # The totals agree (9 + 11 rows against 10 + 10) and no file was named: a hunt through every shard.
+    for k in range(4):
+        np.save(tmp_path / f"x_{k:03d}.npy", np.zeros(({1: 9, 2: 11}.get(k, 10), 2), np.float32))
+        np.save(tmp_path / f"y_{k:03d}.npy", np.zeros(10, np.int64))
+    with pytest.raises(dlfeed.InvalidArgumentError) as e:
+        dlfeed.Loader(tmp_path, fields=["x", "y"])
+    assert f"in file 2 of 4, {tmp_path / 'y_001.npy'} gives 'y' 10 samples and {tmp_path / 'x_001.npy'} gives 'x' 9" \
+        in str(e.value), str(e.value)
+    # Two datasets of one HDF5 file: the file named once, with both fields.
+    h5py = pytest.importorskip("h5py")
+    for k in range(3):
+        with h5py.File(tmp_path / f"f{k}.h5", "w") as f:
+            f["x"] = np.zeros((10, 2), np.float32)
+            f["y"] = np.zeros(9 if k == 2 else 10, np.int64)
+    with pytest.raises(dlfeed.InvalidArgumentError) as e:
+        dlfeed.Loader(sorted(tmp_path.glob("*.h5")), fields=["x", "y"])
+    assert f"in file 3 of 3, {tmp_path / 'f2.h5'} gives 'y' 9 samples and 'x' 10" in str(e.value), str(e.value)
+
+
 def test_npy_column_names():
     col = dlfeed._dlfeed.npy_column_of
     assert col("/d/x.npy") == "x"

@@ -87,6 +87,12 @@ def test_report_says_what_it_cannot_draw(dlfeed, data, tmp_path):
     assert proc.returncode == 1 and "neither a dlfeed summary" in proc.stderr and "Traceback" not in proc.stderr
     proc = report(tmp_path / "e1.json", pretty)
     assert proc.returncode == 2 and "two summary files" in proc.stderr
+    # A calibration (pretty-printed by calibrate) was "neither ... Expecting property name": said as what it is.
+    calibration = tmp_path / "calibration.json"
+    dlfeed.run("calibrate", "--max-seconds", 1, "--max-mb", 4, "--out", calibration, data)
+    proc = report(calibration)
+    assert proc.returncode == 2 and "a dlfeed.calibration/1 file, not a summary" in proc.stderr
+    assert "dlfeed run --calibration FILE" in proc.stderr
 
 
 def test_generate_refuses_shape_typos_and_names_files_it_did_not_write(dlfeed, tmp_path):
@@ -107,3 +113,12 @@ def test_a_batch_size_far_above_the_samples_costs_the_samples_not_the_batch(dlfe
     dlfeed.run("run", "--quiet", "--batch-size", 1_000_000_000, "--summary-json", tmp_path / "s.json", data)
     assert json.loads((tmp_path / "s.json").read_text())["total"]["samples"] == 20
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < max(before, 1) + 2_000_000  # KiB: under 2 GiB
+
+
+def test_order_names_the_layout_flags_it_cannot_hold(dlfeed):
+    # Was "out of memory ... (--batch-size, --trace-max-events, --memory-budget, --shape)", none of them given.
+    proc = dlfeed.run("order", "--files", 2**61, "--samples-per-file", 2, check=False)  # 16 EiB: never given
+    assert proc.returncode == 1 and "--files 2305843009213693952: the layout keeps 8 bytes a file" in proc.stderr
+    proc = dlfeed.run("order", "--files", 2**33, "--samples-per-file", 2**31, check=False)
+    assert proc.returncode == 1 and "more samples than a 64-bit id counts" in proc.stderr
+    assert dlfeed.run("order", "--files", 3, "--samples-per-file", 2).stdout.split() == [str(i) for i in range(6)]
