@@ -190,6 +190,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   };
   std::vector<Found> found;
   std::vector<fs::path> damaged;
+  absl::flat_hash_map<std::string, std::vector<std::string>> versions;  // URL -> its versions' folders
   std::string folder, url;
   for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
@@ -197,7 +198,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
       folder = it->path().string();
       url.clear();
       switch (folder_state(it->path(), url)) {
-        case FolderState::kOurs: break;
+        case FolderState::kOurs: versions[url].push_back(folder); break;
         case FolderState::kDamaged: damaged.push_back(it->path()); [[fallthrough]];
         case FolderState::kOther: it.disable_recursion_pending(); break;
       }
@@ -224,6 +225,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
   }
   std::shared_ptr<PieceCache> cache(new PieceCache(o.dir, o.max_bytes, used));
+  cache->versions_ = std::move(versions);
   std::lock_guard<std::mutex> lock(cache->evict_mu_);
   for (const Found& f : found) {
     const uint32_t number = cache->folder_number(f.folder, f.url);
@@ -347,15 +349,7 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
       if (e.path().filename() != "id") fs::remove_all(e.path(), ec);
     }
     ec.clear();
-    {
-      std::lock_guard<std::mutex> evict(evict_mu_);
-      const uint32_t number = folder_number(folder, o.url);
-      std::vector<uint64_t> gone;
-      for (const auto& [key, p] : known_) {
-        if (p.folder == number) gone.push_back(key);
-      }
-      for (uint64_t key : gone) drop_known(key);
-    }
+    forget_folder(folder, o.url);
     counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
     have.clear();
   }
@@ -364,7 +358,28 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
     if (read_small(id_path) == id) usable = folder;
   }
   folders_[id] = usable;
+  // The object's other versions found at open (it was rewritten: their
+  // bytes are never read again, by any loader) are removed, their room back.
+  if (auto it = versions_.find(o.url); it != versions_.end() && !usable.empty()) {
+    for (const std::string& old : it->second) {
+      if (fs::path(old).filename() == fs::path(folder).filename()) continue;
+      forget_folder(old, o.url);
+      fs::remove_all(old, ec);
+      counters().cache_old_versions.fetch_add(1, std::memory_order_relaxed);
+    }
+    versions_.erase(it);
+  }
   return usable;
+}
+
+void PieceCache::forget_folder(const std::string& folder, const std::string& url) {
+  std::lock_guard<std::mutex> evict(evict_mu_);
+  const uint32_t number = folder_number(folder, url);
+  std::vector<uint64_t> gone;
+  for (const auto& [key, p] : known_) {
+    if (p.folder == number) gone.push_back(key);
+  }
+  for (uint64_t key : gone) drop_known(key);
 }
 
 bool PieceCache::has_room(uint64_t bytes) const { return max_ == 0 || used() + bytes <= max_; }

@@ -96,6 +96,8 @@ class PieceCache {
   // by one connection at a time.
   void keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
                 std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u);
+  // Forgets every piece of `folder` (of `url`), their room given back.
+  void forget_folder(const std::string& folder, const std::string& url);
   // Forgets piece `key` (its room given back when counted). Under evict_mu_.
   void drop_known(uint64_t key);
   std::shared_ptr<const ObjectUses> uses() const;
@@ -105,6 +107,9 @@ class PieceCache {
   std::atomic<uint64_t> used_;
   std::mutex mu_;  // fork_guard()ed: held while a version's folder is made and checked
   absl::flat_hash_map<std::string, std::string> folders_;  // id text -> folder ("" if unusable)
+  // The versions' folders found at open, by URL: all but the one a read
+  // uses are removed then (the object was rewritten). Under mu_.
+  absl::flat_hash_map<std::string, std::vector<std::string>> versions_;
 
   mutable std::mutex evict_mu_;  // fork_guard()ed
   std::weak_ptr<const ObjectUses> uses_;

@@ -82,7 +82,7 @@ std::vector<absl::string_view> xml_blocks(absl::string_view xml, absl::string_vi
 struct Counters {
   std::atomic<uint64_t> requests{0}, gets{0}, lists{0}, heads{0}, bytes{0}, retries{0}, retry_throttled{0},
       retry_server{0}, retry_network{0}, retry_short{0}, credentials_reread{0}, failures{0}, request_ns{0},
-      cache_hits{0}, cache_bytes{0}, cache_kept{0}, cache_damaged{0}, cache_let_go{0};
+      cache_hits{0}, cache_bytes{0}, cache_kept{0}, cache_damaged{0}, cache_let_go{0}, cache_old_versions{0};
 };
 Counters& counters();
 

@@ -702,6 +702,7 @@ Stats stats() {
   s.cache_kept = c.cache_kept.load();
   s.cache_damaged = c.cache_damaged.load();
   s.cache_let_go = c.cache_let_go.load();
+  s.cache_old_versions = c.cache_old_versions.load();
   return s;
 }
 
@@ -713,7 +714,8 @@ std::string stats_json(const Stats& s) {
                       ", \"credentials_reread\": ", s.credentials_reread, ", \"failures\": ", s.failures,
                       ", \"request_seconds\": ", s.request_ns / 1e9, ", \"cache_hits\": ", s.cache_hits,
                       ", \"cache_bytes\": ", s.cache_bytes, ", \"cache_kept\": ", s.cache_kept,
-                      ", \"cache_damaged\": ", s.cache_damaged, ", \"cache_let_go\": ", s.cache_let_go, "}");
+                      ", \"cache_damaged\": ", s.cache_damaged, ", \"cache_let_go\": ", s.cache_let_go,
+                      ", \"cache_old_versions\": ", s.cache_old_versions, "}");
 }
 
 }  // namespace dlfeed::s3

@@ -86,6 +86,9 @@ struct DLFEED_EXPORT Stats {
   uint64_t cache_kept = 0;     // bytes fetched and kept in it
   uint64_t cache_damaged = 0;  // pieces found damaged (length or CRC), removed and fetched again
   uint64_t cache_let_go = 0;   // pieces removed for one used sooner in the known order (cache_limit)
+  /// Folders of an object's earlier versions (found in the cache's folder;
+  /// the object was rewritten since) removed when the new version was read.
+  uint64_t cache_old_versions = 0;
 };
 
 /// Registers the s3:// store with libdlfeed (replacing an earlier one).

@@ -114,6 +114,36 @@ def test_a_version_folder_without_its_id_or_with_another_is_removed(s3_server, t
     assert pieces(cache)[0] == full and all(p.read_text().startswith("dlfeed object cache") for p in ids)
 
 
+def test_a_rewritten_object_s_old_version_is_removed_when_the_new_one_is_read(s3_server, tmp_path, monkeypatch):
+    # Its pieces were never read again yet held the bound: a full cache never took the new version's.
+    s3_server.apply_env(monkeypatch)
+    arrays = upload(s3_server, tmp_path, "rewritten", 3)
+    cache = tmp_path / "cache"
+    kw = dict(batch_size=8, resident="off", cache_dir=cache, cache_limit=(6 << 20) + 4096)  # 2 of the 3
+    check(dlfeed.Loader(f"s3://{BUCKET}/rewritten/", **kw), arrays)
+    full, _ = pieces(cache)
+    assert len(list(cache.rglob("id"))) == 3 and full <= kw["cache_limit"]
+    client = s3_server.client()
+    for i in range(3):  # new bytes, the same sizes: row r of object i holds i * 1000 + r + 7
+        arrays[i] = arrays[i] + 7
+        np.save(tmp_path / f"new{i}.npy", arrays[i])
+        client.upload_file(str(tmp_path / f"new{i}.npy"), BUCKET, f"rewritten/part_{i}.npy")
+    before = dlfeed._dlfeed.s3_stats()
+    loader = dlfeed.Loader(f"s3://{BUCKET}/rewritten/", **kw)
+    n = 0
+    for b in loader:
+        for sid, row in zip(b.sample_ids, np.array(b[0])):
+            assert row[0] == (sid // 32) * 1000 + sid % 32 + 7
+        n += len(b)
+    assert n == 96
+    after = dlfeed._dlfeed.s3_stats()
+    assert after["cache_old_versions"] - before["cache_old_versions"] == 3
+    assert len(list(cache.rglob("id"))) == 3 and pieces(cache)[0] == full  # the new versions, as many
+    before = after
+    check_new = [sum(len(b) for b in loader)]  # a second epoch: from the cache
+    assert check_new == [96] and dlfeed._dlfeed.s3_stats()["cache_hits"] > before["cache_hits"]
+
+
 def test_a_cache_limit_without_a_cache_dir_is_refused(s3_server, tmp_path, monkeypatch):
     s3_server.apply_env(monkeypatch)
     upload(s3_server, tmp_path, "nodir", 1)
