@@ -305,6 +305,13 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
     return decode_framed(k, std::span<const std::byte>(scratch.data(), len), rec_off, scratch, len);
   }
 
+  // Whether `framed`'s header gives the length its extent has.
+  bool extent_matches_header(std::span<const std::byte> framed) const {
+    if (framed.size() < tfrecord::kOverhead) return false;
+    const absl::StatusOr<uint64_t> length = tfrecord::parse_header(framed, /*verify=*/false, where_, 0);
+    return length.ok() && *length == framed.size() - tfrecord::kOverhead;
+  }
+
   /// Decodes the framed record `framed` (record `item` at offset `rec_off`).
   /// Float and int64 values go to scratch[base...]; `framed` may itself lie
   /// in scratch before `base`. `kind_out` receives the feature's kind.
@@ -316,7 +323,9 @@ class TfRecordSource final : public SampleSource, public detail::SplitRecords {
       counters::StepTimer crc(counters::Id::kDecodeCrc);  // the framing check is the CRCs
       unframed = tfrecord::unframe_record(framed, verify_ && verify, where_, rec_off);
     }
-    if (!unframed.ok() && !idx_.empty()) {  // the extent may be the sidecar's fault, not the file's
+    // A record header whose length is not the extent's (the sidecar's fault
+    // as likely as the file's): the sidecar's line named.
+    if (!unframed.ok() && !idx_.empty() && !z_ && !extent_matches_header(framed)) {
       return absl::Status(
           unframed.status().code(),
           absl::StrCat(unframed.status().message(), " (record ", item, "'s extent is line ", item + 1,

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -128,33 +129,69 @@ std::string folder_name(const std::string& url, const std::string& id) {
 }
 
 // What a folder of the cache's is: a version's folder (its name the hashes
-// of its id's URL and whole id), one damaged (a name of ours over an id that
-// is not its own, or none a minute after it was made: every piece of it
-// unreadable, uncounted, and never let go), or another's (left alone).
+// of its id's URL and whole id), one damaged, or another's (left alone). A
+// damaged one holds the cache's files alone (pieces, `id`, pieces being
+// written) under a name of the cache's, with an id of this format that is
+// not its own, or not the cache's at all, or none a minute after it was
+// made: its pieces unreadable, uncounted, never let go. Folders of the
+// cache's other formats (other releases, which may be running) are another's.
 enum class FolderState { kOurs, kDamaged, kOther };
 
-FolderState folder_state(const fs::path& folder, std::string& url) {
-  const std::string name = folder.filename().string();
-  const bool ours = name.size() == 33 && name[16] == '-' && std::all_of(name.begin(), name.end(), [](char c) {
-                      return c == '-' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                    });
-  if (!ours) return FolderState::kOther;
-  const std::string id = read_small((folder / "id").string());
-  const std::vector<std::string> lines = absl::StrSplit(id, '\n');
-  if (lines.size() > 1 && lines[0] == kFormatLine && name == folder_name(lines[1], id)) {
-    url = lines[1];
-    return FolderState::kOurs;
+bool hex_name(const std::string& name) {
+  if (name.size() != 33 || name[16] != '-') return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (i != 16 && !((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return false;
   }
-  if (!id.empty()) return FolderState::kDamaged;
-  // No id yet: another process may have just made the folder.
-  struct stat st {};
-  return ::stat(folder.c_str(), &st) == 0 && st.st_mtime + 60 < ::time(nullptr) ? FolderState::kDamaged
-                                                                                : FolderState::kOther;
+  return true;
 }
 
-// A piece or id being written (NAME.tmp.PID.THREAD) by a process that is
-// gone (killed while writing it), or written over an hour ago (its PID may
-// be another's now): never renamed, and removed.
+bool only_cache_files(const fs::path& folder) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    const std::string n = e.path().filename().string();
+    uint64_t k = 0;
+    if (!e.is_regular_file(ec) || !(n == "id" || absl::SimpleAtoi(n, &k) || n.find(".tmp.") != std::string::npos)) {
+      return false;
+    }
+  }
+  return !ec;
+}
+
+// The URL and size an id names ("" when it is not of this format): the URL
+// is what lies between the format line and the last two (ETag and size),
+// as a key may hold a line break.
+std::string url_of_id(const std::string& id, uint64_t* size) {
+  if (!absl::StartsWith(id, absl::StrCat(kFormatLine, "\n")) || id.back() != '\n') {
+    return "";
+  }
+  const size_t size_at = id.rfind('\n', id.size() - 2);
+  const size_t etag_at = size_at == std::string::npos ? std::string::npos : id.rfind('\n', size_at - 1);
+  if (etag_at == std::string::npos || etag_at <= kFormatLine.size() ||
+      !absl::SimpleAtoi(id.substr(size_at + 1, id.size() - size_at - 2), size)) {
+    return "";
+  }
+  return id.substr(kFormatLine.size() + 1, etag_at - kFormatLine.size() - 1);
+}
+
+FolderState folder_state(const fs::path& folder, std::string& url, uint64_t& size) {
+  const std::string name = folder.filename().string();
+  if (!hex_name(name)) return FolderState::kOther;
+  const std::string id = read_small((folder / "id").string());
+  url = url_of_id(id, &size);
+  if (!url.empty() && name == folder_name(url, id)) return FolderState::kOurs;
+  url.clear();
+  if (absl::StartsWith(id, "dlfeed object cache ") && !absl::StartsWith(id, kFormatLine)) return FolderState::kOther;
+  if (id.empty()) {  // no id yet: another process may have just made the folder
+    struct stat st {};
+    if (::stat(folder.c_str(), &st) != 0 || st.st_mtime + 60 >= ::time(nullptr)) return FolderState::kOther;
+  }
+  return only_cache_files(folder) ? FolderState::kDamaged : FolderState::kOther;
+}
+
+// A piece or id being written (NAME.tmp.PID.THREAD) over a minute ago by a
+// process that is gone (killed while writing it), or over an hour ago (its
+// PID may be another's now, or in another PID namespace: a container's):
+// never renamed, and removed. A piece is written in well under a minute.
 bool stale_temporary(const fs::path& path) {
   const std::string name = path.filename().string();
   const size_t at = name.find(".tmp.");
@@ -162,9 +199,11 @@ bool stale_temporary(const fs::path& path) {
   const size_t dot = name.find('.', at + 5);
   int64_t pid = 0;
   if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(at + 5, dot - at - 5), &pid) || pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && st.st_mtime + 3600 < ::time(nullptr);
+  if (::stat(path.c_str(), &st) != 0) return false;
+  const time_t now = ::time(nullptr);
+  if (st.st_mtime + 3600 < now) return true;
+  return st.st_mtime + 60 < now && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
 }  // namespace
@@ -190,15 +229,16 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
   };
   std::vector<Found> found;
   std::vector<fs::path> damaged;
-  absl::flat_hash_map<std::string, std::vector<std::string>> versions;  // URL -> its versions' folders
+  absl::flat_hash_map<std::string, std::vector<Version>> versions;  // URL -> its versions' folders
   std::string folder, url;
+  uint64_t size = 0;
   for (auto it = fs::recursive_directory_iterator(o.dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (it.depth() == 0 && it->is_directory(ec)) {
       folder = it->path().string();
       url.clear();
-      switch (folder_state(it->path(), url)) {
-        case FolderState::kOurs: versions[url].push_back(folder); break;
+      switch (folder_state(it->path(), url, size)) {
+        case FolderState::kOurs: versions[url].push_back({folder, size}); break;
         case FolderState::kDamaged: damaged.push_back(it->path()); [[fallthrough]];
         case FolderState::kOther: it.disable_recursion_pending(); break;
       }
@@ -332,54 +372,64 @@ bool PieceCache::let_go_one(uint64_t next) {
 
 std::string PieceCache::folder_of(const ObjectInfo& o) {
   const std::string id = id_of(o);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = folders_.find(id); it != folders_.end()) return it->second;
-  const std::string folder = absl::StrCat(dir_, "/", folder_name(o.url, id));
   std::string usable;
-  std::error_code ec;
-  fs::create_directories(folder, ec);
-  const std::string id_path = folder + "/id";
-  std::string have = read_small(id_path);  // "" also for a FIFO or other non-file, which publish replaces
-  if (!have.empty() && have != id) {
-    // Another id under this version's name (which is the id's hash): the
-    // id is damaged. Its pieces are removed (their room back) and it is
-    // written again: else the object was never kept, and its pieces never
-    // counted nor let go.
-    for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
-      if (e.path().filename() != "id") fs::remove_all(e.path(), ec);
+  std::vector<Version> old;  // removed after the lock: reads of other objects go on
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = folders_.find(id); it != folders_.end()) return it->second;
+    const std::string folder = absl::StrCat(dir_, "/", folder_name(o.url, id));
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    const std::string id_path = folder + "/id";
+    std::string have = read_small(id_path);  // "" also for a FIFO or other non-file, which publish replaces
+    if (!have.empty() && have != id) {
+      // Another id under this version's name (which is the id's hash): the
+      // id is damaged. Its pieces are removed (their room back) and it is
+      // written again: else the object was never kept, and its pieces never
+      // counted nor let go.
+      for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+        if (e.path().filename() != "id") fs::remove_all(e.path(), ec);
+      }
+      ec.clear();
+      forget_folder(folder, o.url, o.size);
+      counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
+      have.clear();
     }
-    ec.clear();
-    forget_folder(folder, o.url);
-    counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
-    have.clear();
-  }
-  if (have == id || (have.empty() && publish(id_path, id.data(), id.size(), nullptr, 0))) {
-    // Written by another process meanwhile: it is the same id, or it is not ours.
-    if (read_small(id_path) == id) usable = folder;
-  }
-  folders_[id] = usable;
-  // The object's other versions found at open (it was rewritten: their
-  // bytes are never read again, by any loader) are removed, their room back.
-  if (auto it = versions_.find(o.url); it != versions_.end() && !usable.empty()) {
-    for (const std::string& old : it->second) {
-      if (fs::path(old).filename() == fs::path(folder).filename()) continue;
-      forget_folder(old, o.url);
-      fs::remove_all(old, ec);
-      counters().cache_old_versions.fetch_add(1, std::memory_order_relaxed);
+    if (have == id || (have.empty() && publish(id_path, id.data(), id.size(), nullptr, 0))) {
+      // Written by another process meanwhile: it is the same id, or it is not ours.
+      if (read_small(id_path) == id) usable = folder;
     }
-    versions_.erase(it);
+    folders_[id] = usable;
+    // The object's other versions found at open (it was rewritten: their
+    // bytes are never read again by a loader that lists it now) go.
+    if (auto it = versions_.find(o.url); it != versions_.end() && !usable.empty()) {
+      for (Version& v : it->second) {
+        if (fs::path(v.folder).filename() != fs::path(folder).filename()) old.push_back(std::move(v));
+      }
+      versions_.erase(it);
+    }
+  }
+  for (const Version& v : old) {
+    std::error_code ec;
+    fs::remove_all(v.folder, ec);
+    forget_folder(v.folder, o.url, v.size);  // their room back
+    counters().cache_old_versions.fetch_add(1, std::memory_order_relaxed);
   }
   return usable;
 }
 
-void PieceCache::forget_folder(const std::string& folder, const std::string& url) {
+void PieceCache::forget_folder(const std::string& folder, const std::string& url, uint64_t size) {
+  if (max_ == 0) return;  // nothing known
   std::lock_guard<std::mutex> evict(evict_mu_);
   const uint32_t number = folder_number(folder, url);
-  std::vector<uint64_t> gone;
-  for (const auto& [key, p] : known_) {
-    if (p.folder == number) gone.push_back(key);
-  }
-  for (uint64_t key : gone) drop_known(key);
+  for (uint64_t k = 0; k * kPiece < size; ++k) drop_known(key_of(number, k));
+}
+
+void PieceCache::folder_gone(const ObjectInfo& o, const std::string& piece) {
+  const std::string folder = piece.substr(0, piece.rfind('/'));
+  if (::access(folder.c_str(), F_OK) == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  folders_.erase(id_of(o));  // made again at the next read or keep
 }
 
 bool PieceCache::has_room(uint64_t bytes) const { return max_ == 0 || used() + bytes <= max_; }
@@ -539,6 +589,7 @@ void PieceCache::keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, cons
     note(folder, k, room, true, at, u);
   } else {
     used_.fetch_sub(room, std::memory_order_relaxed);  // not written: its room back
+    folder_gone(o, path);                              // removed by another process (damaged, an old version)?
   }
 }
 

@@ -51,6 +51,11 @@ class PieceCache {
   /// weakly; null or expired: none is let go).
   void set_uses(const std::shared_ptr<const ObjectUses>& uses);
 
+  /// Loader backends reading through it now: a loader made meanwhile with
+  /// the same folder and bound shares it (one count under the bound).
+  void add_user(int n) { users_.fetch_add(n, std::memory_order_relaxed); }
+  int users() const { return users_.load(std::memory_order_relaxed); }
+
   const std::string& dir() const { return dir_; }
   uint64_t max_bytes() const { return max_; }
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
@@ -96,8 +101,13 @@ class PieceCache {
   // by one connection at a time.
   void keep_one(const ObjectInfo& o, uint32_t folder, uint64_t k, const std::string& path,
                 std::span<const std::byte> bytes, uint64_t at, const ObjectUses* u);
-  // Forgets every piece of `folder` (of `url`), their room given back.
-  void forget_folder(const std::string& folder, const std::string& url);
+  // Forgets every piece of `folder` (of `url`, `size` bytes), their room
+  // given back.
+  void forget_folder(const std::string& folder, const std::string& url, uint64_t size);
+  // After a piece (`piece`, its path) of `o` could not be written: when its
+  // folder is gone (another process removed it), `o`'s folder is made again
+  // at its next use.
+  void folder_gone(const ObjectInfo& o, const std::string& piece);
   // Forgets piece `key` (its room given back when counted). Under evict_mu_.
   void drop_known(uint64_t key);
   std::shared_ptr<const ObjectUses> uses() const;
@@ -105,11 +115,16 @@ class PieceCache {
   const std::string dir_;
   const uint64_t max_;
   std::atomic<uint64_t> used_;
+  std::atomic<int> users_{0};
   std::mutex mu_;  // fork_guard()ed: held while a version's folder is made and checked
   absl::flat_hash_map<std::string, std::string> folders_;  // id text -> folder ("" if unusable)
   // The versions' folders found at open, by URL: all but the one a read
   // uses are removed then (the object was rewritten). Under mu_.
-  absl::flat_hash_map<std::string, std::vector<std::string>> versions_;
+  struct Version {
+    std::string folder;
+    uint64_t size;
+  };
+  absl::flat_hash_map<std::string, std::vector<Version>> versions_;
 
   mutable std::mutex evict_mu_;  // fork_guard()ed
   std::weak_ptr<const ObjectUses> uses_;

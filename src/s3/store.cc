@@ -154,6 +154,7 @@ class Backend final : public IoBackend {
         c_(std::move(c)),
         store_(std::move(store)),
         cache_(std::move(cache)) {
+    if (cache_) cache_->add_user(1);
     for (uint32_t i = 0; i < n; ++i) cancels_.push_back(std::make_unique<std::atomic<bool>>(false));
     try {
       for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { work(*cancels_[i]); });
@@ -172,6 +173,7 @@ class Backend final : public IoBackend {
   }
   const std::string& start_error() const { return start_error_; }
   ~Backend() override {
+    if (cache_) cache_->add_user(-1);
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -519,14 +521,12 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
   absl::Status use_cache(const ObjectCacheOptions& o) override {
     // Opened again for each loader, the same folder and bound too: it counts
     // what the folder holds now (a folder emptied by hand has room again);
-    // but one another loader's backend uses (held beyond `open` and the
-    // store's current one) is shared: one count under the bound a process.
+    // but one another loader's backend reads through is shared: one count
+    // under the bound a process.
     std::shared_ptr<PieceCache> cache;
-    const PieceCache* current = nullptr;
-    const std::vector<std::shared_ptr<PieceCache>> open = caches_open(&current);
+    const std::vector<std::shared_ptr<PieceCache>> open = caches_open();
     for (const std::shared_ptr<PieceCache>& c : open) {
-      if (!o.dir.empty() && c && c->dir() == o.dir && c->max_bytes() == o.max_bytes &&
-          c.use_count() > (c.get() == current ? 2 : 1)) {
+      if (!o.dir.empty() && c && c->dir() == o.dir && c->max_bytes() == o.max_bytes && c->users() > 0) {
         cache = c;
         break;
       }
@@ -551,14 +551,13 @@ class Store final : public ObjectStore, public std::enable_shared_from_this<Stor
     }
   }
 
-  // The caches opened that are still used (and the current one). The caller
-  // lets them go outside mu_: one whose last user went meanwhile is
-  // destroyed then, and its destructor takes fork_unguard's mutex.
-  std::vector<std::shared_ptr<PieceCache>> caches_open(const PieceCache** current = nullptr) {
+  // The caches opened that are still used. The caller lets them go outside
+  // mu_: one whose last user went meanwhile is destroyed then, and its
+  // destructor takes fork_unguard's mutex.
+  std::vector<std::shared_ptr<PieceCache>> caches_open() {
     std::vector<std::shared_ptr<PieceCache>> open;
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::weak_ptr<PieceCache>& w : opened_) open.push_back(w.lock());
-    if (current != nullptr) *current = cache_.get();
     return open;
   }
 

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -176,4 +178,42 @@ TEST_F(PieceCacheTest, PiecesKeptForAnEarlierPhaseGoFirstAndRoomIsCountedOnce) {
 }
 
 }  // namespace
+// The folder of a version (one file: its id) whose id says another: the
+// first read in this process finds it damaged, removes its pieces (their
+// room back) and writes the id again; a folder removed under the cache
+// (by another process) is made again once a piece cannot be written.
+TEST_F(PieceCacheTest, ADamagedIdIsWrittenAgainAndAFolderRemovedIsMadeAgain) {
+  {
+    std::shared_ptr<PieceCache> c = open(2);
+    c->keep(object(0), 0, bytes_of(0));
+    c->keep(object(1), 0, bytes_of(1));
+  }
+  std::shared_ptr<PieceCache> c = open(2);  // both found, full
+  std::filesystem::path id0, id1;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    std::ifstream f(e.path() / "id");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    (text.find(object(0).url + "\n") != std::string::npos ? id0 : id1) = e.path() / "id";
+  }
+  ASSERT_FALSE(id0.empty());
+  ASSERT_FALSE(id1.empty());
+  std::ofstream(id0) << "dlfeed object cache 2\nsomething else\n\"x\"\n1000\n";
+  const uint64_t damaged = counters().cache_damaged.load();
+  EXPECT_FALSE(holds(*c, 0));  // its piece removed, its room back
+  EXPECT_EQ(counters().cache_damaged.load() - damaged, 1u);
+  c->keep(object(2), 0, bytes_of(2));  // fits where o0 was
+  EXPECT_TRUE(holds(*c, 2));
+  EXPECT_TRUE(holds(*c, 1));
+  c->keep(object(0), 0, bytes_of(0));  // full: not kept
+  EXPECT_FALSE(holds(*c, 0));
+  // o1's folder removed by another process: its room comes back once the
+  // piece is found gone, and the folder is made again.
+  std::filesystem::remove_all(id1.parent_path());
+  c->keep(object(1), 0, bytes_of(1));  // finds it gone (room back); cannot write it: no folder
+  c->keep(object(1), 0, bytes_of(1));  // the folder made again
+  EXPECT_TRUE(holds(*c, 1));
+  EXPECT_TRUE(holds(*c, 2));
+  EXPECT_LE(c->used(), 2u * 1004);
+}
+
 }  // namespace dlfeed::s3::detail

@@ -3,7 +3,8 @@
 // shuffle-quality figures (--stats).
 #include <cstdint>
 #include <cstdio>
-#include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,13 +49,18 @@ dlfeed::FileLayout layout_from_flags() {
                                                                 ": more samples than a 64-bit id counts (at most ",
                                                                 UINT64_MAX - 1, ")")));
   }
-  try {
-    return dlfeed::FileLayout::uniform(files, per);
-  } catch (const std::exception&) {  // the layout keeps each file's first id: bad_alloc, length_error
-    throw dlfeed::Error(
+  const auto too_many = [files] {
+    return dlfeed::Error(
         absl::ResourceExhaustedError(absl::StrCat("--files ", files, ": the layout keeps 8 bytes a file (", files,
                                                   " files), more than this machine gave; "
                                                   "give fewer --files (and more --samples-per-file)")));
+  };
+  try {
+    return dlfeed::FileLayout::uniform(files, per);
+  } catch (const std::bad_alloc&) {  // the layout keeps each file's first id
+    throw too_many();
+  } catch (const std::length_error&) {
+    throw too_many();
   }
 }
 
