@@ -513,6 +513,36 @@ std::string run_json(const RunConfig& c, const Loader& loader, const Trainer& t,
       "],\"total\":", report_json(snap.total, eff), "}");
 }
 
+#if DLFEED_WITH_S3
+// `s` (the process's object-store counters), under MPI summed over the
+// ranks (a collective): the job's, for its JSON.
+s3::Stats job_object_store(const ScaleOut& scale, s3::Stats s) {
+  constexpr uint64_t s3::Stats::*kFields[] = {&s3::Stats::requests,
+                                              &s3::Stats::gets,
+                                              &s3::Stats::lists,
+                                              &s3::Stats::heads,
+                                              &s3::Stats::bytes,
+                                              &s3::Stats::retries,
+                                              &s3::Stats::retry_throttled,
+                                              &s3::Stats::retry_server,
+                                              &s3::Stats::retry_network,
+                                              &s3::Stats::retry_short,
+                                              &s3::Stats::credentials_reread,
+                                              &s3::Stats::failures,
+                                              &s3::Stats::request_ns,
+                                              &s3::Stats::cache_hits,
+                                              &s3::Stats::cache_bytes,
+                                              &s3::Stats::cache_kept,
+                                              &s3::Stats::cache_damaged,
+                                              &s3::Stats::cache_let_go,
+                                              &s3::Stats::cache_old_versions};
+  static_assert(sizeof(kFields) / sizeof(kFields[0]) * sizeof(uint64_t) == sizeof(s3::Stats),
+                "every counter of s3::Stats is summed over the ranks");
+  for (uint64_t s3::Stats::*f : kFields) s.*f = scale.sum(s.*f);
+  return s;
+}
+#endif
+
 void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, uint64_t total_samples, double total_s,
                   const std::optional<Efficiency>& eff, const ScaleOut& scale) {
   const LoaderStats st = loader.stats();
@@ -530,7 +560,8 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
                 static_cast<unsigned long long>(samples));
   }
 #if DLFEED_WITH_S3
-  const s3::Stats store = s3::stats();
+  const s3::Stats store = s3::stats();  // printed: this process's (each rank's with --all-ranks-print)
+  const s3::Stats job_store = job_object_store(scale, store);
   if (store.requests > 0) {
     std::printf(
         "object store: %llu requests (%llu ranged GETs, %llu listings, %llu HEADs), %.1f MiB; %llu retries (%llu "
@@ -576,7 +607,7 @@ void final_report(const RunConfig& c, const Loader& loader, const Trainer& t, ui
     js.pop_back();
     js += absl::StrCat(",\"run\":", run_json(c, loader, t, snap, eff));
 #if DLFEED_WITH_S3
-    if (store.requests > 0) js += absl::StrCat(",\"object_store\":", s3::stats_json(store));
+    if (job_store.requests > 0) js += absl::StrCat(",\"object_store\":", s3::stats_json(job_store));
 #endif
     js += scale.job_cache_json();
     js += "}\n";

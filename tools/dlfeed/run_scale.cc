@@ -352,6 +352,13 @@ void ScaleOut::reduce_checksum([[maybe_unused]] uint64_t& sum, [[maybe_unused]] 
 #endif
 }
 
+uint64_t ScaleOut::sum(uint64_t v) const {
+#if DLFEED_WITH_MPI
+  if (job_) return job_->job->sum(v);
+#endif
+  return v;
+}
+
 counters::Snapshot ScaleOut::summary(const Loader& loader, const std::string& json_path) const {
   counters::Snapshot snap = loader.counters_snapshot();
   const LoaderStats st = loader.stats();

@@ -83,6 +83,8 @@ class ScaleOut {
   std::vector<std::string> gather(const std::string& mine) const;
   /// The job's checksum and sample count (sums over the ranks).
   void reduce_checksum(uint64_t& sum, uint64_t& samples) const;
+  /// Collective under MPI: the sum of `v` over the ranks (without MPI, `v`).
+  uint64_t sum(uint64_t v) const;
   /// The summary to print and write: this process's, or under MPI the job's
   /// (on rank 0; each rank writes its own to rank_path(json_path) first).
   /// Prints the staging outcome when staging.

@@ -44,7 +44,8 @@ def test_one_listing_and_one_head_per_object_for_the_job(s3_server, dlfeed, tmp_
     env = s3_server.env()
     env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
     proc = subprocess.run([*mpirun(), dlfeed.binary, "run", "--mpi=on", "--all-ranks-print", "--fields", "x,y",
-                           "--strategy", "global_shuffle", "--epochs", "2", "--checksum", "s3://mpijob/ds"],
+                           "--strategy", "global_shuffle", "--epochs", "2", "--checksum",
+                           "--summary-json", tmp_path / "job.json", "s3://mpijob/ds"],
                           capture_output=True, text=True, timeout=300, env={k: str(v) for k, v in env.items()})
     if "built without MPI" in proc.stderr:
         pytest.skip("this dlfeed was built without MPI")
@@ -56,6 +57,10 @@ def test_one_listing_and_one_head_per_object_for_the_job(s3_server, dlfeed, tmp_
     assert listed == [0] * (NP - 1) + [1], f"one rank lists for the job, once for both fields: {lines}"
     for gets, lists, heads in lines:
         assert int(heads) <= FILES, f"a HEAD per object at most, not per read: {lines}"
+    # The job's JSON counts every rank's requests (it gave rank 0's alone).
+    job = json.loads((tmp_path / "job.json").read_text())["object_store"]
+    assert [job["gets"], job["lists"], job["heads"]] == [sum(int(line[k]) for line in lines) for k in range(3)], \
+        (job, lines)
     sums = set(re.findall(r"checksum: ([0-9a-f]{16}) over (\d+) samples", proc.stdout))
     assert len(sums) == 1, "every rank prints the job's checksum"
     one = dlfeed.run("run", "--fields", "x,y", "--strategy", "global_shuffle", "--epochs", 2, "--checksum", d).stdout
