@@ -86,7 +86,7 @@ class OptionKwargs(TypedDict, total=False):
     fadvise_willneed: Optional[bool]
     resident: Optional[Mode]
     unpack: Optional[Mode]
-    memory_budget: Optional[int]
+    memory_budget: Optional[Union[int, str]]
     threads: Optional[int]
     autotune: Optional[Union[bool, Mode]]
     # trace (counters::TraceOptions)
@@ -97,11 +97,11 @@ class OptionKwargs(TypedDict, total=False):
     trace_process_name: Optional[str]
     # staging (staging::StageOptions)
     stage_dir: Optional[PathLike]
-    stage_limit: Optional[int]
+    stage_limit: Optional[Union[int, str]]
     stage_sync: Optional[bool]
     # object stores (ObjectCacheOptions)
     cache_dir: Optional[PathLike]
-    cache_limit: Optional[int]
+    cache_limit: Optional[Union[int, str]]
     # handled by dlfeed.Loader itself (no one LoaderOptions field)
     mpi: Optional[bool]
     mpi_comm: Optional[Any]

@@ -171,7 +171,8 @@ KEYWORDS: Dict[str, Keyword] = {
     "fadvise_willneed": Keyword("advanced.fadvise_willneed", "fadvise"),
     "resident": Keyword("resident", "resident", type="Mode"),
     "unpack": Keyword("unpack", "unpack", type="Mode"),
-    "memory_budget": Keyword("memory_budget", "memory-budget-mb"),
+    "memory_budget": Keyword("memory_budget", "memory-budget-mb", convert=lambda v: byte_count(v, "memory_budget"),
+                             note="bytes: an int, or a string like '8G' (powers of 1024)", type="Union[int, str]"),
     "threads": Keyword("threads", "threads"),
     "autotune": Keyword("autotune", "autotune", convert=_on_off,
                         note="True (on), False (off) or 'auto' (on with 4 cores or more)", type="Union[bool, Mode]"),
@@ -183,11 +184,13 @@ KEYWORDS: Dict[str, Keyword] = {
     "trace_process_name": Keyword("trace.process_name", python_only=_NO_FLAG),
     # staging (staging::StageOptions)
     "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath, type="PathLike"),
-    "stage_limit": Keyword("stage.limit_bytes", "stage-limit"),
+    "stage_limit": Keyword("stage.limit_bytes", "stage-limit", convert=lambda v: byte_count(v, "stage_limit"),
+                           note="bytes: an int, or a string like '200G' (powers of 1024)", type="Union[int, str]"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),
     # object stores (ObjectCacheOptions)
     "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath, type="PathLike"),
-    "cache_limit": Keyword("object_cache.max_bytes", "cache-limit"),
+    "cache_limit": Keyword("object_cache.max_bytes", "cache-limit", convert=lambda v: byte_count(v, "cache_limit"),
+                           note="bytes: an int, or a string like '200G' (powers of 1024)", type="Union[int, str]"),
     # a rank of an MPI job (dlfeed::mpi::Job; not a LoaderOptions field)
     "mpi": Keyword(None, "mpi",
                    note="True: under mpirun/srun, rank and world size from MPI, and rank 0 lists and indexes the "
