@@ -113,7 +113,7 @@ def generate() -> str:
         if k.flag and k.flag_default:
             flag += f" (default {_cell(k.flag_default)})"
         default = _default(k.field, _options.field_default(k.field)) if k.field else "-"
-        what = k.note or (_options.field_doc(k.field) if k.field else "")
+        what = " ".join(filter(None, [k.note or (_options.field_doc(k.field) if k.field else ""), k.also]))
         out.append(f"| `{keyword}` | {field} | {flag} | {default} | {_cell(what)} |")
     assert not [t for f, t in starts.items() if f is not None], f"sections without rows: {starts}"
     out.append("\nFields no keyword sets, and why:\n")

@@ -17,6 +17,7 @@ or its field's default's type); docs/options.md is written from it too
 from __future__ import annotations
 
 import difflib
+import operator
 import os
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
@@ -37,6 +38,8 @@ class Keyword(NamedTuple):
     convert: Optional[Callable[[Any], Any]] = None
     # What the keyword takes, where the field's own doc does not say it.
     note: str = ""
+    # Said after the field's own doc (what the keyword takes besides).
+    also: str = ""
     # The flag's own default where it is not the field's, and why (else the
     # flag defaults to the field's C++ default; tests/python/cli/test_cli_help.py).
     flag_default: Optional[str] = None
@@ -172,7 +175,7 @@ KEYWORDS: Dict[str, Keyword] = {
     "resident": Keyword("resident", "resident", type="Mode"),
     "unpack": Keyword("unpack", "unpack", type="Mode"),
     "memory_budget": Keyword("memory_budget", "memory-budget-mb", convert=lambda v: byte_count(v, "memory_budget"),
-                             note="bytes: an int, or a string like '8G' (powers of 1024)", type="Union[int, str]"),
+                             also="(Python: an int, or a string like '8G', powers of 1024)", type="Union[int, str]"),
     "threads": Keyword("threads", "threads"),
     "autotune": Keyword("autotune", "autotune", convert=_on_off,
                         note="True (on), False (off) or 'auto' (on with 4 cores or more)", type="Union[bool, Mode]"),
@@ -185,12 +188,12 @@ KEYWORDS: Dict[str, Keyword] = {
     # staging (staging::StageOptions)
     "stage_dir": Keyword("stage.dir", "stage-to", convert=os.fspath, type="PathLike"),
     "stage_limit": Keyword("stage.limit_bytes", "stage-limit", convert=lambda v: byte_count(v, "stage_limit"),
-                           note="bytes: an int, or a string like '200G' (powers of 1024)", type="Union[int, str]"),
+                           also="(Python: an int, or a string like '200G', powers of 1024)", type="Union[int, str]"),
     "stage_sync": Keyword("stage.sync", "stage-sync"),
     # object stores (ObjectCacheOptions)
     "cache_dir": Keyword("object_cache.dir", "cache-dir", convert=os.fspath, type="PathLike"),
     "cache_limit": Keyword("object_cache.max_bytes", "cache-limit", convert=lambda v: byte_count(v, "cache_limit"),
-                           note="bytes: an int, or a string like '200G' (powers of 1024)", type="Union[int, str]"),
+                           also="(Python: an int, or a string like '200G', powers of 1024)", type="Union[int, str]"),
     # a rank of an MPI job (dlfeed::mpi::Job; not a LoaderOptions field)
     "mpi": Keyword(None, "mpi",
                    note="True: under mpirun/srun, rank and world size from MPI, and rank 0 lists and indexes the "
@@ -231,13 +234,18 @@ NOT_KEYWORDS: Dict[str, str] = {
 
 def byte_count(v: Any, keyword: str) -> int:
     """An int, or a string like '512M', '64G' (powers of 1024), as bytes."""
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-        return v
+    if not isinstance(v, (bool, str)):
+        try:
+            n = operator.index(v)  # an int, or numpy's
+        except TypeError:
+            n = -1
+        if n >= 0:
+            return n
     if isinstance(v, str):
         t = v.strip().upper().removesuffix("B")
         mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
         digits = t[:-1] if mult != 1 else t
-        if digits.isdigit():
+        if digits.isascii() and digits.isdecimal():
             return int(digits) * mult
     raise _dlfeed.InvalidArgumentError(f"{keyword}={v!r}: expected a byte count (an int, or e.g. '512M', '64G')")
 
@@ -346,7 +354,7 @@ def keyword_help() -> str:
     """One line per keyword: the field it sets and what that does, for docstrings."""
     lines = []
     for keyword, k in KEYWORDS.items():
-        what = k.note or (field_doc(k.field) if k.field else "")
+        what = " ".join(filter(None, [k.note or (field_doc(k.field) if k.field else ""), k.also]))
         target = f" ({k.field})" if k.field and k.field != keyword else ""
         lines.append(f"    {keyword}{target}: {what}")
     return "\n".join(lines)

@@ -145,12 +145,18 @@ bool hex_name(const std::string& name) {
   return true;
 }
 
+// A piece's name: its number in decimal, as keep() writes it (not "01" or
+// "+1", which would count one piece twice), below 2^32 (key_of).
+bool piece_number(const std::string& name, uint64_t& k) {
+  return absl::SimpleAtoi(name, &k) && k <= 0xffffffffu && absl::StrCat(k) == name;
+}
+
 bool only_cache_files(const fs::path& folder) {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
     const std::string n = e.path().filename().string();
     uint64_t k = 0;
-    if (!e.is_regular_file(ec) || !(n == "id" || absl::SimpleAtoi(n, &k) || n.find(".tmp.") != std::string::npos)) {
+    if (!e.is_regular_file(ec) || !(n == "id" || piece_number(n, k) || n.find(".tmp.") != std::string::npos)) {
       return false;
     }
   }
@@ -180,7 +186,9 @@ FolderState folder_state(const fs::path& folder, std::string& url, uint64_t& siz
   url = url_of_id(id, &size);
   if (!url.empty() && name == folder_name(url, id)) return FolderState::kOurs;
   url.clear();
-  if (absl::StartsWith(id, "dlfeed object cache ") && !absl::StartsWith(id, kFormatLine)) return FolderState::kOther;
+  if (absl::StartsWith(id, "dlfeed object cache ") && !absl::StartsWith(id, absl::StrCat(kFormatLine, "\n"))) {
+    return FolderState::kOther;  // another release's format (`... 20` too)
+  }
   if (id.empty()) {  // no id yet: another process may have just made the folder
     struct stat st {};
     if (::stat(folder.c_str(), &st) != 0 || st.st_mtime + 60 >= ::time(nullptr)) return FolderState::kOther;
@@ -252,7 +260,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     // Pieces count (their bytes and CRC), as the pieces kept later do; the
     // `id` files and another process's pieces being written do not.
     uint64_t k = 0;
-    if (!it->is_regular_file(ec) || it.depth() != 1 || !absl::SimpleAtoi(it->path().filename().string(), &k) ||
+    if (!it->is_regular_file(ec) || it.depth() != 1 || !piece_number(it->path().filename().string(), k) ||
         it->path().parent_path() != folder) {
       continue;
     }
@@ -261,6 +269,7 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
     if (o.max_bytes != 0) found.push_back({folder, url, k, bytes});
   }
   for (const fs::path& d : damaged) {
+    if (folder_state(d, url, size) != FolderState::kDamaged) continue;  // mended meanwhile by another process
     fs::remove_all(d, ec);
     counters().cache_damaged.fetch_add(1, std::memory_order_relaxed);
   }
@@ -387,8 +396,10 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
       // id is damaged. Its pieces are removed (their room back) and it is
       // written again: else the object was never kept, and its pieces never
       // counted nor let go.
+      uint64_t k = 0;
       for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
-        if (e.path().filename() != "id") fs::remove_all(e.path(), ec);
+        const std::string n = e.path().filename().string();
+        if (piece_number(n, k) || n.find(".tmp.") != std::string::npos) fs::remove_all(e.path(), ec);
       }
       ec.clear();
       forget_folder(folder, o.url, o.size);

@@ -154,7 +154,6 @@ class Backend final : public IoBackend {
         c_(std::move(c)),
         store_(std::move(store)),
         cache_(std::move(cache)) {
-    if (cache_) cache_->add_user(1);
     for (uint32_t i = 0; i < n; ++i) cancels_.push_back(std::make_unique<std::atomic<bool>>(false));
     try {
       for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { work(*cancels_[i]); });
@@ -170,6 +169,7 @@ class Backend final : public IoBackend {
       start_error_ = absl::StrCat("s3: the system gave ", got, " of the ", n, " threads of the loader's connections (",
                                   e.what(), "): fewer DLFEED_S3_CONNECTIONS, or a higher process limit (ulimit -u)");
     }
+    if (cache_) cache_->add_user(1);  // last: a constructor that throws is never destroyed
   }
   const std::string& start_error() const { return start_error_; }
   ~Backend() override {

@@ -137,11 +137,14 @@ def test_byte_keywords_take_sizes_as_the_flags_and_job_cache_do():
     # cache_limit="1G" was "expected int" where --cache-limit 1G and job_cache="1G" are taken.
     o = _options.build_options(["d"], {"memory_budget": "8G", "stage_limit": "200G", "cache_limit": "512M"})
     assert (o.memory_budget, o.stage.limit_bytes, o.object_cache.max_bytes) == (8 << 30, 200 << 30, 512 << 20)
+    o = _options.build_options(["d"], {"memory_budget": np.int64(3 << 30), "cache_limit": np.uint32(7)})  # as before
+    assert (o.memory_budget, o.object_cache.max_bytes) == (3 << 30, 7)
     for keyword in ("memory_budget", "stage_limit", "cache_limit"):
         with pytest.raises(dlfeed.InvalidArgumentError, match=f"{keyword}='lots': expected a byte count"):
             _options.build_options(["d"], {keyword: "lots"})
-        with pytest.raises(dlfeed.InvalidArgumentError, match=f"{keyword}=-1: expected a byte count"):
-            _options.build_options(["d"], {keyword: -1})
+        for bad in (-1, "\u00b2M", 1.5):
+            with pytest.raises(dlfeed.InvalidArgumentError, match=f"{keyword}=.*: expected a byte count"):
+                _options.build_options(["d"], {keyword: bad})
 
 
 def test_unknown_keyword_is_a_type_error_naming_the_nearest():

@@ -125,21 +125,24 @@ def test_folders_the_cache_did_not_write_are_left_alone(s3_server, tmp_path, mon
     s3_server.apply_env(monkeypatch)
     arrays = upload(s3_server, tmp_path, "alone", 1)
     cache = tmp_path / "cache"
-    theirs = [cache / "0123456789abcdef-0123456789abcdef", cache / ("-" * 33), cache / "fedcba9876543210-0123456789abcdef"]
+    theirs = [cache / "0123456789abcdef-0123456789abcdef", cache / ("-" * 33), cache / "fedcba9876543210-0123456789abcdef",
+              cache / "fedcba9876543210-fedcba9876543210"]
     for d in theirs:
         d.mkdir(parents=True)
         (d / "results.csv").write_text("a,b\n")
         os.utime(d, (time.time() - 120,) * 2)
     (theirs[0] / "id").write_text("not ours\n")
     (theirs[2] / "id").write_text("dlfeed object cache 1\ns3://b/k\n\"e\"\n10\n")  # another release's
-    (theirs[2] / "results.csv").unlink()
-    (theirs[2] / "0").write_bytes(b"\0" * 14)
+    (theirs[3] / "id").write_text("dlfeed object cache 20\ns3://b/k\n\"e\"\n10\n")  # a later release's
+    for d in theirs[2:]:
+        (d / "results.csv").unlink()
+        (d / "0").write_bytes(b"\0" * 14)
     before = dlfeed._dlfeed.s3_stats()
     check(dlfeed.Loader(f"s3://{BUCKET}/alone/", batch_size=8, resident="off", cache_dir=cache,
                         cache_limit=64 << 20), arrays)
     assert dlfeed._dlfeed.s3_stats()["cache_damaged"] == before["cache_damaged"]
     assert (theirs[0] / "results.csv").exists() and (theirs[1] / "results.csv").exists()
-    assert (theirs[2] / "0").exists()
+    assert (theirs[2] / "0").exists() and (theirs[3] / "0").exists()
 
 
 def test_a_rewritten_object_s_old_version_is_removed_when_the_new_one_is_read(s3_server, tmp_path, monkeypatch):
