@@ -5,7 +5,7 @@
   dlfeed_report.py --summary SUMMARY.json --trace TRACE --out DIR
 
 breakdown.png (from `dlfeed run --summary-json`): per epoch and in total, the
-time of each component: I/O exposed (the trainer waited), I/O hidden (reads
+time of each component: stall (the trainer waited for a batch), I/O hidden (reads
 in flight during compute), decode and compute, next to the epoch's wall time
 and AU (which leaves out each epoch's first step, as DLIO's does).
 timeline.png (from `dlfeed run --trace`, Chrome or DFTracer format, plain or
@@ -47,6 +47,20 @@ def load_trace(path):
         return []
     t0 = min(ts for _, ts, _, _ in events)
     return [(name, (ts - t0) * 1e-6, dur * 1e-6, args) for name, ts, dur, args in events]
+
+
+def whole_json(path):
+    """What a file that is one JSON document but not a trace holds ("" when it is not one): a DLIO
+    summary, say, whose error as trace lines would read as a syntax error."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    if isinstance(doc, dict):
+        return f"a JSON object with the keys {', '.join(list(doc)[:8])}{', ...' if len(doc) > 8 else ''}"
+    return f"a JSON {type(doc).__name__}"
 
 
 def run_label(summary, trace_meta, path):
@@ -103,7 +117,7 @@ def breakdown(summary, out, plt, label):
 
     epochs = summary["epochs"] + ([summary["total"]] if len(summary["epochs"]) > 1 else [])
     labels = [("total" if e["epoch"] < 0 else f"epoch {e['epoch']}") for e in epochs]
-    parts = [("I/O exposed: the trainer waited", "stall_s", "#d62728"),
+    parts = [("stall: the trainer waited for a batch", "stall_s", "#d62728"),
              ("I/O hidden: reads during compute", "io_hidden_s", "#ff9896"),
              ("decode", "decode_s", "#9467bd"), ("compute", "compute_s", "#2ca02c")]
     top = max([e["wall_s"] for e in epochs] + [e[key] for e in epochs for _, key, _ in parts] + [1e-9])
@@ -206,7 +220,7 @@ def main():
         meta = trace_meta(a.trace) if a.trace else {}
         events = load_trace(a.trace) if a.trace else []
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        sys.exit(f"{neither}: {e}")
+        sys.exit(f"{neither}: {whole_json(a.trace) or e}")
     label = run_label(summary, meta, a.summary or a.trace)
     if summary:
         if summary.get("epochs"):

@@ -61,8 +61,11 @@ class Phase {
     Block* b = &blocks.back();
     b->start = timestamp();
     auto block_t0 = Clock::now();
+    // As DLIO's loop takes its first step's time from before its loader's
+    // iterator starts: the epoch's start-up is in the first step, which AU
+    // leaves out, not in the compute-free time of the others.
+    auto t0 = block_t0;
     throw_if_error(loader_.start_epoch(order_epoch));
-    auto t0 = Clock::now();
     uint64_t steps = 0;
     for (uint64_t step = 1; step <= cap; ++step) {
       std::shared_ptr<const Batch> batch = value_or_throw(loader_.next());
@@ -281,8 +284,8 @@ class EpochLoop {
   }
 
   void train_epoch(int64_t epoch, uint64_t order_epoch, EpochStats& es) {
-    es.start = timestamp();
     if (evict_) throw_if_error(evict_pages(d_.train_loader->index().files));
+    es.start = timestamp();  // after the eviction, as the time is: duration = end - start, as DLIO's
     scale_.begin_epoch();
     const auto t0 = Clock::now();
     int64_t next_ckpt_step = c_.steps_between_checkpoints;
@@ -300,8 +303,8 @@ class EpochLoop {
     // epoch's end and time include it.
     checkpoint_after_epoch(epoch, es);
     es.secs = since(t0);
-    scale_.end_epoch(*d_.train_loader, static_cast<uint64_t>(epoch - 1));  // --stage-wait
     es.end = timestamp();
+    scale_.end_epoch(*d_.train_loader, static_cast<uint64_t>(epoch - 1));  // --stage-wait
     r_.train_s += es.secs;
   }
 

@@ -279,8 +279,10 @@ void add_workflow_rules(std::vector<Rule>& r) {
       {"workflow", "evaluation", DLIO_BOOL(do_eval), "evaluates on valid/ after the epochs it says"},
       {"workflow", "checkpoint", DLIO_BOOL(do_checkpoint), "writes checkpoints"},
       {"workflow", "debug", nullptr, "DLIO's wait-for-enter; dlfeed does not wait"},
-      {"workflow", "profiling", nullptr, "DLIO's iostat/darshan profilers; use --trace for dlfeed's trace"},
-      {"profiling", "profiler", nullptr, "DLIO's iostat/darshan profilers; use --trace for dlfeed's trace"},
+      {"workflow", "profiling", nullptr,
+       "DLIO's iostat/darshan profilers; dlfeed's trace of the same data: dlfeed run --trace"},
+      {"profiling", "profiler", nullptr,
+       "DLIO's iostat/darshan profilers; dlfeed's trace of the same data: dlfeed run --trace"},
       {"profiling", "iostat_devices", nullptr, "DLIO's iostat profiler"},
       {"metric", "au", DLIO_NUM(au), "the AU pass mark (a fraction): train_au_meet_expectation"},
   };

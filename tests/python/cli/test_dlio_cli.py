@@ -121,6 +121,21 @@ def test_unet3d_npz_with_record_length_stdev_and_epoch_checkpoints(dlfeed, workl
     assert float(stats["1"]["duration"]) >= 0
 
 
+def test_an_epoch_s_duration_is_its_end_less_its_start_with_evict(dlfeed, workloads, tmp_path):
+    # As DLIO writes it: the epoch's start was stamped before --evict dropped the files' pages, its time after.
+    import datetime
+    dlio(dlfeed, workloads / "unet3d_h100.yaml", tmp_path, "++workload.workflow.generate_data=True",
+         "workload.dataset.num_files_train=8", "workload.dataset.record_length=65536",
+         "workload.dataset.record_length_stdev=0", "workload.reader.batch_size=2",
+         "workload.train.epochs=2", "workload.train.computation_time=0.001", "++workload.workflow.checkpoint=False",
+         "--evict")
+    stats = json.loads((tmp_path / "out" / "per_epoch_stats.json").read_text())
+    for e in ("1", "2"):
+        took = (datetime.datetime.fromisoformat(stats[e]["end"])
+                - datetime.datetime.fromisoformat(stats[e]["start"])).total_seconds()
+        assert abs(took - float(stats[e]["duration"])) <= 0.006, (e, stats[e])
+
+
 def read_tfrecord(path):
     """(offset, payload) of each record: the framing read by hand."""
     data, out, off = path.read_bytes(), [], 0

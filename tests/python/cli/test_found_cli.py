@@ -85,6 +85,10 @@ def test_report_says_what_it_cannot_draw(dlfeed, data, tmp_path):
     assert proc.returncode == 0 and "breakdown.png" in proc.stdout
     proc = report(other)
     assert proc.returncode == 1 and "neither a dlfeed summary" in proc.stderr and "Traceback" not in proc.stderr
+    dlio = tmp_path / "dlio_summary.json"  # pretty-printed: was the trace lines' "Expecting property name"
+    dlio.write_text(json.dumps({"num_accelerators": 1, "metric": {"train_au_percentage": [90.0]}}, indent=4))
+    proc = report(dlio)
+    assert proc.returncode == 1 and "a JSON object with the keys num_accelerators, metric" in proc.stderr, proc.stderr
     proc = report(tmp_path / "e1.json", pretty)
     assert proc.returncode == 2 and "two summary files" in proc.stderr
     # A calibration (pretty-printed by calibrate) was "neither ... Expecting property name": said as what it is.
