@@ -41,6 +41,7 @@ void Counters::begin_epoch(uint64_t epoch, uint64_t t) {
   e.t0 = t;
   e.start = std::make_shared<Raw>(read_raw());
   e.start->t = t;
+  epoch_io0_.store(e.start->busy[static_cast<size_t>(Component::kIo)], kRelaxed);
   epochs_.push_back(std::move(e));
   epoch_batches_.store(0, kRelaxed);
   first_step_end_.store(0, kRelaxed);

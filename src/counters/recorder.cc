@@ -29,6 +29,12 @@ constexpr uint64_t kCntMask = (uint64_t{1} << kCntBits) - 1;
 namespace detail {
 
 void Union::begin(uint64_t t) {
+  // Nor earlier than a time the union was read at: a period begun with a
+  // stamp taken before another thread read it idle (a read recorded once
+  // done, a submit stamped before it went in) would count time that reader
+  // saw idle, and a stall or compute span from it (io_exposed, io_hidden)
+  // would hold more I/O than the epoch's io_busy.
+  t = std::max(t, asked_.load(std::memory_order_acquire));
   uint64_t s = state_.load(std::memory_order_acquire);
   while (true) {
     // Idle: the high bits are when the last period ended; start no earlier.
@@ -57,6 +63,8 @@ void Union::end(uint64_t t) {
 }
 
 uint64_t Union::busy_until(uint64_t t) const {
+  uint64_t asked = asked_.load(std::memory_order_relaxed);
+  while (asked < t && !asked_.compare_exchange_weak(asked, t, std::memory_order_acq_rel)) {}
   while (true) {
     const uint64_t s1 = state_.load(std::memory_order_acquire);
     const uint64_t c = closed_.load(std::memory_order_acquire);
@@ -258,6 +266,7 @@ void Counters::span_end(const SpanKind& k, uint64_t t0, uint64_t t1, uint64_t io
   if (k.id != Id::kCount) sample(k.id, d);
   if (k.io_overlap != Id::kCount) {
     const uint64_t io1 = busy_until(Component::kIo, t1);
+    io0 = std::max(io0, epoch_io0_.load(std::memory_order_relaxed));
     add(k.io_overlap, std::min(io1 > io0 ? io1 - io0 : 0, d));
   }
   if (k.name != nullptr && d >= k.trace_min_ns && tracing()) trace(k.name, k.cat, t0, d, a0, a1, a2);

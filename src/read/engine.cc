@@ -264,16 +264,22 @@ void IoEngine::start_batch(const std::shared_ptr<ReadBatch>& b, std::vector<Read
   }
   if (large_runs_.size() > 1) interleave_large(reqs);
   Active a{b, reqs.size(), absl::OkStatus(), 0};
-  DLFEED_REC(a.submit_ns = now_of(*counters_));
+  // The I/O interval opens as it is stamped, before the submit: opened after
+  // it with the earlier stamp, a stall or compute span begun meanwhile
+  // counted I/O from before it began (io_exposed above io_busy).
+  DLFEED_REC({
+    a.submit_ns = now_of(*counters_);
+    counters_->interval_begin(Component::kIo, a.submit_ns);
+  });
   absl::Status st = backend_->submit(reqs);
   if (!st.ok()) {
+    DLFEED_REC(counters_->interval_end(Component::kIo, now_of(*counters_)));
     b->done(st);
     return;
   }
   // Given up while these went in: they end as the others did.
   if (cancelled_.load(std::memory_order_acquire)) backend_->cancel();
   DLFEED_REC({
-    counters_->interval_begin(Component::kIo, a.submit_ns);
     if (staged_ != nullptr) {
       uint64_t staged_bytes = 0;
       for (const ReadRequest& q : reqs) {

@@ -231,6 +231,7 @@ class DLFEED_EXPORT Union {
   // swap 0 for its stale start, counting that period twice.
   std::atomic<uint64_t> state_{0};
   std::atomic<uint64_t> closed_{0};
+  mutable std::atomic<uint64_t> asked_{0};  // the latest time busy_until was asked for
 };
 }  // namespace detail
 
@@ -343,8 +344,12 @@ class DLFEED_EXPORT Counters {
   std::atomic<bool> explicit_steps_{false};
   std::atomic<uint64_t> epoch_batches_{0};
   std::atomic<uint64_t> first_step_end_{0};  // 0: not yet
-  uint64_t last_boundary_ = 0;               // consumer thread
-  uint64_t step_no_ = 0;                     // consumer thread
+  // The I/O busy time when the open epoch began: a span begun before it (a
+  // next() that runs into the next epoch) counts its I/O from there, as the
+  // epoch's io_busy does.
+  std::atomic<uint64_t> epoch_io0_{0};
+  uint64_t last_boundary_ = 0;  // consumer thread
+  uint64_t step_no_ = 0;        // consumer thread
   std::array<detail::Union, kNumComponents> unions_;
 
   TraceOptions trace_opts_;
