@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::create_or_throw(LoaderOptions op
   }
   // Last, so that the hold's reads do not slow create's own work. Without
   // a thread for it, the files are read (resident_reason says why).
-  if (impl->hold) (void)impl->hold->begin();
+  if (impl->hold) (void)impl->hold->begin(impl->counters);
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 

@@ -23,6 +23,7 @@
 #include "base/exception_status.h"
 #include "base/thread_name.h"
 #include "batch/huge_pages.h"
+#include "counters/record.h"
 #include "dlfeed/detail/error.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/error.h"
@@ -347,8 +348,9 @@ absl::StatusOr<std::unique_ptr<ResidentHold>> ResidentHold::plan(std::shared_ptr
   return h;
 }
 
-absl::Status ResidentHold::begin() {
+absl::Status ResidentHold::begin(std::shared_ptr<counters::Counters> counters) {
   if (thread_.joinable()) return absl::OkStatus();
+  counters_ = std::move(counters);
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::system_error& e) {
@@ -400,7 +402,10 @@ void ResidentHold::run() {
     if (stop_.load(std::memory_order_relaxed)) return absl::CancelledError("the hold stopped");
     const uint32_t id = pieces_[k].id;
     if (r.state_[id].load(std::memory_order_acquire) != ResidentFiles::kPending) return absl::OkStatus();
+    // I/O busy while it reads (opened as stamped: see IoEngine::submit).
+    DLFEED_REC(if (counters_) counters_->interval_begin(counters::Component::kIo, counters_->now()));
     const absl::Status st = read_item(k);
+    DLFEED_REC(if (counters_) counters_->interval_end(counters::Component::kIo, counters_->now()));
     if (!st.ok()) {
       r.finish(id, false, st, k);
     } else if (r.pieces_left_[id].fetch_sub(1, std::memory_order_acq_rel) == 1) {

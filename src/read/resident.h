@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "dlfeed/batch/batch.h"
+#include "dlfeed/counters/counters.h"
 #include "dlfeed/detail/export.h"
 #include "dlfeed/detail/file.h"
 #include "dlfeed/io/file_table.h"
@@ -122,8 +123,9 @@ class ResidentHold {
                                                             const std::vector<uint32_t>& ids);
   /// Starts reading, on a thread of its own (once). When the system gives
   /// no thread, every file is given up (read from its source) and the error
-  /// returned.
-  absl::Status begin();
+  /// returned. Its reads from the files or objects count as I/O busy time
+  /// in `counters` (when given): a trainer waiting for the hold waits on I/O.
+  absl::Status begin(std::shared_ptr<counters::Counters> counters = nullptr);
   /// Reads no further piece (the destructor then waits only for the pieces
   /// being read).
   void stop() { stop_.store(true, std::memory_order_relaxed); }
@@ -143,6 +145,7 @@ class ResidentHold {
     bool whole = false;
   };
   std::shared_ptr<FileTable> table_;
+  std::shared_ptr<counters::Counters> counters_;
   std::shared_ptr<ResidentFiles> held_;
   std::vector<Piece> pieces_;
   std::vector<File> objects_;  // per table id: the object open (objects only)

@@ -176,3 +176,19 @@ def test_report_draws_pngs(dlfeed, contiguous, tmp_path):
                contiguous)
     dlfeed.run("report", "--out-dir", tmp_path / "pics2", dft)
     assert (tmp_path / "pics2" / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_a_trainer_waiting_for_the_hold_waits_on_io(dlfeed, tmp_path, trace):
+    # With resident=auto on a cold cache the hold's reads of the files counted as no I/O: the trainer
+    # waited 99% of the epoch while io_exposed_s said 0.015 s, with --trace on (found by outside testing).
+    data = tmp_path / "cold"
+    dlfeed.run("generate", "--format", "npy", "--files", 8, "--samples-per-file", 32, "--shape", "256,256",
+               "--dtype", "float32", data)  # 64 MiB
+    out = tmp_path / "s.json"
+    args = ["run", "--epochs", 1, "--batch-size", 16, "--resident", "auto", "--evict", "--summary-json", out]
+    if trace:
+        args += ["--trace", tmp_path / "t.json"]
+    dlfeed.run(*args, data)
+    e = json.loads(out.read_text())["epochs"][0]
+    assert e["io_busy_s"] > 0 and e["io_exposed_s"] >= 0.5 * e["stall_s"], e
