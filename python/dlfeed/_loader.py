@@ -460,7 +460,8 @@ class Loader:
 
     @contextlib.contextmanager
     def compute(self) -> Iterator[None]:
-        """Marks a training step's compute, for AU = compute / (compute + stall)::
+        """Marks a training step's compute, for AU (the share of each epoch after its first step spent
+        in compute; docs/counters.md)::
 
             for batch in loader:
                 with loader.compute():

@@ -10,11 +10,11 @@ std::string Snapshot::summary_table() const {
   std::string s;
   if (!enabled) return "counters: compiled out (DLFEED_COUNTERS=OFF)\n";
   absl::StrAppend(
-      &s, absl::StrFormat("%-6s %8s %6s %9s %10s %9s %8s %9s %8s %9s %8s %6s\n", "epoch", "wall_s", "steps", "samples",
-                          "samples/s", "read_MB/s", "stall_s", "compute_s", "io_busy", "io_hidden", "decode_s", "AU%"));
+      &s, absl::StrFormat("%-6s %8s %6s %9s %10s %10s %8s %9s %8s %9s %8s %6s\n", "epoch", "wall_s", "steps", "samples",
+                          "samples/s", "read_MiB/s", "stall_s", "compute_s", "io_busy", "io_hidden", "decode_s", "AU%"));
   auto row = [&](const EpochReport& e) {
     const std::string name = e.epoch < 0 ? "total" : absl::StrCat(e.epoch, e.complete ? "" : "*");
-    absl::StrAppend(&s, absl::StrFormat("%-6s %8.3f %6d %9d %10.0f %9.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", name,
+    absl::StrAppend(&s, absl::StrFormat("%-6s %8.3f %6d %9d %10.0f %10.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", name,
                                         e.wall_s, e.steps, e.samples, e.samples_per_s, e.read_mib_per_s, e.stall_s,
                                         e.compute_s, e.io_busy_s, e.io_hidden_s, e.decode_s, e.au_percent));
   };
@@ -29,12 +29,12 @@ std::string Snapshot::summary_table() const {
     absl::StrAppend(&s, absl::StrFormat("AU%% over ranks: mean %.1f, min %.1f, max %.1f; wall_s min %.3f, max %.3f\n",
                                         total.au_percent, total.au_min_percent, total.au_max_percent, total.wall_min_s,
                                         total.wall_s));
-    absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %9s %8s %9s %8s %9s %8s %6s\n", "rank", "wall_s",
-                                        "steps", "samples", "samples/s", "read_MB/s", "stall_s", "compute_s", "io_busy",
+    absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %10s %8s %9s %8s %9s %8s %6s\n", "rank", "wall_s",
+                                        "steps", "samples", "samples/s", "read_MiB/s", "stall_s", "compute_s", "io_busy",
                                         "io_hidden", "decode_s", "AU%"));
     for (size_t r = 0; r < rank_totals.size(); ++r) {
       const EpochReport& e = rank_totals[r];
-      absl::StrAppend(&s, absl::StrFormat("%-6d %8.3f %6d %9d %10.0f %9.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", r,
+      absl::StrAppend(&s, absl::StrFormat("%-6d %8.3f %6d %9d %10.0f %10.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", r,
                                           e.wall_s, e.steps, e.samples, e.samples_per_s, e.read_mib_per_s, e.stall_s,
                                           e.compute_s, e.io_busy_s, e.io_hidden_s, e.decode_s, e.au_percent));
     }

@@ -420,15 +420,20 @@ void report_epoch(const RunConfig& c, const EpochResult& r, const counters::Epoc
   // (from files, held copies, peers' job caches); LoaderStats::bytes_read
   // counts the files' only, and is the rate without counters.
   const uint64_t read = e.bytes_read ? e.bytes_read : r.after.bytes_read - r.before.bytes_read;
+  // Reads and operations as the JSON counts them (copies of unpacked arrays
+  // and held files too); LoaderStats' without counters.
+  const bool counted = counters::kEnabled;
+  const uint64_t planned = counted ? e.planned_reads : r.after.planned_reads - r.before.planned_reads;
+  const uint64_t extents = counted ? e.extents : r.after.extents - r.before.extents;
+  const uint64_t operations = counted ? e.io_operations : r.after.io_operations - r.before.io_operations;
   std::printf(
       "epoch %llu: %llu batches, %llu samples in %.3f s: %.0f samples/s, %.1f MiB/s delivered, "
       "%.1f MiB/s read (%llu planned reads for %llu extents, %llu I/O operations), waited %.3f s for data\n",
       static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.batches),
       static_cast<unsigned long long>(r.samples), secs, secs > 0 ? r.samples / secs : 0,
       secs > 0 ? r.bytes / secs / 1048576.0 : 0, secs > 0 ? static_cast<double>(read) / secs / 1048576.0 : 0,
-      static_cast<unsigned long long>(r.after.planned_reads - r.before.planned_reads),
-      static_cast<unsigned long long>(r.after.extents - r.before.extents),
-      static_cast<unsigned long long>(r.after.io_operations - r.before.io_operations), r.stall_s);
+      static_cast<unsigned long long>(planned), static_cast<unsigned long long>(extents),
+      static_cast<unsigned long long>(operations), r.stall_s);
   std::string line = absl::StrFormat(
       "  AU %.1f%%, %.0f samples/s, %.1f MiB/s (%.1f MiB/s read); I/O %.3f s hidden, %.3f s exposed; "
       "first step %.3f s",
