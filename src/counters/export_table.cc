@@ -9,9 +9,9 @@ namespace dlfeed::inline DLFEED_ABI::counters {
 std::string Snapshot::summary_table() const {
   std::string s;
   if (!enabled) return "counters: compiled out (DLFEED_COUNTERS=OFF)\n";
-  absl::StrAppend(
-      &s, absl::StrFormat("%-6s %8s %6s %9s %10s %10s %8s %9s %8s %9s %8s %6s\n", "epoch", "wall_s", "steps", "samples",
-                          "samples/s", "read_MiB/s", "stall_s", "compute_s", "io_busy", "io_hidden", "decode_s", "AU%"));
+  absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %10s %8s %9s %8s %9s %8s %6s\n", "epoch", "wall_s",
+                                      "steps", "samples", "samples/s", "read_MiB/s", "stall_s", "compute_s", "io_busy",
+                                      "io_hidden", "decode_s", "AU%"));
   auto row = [&](const EpochReport& e) {
     const std::string name = e.epoch < 0 ? "total" : absl::StrCat(e.epoch, e.complete ? "" : "*");
     absl::StrAppend(&s, absl::StrFormat("%-6s %8.3f %6d %9d %10.0f %10.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", name,
@@ -30,8 +30,8 @@ std::string Snapshot::summary_table() const {
                                         total.au_percent, total.au_min_percent, total.au_max_percent, total.wall_min_s,
                                         total.wall_s));
     absl::StrAppend(&s, absl::StrFormat("%-6s %8s %6s %9s %10s %10s %8s %9s %8s %9s %8s %6s\n", "rank", "wall_s",
-                                        "steps", "samples", "samples/s", "read_MiB/s", "stall_s", "compute_s", "io_busy",
-                                        "io_hidden", "decode_s", "AU%"));
+                                        "steps", "samples", "samples/s", "read_MiB/s", "stall_s", "compute_s",
+                                        "io_busy", "io_hidden", "decode_s", "AU%"));
     for (size_t r = 0; r < rank_totals.size(); ++r) {
       const EpochReport& e = rank_totals[r];
       absl::StrAppend(&s, absl::StrFormat("%-6d %8.3f %6d %9d %10.0f %10.1f %8.3f %9.3f %8.3f %9.3f %8.3f %6.1f\n", r,

@@ -95,7 +95,11 @@ class Phase {
     }
     // The cap reached at the epoch's last batch: its end is taken too, so
     // that the counters close the epoch complete, not cut short.
-    if (steps == cap && cap >= loader_.batches_per_epoch()) (void)value_or_throw(loader_.next());
+    if (steps == cap && cap >= loader_.batches_per_epoch()) {
+      (void)value_or_throw(loader_.next());
+    } else if (steps == cap) {  // cut short (total_training_steps): its last step ends here, not at a next()
+      loader_.counters().step_boundary(loader_.counters().now());
+    }
     b->secs = since(block_t0);
     b->end = timestamp();
     if (b->compute.empty() && blocks.size() > 1) blocks.pop_back();  // a checkpoint on the last step

@@ -180,6 +180,8 @@ def test_tfrecord_workloads(dlfeed, workloads, tmp_path, name, spf, batch):
             "layer-0-1-2-0.pb", "layer-0-2-2-0.pb", "model-1-2-0.pb", "model-2-2-0.pb"]
         stats = json.loads((tmp_path / "out" / "per_epoch_stats.json").read_text())
         assert {"block1", "block2", "ckpt1"} <= set(stats["1"])
+        # The counters end the cut epoch's last step too (they counted one step less: no next() after it).
+        assert [(e["steps"], e["complete"]) for e in s["dlfeed"]["train_counters"]["epochs"]] == [(steps, False)] * 2
     if name == "resnet50_h100":
         # The iterative sampler without shuffles: file order.
         assert "order: sequential" in out
