@@ -29,8 +29,8 @@ constexpr uint64_t kCntMask = (uint64_t{1} << kCntBits) - 1;
 namespace detail {
 
 void Union::begin(uint64_t t) {
-  // Nor earlier than a time the union was read at: a period begun with a
-  // stamp taken before another thread read it idle (a read recorded once
+  // Nor earlier than a time a span read the union at: a period begun with
+  // a stamp taken before a span's thread read it idle (a read recorded once
   // done, a submit stamped before it went in) would count time that reader
   // saw idle, and a stall or compute span from it (io_exposed, io_hidden)
   // would hold more I/O than the epoch's io_busy.
@@ -62,9 +62,13 @@ void Union::end(uint64_t t) {
   }
 }
 
-uint64_t Union::busy_until(uint64_t t) const {
+uint64_t Union::busy_seen_at(uint64_t t) {
   uint64_t asked = asked_.load(std::memory_order_relaxed);
   while (asked < t && !asked_.compare_exchange_weak(asked, t, std::memory_order_acq_rel)) {}
+  return busy_until(t);
+}
+
+uint64_t Union::busy_until(uint64_t t) const {
   while (true) {
     const uint64_t s1 = state_.load(std::memory_order_acquire);
     const uint64_t c = closed_.load(std::memory_order_acquire);
@@ -254,7 +258,7 @@ uint64_t Counters::memory_bytes() const {
 uint64_t Counters::span_begin(const SpanKind& k, uint64_t t0) {
   if constexpr (!kEnabled) return 0;
   if (k.component != Component::kCount) interval_begin(k.component, t0);
-  return k.io_overlap != Id::kCount ? busy_until(Component::kIo, t0) : 0;
+  return k.io_overlap != Id::kCount ? unions_[static_cast<size_t>(Component::kIo)].busy_seen_at(t0) : 0;
 }
 
 void Counters::span_end(const SpanKind& k, uint64_t t0, uint64_t t1, uint64_t io0, uint64_t a0, uint64_t a1,
@@ -265,7 +269,7 @@ void Counters::span_end(const SpanKind& k, uint64_t t0, uint64_t t1, uint64_t io
   if (k.component != Component::kCount) interval_end(k.component, t1);
   if (k.id != Id::kCount) sample(k.id, d);
   if (k.io_overlap != Id::kCount) {
-    const uint64_t io1 = busy_until(Component::kIo, t1);
+    const uint64_t io1 = unions_[static_cast<size_t>(Component::kIo)].busy_seen_at(t1);
     io0 = std::max(io0, epoch_io0_.load(std::memory_order_relaxed));
     add(k.io_overlap, std::min(io1 > io0 ? io1 - io0 : 0, d));
   }

@@ -218,6 +218,9 @@ class DLFEED_EXPORT Union {
   void end(uint64_t t);
   /// Busy time (ns) in [0, t].
   uint64_t busy_until(uint64_t t) const;
+  /// The same, read by a span at t (now): no period begins earlier than t
+  /// after it (see begin()).
+  uint64_t busy_seen_at(uint64_t t);
 
  private:
   // Low 12 bits: intervals open. High 52 bits: while busy, when the current
@@ -231,7 +234,7 @@ class DLFEED_EXPORT Union {
   // swap 0 for its stale start, counting that period twice.
   std::atomic<uint64_t> state_{0};
   std::atomic<uint64_t> closed_{0};
-  mutable std::atomic<uint64_t> asked_{0};  // the latest time busy_until was asked for
+  std::atomic<uint64_t> asked_{0};  // the latest time busy_seen_at was asked for
 };
 }  // namespace detail
 
