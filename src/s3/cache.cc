@@ -151,14 +151,17 @@ bool piece_number(const std::string& name, uint64_t& k) {
   return absl::SimpleAtoi(name, &k) && k <= 0xffffffffu && absl::StrCat(k) == name;
 }
 
+// A piece, or a piece or id being written (publish's NAME.tmp.PID.THREAD).
+bool piece_or_temporary(const std::string& name) {
+  uint64_t k = 0;
+  return piece_number(name, k) || name.find(".tmp.") != std::string::npos;
+}
+
 bool only_cache_files(const fs::path& folder) {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
     const std::string n = e.path().filename().string();
-    uint64_t k = 0;
-    if (!e.is_regular_file(ec) || !(n == "id" || piece_number(n, k) || n.find(".tmp.") != std::string::npos)) {
-      return false;
-    }
+    if (!e.is_regular_file(ec) || !(n == "id" || piece_or_temporary(n))) return false;
   }
   return !ec;
 }
@@ -180,6 +183,7 @@ std::string url_of_id(const std::string& id, uint64_t* size) {
 }
 
 FolderState folder_state(const fs::path& folder, std::string& url, uint64_t& size) {
+  url.clear();  // set for kOurs alone
   const std::string name = folder.filename().string();
   if (!hex_name(name)) return FolderState::kOther;
   const std::string id = read_small((folder / "id").string());
@@ -244,7 +248,6 @@ absl::StatusOr<std::shared_ptr<PieceCache>> PieceCache::open(const ObjectCacheOp
        it.increment(ec)) {
     if (it.depth() == 0 && it->is_directory(ec)) {
       folder = it->path().string();
-      url.clear();
       switch (folder_state(it->path(), url, size)) {
         case FolderState::kOurs: versions[url].push_back({folder, size}); break;
         case FolderState::kDamaged: damaged.push_back(it->path()); [[fallthrough]];
@@ -396,10 +399,8 @@ std::string PieceCache::folder_of(const ObjectInfo& o) {
       // id is damaged. Its pieces are removed (their room back) and it is
       // written again: else the object was never kept, and its pieces never
       // counted nor let go.
-      uint64_t k = 0;
       for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
-        const std::string n = e.path().filename().string();
-        if (piece_number(n, k) || n.find(".tmp.") != std::string::npos) fs::remove_all(e.path(), ec);
+        if (piece_or_temporary(e.path().filename().string())) fs::remove_all(e.path(), ec);
       }
       ec.clear();
       forget_folder(folder, o.url, o.size);

@@ -343,13 +343,9 @@ std::vector<std::string> ScaleOut::gather(const std::string& mine) const {
   return {mine};
 }
 
-void ScaleOut::reduce_checksum([[maybe_unused]] uint64_t& sum, [[maybe_unused]] uint64_t& samples) const {
-#if DLFEED_WITH_MPI
-  if (job_) {
-    sum = job_->job->sum(sum);  // wraps mod 2^64 like the per-rank sum: order-independent
-    samples = job_->job->sum(samples);
-  }
-#endif
+void ScaleOut::reduce_checksum(uint64_t& checksum, uint64_t& samples) const {
+  checksum = sum(checksum);  // wraps mod 2^64 like the per-rank sum: order-independent
+  samples = sum(samples);
 }
 
 uint64_t ScaleOut::sum(uint64_t v) const {
